@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Installs what verity needs from Debian 12 packages, only what is missing, then builds.
+# Usage: scripts/setup.sh [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# package -> a file or command that shows it is present
+need=(
+  "build-essential:/usr/bin/gcc"
+  "make:/usr/bin/make"
+  "clang:/usr/bin/clang"
+  "libclang-rt-14-dev:/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a"
+  "python3:/usr/bin/python3"
+)
+missing=()
+for entry in "${need[@]}"; do
+  pkg=${entry%%:*} probe=${entry#*:}
+  if [ ! -e "$probe" ] && ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present" >&2
+fi
+
+if [ "${1:-}" != "--no-build" ]; then
+  make -j"$(nproc)" TYPE=release
+fi

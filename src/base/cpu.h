@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cpu: instruction-set detection (CPUID + XGETBV) and core count. Kernels are chosen at start-up
+ * from what this reports and the `isa` toggle (flags.h).
+ */
+#ifndef VERITY_BASE_CPU_H
+#define VERITY_BASE_CPU_H
+
+#include <stdbool.h>
+
+typedef struct cpu_features {
+    bool avx2, fma, f16c, bmi2;
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+    bool avxvnni;
+} cpu_features;
+
+/* Returns the features of the running CPU, including OS support for the register state (XCR0). */
+const cpu_features *cpu_get_features(void);
+
+/* Number of online CPUs (>= 1). */
+int cpu_count_online(void);
+
+/* A one-line description of the CPU's model name, or "unknown". Static storage. */
+const char *cpu_model_name(void);
+
+#endif

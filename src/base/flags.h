@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * flags: the toggle registry (P4). Every optimisation, alternative code path and tunable that a
+ * bisector might want to flip is one row of FLAG_LIST below: a name (also the CLI option
+ * `--name VALUE`), an environment variable (VERITY_NAME, '-' -> '_'), a kind, a default, the
+ * allowed values, and one line saying what it does. `verity flags` lists them, the server exports
+ * them as verity_flag_info, and a bisector flips them without reading code.
+ *
+ * Values are set at start-up (defaults, then environment, then command line) by the main thread
+ * before any other thread starts, and are read-only afterwards; reads need no lock.
+ * Adding a toggle: add a row here and read it with flags_int()/flags_str() where it applies.
+ */
+#ifndef VERITY_BASE_FLAGS_H
+#define VERITY_BASE_FLAGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL };
+
+/* X(ID, "name", kind, "default", "choices or min:max", "description") */
+#define FLAG_LIST(X)                                                                               \
+    X(ISA, "isa", FLAG_KIND_ENUM, "auto", "auto|scalar|avx2|avx512",                               \
+      "kernel instruction set; every choice computes identical bits, only speed differs")          \
+    X(THREADS, "threads", FLAG_KIND_INT, "0", "0:256",                                             \
+      "compute threads per forward pass (0 = one per online CPU)")                                 \
+    X(KV_DTYPE, "kv-dtype", FLAG_KIND_ENUM, "f16", "f16|f32",                                      \
+      "element type of cached keys and values")                                                    \
+    X(KV_BLOCK, "kv-block", FLAG_KIND_INT, "16", "1:4096", "tokens per paged KV block")            \
+    X(ATTN_CHUNK, "attn-chunk", FLAG_KIND_INT, "64", "1:65536",                                    \
+      "attention key chunk length; chunk boundaries are multiples of it in absolute position")     \
+    X(MAX_BATCH, "max-batch", FLAG_KIND_INT, "32", "1:4096",                                       \
+      "most sequences in one engine step")                                                         \
+    X(CHUNK, "chunk", FLAG_KIND_INT, "512", "1:1048576",                                           \
+      "most prompt tokens of one sequence prefilled in one step (chunked prefill)")                \
+    X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
+      "compute threads spin briefly between parallel regions instead of sleeping at once")
+
+typedef enum flag_id {
+#define FLAG_ENUM(id, name, kind, def, choices, desc) FLAG_##id,
+    FLAG_LIST(FLAG_ENUM)
+#undef FLAG_ENUM
+        FLAG_COUNT
+} flag_id;
+
+typedef struct flag_info {
+    const char *name;
+    const char *env;
+    enum flag_kind kind;
+    const char *def;
+    const char *choices;
+    const char *desc;
+    const char *value; /* current value as text */
+    bool from_env;     /* current value came from the environment */
+    bool from_cli;     /* current value came from the command line */
+} flag_info;
+
+/* Resets every flag to its default, then applies VERITY_* environment variables. Returns 0, or
+ * ERR_INVAL naming the variable and the bad value (err_detail). */
+int flags_init(void);
+
+/* Sets a flag by name from text. Returns 0, ERR_NOTFOUND for an unknown name, or ERR_INVAL for a
+ * value outside the flag's choices (detail names both). */
+int flags_set(const char *name, const char *value);
+
+/* Scans argv for registered flags given as `--name VALUE` or `--name=VALUE`, applies them, and
+ * removes them from argv (argc updated; argv[argc] stays NULL). Unregistered options are left for
+ * the caller. Returns 0 or the error of flags_set. */
+int flags_parse_args(int *argc, char **argv);
+
+/* Current value of an INT or BOOL flag. */
+int64_t flags_int(flag_id id);
+
+/* Current value of any flag as text (an ENUM's choice). */
+const char *flags_str(flag_id id);
+
+/* Registry row i (0 <= i < FLAG_COUNT). */
+const flag_info *flags_get(int i);
+
+/* Finds a row by name, or NULL. */
+const flag_info *flags_find(const char *name);
+
+#endif

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for src/base: err, utf8, strbuf, arena, json, flags, pool. */
+#include "test.h"
+#include "base/arena.h"
+#include "base/err.h"
+#include "base/flags.h"
+#include "base/json.h"
+#include "base/pool.h"
+#include "base/strbuf.h"
+#include "base/utf8.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void t_err(void) {
+    T_CHECK(strcmp(err_str(ERR_NOMEM), "out of memory") == 0);
+    T_CHECK(strcmp(err_name(ERR_FORMAT), "ERR_FORMAT") == 0);
+    T_EQ_INT(err_set(ERR_RANGE, "x %d", 5), ERR_RANGE);
+    T_CHECK(strcmp(err_detail(), "x 5") == 0);
+    err_wrap(ERR_RANGE, "file %s", "a.gguf");
+    T_CHECK(strcmp(err_detail(), "file a.gguf: x 5") == 0);
+}
+
+static void t_utf8(void) {
+    uint32_t cp;
+    T_EQ_INT(utf8_decode((const unsigned char *)"\xE2\x82\xAC", 3, &cp), 3);
+    T_EQ_INT(cp, 0x20AC);
+    T_EQ_INT(utf8_decode((const unsigned char *)"\xC0\x80", 2, &cp), -1); /* overlong */
+    T_EQ_INT(utf8_decode((const unsigned char *)"\xED\xA0\x80", 3, &cp), -1); /* surrogate */
+    T_EQ_INT(utf8_decode((const unsigned char *)"\xF4\x90\x80\x80", 4, &cp), -1);
+    T_EQ_INT(utf8_incomplete_tail("ab\xE2\x82", 4), 2);
+    T_EQ_INT(utf8_incomplete_tail("ab\xE2", 3), 1);
+    T_EQ_INT(utf8_incomplete_tail("ab\xE2\x82\xAC", 5), 0);
+    T_EQ_INT(utf8_incomplete_tail("\xF0\x9F\x98", 3), 3);
+    T_EQ_INT(utf8_incomplete_tail("a\x80", 2), 0);
+    size_t off = 0;
+    T_EQ_INT(utf8_valid("ok\xFFno", 5, &off), 0);
+    T_EQ_INT(off, 2);
+}
+
+static void t_strbuf(void) {
+    strbuf sb;
+    strbuf_init(&sb);
+    T_EQ_INT(sb.len, 0);
+    T_CHECK(sb.data[0] == 0);
+    for (int i = 0; i < 1000; i++)
+        strbuf_printf(&sb, "%d,", i);
+    T_CHECK(strncmp(sb.data, "0,1,2,", 6) == 0);
+    strbuf_reset(&sb);
+    strbuf_json_str(&sb, "a\"b\\\n\x01\xC3\xA9\xF0\x9F\x98\x80", 12, false);
+    T_CHECK(strcmp(sb.data, "\"a\\\"b\\\\\\n\\u0001\xC3\xA9\xF0\x9F\x98\x80\"") == 0);
+    strbuf_reset(&sb);
+    strbuf_json_str(&sb, "\xC3\xA9\xF0\x9F\x98\x80", 6, true);
+    T_CHECK(strcmp(sb.data, "\"\\u00e9\\ud83d\\ude00\"") == 0);
+    strbuf_reset(&sb);
+    strbuf_json_num(&sb, 0.1);
+    strbuf_putc(&sb, ' ');
+    strbuf_json_num(&sb, 3);
+    strbuf_putc(&sb, ' ');
+    strbuf_json_num(&sb, -2.5e-300);
+    T_CHECK(strcmp(sb.data, "0.1 3 -2.5e-300") == 0);
+    strbuf_deinit(&sb);
+}
+
+static void t_arena(void) {
+    arena *a = arena_create(128, 4096);
+    T_CHECK(a);
+    void *p = arena_alloc(a, 10);
+    T_CHECK(p && ((uintptr_t)p & 15) == 0);
+    T_CHECK(arena_alloc(a, 1000)); /* oversized chunk */
+    T_CHECK(arena_alloc(a, 5000) == NULL); /* over the limit */
+    arena_reset(a);
+    T_EQ_INT(arena_used(a), 0);
+    T_CHECK(arena_strndup(a, "abc", 3));
+    arena_destroy(a);
+}
+
+static void t_json(void) {
+    arena *a = arena_create(0, 0);
+    json_value *v;
+    const char *doc = "{\"a\":[1,2.5,-3e2,true,null],\"b\":\"x\\u00e9\\ud83d\\ude00\","
+                      "\"a\":{\"k\":\"\\u0000z\"}}";
+    T_OK(json_parse(a, doc, strlen(doc), &v));
+    T_EQ_INT(v->obj.n, 2); /* duplicate key replaced in place */
+    const json_value *b = json_get(v, "b");
+    T_CHECK(b && b->type == JSON_STRING && b->str.len == 1 + 2 + 4);
+    const json_value *k = json_get(json_get(v, "a"), "k");
+    T_CHECK(k && k->str.len == 2 && k->str.s[0] == 0);
+    strbuf sb;
+    strbuf_init(&sb);
+    json_write(&sb, v);
+    T_CHECK(strcmp(sb.data, "{\"a\":{\"k\":\"\\u0000z\"},\"b\":\"x\xC3\xA9\xF0\x9F\x98\x80\"}") == 0);
+    strbuf_deinit(&sb);
+    static const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\ud800\"", "\"\xFF\"",
+                                "[1] x", "tru", "\"a\nb\"", "-", "{\"a\":1,}", "\"\\x\""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = json_parse(a, bad[i], strlen(bad[i]), &v);
+        T_CHECKF(rc == ERR_FORMAT, "'%s' gave %d", bad[i], rc);
+        T_CHECKF(strstr(err_detail(), "at byte"), "'%s': detail '%s'", bad[i], err_detail());
+    }
+    char deep[600];
+    memset(deep, '[', 300);
+    memset(deep + 300, ']', 300);
+    T_EQ_INT(json_parse(a, deep, 600, &v), ERR_RANGE);
+    int64_t iv;
+    T_OK(json_parse(a, "12345678901234", 14, &v));
+    T_CHECK(json_as_int(v, &iv) && iv == 12345678901234LL);
+    arena_destroy(a);
+}
+
+static void t_flags(void) {
+    T_OK(flags_init());
+    T_EQ_INT(flags_int(FLAG_KV_BLOCK), 16);
+    T_OK(flags_set("kv-block", "32"));
+    T_EQ_INT(flags_int(FLAG_KV_BLOCK), 32);
+    T_EQ_INT(flags_set("kv-block", "0"), ERR_INVAL);
+    T_EQ_INT(flags_set("kv-dtype", "q9"), ERR_INVAL);
+    T_CHECK(strstr(err_detail(), "kv-dtype") && strstr(err_detail(), "q9"));
+    T_EQ_INT(flags_set("nope", "1"), ERR_NOTFOUND);
+    char *argv[] = {"x", "--isa", "scalar", "--other", "--kv-dtype=f32", "file", NULL};
+    int argc = 6;
+    T_OK(flags_parse_args(&argc, argv));
+    T_EQ_INT(argc, 3);
+    T_CHECK(strcmp(argv[1], "--other") == 0 && strcmp(argv[2], "file") == 0);
+    T_CHECK(strcmp(flags_str(FLAG_ISA), "scalar") == 0);
+    T_CHECK(strcmp(flags_str(FLAG_KV_DTYPE), "f32") == 0);
+    setenv("VERITY_KV_BLOCK", "abc", 1);
+    T_EQ_INT(flags_init(), ERR_INVAL);
+    T_CHECK(strstr(err_detail(), "VERITY_KV_BLOCK"));
+    unsetenv("VERITY_KV_BLOCK");
+    T_OK(flags_init());
+}
+
+typedef struct {
+    pool *p;
+    atomic_int sum;
+    int slots[64];
+} pool_ctx;
+
+static void pool_job(void *vctx, int ith, int nth) {
+    pool_ctx *c = vctx;
+    for (int round = 0; round < 100; round++) {
+        c->slots[ith] = round;
+        pool_barrier(c->p);
+        for (int j = 0; j < nth; j++)
+            if (c->slots[j] != round)
+                atomic_fetch_add(&c->sum, 1000000);
+        pool_barrier(c->p);
+    }
+    atomic_fetch_add(&c->sum, ith + 1);
+}
+
+static void t_pool(void) {
+    for (int n = 1; n <= 4; n++) {
+        pool *p;
+        T_OK(pool_create(n, &p));
+        pool_ctx c = {.p = p};
+        for (int r = 0; r < 20; r++)
+            pool_run(p, pool_job, &c);
+        T_EQ_INT(atomic_load(&c.sum), 20 * n * (n + 1) / 2);
+        pool_destroy(p);
+    }
+}
+
+int main(void) {
+    test_run("base.err", t_err);
+    test_run("base.utf8", t_utf8);
+    test_run("base.strbuf", t_strbuf);
+    test_run("base.arena", t_arena);
+    test_run("base.json", t_json);
+    test_run("base.flags", t_flags);
+    test_run("base.pool", t_pool);
+    return test_summary();
+}
