@@ -15,6 +15,14 @@
 
 TYPE ?= release
 CC ?= gcc
+V ?= 0
+ifeq ($(V),0)
+  Q := @
+  SAY = @echo "  $(1) $@"
+else
+  Q :=
+  SAY =
+endif
 BUILD := build/$(TYPE)
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -65,28 +73,35 @@ all: $(BIN)
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(ISA_AVX2) -c $< -o $@
+	$(call SAY,CC)
+	$(Q)$(CC) $(CFLAGS_ALL) $(ISA_AVX2) -c $< -o $@
 
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(ISA_AVX512) -c $< -o $@
+	$(call SAY,CC)
+	$(Q)$(CC) $(CFLAGS_ALL) $(ISA_AVX512) -c $< -o $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(call SAY,CC)
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call SAY,AR)
+	$(Q)ar rcs $@ $^
 
 $(BIN): $(CLI_OBJS) $(LIB)
-	$(CC) $(LDFLAGS_ALL) $(CLI_OBJS) $(LIB) $(LDLIBS) -o $@
+	$(call SAY,LD)
+	$(Q)$(CC) $(LDFLAGS_ALL) $(CLI_OBJS) $(LIB) $(LDLIBS) -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/test_util.o $(LIB)
-	$(CC) $(LDFLAGS_ALL) $< $(BUILD)/tests/test_util.o $(LIB) $(LDLIBS) -o $@
+	$(call SAY,LD)
+	$(Q)$(CC) $(LDFLAGS_ALL) $< $(BUILD)/tests/test_util.o $(LIB) $(LDLIBS) -o $@
 
 $(BUILD)/tests/replay_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/replay_main.o $(LIB)
-	$(CC) $(LDFLAGS_ALL) $^ $(LDLIBS) -o $@
+	$(call SAY,LD)
+	$(Q)$(CC) $(LDFLAGS_ALL) $^ $(LDLIBS) -o $@
 
 tests: $(BIN) $(TEST_BINS) $(REPLAY_BINS)
 
@@ -100,11 +115,18 @@ test:
 	@$(MAKE) --no-print-directory TYPE=asan tests
 	@tests/run.sh build/release build/asan
 
+# libFuzzer builds (clang): each target links the subsystems it exercises, built without ISA
+# flags (scalar kernels only). FUZZ_DEPS_<name> lists them; default: base only.
 FUZZ_CC := clang
-build/fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB_SRCS)
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined
+FUZZ_DEPS_gguf := src/base src/gguf
+FUZZ_DEPS_chat_template := src/base src/chat
+build/fuzz/fuzz_%: fuzz/fuzz_%.c FORCE
 	@mkdir -p build/fuzz
-	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined \
-	  $< $(filter-out %_avx2.c %_avx512.c,$(LIB_SRCS)) -DVERITY_NO_SIMD=1 -lm -pthread -o $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(wildcard $(addsuffix /*.c,$(or $(FUZZ_DEPS_$*),src/base))) \
+	  -lm -pthread -o $@
+
+FORCE:
 
 fuzz: $(FUZZ_SRCS:fuzz/fuzz_%.c=build/fuzz/fuzz_%)
 

@@ -58,11 +58,11 @@ for build in "$@"; do
     for t in "$build"/tests/*; do
         [ -x "$t" ] && [ -f "$t" ] || continue
         case "$t" in *.o|*.d) continue ;; esac
-        if [ "$(basename "$t")" != "${t##*/replay_}" ] || [[ "$(basename "$t")" == replay_* ]]; then
-            corpus="fuzz/corpus/${t##*/replay_}"
-            run_one "$name" "$(basename "$t")" "$t" "$corpus"
+        b=$(basename "$t")
+        if [[ "$b" == replay_* ]]; then
+            run_one "$name" "$b" "$t" "fuzz/corpus/${b#replay_}"
         else
-            run_one "$name" "$(basename "$t")" "$t"
+            run_one "$name" "$b" "$t"
         fi
     done
     for s in tests/cli/*.sh; do

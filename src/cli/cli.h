@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli: sub-command entry points and the small helpers they share (option parsing, the one-line
+ * error convention). Each command returns the process exit status: 0 success, 1 a runtime failure
+ * after valid input, 2 bad input (usage, malformed file, unsupported model) with exactly one line
+ * on stderr. Only main() exits.
+ */
+#ifndef VERITY_CLI_CLI_H
+#define VERITY_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+int cmd_inspect(int argc, char **argv);
+int cmd_flags(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+
+/* Prints "verity <cmd>: <message>" as one line on stderr and returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints "verity <cmd>: <err_detail() or err_str(rc)>" on stderr; returns 2 for input-class errors
+ * (ERR_FORMAT, ERR_UNSUPPORTED, ERR_INVAL, ERR_RANGE, ERR_NOTFOUND, ERR_IO, ERR_TOOLARGE) and 1
+ * otherwise. */
+int cli_fail(const char *cmd, int rc);
+
+/* Option value parsers: return 0 or print a usage error and return 2. */
+int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
+                  int64_t *out);
+int cli_parse_f64(const char *cmd, const char *opt, const char *s, double lo, double hi,
+                  double *out);
+
+/* Returns the value following option argv[*i] (advancing *i), or NULL after printing a usage
+ * error if there is none. */
+const char *cli_next(const char *cmd, int argc, char **argv, int *i);
+
+#endif

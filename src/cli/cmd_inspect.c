@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cmd_inspect: `verity inspect FILE.gguf` prints the header, every metadata entry (long arrays
+ * abbreviated to their first elements) and the tensor table. Output goes to stdout.
+ */
+#include "base/err.h"
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define INSPECT_ARR_SHOW 8
+
+static void inspect_print_str(gguf_str s, size_t max) {
+    putchar('"');
+    size_t n = s.len < max ? s.len : max;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s.s[i];
+        if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+    if (s.len > max)
+        printf("... (%llu bytes)", (unsigned long long)s.len);
+}
+
+static void inspect_print_arr(const gguf_arr *a, int depth) {
+    printf("[%s x %llu] ", gguf_vtype_name(a->type), (unsigned long long)a->n);
+    uint64_t show = a->n < INSPECT_ARR_SHOW ? a->n : INSPECT_ARR_SHOW;
+    putchar('[');
+    for (uint64_t i = 0; i < show; i++) {
+        if (i)
+            fputs(", ", stdout);
+        if (a->type == GGUF_VT_STRING)
+            inspect_print_str(gguf_arr_str(a, i), 40);
+        else if (a->type == GGUF_VT_ARRAY) {
+            gguf_arr sub;
+            if (depth < 4 && gguf_arr_get_arr(a, i, &sub) == 0)
+                inspect_print_arr(&sub, depth + 1);
+            else
+                fputs("...", stdout);
+        } else if (a->type == GGUF_VT_FLOAT32 || a->type == GGUF_VT_FLOAT64)
+            printf("%g", gguf_arr_f64(a, i));
+        else
+            printf("%lld", (long long)gguf_arr_i64(a, i));
+    }
+    if (a->n > show)
+        fputs(", ...", stdout);
+    putchar(']');
+}
+
+int cmd_inspect(int argc, char **argv) {
+    if (argc != 2 || argv[1][0] == '-')
+        return cli_usage_error("inspect", "usage: verity inspect FILE.gguf");
+    gguf *g;
+    int rc = gguf_open(argv[1], &g);
+    if (rc)
+        return cli_fail("inspect", rc);
+    printf("file: %s\nversion: %u\nalignment: %u\nsize: %llu bytes\ndata offset: %llu\n",
+           argv[1], gguf_version(g), gguf_alignment(g), (unsigned long long)gguf_file_size(g),
+           (unsigned long long)gguf_data_offset(g));
+    printf("metadata: %lld entries\n", (long long)gguf_n_kv(g));
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        gguf_str k = gguf_kv_key(g, i);
+        int vt = gguf_kv_type(g, i);
+        printf("  %.*s: ", (int)k.len, k.s);
+        gguf_scalar s = gguf_kv_scalar(g, i);
+        switch (vt) {
+        case GGUF_VT_STRING:
+            inspect_print_str(s.s, 200);
+            break;
+        case GGUF_VT_ARRAY: {
+            gguf_arr a;
+            gguf_kv_arr(g, i, &a);
+            inspect_print_arr(&a, 0);
+            break;
+        }
+        case GGUF_VT_BOOL:
+            fputs(s.b ? "true" : "false", stdout);
+            break;
+        case GGUF_VT_FLOAT32:
+        case GGUF_VT_FLOAT64:
+            printf("%.9g", s.f);
+            break;
+        case GGUF_VT_UINT8:
+        case GGUF_VT_UINT16:
+        case GGUF_VT_UINT32:
+        case GGUF_VT_UINT64:
+            printf("%llu", (unsigned long long)s.u);
+            break;
+        default:
+            printf("%lld", (long long)s.i);
+        }
+        printf(" (%s)\n", gguf_vtype_name(vt));
+    }
+    printf("tensors: %lld\n", (long long)gguf_n_tensors(g));
+    uint64_t total = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        printf("  %-40.*s %-6s [", (int)t->name.len, t->name.s, gguf_type_name(t->type));
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            printf(d ? ", %lld" : "%lld", (long long)t->ne[d]);
+        printf("] offset %llu, %llu bytes\n", (unsigned long long)t->offset,
+               (unsigned long long)t->size_bytes);
+        total += t->size_bytes;
+    }
+    printf("tensor bytes: %llu\n", (unsigned long long)total);
+    gguf_close(g);
+    return 0;
+}
