@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kn: the compute kernels of the forward pass: matmul over packed weights, activation
+ * quantization, RMSNorm, RoPE, SiLU-gated FFN, softmax and exp, and attention over paged KV.
+ *
+ * Invariance (P1) is a property of every kernel here, not of the callers:
+ *   - Each output element is computed by one canonical sequence of IEEE-754 single-precision
+ *     operations that depends only on the problem shape that element belongs to (K for a matmul,
+ *     the row length for a norm, the absolute position for attention), never on M (how many rows
+ *     are in the batch), on which thread computes it, or on the instruction set.
+ *   - Matmul, float weights: y[m][n] = fma chain over k = 0..K-1, starting from +0.
+ *     Quantized weights (Q8_0, Q4_0): activations are quantized per row per 32-block
+ *     (kn_act_quantize); each block's dot product is an exact integer isum; then
+ *     y = fma((float)isum, d_w * d_x, y) over blocks in order.
+ *   - Row reductions (sum of squares, dot products over a head) use the "lane-16" order: element
+ *     i goes to lane i mod 16 (sequentially within a lane), then lanes are combined by a fixed
+ *     tree (j += j+8, j += j+4, j += j+2, j += j+1).
+ *   - exp is kn_expf below: a fixed range reduction and polynomial, not libm.
+ * Because the scalar references implement exactly these sequences, the SIMD kernels are tested
+ * against them with memcmp, and the `isa` toggle changes speed only.
+ *
+ * Dimension letters: M rows of activations (tokens), N output features, K input features.
+ * Threading: kernels take (ith, nth) and compute a slice; callers run them inside pool_run and
+ * separate dependent phases with pool_barrier. Nothing here allocates after creation.
+ */
+#ifndef VERITY_KERNELS_KN_H
+#define VERITY_KERNELS_KN_H
+
+#include "kernels/kn_types.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kn_isa { KN_ISA_SCALAR = 0, KN_ISA_AVX2 = 1, KN_ISA_AVX512 = 2 } kn_isa;
+
+/* The instruction set to use: the `isa` toggle if set (ERR_UNSUPPORTED if this CPU lacks it),
+ * else the best the CPU has. Returns 0 and *out. */
+int kn_isa_select(kn_isa *out);
+
+/* "scalar", "avx2", "avx512". */
+const char *kn_isa_name(kn_isa isa);
+
+/* True if this CPU can run isa. */
+bool kn_isa_available(kn_isa isa);
+
+/* ---- matmul ---- */
+
+typedef struct kn_mat kn_mat;
+
+/* Prepares weight matrix W [N][K] (GGUF layout: row n holds the K inputs of output n, ne[0] = K)
+ * of gguf type `type` for isa. SIMD ISAs repack W into column panels (a copy; `data` may be
+ * unmapped afterwards); the scalar ISA keeps a pointer to `data`, which must then outlive the
+ * matrix. Returns 0, ERR_UNSUPPORTED (type), ERR_INVAL (K not a multiple of the block size),
+ * ERR_NOMEM. */
+int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, kn_mat **out);
+void kn_mat_destroy(kn_mat *w);
+
+int64_t kn_mat_n(const kn_mat *w);
+int64_t kn_mat_k(const kn_mat *w);
+int kn_mat_type(const kn_mat *w);
+/* Bytes of packed weight data (what a pass over the matrix reads). */
+size_t kn_mat_bytes(const kn_mat *w);
+/* True if the matrix consumes quantized activations (kn_act_quantize before kn_matmul). */
+bool kn_mat_wants_q8(const kn_mat *w);
+
+/* Activations for a matmul: M rows of K floats, and (for quantized weights) their per-row Q8
+ * quantization. All arrays are caller-owned. */
+typedef struct kn_act {
+    const float *x; /* [M][ldx] */
+    int64_t ldx;
+    int8_t *q;      /* [M][K]    quantized values, if quantized */
+    float *qd;      /* [M][K/32] block scales */
+    int32_t *qs;    /* [M][K/32] block sums of q */
+} kn_act;
+
+/* Quantizes rows [m0, m1) of a->x into a->q/qd/qs (K a multiple of 32), per row and per block:
+ * d = amax / 127, id = d ? 1 / d : 0, q = round-half-even(x * id), s = sum of q. */
+void kn_act_quantize(const kn_act *a, int64_t k, int64_t m0, int64_t m1, kn_isa isa);
+
+/* Per-thread scratch bytes kn_matmul needs (panel conversion buffer). */
+size_t kn_matmul_scratch_bytes(void);
+
+/* y[m][n] (row stride ldy) = sum_k x[m][k] * W[n][k] for m < M, for the columns owned by thread
+ * ith of nth (a contiguous range of column blocks; every thread must call it for the whole
+ * product to be computed). scratch: kn_matmul_scratch_bytes() bytes, 64-byte aligned, private to
+ * the thread. */
+void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int ith,
+               int nth, void *scratch);
+
+/* The scalar reference, straight from GGUF-layout data, for tests and the scalar ISA: computes
+ * columns [n0, n1) of all M rows. For quantized types x must carry q/qd/qs. */
+void kn_matmul_ref(int type, const void *data, int64_t k, const kn_act *x, int64_t m, int64_t n0,
+                   int64_t n1, float *y, int64_t ldy);
+
+/* ---- element-wise and row kernels (scalar; see kn_ops.c) ---- */
+
+/* The canonical exp: 0 below -87.0, +inf above 88.5 (and for +inf), NaN for NaN; else a fixed
+ * Cody-Waite reduction x = n ln2 + r and a degree-6 polynomial in r, all in float with fma. */
+static inline float kn_expf(float x) {
+    if (!(x >= -87.0f)) /* also NaN -> handled below */
+        return x != x ? x : 0.0f;
+    if (x > 88.5f)
+        return INFINITY;
+    float n = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.38888889e-3f;
+    p = fmaf(p, r, 8.33333333e-3f);
+    p = fmaf(p, r, 4.16666667e-2f);
+    p = fmaf(p, r, 1.66666667e-1f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    /* scale by 2^n in two steps so n = 128 does not overflow the exponent field */
+    int32_t ni = (int32_t)n;
+    int32_t h = ni >> 1; /* floor(n / 2); gcc and clang shift signed values arithmetically */
+    float s1 = kn_bits_f32((uint32_t)(h + 127) << 23);
+    float s2 = kn_bits_f32((uint32_t)(ni - h + 127) << 23);
+    return (p * s1) * s2;
+}
+
+/* The lane-16 sum of squares of x[0..n). */
+float kn_sumsq_ref(const float *x, int64_t n);
+
+/* The lane-16 dot product of a[0..n) and b[0..n). */
+float kn_dot_ref(const float *a, const float *b, int64_t n);
+
+/* y[i] = (x[i] * r) * w[i] with r = 1 / sqrt(sumsq(x) / n + eps). w may be NULL (no weight).
+ * y may alias x. */
+void kn_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y, kn_isa isa);
+
+/* RoPE on one head vector x[0..head_dim) in place, rotating n_rot dims (pairs) with the angle
+ * table cs[i] = {cos, sin} of pair i; neox selects pairs (i, i + n_rot/2) instead of (2i, 2i+1).
+ * x0' = x0*c - x1*s; x1' = x0*s + x1*c (plain multiplies and one add each, no fma). */
+void kn_rope(float *x, int64_t n_rot, const float *cs, bool neox);
+
+/* h[i] = silu(g[i]) * u[i] with silu(g) = g / (1 + kn_expf(-g)). h may alias g or u. */
+void kn_swiglu(const float *g, const float *u, int64_t n, float *h, kn_isa isa);
+
+/* y[i] += x[i]. */
+void kn_add(float *y, const float *x, int64_t n);
+
+/* ---- attention ---- */
+
+/* One query row's attention over its own keys, read through a block table. K and V of position p
+ * live in block table[p / block_size] at slot p % block_size; a block holds block_size rows of
+ * kv_stride elements (all KV heads), K and V in separate arrays given per block. */
+typedef struct kn_attn_kv {
+    const void *const *k_blocks; /* [n_blocks] -> K rows of the block (this layer) */
+    const void *const *v_blocks; /* [n_blocks] -> V rows */
+    int64_t block_size;
+    int64_t kv_stride; /* elements per position: n_kv_heads * head_dim */
+    bool f16;          /* element type: F16 if true, else F32 */
+} kn_attn_kv;
+
+/* out[0..head_dim) = softmax(q . K[0..n_pos) * scale) V for kv head kvh, causal over positions
+ * 0..n_pos-1. Keys are read in position order in chunks [c*chunk, (c+1)*chunk) merged by online
+ * softmax in chunk order; the result depends on (q, keys, values, chunk) only. scratch holds
+ * `chunk` floats. */
+void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
+                 int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out, kn_isa isa);
+
+/* Converts n floats to F16 (kn_f32_to_f16 semantics) or copies them (f16 false). */
+void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa);
+
+#endif

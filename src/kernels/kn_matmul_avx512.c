@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kn_matmul_avx512: AVX-512 matmul kernels (compiled with -mavx512f/bw/vl/dq/vnni only here).
+ *
+ * Float types: for each 64-column block and each K chunk of KN_KC, the block's [kc][64] panel is
+ * converted once to f32 in the thread's scratch (F16 via vcvtph2ps, BF16 by shifting; both exact)
+ * and then every 6-row tile of the M rows runs the register-blocked micro-kernel: 6 x 4 zmm
+ * accumulators, one broadcast of x[m][k] per row and 4 FMAs per row per k. The accumulators are
+ * stored to y between chunks and reloaded, which is exact, so each y[m][n] is the single fma
+ * chain over k = 0..K-1 that kn_matmul_ref computes. Row tails (M mod 6) use the same kernel with
+ * fewer rows; column tails are masked stores.
+ *
+ * Quantized types: 6-row x 32-column tiles; per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
+ * VPDPBUSD steps accumulate exact int32 dot products (weights as the unsigned operand, offset by
+ * 128 or stored as nibbles 0..15, activations broadcast as the signed operand), the offset is
+ * removed with the activation block sum, and the block is folded into the float accumulator with
+ * one fma(isum, d_w * d_x, acc): the same operations kn_matmul_ref performs.
+ */
+#include "kernels/kn_int.h"
+#include "gguf/gguf.h"
+
+#include <immintrin.h>
+
+#define KF_MR 6
+#define KQ_MR 4
+
+static inline int32_t kq_load_i32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void
+kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
+        int64_t ldy, const __mmask16 *mask, bool init) {
+    __m512 acc[KF_MR][4];
+    for (int m = 0; m < mr; m++)
+        for (int j = 0; j < 4; j++)
+            acc[m][j] = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
+    for (int64_t k = 0; k < kc; k++) {
+        const float *wk = wp + k * KN_NB_F;
+        __m512 w0 = _mm512_load_ps(wk);
+        __m512 w1 = _mm512_load_ps(wk + 16);
+        __m512 w2 = _mm512_load_ps(wk + 32);
+        __m512 w3 = _mm512_load_ps(wk + 48);
+        for (int m = 0; m < mr; m++) {
+            __m512 xb = _mm512_set1_ps(x[m * ldx + k]);
+            acc[m][0] = _mm512_fmadd_ps(xb, w0, acc[m][0]);
+            acc[m][1] = _mm512_fmadd_ps(xb, w1, acc[m][1]);
+            acc[m][2] = _mm512_fmadd_ps(xb, w2, acc[m][2]);
+            acc[m][3] = _mm512_fmadd_ps(xb, w3, acc[m][3]);
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int j = 0; j < 4; j++)
+            _mm512_mask_storeu_ps(y + m * ldy + 16 * j, mask[j], acc[m][j]);
+}
+
+/* Converts a [kc][64] panel of F16/BF16 to f32. */
+static void kf_convert(int type, const uint16_t *src, int64_t kc, float *dst) {
+    int64_t n = kc * KN_NB_F;
+    if (type == GGUF_TYPE_F16) {
+        for (int64_t i = 0; i < n; i += 16)
+            _mm512_store_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    } else {
+        for (int64_t i = 0; i < n; i += 16) {
+            __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+            _mm512_store_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+        }
+    }
+}
+
+void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
+                        int64_t b0, int64_t b1, float *scratch) {
+    const int64_t K = w->k;
+    for (int64_t jb = b0; jb < b1; jb++) {
+        int64_t ncols = w->n - jb * KN_NB_F;
+        if (ncols > KN_NB_F)
+            ncols = KN_NB_F;
+        __mmask16 mask[4];
+        for (int j = 0; j < 4; j++) {
+            int64_t c = ncols - 16 * j;
+            mask[j] = c >= 16 ? (__mmask16)0xFFFF : c <= 0 ? (__mmask16)0 : (__mmask16)((1u << c) - 1);
+        }
+        const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
+        for (int64_t k0 = 0; k0 < K; k0 += KN_KC) {
+            int64_t kc = K - k0 < KN_KC ? K - k0 : KN_KC;
+            const float *wp;
+            if (w->type == GGUF_TYPE_F32) {
+                wp = (const float *)blk + k0 * KN_NB_F;
+            } else {
+                kf_convert(w->type, (const uint16_t *)blk + k0 * KN_NB_F, kc, scratch);
+                wp = scratch;
+            }
+            float *yb = y + jb * KN_NB_F;
+            const float *xb = xa->x + k0;
+            bool init = k0 == 0;
+            int64_t i = 0;
+            for (; i + KF_MR <= m; i += KF_MR)
+                kf_tile(KF_MR, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+            switch (m - i) {
+            case 5:
+                kf_tile(5, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                break;
+            case 4:
+                kf_tile(4, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                break;
+            case 3:
+                kf_tile(3, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                break;
+            case 2:
+                kf_tile(2, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                break;
+            case 1:
+                kf_tile(1, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const int32_t *xs,
+        int64_t K, const unsigned char *wblk, float *y, int64_t ldy, __mmask16 mask0,
+        __mmask16 mask1) {
+    const int64_t KB = K / KN_QK;
+    const size_t bb = q8 ? KN_Q8_BLOCK_BYTES : KN_Q4_BLOCK_BYTES;
+    const __m512i corr_mul = _mm512_set1_epi32(q8 ? 128 : 8);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    __m512 facc[KQ_MR][2];
+    for (int i = 0; i < mr; i++)
+        facc[i][0] = facc[i][1] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < KB; b++) {
+        const unsigned char *p = wblk + (size_t)b * bb;
+        const unsigned char *qs = p + 64;
+        __m512i iacc[KQ_MR][2];
+        for (int i = 0; i < mr; i++)
+            iacc[i][0] = iacc[i][1] = _mm512_setzero_si512();
+        if (q8) {
+            for (int g = 0; g < 8; g++) {
+                __m512i w0 = _mm512_loadu_si512((const void *)(qs + g * 128));
+                __m512i w1 = _mm512_loadu_si512((const void *)(qs + g * 128 + 64));
+                for (int i = 0; i < mr; i++) {
+                    __m512i xb = _mm512_set1_epi32(kq_load_i32(xq + i * K + b * KN_QK + 4 * g));
+                    iacc[i][0] = _mm512_dpbusd_epi32(iacc[i][0], w0, xb);
+                    iacc[i][1] = _mm512_dpbusd_epi32(iacc[i][1], w1, xb);
+                }
+            }
+        } else {
+            for (int g = 0; g < 4; g++) {
+                __m512i v0 = _mm512_loadu_si512((const void *)(qs + g * 128));
+                __m512i v1 = _mm512_loadu_si512((const void *)(qs + g * 128 + 64));
+                __m512i lo0 = _mm512_and_si512(v0, nib);
+                __m512i lo1 = _mm512_and_si512(v1, nib);
+                __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), nib);
+                __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), nib);
+                for (int i = 0; i < mr; i++) {
+                    const int8_t *xr = xq + i * K + b * KN_QK;
+                    __m512i xl = _mm512_set1_epi32(kq_load_i32(xr + 4 * g));
+                    __m512i xh = _mm512_set1_epi32(kq_load_i32(xr + 16 + 4 * g));
+                    iacc[i][0] = _mm512_dpbusd_epi32(iacc[i][0], lo0, xl);
+                    iacc[i][1] = _mm512_dpbusd_epi32(iacc[i][1], lo1, xl);
+                    iacc[i][0] = _mm512_dpbusd_epi32(iacc[i][0], hi0, xh);
+                    iacc[i][1] = _mm512_dpbusd_epi32(iacc[i][1], hi1, xh);
+                }
+            }
+        }
+        __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        for (int i = 0; i < mr; i++) {
+            __m512i corr = _mm512_mullo_epi32(_mm512_set1_epi32(xs[i * KB + b]), corr_mul);
+            __m512 dx = _mm512_set1_ps(xd[i * KB + b]);
+            __m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[i][0], corr));
+            __m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[i][1], corr));
+            facc[i][0] = _mm512_fmadd_ps(f0, _mm512_mul_ps(dw0, dx), facc[i][0]);
+            facc[i][1] = _mm512_fmadd_ps(f1, _mm512_mul_ps(dw1, dx), facc[i][1]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        _mm512_mask_storeu_ps(y + i * ldy, mask0, facc[i][0]);
+        _mm512_mask_storeu_ps(y + i * ldy + 16, mask1, facc[i][1]);
+    }
+}
+
+#define KQ_ROWS(MR, Q8)                                                                            \
+    kq_tile(MR, Q8, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk, yb + i * ldy, ldy,   \
+            mask0, mask1)
+
+void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
+                        int64_t b0, int64_t b1) {
+    const int64_t K = w->k, KB = K / KN_QK;
+    const bool q8 = w->type == GGUF_TYPE_Q8_0;
+    for (int64_t jb = b0; jb < b1; jb++) {
+        int64_t ncols = w->n - jb * KN_NB_Q;
+        if (ncols > KN_NB_Q)
+            ncols = KN_NB_Q;
+        __mmask16 mask0 = ncols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ncols) - 1);
+        __mmask16 mask1 = ncols >= 32   ? (__mmask16)0xFFFF
+                          : ncols <= 16 ? (__mmask16)0
+                                        : (__mmask16)((1u << (ncols - 16)) - 1);
+        const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
+        float *yb = y + jb * KN_NB_Q;
+        int64_t i = 0;
+        if (q8) {
+            for (; i + KQ_MR <= m; i += KQ_MR)
+                KQ_ROWS(KQ_MR, true);
+            switch (m - i) {
+            case 3:
+                KQ_ROWS(3, true);
+                break;
+            case 2:
+                KQ_ROWS(2, true);
+                break;
+            case 1:
+                KQ_ROWS(1, true);
+                break;
+            default:
+                break;
+            }
+        } else {
+            for (; i + KQ_MR <= m; i += KQ_MR)
+                KQ_ROWS(KQ_MR, false);
+            switch (m - i) {
+            case 3:
+                KQ_ROWS(3, false);
+                break;
+            case 2:
+                KQ_ROWS(2, false);
+                break;
+            case 1:
+                KQ_ROWS(1, false);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+}
+
+void kn_act_quantize_avx512(const kn_act *a, int64_t k, int64_t m0, int64_t m1) {
+    const int64_t kb = k / KN_QK;
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t m = m0; m < m1; m++) {
+        const float *x = a->x + m * a->ldx;
+        int8_t *q = a->q + m * k;
+        for (int64_t b = 0; b < kb; b++) {
+            __m512 v0 = _mm512_loadu_ps(x + b * KN_QK);
+            __m512 v1 = _mm512_loadu_ps(x + b * KN_QK + 16);
+            /* max_ps(a, 0) maps NaN lanes to 0, as the scalar "if (a > amax)" ignores them */
+            __m512 a0 = _mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_setzero_ps());
+            __m512 a1 = _mm512_max_ps(_mm512_and_ps(v1, absmask), _mm512_setzero_ps());
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+            float d = amax / 127.0f;
+            float id = d != 0.0f ? 1.0f / d : 0.0f;
+            __m512 vid = _mm512_set1_ps(id);
+            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+            _mm_storeu_si128((__m128i *)(q + b * KN_QK), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(q + b * KN_QK + 16), _mm512_cvtepi32_epi8(q1));
+            /* sums of the stored int8 values (cvtepi32_epi8 truncates, as the scalar cast does) */
+            __m512i s0 = _mm512_cvtepi8_epi32(_mm512_cvtepi32_epi8(q0));
+            __m512i s1 = _mm512_cvtepi8_epi32(_mm512_cvtepi32_epi8(q1));
+            a->qd[m * kb + b] = d;
+            a->qs[m * kb + b] = _mm512_reduce_add_epi32(_mm512_add_epi32(s0, s1));
+        }
+    }
+}
