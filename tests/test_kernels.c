@@ -337,30 +337,29 @@ static void t_attention(void) {
             int64_t hd = hds[hi], n_kv = 2, bs = 16, n_pos = 150;
             int64_t stride = n_kv * hd, nb = (n_pos + bs - 1) / bs;
             size_t esz = f16 ? 2 : 4;
-            unsigned char *pool = malloc((size_t)(nb * 2) * (size_t)(bs * stride) * esz);
-            const void *kb[16], *vb[16];
+            size_t block_bytes = (size_t)(bs * stride) * esz;
+            unsigned char *kpool = malloc((size_t)nb * block_bytes);
+            unsigned char *vpool = malloc((size_t)nb * block_bytes);
+            int32_t table[16];
             float *kf = malloc((size_t)(n_pos * stride) * 4), *vf = malloc((size_t)(n_pos * stride) * 4);
-            for (int64_t b = 0; b < nb; b++) {
-                /* blocks deliberately out of order in the pool */
-                kb[b] = pool + (size_t)((nb - 1 - b) * 2) * (size_t)(bs * stride) * esz;
-                vb[b] = pool + (size_t)((nb - 1 - b) * 2 + 1) * (size_t)(bs * stride) * esz;
-            }
+            for (int64_t b = 0; b < nb; b++)
+                table[b] = (int32_t)(nb - 1 - b); /* blocks deliberately out of order */
             for (int64_t p = 0; p < n_pos; p++) {
                 for (int64_t e = 0; e < stride; e++) {
                     kf[p * stride + e] = rndf();
                     vf[p * stride + e] = rndf();
                 }
-                size_t off = (size_t)((p % bs) * stride) * esz;
-                kn_store_kv((char *)kb[p / bs] + off, kf + p * stride, stride, f16, KN_ISA_SCALAR);
-                kn_store_kv((char *)vb[p / bs] + off, vf + p * stride, stride, f16, KN_ISA_SCALAR);
+                size_t off = (size_t)table[p / bs] * block_bytes + (size_t)((p % bs) * stride) * esz;
+                kn_store_kv(kpool + off, kf + p * stride, stride, f16, KN_ISA_SCALAR);
+                kn_store_kv(vpool + off, vf + p * stride, stride, f16, KN_ISA_SCALAR);
                 if (f16)
                     for (int64_t e = 0; e < stride; e++) {
                         kf[p * stride + e] = kn_f16_to_f32(kn_f32_to_f16(kf[p * stride + e]));
                         vf[p * stride + e] = kn_f16_to_f32(kn_f32_to_f16(vf[p * stride + e]));
                     }
             }
-            kn_attn_kv kv = {.k_blocks = kb, .v_blocks = vb, .block_size = bs, .kv_stride = stride,
-                             .f16 = f16};
+            kn_attn_kv kv = {.k_base = kpool, .v_base = vpool, .block_bytes = block_bytes,
+                             .table = table, .block_size = bs, .kv_stride = stride, .f16 = f16};
             float q[128], outr[128], outs[128], scratch[64];
             for (int64_t d = 0; d < hd; d++)
                 q[d] = rndf();
@@ -394,7 +393,8 @@ static void t_attention(void) {
                              (long long)np, kn_isa_name(simd_isas[ii]));
                 }
             }
-            free(pool);
+            free(kpool);
+            free(vpool);
             free(kf);
             free(vf);
         }

@@ -144,15 +144,25 @@ void kn_add(float *y, const float *x, int64_t n);
 /* ---- attention ---- */
 
 /* One query row's attention over its own keys, read through a block table. K and V of position p
- * live in block table[p / block_size] at slot p % block_size; a block holds block_size rows of
- * kv_stride elements (all KV heads), K and V in separate arrays given per block. */
+ * live in block table[p / block_size] at slot p % block_size; block b's K rows start at
+ * k_base + b * block_bytes (likewise V), each slot holding kv_stride elements (all KV heads). */
 typedef struct kn_attn_kv {
-    const void *const *k_blocks; /* [n_blocks] -> K rows of the block (this layer) */
-    const void *const *v_blocks; /* [n_blocks] -> V rows */
+    const void *k_base;
+    const void *v_base;
+    size_t block_bytes;    /* distance between consecutive blocks */
+    const int32_t *table;  /* block ids of the sequence, in position order */
     int64_t block_size;
     int64_t kv_stride; /* elements per position: n_kv_heads * head_dim */
     bool f16;          /* element type: F16 if true, else F32 */
 } kn_attn_kv;
+
+/* Address of the K (or V) row of position p for kv head kvh. */
+static inline const void *kn_attn_row_ptr(const kn_attn_kv *kv, const void *base, int64_t p,
+                                          int64_t kvh, int64_t head_dim) {
+    size_t esz = kv->f16 ? 2 : 4;
+    return (const char *)base + (size_t)kv->table[p / kv->block_size] * kv->block_bytes +
+           (size_t)((p % kv->block_size) * kv->kv_stride + kvh * head_dim) * esz;
+}
 
 /* out[0..head_dim) = softmax(q . K[0..n_pos) * scale) V for kv head kvh, causal over positions
  * 0..n_pos-1. Keys are read in position order in chunks [c*chunk, (c+1)*chunk) merged by online

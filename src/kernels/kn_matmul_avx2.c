@@ -32,6 +32,7 @@ static inline __attribute__((always_inline)) void
 kf2_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
          int64_t ldy, __m256i mask0, __m256i mask1, bool init) {
     __m256 acc[KF2_MR][2];
+    #pragma GCC unroll 16
     for (int m = 0; m < mr; m++) {
         acc[m][0] = init ? _mm256_setzero_ps() : _mm256_maskload_ps(y + m * ldy, mask0);
         acc[m][1] = init ? _mm256_setzero_ps() : _mm256_maskload_ps(y + m * ldy + 8, mask1);
@@ -40,12 +41,14 @@ kf2_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc,
         const float *wk = wp + k * KN_NB_F;
         __m256 w0 = _mm256_loadu_ps(wk);
         __m256 w1 = _mm256_loadu_ps(wk + 8);
+        #pragma GCC unroll 16
         for (int m = 0; m < mr; m++) {
             __m256 xb = _mm256_broadcast_ss(x + m * ldx + k);
             acc[m][0] = _mm256_fmadd_ps(xb, w0, acc[m][0]);
             acc[m][1] = _mm256_fmadd_ps(xb, w1, acc[m][1]);
         }
     }
+    #pragma GCC unroll 16
     for (int m = 0; m < mr; m++) {
         _mm256_maskstore_ps(y + m * ldy, mask0, acc[m][0]);
         _mm256_maskstore_ps(y + m * ldy + 8, mask1, acc[m][1]);
@@ -127,20 +130,24 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i nib = _mm256_set1_epi8(0x0F);
     __m256 facc[KQ2_MR][2];
+    #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
         facc[i][0] = facc[i][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < KB; b++) {
         const unsigned char *p = wblk + (size_t)b * bb;
         const unsigned char *qs = p + 64;
         __m256i iacc[KQ2_MR][2];
+        #pragma GCC unroll 16
         for (int i = 0; i < mr; i++)
             iacc[i][0] = iacc[i][1] = _mm256_setzero_si256();
         if (q8) {
+            #pragma GCC unroll 16
             for (int g = 0; g < 8; g++) {
                 const unsigned char *gp = qs + ((size_t)g * KN_NB_Q + (size_t)c0) * 4;
                 __m256i s0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)gp), flip);
                 __m256i s1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gp + 32)), flip);
                 __m256i a0 = _mm256_abs_epi8(s0), a1 = _mm256_abs_epi8(s1);
+                #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
                     __m256i xb = _mm256_set1_epi32(kq2_load_i32(xq + i * K + b * KN_QK + 4 * g));
                     __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, s0));
@@ -150,6 +157,7 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
                 }
             }
         } else {
+            #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) {
                 const unsigned char *gp = qs + ((size_t)g * KN_NB_Q + (size_t)c0) * 4;
                 __m256i v0 = _mm256_loadu_si256((const __m256i *)gp);
@@ -157,6 +165,7 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
                 __m256i lo0 = _mm256_and_si256(v0, nib), lo1 = _mm256_and_si256(v1, nib);
                 __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), nib);
                 __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), nib);
+                #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
                     const int8_t *xr = xq + i * K + b * KN_QK;
                     __m256i xl = _mm256_set1_epi32(kq2_load_i32(xr + 4 * g));
@@ -173,6 +182,7 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
         const uint16_t *sc = (const uint16_t *)p + c0;
         __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
         __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 8)));
+        #pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             __m256i corr = _mm256_set1_epi32(q8 ? 0 : 8 * xs[i * KB + b]);
             __m256 dx = _mm256_set1_ps(xd[i * KB + b]);
@@ -182,6 +192,7 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
             facc[i][1] = _mm256_fmadd_ps(f1, _mm256_mul_ps(dw1, dx), facc[i][1]);
         }
     }
+    #pragma GCC unroll 16
     for (int i = 0; i < mr; i++) {
         _mm256_maskstore_ps(y + i * ldy, mask0, facc[i][0]);
         _mm256_maskstore_ps(y + i * ldy + 8, mask1, facc[i][1]);
@@ -230,6 +241,7 @@ void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1) {
         for (int64_t b = 0; b < kb; b++) {
             __m256 v[4];
             __m256 mx = _mm256_setzero_ps();
+            #pragma GCC unroll 16
             for (int j = 0; j < 4; j++) {
                 v[j] = _mm256_loadu_ps(x + b * KN_QK + 8 * j);
                 /* max_ps(a, mx) returns mx for NaN lanes: NaN never wins, as in the reference */
@@ -243,6 +255,7 @@ void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1) {
             float id = d != 0.0f ? 1.0f / d : 0.0f;
             __m256 vid = _mm256_set1_ps(id);
             int32_t s = 0;
+            #pragma GCC unroll 16
             for (int j = 0; j < 4; j++) {
                 __m256i qi = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], vid));
                 int32_t tmp[8];

@@ -34,7 +34,9 @@ static inline __attribute__((always_inline)) void
 kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
         int64_t ldy, const __mmask16 *mask, bool init) {
     __m512 acc[KF_MR][4];
+    #pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
+        #pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
             acc[m][j] = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
     for (int64_t k = 0; k < kc; k++) {
@@ -43,6 +45,7 @@ kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, 
         __m512 w1 = _mm512_load_ps(wk + 16);
         __m512 w2 = _mm512_load_ps(wk + 32);
         __m512 w3 = _mm512_load_ps(wk + 48);
+        #pragma GCC unroll 16
         for (int m = 0; m < mr; m++) {
             __m512 xb = _mm512_set1_ps(x[m * ldx + k]);
             acc[m][0] = _mm512_fmadd_ps(xb, w0, acc[m][0]);
@@ -51,7 +54,9 @@ kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, 
             acc[m][3] = _mm512_fmadd_ps(xb, w3, acc[m][3]);
         }
     }
+    #pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
+        #pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
             _mm512_mask_storeu_ps(y + m * ldy + 16 * j, mask[j], acc[m][j]);
 }
@@ -78,6 +83,7 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
         if (ncols > KN_NB_F)
             ncols = KN_NB_F;
         __mmask16 mask[4];
+        #pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
             int64_t c = ncols - 16 * j;
             mask[j] = c >= 16 ? (__mmask16)0xFFFF : c <= 0 ? (__mmask16)0 : (__mmask16)((1u << c) - 1);
@@ -130,18 +136,22 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
     const __m512i corr_mul = _mm512_set1_epi32(q8 ? 128 : 8);
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512 facc[KQ_MR][2];
+    #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
         facc[i][0] = facc[i][1] = _mm512_setzero_ps();
     for (int64_t b = 0; b < KB; b++) {
         const unsigned char *p = wblk + (size_t)b * bb;
         const unsigned char *qs = p + 64;
         __m512i iacc[KQ_MR][2];
+        #pragma GCC unroll 16
         for (int i = 0; i < mr; i++)
             iacc[i][0] = iacc[i][1] = _mm512_setzero_si512();
         if (q8) {
+            #pragma GCC unroll 16
             for (int g = 0; g < 8; g++) {
                 __m512i w0 = _mm512_loadu_si512((const void *)(qs + g * 128));
                 __m512i w1 = _mm512_loadu_si512((const void *)(qs + g * 128 + 64));
+                #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
                     __m512i xb = _mm512_set1_epi32(kq_load_i32(xq + i * K + b * KN_QK + 4 * g));
                     iacc[i][0] = _mm512_dpbusd_epi32(iacc[i][0], w0, xb);
@@ -149,6 +159,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
                 }
             }
         } else {
+            #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) {
                 __m512i v0 = _mm512_loadu_si512((const void *)(qs + g * 128));
                 __m512i v1 = _mm512_loadu_si512((const void *)(qs + g * 128 + 64));
@@ -156,6 +167,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
                 __m512i lo1 = _mm512_and_si512(v1, nib);
                 __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), nib);
                 __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), nib);
+                #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
                     const int8_t *xr = xq + i * K + b * KN_QK;
                     __m512i xl = _mm512_set1_epi32(kq_load_i32(xr + 4 * g));
@@ -169,6 +181,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
         }
         __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        #pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             __m512i corr = _mm512_mullo_epi32(_mm512_set1_epi32(xs[i * KB + b]), corr_mul);
             __m512 dx = _mm512_set1_ps(xd[i * KB + b]);
@@ -178,6 +191,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
             facc[i][1] = _mm512_fmadd_ps(f1, _mm512_mul_ps(dw1, dx), facc[i][1]);
         }
     }
+    #pragma GCC unroll 16
     for (int i = 0; i < mr; i++) {
         _mm512_mask_storeu_ps(y + i * ldy, mask0, facc[i][0]);
         _mm512_mask_storeu_ps(y + i * ldy + 16, mask1, facc[i][1]);

@@ -114,16 +114,14 @@ void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa) {
 }
 
 /* Reads position p's row for kv head kvh as floats into out[0..hd). */
-static void kn_attn_load(const kn_attn_kv *kv, const void *const *blocks, int64_t p, int64_t kvh,
+static void kn_attn_load(const kn_attn_kv *kv, const void *base, int64_t p, int64_t kvh,
                          int64_t hd, float *out) {
-    int64_t blk = p / kv->block_size, slot = p % kv->block_size;
-    size_t off = (size_t)(slot * kv->kv_stride + kvh * hd);
+    const void *r = kn_attn_row_ptr(kv, base, p, kvh, hd);
     if (kv->f16) {
-        const uint16_t *r = (const uint16_t *)blocks[blk] + off;
         for (int64_t d = 0; d < hd; d++)
-            out[d] = kn_f16_to_f32(r[d]);
+            out[d] = kn_f16_to_f32(((const uint16_t *)r)[d]);
     } else {
-        memcpy(out, (const float *)blocks[blk] + off, (size_t)hd * sizeof(float));
+        memcpy(out, r, (size_t)hd * sizeof(float));
     }
 }
 
@@ -138,7 +136,7 @@ static void kn_attn_row_ref(const float *q, const kn_attn_kv *kv, int64_t kvh, i
         int64_t c1 = c0 + chunk < n_pos ? c0 + chunk : n_pos;
         float mc = -INFINITY;
         for (int64_t p = c0; p < c1; p++) {
-            kn_attn_load(kv, kv->k_blocks, p, kvh, hd, kbuf);
+            kn_attn_load(kv, kv->k_base, p, kvh, hd, kbuf);
             float s = kn_dot_ref(q, kbuf, hd) * scale;
             scratch[p - c0] = s;
             mc = kn_maxf(mc, s);
@@ -151,7 +149,7 @@ static void kn_attn_row_ref(const float *q, const kn_attn_kv *kv, int64_t kvh, i
         for (int64_t p = c0; p < c1; p++) {
             float pj = kn_expf(scratch[p - c0] - mn);
             l = l + pj;
-            kn_attn_load(kv, kv->v_blocks, p, kvh, hd, vbuf);
+            kn_attn_load(kv, kv->v_base, p, kvh, hd, vbuf);
             for (int64_t d = 0; d < hd; d++)
                 out[d] = fmaf(pj, vbuf[d], out[d]);
         }

@@ -111,7 +111,6 @@ static inline __m256 kx2_load_row(const void *row, bool f16, int64_t d, int64_t 
 
 void kn_attn_row_avx2(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
                       int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
-    const int64_t esz = kv->f16 ? 2 : 4;
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0.0f;
@@ -119,8 +118,7 @@ void kn_attn_row_avx2(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t
         int64_t c1 = c0 + chunk < n_pos ? c0 + chunk : n_pos;
         float mc = -INFINITY;
         for (int64_t p = c0; p < c1; p++) {
-            const char *row = (const char *)kv->k_blocks[p / kv->block_size] +
-                              (size_t)(((p % kv->block_size) * kv->kv_stride + kvh * hd) * esz);
+            const void *row = kn_attn_row_ptr(kv, kv->k_base, p, kvh, hd);
             __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
             for (int64_t d = 0; d < hd; d += 16) {
                 lo = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, kx2_mask(hd - d)),
@@ -150,8 +148,7 @@ void kn_attn_row_avx2(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t
         for (int64_t p = c0; p < c1; p++) {
             float pj = scratch[p - c0];
             l = l + pj;
-            const char *row = (const char *)kv->v_blocks[p / kv->block_size] +
-                              (size_t)(((p % kv->block_size) * kv->kv_stride + kvh * hd) * esz);
+            const void *row = kn_attn_row_ptr(kv, kv->v_base, p, kvh, hd);
             __m256 vp = _mm256_set1_ps(pj);
             for (int64_t d = 0; d < hd; d += 8) {
                 __m256i mk = kx2_mask(hd - d);

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_matmul: kernel micro-benchmark for tuning (not a test): the roofline probe, then matmul
+ * throughput on the synthetic 0.5b model's shapes for M = 1, 32, 256 and each weight type, as a
+ * fraction of the measured roofline.
+ *   make && cc -O2 -Isrc bench/bench_matmul.c build/release/libverity.a -lm -pthread -o /tmp/bm
+ *   /tmp/bm [threads]
+ */
+#include "base/clock.h"
+#include "base/pool.h"
+#include "gguf/gguf.h"
+#include "kernels/kn.h"
+#include "kernels/kn_roofline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    kn_mat *w[4];
+    int nw;
+    kn_act a;
+    int64_t m;
+    float *y;
+    void *scratch[8];
+    kn_isa isa;
+} bm_ctx;
+
+static void bm_run(void *vctx, int ith, int nth) {
+    bm_ctx *c = vctx;
+    for (int i = 0; i < c->nw; i++)
+        kn_matmul(c->w[i], &c->a, c->m, c->y, kn_mat_n(c->w[i]), ith, nth, c->scratch[ith]);
+}
+
+int main(int argc, char **argv) {
+    int nt = argc > 1 ? atoi(argv[1]) : 2;
+    pool *p;
+    pool_create(nt, &p);
+    kn_isa isa;
+    kn_isa_select(&isa);
+    double bw = kn_roofline_read_gbs(p, (size_t)1 << 30, 5, isa);
+    double fl = kn_roofline_fma_gflops(p, 3, isa);
+    printf("isa %s threads %d: read %.1f GB/s, fma %.1f GFLOP/s\n", kn_isa_name(isa), nt, bw, fl);
+    int types[] = {GGUF_TYPE_F16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_F32};
+    int64_t shapes[3][2] = {{4864, 896}, {896, 4864}, {896, 896}};
+    for (int ti = 0; ti < 4; ti++) {
+        bm_ctx c;
+        memset(&c, 0, sizeof c);
+        c.isa = isa;
+        size_t bytes = 0;
+        double flop_per_row = 0;
+        /* four layers' worth of matrices so the set exceeds the L3 cache */
+        for (int l = 0; l < 4; l++) {
+            int64_t n = shapes[l % 3][0], k = shapes[l % 3][1];
+            int64_t rb = gguf_type_row_bytes(types[ti], k);
+            void *d = calloc((size_t)(rb * n), 1);
+            float *f = malloc((size_t)k * 4);
+            for (int64_t r = 0; r < n; r++) {
+                for (int64_t j = 0; j < k; j++)
+                    f[j] = (float)((r * 31 + j * 17) % 97) * 0.001f - 0.05f;
+                kn_quantize_rows(types[ti], f, 1, k, (char *)d + r * rb);
+            }
+            free(f);
+            kn_mat_create(types[ti], d, n, k, isa, &c.w[c.nw]);
+            free(d);
+            bytes += kn_mat_bytes(c.w[c.nw]);
+            flop_per_row += 2.0 * (double)n * (double)k;
+            c.nw++;
+        }
+        /* repeat the set to exceed the 260 MB L3 of this machine class: 16 copies */
+        printf("type %s: %.1f MB of weights per pass\n", gguf_type_name(types[ti]), bytes / 1e6);
+        int64_t ms[] = {1, 32, 256};
+        for (int mi = 0; mi < 3; mi++) {
+            c.m = ms[mi];
+            int64_t kmax = 4864, nmax = 4864;
+            c.a.x = calloc((size_t)(c.m * kmax), 4);
+            for (int64_t i = 0; i < c.m * kmax; i++)
+                ((float *)c.a.x)[i] = (float)(i % 13) * 0.1f;
+            c.a.ldx = kmax;
+            c.y = calloc((size_t)(c.m * nmax), 4);
+            for (int t = 0; t < nt; t++)
+                c.scratch[t] = aligned_alloc(64, kn_matmul_scratch_bytes());
+            /* quantized activations are per matrix K; quantize with the largest K for timing */
+            c.a.q = calloc((size_t)(c.m * kmax), 1);
+            c.a.qd = calloc((size_t)(c.m * kmax / 32), 4);
+            c.a.qs = calloc((size_t)(c.m * kmax / 32), 4);
+            kn_act_quantize(&c.a, kmax, 0, c.m, isa);
+            c.a.ldx = kmax;
+            int reps = c.m == 1 ? 50 : c.m == 32 ? 10 : 3;
+            double best = 1e9;
+            for (int r = 0; r < reps; r++) {
+                int64_t t0 = clock_now_ns();
+                pool_run(p, bm_run, &c);
+                double dt = (double)(clock_now_ns() - t0) * 1e-9;
+                if (dt < best)
+                    best = dt;
+            }
+            double gbs = bytes / best * 1e-9, gfl = flop_per_row * (double)c.m / best * 1e-9;
+            printf("  M=%4lld: %7.3f ms  %6.1f GB/s (%3.0f%% of bw)  %6.1f GFLOP/s (%3.0f%% of fma)\n",
+                   (long long)c.m, best * 1e3, gbs, 100 * gbs / bw, gfl, 100 * gfl / fl);
+            free((void *)c.a.x);
+            free(c.y);
+            free(c.a.q);
+            free(c.a.qd);
+            free(c.a.qs);
+            for (int t = 0; t < nt; t++)
+                free(c.scratch[t]);
+        }
+        for (int i = 0; i < c.nw; i++)
+            kn_mat_destroy(c.w[i]);
+    }
+    pool_destroy(p);
+    return 0;
+}
