@@ -1,8 +1,61 @@
 /* SPDX-License-Identifier: MIT */
-/* cmd_synth: placeholder until the command lands. */
+/*
+ * cmd_synth: `verity synth --shape tiny|0.5b --type f32|f16|bf16|q8_0|q4_0 --seed S
+ * [--arch llama|qwen2|qwen3] [--vocab-from GGUF] [--tied|--untied] -o OUT.gguf`.
+ */
+#include "base/err.h"
 #include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "model/synth.h"
+
+#include <stdio.h>
+#include <string.h>
+
 int cmd_synth(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_usage_error("synth", "not built yet");
+    synth_opts o = {.shape = "tiny", .type = GGUF_TYPE_F32, .seed = 1};
+    const char *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--shape")) {
+            if (!(v = cli_next("synth", argc, argv, &i)))
+                return 2;
+            o.shape = v;
+        } else if (!strcmp(a, "--type")) {
+            if (!(v = cli_next("synth", argc, argv, &i)))
+                return 2;
+            o.type = gguf_type_from_name(v);
+            if (o.type < 0)
+                return cli_usage_error("synth", "--type: unknown type '%s'", v);
+        } else if (!strcmp(a, "--seed")) {
+            int64_t s;
+            if (!(v = cli_next("synth", argc, argv, &i)) ||
+                cli_parse_i64("synth", "--seed", v, 0, INT64_MAX, &s))
+                return 2;
+            o.seed = (uint64_t)s;
+        } else if (!strcmp(a, "--arch")) {
+            if (!(v = cli_next("synth", argc, argv, &i)))
+                return 2;
+            o.arch = v;
+        } else if (!strcmp(a, "--vocab-from")) {
+            if (!(v = cli_next("synth", argc, argv, &i)))
+                return 2;
+            o.vocab_from = v;
+        } else if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
+            o.tied_set = true;
+            o.tied = !strcmp(a, "--tied");
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(out = cli_next("synth", argc, argv, &i)))
+                return 2;
+        } else {
+            return cli_usage_error("synth", "unknown option '%s' (usage: verity synth --shape "
+                                   "tiny|0.5b --type TYPE --seed S [--arch A] [--vocab-from GGUF] "
+                                   "-o OUT.gguf)", a);
+        }
+    }
+    if (!out)
+        return cli_usage_error("synth", "missing -o OUT.gguf");
+    int rc = synth_write(&o, out);
+    if (rc)
+        return cli_fail("synth", rc);
+    return 0;
 }

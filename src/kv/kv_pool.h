@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kv_pool: the paged KV cache's memory: a fixed number of blocks, each holding block_size
+ * positions of keys and values for every layer, and the block allocator (free list + reference
+ * counts). Sequences address their KV through block tables (arrays of block ids in position
+ * order) that the engine owns; the forward pass writes K/V rows into the slots of the positions it
+ * computes and reads them through kn_attn_kv.
+ *
+ * Layout: for each layer, a K region of n_blocks x block_size x kv_dim elements and a V region of
+ * the same size; block b of layer l starts at kv_pool_k_base(l) + b * kv_pool_block_bytes().
+ * Elements are F16 or F32 (the kv-dtype toggle).
+ *
+ * Reference counts let a block be shared (prefix cache, n > 1 sampling): kv_pool_alloc returns a
+ * block with one reference, kv_block_ref adds one, kv_block_unref drops one and frees the block
+ * when none remain. A freshly allocated block's contents are undefined; readers never read a slot
+ * before the forward pass wrote it.
+ *
+ * Threading: allocation and reference counting belong to one thread (the engine thread); the
+ * compute threads only write and read slots of blocks the engine handed them for the step.
+ */
+#ifndef VERITY_KV_KV_POOL_H
+#define VERITY_KV_KV_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kv_pool kv_pool;
+
+typedef struct kv_pool_opts {
+    int64_t n_layer;
+    int64_t kv_dim;     /* n_kv_heads * head_dim */
+    int64_t block_size; /* positions per block */
+    int64_t n_blocks;
+    bool f16;
+} kv_pool_opts;
+
+/* Bytes a pool with these options needs (0 if the product overflows). */
+size_t kv_pool_bytes(const kv_pool_opts *o);
+
+/* Creates the pool. Returns 0, ERR_INVAL (non-positive sizes), ERR_NOMEM (detail gives the size). */
+int kv_pool_create(const kv_pool_opts *o, kv_pool **out);
+void kv_pool_destroy(kv_pool *p);
+
+/* Takes a free block (one reference). Returns its id, or -1 if none is free. */
+int32_t kv_pool_alloc(kv_pool *p);
+
+/* Adds / drops a reference; the last unref returns the block to the free list. */
+void kv_block_ref(kv_pool *p, int32_t id);
+void kv_block_unref(kv_pool *p, int32_t id);
+int32_t kv_block_refcount(const kv_pool *p, int32_t id);
+
+int64_t kv_pool_n_blocks(const kv_pool *p);
+int64_t kv_pool_n_free(const kv_pool *p);
+int64_t kv_pool_block_size(const kv_pool *p);
+bool kv_pool_f16(const kv_pool *p);
+size_t kv_pool_block_bytes(const kv_pool *p);
+
+/* Base of layer l's K (V) region. */
+void *kv_pool_k_base(kv_pool *p, int64_t layer);
+void *kv_pool_v_base(kv_pool *p, int64_t layer);
+
+#endif

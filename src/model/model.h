@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * model: a transformer loaded from GGUF: hyper-parameters, weights bound to packed kernel
+ * matrices, and the forward pass over a ragged batch (forward.h).
+ *
+ * Supported architectures (general.architecture): "llama" (llama2.c-style models, TinyLlama,
+ * Llama-2/3 shapes; tied or untied output), and the llama-family variants "qwen2" (Q/K/V biases,
+ * NEOX RoPE) and "qwen3" (per-head Q/K RMSNorm, NEOX RoPE). Weight types: F32, F16, BF16, Q8_0,
+ * Q4_0 (kn_type_supported). Anything else is refused at load with ERR_UNSUPPORTED naming the
+ * architecture, tensor or type.
+ *
+ * Lifetime: the GGUF file stays mapped for the model's life (embedding rows, tokenizer data);
+ * matmul weights are packed copies for SIMD instruction sets. A loaded model is immutable and may
+ * be used by several forward contexts at once.
+ */
+#ifndef VERITY_MODEL_MODEL_H
+#define VERITY_MODEL_MODEL_H
+
+#include "gguf/gguf.h"
+#include "kernels/kn.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3 };
+
+typedef struct model_hparams {
+    enum model_arch arch;
+    char arch_name[32];
+    int64_t n_vocab;
+    int64_t n_embd;
+    int64_t n_layer;
+    int64_t n_head;
+    int64_t n_head_kv;
+    int64_t head_dim;
+    int64_t n_ff;
+    int64_t n_ctx_train; /* context length the file declares */
+    int64_t n_rot;       /* rotated dimensions per head */
+    bool rope_neox;      /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    float rope_base;
+    float rope_freq_scale; /* 1 / linear scaling factor */
+    float rms_eps;
+    bool tied_output; /* output projection is the token embedding */
+    int weight_type;  /* type of the attention Q weight, for reporting */
+} model_hparams;
+
+typedef struct model model;
+
+/* Loads path for instruction set isa. Returns 0, or ERR_IO / ERR_FORMAT (malformed file),
+ * ERR_UNSUPPORTED (architecture, tensor type), ERR_INVAL (inconsistent shapes; the detail names
+ * the tensor, its shape and the expected one), ERR_NOMEM. */
+int model_load(const char *path, kn_isa isa, model **out);
+
+/* Frees the model. NULL is a no-op. */
+void model_destroy(model *m);
+
+const model_hparams *model_get_hparams(const model *m);
+const gguf *model_get_gguf(const model *m);
+kn_isa model_get_isa(const model *m);
+
+/* Bytes of weights one forward pass reads per token for the matmuls (for roofline reporting). */
+size_t model_weight_bytes(const model *m);
+
+/* Matmul FLOPs per token (2 * multiply-adds over all weight matrices). */
+double model_flops_per_token(const model *m);
+
+#endif

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * synth: see synth.h. Shapes:
+ *   tiny: embd 64, 2 layers, 4 heads, 2 KV heads (head 16), FFN 128, context 512, rope base 1e4,
+ *         tied output.
+ *   0.5b: embd 896, 24 layers, 14 heads, 2 KV heads (head 64), FFN 4864, context 4096,
+ *         rope base 1e6, untied output.
+ */
+#include "model/synth.h"
+#include "base/err.h"
+#include "gguf/gguf.h"
+#include "kernels/kn_types.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct synth_shape {
+    const char *name;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    float rope_base;
+    bool tied;
+} synth_shape;
+
+static const synth_shape synth_shapes[] = {
+    {"tiny", 64, 2, 4, 2, 128, 512, 10000.0f, true},
+    {"0.5b", 896, 24, 14, 2, 4864, 4096, 1000000.0f, false},
+};
+
+uint64_t synth_key(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t synth_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float synth_normal(uint64_t seed, uint64_t key, uint64_t i) {
+    /* Box-Muller on two 53-bit uniforms derived from (seed, key, i / 2); even i takes the cosine
+     * branch, odd i the sine branch of the same pair */
+    uint64_t base = synth_mix(seed ^ synth_mix(key + 0x9E3779B97F4A7C15ull)) + (i / 2) * 2;
+    double u1 = ((double)(synth_mix(base) >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (double)(synth_mix(base + 1) >> 11) / 9007199254740992.0;
+    double r = sqrt(-2.0 * log(u1));
+    double a = 6.283185307179586 * u2;
+    return (float)(i & 1 ? r * sin(a) : r * cos(a));
+}
+
+static int synth_tensor(gguf_writer *w, const synth_opts *o, const char *name, int type,
+                        int64_t ne0, int64_t ne1, float mean, float std) {
+    int64_t n = ne0 * (ne1 ? ne1 : 1);
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f)
+        return err_set(ERR_NOMEM, "synth: out of memory for '%s'", name);
+    uint64_t key = synth_key(name);
+    for (int64_t i = 0; i < n; i++)
+        f[i] = mean + std * synth_normal(o->seed, key, (uint64_t)i);
+    int64_t rb = gguf_type_row_bytes(type, ne0);
+    if (rb < 0) {
+        free(f);
+        return err_set(ERR_INVAL, "synth: type %s does not fit row length %lld of '%s'",
+                       gguf_type_name(type), (long long)ne0, name);
+    }
+    int64_t rows = ne1 ? ne1 : 1;
+    void *d = malloc((size_t)(rb * rows));
+    if (!d) {
+        free(f);
+        return err_set(ERR_NOMEM, "synth: out of memory for '%s'", name);
+    }
+    int64_t wrote = kn_quantize_rows(type, f, rows, ne0, d);
+    free(f);
+    if (wrote < 0) {
+        free(d);
+        return (int)wrote;
+    }
+    int64_t ne[2] = {ne0, ne1};
+    int rc = gguf_writer_add_tensor(w, name, type, ne1 ? 2 : 1, ne, d, false);
+    free(d);
+    return rc;
+}
+
+/* The built-in byte-level SentencePiece vocabulary (see synth.h). */
+static int synth_builtin_vocab(gguf_writer *w, int64_t *n_vocab) {
+    enum { NV = 3 + 256 + 1 + 94 };
+    static char pieces[NV][8];
+    const char *ptrs[NV];
+    float scores[NV];
+    int32_t types[NV];
+    int n = 0;
+    const char *specials[3] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(pieces[n], sizeof pieces[n], "%s", specials[i]);
+        types[n] = i == 0 ? 2 : 3; /* unknown, control */
+        scores[n++] = 0.0f;
+    }
+    for (int b = 0; b < 256; b++) {
+        snprintf(pieces[n], sizeof pieces[n], "<0x%02X>", b);
+        types[n] = 6; /* byte */
+        scores[n++] = 0.0f;
+    }
+    snprintf(pieces[n], sizeof pieces[n], "\xE2\x96\x81"); /* U+2581, the SentencePiece space */
+    types[n] = 1;
+    scores[n++] = -1.0f;
+    for (int ch = 33; ch <= 126; ch++) {
+        pieces[n][0] = (char)ch;
+        pieces[n][1] = 0;
+        types[n] = 1;
+        scores[n++] = -2.0f;
+    }
+    for (int i = 0; i < n; i++)
+        ptrs[i] = pieces[i];
+    int rc;
+    if ((rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama", 5)) ||
+        (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", ptrs, NULL, (uint64_t)n)) ||
+        (rc = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, scores, (uint64_t)n)) ||
+        (rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types, (uint64_t)n)) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)) ||
+        (rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true)) ||
+        (rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false)))
+        return rc;
+    *n_vocab = n;
+    return 0;
+}
+
+static int synth_copy_vocab(gguf_writer *w, const char *path, int64_t *n_vocab) {
+    gguf *g;
+    int rc = gguf_open(path, &g);
+    if (rc)
+        return rc;
+    int64_t copied = 0;
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        gguf_str k = gguf_kv_key(g, i);
+        if (k.len > 10 && memcmp(k.s, "tokenizer.", 10) == 0) {
+            if ((rc = gguf_writer_copy_kv(w, g, i))) {
+                gguf_close(g);
+                return rc;
+            }
+            copied++;
+        }
+    }
+    gguf_arr toks;
+    rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &toks);
+    if (rc || toks.type != GGUF_VT_STRING || toks.n == 0) {
+        gguf_close(g);
+        return err_set(ERR_FORMAT, "%s: no tokenizer.ggml.tokens string array to copy", path);
+    }
+    *n_vocab = (int64_t)toks.n;
+    gguf_close(g);
+    return 0;
+}
+
+int synth_write(const synth_opts *o, const char *path) {
+    const synth_shape *sh = NULL;
+    for (size_t i = 0; i < sizeof synth_shapes / sizeof *synth_shapes; i++)
+        if (o->shape && strcmp(o->shape, synth_shapes[i].name) == 0)
+            sh = &synth_shapes[i];
+    if (!sh)
+        return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny or 0.5b)", o->shape ? o->shape : "");
+    const char *arch = o->arch ? o->arch : "llama";
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
+        return err_set(ERR_INVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
+    if (!kn_type_supported(o->type))
+        return err_set(ERR_INVAL, "synth: type %s is not supported",
+                       gguf_type_name(o->type) ? gguf_type_name(o->type) : "?");
+    bool tied = o->tied_set ? o->tied : sh->tied;
+    gguf_writer *w = gguf_writer_create();
+    if (!w)
+        return err_set(ERR_NOMEM, "synth: out of memory");
+    int64_t n_vocab = 0;
+    int rc = o->vocab_from ? synth_copy_vocab(w, o->vocab_from, &n_vocab)
+                           : synth_builtin_vocab(w, &n_vocab);
+    int64_t hd = sh->n_embd / sh->n_head;
+    char key[128], name[96];
+    if (!rc) {
+        char gname[64];
+        snprintf(gname, sizeof gname, "verity-synth-%s-%s", sh->name, gguf_type_name(o->type));
+        struct {
+            const char *suffix;
+            int64_t u;
+            float f;
+            bool is_f;
+        } hp[] = {
+            {"context_length", sh->n_ctx, 0, false},
+            {"embedding_length", sh->n_embd, 0, false},
+            {"block_count", sh->n_layer, 0, false},
+            {"feed_forward_length", sh->n_ff, 0, false},
+            {"attention.head_count", sh->n_head, 0, false},
+            {"attention.head_count_kv", sh->n_head_kv, 0, false},
+            {"rope.dimension_count", hd, 0, false},
+            {"rope.freq_base", 0, sh->rope_base, true},
+            {"attention.layer_norm_rms_epsilon", 0, 1e-6f, true},
+        };
+        rc = gguf_writer_set_str(w, "general.architecture", arch, strlen(arch));
+        if (!rc)
+            rc = gguf_writer_set_str(w, "general.name", gname, strlen(gname));
+        for (size_t i = 0; !rc && i < sizeof hp / sizeof *hp; i++) {
+            snprintf(key, sizeof key, "%s.%s", arch, hp[i].suffix);
+            rc = hp[i].is_f ? gguf_writer_set_f32(w, key, hp[i].f)
+                            : gguf_writer_set_u32(w, key, (uint32_t)hp[i].u);
+        }
+    }
+    const float std = 0.02f;
+    int64_t q_dim = sh->n_head * hd, kv_dim = sh->n_head_kv * hd;
+    if (!rc)
+        rc = synth_tensor(w, o, "token_embd.weight", o->type, sh->n_embd, n_vocab, 0, std);
+    if (!rc)
+        rc = synth_tensor(w, o, "output_norm.weight", GGUF_TYPE_F32, sh->n_embd, 0, 1.0f, std);
+    if (!rc && !tied)
+        rc = synth_tensor(w, o, "output.weight", o->type, sh->n_embd, n_vocab, 0, std);
+    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
+    for (int64_t l = 0; l < sh->n_layer && !rc; l++) {
+#define T(suffix, type, ne0, ne1, mean)                                                            \
+    (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
+     synth_tensor(w, o, name, type, ne0, ne1, mean, std))
+        if ((rc = T("attn_norm.weight", GGUF_TYPE_F32, sh->n_embd, 0, 1.0f)) ||
+            (rc = T("attn_q.weight", o->type, sh->n_embd, q_dim, 0.0f)) ||
+            (rc = T("attn_k.weight", o->type, sh->n_embd, kv_dim, 0.0f)) ||
+            (rc = T("attn_v.weight", o->type, sh->n_embd, kv_dim, 0.0f)) ||
+            (rc = T("attn_output.weight", o->type, q_dim, sh->n_embd, 0.0f)) ||
+            (rc = T("ffn_norm.weight", GGUF_TYPE_F32, sh->n_embd, 0, 1.0f)) ||
+            (rc = T("ffn_gate.weight", o->type, sh->n_embd, sh->n_ff, 0.0f)) ||
+            (rc = T("ffn_up.weight", o->type, sh->n_embd, sh->n_ff, 0.0f)) ||
+            (rc = T("ffn_down.weight", o->type, sh->n_ff, sh->n_embd, 0.0f)))
+            break;
+        if (qwen2 && ((rc = T("attn_q.bias", GGUF_TYPE_F32, q_dim, 0, 0.0f)) ||
+                      (rc = T("attn_k.bias", GGUF_TYPE_F32, kv_dim, 0, 0.0f)) ||
+                      (rc = T("attn_v.bias", GGUF_TYPE_F32, kv_dim, 0, 0.0f))))
+            break;
+        if (qwen3 && ((rc = T("attn_q_norm.weight", GGUF_TYPE_F32, hd, 0, 1.0f)) ||
+                      (rc = T("attn_k_norm.weight", GGUF_TYPE_F32, hd, 0, 1.0f))))
+            break;
+#undef T
+    }
+    if (!rc)
+        rc = gguf_writer_write(w, path);
+    gguf_writer_destroy(w);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * synth: writes deterministic random-weight models, the embedded default model and the test and
+ * benchmark fixtures. Weights are N(0, 0.02) from a counter-based generator keyed by (seed,
+ * tensor name, element index), so a file depends only on its options; norm weights are
+ * 1 + N(0, 0.02). The tokenizer is copied from another GGUF (--vocab-from) or is the built-in
+ * byte-level SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>,
+ * U+2581 and the 94 printable ASCII characters, so any text encodes (characters or byte fallback).
+ */
+#ifndef VERITY_MODEL_SYNTH_H
+#define VERITY_MODEL_SYNTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct synth_opts {
+    const char *shape;      /* "tiny" or "0.5b" */
+    const char *arch;       /* "llama" (default), "qwen2", "qwen3" */
+    int type;               /* gguf type of the weight matrices */
+    uint64_t seed;
+    const char *vocab_from; /* GGUF to copy tokenizer.* metadata from, or NULL */
+    bool tied;              /* tied output (default: tiny tied, 0.5b untied) */
+    bool tied_set;
+} synth_opts;
+
+/* Writes the model to path atomically. Returns 0, ERR_INVAL (unknown shape/arch, type that the
+ * shape's dimensions do not fit), ERR_IO, ERR_NOMEM, or the vocab file's error. */
+int synth_write(const synth_opts *o, const char *path);
+
+/* Normal deviate number i of stream (seed, key): deterministic, independent of call order. */
+float synth_normal(uint64_t seed, uint64_t key, uint64_t i);
+
+/* FNV-1a hash of a string, for stream keys. */
+uint64_t synth_key(const char *s);
+
+#endif

@@ -1,0 +1,461 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Model tests:
+ *  - a float64 naive reference forward (this file only) against the optimised forward on tiny
+ *    synthetic models of every weight type and architecture, within per-type tolerances justified
+ *    below;
+ *  - invariance at the forward level: each (sequence, position)'s logits are memcmp-identical
+ *    whether computed alone token by token, in one prefill, in chunks of 1/3/16, beside other
+ *    sequences in any order, with 1 or 2 threads, with any physical KV block placement, and on
+ *    every instruction set.
+ */
+#include "test.h"
+#include "base/err.h"
+#include "base/flags.h"
+#include "gguf/gguf.h"
+#include "kv/kv_pool.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/model_int.h"
+#include "model/synth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *synth_path(const char *arch, int type, bool tied, uint64_t seed) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s-%s-%d-%llu.gguf", test_tmpdir(), arch, gguf_type_name(type),
+             tied, (unsigned long long)seed);
+    synth_opts o = {.shape = "tiny", .arch = arch, .type = type, .seed = seed, .tied = tied,
+                    .tied_set = true};
+    int rc = synth_write(&o, path);
+    if (rc)
+        test_fail(__FILE__, __LINE__, "synth: %s", err_detail());
+    return path;
+}
+
+/* ---- float64 reference ---- */
+
+typedef struct ref_model {
+    const model *m;
+    int64_t D, F, H, HKV, HD, V, L, NROT;
+} ref_model;
+
+static double *ref_mat(const kn_mat *w, const model *m, const char *name) {
+    (void)w;
+    const gguf_tensor *t = gguf_find_tensor(model_get_gguf(m), name);
+    int64_t k = t->ne[0], n = t->ne[1];
+    double *d = malloc((size_t)(n * k) * sizeof(double));
+    float *row = malloc((size_t)k * sizeof(float));
+    for (int64_t r = 0; r < n; r++) {
+        kn_dequantize_row(t->type, t->data, r, k, row);
+        for (int64_t j = 0; j < k; j++)
+            d[r * k + j] = row[j];
+    }
+    free(row);
+    return d;
+}
+
+static void ref_matvec(const double *w, int64_t n, int64_t k, const double *x, double *y) {
+    for (int64_t r = 0; r < n; r++) {
+        double s = 0;
+        for (int64_t j = 0; j < k; j++)
+            s += w[r * k + j] * x[j];
+        y[r] = s;
+    }
+}
+
+static void ref_rmsnorm(const double *x, const float *w, int64_t n, double eps, double *y) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / (double)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * r * (w ? w[i] : 1.0);
+}
+
+static void ref_rope(double *x, int64_t n_rot, int64_t pos, const model_hparams *hp) {
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        double th = hp->rope_freq_scale * (double)pos * pow(hp->rope_base, -2.0 * (double)i / (double)n_rot);
+        int64_t a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + n_rot / 2 : 2 * i + 1;
+        double x0 = x[a], x1 = x[b];
+        x[a] = x0 * cos(th) - x1 * sin(th);
+        x[b] = x0 * sin(th) + x1 * cos(th);
+    }
+}
+
+/* Logits for every position of one token sequence, in double. kv_f16 rounds cached K/V through
+ * F16 as the optimised path does with the f16 KV toggle. */
+static double *ref_forward(const model *m, const int32_t *tok, int64_t n, bool kv_f16) {
+    const model_hparams *hp = model_get_hparams(m);
+    int64_t D = hp->n_embd, F = hp->n_ff, HD = hp->head_dim, QD = hp->n_head * HD;
+    int64_t KVD = hp->n_head_kv * HD, V = hp->n_vocab;
+    double *x = calloc((size_t)(n * D), 8), *xn = malloc((size_t)D * 8), *q = malloc((size_t)QD * 8);
+    double *kc = malloc((size_t)(n * KVD) * 8), *vc = malloc((size_t)(n * KVD) * 8);
+    double *att = malloc((size_t)QD * 8), *tmp = malloc((size_t)(F > D ? F : D) * 8);
+    double *g = malloc((size_t)F * 8), *u = malloc((size_t)F * 8), *sc = malloc((size_t)n * 8);
+    double *logits = malloc((size_t)(n * V) * 8);
+    float *row = malloc((size_t)D * 4);
+    const gguf_tensor *te = gguf_find_tensor(model_get_gguf(m), "token_embd.weight");
+    for (int64_t t = 0; t < n; t++) {
+        kn_dequantize_row(te->type, te->data, tok[t], D, row);
+        for (int64_t i = 0; i < D; i++)
+            x[t * D + i] = row[i];
+    }
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        char nm[64];
+#define W(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), ref_mat(NULL, m, nm))
+        double *wq = W("attn_q.weight"), *wk = W("attn_k.weight"), *wv = W("attn_v.weight");
+        double *wo = W("attn_output.weight"), *wg = W("ffn_gate.weight"), *wu = W("ffn_up.weight");
+        double *wd = W("ffn_down.weight");
+#undef W
+        for (int64_t t = 0; t < n; t++) {
+            ref_rmsnorm(x + t * D, L->attn_norm, D, hp->rms_eps, xn);
+            ref_matvec(wk, KVD, D, xn, kc + t * KVD);
+            ref_matvec(wv, KVD, D, xn, vc + t * KVD);
+            for (int64_t i = 0; i < KVD; i++) {
+                if (L->bk) {
+                    kc[t * KVD + i] += L->bk[i];
+                    vc[t * KVD + i] += L->bv[i];
+                }
+            }
+            for (int64_t h = 0; h < hp->n_head_kv; h++) {
+                if (L->k_norm)
+                    ref_rmsnorm(kc + t * KVD + h * HD, L->k_norm, HD, hp->rms_eps, kc + t * KVD + h * HD);
+                ref_rope(kc + t * KVD + h * HD, hp->n_rot, t, hp);
+            }
+            if (kv_f16)
+                for (int64_t i = 0; i < KVD; i++) {
+                    kc[t * KVD + i] = kn_f16_to_f32(kn_f32_to_f16((float)kc[t * KVD + i]));
+                    vc[t * KVD + i] = kn_f16_to_f32(kn_f32_to_f16((float)vc[t * KVD + i]));
+                }
+        }
+        double *xo = malloc((size_t)(n * D) * 8);
+        for (int64_t t = 0; t < n; t++) {
+            ref_rmsnorm(x + t * D, L->attn_norm, D, hp->rms_eps, xn);
+            ref_matvec(wq, QD, D, xn, q);
+            for (int64_t h = 0; h < hp->n_head; h++) {
+                if (L->bq)
+                    for (int64_t i = 0; i < HD; i++)
+                        q[h * HD + i] += L->bq[h * HD + i];
+                if (L->q_norm)
+                    ref_rmsnorm(q + h * HD, L->q_norm, HD, hp->rms_eps, q + h * HD);
+                ref_rope(q + h * HD, hp->n_rot, t, hp);
+                int64_t kvh = h / (hp->n_head / hp->n_head_kv);
+                double mx = -1e300, den = 0;
+                for (int64_t p = 0; p <= t; p++) {
+                    double s = 0;
+                    for (int64_t i = 0; i < HD; i++)
+                        s += q[h * HD + i] * kc[p * KVD + kvh * HD + i];
+                    sc[p] = s / sqrt((double)HD);
+                    if (sc[p] > mx)
+                        mx = sc[p];
+                }
+                for (int64_t i = 0; i < HD; i++)
+                    att[h * HD + i] = 0;
+                for (int64_t p = 0; p <= t; p++) {
+                    double e = exp(sc[p] - mx);
+                    den += e;
+                    for (int64_t i = 0; i < HD; i++)
+                        att[h * HD + i] += e * vc[p * KVD + kvh * HD + i];
+                }
+                for (int64_t i = 0; i < HD; i++)
+                    att[h * HD + i] /= den;
+            }
+            ref_matvec(wo, D, QD, att, tmp);
+            for (int64_t i = 0; i < D; i++)
+                xo[t * D + i] = x[t * D + i] + tmp[i];
+            ref_rmsnorm(xo + t * D, L->ffn_norm, D, hp->rms_eps, xn);
+            ref_matvec(wg, F, D, xn, g);
+            ref_matvec(wu, F, D, xn, u);
+            for (int64_t i = 0; i < F; i++)
+                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            ref_matvec(wd, D, F, g, tmp);
+            for (int64_t i = 0; i < D; i++)
+                xo[t * D + i] += tmp[i];
+        }
+        memcpy(x, xo, (size_t)(n * D) * 8);
+        free(xo);
+        free(wq);
+        free(wk);
+        free(wv);
+        free(wo);
+        free(wg);
+        free(wu);
+        free(wd);
+    }
+    double *wout = ref_mat(NULL, m, hp->tied_output ? "token_embd.weight" : "output.weight");
+    for (int64_t t = 0; t < n; t++) {
+        ref_rmsnorm(x + t * D, m->output_norm, D, hp->rms_eps, xn);
+        ref_matvec(wout, V, D, xn, logits + t * V);
+    }
+    free(wout);
+    free(x);
+    free(xn);
+    free(q);
+    free(kc);
+    free(vc);
+    free(att);
+    free(tmp);
+    free(g);
+    free(u);
+    free(sc);
+    free(row);
+    return logits;
+}
+
+/* ---- optimised path helpers ---- */
+
+typedef struct run_env {
+    model *m;
+    kv_pool *kv;
+    fwd_ctx *fc;
+} run_env;
+
+static void env_open(run_env *e, const char *path, kn_isa isa, bool kv_f16, int threads,
+                     int64_t max_tokens, int64_t n_blocks) {
+    T_OK(model_load(path, isa, &e->m));
+    const model_hparams *hp = model_get_hparams(e->m);
+    kv_pool_opts ko = {.n_layer = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .block_size = 16, .n_blocks = n_blocks, .f16 = kv_f16};
+    T_OK(kv_pool_create(&ko, &e->kv));
+    T_OK(fwd_ctx_create(e->m, e->kv, max_tokens, max_tokens, threads, 64, &e->fc));
+}
+
+static void env_close(run_env *e) {
+    fwd_ctx_destroy(e->fc);
+    kv_pool_destroy(e->kv);
+    model_destroy(e->m);
+}
+
+static void t_reference(void) {
+    const int types[] = {GGUF_TYPE_F32, GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0,
+                         GGUF_TYPE_Q4_0};
+    /* Tolerances, as max |ours - ref| / max |ref| over all logits of a 40-token sequence
+     * (measured on these models: F32/F16/BF16 2e-7..3e-7, F16 KV up to 2e-6, Q8_0/Q4_0 3e-3..1e-2;
+     * VERITY_TEST_VERBOSE=1 prints them):
+     *  F32, F16, BF16 weights: the reference uses the same dequantized weights, so the only
+     *    difference is float32 rounding (eps 6e-8) in sums of <= 128 terms, exp and rsqrt,
+     *    compounded over 2 layers and the logit projection: 2e-6.
+     *  F16 KV cache: K and V additionally rounded to 11 significant bits (rel. 4.9e-4 per
+     *    element, averaged by attention over many positions): 5e-5.
+     *  Q8_0/Q4_0 weights: activations are quantized to 8 bits per 32-block (rel. error up to
+     *    1/254 per element) before every matmul, ~10 quantized matmuls deep: 2.5e-2. */
+    const char *archs[] = {"llama", "qwen2", "qwen3"};
+    for (int ai = 0; ai < 3; ai++) {
+        for (int ti = 0; ti < 5; ti++) {
+            int type = types[ti];
+            if (ai > 0 && ti != 0 && ti != 3)
+                continue; /* variants: F32 and Q8_0 suffice for arch-specific ops */
+            for (int kvf = 0; kvf < 2; kvf++) {
+                bool q = type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0;
+                if (kvf && (q || ai > 0))
+                    continue;
+                const char *path = synth_path(archs[ai], type, ti % 2 == 0, 7 + (uint64_t)ti);
+                kn_isa isa;
+                T_OK(kn_isa_select(&isa));
+                run_env e;
+                env_open(&e, path, isa, kvf, 2, 64, 64);
+                int64_t n = 40, V = model_get_hparams(e.m)->n_vocab;
+                int32_t toks[40];
+                for (int i = 0; i < n; i++)
+                    toks[i] = (int32_t)((i * 37 + 11) % V);
+                int32_t blocks[4] = {3, 0, 2, 1};
+                fwd_seq s = {.tokens = toks, .n_tokens = (int32_t)n, .pos0 = 0, .blocks = blocks,
+                             .n_blocks = 4, .n_logits = (int32_t)n};
+                fwd_batch b = {.seqs = &s, .n_seqs = 1};
+                const float *lg;
+                int64_t no;
+                T_OK(fwd_run(e.fc, &b, &lg, &no));
+                T_EQ_INT(no, n);
+                double *ref = ref_forward(e.m, toks, n, kvf);
+                double maxref = 0, maxdiff = 0;
+                for (int64_t i = 0; i < n * V; i++) {
+                    if (fabs(ref[i]) > maxref)
+                        maxref = fabs(ref[i]);
+                    double d = fabs(lg[i] - ref[i]);
+                    if (d > maxdiff)
+                        maxdiff = d;
+                }
+                double tol = q ? 2.5e-2 : kvf ? 5e-5 : 2e-6;
+                if (getenv("VERITY_TEST_VERBOSE"))
+                    fprintf(stderr, "%s %s kv%s: rel %.3g (tol %g)\n", archs[ai], gguf_type_name(type), kvf ? "f16" : "f32", maxdiff / maxref, tol);
+                T_CHECKF(maxdiff <= tol * maxref, "%s %s kv%s: max diff %g, max |ref| %g (rel %g > %g)",
+                         archs[ai], gguf_type_name(type), kvf ? "f16" : "f32", maxdiff, maxref,
+                         maxdiff / maxref, tol);
+                free(ref);
+                env_close(&e);
+            }
+        }
+    }
+}
+
+/* ---- invariance ---- */
+
+#define INV_SEQS 12
+#define INV_MAXLEN 40
+
+typedef struct inv_case {
+    int32_t toks[INV_SEQS][INV_MAXLEN];
+    int32_t len[INV_SEQS];
+    float *gold; /* [seq][pos][V] */
+    int64_t V;
+} inv_case;
+
+/* Runs every sequence to completion with the given schedule: each step takes up to `batch`
+ * sequences (rotating, in an order shuffled by `order_seed`), each advancing by up to `chunk`
+ * tokens; logits for all positions are requested and compared with (or stored into) gold. */
+static void inv_run(inv_case *ic, const char *path, kn_isa isa, int threads, int batch, int chunk,
+                    uint64_t order_seed, bool store) {
+    run_env e;
+    env_open(&e, path, isa, true, threads, INV_SEQS * INV_MAXLEN, 200);
+    int32_t tables[INV_SEQS][4];
+    /* physical block ids depend on the schedule seed */
+    int32_t ids[INV_SEQS * 4];
+    for (int i = 0; i < INV_SEQS * 4; i++)
+        ids[i] = i;
+    uint64_t st = order_seed * 2654435761u + 1;
+    for (int i = INV_SEQS * 4 - 1; i > 0; i--) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        int j = (int)((st >> 33) % (uint64_t)(i + 1));
+        int32_t t = ids[i];
+        ids[i] = ids[j];
+        ids[j] = t;
+    }
+    for (int s = 0; s < INV_SEQS; s++)
+        for (int j = 0; j < 4; j++)
+            tables[s][j] = ids[s * 4 + j] + 100 * (int)(order_seed & 1);
+    int32_t done[INV_SEQS] = {0};
+    int order[INV_SEQS];
+    for (int i = 0; i < INV_SEQS; i++)
+        order[i] = i;
+    for (int i = INV_SEQS - 1; i > 0; i--) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        int j = (int)((st >> 33) % (uint64_t)(i + 1));
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    int remaining = INV_SEQS, cursor = 0;
+    while (remaining > 0) {
+        fwd_seq seqs[INV_SEQS];
+        int which[INV_SEQS];
+        int ns = 0;
+        for (int tries = 0; tries < INV_SEQS && ns < batch; tries++) {
+            int s = order[(cursor + tries) % INV_SEQS];
+            if (done[s] >= ic->len[s])
+                continue;
+            int32_t n = ic->len[s] - done[s];
+            if (n > chunk)
+                n = chunk;
+            seqs[ns] = (fwd_seq){.tokens = ic->toks[s] + done[s], .n_tokens = n,
+                                 .pos0 = done[s], .blocks = tables[s], .n_blocks = 4,
+                                 .n_logits = n};
+            which[ns++] = s;
+        }
+        cursor = (cursor + 1) % INV_SEQS;
+        fwd_batch b = {.seqs = seqs, .n_seqs = ns};
+        const float *lg;
+        int64_t no;
+        T_OK(fwd_run(e.fc, &b, &lg, &no));
+        int64_t o = 0;
+        for (int i = 0; i < ns; i++) {
+            int s = which[i];
+            for (int32_t k = 0; k < seqs[i].n_tokens; k++, o++) {
+                float *g = ic->gold + ((int64_t)s * INV_MAXLEN + done[s] + k) * ic->V;
+                if (store)
+                    memcpy(g, lg + o * ic->V, (size_t)ic->V * 4);
+                else
+                    T_CHECKF(memcmp(g, lg + o * ic->V, (size_t)ic->V * 4) == 0,
+                             "seq %d pos %d differs (isa %s threads %d batch %d chunk %d order %llu)",
+                             s, done[s] + k, kn_isa_name(isa), threads, batch, chunk,
+                             (unsigned long long)order_seed);
+            }
+            done[s] += seqs[i].n_tokens;
+            if (done[s] >= ic->len[s])
+                remaining--;
+        }
+    }
+    env_close(&e);
+}
+
+static void t_invariance(void) {
+    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0};
+    for (int ti = 0; ti < 3; ti++) {
+        const char *path = synth_path("llama", types[ti], false, 21);
+        inv_case ic;
+        model *m;
+        T_OK(model_load(path, KN_ISA_SCALAR, &m));
+        ic.V = model_get_hparams(m)->n_vocab;
+        model_destroy(m);
+        uint64_t st = 99 + (uint64_t)ti;
+        for (int s = 0; s < INV_SEQS; s++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            ic.len[s] = 1 + (int32_t)((st >> 33) % INV_MAXLEN);
+            for (int i = 0; i < ic.len[s]; i++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                ic.toks[s][i] = (int32_t)((st >> 33) % (uint64_t)ic.V);
+            }
+        }
+        ic.gold = malloc((size_t)(INV_SEQS * INV_MAXLEN * ic.V) * 4);
+        kn_isa best;
+        T_OK(kn_isa_select(&best));
+        /* gold: every sequence alone, one token per step, one thread */
+        inv_run(&ic, path, best, 1, 1, 1, 0, true);
+        const int batches[] = {1, 3, INV_SEQS};
+        const int chunks[] = {1, 3, 16, INV_MAXLEN};
+        for (int bi = 0; bi < 3; bi++)
+            for (int ci = 0; ci < 4; ci++)
+                for (int th = 1; th <= 2; th++)
+                    inv_run(&ic, path, best, th, batches[bi], chunks[ci], (uint64_t)(bi * 8 + ci + th),
+                            false);
+        /* every instruction set gives the same bits */
+        for (int isa = KN_ISA_SCALAR; isa <= KN_ISA_AVX512; isa++)
+            if (kn_isa_available((kn_isa)isa))
+                inv_run(&ic, path, (kn_isa)isa, 2, INV_SEQS, 7, 5, false);
+        free(ic.gold);
+    }
+}
+
+static void t_bad_input(void) {
+    const char *path = synth_path("llama", GGUF_TYPE_F32, true, 5);
+    run_env e;
+    env_open(&e, path, KN_ISA_SCALAR, false, 1, 8, 4);
+    int32_t toks[2] = {1, 99999};
+    int32_t blocks[1] = {0};
+    fwd_seq s = {.tokens = toks, .n_tokens = 2, .pos0 = 0, .blocks = blocks, .n_blocks = 1, .n_logits = 1};
+    fwd_batch b = {.seqs = &s, .n_seqs = 1};
+    const float *lg;
+    int64_t no;
+    T_EQ_INT(fwd_run(e.fc, &b, &lg, &no), ERR_INVAL);
+    T_CHECK(strstr(err_detail(), "99999"));
+    toks[1] = 5;
+    s.pos0 = 15; /* positions 15,16 need 2 blocks */
+    T_EQ_INT(fwd_run(e.fc, &b, &lg, &no), ERR_INVAL);
+    s.pos0 = 0;
+    s.n_tokens = 9; /* over max_tokens */
+    int32_t many[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    s.tokens = many;
+    T_EQ_INT(fwd_run(e.fc, &b, &lg, &no), ERR_INVAL);
+    env_close(&e);
+    /* malformed / unsupported models */
+    model *m;
+    T_EQ_INT(model_load("/nonexistent.gguf", KN_ISA_SCALAR, &m), ERR_IO);
+    char p2[512];
+    snprintf(p2, sizeof p2, "%s/noarch.gguf", test_tmpdir());
+    gguf_writer *w = gguf_writer_create();
+    gguf_writer_set_str(w, "general.architecture", "mamba", 5);
+    gguf_writer_write(w, p2);
+    gguf_writer_destroy(w);
+    T_EQ_INT(model_load(p2, KN_ISA_SCALAR, &m), ERR_UNSUPPORTED);
+    T_CHECK(strstr(err_detail(), "mamba"));
+}
+
+int main(void) {
+    test_run("model.reference_f64", t_reference);
+    test_run("model.invariance_forward", t_invariance);
+    test_run("model.bad_input", t_bad_input);
+    return test_summary();
+}
