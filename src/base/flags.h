@@ -33,6 +33,8 @@ enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL };
       "most sequences in one engine step")                                                         \
     X(CHUNK, "chunk", FLAG_KIND_INT, "512", "1:1048576",                                           \
       "most prompt tokens of one sequence prefilled in one step (chunked prefill)")                \
+    X(KV_MEM, "kv-mem", FLAG_KIND_INT, "0", "0:1048576",                                       \
+      "KV cache memory in MiB (0 = enough for max-batch full contexts)")                          \
     X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
       "compute threads spin briefly between parallel regions instead of sleeping at once")
 

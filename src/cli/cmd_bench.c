@@ -1,8 +1,306 @@
 /* SPDX-License-Identifier: MIT */
-/* cmd_bench: placeholder until the command lands. */
+/*
+ * cmd_bench: `verity bench [-m MODEL] [--type TYPE] [--batch 1,8,32] [--prompt 256] [--gen 64]
+ * [-t N] [--reps R] [--json]`.
+ *
+ * First measures this machine's roofline with the same threads (kn_roofline.h): the read
+ * bandwidth of a buffer larger than both the last-level cache and the model (max(1 GiB, 2x the
+ * weights)), and the fp32 FMA peak. Then, for each batch size b, through the real forward pass:
+ *   prefill: b prompts of P tokens, whole prompts per step (as many as fit in 4096 tokens);
+ *            tokens/s and the fraction of the FMA peak the matmul FLOPs reach;
+ *   decode:  b sequences advancing one token per step for G steps (next token = argmax);
+ *            tokens/s from the median step time, the fraction of the read bandwidth the weight
+ *            bytes per step reach, and the fraction of the FMA peak.
+ * Prefill is repeated R times (median). Without -m it runs the synthetic 0.5b model of --type
+ * (default f16), made once and cached under $XDG_CACHE_HOME/verity (or ~/.cache/verity).
+ */
+#include "base/clock.h"
+#include "base/cpu.h"
+#include "base/err.h"
+#include "base/flags.h"
+#include "base/pool.h"
+#include "base/strbuf.h"
 #include "cli/cli.h"
+#include "cli/cli_model.h"
+#include "gguf/gguf.h"
+#include "kernels/kn_roofline.h"
+#include "kv/kv_pool.h"
+#include "model/forward.h"
+#include "model/synth.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BENCH_MAX_BATCHES 16
+#define BENCH_STEP_TOKENS 4096
+
+static int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Path of the cached synthetic 0.5b model of type, creating it if absent. */
+static int bench_default_model(int type, char *path, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[512];
+    if (xdg && *xdg)
+        snprintf(dir, sizeof dir, "%s/verity", xdg);
+    else
+        snprintf(dir, sizeof dir, "%s/.cache/verity", home && *home ? home : "/tmp");
+    char parent[512];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash) {
+        *slash = 0;
+        mkdir(parent, 0755);
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return err_set(ERR_IO, "%s: cannot create cache directory: %s", dir, strerror(errno));
+    snprintf(path, cap, "%s/synth-0.5b-%s-seed1.gguf", dir, gguf_type_name(type));
+    if (access(path, R_OK) == 0)
+        return 0;
+    fprintf(stderr, "verity bench: making the synthetic 0.5b %s model (once) at %s\n",
+            gguf_type_name(type), path);
+    synth_opts o = {.shape = "0.5b", .type = type, .seed = 1};
+    return synth_write(&o, path);
+}
+
+static int32_t bench_argmax(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return (int32_t)best;
+}
+
+typedef struct bench_row {
+    int b;
+    double prefill_tok_s, prefill_fma;
+    double decode_tok_s, decode_bw, decode_fma;
+} bench_row;
+
 int cmd_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_usage_error("bench", "not built yet");
+    const char *model_path = NULL;
+    int type = GGUF_TYPE_F16;
+    int batches[BENCH_MAX_BATCHES] = {1, 8, 32};
+    int n_batches = 3;
+    int64_t P = 256, G = 64, reps = 3;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        }
+        if (!(v = cli_next("bench", argc, argv, &i)))
+            return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            model_path = v;
+        } else if (!strcmp(a, "--type")) {
+            type = gguf_type_from_name(v);
+            if (type < 0 || !kn_type_supported(type))
+                return cli_usage_error("bench", "--type: unsupported type '%s'", v);
+        } else if (!strcmp(a, "--batch")) {
+            n_batches = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                int64_t b;
+                if (n_batches == BENCH_MAX_BATCHES ||
+                    cli_parse_i64("bench", "--batch", tok, 1, 1024, &b))
+                    return 2;
+                batches[n_batches++] = (int)b;
+            }
+            if (!n_batches)
+                return cli_usage_error("bench", "--batch: empty list");
+        } else if (!strcmp(a, "--prompt")) {
+            if (cli_parse_i64("bench", a, v, 1, BENCH_STEP_TOKENS, &P))
+                return 2;
+        } else if (!strcmp(a, "--gen")) {
+            if (cli_parse_i64("bench", a, v, 1, 100000, &G))
+                return 2;
+        } else if (!strcmp(a, "--reps")) {
+            if (cli_parse_i64("bench", a, v, 1, 100, &reps))
+                return 2;
+        } else if (!strcmp(a, "-t")) {
+            if (flags_set("threads", v))
+                return cli_usage_error("bench", "%s", err_detail());
+        } else {
+            return cli_usage_error("bench", "unknown option '%s'", a);
+        }
+    }
+    char cached[1024];
+    if (!model_path && !getenv("MODEL")) {
+        int rc = bench_default_model(type, cached, sizeof cached);
+        if (rc)
+            return cli_fail("bench", rc);
+        model_path = cached;
+    }
+    cli_model cm;
+    int status = cli_model_open("bench", model_path, &cm);
+    if (status)
+        return status;
+    const model_hparams *hp = model_get_hparams(cm.m);
+    int threads = (int)flags_int(FLAG_THREADS);
+    if (threads <= 0)
+        threads = cpu_count_online();
+    int max_b = 1;
+    for (int i = 0; i < n_batches; i++)
+        if (batches[i] > max_b)
+            max_b = batches[i];
+
+    /* roofline, on a pool of the same size as the forward pass's */
+    pool *rp;
+    if (pool_create(threads, &rp)) {
+        cli_model_close(&cm);
+        return cli_fail("bench", ERR_NOMEM);
+    }
+    size_t wbytes = model_weight_bytes(cm.m);
+    size_t bw_bytes = (size_t)1 << 30;
+    if (2 * wbytes > bw_bytes)
+        bw_bytes = 2 * wbytes;
+    double bw = kn_roofline_read_gbs(rp, bw_bytes, 5, cm.isa);
+    double fma = kn_roofline_fma_gflops(rp, 3, cm.isa);
+    pool_destroy(rp);
+    if (bw <= 0) {
+        cli_model_close(&cm);
+        return cli_fail("bench", ERR_NOMEM);
+    }
+    double flops_tok = model_flops_per_token(cm.m);
+    if (!json) {
+        printf("machine: %s, isa %s, %d threads\n", cpu_model_name(), kn_isa_name(cm.isa), threads);
+        printf("roofline: read %.1f GB/s (%.2f GB buffer), fp32 FMA %.1f GFLOP/s\n", bw,
+               (double)bw_bytes / 1e9, fma);
+        printf("model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
+               hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+               (long long)hp->n_embd, (double)wbytes / 1e6, flops_tok / 1e9);
+        printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
+               "of BW", "of FMA");
+        fflush(stdout);
+    }
+
+    /* one KV pool and forward context for the largest batch */
+    int64_t bs = flags_int(FLAG_KV_BLOCK);
+    int64_t blocks_per = (P + G + bs - 1) / bs;
+    kv_pool_opts ko = {.n_layer = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .block_size = bs, .n_blocks = blocks_per * max_b,
+                       .f16 = strcmp(flags_str(FLAG_KV_DTYPE), "f16") == 0};
+    int64_t step_tokens = P > BENCH_STEP_TOKENS ? P : BENCH_STEP_TOKENS;
+    if (step_tokens < max_b)
+        step_tokens = max_b;
+    kv_pool *kv = NULL;
+    fwd_ctx *fc = NULL;
+    int rc = kv_pool_create(&ko, &kv);
+    if (!rc)
+        rc = fwd_ctx_create(cm.m, kv, step_tokens, max_b, threads, flags_int(FLAG_ATTN_CHUNK), &fc);
+    int32_t *blocks = malloc((size_t)(blocks_per * max_b) * sizeof(int32_t));
+    int32_t *toks = malloc((size_t)(P * max_b) * sizeof(int32_t));
+    fwd_seq *seqs = malloc((size_t)max_b * sizeof(fwd_seq));
+    int32_t *next = malloc((size_t)max_b * sizeof(int32_t));
+    double *times = malloc((size_t)(G > reps ? G : reps) * sizeof(double));
+    bench_row rows[BENCH_MAX_BATCHES];
+    if (!rc && (!blocks || !toks || !seqs || !next || !times))
+        rc = err_set(ERR_NOMEM, "bench: out of memory");
+    for (int64_t i = 0; !rc && i < blocks_per * max_b; i++)
+        blocks[i] = (int32_t)i;
+    for (int64_t i = 0; !rc && i < P * max_b; i++)
+        toks[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
+    for (int bi = 0; !rc && bi < n_batches; bi++) {
+        int b = batches[bi];
+        const float *lg;
+        int64_t no;
+        /* prefill: whole prompts per step */
+        int per_step = (int)(step_tokens / P);
+        if (per_step > b)
+            per_step = b;
+        for (int64_t r = 0; r < reps && !rc; r++) {
+            int64_t t0 = clock_now_ns();
+            for (int s0 = 0; s0 < b && !rc; s0 += per_step) {
+                int ns = b - s0 < per_step ? b - s0 : per_step;
+                for (int s = 0; s < ns; s++)
+                    seqs[s] = (fwd_seq){.tokens = toks + (s0 + s) * P, .n_tokens = (int32_t)P,
+                                        .pos0 = 0, .blocks = blocks + (s0 + s) * blocks_per,
+                                        .n_blocks = (int32_t)blocks_per, .n_logits = 1};
+                fwd_batch fb = {.seqs = seqs, .n_seqs = ns};
+                rc = fwd_run(fc, &fb, &lg, &no);
+                for (int s = 0; !rc && s < ns; s++)
+                    next[s0 + s] = bench_argmax(lg + s * hp->n_vocab, hp->n_vocab);
+            }
+            times[r] = (double)(clock_now_ns() - t0) * 1e-9;
+        }
+        if (rc)
+            break;
+        double tp = bench_median(times, (int)reps);
+        rows[bi].b = b;
+        rows[bi].prefill_tok_s = (double)b * (double)P / tp;
+        rows[bi].prefill_fma = flops_tok * rows[bi].prefill_tok_s / (fma * 1e9);
+        /* decode */
+        for (int64_t g = 0; g < G && !rc; g++) {
+            for (int s = 0; s < b; s++)
+                seqs[s] = (fwd_seq){.tokens = &next[s], .n_tokens = 1, .pos0 = (int32_t)(P + g),
+                                    .blocks = blocks + s * blocks_per,
+                                    .n_blocks = (int32_t)blocks_per, .n_logits = 1};
+            fwd_batch fb = {.seqs = seqs, .n_seqs = b};
+            int64_t t0 = clock_now_ns();
+            rc = fwd_run(fc, &fb, &lg, &no);
+            times[g] = (double)(clock_now_ns() - t0) * 1e-9;
+            for (int s = 0; !rc && s < b; s++)
+                next[s] = bench_argmax(lg + s * hp->n_vocab, hp->n_vocab);
+        }
+        if (rc)
+            break;
+        double td = bench_median(times, (int)G);
+        rows[bi].decode_tok_s = (double)b / td;
+        rows[bi].decode_bw = (double)wbytes / td / (bw * 1e9);
+        rows[bi].decode_fma = flops_tok * (double)b / td / (fma * 1e9);
+        if (!json) {
+            printf("%6d %14.1f %8.1f%% %14.1f %8.1f%% %8.1f%%\n", b, rows[bi].prefill_tok_s,
+                   100 * rows[bi].prefill_fma, rows[bi].decode_tok_s, 100 * rows[bi].decode_bw,
+                   100 * rows[bi].decode_fma);
+            fflush(stdout);
+        }
+    }
+    if (rc) {
+        status = cli_fail("bench", rc);
+    } else if (json) {
+        strbuf sb;
+        strbuf_init(&sb);
+        strbuf_printf(&sb, "{\"machine\":{\"cpu\":");
+        strbuf_json_str(&sb, cpu_model_name(), strlen(cpu_model_name()), false);
+        strbuf_printf(&sb, ",\"isa\":\"%s\",\"threads\":%d,\"read_gbs\":%.3f,\"read_buffer_bytes\":%zu,"
+                           "\"fma_gflops\":%.3f},",
+                      kn_isa_name(cm.isa), threads, bw, bw_bytes, fma);
+        strbuf_printf(&sb, "\"model\":{\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
+                           "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
+                      hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+                      (long long)hp->n_embd, wbytes, flops_tok / 1e9);
+        strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"results\":[", (long long)P, (long long)G);
+        for (int i = 0; i < n_batches; i++)
+            strbuf_printf(&sb,
+                          "%s{\"batch\":%d,\"prefill_tok_s\":%.3f,\"prefill_fma_frac\":%.4f,"
+                          "\"decode_tok_s\":%.3f,\"decode_bw_frac\":%.4f,\"decode_fma_frac\":%.4f}",
+                          i ? "," : "", rows[i].b, rows[i].prefill_tok_s, rows[i].prefill_fma,
+                          rows[i].decode_tok_s, rows[i].decode_bw, rows[i].decode_fma);
+        strbuf_puts(&sb, "]}\n");
+        fwrite(sb.data, 1, sb.len, stdout);
+        strbuf_deinit(&sb);
+    }
+    free(blocks);
+    free(toks);
+    free(seqs);
+    free(next);
+    free(times);
+    fwd_ctx_destroy(fc);
+    kv_pool_destroy(kv);
+    cli_model_close(&cm);
+    return status;
 }

@@ -1,8 +1,434 @@
 /* SPDX-License-Identifier: MIT */
-/* cmd_generate: placeholder until the command lands. */
+/*
+ * cmd_generate: text generation from the command line.
+ *
+ *   verity generate [-m MODEL] -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
+ *                   [--seed S] [--repeat-penalty R] [--frequency-penalty F]
+ *                   [--presence-penalty P] [--ctx N] [--ignore-eos] [-t THREADS]
+ *     prints only the generated continuation on stdout, streamed as it is produced.
+ *   verity generate [-m MODEL] --prompts FILE.jsonl [--max-batch B] [--chunk C] [-t THREADS]
+ *                   [--logits-digest]
+ *     runs every prompt through one engine with continuous batching and prints one JSON line per
+ *     prompt, in input order: {"index":i,"tokens":[...],"text":"..."} (plus "logits_digest", an
+ *     FNV-1a 64 hash of every logits row a token was drawn from, with --logits-digest).
+ *     Input lines: {"prompt":"...","n":64,"seed":1,"temperature":0,...} with the same optional
+ *     sampling fields as the options above (top_k, top_p, min_p, repeat_penalty,
+ *     frequency_penalty, presence_penalty). Every line is validated before anything runs.
+ *
+ * Defaults: n = 64, temperature 0.8, top-p 0.95, min-p 0.05, seed 0 (runs are deterministic
+ * unless --seed changes). The prompt is tokenized with the vocabulary's BOS rule. Timing goes to
+ * stderr.
+ */
+#include "base/arena.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/flags.h"
+#include "base/json.h"
+#include "base/strbuf.h"
 #include "cli/cli.h"
+#include "cli/cli_model.h"
+#include "engine/engine.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gen_item {
+    int32_t *prompt;
+    int32_t n_prompt;
+    int32_t n;
+    sample_params sp;
+    int32_t *out;
+    int32_t n_out;
+    uint64_t digest;
+    bool done;
+    tokenizer_stream ts; /* streaming mode only */
+} gen_item;
+
+typedef struct gen_ctx {
+    const tokenizer *tok;
+    int64_t n_vocab;
+    gen_item *items;
+    bool stream;
+    bool digest;
+    strbuf sb;
+} gen_ctx;
+
+static uint64_t gen_fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void gen_on_event(void *ud, const engine_event *ev) {
+    gen_ctx *g = ud;
+    gen_item *it = &g->items[ev->req_id];
+    if (ev->logits && g->digest)
+        it->digest = gen_fnv(it->digest, ev->logits, (size_t)g->n_vocab * sizeof(float));
+    if (ev->token >= 0) {
+        it->out[it->n_out++] = ev->token;
+        if (g->stream) {
+            strbuf_reset(&g->sb);
+            tokenizer_stream_push(&it->ts, ev->token, &g->sb);
+            fwrite(g->sb.data, 1, g->sb.len, stdout);
+            fflush(stdout);
+        }
+    }
+    if (ev->finish != ENGINE_FINISH_NONE) {
+        it->done = true;
+        if (g->stream) {
+            strbuf_reset(&g->sb);
+            tokenizer_stream_flush(&it->ts, &g->sb);
+            fwrite(g->sb.data, 1, g->sb.len, stdout);
+            fflush(stdout);
+        }
+    }
+}
+
+static int gen_tokenize(const char *cmd, const tokenizer *tok, const char *text, size_t len,
+                        gen_item *it) {
+    size_t cap = tokenizer_max_tokens(len);
+    it->prompt = malloc(cap * sizeof(int32_t));
+    if (!it->prompt)
+        return cli_fail(cmd, err_set(ERR_NOMEM, "out of memory"));
+    size_t n;
+    int rc = tokenizer_encode(tok, text, len, true, false, it->prompt, cap, &n);
+    if (rc)
+        return cli_fail(cmd, rc);
+    if (n == 0)
+        return cli_usage_error(cmd, "the prompt encodes to no tokens");
+    it->n_prompt = (int32_t)n;
+    return 0;
+}
+
+typedef struct gen_field {
+    const char *key;
+    char kind; /* 'd' double, 'i' int32 */
+    size_t off;
+} gen_field;
+
+static const gen_field gen_fields[] = {
+    {"temperature", 'd', offsetof(sample_params, temperature)},
+    {"top_k", 'i', offsetof(sample_params, top_k)},
+    {"top_p", 'd', offsetof(sample_params, top_p)},
+    {"min_p", 'd', offsetof(sample_params, min_p)},
+    {"repeat_penalty", 'd', offsetof(sample_params, repetition_penalty)},
+    {"frequency_penalty", 'd', offsetof(sample_params, frequency_penalty)},
+    {"presence_penalty", 'd', offsetof(sample_params, presence_penalty)},
+};
+
+static void gen_default_params(sample_params *sp) {
+    *sp = sample_params_default();
+    sp->temperature = 0.8;
+    sp->top_p = 0.95;
+    sp->min_p = 0.05;
+    sp->seed = 0;
+}
+
+/* Parses one JSONL line into it. Returns 0 or prints "FILE:LINE: ..." and returns 2. */
+static int gen_parse_line(const char *file, int line_no, const char *line, size_t len,
+                          const tokenizer *tok, gen_item *it) {
+    arena *a = arena_create(0, 0);
+    json_value *v;
+    int rc = a ? json_parse(a, line, len, &v) : ERR_NOMEM;
+    if (rc) {
+        arena_destroy(a);
+        return cli_usage_error("generate", "%s:%d: %s", file, line_no, err_detail());
+    }
+    int status = 0;
+    const char *p;
+    size_t pl;
+    int64_t iv;
+    double dv;
+    gen_default_params(&it->sp);
+    it->n = 64;
+    if (v->type != JSON_OBJECT) {
+        status = cli_usage_error("generate", "%s:%d: each line must be a JSON object", file, line_no);
+        goto out;
+    }
+    if (!json_as_str(json_get(v, "prompt"), &p, &pl)) {
+        status = cli_usage_error("generate", "%s:%d: \"prompt\" (a string) is required", file,
+                                 line_no);
+        goto out;
+    }
+    const json_value *f;
+    if ((f = json_get(v, "n")) && (!json_as_int(f, &iv) || iv < 0 || iv > 1000000)) {
+        status = cli_usage_error("generate", "%s:%d: \"n\" must be an integer in 0..1000000", file,
+                                 line_no);
+        goto out;
+    }
+    if (f)
+        it->n = (int32_t)iv;
+    if ((f = json_get(v, "seed"))) {
+        if (!json_as_int(f, &iv) || iv < 0) {
+            status = cli_usage_error("generate", "%s:%d: \"seed\" must be a non-negative integer",
+                                     file, line_no);
+            goto out;
+        }
+        it->sp.seed = (uint64_t)iv;
+    }
+    for (size_t i = 0; i < sizeof gen_fields / sizeof *gen_fields; i++) {
+        if (!(f = json_get(v, gen_fields[i].key)))
+            continue;
+        bool ok = gen_fields[i].kind == 'd' ? json_as_double(f, &dv)
+                                            : (json_as_int(f, &iv) && iv >= 0 && iv <= INT32_MAX);
+        if (!ok) {
+            status = cli_usage_error("generate", "%s:%d: \"%s\" must be a number", file, line_no,
+                                     gen_fields[i].key);
+            goto out;
+        }
+        if (gen_fields[i].kind == 'd')
+            *(double *)((char *)&it->sp + gen_fields[i].off) = dv;
+        else
+            *(int32_t *)((char *)&it->sp + gen_fields[i].off) = (int32_t)iv;
+    }
+    if ((rc = sample_params_validate(&it->sp))) {
+        status = cli_usage_error("generate", "%s:%d: %s", file, line_no, err_detail());
+        goto out;
+    }
+    status = gen_tokenize("generate", tok, p, pl, it);
+out:
+    arena_destroy(a);
+    return status;
+}
+
+static int gen_read_prompts(const char *file, const tokenizer *tok, gen_item **items_out,
+                            int32_t *n_out) {
+    FILE *f = fopen(file, "rb");
+    if (!f)
+        return cli_usage_error("generate", "%s: cannot open", file);
+    gen_item *items = NULL;
+    int32_t n = 0, cap = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    int line_no = 0, status = 0;
+    while ((len = getline(&line, &lcap, f)) >= 0) {
+        line_no++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            len--;
+        size_t k = 0;
+        while (k < (size_t)len && (line[k] == ' ' || line[k] == '\t'))
+            k++;
+        if (k == (size_t)len)
+            continue; /* blank line */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            gen_item *ni = realloc(items, (size_t)cap * sizeof *ni);
+            if (!ni) {
+                status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+                break;
+            }
+            items = ni;
+        }
+        memset(&items[n], 0, sizeof items[n]);
+        if ((status = gen_parse_line(file, line_no, line, (size_t)len, tok, &items[n++])))
+            break;
+    }
+    free(line);
+    fclose(f);
+    if (!status && n == 0)
+        status = cli_usage_error("generate", "%s: no prompts", file);
+    *items_out = items;
+    *n_out = n;
+    return status;
+}
+
+static void gen_print_item(gen_ctx *g, int32_t i) {
+    gen_item *it = &g->items[i];
+    strbuf_reset(&g->sb);
+    strbuf_printf(&g->sb, "{\"index\":%d,\"tokens\":[", i);
+    for (int32_t k = 0; k < it->n_out; k++)
+        strbuf_printf(&g->sb, k ? ",%d" : "%d", it->out[k]);
+    strbuf_puts(&g->sb, "],\"text\":");
+    strbuf text;
+    strbuf_init(&text);
+    tokenizer_decode(g->tok, it->out, (size_t)it->n_out, false, &text);
+    strbuf_json_str(&g->sb, text.data, text.len, false);
+    strbuf_deinit(&text);
+    if (g->digest)
+        strbuf_printf(&g->sb, ",\"logits_digest\":\"%016llx\"", (unsigned long long)it->digest);
+    strbuf_puts(&g->sb, "}\n");
+    fwrite(g->sb.data, 1, g->sb.len, stdout);
+}
+
 int cmd_generate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_usage_error("generate", "not built yet");
+    const char *model_path = NULL, *prompt = NULL, *prompts_file = NULL;
+    int64_t n = 64, ctx = 0;
+    bool ignore_eos = false, digest = false;
+    sample_params sp;
+    gen_default_params(&sp);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        double d;
+        int64_t iv;
+#define NEXT()                                                                                     \
+    do {                                                                                           \
+        if (!(v = cli_next("generate", argc, argv, &i)))                                           \
+            return 2;                                                                              \
+    } while (0)
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            NEXT();
+            model_path = v;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            NEXT();
+            prompt = v;
+        } else if (!strcmp(a, "--prompts")) {
+            NEXT();
+            prompts_file = v;
+        } else if (!strcmp(a, "-n")) {
+            NEXT();
+            if (cli_parse_i64("generate", a, v, 0, 1000000, &n))
+                return 2;
+        } else if (!strcmp(a, "--ctx")) {
+            NEXT();
+            if (cli_parse_i64("generate", a, v, 1, 1 << 24, &ctx))
+                return 2;
+        } else if (!strcmp(a, "--temp")) {
+            NEXT();
+            if (cli_parse_f64("generate", a, v, 0, 100, &sp.temperature))
+                return 2;
+        } else if (!strcmp(a, "--top-k")) {
+            NEXT();
+            if (cli_parse_i64("generate", a, v, 0, INT32_MAX, &iv))
+                return 2;
+            sp.top_k = (int32_t)iv;
+        } else if (!strcmp(a, "--top-p")) {
+            NEXT();
+            if (cli_parse_f64("generate", a, v, 0, 1, &sp.top_p))
+                return 2;
+        } else if (!strcmp(a, "--min-p")) {
+            NEXT();
+            if (cli_parse_f64("generate", a, v, 0, 1, &sp.min_p))
+                return 2;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            NEXT();
+            if (cli_parse_f64("generate", a, v, 0, 100, &d))
+                return 2;
+            sp.repetition_penalty = d;
+        } else if (!strcmp(a, "--frequency-penalty")) {
+            NEXT();
+            if (cli_parse_f64("generate", a, v, -2, 2, &sp.frequency_penalty))
+                return 2;
+        } else if (!strcmp(a, "--presence-penalty")) {
+            NEXT();
+            if (cli_parse_f64("generate", a, v, -2, 2, &sp.presence_penalty))
+                return 2;
+        } else if (!strcmp(a, "--seed")) {
+            NEXT();
+            if (cli_parse_i64("generate", a, v, 0, INT64_MAX, &iv))
+                return 2;
+            sp.seed = (uint64_t)iv;
+        } else if (!strcmp(a, "-t")) {
+            NEXT();
+            if (flags_set("threads", v))
+                return cli_usage_error("generate", "%s", err_detail());
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
+        } else if (!strcmp(a, "--logits-digest")) {
+            digest = true;
+        } else {
+            return cli_usage_error("generate", "unknown option '%s' (see verity generate --help)",
+                                   a);
+        }
+#undef NEXT
+    }
+    if (!prompt == !prompts_file)
+        return cli_usage_error("generate", "give exactly one of -p TEXT or --prompts FILE.jsonl");
+    if (sample_params_validate(&sp))
+        return cli_usage_error("generate", "%s", err_detail());
+
+    cli_model cm;
+    int status = cli_model_open("generate", model_path, &cm);
+    if (status)
+        return status;
+    gen_ctx g = {.tok = cm.tok, .n_vocab = model_get_hparams(cm.m)->n_vocab, .digest = digest,
+                 .stream = prompt != NULL};
+    strbuf_init(&g.sb);
+    int32_t n_items = 0;
+    engine *e = NULL;
+    if (prompt) {
+        g.items = calloc(1, sizeof *g.items);
+        n_items = 1;
+        if (!g.items) {
+            status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+            goto done;
+        }
+        g.items[0].sp = sp;
+        g.items[0].n = (int32_t)n;
+        if ((status = gen_tokenize("generate", cm.tok, prompt, strlen(prompt), &g.items[0])))
+            goto done;
+        tokenizer_stream_init(&g.items[0].ts, cm.tok, true);
+    } else if ((status = gen_read_prompts(prompts_file, cm.tok, &g.items, &n_items))) {
+        goto done;
+    }
+    engine_opts eo;
+    engine_opts_from_flags(&eo, cm.m);
+    if (ctx)
+        eo.n_ctx = ctx;
+    /* size the KV pool for what these prompts need at most, max_batch at a time */
+    int64_t per = 0;
+    for (int32_t i = 0; i < n_items; i++) {
+        int64_t need = (int64_t)g.items[i].n_prompt + g.items[i].n;
+        if (need > eo.n_ctx)
+            need = eo.n_ctx;
+        if (need > per)
+            per = need;
+    }
+    if (flags_int(FLAG_KV_MEM) == 0)
+        eo.kv_blocks = ((per + eo.block_size - 1) / eo.block_size) *
+                       (n_items < eo.max_batch ? n_items : eo.max_batch);
+    int rc = engine_create(cm.m, cm.tok, &eo, &e);
+    if (rc) {
+        status = cli_fail("generate", rc);
+        goto done;
+    }
+    for (int32_t i = 0; i < n_items; i++) {
+        gen_item *it = &g.items[i];
+        it->out = malloc(((size_t)it->n + 1) * sizeof(int32_t));
+        it->digest = 1469598103934665603ull;
+        engine_req r = {.id = (uint64_t)i, .prompt = it->prompt, .n_prompt = it->n_prompt,
+                        .sp = it->sp, .max_tokens = it->n, .ignore_eog = ignore_eos,
+                        .cb = gen_on_event, .ud = &g};
+        if (!it->out) {
+            status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+            goto done;
+        }
+        if ((rc = engine_submit(e, &r))) {
+            status = cli_usage_error("generate", "prompt %d: %s", i, err_detail());
+            goto done;
+        }
+    }
+    int64_t t0 = clock_now_ns(), n_gen = 0, n_prompt_tok = 0;
+    int32_t next_print = 0;
+    while (engine_busy(e)) {
+        if ((rc = engine_step(e))) {
+            status = cli_fail("generate", rc);
+            goto done;
+        }
+        while (!g.stream && next_print < n_items && g.items[next_print].done)
+            gen_print_item(&g, next_print++);
+    }
+    fflush(stdout);
+    double dt = (double)(clock_now_ns() - t0) * 1e-9;
+    for (int32_t i = 0; i < n_items; i++) {
+        n_gen += g.items[i].n_out;
+        n_prompt_tok += g.items[i].n_prompt;
+    }
+    if (g.stream)
+        fputc('\n', stderr);
+    fprintf(stderr, "verity: %d prompt(s), %lld prompt tokens, %lld generated in %.3f s (%.1f tok/s)\n",
+            n_items, (long long)n_prompt_tok, (long long)n_gen, dt, dt > 0 ? (double)n_gen / dt : 0.0);
+done:
+    engine_destroy(e);
+    for (int32_t i = 0; g.items && i < n_items; i++) {
+        free(g.items[i].prompt);
+        free(g.items[i].out);
+    }
+    free(g.items);
+    strbuf_deinit(&g.sb);
+    cli_model_close(&cm);
+    return status;
 }

@@ -1,0 +1,367 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine: see engine.h. A sequence's state is its token array (prompt, then each sampled token
+ * appended), n_done (how many of them already have K/V in the pool), its block table, reserved at
+ * admission for its whole context, and its sampler. A sequence is "prefilling" while
+ * n_toks - n_done > 1 and "decoding" when exactly its last sampled token remains to be fed.
+ * Batches are built decoding sequences first (one token each, never starved), then prefilling
+ * ones in admission order with chunks limited by `chunk` and the remaining token budget.
+ * All per-request memory is allocated at submit/admission; engine_step itself does not allocate.
+ */
+#include "engine/engine.h"
+#include "base/check.h"
+#include "base/cpu.h"
+#include "base/err.h"
+#include "base/flags.h"
+#include "base/log.h"
+#include "kv/kv_pool.h"
+#include "model/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct eng_seq {
+    uint64_t id;
+    int32_t *toks;
+    int32_t n_prompt, n_toks, n_done, cap;
+    int32_t max_tokens, n_gen;
+    int32_t *blocks;
+    int32_t n_blocks;
+    sampler *smp;
+    bool ignore_eog;
+    bool cancelled; /* engine_cancel: reported and reaped at the next step */
+    bool finished;  /* its last event was reported during this step */
+    engine_cb cb;
+    void *ud;
+    struct eng_seq *next;
+} eng_seq;
+
+struct engine {
+    model *m;
+    const tokenizer *tok;
+    engine_opts o;
+    int64_t n_vocab;
+    kv_pool *kv;
+    fwd_ctx *fc;
+    int64_t budget;
+    eng_seq **running;
+    int32_t n_running;
+    eng_seq *wait_head, *wait_tail;
+    int64_t n_waiting;
+    fwd_seq *fs;
+    eng_seq **fs_owner;
+    sample_result sr;
+};
+
+void engine_opts_from_flags(engine_opts *o, const model *m) {
+    const model_hparams *hp = model_get_hparams(m);
+    memset(o, 0, sizeof *o);
+    o->max_batch = (int32_t)flags_int(FLAG_MAX_BATCH);
+    o->chunk = (int32_t)flags_int(FLAG_CHUNK);
+    o->n_ctx = hp->n_ctx_train;
+    o->block_size = (int32_t)flags_int(FLAG_KV_BLOCK);
+    o->kv_f16 = strcmp(flags_str(FLAG_KV_DTYPE), "f16") == 0;
+    o->attn_chunk = flags_int(FLAG_ATTN_CHUNK);
+    o->threads = (int)flags_int(FLAG_THREADS);
+    if (o->threads <= 0)
+        o->threads = cpu_count_online();
+    int64_t per_seq = (o->n_ctx + o->block_size - 1) / o->block_size;
+    o->kv_blocks = per_seq * o->max_batch;
+    int64_t mib = flags_int(FLAG_KV_MEM);
+    size_t block_bytes = (size_t)(o->kv_f16 ? 2 : 4) * (size_t)(hp->n_head_kv * hp->head_dim) *
+                         (size_t)o->block_size * 2 * (size_t)hp->n_layer;
+    if (mib > 0)
+        o->kv_blocks = (int64_t)(((size_t)mib << 20) / block_bytes);
+}
+
+int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine **out) {
+    *out = NULL;
+    const model_hparams *hp = model_get_hparams(m);
+    if (o->max_batch <= 0 || o->chunk <= 0 || o->block_size <= 0 || o->kv_blocks <= 0 ||
+        o->threads <= 0 || o->attn_chunk <= 0 || o->n_ctx < 0)
+        return err_set(ERR_INVAL, "engine: invalid options (batch %d, chunk %d, block %d, "
+                                  "blocks %lld, threads %d)",
+                       o->max_batch, o->chunk, o->block_size, (long long)o->kv_blocks, o->threads);
+    engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return err_set(ERR_NOMEM, "engine: out of memory");
+    e->m = m;
+    e->tok = tok;
+    e->o = *o;
+    if (e->o.n_ctx == 0)
+        e->o.n_ctx = hp->n_ctx_train;
+    e->n_vocab = hp->n_vocab;
+    e->budget = (int64_t)o->chunk + o->max_batch;
+    kv_pool_opts ko = {.n_layer = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .block_size = o->block_size, .n_blocks = o->kv_blocks, .f16 = o->kv_f16};
+    int rc = kv_pool_create(&ko, &e->kv);
+    if (!rc)
+        rc = fwd_ctx_create(m, e->kv, e->budget, o->max_batch, o->threads, o->attn_chunk, &e->fc);
+    e->running = calloc((size_t)o->max_batch, sizeof *e->running);
+    e->fs = calloc((size_t)o->max_batch, sizeof *e->fs);
+    e->fs_owner = calloc((size_t)o->max_batch, sizeof *e->fs_owner);
+    if (!rc && (!e->running || !e->fs || !e->fs_owner))
+        rc = err_set(ERR_NOMEM, "engine: out of memory");
+    if (rc) {
+        engine_destroy(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+static void eng_seq_free(engine *e, eng_seq *s) {
+    if (!s)
+        return;
+    for (int32_t i = 0; i < s->n_blocks; i++)
+        kv_block_unref(e->kv, s->blocks[i]);
+    sampler_destroy(s->smp);
+    free(s->blocks);
+    free(s->toks);
+    free(s);
+}
+
+void engine_destroy(engine *e) {
+    if (!e)
+        return;
+    for (int32_t i = 0; i < e->n_running; i++)
+        eng_seq_free(e, e->running[i]);
+    for (eng_seq *s = e->wait_head; s;) {
+        eng_seq *n = s->next;
+        eng_seq_free(e, s);
+        s = n;
+    }
+    fwd_ctx_destroy(e->fc);
+    kv_pool_destroy(e->kv);
+    free(e->running);
+    free(e->fs);
+    free(e->fs_owner);
+    free(e);
+}
+
+/* Positions a request can occupy, and the blocks that takes. */
+static int64_t eng_ctx_need(const engine *e, int32_t n_prompt, int32_t max_tokens) {
+    int64_t need = (int64_t)n_prompt + max_tokens;
+    return need < e->o.n_ctx ? need : e->o.n_ctx;
+}
+
+static int64_t eng_blocks_need(const engine *e, int64_t positions) {
+    return (positions + e->o.block_size - 1) / e->o.block_size;
+}
+
+int engine_submit(engine *e, const engine_req *r) {
+    if (r->n_prompt <= 0 || !r->prompt)
+        return err_set(ERR_INVAL, "request %llu: empty prompt", (unsigned long long)r->id);
+    if (r->max_tokens < 0)
+        return err_set(ERR_INVAL, "request %llu: max_tokens %d is negative",
+                       (unsigned long long)r->id, r->max_tokens);
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
+            return err_set(ERR_INVAL, "request %llu: prompt token %d outside the vocabulary",
+                           (unsigned long long)r->id, r->prompt[i]);
+    if (r->n_prompt >= e->o.n_ctx)
+        return err_set(ERR_RANGE, "prompt of %d tokens does not fit the context of %lld tokens",
+                       r->n_prompt, (long long)e->o.n_ctx);
+    int64_t blocks = eng_blocks_need(e, eng_ctx_need(e, r->n_prompt, r->max_tokens));
+    if (blocks > kv_pool_n_blocks(e->kv))
+        return err_set(ERR_RANGE, "request needs %lld KV blocks, the pool has %lld",
+                       (long long)blocks, (long long)kv_pool_n_blocks(e->kv));
+    int rc = sample_params_validate(&r->sp);
+    if (rc)
+        return rc;
+    eng_seq *s = calloc(1, sizeof *s);
+    if (!s)
+        return err_set(ERR_NOMEM, "engine: out of memory");
+    s->id = r->id;
+    s->cap = (int32_t)eng_ctx_need(e, r->n_prompt, r->max_tokens) + 1;
+    s->toks = malloc((size_t)s->cap * sizeof *s->toks);
+    if (!s->toks || (rc = sampler_create(&r->sp, (int)e->n_vocab, &s->smp))) {
+        eng_seq_free(e, s);
+        return rc ? rc : err_set(ERR_NOMEM, "engine: out of memory");
+    }
+    memcpy(s->toks, r->prompt, (size_t)r->n_prompt * sizeof *s->toks);
+    s->n_prompt = s->n_toks = r->n_prompt;
+    s->max_tokens = r->max_tokens;
+    s->ignore_eog = r->ignore_eog;
+    s->cb = r->cb;
+    s->ud = r->ud;
+    sampler_accept_prompt(s->smp, r->prompt, r->n_prompt);
+    if (e->wait_tail)
+        e->wait_tail->next = s;
+    else
+        e->wait_head = s;
+    e->wait_tail = s;
+    e->n_waiting++;
+    return 0;
+}
+
+int engine_cancel(engine *e, uint64_t id) {
+    for (int32_t i = 0; i < e->n_running; i++) {
+        if (e->running[i]->id == id) {
+            e->running[i]->cancelled = true;
+            return 0;
+        }
+    }
+    for (eng_seq *s = e->wait_head; s; s = s->next) {
+        if (s->id == id) {
+            s->cancelled = true;
+            return 0;
+        }
+    }
+    return err_set(ERR_NOTFOUND, "request %llu not found", (unsigned long long)id);
+}
+
+static void eng_emit_finish(eng_seq *s, engine_finish f) {
+    engine_event ev = {.req_id = s->id, .token = -1, .index = s->n_gen, .finish = f};
+    if (s->cb)
+        s->cb(s->ud, &ev);
+}
+
+/* Removes running[i] (keeps the order of the others). */
+static void eng_remove_running(engine *e, int32_t i) {
+    eng_seq_free(e, e->running[i]);
+    memmove(e->running + i, e->running + i + 1,
+            (size_t)(e->n_running - i - 1) * sizeof *e->running);
+    e->n_running--;
+}
+
+static void eng_reap_cancelled(engine *e) {
+    for (int32_t i = 0; i < e->n_running;) {
+        if (e->running[i]->cancelled) {
+            eng_emit_finish(e->running[i], ENGINE_FINISH_CANCELLED);
+            eng_remove_running(e, i);
+        } else {
+            i++;
+        }
+    }
+    eng_seq **pp = &e->wait_head;
+    e->wait_tail = NULL;
+    while (*pp) {
+        eng_seq *s = *pp;
+        if (s->cancelled) {
+            *pp = s->next;
+            e->n_waiting--;
+            eng_emit_finish(s, ENGINE_FINISH_CANCELLED);
+            eng_seq_free(e, s);
+        } else {
+            e->wait_tail = s;
+            pp = &s->next;
+        }
+    }
+}
+
+static void eng_admit(engine *e) {
+    while (e->wait_head && e->n_running < e->o.max_batch) {
+        eng_seq *s = e->wait_head;
+        int64_t need = eng_blocks_need(e, eng_ctx_need(e, s->n_prompt, s->max_tokens));
+        if (need > kv_pool_n_free(e->kv))
+            break; /* FIFO: the head waits for blocks; later requests do not overtake it */
+        s->blocks = malloc((size_t)need * sizeof *s->blocks);
+        if (!s->blocks)
+            break; /* retried next step */
+        for (int64_t i = 0; i < need; i++)
+            s->blocks[i] = kv_pool_alloc(e->kv);
+        s->n_blocks = (int32_t)need;
+        e->wait_head = s->next;
+        if (!e->wait_head)
+            e->wait_tail = NULL;
+        s->next = NULL;
+        e->n_waiting--;
+        e->running[e->n_running++] = s;
+    }
+}
+
+/* Samples the next token of s from its logits row and reports it; returns true if s finished. */
+static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
+    if (s->n_gen >= s->max_tokens) {
+        eng_emit_finish(s, ENGINE_FINISH_LENGTH);
+        return true;
+    }
+    int32_t tok = sampler_sample(s->smp, logits, s->n_gen, &e->sr);
+    if (!s->ignore_eog && e->tok && tokenizer_is_eog(e->tok, tok)) {
+        engine_event ev = {.req_id = s->id, .token = -1, .index = s->n_gen, .sr = &e->sr,
+                           .logits = logits, .finish = ENGINE_FINISH_STOP};
+        if (s->cb)
+            s->cb(s->ud, &ev);
+        return true;
+    }
+    sampler_accept(s->smp, tok);
+    CHECK(s->n_toks < s->cap);
+    s->toks[s->n_toks++] = tok;
+    s->n_gen++;
+    bool done = s->n_gen >= s->max_tokens || s->n_toks >= e->o.n_ctx;
+    engine_event ev = {.req_id = s->id, .token = tok, .index = s->n_gen - 1, .sr = &e->sr,
+                       .logits = logits, .finish = done ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_NONE};
+    if (s->cb)
+        s->cb(s->ud, &ev);
+    return done;
+}
+
+int engine_step(engine *e) {
+    eng_reap_cancelled(e);
+    eng_admit(e);
+    if (e->n_running == 0)
+        return 0;
+    int32_t nb = 0;
+    int64_t budget = e->budget;
+    /* decoding sequences first, one token each; then prompt chunks in admission order */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < e->n_running && budget > 0; i++) {
+            eng_seq *s = e->running[i];
+            int32_t remaining = s->n_toks - s->n_done;
+            bool decoding = remaining == 1 && s->n_done >= s->n_prompt;
+            if ((pass == 0) != decoding || remaining <= 0)
+                continue;
+            int32_t n = remaining < e->o.chunk ? remaining : e->o.chunk;
+            if (n > budget)
+                n = (int32_t)budget;
+            bool last = s->n_done + n == s->n_toks;
+            e->fs[nb] = (fwd_seq){.tokens = s->toks + s->n_done, .n_tokens = n, .pos0 = s->n_done,
+                                  .blocks = s->blocks, .n_blocks = s->n_blocks,
+                                  .n_logits = last ? 1 : 0};
+            e->fs_owner[nb++] = s;
+            budget -= n;
+        }
+    }
+    fwd_batch b = {.seqs = e->fs, .n_seqs = nb};
+    const float *logits;
+    int64_t n_out;
+    int rc = fwd_run(e->fc, &b, &logits, &n_out);
+    if (rc)
+        return rc;
+    int64_t o = 0;
+    for (int32_t i = 0; i < nb; i++) {
+        eng_seq *s = e->fs_owner[i];
+        s->n_done += e->fs[i].n_tokens;
+        if (e->fs[i].n_logits) {
+            s->finished = eng_sample(e, s, logits + o * e->n_vocab);
+            o++;
+        }
+    }
+    for (int32_t i = 0; i < e->n_running;) {
+        if (e->running[i]->finished)
+            eng_remove_running(e, i);
+        else
+            i++;
+    }
+    return 0;
+}
+
+bool engine_busy(const engine *e) {
+    return e->n_running > 0 || e->n_waiting > 0;
+}
+int64_t engine_n_running(const engine *e) {
+    return e->n_running;
+}
+int64_t engine_n_waiting(const engine *e) {
+    return e->n_waiting;
+}
+int64_t engine_kv_used(const engine *e) {
+    return kv_pool_n_blocks(e->kv) - kv_pool_n_free(e->kv);
+}
+int64_t engine_kv_total(const engine *e) {
+    return kv_pool_n_blocks(e->kv);
+}
+int64_t engine_n_ctx(const engine *e) {
+    return e->o.n_ctx;
+}

@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine: the request state machine and the continuous-batching scheduler over one model, one
+ * KV pool and one forward context. Requests (token prompts with sampling parameters) wait in a
+ * FIFO queue; each step admits waiting requests while there are free batch slots and KV blocks,
+ * then builds one ragged batch: every generating sequence contributes its next token, and
+ * sequences still reading their prompt contribute a chunk of at most `chunk` tokens within the
+ * step's token budget (chunk + max_batch). One forward pass later, every sequence whose step
+ * reached the end of its known tokens samples one token, which is reported through the request's
+ * callback; finished requests release their blocks at once.
+ *
+ * KV admission policy (documented, no preemption here): a request is admitted only when the pool
+ * has free blocks for its whole context (prompt + max_tokens, capped by n_ctx), reserved at
+ * admission, so an admitted request always runs to completion. The server's scheduler adds
+ * incremental reservation and preemption on top (issue 4).
+ *
+ * Invariance (P1): what a request produces depends only on its prompt, its parameters and the
+ * model: logits per sequence are batch-invariant (forward.h) and each draw is keyed by
+ * (seed, output position) (sample.h). Which requests share a step, the chunk size, max_batch and
+ * the thread count change only timing.
+ *
+ * Threading: an engine is driven by one thread; callbacks run on it during engine_step.
+ */
+#ifndef VERITY_ENGINE_ENGINE_H
+#define VERITY_ENGINE_ENGINE_H
+
+#include "model/model.h"
+#include "sample/sample.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum engine_finish {
+    ENGINE_FINISH_NONE = 0,
+    ENGINE_FINISH_STOP,      /* an end-of-generation token was sampled (not reported as text) */
+    ENGINE_FINISH_LENGTH,    /* max_tokens or the context limit was reached */
+    ENGINE_FINISH_CANCELLED, /* engine_cancel */
+} engine_finish;
+
+typedef struct engine_event {
+    uint64_t req_id;
+    int32_t token;            /* the sampled token, or -1 on a finish-only event */
+    int64_t index;            /* output position of token (0-based) */
+    const sample_result *sr;  /* logprobs of the draw; NULL when token is -1 */
+    const float *logits;      /* the row the token was drawn from (n_vocab floats), or NULL */
+    engine_finish finish;     /* set on the request's last event */
+} engine_event;
+
+typedef void (*engine_cb)(void *ud, const engine_event *ev);
+
+typedef struct engine_opts {
+    int32_t max_batch;   /* sequences per step */
+    int32_t chunk;       /* prompt tokens per sequence per step */
+    int64_t n_ctx;       /* context limit (prompt + generated); 0 = the model's */
+    int64_t kv_blocks;   /* KV pool size in blocks */
+    int32_t block_size;  /* positions per block */
+    bool kv_f16;
+    int threads;
+    int64_t attn_chunk;
+} engine_opts;
+
+/* Fills opts from the toggle registry (max-batch, chunk, kv-block, kv-dtype, attn-chunk,
+ * threads) with n_ctx = 0 and kv_blocks sized for max_batch full contexts. */
+void engine_opts_from_flags(engine_opts *o, const model *m);
+
+typedef struct engine engine;
+
+/* Creates an engine over model m (and its tokenizer, for end-of-generation tokens). Returns 0,
+ * ERR_INVAL (bad options), ERR_NOMEM. */
+int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine **out);
+void engine_destroy(engine *e);
+
+typedef struct engine_req {
+    uint64_t id;
+    const int32_t *prompt; /* copied */
+    int32_t n_prompt;      /* >= 1 */
+    sample_params sp;
+    int32_t max_tokens;    /* >= 0 */
+    bool ignore_eog;       /* keep generating past end-of-generation tokens */
+    engine_cb cb;
+    void *ud;
+} engine_req;
+
+/* Queues a request. Returns 0, ERR_INVAL (empty prompt, bad parameters), ERR_RANGE (the prompt
+ * does not fit the context, or its context could never fit the KV pool; the detail gives the
+ * numbers), ERR_NOMEM. On error the callback is never called. */
+int engine_submit(engine *e, const engine_req *r);
+
+/* Cancels request id (waiting or running): its callback gets a final CANCELLED event during the
+ * next engine_step. Returns 0 or ERR_NOTFOUND. */
+int engine_cancel(engine *e, uint64_t id);
+
+/* Runs one step (admission, one forward pass, sampling, callbacks). Returns 0 or the forward
+ * pass's error. */
+int engine_step(engine *e);
+
+/* True while any request is waiting or running. */
+bool engine_busy(const engine *e);
+
+int64_t engine_n_running(const engine *e);
+int64_t engine_n_waiting(const engine *e);
+/* KV blocks in use / total. */
+int64_t engine_kv_used(const engine *e);
+int64_t engine_kv_total(const engine *e);
+int64_t engine_n_ctx(const engine *e);
+
+#endif

@@ -1,0 +1,31 @@
+# SPDX-License-Identifier: MIT
+# P3 at the command line: bad input gives exit code 2, one line on stderr, no partial output.
+. "$(dirname "$0")/lib.sh"
+
+expect_exit2 bad.unknown_command "$VERITY" frobnicate
+expect_exit2 bad.unknown_option "$VERITY" generate --frobnicate 1
+expect_exit2 bad.unknown_flag_value "$VERITY" flags --kv-dtype q9
+expect_exit2 bad.missing_model_file "$VERITY" generate -m "$TMP/nope.gguf" -p hi
+printf 'GGUF\3\0\0\0' >"$TMP/trunc.gguf"
+expect_exit2 bad.truncated_gguf "$VERITY" generate -m "$TMP/trunc.gguf" -p hi
+expect_exit2 bad.truncated_gguf_inspect "$VERITY" inspect "$TMP/trunc.gguf"
+head -c 1000 /dev/urandom >"$TMP/garbage.gguf"
+expect_exit2 bad.garbage_file "$VERITY" inspect "$TMP/garbage.gguf"
+if need_shared bad.truncated_real_model models/stories260K.gguf; then
+    head -c 500000 "$SHARED/models/stories260K.gguf" >"$TMP/cut.gguf"
+    expect_exit2 bad.truncated_real_model "$VERITY" generate -m "$TMP/cut.gguf" -p hi
+    # prompt longer than the shipped model's 128-token context
+    long=$(printf 'and the dog ran %.0s' $(seq 1 100))
+    expect_exit2 bad.prompt_longer_than_context "$VERITY" generate -m "$SHARED/models/stories260K.gguf" -p "$long" -n 4
+fi
+"$VERITY" synth --shape tiny --type f32 --seed 1 -o "$TMP/t.gguf" 2>/dev/null
+expect_exit2 bad.unsupported_type_synth "$VERITY" synth --shape tiny --type q2_K -o "$TMP/x.gguf"
+expect_exit2 bad.unknown_shape "$VERITY" synth --shape huge -o "$TMP/y.gguf"
+if [ -e "$TMP/x.gguf" ] || [ -e "$TMP/y.gguf" ] || ls "$TMP" | grep -q '\.tmp\.'; then fail bad.no_partial_output "an output file was left behind"
+else pass bad.no_partial_output; fi
+printf '{"prompt":"ok","n":2}\n{"prompt":3}\n' >"$TMP/bad.jsonl"
+expect_exit2 bad.jsonl_wrong_type "$VERITY" generate -m "$TMP/t.gguf" --prompts "$TMP/bad.jsonl"
+printf '{"prompt":"ok","n":2}\n{"prompt":"x",\n' >"$TMP/bad2.jsonl"
+expect_exit2 bad.jsonl_malformed "$VERITY" generate -m "$TMP/t.gguf" --prompts "$TMP/bad2.jsonl"
+expect_exit2 bad.convert_bad_model "$VERITY" convert llama2c --model "$TMP/garbage.gguf" --tokenizer "$TMP/garbage.gguf" -o "$TMP/z.gguf"
+[ -e "$TMP/z.gguf" ] && fail bad.convert_no_output "output written" || pass bad.convert_no_output
