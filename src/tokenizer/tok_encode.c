@@ -255,7 +255,9 @@ static int tok_bpe_word(tok_sess *s, const char *word, size_t len) {
         return rc;
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
-        int l = tok_byte_encode((unsigned char)word[i], s->enc + n);
+        unsigned char b = (unsigned char)word[i];
+        int l = t->byte_enc_len[b];
+        memcpy(s->enc + n, t->byte_enc[b], 2);
         s->sym[i] = (tok_sym){.off = (uint32_t)n, .n = (uint32_t)l, .prev = (int32_t)i - 1,
                               .next = (int32_t)i + 1};
         n += (size_t)l;

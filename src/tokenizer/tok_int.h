@@ -70,6 +70,9 @@ struct tokenizer {
 
     int32_t byte_token[256]; /* SPM byte fallback: id of <0xXX> (or the 1-byte piece), or -1 */
 
+    char byte_enc[256][2]; /* BPE: UTF-8 of the character standing for each byte (GPT-2 table) */
+    uint8_t byte_enc_len[256];
+
     const tok_pre *pre;
     void *rx[TOK_PRE_MAX_RX]; /* pcre2_code_8 * */
     int n_rx;
@@ -89,9 +92,8 @@ int32_t tok_lookup(const tokenizer *t, const char *s, size_t n, bool ordinary_on
 /* The rank of merging left + right, or -1. */
 int32_t tok_merge_rank(const tokenizer *t, const char *l, size_t ln, const char *r, size_t rn);
 
-/* GPT-2 byte-to-unicode mapping: the UTF-8 encoding (1 or 2 bytes) of the character that stands
- * for byte b, and the inverse: the byte for code point cp, or -1 if cp stands for no byte. */
-int tok_byte_encode(unsigned char b, char out[2]);
+/* GPT-2 byte-to-unicode mapping, inverse direction: the byte that code point cp stands for, or -1.
+ * (The forward direction is the table t->byte_enc.) */
 int tok_byte_decode(uint32_t cp);
 
 /* Looks up a pre-tokenizer by its tokenizer.ggml.pre name ("" or NULL: default). NULL if the name

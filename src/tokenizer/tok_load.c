@@ -106,21 +106,13 @@ static uint32_t tok_byte_cp(unsigned b) {
     return 256 + n;
 }
 
-int tok_byte_encode(unsigned char b, char out[2]) {
-    static char enc[256][2];
-    static unsigned char len[256];
-    static _Atomic int ready;
-    if (!ready) {
-        /* Idempotent: racing threads compute the same bytes. */
-        for (unsigned c = 0; c < 256; c++) {
-            char tmp[4];
-            len[c] = (unsigned char)utf8_encode(tok_byte_cp(c), tmp);
-            memcpy(enc[c], tmp, 2);
-        }
-        ready = 1;
+/* Fills t's byte -> UTF-8 table (done at load, so encoding never computes it). */
+static void tok_byte_table(tokenizer *t) {
+    for (unsigned c = 0; c < 256; c++) {
+        char tmp[4];
+        t->byte_enc_len[c] = (uint8_t)utf8_encode(tok_byte_cp(c), tmp);
+        memcpy(t->byte_enc[c], tmp, 2);
     }
-    memcpy(out, enc[b], 2);
-    return len[b];
 }
 
 int tok_byte_decode(uint32_t cp) {
@@ -811,8 +803,10 @@ int tokenizer_load(const gguf *g, tokenizer **out) {
     if (!rc)
         rc = tok_load_texts(t, &pool);
     t->pool = pool.p;
-    if (!rc && t->kind == TOKENIZER_BPE)
+    if (!rc && t->kind == TOKENIZER_BPE) {
+        tok_byte_table(t);
         rc = tok_pre_compile(t);
+    }
     if (rc) {
         tokenizer_destroy(t);
         return rc;
