@@ -490,6 +490,7 @@ static int tok_load_specials(tokenizer *t, const gguf *g) {
         {"tokenizer.ggml.add_eos_token", offsetof(tokenizer, add_eos)},
         {"tokenizer.ggml.add_space_prefix", offsetof(tokenizer, add_space_prefix)},
     };
+    bool given[3] = {false, false, false};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
         bool b;
         int rc = gguf_get_bool(g, flags[i].key, &b);
@@ -498,17 +499,21 @@ static int tok_load_specials(tokenizer *t, const gguf *g) {
         if (rc)
             return rc;
         *(bool *)((char *)t + flags[i].field) = b;
+        given[i] = true;
     }
-    if (t->add_bos && t->special[TOKENIZER_SPECIAL_BOS] == TOKENIZER_NULL)
-        return err_set(ERR_FORMAT,
-                       "%s: tokenizer.ggml.add_bos_token is true but there is no valid "
-                       "tokenizer.ggml.bos_token_id",
-                       t->name);
-    if (t->add_eos && t->special[TOKENIZER_SPECIAL_EOS] == TOKENIZER_NULL)
-        return err_set(ERR_FORMAT,
-                       "%s: tokenizer.ggml.add_eos_token is true but there is no valid "
-                       "tokenizer.ggml.eos_token_id",
-                       t->name);
+    /* A BOS/EOS that must be added but does not exist: an error when the file asks for it, a
+     * warning when only the type's default does (llama.cpp would add its default id 11). */
+    const int roles[2] = {TOKENIZER_SPECIAL_BOS, TOKENIZER_SPECIAL_EOS};
+    bool *add[2] = {&t->add_bos, &t->add_eos};
+    for (int i = 0; i < 2; i++) {
+        if (!*add[i] || t->special[roles[i]] != TOKENIZER_NULL)
+            continue;
+        if (given[i])
+            return err_set(ERR_FORMAT, "%s: %s is true but there is no valid %s", t->name,
+                           flags[i].key, tok_special_keys[roles[i]]);
+        log_warn("%s: no valid %s; it will not be added", t->name, tok_special_keys[roles[i]]);
+        *add[i] = false;
+    }
     return 0;
 }
 
