@@ -31,7 +31,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FZ_MAX_TOK 16
-#define FZ_NV 600
+#define FZ_NV      600
 
 static tokenizer *fz_tok[FZ_MAX_TOK];
 static bool fz_builtin[FZ_MAX_TOK];
@@ -40,7 +40,7 @@ static int fz_n;
 #define FZ_ASSERT(c)                                                                               \
     do {                                                                                           \
         if (!(c)) {                                                                                \
-            fprintf(stderr, "fuzz_tokenizer: property failed: %s (line %d)\n", #c, __LINE__);     \
+            fprintf(stderr, "fuzz_tokenizer: property failed: %s (line %d)\n", #c, __LINE__);      \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -138,11 +138,36 @@ static void fz_spm(bool bytes) {
             snprintf(s, sizeof s, "<0x%02X>", b);
             fz_add(&v, s, 6, 6);
         }
-    static const char *const p[] = {
-        "\xe2\x96\x81", "\xe2\x96\x81\xe2\x96\x81", "\xe2\x96\x81t", "h", "e", "t", "he",
-        "\xe2\x96\x81the", "\xe2\x96\x81th", "a", "b", "o", "w", "r", "l", "d", "\xe2\x96\x81w",
-        "or", "ld", "\xe2\x96\x81wor", "\xe2\x96\x81world", "\xc3\xa9", "\xe6\x97\xa5",
-        "\xe6\x97\xa5\xe6\x9c\xac", "\xe6\x9c\xac", "<", ">", "|", "\n", "\xf0\x9f\x9a\x80"};
+    static const char *const p[] = {"\xe2\x96\x81",
+                                    "\xe2\x96\x81\xe2\x96\x81",
+                                    "\xe2\x96\x81t",
+                                    "h",
+                                    "e",
+                                    "t",
+                                    "he",
+                                    "\xe2\x96\x81the",
+                                    "\xe2\x96\x81th",
+                                    "a",
+                                    "b",
+                                    "o",
+                                    "w",
+                                    "r",
+                                    "l",
+                                    "d",
+                                    "\xe2\x96\x81w",
+                                    "or",
+                                    "ld",
+                                    "\xe2\x96\x81wor",
+                                    "\xe2\x96\x81world",
+                                    "\xc3\xa9",
+                                    "\xe6\x97\xa5",
+                                    "\xe6\x97\xa5\xe6\x9c\xac",
+                                    "\xe6\x9c\xac",
+                                    "<",
+                                    ">",
+                                    "|",
+                                    "\n",
+                                    "\xf0\x9f\x9a\x80"};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
         fz_add(&v, p[i], strlen(p[i]), 1);
     fz_add(&v, "<|end|>", 7, 3);
@@ -163,9 +188,9 @@ static void fz_bpe(const char *pre) {
         size_t n = fz_spell(one, s);
         fz_add(&v, s, n, 1);
     }
-    static const char *const m[][2] = {{" ", "t"}, {"h", "e"},   {" t", "he"}, {"i", "n"},
-                                       {"e", "r"}, {" ", "a"},   {"o", "r"},   {"l", "d"},
-                                       {" ", "w"}, {" w", "or"}, {" wor", "ld"}, {" ", " "},
+    static const char *const m[][2] = {{" ", "t"}, {"h", "e"},   {" t", "he"},    {"i", "n"},
+                                       {"e", "r"}, {" ", "a"},   {"o", "r"},      {"l", "d"},
+                                       {" ", "w"}, {" w", "or"}, {" wor", "ld"},  {" ", " "},
                                        {"1", "2"}, {"12", "3"},  {"\xc3", "\xa9"}};
     for (size_t i = 0; i < sizeof m / sizeof *m; i++) {
         char a[32], b[32], both[64], mm[80];
@@ -186,8 +211,9 @@ static void fz_bpe(const char *pre) {
 static void fz_init(void) {
     fz_spm(true);
     fz_spm(false);
-    static const char *const pres[] = {"gpt-2", "llama-bpe", "deepseek-llm", "deepseek-coder",
-                                       "qwen2", "gpt-4o", "default", "tekken", "chameleon"};
+    static const char *const pres[] = {"gpt-2",          "llama-bpe", "deepseek-llm",
+                                       "deepseek-coder", "qwen2",     "gpt-4o",
+                                       "default",        "tekken",    "chameleon"};
     for (size_t i = 0; i < sizeof pres / sizeof *pres; i++)
         fz_bpe(pres[i]);
     const char *extra = getenv("VERITY_FUZZ_VOCAB");
@@ -239,9 +265,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bool special = false;
     for (size_t i = 0; i < n; i++) {
         FZ_ASSERT(ids[i] >= 0 && ids[i] < tokenizer_n_vocab(t));
-        special |= (tokenizer_token_attr(t, ids[i]) &
-                    (TOKENIZER_ATTR_CONTROL | TOKENIZER_ATTR_USER_DEFINED |
-                     TOKENIZER_ATTR_UNKNOWN)) != 0;
+        special |=
+            (tokenizer_token_attr(t, ids[i]) &
+             (TOKENIZER_ATTR_CONTROL | TOKENIZER_ATTR_USER_DEFINED | TOKENIZER_ATTR_UNKNOWN)) != 0;
     }
 
     strbuf raw, want, a, b;

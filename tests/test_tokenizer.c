@@ -82,7 +82,7 @@ static void t_stories_known(void) {
         {"Once upon a time", {1, 403, 407, 261, 378}, 5},
         {"Hello world", {1, 346, 306, 414, 263, 304, 341}, 7},
         {"The quick brown fox jumps over the lazy dog.",
-         {1, 291, 410, 456, 425, 417, 340, 268, 420, 327, 416, 272, 414, 444, 410,
+         {1,   291, 410, 456, 425, 417, 340, 268, 420, 327, 416, 272, 414, 444, 410,
           449, 425, 423, 427, 419, 334, 330, 265, 278, 412, 451, 422, 400, 428, 426},
          30},
         {"Lily's mom said, \"Don't worry!\"",
@@ -134,8 +134,8 @@ static void t_stories_tok512(void) {
                 conv[cn++] = p[i];
             }
         }
-        T_CHECKF(cn == (size_t)len && memcmp(conv, buf, cn) == 0, "token %d: '%s' vs '%.*s'", id,
-                 p, (int)len, buf);
+        T_CHECKF(cn == (size_t)len && memcmp(conv, buf, cn) == 0, "token %d: '%s' vs '%.*s'", id, p,
+                 (int)len, buf);
         T_CHECKF(tokenizer_token_score(t, id) == score, "token %d score", id);
         compared++;
     }
@@ -160,7 +160,8 @@ static const char *const rt_texts[] = {
     "\x84\xe0\xb8\x97\xe0\xb8\xa2",
     "math \xe2\x88\x91\xe2\x88\xab\xe2\x88\x9a \xe2\x89\xa4 \xe2\x89\xa5 1+1=2",
     "code: int main(void) { return 0; } // x->y && z || !w",
-    "nbsp\xc2\xa0ideographic\xe3\x80\x80space nel\xc2\x85 zwsp a\xe2\x80\x8b" "b",
+    "nbsp\xc2\xa0ideographic\xe3\x80\x80space nel\xc2\x85 zwsp a\xe2\x80\x8b"
+    "b",
     "digits 1 12 123 1234 12345 3.14159 1,000,000",
     "contractions 's 're 'LL Don't I'M we've",
     "ctrl \x01\x02\x7f bell\x07 esc\x1b[0m",
@@ -192,15 +193,33 @@ static void roundtrip_vocab(const char *name) {
     tokenizer_destroy(t);
 }
 
-static void t_rt_llama_spm(void) { roundtrip_vocab("llama-spm"); }
-static void t_rt_phi3(void) { roundtrip_vocab("phi-3"); }
-static void t_rt_baichuan(void) { roundtrip_vocab("baichuan"); }
-static void t_rt_gpt2(void) { roundtrip_vocab("gpt-2"); }
-static void t_rt_deepseek_llm(void) { roundtrip_vocab("deepseek-llm"); }
-static void t_rt_deepseek_coder(void) { roundtrip_vocab("deepseek-coder"); }
-static void t_rt_mpt(void) { roundtrip_vocab("mpt"); }
-static void t_rt_refact(void) { roundtrip_vocab("refact"); }
-static void t_rt_neox(void) { roundtrip_vocab("gpt-neox"); }
+static void t_rt_llama_spm(void) {
+    roundtrip_vocab("llama-spm");
+}
+static void t_rt_phi3(void) {
+    roundtrip_vocab("phi-3");
+}
+static void t_rt_baichuan(void) {
+    roundtrip_vocab("baichuan");
+}
+static void t_rt_gpt2(void) {
+    roundtrip_vocab("gpt-2");
+}
+static void t_rt_deepseek_llm(void) {
+    roundtrip_vocab("deepseek-llm");
+}
+static void t_rt_deepseek_coder(void) {
+    roundtrip_vocab("deepseek-coder");
+}
+static void t_rt_mpt(void) {
+    roundtrip_vocab("mpt");
+}
+static void t_rt_refact(void) {
+    roundtrip_vocab("refact");
+}
+static void t_rt_neox(void) {
+    roundtrip_vocab("gpt-neox");
+}
 
 /* ---- incremental detokenizer ---- */
 
@@ -251,15 +270,21 @@ static void t_stream_invalid(void) {
         const char *want;       /* after all pushes, before flush */
         const char *want_flush; /* after flush */
     } cases[] = {
-        {{"<0xF0>", "<0x9F>", "a"}, "\xef\xbf\xbd" "a", "\xef\xbf\xbd" "a"},
+        {{"<0xF0>", "<0x9F>", "a"},
+         "\xef\xbf\xbd"
+         "a",
+         "\xef\xbf\xbd"
+         "a"},
         {{"<0xF0>", "<0x9F>"}, "", "\xef\xbf\xbd"},
         {{"<0x80>"}, "\xef\xbf\xbd", "\xef\xbf\xbd"},
         {{"<0xE0>", "<0x80>"}, "\xef\xbf\xbd\xef\xbf\xbd", "\xef\xbf\xbd\xef\xbf\xbd"},
-        {{"<0xED>", "<0xA0>", "<0x80>"}, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd",
+        {{"<0xED>", "<0xA0>", "<0x80>"},
+         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd",
          "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
         {{"<0xF4>", "<0x90>"}, "\xef\xbf\xbd\xef\xbf\xbd", "\xef\xbf\xbd\xef\xbf\xbd"},
         {{"<0xC0>", "<0xAF>"}, "\xef\xbf\xbd\xef\xbf\xbd", "\xef\xbf\xbd\xef\xbf\xbd"},
-        {{"<0xE2>", "<0x82>", "<0xE2>", "<0x82>", "<0xAC>"}, "\xef\xbf\xbd\xe2\x82\xac",
+        {{"<0xE2>", "<0x82>", "<0xE2>", "<0x82>", "<0xAC>"},
+         "\xef\xbf\xbd\xe2\x82\xac",
          "\xef\xbf\xbd\xe2\x82\xac"},
         {{"<0xC3>", "<0xA9>"}, "\xc3\xa9", "\xc3\xa9"},
     };
@@ -319,8 +344,8 @@ static void stream_vs_oneshot(const char *name) {
             strbuf_reset(&a);
             for (size_t i = 0; i < n; i++) {
                 T_OK(tokenizer_stream_push(&s, ids[i], &a));
-                T_CHECKF(utf8_valid(a.data, a.len, NULL), "%s: invalid UTF-8 after token %zu",
-                         name, i);
+                T_CHECKF(utf8_valid(a.data, a.len, NULL), "%s: invalid UTF-8 after token %zu", name,
+                         i);
             }
             T_OK(tokenizer_stream_flush(&s, &a));
             strbuf_reset(&b);
@@ -335,9 +360,15 @@ static void stream_vs_oneshot(const char *name) {
     tokenizer_destroy(t);
 }
 
-static void t_stream_oneshot_spm(void) { stream_vs_oneshot("llama-spm"); }
-static void t_stream_oneshot_bpe(void) { stream_vs_oneshot("gpt-2"); }
-static void t_stream_oneshot_deepseek(void) { stream_vs_oneshot("deepseek-llm"); }
+static void t_stream_oneshot_spm(void) {
+    stream_vs_oneshot("llama-spm");
+}
+static void t_stream_oneshot_bpe(void) {
+    stream_vs_oneshot("gpt-2");
+}
+static void t_stream_oneshot_deepseek(void) {
+    stream_vs_oneshot("deepseek-llm");
+}
 
 /* skip_special is per stream: two requests sharing a tokenizer, one skipping special tokens and
  * one not, interleaved token by token, each see their own flag. */
@@ -431,8 +462,14 @@ static void t_invalid_utf8(void) {
     strbuf sb;
     strbuf_init(&sb);
     /* BPE: every invalid byte is U+FFFD */
-    size_t n = enc(t, "a\xff" "b", 3, false, false, ids);
-    size_t n2 = enc(t, "a\xef\xbf\xbd" "b", 5, false, false, ids2);
+    size_t n = enc(t,
+                   "a\xff"
+                   "b",
+                   3, false, false, ids);
+    size_t n2 = enc(t,
+                    "a\xef\xbf\xbd"
+                    "b",
+                    5, false, false, ids2);
     T_CHECK(ids_eq(ids, n, ids2, n2));
     n = enc(t, "x\xe2\x82", 3, false, false, ids);
     n2 = enc(t, "x\xef\xbf\xbd\xef\xbf\xbd", 7, false, false, ids2);
@@ -446,11 +483,16 @@ static void t_invalid_utf8(void) {
     t = load_vocab("llama-spm");
     n = enc(t, "\xff", 1, false, false, ids);
     T_CHECK(n == 2 && ids[0] == piece_id(t, "\xe2\x96\x81") && ids[1] == piece_id(t, "<0xFF>"));
-    n = enc(t, "\xe2\x82" "A", 3, false, false, ids);
+    n = enc(t,
+            "\xe2\x82"
+            "A",
+            3, false, false, ids);
     T_CHECK(ids_has(ids, n, piece_id(t, "<0xE2>")) && ids_has(ids, n, piece_id(t, "<0x82>")));
     strbuf_reset(&sb);
     T_OK(tokenizer_decode(t, ids, n, false, &sb));
-    T_CHECKF(strcmp(sb.data, " \xef\xbf\xbd" "A") == 0, "'%s'", sb.data);
+    T_CHECKF(strcmp(sb.data, " \xef\xbf\xbd"
+                             "A") == 0,
+             "'%s'", sb.data);
     tokenizer_destroy(t);
     strbuf_deinit(&sb);
 }
@@ -489,9 +531,15 @@ static void t_roles(void) {
     tokenizer_destroy(t);
 
     t = load_vocab("deepseek-coder");
-    T_EQ_INT(tokenizer_special(t, TOKENIZER_SPECIAL_FIM_PRE), piece_id(t, "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>"));
-    T_EQ_INT(tokenizer_special(t, TOKENIZER_SPECIAL_FIM_SUF), piece_id(t, "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>"));
-    T_EQ_INT(tokenizer_special(t, TOKENIZER_SPECIAL_FIM_MID), piece_id(t, "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>"));
+    T_EQ_INT(tokenizer_special(t, TOKENIZER_SPECIAL_FIM_PRE), piece_id(t, "<\xef\xbd\x9c"
+                                                                          "fim\xe2\x96\x81"
+                                                                          "begin\xef\xbd\x9c>"));
+    T_EQ_INT(tokenizer_special(t, TOKENIZER_SPECIAL_FIM_SUF),
+             piece_id(t, "<\xef\xbd\x9c"
+                         "fim\xe2\x96\x81hole\xef\xbd\x9c>"));
+    T_EQ_INT(tokenizer_special(t, TOKENIZER_SPECIAL_FIM_MID), piece_id(t, "<\xef\xbd\x9c"
+                                                                          "fim\xe2\x96\x81"
+                                                                          "end\xef\xbd\x9c>"));
     T_EQ_INT(tokenizer_eot(t), tokenizer_eos(t));
     T_CHECK(tokenizer_add_bos(t));
     T_EQ_INT(tokenizer_special(t, TOKENIZER_SPECIAL_COUNT), TOKENIZER_NULL);
@@ -578,15 +626,83 @@ static void t_threads(void) {
 
 /* 100 KB of English-like prose, from a fixed sentence pool with a fixed generator. */
 static char *english_100k(size_t *len) {
-    static const char *const words[] = {
-        "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be",
-        "by", "on", "not", "he", "I", "this", "are", "or", "his", "from", "at", "which", "but",
-        "have", "an", "had", "they", "you", "were", "their", "one", "all", "we", "can", "her",
-        "has", "there", "been", "if", "more", "when", "will", "would", "who", "so", "no",
-        "government", "information", "development", "tokenizer", "inference", "deterministic",
-        "Once", "upon", "time", "little", "girl", "named", "Lily", "She", "loved", "play",
-        "outside", "park", "\"quoted\"", "(parenthesised)", "don't", "it's", "we'll", "1984",
-        "3.14", "e-mail", "U.S.", "well-known"};
+    static const char *const words[] = {"the",
+                                        "of",
+                                        "and",
+                                        "to",
+                                        "in",
+                                        "is",
+                                        "that",
+                                        "for",
+                                        "it",
+                                        "as",
+                                        "was",
+                                        "with",
+                                        "be",
+                                        "by",
+                                        "on",
+                                        "not",
+                                        "he",
+                                        "I",
+                                        "this",
+                                        "are",
+                                        "or",
+                                        "his",
+                                        "from",
+                                        "at",
+                                        "which",
+                                        "but",
+                                        "have",
+                                        "an",
+                                        "had",
+                                        "they",
+                                        "you",
+                                        "were",
+                                        "their",
+                                        "one",
+                                        "all",
+                                        "we",
+                                        "can",
+                                        "her",
+                                        "has",
+                                        "there",
+                                        "been",
+                                        "if",
+                                        "more",
+                                        "when",
+                                        "will",
+                                        "would",
+                                        "who",
+                                        "so",
+                                        "no",
+                                        "government",
+                                        "information",
+                                        "development",
+                                        "tokenizer",
+                                        "inference",
+                                        "deterministic",
+                                        "Once",
+                                        "upon",
+                                        "time",
+                                        "little",
+                                        "girl",
+                                        "named",
+                                        "Lily",
+                                        "She",
+                                        "loved",
+                                        "play",
+                                        "outside",
+                                        "park",
+                                        "\"quoted\"",
+                                        "(parenthesised)",
+                                        "don't",
+                                        "it's",
+                                        "we'll",
+                                        "1984",
+                                        "3.14",
+                                        "e-mail",
+                                        "U.S.",
+                                        "well-known"};
     size_t cap = 102400;
     char *s = malloc(cap + 64);
     size_t n = 0;
@@ -638,9 +754,15 @@ static void speed_vocab(const char *name) {
     tokenizer_destroy(t);
 }
 
-static void t_speed_gpt2(void) { speed_vocab("gpt-2"); }
-static void t_speed_spm(void) { speed_vocab("llama-spm"); }
-static void t_speed_deepseek(void) { speed_vocab("deepseek-llm"); }
+static void t_speed_gpt2(void) {
+    speed_vocab("gpt-2");
+}
+static void t_speed_spm(void) {
+    speed_vocab("llama-spm");
+}
+static void t_speed_deepseek(void) {
+    speed_vocab("deepseek-llm");
+}
 
 int main(void) {
     test_run("tokenizer.stories260K_known", t_stories_known);

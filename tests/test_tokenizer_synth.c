@@ -89,10 +89,9 @@ static void vb_bpe(vb *v) {
         int l = utf8_encode(byte_cp(b), s);
         vb_add(v, s, (size_t)l, 1);
     }
-    static const char *const m[][2] = {{" ", "t"}, {"h", "e"},  {" t", "he"}, {"i", "n"},
-                                       {"e", "r"}, {" ", "a"},  {"o", "r"},   {"l", "d"},
-                                       {" ", "w"}, {" w", "or"}, {" wor", "ld"}, {" ", " "},
-                                       {"1", "2"}, {"12", "3"}};
+    static const char *const m[][2] = {
+        {" ", "t"}, {"h", "e"}, {" t", "he"}, {"i", "n"},     {"e", "r"}, {" ", "a"}, {"o", "r"},
+        {"l", "d"}, {" ", "w"}, {" w", "or"}, {" wor", "ld"}, {" ", " "}, {"1", "2"}, {"12", "3"}};
     for (size_t i = 0; i < sizeof m / sizeof *m; i++)
         vb_merge(v, m[i][0], m[i][1]);
     vb_add(v, "<|endoftext|>", 13, 3);
@@ -112,10 +111,28 @@ static void vb_spm(vb *v, bool bytes) {
             snprintf(s, sizeof s, "<0x%02X>", b);
             vb_add(v, s, 6, 6);
         }
-    static const char *const p[] = {"\xe2\x96\x81", "\xe2\x96\x81t", "h", "e", "t", "he",
-                                    "\xe2\x96\x81the", "\xe2\x96\x81th", "a", "b", "c", "o",
-                                    "w", "r", "l", "d", "\xe2\x96\x81w", "or", "ld",
-                                    "\xe2\x96\x81wor", "\xe2\x96\x81world", "\xc3\xa9"};
+    static const char *const p[] = {"\xe2\x96\x81",
+                                    "\xe2\x96\x81t",
+                                    "h",
+                                    "e",
+                                    "t",
+                                    "he",
+                                    "\xe2\x96\x81the",
+                                    "\xe2\x96\x81th",
+                                    "a",
+                                    "b",
+                                    "c",
+                                    "o",
+                                    "w",
+                                    "r",
+                                    "l",
+                                    "d",
+                                    "\xe2\x96\x81w",
+                                    "or",
+                                    "ld",
+                                    "\xe2\x96\x81wor",
+                                    "\xe2\x96\x81world",
+                                    "\xc3\xa9"};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
         vb_add(v, p[i], strlen(p[i]), 1);
     vb_add(v, "<|end|>", 7, 3);
@@ -128,7 +145,7 @@ typedef struct spec {
     const char *pre;   /* NULL: omit */
     const char *name;  /* general.name, NULL: omit */
     bool omit_tokens, omit_merges, short_scores, tokens_not_str, types_float;
-    int64_t bos;  /* bos_token_id when set_bos */
+    int64_t bos; /* bos_token_id when set_bos */
     bool set_bos;
     int add_bos; /* add_bos_token: 0 omit, 1 false, 2 true */
 } spec;
@@ -197,8 +214,7 @@ static void expect_err(const vb *v, spec sp, int code, const char *needle) {
     T_CHECKF(rc == code, "expected %s for '%s', got %d (%s)", err_name(code), needle, rc,
              err_detail());
     T_CHECK(t == NULL);
-    T_CHECKF(strstr(err_detail(), needle), "detail '%s' does not name '%s'", err_detail(),
-             needle);
+    T_CHECKF(strstr(err_detail(), needle), "detail '%s' does not name '%s'", err_detail(), needle);
 }
 
 static void t_load_errors(void) {
@@ -223,7 +239,8 @@ static void t_load_errors(void) {
     expect_err(&v, SPEC(.model = "gpt2", .pre = "gpt-2", .add_bos = 2), ERR_FORMAT,
                "add_bos_token");
     /* an out-of-range special id is ignored, as llama.cpp does */
-    tokenizer *t = vb_load_ok(&v, &SPEC(.model = "gpt2", .pre = "gpt-2", .bos = 4000000000ll, .set_bos = true));
+    tokenizer *t = vb_load_ok(
+        &v, &SPEC(.model = "gpt2", .pre = "gpt-2", .bos = 4000000000ll, .set_bos = true));
     T_EQ_INT(tokenizer_bos(t), TOKENIZER_NULL);
     tokenizer_destroy(t);
     /* llama3's default add_bos without a BOS id: not added, not an error */
@@ -248,16 +265,80 @@ static void t_load_errors(void) {
 /* ---- every pre-tokenizer ---- */
 
 static const char *const pre_names[] = {
-    "default", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
-    "a.x-4.0", "mellum", "modern-bert", "mpt", "olmo", "jais", "trillion", "granite-docling",
-    "exaone4", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-    "lfm2", "jina-v5-nano", "dbrx", "smaug-bpe", "chatglm-bpe", "glm4", "deepseek-llm",
-    "deepseek-coder", "deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4", "falcon",
-    "starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2",
-    "qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan",
-    "solar-open", "grok-2", "qwen35", "poro-chat", "bloom", "gpt3-finnish", "viking", "tekken",
-    "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2", "chameleon", "seed-coder",
-    "bailingmoe", "bailingmoe2", "llada-moe", "ufakzeka", "laguna", "exaone-moe", "minicpm5",
+    "default",
+    "gpt-2",
+    "phi-2",
+    "jina-es",
+    "jina-de",
+    "gigachat",
+    "jina-v2-es",
+    "jina-v2-de",
+    "a.x-4.0",
+    "mellum",
+    "modern-bert",
+    "mpt",
+    "olmo",
+    "jais",
+    "trillion",
+    "granite-docling",
+    "exaone4",
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "falcon-h1",
+    "pixtral",
+    "midm-2.0",
+    "lfm2",
+    "jina-v5-nano",
+    "dbrx",
+    "smaug-bpe",
+    "chatglm-bpe",
+    "glm4",
+    "deepseek-llm",
+    "deepseek-coder",
+    "deepseek-v3",
+    "hunyuan-dense",
+    "joyai-llm",
+    "hy_v4",
+    "falcon",
+    "starcoder",
+    "refact",
+    "command-r",
+    "smollm",
+    "codeshell",
+    "exaone",
+    "minerva-7b",
+    "mellum2",
+    "qwen2",
+    "deepseek-r1-qwen",
+    "kormo",
+    "f2llmv2",
+    "megrez",
+    "stablelm2",
+    "hunyuan",
+    "solar-open",
+    "grok-2",
+    "qwen35",
+    "poro-chat",
+    "bloom",
+    "gpt3-finnish",
+    "viking",
+    "tekken",
+    "gpt-4o",
+    "llama4",
+    "kanana2",
+    "talkie",
+    "minimax-m2",
+    "chameleon",
+    "seed-coder",
+    "bailingmoe",
+    "bailingmoe2",
+    "llada-moe",
+    "ufakzeka",
+    "laguna",
+    "exaone-moe",
+    "minicpm5",
 };
 
 static const char *const pre_texts[] = {
@@ -291,7 +372,8 @@ static void t_pre_all(void) {
     double worst = 0;
     const char *worst_name = "";
     for (size_t p = 0; p < sizeof pre_names / sizeof *pre_names; p++) {
-        tokenizer *t = vb_load_ok(&v, &SPEC(.model = "gpt2", .pre = pre_names[p], .bos = 256, .set_bos = true));
+        tokenizer *t = vb_load_ok(
+            &v, &SPEC(.model = "gpt2", .pre = pre_names[p], .bos = 256, .set_bos = true));
         for (size_t i = 0; i < sizeof pre_texts / sizeof *pre_texts; i++) {
             size_t n, len = strlen(pre_texts[i]);
             T_OK(tokenizer_encode(t, pre_texts[i], len, false, false, ids, 4096, &n));
@@ -313,8 +395,8 @@ static void t_pre_all(void) {
                 worst = dt;
                 worst_name = pre_names[p];
             }
-            T_CHECKF(dt < 2.0 / test_scale(), "pre '%s': %zu x '%c' took %.2f s", pre_names[p],
-                     big, fill[f], dt);
+            T_CHECKF(dt < 2.0 / test_scale(), "pre '%s': %zu x '%c' took %.2f s", pre_names[p], big,
+                     fill[f], dt);
         }
         tokenizer_destroy(t);
     }

@@ -133,20 +133,22 @@ static void vec_run(const char *name) {
 }
 
 #define VEC(name)                                                                                  \
-    static void t_vec_##name(void) { vec_run(VEC_NAME_##name); }
+    static void t_vec_##name(void) {                                                               \
+        vec_run(VEC_NAME_##name);                                                                  \
+    }
 
-#define VEC_NAME_llama_spm "llama-spm"
-#define VEC_NAME_phi_3 "phi-3"
-#define VEC_NAME_gpt_2 "gpt-2"
-#define VEC_NAME_deepseek_llm "deepseek-llm"
+#define VEC_NAME_llama_spm      "llama-spm"
+#define VEC_NAME_phi_3          "phi-3"
+#define VEC_NAME_gpt_2          "gpt-2"
+#define VEC_NAME_deepseek_llm   "deepseek-llm"
 #define VEC_NAME_deepseek_coder "deepseek-coder"
-#define VEC_NAME_mpt "mpt"
-#define VEC_NAME_refact "refact"
-#define VEC_NAME_llama_bpe "llama-bpe"
-#define VEC_NAME_qwen2 "qwen2"
-#define VEC_NAME_qwen35 "qwen35"
-#define VEC_NAME_command_r "command-r"
-#define VEC_NAME_gemma_4 "gemma-4"
+#define VEC_NAME_mpt            "mpt"
+#define VEC_NAME_refact         "refact"
+#define VEC_NAME_llama_bpe      "llama-bpe"
+#define VEC_NAME_qwen2          "qwen2"
+#define VEC_NAME_qwen35         "qwen35"
+#define VEC_NAME_command_r      "command-r"
+#define VEC_NAME_gemma_4        "gemma-4"
 VEC(llama_spm)
 VEC(phi_3)
 VEC(gpt_2)

@@ -15,8 +15,7 @@
 
 #define TOK_REPLACEMENT "\xef\xbf\xbd"
 
-const char *tokenizer_token_text(const tokenizer *t, int32_t id, bool render_special,
-                                 size_t *len) {
+const char *tokenizer_token_text(const tokenizer *t, int32_t id, bool render_special, size_t *len) {
     if (id < 0 || id >= t->n_vocab) {
         *len = 0;
         return NULL;
@@ -40,8 +39,7 @@ int tokenizer_token_to_text(const tokenizer *t, int32_t id, bool render_special,
                        id, t->n_vocab);
     *len_out = n;
     if (cap < n)
-        return err_set(ERR_FULL, "tokenizer: token %d needs %zu bytes, buffer has %zu", id, n,
-                       cap);
+        return err_set(ERR_FULL, "tokenizer: token %d needs %zu bytes, buffer has %zu", id, n, cap);
     if (n)
         memcpy(buf, s, n);
     if (cap > n)
@@ -77,11 +75,20 @@ static void tok_stream_bytes(tokenizer_stream *s, const unsigned char *p, size_t
         unsigned char c = p[i], lo = 0x80, hi = 0xBF;
         if (s->n_held == 1) {
             switch (s->held[0]) {
-            case 0xE0: lo = 0xA0; break; /* no overlongs */
-            case 0xED: hi = 0x9F; break; /* no surrogates */
-            case 0xF0: lo = 0x90; break;
-            case 0xF4: hi = 0x8F; break; /* nothing above U+10FFFF */
-            default: break;
+            case 0xE0:
+                lo = 0xA0;
+                break; /* no overlongs */
+            case 0xED:
+                hi = 0x9F;
+                break; /* no surrogates */
+            case 0xF0:
+                lo = 0x90;
+                break;
+            case 0xF4:
+                hi = 0x8F;
+                break; /* nothing above U+10FFFF */
+            default:
+                break;
             }
         }
         if (c < lo || c > hi) {
@@ -112,8 +119,7 @@ int tokenizer_stream_push(tokenizer_stream *s, int32_t id, strbuf *out) {
         return err_set(ERR_RANGE, "tokenizer: token id %d is outside the vocabulary (%d tokens)",
                        id, s->t->n_vocab);
     tok_stream_bytes(s, (const unsigned char *)p, n, out);
-    return strbuf_failed(out) ? err_set(ERR_NOMEM, "tokenizer: out of memory for decoded text")
-                              : 0;
+    return strbuf_failed(out) ? err_set(ERR_NOMEM, "tokenizer: out of memory for decoded text") : 0;
 }
 
 int tokenizer_stream_flush(tokenizer_stream *s, strbuf *out) {
@@ -121,11 +127,12 @@ int tokenizer_stream_flush(tokenizer_stream *s, strbuf *out) {
         strbuf_append(out, TOK_REPLACEMENT, 3);
         s->n_held = 0;
     }
-    return strbuf_failed(out) ? err_set(ERR_NOMEM, "tokenizer: out of memory for decoded text")
-                              : 0;
+    return strbuf_failed(out) ? err_set(ERR_NOMEM, "tokenizer: out of memory for decoded text") : 0;
 }
 
-size_t tokenizer_stream_pending(const tokenizer_stream *s) { return s->n_held; }
+size_t tokenizer_stream_pending(const tokenizer_stream *s) {
+    return s->n_held;
+}
 
 void tokenizer_stream_deinit(tokenizer_stream *s) {
     s->n_held = 0;

@@ -30,7 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOK_MAX_TEXT ((size_t)1 << 30)
+/* 256 MiB: keeps every offset and symbol count (normalised text is at most 3x) in 31 bits. */
+#define TOK_MAX_TEXT ((size_t)1 << 28)
 
 typedef struct tok_frag {
     int32_t token; /* TOKENIZER_NULL: raw text off..off+len */
@@ -187,7 +188,8 @@ static int tok_spm_run(tok_sess *s, const char *text, size_t n) {
         int l = utf8_decode((const unsigned char *)text + off, n - off, &cp);
         if (l < 1)
             l = 1;
-        s->sym[ns] = (tok_sym){.off = (uint32_t)off, .n = (uint32_t)l, .prev = ns - 1, .next = ns + 1};
+        s->sym[ns] =
+            (tok_sym){.off = (uint32_t)off, .n = (uint32_t)l, .prev = ns - 1, .next = ns + 1};
         off += (size_t)l;
         ns++;
     }
@@ -258,8 +260,8 @@ static int tok_bpe_word(tok_sess *s, const char *word, size_t len) {
         unsigned char b = (unsigned char)word[i];
         int l = t->byte_enc_len[b];
         memcpy(s->enc + n, t->byte_enc[b], 2);
-        s->sym[i] = (tok_sym){.off = (uint32_t)n, .n = (uint32_t)l, .prev = (int32_t)i - 1,
-                              .next = (int32_t)i + 1};
+        s->sym[i] = (tok_sym){
+            .off = (uint32_t)n, .n = (uint32_t)l, .prev = (int32_t)i - 1, .next = (int32_t)i + 1};
         n += (size_t)l;
     }
     s->sym[len - 1].next = -1;
@@ -506,8 +508,8 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
             memcpy(out, s.ids, n * sizeof *out);
         *n_out = s.n_ids;
         if (s.n_ids > cap)
-            rc = err_set(ERR_FULL, "tokenizer: %zu tokens do not fit in a buffer of %zu",
-                         s.n_ids, cap);
+            rc = err_set(ERR_FULL, "tokenizer: %zu tokens do not fit in a buffer of %zu", s.n_ids,
+                         cap);
     }
     tok_sess_free(&s);
     return rc;

@@ -37,11 +37,11 @@ typedef struct tok_merge {
  * the type. Defined in tok_pre.c. */
 #define TOK_PRE_MAX_RX 6
 typedef struct tok_pre {
-    const char *name;                    /* canonical name, e.g. "llama3" */
-    const char *rx[TOK_PRE_MAX_RX];      /* NULL-terminated */
-    bool ignore_merges;                  /* a word that is a whole token skips merging */
-    bool add_bos;                        /* default of add_bos_token */
-    bool no_bos;                         /* type has no BOS (chatglm) */
+    const char *name;               /* canonical name, e.g. "llama3" */
+    const char *rx[TOK_PRE_MAX_RX]; /* NULL-terminated */
+    bool ignore_merges;             /* a word that is a whole token skips merging */
+    bool add_bos;                   /* default of add_bos_token */
+    bool no_bos;                    /* type has no BOS (chatglm) */
 } tok_pre;
 
 struct tokenizer {
@@ -123,8 +123,8 @@ typedef struct tok_spans {
 int tok_spans_push(tok_spans *s, uint32_t off, uint32_t len);
 
 /* Splits text[0..len) (valid UTF-8) into words with t's pre-tokenizer regexes; replaces the
- * contents of *words with spans relative to text. scratch is working space. Returns 0, ERR_NOMEM, or ERR_TOOLARGE (PCRE2
- * match limit). */
+ * contents of *words with spans relative to text. scratch is working space. Returns 0, ERR_NOMEM,
+ * or ERR_TOOLARGE (PCRE2 match limit). */
 int tok_pre_split(const tokenizer *t, const char *text, size_t len, tok_spans *words,
                   tok_spans *scratch);
 

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #define TOK_MAX_VOCAB (1 << 24)
-#define TOK_POOL_MAX 0xF0000000u
+#define TOK_POOL_MAX  0xF0000000u
 
 /* ---- hashing ---- */
 
@@ -174,30 +174,81 @@ static const char *const tok_special_keys[] = {
 };
 
 /* Texts that identify a role when the metadata does not name it (llama.cpp's lists). */
-static const char *const tok_eot_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<end_of_utterance>", NULL};
+static const char *const tok_eot_texts[] = {"<|eot_id|>",
+                                            "<|im_end|>",
+                                            "<|end|>",
+                                            "<end_of_turn>",
+                                            "<|endoftext|>",
+                                            "<|end_of_text|>",
+                                            "<EOT>",
+                                            "_<EOT>",
+                                            "[EOT]",
+                                            "<\xef\xbd\x9c"
+                                            "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                            "<end_of_utterance>",
+                                            NULL};
 static const char *const tok_eom_texts[] = {"<|eom_id|>", NULL};
-static const char *const tok_fim_pre_texts[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-    "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
-static const char *const tok_fim_suf_texts[] = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
-    "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
-static const char *const tok_fim_mid_texts[] = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-    "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
-static const char *const tok_fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
-                                                "[PAD]", NULL};
+static const char *const tok_fim_pre_texts[] = {"<|fim_prefix|>",
+                                                "<fim-prefix>",
+                                                "<fim_prefix>",
+                                                "<\xef\xbd\x9c"
+                                                "fim\xe2\x96\x81"
+                                                "begin\xef\xbd\x9c>",
+                                                "<PRE>",
+                                                "\xe2\x96\x81<PRE>",
+                                                "<|code_prefix|>",
+                                                "<|prefix|>",
+                                                NULL};
+static const char *const tok_fim_suf_texts[] = {"<|fim_suffix|>",
+                                                "<fim-suffix>",
+                                                "<fim_suffix>",
+                                                "<\xef\xbd\x9c"
+                                                "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+                                                "<SUF>",
+                                                "\xe2\x96\x81<SUF>",
+                                                "<|code_suffix|>",
+                                                "<|suffix|>",
+                                                NULL};
+static const char *const tok_fim_mid_texts[] = {"<|fim_middle|>",
+                                                "<fim-middle>",
+                                                "<fim_middle>",
+                                                "<\xef\xbd\x9c"
+                                                "fim\xe2\x96\x81"
+                                                "end\xef\xbd\x9c>",
+                                                "<MID>",
+                                                "\xe2\x96\x81<MID>",
+                                                "<|code_middle|>",
+                                                "<|middle|>",
+                                                NULL};
+static const char *const tok_fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
+                                                "<PAD>",       "[PAD]",     NULL};
 static const char *const tok_fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                                                "<REPO>", "<reponame>", NULL};
+                                                "<REPO>",       "<reponame>",    NULL};
 static const char *const tok_fim_sep_texts[] = {"<|file_sep|>", NULL};
-static const char *const tok_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL};
+static const char *const tok_eog_texts[] = {"<|eot_id|>",
+                                            "<|im_end|>",
+                                            "<|end|>",
+                                            "<|return|>",
+                                            "<|call|>",
+                                            "<|flush|>",
+                                            "<|calls|>",
+                                            "<end_of_turn>",
+                                            "<|endoftext|>",
+                                            "</s>",
+                                            "<|eom_id|>",
+                                            "<EOT>",
+                                            "_<EOT>",
+                                            "[EOT]",
+                                            "[EOS]",
+                                            "<|end_of_text|>",
+                                            "<end_of_utterance>",
+                                            "<eos>",
+                                            "<turn|>",
+                                            "<|tool_response>",
+                                            "<\xef\xbd\x9c"
+                                            "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                            "[e~[",
+                                            NULL};
 
 static int32_t tok_find_str(const tokenizer *t, const char *s) {
     return tok_lookup(t, s, strlen(s), false);
@@ -220,11 +271,15 @@ static int tok_load_model(tokenizer *t, const gguf *g) {
         static const struct {
             const char *model, *what;
         } known[] = {
-            {"bert", "WordPiece (WPM)"},      {"t5", "Unigram (UGM)"},
-            {"rwkv", "RWKV"},                 {"plamo2", "PLaMo-2"},
+            {"bert", "WordPiece (WPM)"},
+            {"t5", "Unigram (UGM)"},
+            {"rwkv", "RWKV"},
+            {"plamo2", "PLaMo-2"},
             {"gemma4", "SentencePiece-style BPE on raw UTF-8"},
-            {"no_vocab", "no vocabulary"},    {"none", "no vocabulary"},
-            {"hybriddna", "DNA k-mer"},       {"whitespace", "whitespace BPE"},
+            {"no_vocab", "no vocabulary"},
+            {"none", "no vocabulary"},
+            {"hybriddna", "DNA k-mer"},
+            {"whitespace", "whitespace BPE"},
         };
         for (size_t i = 0; i < sizeof known / sizeof *known; i++)
             if (gguf_str_eq(model, known[i].model))
@@ -293,12 +348,11 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
         if (scores.type != GGUF_VT_FLOAT32 && scores.type != GGUF_VT_INT32 &&
             scores.type != GGUF_VT_FLOAT64)
             return err_set(ERR_FORMAT,
-                           "%s: tokenizer.ggml.scores is an array of %s, expected float32",
-                           t->name, gguf_vtype_name(scores.type));
+                           "%s: tokenizer.ggml.scores is an array of %s, expected float32", t->name,
+                           gguf_vtype_name(scores.type));
         if (scores.n < toks.n)
-            return err_set(ERR_FORMAT,
-                           "%s: tokenizer.ggml.scores has %llu entries for %d tokens", t->name,
-                           (unsigned long long)scores.n, n);
+            return err_set(ERR_FORMAT, "%s: tokenizer.ggml.scores has %llu entries for %d tokens",
+                           t->name, (unsigned long long)scores.n, n);
         have_scores = true;
     } else if (rc != ERR_NOTFOUND) {
         return rc;
@@ -313,8 +367,8 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
                            t->name, gguf_vtype_name(types.type));
         if (types.n < toks.n)
             return err_set(ERR_FORMAT,
-                           "%s: tokenizer.ggml.token_type has %llu entries for %d tokens",
-                           t->name, (unsigned long long)types.n, n);
+                           "%s: tokenizer.ggml.token_type has %llu entries for %d tokens", t->name,
+                           (unsigned long long)types.n, n);
         have_types = true;
     } else if (rc != ERR_NOTFOUND) {
         return rc;
@@ -339,8 +393,8 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
             s.len = (uint64_t)k;
         }
         if (s.len > 0xFFFF)
-            return err_set(ERR_FORMAT, "%s: tokenizer.ggml.tokens[%d] is %llu bytes long",
-                           t->name, id, (unsigned long long)s.len);
+            return err_set(ERR_FORMAT, "%s: tokenizer.ggml.tokens[%d] is %llu bytes long", t->name,
+                           id, (unsigned long long)s.len);
         tok_token *k = &t->tok[id];
         if ((rc = tok_buf_put(pool, s.s, s.len + 1, &k->piece_off)))
             return rc;
@@ -349,13 +403,27 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
         k->score = have_scores ? (float)gguf_arr_f64(&scores, (uint64_t)id) : 0.0f;
         int64_t ty = have_types ? gguf_arr_i64(&types, (uint64_t)id) : 1;
         switch (ty) {
-        case 1: k->attr = TOKENIZER_ATTR_NORMAL; break;
-        case 2: k->attr = TOKENIZER_ATTR_UNKNOWN; break;
-        case 3: k->attr = TOKENIZER_ATTR_CONTROL; break;
-        case 4: k->attr = TOKENIZER_ATTR_USER_DEFINED; break;
-        case 5: k->attr = TOKENIZER_ATTR_UNUSED; break;
-        case 6: k->attr = TOKENIZER_ATTR_BYTE; break;
-        default: k->attr = TOKENIZER_ATTR_UNDEFINED; break;
+        case 1:
+            k->attr = TOKENIZER_ATTR_NORMAL;
+            break;
+        case 2:
+            k->attr = TOKENIZER_ATTR_UNKNOWN;
+            break;
+        case 3:
+            k->attr = TOKENIZER_ATTR_CONTROL;
+            break;
+        case 4:
+            k->attr = TOKENIZER_ATTR_USER_DEFINED;
+            break;
+        case 5:
+            k->attr = TOKENIZER_ATTR_UNUSED;
+            break;
+        case 6:
+            k->attr = TOKENIZER_ATTR_BYTE;
+            break;
+        default:
+            k->attr = TOKENIZER_ATTR_UNDEFINED;
+            break;
         }
     }
     t->pool = pool->p; /* lookups below read pieces from the pool */
@@ -365,11 +433,12 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
         size_t i = (size_t)tok_hash_final(tok_hash(TOK_HASH_SEED, s, k->piece_len)) & t->map_mask;
         while (t->map[i] != TOKENIZER_NULL) {
             const tok_token *o = &t->tok[t->map[i]];
-            if (o->piece_len == k->piece_len && memcmp(pool->p + o->piece_off, s, k->piece_len) == 0)
+            if (o->piece_len == k->piece_len &&
+                memcmp(pool->p + o->piece_off, s, k->piece_len) == 0)
                 return err_set(ERR_FORMAT,
                                "%s: tokenizer.ggml.tokens: duplicate token '%.*s' at ids %d and %d",
-                               t->name, (int)(k->piece_len > 64 ? 64 : k->piece_len), s,
-                               t->map[i], id);
+                               t->name, (int)(k->piece_len > 64 ? 64 : k->piece_len), s, t->map[i],
+                               id);
             i = (i + 1) & t->map_mask;
         }
         t->map[i] = id;
@@ -524,10 +593,14 @@ static int tok_load_roles(tokenizer *t) {
         int role;
         const char *const *texts;
     } by_text[] = {
-        {TOKENIZER_SPECIAL_EOT, tok_eot_texts},         {TOKENIZER_SPECIAL_EOM, tok_eom_texts},
-        {TOKENIZER_SPECIAL_FIM_PRE, tok_fim_pre_texts}, {TOKENIZER_SPECIAL_FIM_SUF, tok_fim_suf_texts},
-        {TOKENIZER_SPECIAL_FIM_MID, tok_fim_mid_texts}, {TOKENIZER_SPECIAL_FIM_PAD, tok_fim_pad_texts},
-        {TOKENIZER_SPECIAL_FIM_REP, tok_fim_rep_texts}, {TOKENIZER_SPECIAL_FIM_SEP, tok_fim_sep_texts},
+        {TOKENIZER_SPECIAL_EOT, tok_eot_texts},
+        {TOKENIZER_SPECIAL_EOM, tok_eom_texts},
+        {TOKENIZER_SPECIAL_FIM_PRE, tok_fim_pre_texts},
+        {TOKENIZER_SPECIAL_FIM_SUF, tok_fim_suf_texts},
+        {TOKENIZER_SPECIAL_FIM_MID, tok_fim_mid_texts},
+        {TOKENIZER_SPECIAL_FIM_PAD, tok_fim_pad_texts},
+        {TOKENIZER_SPECIAL_FIM_REP, tok_fim_rep_texts},
+        {TOKENIZER_SPECIAL_FIM_SEP, tok_fim_sep_texts},
     };
     for (size_t r = 0; r < sizeof by_text / sizeof *by_text; r++) {
         int role = by_text[r].role;
@@ -579,8 +652,8 @@ static int tok_load_roles(tokenizer *t) {
     int32_t ret = tok_find_str(t, "<|return|>"), call = tok_find_str(t, "<|call|>");
     int32_t calls = tok_find_str(t, "<|calls|>"), flush = tok_find_str(t, "<|flush|>");
     int32_t end = tok_find_str(t, "<|end|>");
-    bool has_call = (call != TOKENIZER_NULL && t->eog[call]) ||
-                    (calls != TOKENIZER_NULL && t->eog[calls]);
+    bool has_call =
+        (call != TOKENIZER_NULL && t->eog[call]) || (calls != TOKENIZER_NULL && t->eog[calls]);
     bool has_ret = ret != TOKENIZER_NULL && t->eog[ret];
     bool has_flush = flush != TOKENIZER_NULL && t->eog[flush];
     if (end != TOKENIZER_NULL && t->eog[end] && has_call && (has_ret || has_flush)) {
@@ -837,13 +910,21 @@ void tokenizer_destroy(tokenizer *t) {
 
 /* ---- accessors ---- */
 
-static bool tok_valid(const tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab; }
+static bool tok_valid(const tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab;
+}
 
-int32_t tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
+int32_t tokenizer_n_vocab(const tokenizer *t) {
+    return t->n_vocab;
+}
 
-enum tokenizer_kind tokenizer_kind(const tokenizer *t) { return t->kind; }
+enum tokenizer_kind tokenizer_kind(const tokenizer *t) {
+    return t->kind;
+}
 
-const char *tokenizer_pre_name(const tokenizer *t) { return t->pre_name; }
+const char *tokenizer_pre_name(const tokenizer *t) {
+    return t->pre_name;
+}
 
 int32_t tokenizer_special(const tokenizer *t, enum tokenizer_special role) {
     if ((int)role < 0 || role >= TOKENIZER_SPECIAL_COUNT)
@@ -851,13 +932,25 @@ int32_t tokenizer_special(const tokenizer *t, enum tokenizer_special role) {
     return t->special[role];
 }
 
-int32_t tokenizer_bos(const tokenizer *t) { return t->special[TOKENIZER_SPECIAL_BOS]; }
-int32_t tokenizer_eos(const tokenizer *t) { return t->special[TOKENIZER_SPECIAL_EOS]; }
-int32_t tokenizer_eot(const tokenizer *t) { return t->special[TOKENIZER_SPECIAL_EOT]; }
-bool tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
-bool tokenizer_add_eos(const tokenizer *t) { return t->add_eos; }
+int32_t tokenizer_bos(const tokenizer *t) {
+    return t->special[TOKENIZER_SPECIAL_BOS];
+}
+int32_t tokenizer_eos(const tokenizer *t) {
+    return t->special[TOKENIZER_SPECIAL_EOS];
+}
+int32_t tokenizer_eot(const tokenizer *t) {
+    return t->special[TOKENIZER_SPECIAL_EOT];
+}
+bool tokenizer_add_bos(const tokenizer *t) {
+    return t->add_bos;
+}
+bool tokenizer_add_eos(const tokenizer *t) {
+    return t->add_eos;
+}
 
-bool tokenizer_is_eog(const tokenizer *t, int32_t id) { return tok_valid(t, id) && t->eog[id]; }
+bool tokenizer_is_eog(const tokenizer *t, int32_t id) {
+    return tok_valid(t, id) && t->eog[id];
+}
 
 uint32_t tokenizer_token_attr(const tokenizer *t, int32_t id) {
     return tok_valid(t, id) ? t->tok[id].attr : 0;

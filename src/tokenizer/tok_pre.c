@@ -33,9 +33,9 @@
 
 /* Unicode White_Space, as \s in Oniguruma. */
 #define RX_WS                                                                                      \
-    "\\t\\n\\x{0b}\\f\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}"   \
+    "\\t\\n\\x{0b}\\f\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}"    \
     "\\x{205f}\\x{3000}"
-#define RX_S "[" RX_WS "]"
+#define RX_S  "[" RX_WS "]"
 #define RX_NS "[^" RX_WS "]"
 /* English contractions, case-insensitive in ASCII only (llama.cpp's spelling of (?i:'s|...)). */
 #define RX_CONTR "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -45,7 +45,7 @@
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" RX_WS "\\p{L}\\p{N}]+|" RX_S "+(?!" RX_NS ")"
 /* Llama 3 (also dbrx, smaug, chatglm4) */
 #define RX_LLAMA3                                                                                  \
-    RX_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" RX_WS                                \
+    RX_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" RX_WS                               \
              "\\p{L}\\p{N}]+[\\r\\n]*|" RX_S "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S "+"
 /* Qwen2 (single digits) */
 #define RX_QWEN2                                                                                   \
@@ -71,7 +71,7 @@
     "\\x{1ff2}-\\x{1ff4}\\x{1ff6}-\\x{1ffc}\\x{2102}\\x{2107}\\x{210a}-\\x{2113}"                  \
     "\\x{2115}\\x{2119}-\\x{211d}\\x{2124}\\x{2126}\\x{2128}\\x{212a}-\\x{212d}"                   \
     "\\x{212f}-\\x{2134}\\x{2139}\\x{213c}-\\x{213f}\\x{2145}-\\x{2149}\\x{214e}"                  \
-    "\\x{2183}\\x{2184}\\x{2c00}-\\x{2c7b}\\x{2c7e}-\\x{2ce4}\\x{2ceb}-\\x{2cee}"                   \
+    "\\x{2183}\\x{2184}\\x{2c00}-\\x{2c7b}\\x{2c7e}-\\x{2ce4}\\x{2ceb}-\\x{2cee}"                  \
     "\\x{2cf2}\\x{2cf3}\\x{a640}-\\x{a66d}\\x{a680}-\\x{a69b}\\x{a722}-\\x{a76f}"                  \
     "\\x{a771}-\\x{a787}\\x{a78b}-\\x{a78e}\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}"                 \
     "\\x{fb13}-\\x{fb17}\\x{ff21}-\\x{ff3a}\\x{ff41}-\\x{ff5a}\\x{10400}-\\x{1044f}"               \
@@ -79,26 +79,27 @@
     "\\x{10cc0}-\\x{10cf2}\\x{118a0}-\\x{118df}\\x{1e900}-\\x{1e943}"
 /* deepseek-v3 main regex */
 #define RX_DS3                                                                                     \
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?"            \
-    "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|" RX_S "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S "+"
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?"           \
+    "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|" RX_S "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S   \
+    "+"
 /* bloom / poro / viking */
-#define RX_PORO " ?[^(" RX_WS "|.,!?\\x{2026}\\x{3002}\\x{ff0c}\\x{3001}\\x{0964}\\x{06d4}\\x{060c})]+"
+#define RX_PORO                                                                                    \
+    " ?[^(" RX_WS "|.,!?\\x{2026}\\x{3002}\\x{ff0c}\\x{3001}\\x{0964}\\x{06d4}\\x{060c})]+"
 /* gpt-4o / llama4 (the tokenizer.json regex) */
 #define RX_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RX_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RX_GPT4O                                                                                   \
-    "[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "*" RX_LOWER "+" RX_CONTR "?|[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER \
-    "+" RX_LOWER "*" RX_CONTR "?|\\p{N}{1,3}| ?[^" RX_WS "\\p{L}\\p{N}]+[\\r\\n/]*|" RX_S            \
-    "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S "+"
+    "[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "*" RX_LOWER "+" RX_CONTR                                    \
+    "?|[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "+" RX_LOWER "*" RX_CONTR "?|\\p{N}{1,3}| ?[^" RX_WS       \
+    "\\p{L}\\p{N}]+[\\r\\n/]*|" RX_S "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S "+"
 /* tekken (mistral): like gpt-4o without contractions and with single digits */
 #define RX_TEKKEN                                                                                  \
-    "[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "*" RX_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "+" RX_LOWER \
-    "*|\\p{N}| ?[^" RX_WS "\\p{L}\\p{N}]+[\\r\\n/]*|" RX_S "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S \
-    "+"
+    "[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "*" RX_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER             \
+    "+" RX_LOWER "*|\\p{N}| ?[^" RX_WS "\\p{L}\\p{N}]+[\\r\\n/]*|" RX_S "*[\\r\\n]+|" RX_S         \
+    "+(?!" RX_NS ")|" RX_S "+"
 
 static const tok_pre tok_pre_table[] = {
-    {.name = "default",
-     .rx = {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {.name = "default", .rx = {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
     {.name = "gpt-2", .rx = {RX_GPT2}},
     {.name = "llama3", .rx = {RX_LLAMA3}, .ignore_merges = true, .add_bos = true},
     {.name = "dbrx", .rx = {RX_LLAMA3}},
@@ -112,8 +113,7 @@ static const tok_pre tok_pre_table[] = {
      .rx = {"[\\r\\n]", RX_S "?\\p{L}+", RX_S "?\\p{P}+", RX_DS_CJK, "\\p{N}"}},
     {.name = "deepseek-v3",
      .rx = {"\\p{N}{1,3}", "[\\x{4e00}-\\x{9fa5}\\x{3040}-\\x{309f}\\x{30a0}-\\x{30ff}]+", RX_DS3}},
-    {.name = "falcon",
-     .rx = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RX_GPT2, "[0-9][0-9][0-9]"}},
+    {.name = "falcon", .rx = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RX_GPT2, "[0-9][0-9][0-9]"}},
     {.name = "starcoder", .rx = {"\\p{N}", RX_GPT2}},
     {.name = "qwen2", .rx = {RX_QWEN2}},
     {.name = "qwen35", .rx = {RX_QWEN35}},
@@ -129,19 +129,21 @@ static const tok_pre tok_pre_table[] = {
      .rx = {RX_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^" RX_WS
                      "\\p{L}\\p{N}\\r\\n]+|" RX_S "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S "+"}},
     {.name = "bailingmoe",
-     .rx = {"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" RX_WS
-            "\\p{L}\\p{N}]+[\\r\\n]*|" RX_S "*[\\r\\n]|" RX_S "+(?!" RX_NS ")|" RX_S "+"}},
+     .rx = {"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+            "?[^" RX_WS "\\p{L}\\p{N}]+[\\r\\n]*|" RX_S "*[\\r\\n]|" RX_S "+(?!" RX_NS ")|" RX_S
+            "+"}},
     {.name = "ufakzeka",
      .rx = {"[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" RX_WS "\\p{L}\\p{N}]+[\\r\\n]*|" RX_S
             "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S "+"}},
     {.name = "laguna", .rx = {"[^\\n]+|[\\n]+", RX_QWEN2}},
     {.name = "exaone-moe",
-     .rx = {RX_CONTR "|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| ?[^" RX_WS
-                     "\\p{L}\\p{N}]+[\\r\\n/]?|" RX_S "*[\\r\\n]|" RX_S "+(?!" RX_NS ")|" RX_S "+"}},
+     .rx = {RX_CONTR
+            "|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| ?[^" RX_WS
+            "\\p{L}\\p{N}]+[\\r\\n/]?|" RX_S "*[\\r\\n]|" RX_S "+(?!" RX_NS ")|" RX_S "+"}},
     {.name = "minicpm5",
-     .rx = {"\\p{N}{1,3}", RX_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^" RX_WS
-                                    "\\p{L}\\p{N}]+[\\r\\n]*|" RX_S "*[\\r\\n]+|" RX_S
-                                    "+(?!" RX_NS ")|" RX_S "+"},
+     .rx = {"\\p{N}{1,3}",
+            RX_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^" RX_WS
+                     "\\p{L}\\p{N}]+[\\r\\n]*|" RX_S "*[\\r\\n]+|" RX_S "+(?!" RX_NS ")|" RX_S "+"},
      .ignore_merges = true},
 };
 
@@ -150,44 +152,100 @@ static const struct {
     const char *name, *entry;
 } tok_pre_alias[] = {
     {"default", "default"},
-    {"gpt-2", "gpt-2"}, {"phi-2", "gpt-2"}, {"jina-es", "gpt-2"}, {"jina-de", "gpt-2"},
-    {"gigachat", "gpt-2"}, {"jina-v2-es", "gpt-2"}, {"jina-v2-de", "gpt-2"}, {"a.x-4.0", "gpt-2"},
-    {"mellum", "gpt-2"}, {"modern-bert", "gpt-2"}, {"mpt", "gpt-2"}, {"olmo", "gpt-2"},
-    {"jais", "gpt-2"}, {"trillion", "gpt-2"}, {"granite-docling", "gpt-2"}, {"exaone4", "gpt-2"},
-    {"llama3", "llama3"}, {"llama-v3", "llama3"}, {"llama-bpe", "llama3"}, {"falcon3", "llama3"},
-    {"falcon-h1", "llama3"}, {"pixtral", "llama3"}, {"midm-2.0", "llama3"}, {"lfm2", "llama3"},
+    {"gpt-2", "gpt-2"},
+    {"phi-2", "gpt-2"},
+    {"jina-es", "gpt-2"},
+    {"jina-de", "gpt-2"},
+    {"gigachat", "gpt-2"},
+    {"jina-v2-es", "gpt-2"},
+    {"jina-v2-de", "gpt-2"},
+    {"a.x-4.0", "gpt-2"},
+    {"mellum", "gpt-2"},
+    {"modern-bert", "gpt-2"},
+    {"mpt", "gpt-2"},
+    {"olmo", "gpt-2"},
+    {"jais", "gpt-2"},
+    {"trillion", "gpt-2"},
+    {"granite-docling", "gpt-2"},
+    {"exaone4", "gpt-2"},
+    {"llama3", "llama3"},
+    {"llama-v3", "llama3"},
+    {"llama-bpe", "llama3"},
+    {"falcon3", "llama3"},
+    {"falcon-h1", "llama3"},
+    {"pixtral", "llama3"},
+    {"midm-2.0", "llama3"},
+    {"lfm2", "llama3"},
     {"jina-v5-nano", "llama3"},
-    {"dbrx", "dbrx"}, {"smaug-bpe", "dbrx"},
-    {"chatglm-bpe", "chatglm-bpe"}, {"glm4", "chatglm-bpe"},
-    {"deepseek-llm", "deepseek-llm"}, {"deepseek-coder", "deepseek-coder"},
-    {"deepseek-v3", "deepseek-v3"}, {"hunyuan-dense", "deepseek-v3"}, {"joyai-llm", "deepseek-v3"},
+    {"dbrx", "dbrx"},
+    {"smaug-bpe", "dbrx"},
+    {"chatglm-bpe", "chatglm-bpe"},
+    {"glm4", "chatglm-bpe"},
+    {"deepseek-llm", "deepseek-llm"},
+    {"deepseek-coder", "deepseek-coder"},
+    {"deepseek-v3", "deepseek-v3"},
+    {"hunyuan-dense", "deepseek-v3"},
+    {"joyai-llm", "deepseek-v3"},
     {"hy_v4", "deepseek-v3"},
     {"falcon", "falcon"},
-    {"starcoder", "starcoder"}, {"refact", "starcoder"}, {"command-r", "starcoder"},
-    {"smollm", "starcoder"}, {"codeshell", "starcoder"}, {"exaone", "starcoder"},
-    {"minerva-7b", "starcoder"}, {"mellum2", "starcoder"},
-    {"qwen2", "qwen2"}, {"deepseek-r1-qwen", "qwen2"}, {"kormo", "qwen2"}, {"f2llmv2", "qwen2"},
-    {"megrez", "qwen2"}, {"stablelm2", "qwen2"}, {"hunyuan", "qwen2"}, {"solar-open", "qwen2"},
+    {"starcoder", "starcoder"},
+    {"refact", "starcoder"},
+    {"command-r", "starcoder"},
+    {"smollm", "starcoder"},
+    {"codeshell", "starcoder"},
+    {"exaone", "starcoder"},
+    {"minerva-7b", "starcoder"},
+    {"mellum2", "starcoder"},
+    {"qwen2", "qwen2"},
+    {"deepseek-r1-qwen", "qwen2"},
+    {"kormo", "qwen2"},
+    {"f2llmv2", "qwen2"},
+    {"megrez", "qwen2"},
+    {"stablelm2", "qwen2"},
+    {"hunyuan", "qwen2"},
+    {"solar-open", "qwen2"},
     {"grok-2", "qwen2"},
     {"qwen35", "qwen35"},
-    {"poro-chat", "poro-chat"}, {"bloom", "poro-chat"}, {"gpt3-finnish", "poro-chat"},
+    {"poro-chat", "poro-chat"},
+    {"bloom", "poro-chat"},
+    {"gpt3-finnish", "poro-chat"},
     {"viking", "viking"},
     {"tekken", "tekken"},
-    {"gpt-4o", "gpt-4o"}, {"llama4", "gpt-4o"}, {"kanana2", "gpt-4o"}, {"talkie", "gpt-4o"},
+    {"gpt-4o", "gpt-4o"},
+    {"llama4", "gpt-4o"},
+    {"kanana2", "gpt-4o"},
+    {"talkie", "gpt-4o"},
     {"minimax-m2", "gpt-4o"},
     {"chameleon", "chameleon"},
     {"seed-coder", "seed-coder"},
-    {"bailingmoe", "bailingmoe"}, {"bailingmoe2", "bailingmoe"}, {"llada-moe", "bailingmoe"},
-    {"ufakzeka", "ufakzeka"}, {"laguna", "laguna"}, {"exaone-moe", "exaone-moe"},
+    {"bailingmoe", "bailingmoe"},
+    {"bailingmoe2", "bailingmoe"},
+    {"llada-moe", "bailingmoe"},
+    {"ufakzeka", "ufakzeka"},
+    {"laguna", "laguna"},
+    {"exaone-moe", "exaone-moe"},
     {"minicpm5", "minicpm5"},
 };
 
 /* Names llama.cpp knows that need machinery we do not have (custom splitters, raw-UTF-8 BPE,
  * separator tokens). */
-static const char *const tok_pre_unsupported[] = {
-    "kimi-k2", "gemma4", "granite-embed-multi-311m", "sarvam-moe", "afmoe", "whitespace",
-    "jina-v1-en", "jina-v2-code", "roberta-bpe", "jais-2", "youtu", "spark2_5",
-    "granite-embed-multi-97m", "tiny_aya", "cohere2moe", "superbpe", NULL};
+static const char *const tok_pre_unsupported[] = {"kimi-k2",
+                                                  "gemma4",
+                                                  "granite-embed-multi-311m",
+                                                  "sarvam-moe",
+                                                  "afmoe",
+                                                  "whitespace",
+                                                  "jina-v1-en",
+                                                  "jina-v2-code",
+                                                  "roberta-bpe",
+                                                  "jais-2",
+                                                  "youtu",
+                                                  "spark2_5",
+                                                  "granite-embed-multi-97m",
+                                                  "tiny_aya",
+                                                  "cohere2moe",
+                                                  "superbpe",
+                                                  NULL};
 
 static bool tok_name_eq(const char *a, size_t n, const char *b) {
     return strlen(b) == n && memcmp(a, b, n) == 0;
@@ -219,10 +277,10 @@ int tok_pre_compile(tokenizer *t) {
     for (int i = 0; i < TOK_PRE_MAX_RX && t->pre->rx[i]; i++) {
         int code;
         PCRE2_SIZE at;
-        pcre2_code *re = pcre2_compile(
-            (PCRE2_SPTR)t->pre->rx[i], PCRE2_ZERO_TERMINATED,
-            PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C, &code, &at,
-            NULL);
+        pcre2_code *re =
+            pcre2_compile((PCRE2_SPTR)t->pre->rx[i], PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C,
+                          &code, &at, NULL);
         if (!re) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(code, msg, sizeof msg);

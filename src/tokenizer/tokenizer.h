@@ -108,6 +108,7 @@ enum tokenizer_special {
  *                   token id;
  *   ERR_UNSUPPORTED the tokenizer model (e.g. "bert": WordPiece, "t5": Unigram) or the BPE
  *                   pre-tokenizer type is not implemented; the detail names it;
+ *   ERR_TOOLARGE    the vocabulary's text exceeds the pool limit (3.75 GiB);
  *   ERR_NOMEM. */
 int tokenizer_load(const gguf *g, tokenizer **out);
 
@@ -121,7 +122,7 @@ void tokenizer_destroy(tokenizer *t);
  * parse_special: match control and unknown-type tokens written in the text as single tokens.
  * On success returns 0 with *n_out ids in out. Errors:
  *   ERR_FULL     cap is too small: the first cap ids are in out and *n_out is the number needed;
- *   ERR_TOOLARGE len exceeds 1 GiB, or a pre-tokenizer regex hit PCRE2's backtracking limit on
+ *   ERR_TOOLARGE len exceeds 256 MiB, or a pre-tokenizer regex hit PCRE2's backtracking limit on
  *                pathological input (the detail names the pre-tokenizer and byte offset);
  *   ERR_NOMEM.
  * text may be NULL when len is 0. Reentrant: no state is kept between calls. */
@@ -134,15 +135,20 @@ size_t tokenizer_max_tokens(size_t len);
 
 /* ---- vocabulary ---- */
 
+/* Number of tokens; valid ids are 0..n_vocab-1. */
 int32_t tokenizer_n_vocab(const tokenizer *t);
+
+/* SPM or BPE. */
 enum tokenizer_kind tokenizer_kind(const tokenizer *t);
 
 /* The BPE pre-tokenizer type as named by tokenizer.ggml.pre ("gpt-2", "llama-bpe", "mpt"...;
  * "default" when the key is absent; "" for SPM). The string is owned by t. */
 const char *tokenizer_pre_name(const tokenizer *t);
 
-/* The id of a special role, or TOKENIZER_NULL. */
+/* The id of a special role, or TOKENIZER_NULL (also for a role out of range). */
 int32_t tokenizer_special(const tokenizer *t, enum tokenizer_special role);
+
+/* Shorthands for tokenizer_special(t, TOKENIZER_SPECIAL_BOS / _EOS / _EOT). */
 int32_t tokenizer_bos(const tokenizer *t);
 int32_t tokenizer_eos(const tokenizer *t);
 int32_t tokenizer_eot(const tokenizer *t);
@@ -178,8 +184,7 @@ int32_t tokenizer_find_piece(const tokenizer *t, const char *s, size_t len);
  * e.g. a byte token). Control and unknown-type tokens give their text if render_special, else
  * nothing; unused and undefined tokens give nothing. Returns NULL (and *len = 0) for ids out of
  * range, else a pointer with *len bytes (possibly 0). */
-const char *tokenizer_token_text(const tokenizer *t, int32_t id, bool render_special,
-                                 size_t *len);
+const char *tokenizer_token_text(const tokenizer *t, int32_t id, bool render_special, size_t *len);
 
 /* Copies tokenizer_token_text(id) into buf[0..cap), NUL-terminated when there is room.
  * Returns 0 and *len_out = its length; ERR_RANGE for an id out of range; ERR_FULL when cap is
