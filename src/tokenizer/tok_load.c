@@ -18,6 +18,7 @@
 #include "base/utf8.h"
 #include "tokenizer/tok_int.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,8 +272,8 @@ static int tok_load_model(tokenizer *t, const gguf *g) {
         static const struct {
             const char *model, *what;
         } known[] = {
-            {"bert", "WordPiece (WPM)"},
-            {"t5", "Unigram (UGM)"},
+            {"bert", "WordPiece"},
+            {"t5", "Unigram"},
             {"rwkv", "RWKV"},
             {"plamo2", "PLaMo-2"},
             {"gemma4", "SentencePiece-style BPE on raw UTF-8"},
@@ -401,6 +402,8 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
         pool->p[pool->len - 1] = 0;
         k->piece_len = (uint32_t)s.len;
         k->score = have_scores ? (float)gguf_arr_f64(&scores, (uint64_t)id) : 0.0f;
+        if (k->score != k->score) /* NaN would break the merge order: rank it last */
+            k->score = -FLT_MAX;
         int64_t ty = have_types ? gguf_arr_i64(&types, (uint64_t)id) : 1;
         switch (ty) {
         case 1:

@@ -168,6 +168,7 @@ static const struct {
     {"trillion", "gpt-2"},
     {"granite-docling", "gpt-2"},
     {"exaone4", "gpt-2"},
+    {"gpt-neox", "gpt-2"}, /* not a llama.cpp name: NeoX vocabularies use GPT-2's regex */
     {"llama3", "llama3"},
     {"llama-v3", "llama3"},
     {"llama-bpe", "llama3"},
