@@ -47,7 +47,7 @@ else
 endif
 
 CFLAGS_ALL := $(BASE_CFLAGS) $(OPT) $(EXTRA_CFLAGS)
-LDLIBS := -lm -pthread
+LDLIBS := -lm -pthread -lpcre2-8
 LDFLAGS_ALL := $(filter -fsanitize%,$(OPT)) $(EXTRA_LDFLAGS)
 
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2
@@ -121,10 +121,11 @@ FUZZ_CC := clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined
 FUZZ_DEPS_gguf := src/base src/gguf
 FUZZ_DEPS_chat_template := src/base src/chat
+FUZZ_DEPS_tokenizer := src/base src/gguf src/tokenizer
 build/fuzz/fuzz_%: fuzz/fuzz_%.c FORCE
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(wildcard $(addsuffix /*.c,$(or $(FUZZ_DEPS_$*),src/base))) \
-	  -lm -pthread -o $@
+	  $(LDLIBS) -o $@
 
 FORCE:
 

@@ -12,6 +12,7 @@ need=(
   "clang:/usr/bin/clang"
   "libclang-rt-14-dev:/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a"
   "python3:/usr/bin/python3"
+  "libpcre2-dev:/usr/include/pcre2.h"
 )
 missing=()
 for entry in "${need[@]}"; do
