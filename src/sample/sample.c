@@ -67,10 +67,8 @@ struct sampler {
 
     float *work;    /* [n_vocab] sanitized, penalized logits; NULL for greedy without penalties */
     uint64_t *keys; /* [n_vocab] collected candidate keys; NULL when work is */
-    uint32_t hist[4][N_BINS]; /* four interleaved histograms: no store-to-load chains */
-    double hist_mass[4][N_BINS];
-    uint32_t cnt[N_BINS]; /* candidates per bin */
-    double mass[N_BINS];  /* their weight per bin (when Z is computed): a guide only */
+    uint32_t cnt[N_BINS];      /* candidates per bin (what the cands_* helpers counted) */
+    double bin_weight[N_BINS]; /* a typical weight in each bin, for estimates */
 };
 
 /* ---- parameters ---- */
@@ -148,6 +146,9 @@ int sampler_create(const sample_params *p, int n_vocab, sampler **out) {
     s->freq_pen = (float)p->frequency_penalty;
     s->pres_pen = (float)p->presence_penalty;
     s->gen_on = s->freq_pen != 0.0f || s->pres_pen != 0.0f;
+    for (int b = 0; b < N_BINS - 1; b++) /* 2^-(b + 3/8)/8, about the middle of bin b */
+        s->bin_weight[b] = sample_exp_neg(-(b + 0.375) * (0.6931471805599453 / 8));
+    s->bin_weight[N_BINS - 1] = 0.0;
     if (s->rep_pen == 1.0f || p->repeat_last_n == 0)
         s->win = WIN_OFF;
     else
@@ -351,8 +352,13 @@ static inline double weight_of(double w_max, double inv_temp, float v) {
     return sample_exp_neg(x_of(w_max, inv_temp, v));
 }
 
+/* Histogram bin of a level (sample_exp_level): 4 levels per bin, the last bin takes the rest. */
+static inline int bin_of_level(uint64_t level) {
+    return level < 4 * (uint64_t)(N_BINS - 1) ? (int)(level >> 2) : N_BINS - 1;
+}
+
 static inline int bin_of(double w_max, double inv_temp, float v) {
-    return sample_exp_bin(x_of(w_max, inv_temp, v), N_BINS);
+    return bin_of_level(sample_exp_level(x_of(w_max, inv_temp, v)));
 }
 
 /* Z from its eight lanes, held as lane[u / 2][u % 2]. */
@@ -401,89 +407,146 @@ static void pass_argmax(const float *work, int32_t n, float *max_out, int32_t *a
     pass_copy_argmax(work, NULL, n, max_out, arg_out);
 }
 
-/* Pass B: the histogram into s->cnt; if want_z also the bin masses into s->mass, returning Z
- * (else 0); and the keys of every candidate in bins < spec_bins into s->keys, returning their
- * number in *n_coll. */
-static double pass_weights(sampler *s, double w_max, bool want_z, int spec_bins,
-                           int32_t *n_coll) {
+/* Pass B, when no top-k applies: returns Z, and collects the keys of every candidate in bins
+ * < SPEC_BINS into s->keys, their number into *n_coll. The histogram is left to the cands_*
+ * helpers, which build it only for what they need. */
+static double pass_weights(sampler *s, double w_max, int32_t *n_coll) {
     const float *work = s->work;
     uint64_t *keys = s->keys;
     const int32_t n = s->n_vocab;
     const double inv_temp = s->inv_temp;
+    const uint64_t spec_level = 4 * (uint64_t)SPEC_BINS; /* bin < SPEC_BINS <=> level < this */
     int32_t k = 0;
-    memset(s->hist, 0, sizeof s->hist);
     sample_v2d lane[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}}; /* lane[u / 2][u % 2]: Z lane u */
     int32_t i = 0;
-    if (want_z) {
-        memset(s->hist_mass, 0, sizeof s->hist_mass);
-        /* two candidates per step: weights (vector exp), then both histograms */
+    /* two candidates per step: weights and levels (vector exp), then the rare collection */
 #define STEP2(u)                                                                                   \
     do {                                                                                           \
-        float va = work[i + (u)], vb = work[i + (u) + 1];                                          \
-        sample_v2u b2;                                                                             \
-        sample_v2d e = sample_exp_neg2(((sample_v2d){va, vb} - w_max) * inv_temp, N_BINS, &b2);    \
-        lane[(u) / 2] += e;                                                                        \
-        int ba = (int)b2[0], bb = (int)b2[1];                                                      \
-        s->hist[(u) & 3][ba]++;                                                                    \
-        s->hist_mass[(u) & 3][ba] += e[0];                                                         \
-        s->hist[((u) + 1) & 3][bb]++;                                                              \
-        s->hist_mass[((u) + 1) & 3][bb] += e[1];                                                   \
-        if (ba < spec_bins)                                                                        \
-            keys[k++] = sample_key_make(va, i + (u));                                              \
-        if (bb < spec_bins)                                                                        \
-            keys[k++] = sample_key_make(vb, i + (u) + 1);                                          \
+        sample_v2d x = ((sample_v2d){work[i + (u)], work[i + (u) + 1]} - w_max) * inv_temp;        \
+        sample_v2u lv;                                                                             \
+        lane[(u) / 2] += sample_exp_neg2(x, &lv);                                                  \
+        if (lv[0] < spec_level)                                                                    \
+            keys[k++] = sample_key_make(work[i + (u)], i + (u));                                   \
+        if (lv[1] < spec_level)                                                                    \
+            keys[k++] = sample_key_make(work[i + (u) + 1], i + (u) + 1);                           \
     } while (0)
-        for (; i + 8 <= n; i += 8) {
-            STEP2(0);
-            STEP2(2);
-            STEP2(4);
-            STEP2(6);
-        }
-#undef STEP2
-        for (; i < n; i++) {
-            float v = work[i];
-            int b = bin_of(w_max, inv_temp, v);
-            double e = weight_of(w_max, inv_temp, v);
-            s->hist[i & 3][b]++;
-            s->hist_mass[i & 3][b] += e;
-            lane[(i & 7) / 2][i & 1] += e;
-            if (b < spec_bins)
-                keys[k++] = sample_key_make(v, i);
-        }
-    } else {
-        for (; i < n; i++) {
-            float v = work[i];
-            int b = bin_of(w_max, inv_temp, v);
-            s->hist[i & 3][b]++;
-            if (b < spec_bins)
-                keys[k++] = sample_key_make(v, i);
-        }
+    for (; i + 8 <= n; i += 8) {
+        STEP2(0);
+        STEP2(2);
+        STEP2(4);
+        STEP2(6);
     }
-    for (int b = 0; b < N_BINS; b++) {
-        s->cnt[b] = s->hist[0][b] + s->hist[1][b] + s->hist[2][b] + s->hist[3][b];
-        if (want_z)
-            s->mass[b] = (s->hist_mass[0][b] + s->hist_mass[1][b]) +
-                         (s->hist_mass[2][b] + s->hist_mass[3][b]);
+#undef STEP2
+    for (; i < n; i++) {
+        double x = x_of(w_max, inv_temp, work[i]);
+        lane[(i & 7) / 2][i & 1] += sample_exp_neg(x);
+        if (sample_exp_level(x) < spec_level)
+            keys[k++] = sample_key_make(work[i], i);
     }
     *n_coll = k;
-    return want_z ? lanes_combine(lane) : 0.0;
+    return lanes_combine(lane);
+}
+
+/* Pass B, when top-k applies (k < n): leaves the first k candidates, sorted, in keys[0..k).
+ * Keeps a buffer of candidates that can still be among the first k: once the buffer has been
+ * cut down to its k first, a later token (higher id, so it loses ties) enters only if its value
+ * exceeds the k-th's. Most tokens are rejected by one comparison, eight at a time. */
+static void pass_top_k(sampler *s, int32_t k) {
+    const float *work = s->work;
+    uint64_t *keys = s->keys;
+    const int32_t n = s->n_vocab;
+    int32_t cap = k <= n / 8 ? (k < 1024 ? k + 4096 : 4 * k) : n; /* > k, <= n */
+    if (cap > n)
+        cap = n;
+    int32_t m = 0;
+    bool cut = false;       /* the buffer has been cut to k at least once */
+    float thr = -INFINITY;  /* after a cut: the k-th value */
+    for (int32_t i = 0; i < n; i += 8) {
+        int32_t end = i + 8 < n ? i + 8 : n;
+        if (cut && end - i == 8) {
+            sample_v4f a, b, t = {thr, thr, thr, thr};
+            memcpy(&a, work + i, sizeof a);
+            memcpy(&b, work + i + 4, sizeof b);
+            sample_v4i gt = (a > t) | (b > t);
+            if (!(gt[0] | gt[1] | gt[2] | gt[3]))
+                continue;
+        }
+        for (int32_t j = i; j < end; j++) {
+            float v = work[j];
+            if (cut && !(v > thr))
+                continue;
+            if (m == cap) { /* cut to the k first and raise the bar */
+                sample_keys_select_desc(keys, (size_t)m, (size_t)k);
+                m = k;
+                uint64_t kth = keys[0];
+                for (int32_t q = 1; q < k; q++)
+                    kth = keys[q] < kth ? keys[q] : kth;
+                thr = sample_key_value(kth);
+                cut = true;
+                if (!(v > thr))
+                    continue;
+            }
+            keys[m++] = sample_key_make(v, j);
+        }
+    }
+    CHECK(m >= k);
+    sample_keys_select_desc(keys, (size_t)m, (size_t)k);
+    sample_keys_sort_desc(keys, (size_t)k);
 }
 
 /* ---- candidate prefix ---- */
 
-/* The sorted prefix of the candidate order (see the file's design note). */
+/* The sorted prefix of the candidate order (see the file's design note). Invariants:
+ * keys[0..n_sorted) is every candidate in bins < bins_done, sorted; keys[n_sorted..n_coll) is
+ * every candidate in bins [bins_done, coll_bins), unsorted; cnt[b] is valid for b < cnt_bins. */
 typedef struct cands {
     uint64_t *keys;    /* [n] */
     const float *work; /* [n] */
     int32_t n;         /* n_vocab */
-    int32_t n_sorted;  /* keys[0..n_sorted): every candidate in bins < bins_done, sorted */
+    int32_t n_sorted;
     int bins_done;
-    int32_t n_coll; /* keys[n_sorted..n_coll): every candidate in bins [bins_done, coll_bins) */
+    int32_t n_coll;
     int coll_bins;
-    const uint32_t *cnt; /* [N_BINS] */
-    const double *mass;  /* [N_BINS] */
+    int cnt_bins;
+    uint32_t *cnt;            /* [N_BINS] candidates per bin */
+    const double *bin_weight; /* [N_BINS] */
     double w_max, inv_temp;
 } cands;
+
+/* Makes the counts of every collected bin valid (after pass B: a pass over the few collected). */
+static void cands_count(cands *c) {
+    if (c->cnt_bins >= c->coll_bins)
+        return;
+    for (int b = c->cnt_bins; b < c->coll_bins; b++)
+        c->cnt[b] = 0;
+    for (int32_t j = c->n_sorted; j < c->n_coll; j++) {
+        int b = bin_of(c->w_max, c->inv_temp, sample_key_value(c->keys[j]));
+        if (b >= c->cnt_bins)
+            c->cnt[b]++;
+    }
+    c->cnt_bins = c->coll_bins;
+}
+
+/* Collects every candidate not collected yet (bins >= coll_bins) and counts its bins: one pass
+ * over the work array, needed only when a step reaches past the speculative bins. */
+static void cands_collect_rest(cands *c) {
+    if (c->coll_bins == N_BINS)
+        return;
+    cands_count(c);
+    for (int b = c->coll_bins; b < N_BINS; b++)
+        c->cnt[b] = 0;
+    int32_t k = c->n_coll;
+    for (int32_t i = 0; i < c->n; i++) {
+        int b = bin_of(c->w_max, c->inv_temp, c->work[i]);
+        if (b >= c->coll_bins) {
+            c->cnt[b]++;
+            c->keys[k++] = sample_key_make(c->work[i], i);
+        }
+    }
+    CHECK(k == c->n); /* pass B and this pass use one bin function */
+    c->n_coll = k;
+    c->coll_bins = c->cnt_bins = N_BINS;
+}
 
 /* Extends the sorted prefix to every candidate in bins < bin_end. */
 static void cands_extend_to(cands *c, int bin_end) {
@@ -491,24 +554,14 @@ static void cands_extend_to(cands *c, int bin_end) {
         bin_end = N_BINS;
     if (bin_end <= c->bins_done)
         return;
+    if (bin_end > c->coll_bins)
+        cands_collect_rest(c);
+    cands_count(c);
     uint64_t *keys = c->keys;
-    if (bin_end > c->coll_bins) { /* collect bins [coll_bins, bin_end) from the work array */
-        int32_t want = c->n_coll, k = c->n_coll;
-        for (int b = c->coll_bins; b < bin_end; b++)
-            want += (int32_t)c->cnt[b];
-        for (int32_t i = 0; i < c->n && k < want; i++) {
-            int b = bin_of(c->w_max, c->inv_temp, c->work[i]);
-            if (b >= c->coll_bins && b < bin_end)
-                keys[k++] = sample_key_make(c->work[i], i);
-        }
-        CHECK(k == want); /* the histogram and the collection use one bin function */
-        c->n_coll = k;
-        c->coll_bins = bin_end;
-    }
     int32_t lo = c->n_sorted, need = 0;
     for (int b = c->bins_done; b < bin_end; b++)
         need += (int32_t)c->cnt[b];
-    if (lo + need < c->n_coll) { /* move bins < bin_end to the front of the collected part */
+    if (lo + need < c->n_coll) { /* move bins < bin_end to the front of the unsorted part */
         int32_t w = lo;
         for (int32_t r = lo; w < lo + need && r < c->n_coll; r++) {
             uint64_t key = keys[r];
@@ -528,6 +581,9 @@ static void cands_extend_to(cands *c, int bin_end) {
 static void cands_extend_count(cands *c, int64_t m) {
     if (m > c->n)
         m = c->n;
+    if (m > c->n_coll)
+        cands_collect_rest(c);
+    cands_count(c);
     int64_t have = c->n_sorted;
     int b = c->bins_done;
     while (have < m && b < N_BINS)
@@ -535,21 +591,25 @@ static void cands_extend_count(cands *c, int64_t m) {
     cands_extend_to(c, b);
 }
 
-/* Grows the sorted prefix to the bins whose mass, by the histogram, first exceeds target (in
- * weight units). The bin masses are summed in another order than the walk's, so this is only a
- * guess that saves growth steps; the walk grows further if it must. */
+/* Grows the sorted prefix to where, by the histogram of what is collected, the running mass
+ * probably first exceeds target (weight units): bin masses are estimated from counts and a
+ * typical weight per bin, plus one bin of margin. Only a guess that saves growth steps; the walk
+ * grows further if it must (and collects the rest then). */
 static void cands_extend_mass(cands *c, double target) {
+    cands_count(c);
     double cum = 0.0;
     int b = 0;
-    while (b < N_BINS && cum <= target)
-        cum += c->mass[b++];
-    cands_extend_to(c, b);
+    for (; b < c->coll_bins && cum <= target; b++)
+        cum += c->cnt[b] * c->bin_weight[b];
+    cands_extend_to(c, b + 1 < c->coll_bins ? b + 1 : c->coll_bins);
 }
 
 /* Weight of the candidate at sorted position j < n, growing the prefix if needed. */
 static inline double cands_weight(cands *c, int32_t j) {
-    if (j >= c->n_sorted)
+    if (j >= c->n_sorted) {
         cands_extend_count(c, 2 * (int64_t)c->n_sorted + 32);
+        CHECK(j < c->n_sorted);
+    }
     return weight_of(c->w_max, c->inv_temp, sample_key_value(c->keys[j]));
 }
 
@@ -568,25 +628,25 @@ static double cands_prefix_mass(cands *c, int32_t m) {
 static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, double *z_out) {
     const int32_t n = s->n_vocab;
     const sample_params *p = &s->p;
-    int32_t k_keep = (p->top_k > 0 && p->top_k < n) ? p->top_k : n;
-    bool whole = k_keep == n; /* Z is needed only when the whole vocabulary can be kept */
     cands c = {.keys = s->keys,
                .work = s->work,
                .n = n,
                .coll_bins = SPEC_BINS,
                .cnt = s->cnt,
-               .mass = s->mass,
+               .bin_weight = s->bin_weight,
                .w_max = w_max,
                .inv_temp = s->inv_temp};
-    double z = pass_weights(s, w_max, whole, c.coll_bins, &c.n_coll);
-    *z_out = whole ? z : -1.0;
-
     int32_t n_keep = n;
-    double mass = z;
-    if (k_keep < n) { /* top-k */
-        cands_extend_count(&c, k_keep);
-        n_keep = k_keep;
+    double mass;
+    if (p->top_k > 0 && p->top_k < n) { /* top-k: no Z, and nothing past the k first is read */
+        n_keep = p->top_k;
+        pass_top_k(s, n_keep);
+        c.n_sorted = c.n_coll = n_keep;
+        c.bins_done = c.coll_bins = c.cnt_bins = N_BINS;
         mass = cands_prefix_mass(&c, n_keep);
+        *z_out = -1.0;
+    } else {
+        mass = *z_out = pass_weights(s, w_max, &c.n_coll);
     }
     if (p->top_p < 1.0) { /* top-p */
         double target = p->top_p * mass;
@@ -609,7 +669,7 @@ static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, doubl
         double thr = p->min_p * cands_weight(&c, 0);
         if (n_keep == n) { /* weights >= min_p lie in bins up to about -ln(min_p) 8/ln2 */
             double bins = -sample_log(p->min_p) * BINS_PER_E;
-            cands_extend_to(&c, bins < N_BINS ? (int)bins + 2 : N_BINS);
+            cands_extend_to(&c, bins < N_BINS - 2 ? (int)bins + 2 : N_BINS);
         }
         int32_t j = 1;
         while (j < n_keep && cands_weight(&c, j) >= thr)
@@ -683,7 +743,7 @@ static void logprobs_fill(const sampler *s, const float *logits, double z_reuse,
             for (int u = 0; u < 8; u += 2) {
                 sample_v2d v = {sample_logit_sanitize(logits[i + u]),
                                 sample_logit_sanitize(logits[i + u + 1])};
-                lane[u / 2] += sample_exp_neg2(v - (double)r_max, 0, NULL);
+                lane[u / 2] += sample_exp_neg2(v - (double)r_max, NULL);
             }
         }
         for (; i < n; i++)

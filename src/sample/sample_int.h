@@ -62,34 +62,28 @@ static inline double sample_exp_neg(double x) {
 typedef double sample_v2d __attribute__((vector_size(16)));
 typedef uint64_t sample_v2u __attribute__((vector_size(16)));
 
-/* The bin of a weight e^x in the sampler's histogram: -round(x * 32/ln2) / 4, so bin b holds
- * weights in about [2^-(b + 0.9)/8, 2^-(b - 0.1)/8), capped at n_bins - 1, which also takes
- * x < -708, -inf and NaN. Non-increasing in x, and computed with the very operations of
- * sample_exp_neg (so sample_exp_neg2's bins agree with it lane for lane). */
-static inline int sample_exp_bin(double x, int n_bins) {
+/* The level of a weight e^x: -round(x * 32/ln2) >= 0 for x in [-708, 0], the n of
+ * sample_exp_neg, so e^x is within a factor 2^(1/64) of 2^(-level/32); UINT64_MAX for x < -708,
+ * -inf and NaN (weight 0). Non-increasing in x; the sampler's histogram bins are level / 4. */
+static inline uint64_t sample_exp_level(double x) {
     if (!(x >= -708.0))
-        return n_bins - 1;
+        return UINT64_MAX;
     double kd = x * 0x1.71547652b82fep+5 + 0x1.8p52;
     uint64_t n;
     memcpy(&n, &kd, sizeof n);
-    uint64_t b = (UINT64_C(0x4338000000000000) - n) >> 2;
-    return b < (uint64_t)(n_bins - 1) ? (int)b : n_bins - 1;
+    return UINT64_C(0x4338000000000000) - n;
 }
 
 /* sample_exp_neg on two lanes, with the same operations in the same order and so the same bits;
- * if bin is not NULL it also receives sample_exp_bin(x, n_bins) of each lane. */
-static inline sample_v2d sample_exp_neg2(sample_v2d x, int n_bins, sample_v2u *bin) {
+ * if level is not NULL it also receives sample_exp_level of each lane. */
+static inline sample_v2d sample_exp_neg2(sample_v2d x, sample_v2u *level) {
     const sample_v2d shift = {0x1.8p52, 0x1.8p52};
     sample_v2u ok = (sample_v2u)(x >= -708.0); /* all ones where x is in range */
     x = (sample_v2d)((sample_v2u)x & ok);      /* out-of-range lanes compute e^0, masked below */
     sample_v2d kd = x * 0x1.71547652b82fep+5 + shift;
     sample_v2u n = (sample_v2u)kd - UINT64_C(0x4338000000000000);
-    if (bin) {
-        const sample_v2u last = {(uint64_t)(n_bins - 1), (uint64_t)(n_bins - 1)};
-        sample_v2u b = ((sample_v2u){0, 0} - n) >> 2;
-        b = (b & (sample_v2u)(b < last)) | (last & ~(sample_v2u)(b < last));
-        *bin = (b & ok) | (last & ~ok);
-    }
+    if (level)
+        *level = ((sample_v2u){0, 0} - n) | ~ok;
     kd -= shift;
     sample_v2d r = x - kd * 0x1.62e42fefa0000p-6;
     r = r - kd * 0x1.cf79abc9e3b3ap-45;
@@ -98,6 +92,13 @@ static inline sample_v2d sample_exp_neg2(sample_v2d x, int n_bins, sample_v2u *b
     sample_v2d t = {sample_exp2_table[j[0]], sample_exp2_table[j[1]]};
     t = (sample_v2d)((sample_v2u)t + ((n - j) << 47));
     return (sample_v2d)((sample_v2u)(t * p) & ok);
+}
+
+/* sample_exp_level on two lanes. */
+static inline sample_v2u sample_exp_level2(sample_v2d x) {
+    sample_v2u ok = (sample_v2u)(x >= -708.0);
+    sample_v2d kd = x * 0x1.71547652b82fep+5 + (sample_v2d){0x1.8p52, 0x1.8p52};
+    return ((sample_v2u){0, 0} - ((sample_v2u)kd - UINT64_C(0x4338000000000000))) | ~ok;
 }
 
 /* Returns ln x for a finite normal x > 0, with an absolute error below about 1e-15 * |ln x| +
@@ -110,6 +111,11 @@ double sample_log(double x);
  * past 2 log2(n) levels, insertion sort below 24 elements). Keys are unique, so the result is
  * fully determined by the set. No allocation. */
 void sample_keys_sort_desc(uint64_t *keys, size_t n);
+
+/* Rearranges keys[0..n) so that keys[0..k) are its k largest (in no particular order) and the
+ * rest follow (introselect: median-of-three quickselect, a sort of the remaining range past
+ * 2 log2(n) rounds). k == 0 or k >= n leaves the array as it is. No allocation. */
+void sample_keys_select_desc(uint64_t *keys, size_t n, size_t k);
 
 /* Maps a logit to the value the sampler orders by: NaN and -inf -> -inf, +inf -> FLT_MAX (so the
  * maximum is finite and max - max == 0), -0 -> +0, anything else unchanged. */

@@ -116,6 +116,47 @@ static void keys_intro_sort(uint64_t *a, size_t n, int depth) {
     keys_insertion_sort(a, n);
 }
 
+void sample_keys_select_desc(uint64_t *keys, size_t n, size_t k) {
+    if (k == 0 || k >= n)
+        return;
+    uint64_t *a = keys;
+    size_t lo = 0, hi = n; /* the k-th boundary lies in [lo, hi) */
+    int budget = 0;
+    for (size_t m = n; m > 1; m >>= 1)
+        budget += 2;
+    while (hi - lo > 24) {
+        if (k <= lo || k >= hi) /* everything before k is >= everything after it */
+            return;
+        if (budget-- == 0) { /* adversarial input: finish with a sort of what is left */
+            sample_keys_sort_desc(a + lo, hi - lo);
+            return;
+        }
+        size_t len = hi - lo;
+        uint64_t x = a[lo], y = a[lo + len / 2], z = a[hi - 1];
+        uint64_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        size_t i = lo, j = hi - 1;
+        for (;;) {
+            while (a[i] > pivot)
+                i++;
+            while (a[j] < pivot)
+                j--;
+            if (i >= j)
+                break;
+            uint64_t t = a[i];
+            a[i] = a[j];
+            a[j] = t;
+            i++;
+            j--;
+        }
+        /* a[lo..j] >= pivot >= a[j+1..hi) */
+        if (k <= j + 1)
+            hi = j + 1;
+        else
+            lo = j + 1;
+    }
+    keys_insertion_sort(a + lo, hi - lo);
+}
+
 void sample_keys_sort_desc(uint64_t *keys, size_t n) {
     int depth = 0;
     for (size_t m = n; m > 1; m >>= 1)
