@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # P3 at the command line: bad input gives exit code 2, one line on stderr, no partial output.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.bash"
 
 expect_exit2 bad.unknown_command "$VERITY" frobnicate
 expect_exit2 bad.unknown_option "$VERITY" generate --frobnicate 1

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # generate: the stories260K reference text, from the shipped GGUF and from our own conversion.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.bash"
 
 REF=$', there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily\'s mom said'
 

@@ -4,7 +4,7 @@
 # {1,16,512} and threads {1,2}: the output (tokens, text and a digest of every logits row a token
 # was drawn from) must be byte-identical to the batch-1/chunk-512/1-thread run. Under the
 # sanitizer builds a reduced matrix runs (VERITY_TEST_SCALE < 1).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.bash"
 
 for type in f32 q8_0; do
     model="$TMP/tiny-$type.gguf"
