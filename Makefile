@@ -110,9 +110,11 @@ check: tests
 	@tests/run.sh $(BUILD)
 
 # The whole suite: release, then ASan+UBSan. Each prints its own summary; the last line sums both.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
 test:
-	@$(MAKE) --no-print-directory TYPE=release tests
-	@$(MAKE) --no-print-directory TYPE=asan tests
+	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=release tests
+	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=asan tests
 	@tests/run.sh build/release build/asan
 
 # libFuzzer builds (clang): each target links the subsystems it exercises, built without ISA
