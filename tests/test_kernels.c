@@ -331,8 +331,8 @@ static void t_row_ops(void) {
 /* A paged KV with shuffled block order, head_dim 8/64/80/128, F16 and F32. */
 static void t_attention(void) {
     setup_isas();
-    const int64_t hds[] = {8, 64, 80, 128};
-    for (int hi = 0; hi < 4; hi++) {
+    const int64_t hds[] = {8, 32, 64, 80, 128};
+    for (int hi = 0; hi < 5; hi++) {
         for (int f16 = 0; f16 < 2; f16++) {
             int64_t hd = hds[hi], n_kv = 2, bs = 16, n_pos = 150;
             int64_t stride = n_kv * hd, nb = (n_pos + bs - 1) / bs;

@@ -108,7 +108,7 @@ static inline __m512 kx_load_row(const void *row, bool f16, int64_t d, __mmask16
     return _mm512_maskz_loadu_ps(mk, (const float *)row + d);
 }
 
-void kn_attn_row_avx512(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
+static void kx_attn_generic(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
                         int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < hd; d++)
@@ -161,5 +161,78 @@ void kn_attn_row_avx512(const float *q, const kn_attn_kv *kv, int64_t kvh, int64
     for (int64_t d = 0; d < hd; d += 16) {
         __mmask16 mk = kx_tail(hd - d);
         _mm512_mask_storeu_ps(out + d, mk, _mm512_div_ps(_mm512_maskz_loadu_ps(mk, out + d), vl));
+    }
+}
+
+/* Attention for head_dim = 16 * NV (NV <= 8): q and the output accumulator live in registers for
+ * the whole pass; the operation sequence is exactly kx_attn_generic's (and the reference's). */
+static inline __attribute__((always_inline)) void
+kx_attn_fixed(const int NV, const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t n_pos,
+              float scale, int64_t chunk, float *scratch, float *out) {
+    const int64_t hd = 16 * NV;
+    __m512 qv[8], ov[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; j++) {
+        qv[j] = _mm512_loadu_ps(q + 16 * j);
+        ov[j] = _mm512_setzero_ps();
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t c0 = 0; c0 < n_pos; c0 += chunk) {
+        int64_t c1 = c0 + chunk < n_pos ? c0 + chunk : n_pos;
+        float mc = -INFINITY;
+        for (int64_t p = c0; p < c1; p++) {
+            const void *row = kn_attn_row_ptr(kv, kv->k_base, p, kvh, hd);
+            __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 8
+            for (int j = 0; j < NV; j++)
+                acc = _mm512_fmadd_ps(qv[j], kx_load_row(row, kv->f16, 16 * j, 0xFFFF), acc);
+            float sc = kx_tree512(acc) * scale;
+            scratch[p - c0] = sc;
+            mc = kn_maxf(mc, sc);
+        }
+        float mn = kn_maxf(m, mc);
+        float alpha = kn_expf(m - mn);
+        l = l * alpha;
+        __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; j++)
+            ov[j] = _mm512_mul_ps(ov[j], va);
+        __m512 vmn = _mm512_set1_ps(mn);
+        for (int64_t p = 0; p < c1 - c0; p += 16) {
+            __mmask16 mk = kx_tail(c1 - c0 - p);
+            __m512 e = kx_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, scratch + p), vmn));
+            _mm512_mask_storeu_ps(scratch + p, mk, e);
+        }
+        for (int64_t p = c0; p < c1; p++) {
+            float pj = scratch[p - c0];
+            l = l + pj;
+            const void *row = kn_attn_row_ptr(kv, kv->v_base, p, kvh, hd);
+            __m512 vp = _mm512_set1_ps(pj);
+#pragma GCC unroll 8
+            for (int j = 0; j < NV; j++)
+                ov[j] = _mm512_fmadd_ps(vp, kx_load_row(row, kv->f16, 16 * j, 0xFFFF), ov[j]);
+        }
+        m = mn;
+    }
+    __m512 vl = _mm512_set1_ps(l);
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; j++)
+        _mm512_storeu_ps(out + 16 * j, _mm512_div_ps(ov[j], vl));
+}
+
+void kn_attn_row_avx512(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
+                        int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
+    switch (hd) {
+    case 32:
+        kx_attn_fixed(2, q, kv, kvh, n_pos, scale, chunk, scratch, out);
+        return;
+    case 64:
+        kx_attn_fixed(4, q, kv, kvh, n_pos, scale, chunk, scratch, out);
+        return;
+    case 128:
+        kx_attn_fixed(8, q, kv, kvh, n_pos, scale, chunk, scratch, out);
+        return;
+    default:
+        kx_attn_generic(q, kv, kvh, hd, n_pos, scale, chunk, scratch, out);
     }
 }
