@@ -50,6 +50,7 @@ struct sampler {
     int32_t n_vocab;
     bool greedy;
     double inv_temp; /* 1 / temperature, when !greedy */
+    sample_pass_fn pass; /* the weights pass for this CPU and the isa toggle */
     float rep_pen, freq_pen, pres_pen;
     bool gen_on; /* frequency or presence penalty set */
 
@@ -142,6 +143,7 @@ int sampler_create(const sample_params *p, int n_vocab, sampler **out) {
     s->n_vocab = n_vocab;
     s->greedy = p->temperature < SAMPLE_GREEDY_TEMPERATURE;
     s->inv_temp = s->greedy ? 0.0 : 1.0 / p->temperature;
+    s->pass = sample_pass_select();
     s->rep_pen = (float)p->repetition_penalty;
     s->freq_pen = (float)p->frequency_penalty;
     s->pres_pen = (float)p->presence_penalty;
@@ -361,12 +363,6 @@ static inline int bin_of(double w_max, double inv_temp, float v) {
     return bin_of_level(sample_exp_level(x_of(w_max, inv_temp, v)));
 }
 
-/* Z from its eight lanes, held as lane[u / 2][u % 2]. */
-static inline double lanes_combine(const sample_v2d lane[4]) {
-    return ((lane[0][0] + lane[0][1]) + (lane[1][0] + lane[1][1])) +
-           ((lane[2][0] + lane[2][1]) + (lane[3][0] + lane[3][1]));
-}
-
 /* Finds the maximum of the sanitized src[0..n) and its lowest index, and copies the sanitized
  * values to dst unless dst is NULL. Four lanes; each lane keeps its first maximum (strict >),
  * and the lanes are merged by value, then index, so the result is the scalar loop's. */
@@ -405,46 +401,6 @@ static void pass_copy_argmax(const float *src, float *dst, int32_t n, float *max
 /* The maximum of an already sanitized array and its lowest index. */
 static void pass_argmax(const float *work, int32_t n, float *max_out, int32_t *arg_out) {
     pass_copy_argmax(work, NULL, n, max_out, arg_out);
-}
-
-/* Pass B, when no top-k applies: returns Z, and collects the keys of every candidate in bins
- * < SPEC_BINS into s->keys, their number into *n_coll. The histogram is left to the cands_*
- * helpers, which build it only for what they need. */
-static double pass_weights(sampler *s, double w_max, int32_t *n_coll) {
-    const float *work = s->work;
-    uint64_t *keys = s->keys;
-    const int32_t n = s->n_vocab;
-    const double inv_temp = s->inv_temp;
-    const uint64_t spec_level = 4 * (uint64_t)SPEC_BINS; /* bin < SPEC_BINS <=> level < this */
-    int32_t k = 0;
-    sample_v2d lane[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}}; /* lane[u / 2][u % 2]: Z lane u */
-    int32_t i = 0;
-    /* two candidates per step: weights and levels (vector exp), then the rare collection */
-#define STEP2(u)                                                                                   \
-    do {                                                                                           \
-        sample_v2d x = ((sample_v2d){work[i + (u)], work[i + (u) + 1]} - w_max) * inv_temp;        \
-        sample_v2u lv;                                                                             \
-        lane[(u) / 2] += sample_exp_neg2(x, &lv);                                                  \
-        if (lv[0] < spec_level)                                                                    \
-            keys[k++] = sample_key_make(work[i + (u)], i + (u));                                   \
-        if (lv[1] < spec_level)                                                                    \
-            keys[k++] = sample_key_make(work[i + (u) + 1], i + (u) + 1);                           \
-    } while (0)
-    for (; i + 8 <= n; i += 8) {
-        STEP2(0);
-        STEP2(2);
-        STEP2(4);
-        STEP2(6);
-    }
-#undef STEP2
-    for (; i < n; i++) {
-        double x = x_of(w_max, inv_temp, work[i]);
-        lane[(i & 7) / 2][i & 1] += sample_exp_neg(x);
-        if (sample_exp_level(x) < spec_level)
-            keys[k++] = sample_key_make(work[i], i);
-    }
-    *n_coll = k;
-    return lanes_combine(lane);
 }
 
 /* Pass B, when top-k applies (k < n): leaves the first k candidates, sorted, in keys[0..k).
@@ -646,7 +602,9 @@ static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, doubl
         mass = cands_prefix_mass(&c, n_keep);
         *z_out = -1.0;
     } else {
-        mass = *z_out = pass_weights(s, w_max, &c.n_coll);
+        /* pass B: Z, and the candidates in the first SPEC_BINS bins */
+        mass = *z_out = s->pass(s->work, n, w_max, s->inv_temp, 4 * (uint64_t)SPEC_BINS, s->keys,
+                                &c.n_coll);
     }
     if (p->top_p < 1.0) { /* top-p */
         double target = p->top_p * mass;
@@ -696,35 +654,59 @@ static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, doubl
     return sample_key_token(c.keys[last_nonzero]);
 }
 
-/* Logprobs of the raw logits into res (res->token already set). z_reuse >= 0 is Zr with maximum
- * m_reuse when the caller computed them already (nothing penalized, temperature 1). */
-static void logprobs_fill(const sampler *s, const float *logits, double z_reuse, float m_reuse,
-                          sample_result *res) {
+/* Inserts (v, id) into the descending top list of n entries (have filled so far); id is larger
+ * than every id already there, so it goes after the entries >= v. */
+static inline void top_insert(float *top_v, int32_t *top_id, int32_t n, int32_t *have, float v,
+                              int32_t id) {
+    int32_t pos = *have < n ? *have : n - 1;
+    while (pos > 0 && top_v[pos - 1] < v) {
+        top_v[pos] = top_v[pos - 1];
+        top_id[pos] = top_id[pos - 1];
+        pos--;
+    }
+    top_v[pos] = v;
+    top_id[pos] = id;
+    if (*have < n)
+        (*have)++;
+}
+
+/* Logprobs of the raw logits into res (res->token already set). max_known says r_max already is
+ * the maximum of the sanitized logits; z_reuse >= 0 is their Zr, when the caller has it (nothing
+ * penalized, temperature 1). */
+static void logprobs_fill(const sampler *s, const float *logits, bool max_known, float r_max,
+                          double z_reuse, sample_result *res) {
     const int32_t n = s->n_vocab;
     int32_t n_top = s->p.n_logprobs < n ? s->p.n_logprobs : n;
     float top_v[SAMPLE_MAX_LOGPROBS];
     int32_t top_id[SAMPLE_MAX_LOGPROBS];
     int32_t have = 0;
-    float r_max = m_reuse;
     if (n_top > 0) {
-        for (int32_t i = 0; i < n; i++) {
-            float v = sample_logit_sanitize(logits[i]);
-            if (have < n_top || v > top_v[n_top - 1]) {
-                /* insert after every entry >= v: equal values keep ascending ids */
-                int32_t pos = have < n_top ? have : n_top - 1;
-                while (pos > 0 && top_v[pos - 1] < v) {
-                    top_v[pos] = top_v[pos - 1];
-                    top_id[pos] = top_id[pos - 1];
-                    pos--;
-                }
-                top_v[pos] = v;
-                top_id[pos] = i;
-                if (have < n_top)
-                    have++;
+        /* a token enters once it beats the current n-th; eight raw values are rejected at once
+         * when none exceeds it (a raw value exceeds it whenever its sanitized value does) */
+        int32_t i = 0;
+        for (; i < n && have < n_top; i++)
+            top_insert(top_v, top_id, n_top, &have, sample_logit_sanitize(logits[i]), i);
+        for (; i + 8 <= n; i += 8) {
+            float thr = top_v[n_top - 1];
+            sample_v4f a, b, t = {thr, thr, thr, thr};
+            memcpy(&a, logits + i, sizeof a);
+            memcpy(&b, logits + i + 4, sizeof b);
+            sample_v4i gt = (a > t) | (b > t);
+            if (!(gt[0] | gt[1] | gt[2] | gt[3]))
+                continue;
+            for (int32_t j = i; j < i + 8; j++) {
+                float v = sample_logit_sanitize(logits[j]);
+                if (v > top_v[n_top - 1])
+                    top_insert(top_v, top_id, n_top, &have, v, j);
             }
         }
+        for (; i < n; i++) {
+            float v = sample_logit_sanitize(logits[i]);
+            if (v > top_v[n_top - 1])
+                top_insert(top_v, top_id, n_top, &have, v, i);
+        }
         r_max = top_v[0];
-    } else if (z_reuse < 0.0) {
+    } else if (!max_known) {
         int32_t arg;
         pass_copy_argmax(logits, NULL, n, &r_max, &arg);
     }
@@ -737,19 +719,8 @@ static void logprobs_fill(const sampler *s, const float *logits, double z_reuse,
     }
     double z = z_reuse;
     if (z < 0.0) {
-        sample_v2d lane[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-        int32_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            for (int u = 0; u < 8; u += 2) {
-                sample_v2d v = {sample_logit_sanitize(logits[i + u]),
-                                sample_logit_sanitize(logits[i + u + 1])};
-                lane[u / 2] += sample_exp_neg2(v - (double)r_max, NULL);
-            }
-        }
-        for (; i < n; i++)
-            lane[(i & 7) / 2][i & 1] +=
-                sample_exp_neg((double)sample_logit_sanitize(logits[i]) - (double)r_max);
-        z = lanes_combine(lane);
+        int32_t none;
+        z = s->pass(logits, n, (double)r_max, 1.0, 0, NULL, &none);
     }
     double log_z = sample_log(z);
     res->logprob =
@@ -775,10 +746,10 @@ int32_t sampler_sample(sampler *s, const float *logits, int64_t out_pos, sample_
         if (!s->greedy && w_max != -INFINITY) /* all -inf: token 0, the first candidate */
             token = sample_truncated(s, w_max, out_pos, &z);
     }
-    if (res) {
+    if (res) { /* unpenalized, pass A's maximum is the raw one; at T = 1 so is pass B's Z */
         res->token = token;
         bool reuse = z >= 0.0 && !penalized && s->inv_temp == 1.0;
-        logprobs_fill(s, logits, reuse ? z : -1.0, w_max, res);
+        logprobs_fill(s, logits, !penalized, w_max, reuse ? z : -1.0, res);
     }
     return token;
 }
