@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_ROWS 16
+#define N_ROWS   16
 #define N_TOKENS 400
 
 static double gaussian(uint64_t seed, uint64_t i) {
@@ -100,17 +100,15 @@ int main(int argc, char **argv) {
     ADD("greedy", false, false, cfg[n_cfg].p.temperature = 0);
     ADD("greedy + logprobs(5)", false, true, cfg[n_cfg].p.temperature = 0;
         cfg[n_cfg].p.n_logprobs = 5);
-    ADD("T=0.8 top_p=0.9", false, false, cfg[n_cfg].p.temperature = 0.8;
-        cfg[n_cfg].p.top_p = 0.9);
+    ADD("T=0.8 top_p=0.9", false, false, cfg[n_cfg].p.temperature = 0.8; cfg[n_cfg].p.top_p = 0.9);
     ADD("T=0.8 top_p=0.9 + logprobs(5)", false, true, cfg[n_cfg].p.temperature = 0.8;
         cfg[n_cfg].p.top_p = 0.9; cfg[n_cfg].p.n_logprobs = 5);
     ADD("T=0.8 top_k=40 top_p=0.95 min_p=0.05", false, false, cfg[n_cfg].p.temperature = 0.8;
         cfg[n_cfg].p.top_k = 40; cfg[n_cfg].p.top_p = 0.95; cfg[n_cfg].p.min_p = 0.05);
     ADD("T=1 no truncation", false, false, (void)0);
-    ADD("T=0.8 top_p=0.9 rep=1.1 freq=0.5 pres=0.5", false, false,
-        cfg[n_cfg].p.temperature = 0.8; cfg[n_cfg].p.top_p = 0.9;
-        cfg[n_cfg].p.repetition_penalty = 1.1; cfg[n_cfg].p.frequency_penalty = 0.5;
-        cfg[n_cfg].p.presence_penalty = 0.5);
+    ADD("T=0.8 top_p=0.9 rep=1.1 freq=0.5 pres=0.5", false, false, cfg[n_cfg].p.temperature = 0.8;
+        cfg[n_cfg].p.top_p = 0.9; cfg[n_cfg].p.repetition_penalty = 1.1;
+        cfg[n_cfg].p.frequency_penalty = 0.5; cfg[n_cfg].p.presence_penalty = 0.5);
     ADD("flat logits, T=1 top_p=0.9 (worst case)", true, false, cfg[n_cfg].p.top_p = 0.9);
     ADD("flat logits, T=1 no truncation", true, false, (void)0);
 #undef ADD
@@ -124,7 +122,10 @@ int main(int argc, char **argv) {
         make_rows(rows, n_vocab, false);
         make_rows(flat, n_vocab, true);
         for (int c = 0; c < n_cfg; c++)
-            us[c][v] = only && !strstr(cfg[c].name, only) ? 0.0 : bench_one(&cfg[c].p, n_vocab, cfg[c].flat ? flat : rows, cfg[c].with_res);
+            us[c][v] =
+                only && !strstr(cfg[c].name, only)
+                    ? 0.0
+                    : bench_one(&cfg[c].p, n_vocab, cfg[c].flat ? flat : rows, cfg[c].with_res);
         free(rows);
         free(flat);
     }

@@ -12,12 +12,14 @@
  */
 #include "test.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "sample/rng.h"
 #include "sample/sample.h"
 #include "sample/sample_int.h"
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,7 +65,8 @@ static void fill_logits(float *l, int n, enum logit_shape shape, uint64_t seed) 
     }
     if (shape == SHAPE_LM || shape == SHAPE_SPECIAL)
         for (int h = 0; h < 12 && h < n; h++)
-            l[rng_u64(seed + 1, (uint64_t)h) % (uint64_t)n] += (float)(12.0 - h + gauss(seed + 2, h));
+            l[rng_u64(seed + 1, (uint64_t)h) % (uint64_t)n] +=
+                (float)(12.0 - h + gauss(seed + 2, h));
     if (shape == SHAPE_SPECIAL) {
         static const float specials[] = {-INFINITY, NAN, INFINITY, -0.0f, 0.0f, -INFINITY};
         for (int h = 0; h < 6 && h < n; h++)
@@ -201,8 +204,7 @@ static int32_t ref_sample(const sample_params *p, int n, const float *logits, co
             for (int i = 0; i < n; i++)
                 e[i] = sample_exp_neg((double)sample_logit_sanitize(logits[i]) - r_max);
             double log_z = sample_log(ref_lane_sum(e, n));
-            res->logprob =
-                (float)(((double)sample_logit_sanitize(logits[token]) - r_max) - log_z);
+            res->logprob = (float)(((double)sample_logit_sanitize(logits[token]) - r_max) - log_z);
             for (int k = 0; k < res->n_top; k++)
                 res->top[k] = (sample_logprob){
                     .token = c[k].id, .logprob = (float)(((double)c[k].v - r_max) - log_z)};
@@ -531,8 +533,8 @@ static void expect_penalized(sample_params p, const int32_t *prompt, int n_promp
             sampler_accept(s, gen[i]);
         int32_t got = sampler_sample(s, l, 0, NULL);
         T_CHECKF(got == (side == 0 ? probe : T),
-                 "raw %g: penalized value is not exactly %g (probe at %d won: %d)", raw, e,
-                 probe, got == probe);
+                 "raw %g: penalized value is not exactly %g (probe at %d won: %d)", raw, e, probe,
+                 got == probe);
         sampler_destroy(s);
     }
 }
@@ -544,7 +546,7 @@ static void t_penalties(void) {
     p.repetition_penalty = 2.0;
     expect_penalized(p, t4, 1, NULL, 0, 3.0f, 1.5f);
     expect_penalized(p, t4, 1, NULL, 0, -3.0f, -6.0f);
-    expect_penalized(p, NULL, 0, t4, 1, 3.0f, 1.5f); /* generated tokens are context too */
+    expect_penalized(p, NULL, 0, t4, 1, 3.0f, 1.5f);   /* generated tokens are context too */
     expect_penalized(p, t4x3, 3, NULL, 0, 3.0f, 1.5f); /* once, however often */
     p.repetition_penalty = 1.3;
     expect_penalized(p, t4, 1, NULL, 0, 1.0f, 1.0f / 1.3f);
@@ -815,6 +817,88 @@ static void t_invariance_position(void) {
     free(l);
 }
 
+/* ---- the weights pass: every variant gives the same bits ---- */
+
+static void t_pass_variants(void) {
+    if (!sample_pass_avx2_usable())
+        test_skip("this CPU or build has no AVX2 variant to compare");
+    enum { NMAX = 5003 };
+    float *src = malloc(sizeof(float) * NMAX);
+    uint64_t *ka = malloc(sizeof(uint64_t) * NMAX), *kb = malloc(sizeof(uint64_t) * NMAX);
+    T_CHECK(src && ka && kb);
+    for (int r = 0; r < 200; r++) {
+        int n = 1 + (int)(rng_u64(50, (uint64_t)r) % NMAX);
+        fill_logits(src, n, (enum logit_shape)(r % SHAPE_COUNT), 600 + (uint64_t)r);
+        float m = -INFINITY;
+        for (int i = 0; i < n; i++)
+            m = sample_logit_sanitize(src[i]) > m ? sample_logit_sanitize(src[i]) : m;
+        if (m == -INFINITY)
+            continue;
+        double inv_t = r % 3 == 0 ? 1.0 : 1.0 / (0.1 + 3.0 * rng_uniform(51, (uint64_t)r));
+        uint64_t spec = (uint64_t)(r % 4) * 300;
+        int32_t na = -1, nb = -2;
+        double za = sample_pass_weights(src, n, m, inv_t, spec, ka, &na);
+        double zb = sample_pass_weights_avx2(src, n, m, inv_t, spec, kb, &nb);
+        T_CHECKF(memcmp(&za, &zb, sizeof za) == 0, "round %d: Z %.17g vs %.17g", r, za, zb);
+        T_EQ_INT(na, nb);
+        T_CHECKF(memcmp(ka, kb, sizeof(uint64_t) * (size_t)na) == 0, "round %d: keys", r);
+    }
+    free(src);
+    free(ka);
+    free(kb);
+}
+
+static void t_isa_toggle(void) {
+    /* the isa toggle changes speed only: whole sampler results match */
+    enum { NV = 30000 };
+    float *l = malloc(sizeof(float) * NV);
+    T_CHECK(l);
+    sample_params p = sample_params_default();
+    p.temperature = 0.9, p.top_p = 0.95, p.n_logprobs = 4, p.seed = 8;
+    sample_result a[12], b[12];
+    const char *old = flags_str(FLAG_ISA);
+    char saved[32];
+    snprintf(saved, sizeof saved, "%s", old);
+    for (int pass = 0; pass < 2; pass++) {
+        T_OK(flags_set("isa", pass == 0 ? "scalar" : "auto"));
+        sampler *s = make(p, NV);
+        for (int t = 0; t < 12; t++) {
+            fill_logits(l, NV, (enum logit_shape)(t % SHAPE_COUNT), 4400 + (uint64_t)t);
+            sampler_sample(s, l, t, pass == 0 ? &a[t] : &b[t]);
+        }
+        sampler_destroy(s);
+    }
+    T_OK(flags_set("isa", saved));
+    for (int t = 0; t < 12; t++)
+        T_CHECKF(results_equal(&a[t], &b[t]), "step %d differs between isa scalar and auto", t);
+    free(l);
+}
+
+static void t_reset(void) {
+    /* after a reset, a sampler behaves like a new one, in every history mode */
+    static const int32_t modes[] = {-1, 3, 64};
+    enum { NV = 50 };
+    float l[NV];
+    for (int i = 0; i < NV; i++)
+        l[i] = (float)(i % 7) * 0.3f;
+    l[9] = 5.0f;
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        sample_params p = sample_params_default();
+        p.temperature = 0.0, p.repetition_penalty = 8.0, p.repeat_last_n = modes[m];
+        p.frequency_penalty = 1.0;
+        sampler *s = make(p, NV);
+        const int32_t prompt[] = {9, 9, 3, 60, -1};
+        sampler_accept_prompt(s, prompt, 5);
+        sampler_accept(s, 9);
+        T_CHECK(sampler_sample(s, l, 0, NULL) != 9);
+        sampler_reset(s);
+        T_EQ_INT(sampler_sample(s, l, 0, NULL), 9);
+        sampler_accept_prompt(s, prompt, 2);
+        T_CHECK(sampler_sample(s, l, 0, NULL) != 9);
+        sampler_destroy(s);
+    }
+}
+
 /* ---- the fast sampler against the full-sort reference ---- */
 
 static void t_against_reference(void) {
@@ -864,7 +948,8 @@ static void t_against_reference(void) {
         for (int i = 0; i < n_prompt; i++)
             ctx[i] = (int32_t)(rng_u64(4, (uint64_t)(r * 100 + i)) % (uint64_t)(n + 1)) - (i == 3);
         for (int i = 0; i < n_gen; i++)
-            gen[i] = ctx[n_prompt + i] = (int32_t)(rng_u64(5, (uint64_t)(r * 100 + i)) % (uint64_t)n);
+            gen[i] = ctx[n_prompt + i] =
+                (int32_t)(rng_u64(5, (uint64_t)(r * 100 + i)) % (uint64_t)n);
         int64_t pos = (int64_t)(rng_u64(6, (uint64_t)r) % 5000);
 
         sampler *s = make(p, n);
@@ -876,8 +961,8 @@ static void t_against_reference(void) {
         int32_t ref = ref_sample(&p, n, l, ctx, n_prompt + n_gen, gen, n_gen, pos, &want);
         sampler_destroy(s);
         T_CHECKF(tok == ref && got.token == tok,
-                 "round %d (n %d T %g k %d p %g minp %g shape %d): token %d, reference %d", r,
-                 n, p.temperature, (int)p.top_k, p.top_p, p.min_p, (int)shape, tok, ref);
+                 "round %d (n %d T %g k %d p %g minp %g shape %d): token %d, reference %d", r, n,
+                 p.temperature, (int)p.top_k, p.top_p, p.min_p, (int)shape, tok, ref);
         T_CHECKF(results_equal(&got, &want), "round %d: logprobs differ (%.9g vs %.9g)", r,
                  got.logprob, want.logprob);
     }
@@ -926,6 +1011,9 @@ int main(void) {
     test_run("sample.softmax_distribution", t_softmax_distribution);
     test_run("sample.invariance_interleaving", t_invariance_interleaving);
     test_run("sample.invariance_position", t_invariance_position);
+    test_run("sample.pass_variants", t_pass_variants);
+    test_run("sample.isa_toggle", t_isa_toggle);
+    test_run("sample.reset", t_reset);
     test_run("sample.against_reference", t_against_reference);
     test_run("sample.reference_large_vocab", t_reference_large_vocab);
     return test_summary();

@@ -3,21 +3,31 @@
  * sample: parameters, the per-sequence sampler (token history for penalties, scratch), and the
  * sampling pipeline documented in sample.h.
  *
- * How a token is chosen without sorting the vocabulary. Pass A copies the sanitized logits into
- * the work array and finds the maximum and its (lowest) index, four lanes at a time; penalties
- * then rewrite the few history tokens in the work array. Pass B computes, per token, the bin of
- * d = w_max - w (N_BINS bins of 1/BIN_SCALE logit; the last bin takes everything further away,
- * including -inf), a histogram of counts and, when the whole vocabulary can matter (no top-k),
- * the weights, their sum Z and their mass per bin; it also collects the keys (sample_int.h) of
- * the candidates in the first few bins, those within weight e^-SPEC_WEIGHT_LOG of the maximum,
- * where truncation and the draw almost always end. Because the bin is a monotone function of
- * the value, "every candidate in bins < B" is always an exact prefix of the candidate order.
- * The cands_* helpers keep keys[0..n_sorted) equal to that prefix for bins < bins_done, sorted;
- * when a step needs to look further they partition what was collected, or collect more bins in
- * one more pass over the work array, and sort only the newly added part. The histogram decides
- * how far to grow (counts for top-k, masses for top-p and the draw, a bin bound for min-p), but
- * only for speed: every step walks the prefix exactly as it would walk a fully sorted array, and
- * grows it again if it runs off the end, so the chosen token never depends on the histogram.
+ * How a token is chosen without sorting the vocabulary.
+ *
+ * Pass A copies the sanitized logits into the work array and finds the maximum and its lowest
+ * index, four lanes at a time; penalties then rewrite the few history tokens in the work array
+ * (and the maximum is fixed up, or found again if its own token was penalized).
+ *
+ * With top-k (k < n_vocab), pass B is pass_top_k: a buffer of candidates that can still be among
+ * the first k, cut down to exactly those k now and then, so that later tokens need only beat the
+ * k-th value; then k keys are sorted. Everything after that (top-p, min-p, the draw) walks those
+ * k, and Z is never needed.
+ *
+ * Without top-k, pass B (s->pass, sample_pass.c or sample_avx2.c) computes Z and collects the
+ * keys (sample_int.h) of the candidates in the first SPEC_BINS histogram bins, i.e. with weight
+ * above about e^-12 of the maximum's, where top-p, min-p and the draw almost always end. A bin
+ * is a weight's level / 4 (sample_exp_level: 8 bins per halving, capped at N_BINS - 1, which
+ * also takes -inf), a monotone function of the value, so "every candidate in bins < B" is always
+ * an exact prefix of the candidate order. The cands_* helpers keep keys[0..n_sorted) equal to
+ * that prefix for bins < bins_done, sorted: they count the collected candidates per bin only when
+ * a step needs counts, partition the collected rest by bin and sort only the part a step reaches,
+ * and, if a step runs past the collected bins (flat distributions, a draw deep in the tail),
+ * collect and count every remaining candidate in one more pass. The counts guide how far to grow
+ * (top-k style counts, estimated masses from a typical weight per bin, a bin bound for min-p),
+ * but only for speed: every step walks the prefix exactly as it would walk a fully sorted array
+ * and grows it again when it reaches the end, so the chosen token never depends on the guesses.
+ * tests/test_sample.c checks this against a sampler that sorts the whole vocabulary.
  *
  * Penalty history. Repetition window: a ring of the last repeat_last_n context tokens plus a
  * per-token count (tokens are visited once per step by negating their count while penalizing
@@ -39,9 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_BINS 512 /* histogram bins of the weights (sample_exp_bin): 8 per halving, to 2^-64 */
+#define N_BINS     512 /* histogram bins of the weights: level / 4, 8 per halving, to 2^-64 */
 #define BINS_PER_E 11.541560327111707 /* bins per factor e of weight: 8 / ln 2 */
-#define SPEC_BINS 140 /* pass B collects the candidates in these bins: weights >= about e^-12 */
+#define SPEC_BINS  140 /* pass B collects the candidates in these bins: weights >= about e^-12 */
 
 enum win_mode { WIN_OFF, WIN_RING, WIN_ALL };
 
@@ -49,7 +59,7 @@ struct sampler {
     sample_params p;
     int32_t n_vocab;
     bool greedy;
-    double inv_temp; /* 1 / temperature, when !greedy */
+    double inv_temp;     /* 1 / temperature, when !greedy */
     sample_pass_fn pass; /* the weights pass for this CPU and the isa toggle */
     float rep_pen, freq_pen, pres_pen;
     bool gen_on; /* frequency or presence penalty set */
@@ -415,8 +425,8 @@ static void pass_top_k(sampler *s, int32_t k) {
     if (cap > n)
         cap = n;
     int32_t m = 0;
-    bool cut = false;       /* the buffer has been cut to k at least once */
-    float thr = -INFINITY;  /* after a cut: the k-th value */
+    bool cut = false;      /* the buffer has been cut to k at least once */
+    float thr = -INFINITY; /* after a cut: the k-th value */
     for (int32_t i = 0; i < n; i += 8) {
         int32_t end = i + 8 < n ? i + 8 : n;
         if (cut && end - i == 8) {
@@ -603,8 +613,8 @@ static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, doubl
         *z_out = -1.0;
     } else {
         /* pass B: Z, and the candidates in the first SPEC_BINS bins */
-        mass = *z_out = s->pass(s->work, n, w_max, s->inv_temp, 4 * (uint64_t)SPEC_BINS, s->keys,
-                                &c.n_coll);
+        mass = *z_out =
+            s->pass(s->work, n, w_max, s->inv_temp, 4 * (uint64_t)SPEC_BINS, s->keys, &c.n_coll);
     }
     if (p->top_p < 1.0) { /* top-p */
         double target = p->top_p * mass;

@@ -14,8 +14,7 @@
 
 /* One element, scalar: the tail of every variant. */
 static inline void pass_one(const float *src, int32_t i, double w_max, double inv_temp,
-                            uint64_t spec_level, sample_v2d lane[4], uint64_t *keys,
-                            int32_t *k) {
+                            uint64_t spec_level, sample_v2d lane[4], uint64_t *keys, int32_t *k) {
     float v = sample_logit_sanitize(src[i]);
     double x = ((double)v - w_max) * inv_temp;
     lane[(i & 7) / 2][i & 1] += sample_exp_neg(x);
