@@ -44,6 +44,7 @@
 #include "sample/rng.h"
 #include "sample/sample_int.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -111,8 +112,9 @@ int sample_params_validate(const sample_params *p) {
         return err_set(ERR_INVAL, "sample params: top_p = %g is outside (0, 1]", p->top_p);
     if (!(p->min_p >= 0.0 && p->min_p <= 1.0))
         return err_set(ERR_INVAL, "sample params: min_p = %g is outside [0, 1]", p->min_p);
-    if (!(p->repetition_penalty > 0.0 && isfinite(p->repetition_penalty)))
-        return err_set(ERR_INVAL, "sample params: repetition_penalty = %g must be finite and > 0",
+    if (!(p->repetition_penalty >= FLT_MIN && p->repetition_penalty <= FLT_MAX))
+        return err_set(ERR_INVAL,
+                       "sample params: repetition_penalty = %g must be > 0 and finite as a float",
                        p->repetition_penalty);
     if (p->repeat_last_n < -1 || p->repeat_last_n > SAMPLE_MAX_REPEAT_LAST_N)
         return err_set(ERR_INVAL, "sample params: repeat_last_n = %d is outside [-1, %d]",

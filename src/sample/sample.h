@@ -117,9 +117,10 @@ sample_params sample_params_default(void);
 
 /* Checks every field. Returns 0, or ERR_INVAL with a detail naming the first offending field and
  * its value ("sample params: top_p = 1.5 is outside (0, 1]"). Ranges: temperature finite and
- * >= 0; top_k >= 0; top_p in (0, 1]; min_p in [0, 1]; repetition_penalty finite and > 0;
- * repeat_last_n in [-1, SAMPLE_MAX_REPEAT_LAST_N]; frequency_penalty and presence_penalty in
- * [-2, 2]; n_logprobs in [0, SAMPLE_MAX_LOGPROBS]. NaN fails every range. */
+ * >= 0; top_k >= 0; top_p in (0, 1]; min_p in [0, 1]; repetition_penalty in [FLT_MIN, FLT_MAX]
+ * (> 0 and finite as a float); repeat_last_n in [-1, SAMPLE_MAX_REPEAT_LAST_N];
+ * frequency_penalty and presence_penalty in [-2, 2]; n_logprobs in [0, SAMPLE_MAX_LOGPROBS].
+ * NaN fails every range. */
 int sample_params_validate(const sample_params *p);
 
 /* Creates a sampler for one sequence over a vocabulary of n_vocab tokens, copying *p, and
