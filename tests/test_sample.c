@@ -6,9 +6,10 @@
  * central check: the fast sampler (histogram-guided partial selection) against a reference that
  * sorts the whole vocabulary, token and logprob bits compared exactly over many random cases.
  *
- * Allocation: sampler_sample, sampler_accept* and sampler_reset never allocate (sample.h); this
- * is by construction (every buffer is sized in sampler_create) and not measured here, since
- * interposing malloc does not mix with the ASan build.
+ * Allocation: sampler_sample, sampler_accept* and sampler_reset never allocate (sample.h). In
+ * builds without a sanitizer this binary interposes malloc, calloc, realloc and free (forwarding
+ * to glibc's own) and counts calls while sampling; sanitizer builds bring their own allocator,
+ * so there the check is skipped.
  */
 #include "test.h"
 #include "base/err.h"
@@ -22,6 +23,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- allocation counting ---- */
+
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define COUNT_ALLOCS 1
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+extern void __libc_free(void *p);
+static long alloc_calls; /* while counting: calls of the four below */
+static bool alloc_counting;
+
+void *malloc(size_t n) {
+    alloc_calls += alloc_counting;
+    return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size) {
+    alloc_calls += alloc_counting;
+    return __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n) {
+    alloc_calls += alloc_counting;
+    return __libc_realloc(p, n);
+}
+
+void free(void *p) {
+    alloc_calls += alloc_counting && p;
+    __libc_free(p);
+}
+#endif
 
 /* ---- helpers ---- */
 
@@ -899,6 +932,54 @@ static void t_reset(void) {
     }
 }
 
+static void t_no_allocation(void) {
+#ifndef COUNT_ALLOCS
+    test_skip("allocation counting needs glibc and a build without sanitizers");
+#else
+    enum { NV = 40000 };
+    float *l = malloc(sizeof(float) * NV);
+    T_CHECK(l);
+    sample_params ps[6];
+    for (int k = 0; k < 6; k++)
+        ps[k] = sample_params_default();
+    ps[0].temperature = 0.0;
+    ps[1].temperature = 0.0, ps[1].repetition_penalty = 1.3, ps[1].n_logprobs = 20;
+    ps[2].top_p = 0.9, ps[2].temperature = 0.8, ps[2].frequency_penalty = 0.5;
+    ps[3].top_k = 40, ps[3].min_p = 0.1, ps[3].repeat_last_n = -1, ps[3].repetition_penalty = 1.1;
+    ps[4].top_p = 0.999, ps[4].presence_penalty = 1.0, ps[4].n_logprobs = 3; /* flat: deep */
+    ps[5].temperature = 3.0, ps[5].top_k = NV / 2, ps[5].repeat_last_n = 8;
+    ps[5].repetition_penalty = 0.8;
+    sampler *s[6];
+    alloc_calls = 0;
+    alloc_counting = true;
+    for (int k = 0; k < 6; k++)
+        s[k] = make(ps[k], NV);
+    alloc_counting = false;
+    T_CHECKF(alloc_calls >= 6, "the counter saw only %ld calls in sampler_create", alloc_calls);
+    const int32_t prompt[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -3};
+    sample_result r;
+    alloc_calls = 0;
+    alloc_counting = true;
+    for (int t = 0; t < 6; t++) {
+        for (int k = 0; k < 6; k++) {
+            alloc_counting = false; /* filling the logits is not the sampler's business */
+            fill_logits(l, NV, (enum logit_shape)((t + k) % SHAPE_COUNT), 50 + (uint64_t)t);
+            alloc_counting = true;
+            if (t == 0)
+                sampler_accept_prompt(s[k], prompt, 11);
+            sampler_accept(s[k], sampler_sample(s[k], l, t, t % 2 ? &r : NULL));
+            if (t == 4)
+                sampler_reset(s[k]);
+        }
+    }
+    alloc_counting = false;
+    for (int k = 0; k < 6; k++)
+        sampler_destroy(s[k]);
+    free(l);
+    T_CHECKF(alloc_calls == 0, "sampling made %ld allocator calls", alloc_calls);
+#endif
+}
+
 /* ---- the fast sampler against the full-sort reference ---- */
 
 static void t_against_reference(void) {
@@ -1014,6 +1095,7 @@ int main(void) {
     test_run("sample.pass_variants", t_pass_variants);
     test_run("sample.isa_toggle", t_isa_toggle);
     test_run("sample.reset", t_reset);
+    test_run("sample.no_allocation", t_no_allocation);
     test_run("sample.against_reference", t_against_reference);
     test_run("sample.reference_large_vocab", t_reference_large_vocab);
     return test_summary();
