@@ -364,7 +364,8 @@ static void t_math_exp_log(void) {
         sample_v2u lv;
         sample_v2d e = sample_exp_neg2((sample_v2d){a, b}, &lv);
         double ea = sample_exp_neg(a), eb = sample_exp_neg(b);
-        T_CHECKF(memcmp(&e[0], &ea, 8) == 0 && memcmp(&e[1], &eb, 8) == 0, "lanes at %d", i);
+        double e0 = e[0], e1 = e[1];
+        T_CHECKF(memcmp(&e0, &ea, 8) == 0 && memcmp(&e1, &eb, 8) == 0, "lanes at %d", i);
         T_CHECK(lv[0] == sample_exp_level(a) && lv[1] == sample_exp_level(b));
         sample_v2u lv2 = sample_exp_level2((sample_v2d){a, b});
         T_CHECK(lv2[0] == lv[0] && lv2[1] == lv[1]);
