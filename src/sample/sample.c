@@ -5,9 +5,11 @@
  *
  * How a token is chosen without sorting the vocabulary.
  *
- * Pass A copies the sanitized logits into the work array and finds the maximum and its lowest
- * index, four lanes at a time; penalties then rewrite the few history tokens in the work array
- * (and the maximum is fixed up, or found again if its own token was penalized).
+ * Pass A finds the maximum of the sanitized logits and its lowest index, four lanes at a time.
+ * When a penalty applies it also copies the sanitized logits into the work array, where the few
+ * history tokens are then rewritten (and the maximum fixed up, or found again if its own token
+ * was penalized); later passes read the work array, or else the caller's logits directly, and
+ * sanitize every value they read (sanitizing twice changes nothing).
  *
  * With top-k (k < n_vocab), pass B is pass_top_k: a buffer of candidates that can still be among
  * the first k, cut down to exactly those k now and then, so that later tokens need only beat the
@@ -77,9 +79,9 @@ struct sampler {
     int32_t *gen_list;  /* [n_vocab] distinct generated tokens (gen_on) */
     int32_t gen_n;
 
-    float *work;    /* [n_vocab] sanitized, penalized logits; NULL for greedy without penalties */
-    uint64_t *keys; /* [n_vocab] collected candidate keys; NULL when work is */
-    uint32_t cnt[N_BINS];      /* candidates per bin (what the cands_* helpers counted) */
+    float *work;          /* [n_vocab] sanitized, penalized logits; NULL when no penalty is set */
+    uint64_t *keys;       /* [n_vocab] collected candidate keys; NULL when greedy */
+    uint32_t cnt[N_BINS]; /* candidates per bin (what the cands_* helpers counted) */
     double bin_weight[N_BINS]; /* a typical weight in each bin, for estimates */
 };
 
@@ -189,13 +191,12 @@ int sampler_create(const sample_params *p, int n_vocab, sampler **out) {
                                s->n_vocab)))
             goto fail;
     }
-    if (!s->greedy || s->win != WIN_OFF || s->gen_on) {
-        if ((rc = alloc_zeroed((void **)&s->work, nv, sizeof(float), "the work logits",
-                               s->n_vocab)) ||
-            (rc = alloc_zeroed((void **)&s->keys, nv, sizeof(uint64_t), "candidate keys",
-                               s->n_vocab)))
-            goto fail;
-    }
+    if ((s->win != WIN_OFF || s->gen_on) &&
+        (rc = alloc_zeroed((void **)&s->work, nv, sizeof(float), "the work logits", s->n_vocab)))
+        goto fail;
+    if (!s->greedy &&
+        (rc = alloc_zeroed((void **)&s->keys, nv, sizeof(uint64_t), "candidate keys", s->n_vocab)))
+        goto fail;
     *out = s;
     return 0;
 fail:
@@ -419,8 +420,7 @@ static void pass_argmax(const float *work, int32_t n, float *max_out, int32_t *a
  * Keeps a buffer of candidates that can still be among the first k: once the buffer has been
  * cut down to its k first, a later token (higher id, so it loses ties) enters only if its value
  * exceeds the k-th's. Most tokens are rejected by one comparison, eight at a time. */
-static void pass_top_k(sampler *s, int32_t k) {
-    const float *work = s->work;
+static void pass_top_k(sampler *s, const float *vals, int32_t k) {
     uint64_t *keys = s->keys;
     const int32_t n = s->n_vocab;
     int32_t cap = k <= n / 8 ? (k < 1024 ? k + 4096 : 4 * k) : n; /* > k, <= n */
@@ -433,14 +433,14 @@ static void pass_top_k(sampler *s, int32_t k) {
         int32_t end = i + 8 < n ? i + 8 : n;
         if (cut && end - i == 8) {
             sample_v4f a, b, t = {thr, thr, thr, thr};
-            memcpy(&a, work + i, sizeof a);
-            memcpy(&b, work + i + 4, sizeof b);
+            memcpy(&a, vals + i, sizeof a); /* raw > thr whenever sanitized > thr */
+            memcpy(&b, vals + i + 4, sizeof b);
             sample_v4i gt = (a > t) | (b > t);
             if (!(gt[0] | gt[1] | gt[2] | gt[3]))
                 continue;
         }
         for (int32_t j = i; j < end; j++) {
-            float v = work[j];
+            float v = sample_logit_sanitize(vals[j]);
             if (cut && !(v > thr))
                 continue;
             if (m == cap) { /* cut to the k first and raise the bar */
@@ -469,7 +469,7 @@ static void pass_top_k(sampler *s, int32_t k) {
  * every candidate in bins [bins_done, coll_bins), unsorted; cnt[b] is valid for b < cnt_bins. */
 typedef struct cands {
     uint64_t *keys;    /* [n] */
-    const float *work; /* [n] */
+    const float *vals; /* [n] the values (sanitized here on every read) */
     int32_t n;         /* n_vocab */
     int32_t n_sorted;
     int bins_done;
@@ -496,7 +496,7 @@ static void cands_count(cands *c) {
 }
 
 /* Collects every candidate not collected yet (bins >= coll_bins) and counts its bins: one pass
- * over the work array, needed only when a step reaches past the speculative bins. */
+ * over the values, needed only when a step reaches past the speculative bins. */
 static void cands_collect_rest(cands *c) {
     if (c->coll_bins == N_BINS)
         return;
@@ -505,10 +505,11 @@ static void cands_collect_rest(cands *c) {
         c->cnt[b] = 0;
     int32_t k = c->n_coll;
     for (int32_t i = 0; i < c->n; i++) {
-        int b = bin_of(c->w_max, c->inv_temp, c->work[i]);
+        float v = sample_logit_sanitize(c->vals[i]);
+        int b = bin_of(c->w_max, c->inv_temp, v);
         if (b >= c->coll_bins) {
             c->cnt[b]++;
-            c->keys[k++] = sample_key_make(c->work[i], i);
+            c->keys[k++] = sample_key_make(v, i);
         }
     }
     CHECK(k == c->n); /* pass B and this pass use one bin function */
@@ -591,13 +592,15 @@ static double cands_prefix_mass(cands *c, int32_t m) {
 
 /* ---- sampling ---- */
 
-/* Steps 5-9 over the work array, whose maximum w_max is finite. Returns the token and, via
- * *z_out, Z when it was computed (else -1). */
-static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, double *z_out) {
+/* Steps 5-9 over vals (the work array when penalized, else the caller's logits; sanitized on
+ * every read), whose maximum w_max is finite. Returns the token and, via *z_out, Z when it was
+ * computed (else -1). */
+static int32_t sample_truncated(sampler *s, const float *vals, double w_max, int64_t out_pos,
+                                double *z_out) {
     const int32_t n = s->n_vocab;
     const sample_params *p = &s->p;
     cands c = {.keys = s->keys,
-               .work = s->work,
+               .vals = vals,
                .n = n,
                .coll_bins = SPEC_BINS,
                .cnt = s->cnt,
@@ -608,7 +611,7 @@ static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, doubl
     double mass;
     if (p->top_k > 0 && p->top_k < n) { /* top-k: no Z, and nothing past the k first is read */
         n_keep = p->top_k;
-        pass_top_k(s, n_keep);
+        pass_top_k(s, vals, n_keep);
         c.n_sorted = c.n_coll = n_keep;
         c.bins_done = c.coll_bins = c.cnt_bins = N_BINS;
         mass = cands_prefix_mass(&c, n_keep);
@@ -616,7 +619,7 @@ static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, doubl
     } else {
         /* pass B: Z, and the candidates in the first SPEC_BINS bins */
         mass = *z_out =
-            s->pass(s->work, n, w_max, s->inv_temp, 4 * (uint64_t)SPEC_BINS, s->keys, &c.n_coll);
+            s->pass(vals, n, w_max, s->inv_temp, 4 * (uint64_t)SPEC_BINS, s->keys, &c.n_coll);
     }
     if (p->top_p < 1.0) { /* top-p */
         double target = p->top_p * mass;
@@ -749,14 +752,15 @@ int32_t sampler_sample(sampler *s, const float *logits, int64_t out_pos, sample_
     float w_max;
     double z = -1.0;
     bool penalized = penalties_active(s);
-    if (s->greedy && !penalized) { /* one pass, nothing stored */
+    if (!penalized) { /* pass A reads the logits; everything after sanitizes as it reads */
         pass_copy_argmax(logits, NULL, n, &w_max, &token);
+        if (!s->greedy && w_max != -INFINITY) /* all -inf: token 0, the first candidate */
+            token = sample_truncated(s, logits, w_max, out_pos, &z);
     } else {
         pass_copy_argmax(logits, s->work, n, &w_max, &token);
-        if (penalized)
-            penalties_apply(s, &w_max, &token);
-        if (!s->greedy && w_max != -INFINITY) /* all -inf: token 0, the first candidate */
-            token = sample_truncated(s, w_max, out_pos, &z);
+        penalties_apply(s, &w_max, &token);
+        if (!s->greedy && w_max != -INFINITY)
+            token = sample_truncated(s, s->work, w_max, out_pos, &z);
     }
     if (res) { /* unpenalized, pass A's maximum is the raw one; at T = 1 so is pass B's Z */
         res->token = token;

@@ -58,9 +58,10 @@
  * tokens: a few hundred microseconds; adversarially flat logits with top-p near 1 sort most of
  * the vocabulary (milliseconds).
  *
- * Memory and threads: a sampler allocates all scratch at create time (12 bytes per vocabulary
- * entry for the work logits and candidate keys, none for greedy without penalties, plus 5-8
- * bytes per entry for each enabled penalty); sampling, accepting and resetting never allocate.
+ * Memory and threads: a sampler allocates all scratch at create time (8 bytes per vocabulary
+ * entry for the candidate keys unless greedy; with any penalty, 4 for a penalized copy of the
+ * logits plus 5-8 per penalty kind for the history); sampling, accepting and resetting never
+ * allocate.
  * A sampler belongs to one thread at a time; different samplers share nothing and may be used
  * concurrently. The weights pass has a portable and an AVX2 variant, chosen by the `isa` toggle
  * (flags.h) and the CPU at create time; both give the same bits.
