@@ -414,6 +414,16 @@ static void t_math_keys(void) {
         sample_keys_sort_desc(a, (size_t)n);
         for (int i = 0; i < n; i++)
             T_CHECKF(a[i] == b[n - 1 - i], "sort round %d at %d", round, i);
+        /* the small-set paths (introsort) and its heapsort fallback */
+        int m = 1 + round * 150;
+        memcpy(a, b, sizeof(uint64_t) * (size_t)m); /* ascending: a quicksort's bad case */
+        sample_keys_sort_desc(a, (size_t)m);
+        for (int i = 0; i < m; i++)
+            T_CHECKF(a[i] == b[m - 1 - i], "small sort round %d at %d", round, i);
+        memcpy(a, b, sizeof(uint64_t) * (size_t)m);
+        sample_keys_heap_sort_desc(a, (size_t)m);
+        for (int i = 0; i < m; i++)
+            T_CHECKF(a[i] == b[m - 1 - i], "heap sort round %d at %d", round, i);
     }
     free(a);
     free(b);

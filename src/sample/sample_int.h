@@ -133,10 +133,13 @@ sample_pass_fn sample_pass_select(void);
  * softmax normaliser), so it favours clarity over speed. */
 double sample_log(double x);
 
-/* Sorts keys[0..n) in descending unsigned order (introsort: median-of-three quicksort, heapsort
- * past 2 log2(n) levels, insertion sort below 24 elements). Keys are unique, so the result is
- * fully determined by the set. No allocation. */
+/* Sorts keys[0..n) in descending unsigned order: MSD radix sort from 1024 keys up, else
+ * introsort (median-of-three quicksort, heapsort past 2 log2(n) levels, insertion sort below 24
+ * elements). Keys are unique, so the result is fully determined by the set. No allocation. */
 void sample_keys_sort_desc(uint64_t *keys, size_t n);
+
+/* Heapsort, descending: the introsort's guaranteed-n-log-n fallback (exposed for its test). */
+void sample_keys_heap_sort_desc(uint64_t *keys, size_t n);
 
 /* Rearranges keys[0..n) so that keys[0..k) are its k largest (in no particular order) and the
  * rest follow (introselect: median-of-three quickselect, a sort of the remaining range past

@@ -68,7 +68,7 @@ static void keys_sift_down(uint64_t *a, size_t n, size_t i) {
     a[i] = v;
 }
 
-static void keys_heap_sort(uint64_t *a, size_t n) {
+void sample_keys_heap_sort_desc(uint64_t *a, size_t n) {
     for (size_t i = n / 2; i-- > 0;)
         keys_sift_down(a, n, i);
     for (size_t end = n; end-- > 1;) {
@@ -82,7 +82,7 @@ static void keys_heap_sort(uint64_t *a, size_t n) {
 static void keys_intro_sort(uint64_t *a, size_t n, int depth) {
     while (n > 24) {
         if (depth-- == 0) {
-            keys_heap_sort(a, n);
+            sample_keys_heap_sort_desc(a, n);
             return;
         }
         /* median of three as the pivot, then Hoare partition (descending) */
