@@ -6,20 +6,55 @@
  * central check: the fast sampler (histogram-guided partial selection) against a reference that
  * sorts the whole vocabulary, token and logprob bits compared exactly over many random cases.
  *
- * Allocation: sampler_sample, sampler_accept* and sampler_reset never allocate (sample.h); this
- * is by construction (every buffer is sized in sampler_create) and not measured here, since
- * interposing malloc does not mix with the ASan build.
+ * Allocation: sampler_sample, sampler_accept* and sampler_reset never allocate (sample.h). In
+ * builds without a sanitizer this binary interposes malloc, calloc, realloc and free (forwarding
+ * to glibc's own) and counts calls while sampling; sanitizer builds bring their own allocator,
+ * so there the check is skipped.
  */
 #include "test.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "sample/rng.h"
 #include "sample/sample.h"
 #include "sample/sample_int.h"
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- allocation counting ---- */
+
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define COUNT_ALLOCS 1
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+extern void __libc_free(void *p);
+static long alloc_calls; /* while counting: calls of the four below */
+static bool alloc_counting;
+
+void *malloc(size_t n) {
+    alloc_calls += alloc_counting;
+    return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size) {
+    alloc_calls += alloc_counting;
+    return __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n) {
+    alloc_calls += alloc_counting;
+    return __libc_realloc(p, n);
+}
+
+void free(void *p) {
+    alloc_calls += alloc_counting && p;
+    __libc_free(p);
+}
+#endif
 
 /* ---- helpers ---- */
 
@@ -63,7 +98,8 @@ static void fill_logits(float *l, int n, enum logit_shape shape, uint64_t seed) 
     }
     if (shape == SHAPE_LM || shape == SHAPE_SPECIAL)
         for (int h = 0; h < 12 && h < n; h++)
-            l[rng_u64(seed + 1, (uint64_t)h) % (uint64_t)n] += (float)(12.0 - h + gauss(seed + 2, h));
+            l[rng_u64(seed + 1, (uint64_t)h) % (uint64_t)n] +=
+                (float)(12.0 - h + gauss(seed + 2, h));
     if (shape == SHAPE_SPECIAL) {
         static const float specials[] = {-INFINITY, NAN, INFINITY, -0.0f, 0.0f, -INFINITY};
         for (int h = 0; h < 6 && h < n; h++)
@@ -201,8 +237,7 @@ static int32_t ref_sample(const sample_params *p, int n, const float *logits, co
             for (int i = 0; i < n; i++)
                 e[i] = sample_exp_neg((double)sample_logit_sanitize(logits[i]) - r_max);
             double log_z = sample_log(ref_lane_sum(e, n));
-            res->logprob =
-                (float)(((double)sample_logit_sanitize(logits[token]) - r_max) - log_z);
+            res->logprob = (float)(((double)sample_logit_sanitize(logits[token]) - r_max) - log_z);
             for (int k = 0; k < res->n_top; k++)
                 res->top[k] = (sample_logprob){
                     .token = c[k].id, .logprob = (float)(((double)c[k].v - r_max) - log_z)};
@@ -329,7 +364,8 @@ static void t_math_exp_log(void) {
         sample_v2u lv;
         sample_v2d e = sample_exp_neg2((sample_v2d){a, b}, &lv);
         double ea = sample_exp_neg(a), eb = sample_exp_neg(b);
-        T_CHECKF(memcmp(&e[0], &ea, 8) == 0 && memcmp(&e[1], &eb, 8) == 0, "lanes at %d", i);
+        double e0 = e[0], e1 = e[1];
+        T_CHECKF(memcmp(&e0, &ea, 8) == 0 && memcmp(&e1, &eb, 8) == 0, "lanes at %d", i);
         T_CHECK(lv[0] == sample_exp_level(a) && lv[1] == sample_exp_level(b));
         sample_v2u lv2 = sample_exp_level2((sample_v2d){a, b});
         T_CHECK(lv2[0] == lv[0] && lv2[1] == lv[1]);
@@ -378,6 +414,16 @@ static void t_math_keys(void) {
         sample_keys_sort_desc(a, (size_t)n);
         for (int i = 0; i < n; i++)
             T_CHECKF(a[i] == b[n - 1 - i], "sort round %d at %d", round, i);
+        /* the small-set paths (introsort) and its heapsort fallback */
+        int m = 1 + round * 150;
+        memcpy(a, b, sizeof(uint64_t) * (size_t)m); /* ascending: a quicksort's bad case */
+        sample_keys_sort_desc(a, (size_t)m);
+        for (int i = 0; i < m; i++)
+            T_CHECKF(a[i] == b[m - 1 - i], "small sort round %d at %d", round, i);
+        memcpy(a, b, sizeof(uint64_t) * (size_t)m);
+        sample_keys_heap_sort_desc(a, (size_t)m);
+        for (int i = 0; i < m; i++)
+            T_CHECKF(a[i] == b[m - 1 - i], "heap sort round %d at %d", round, i);
     }
     free(a);
     free(b);
@@ -531,8 +577,8 @@ static void expect_penalized(sample_params p, const int32_t *prompt, int n_promp
             sampler_accept(s, gen[i]);
         int32_t got = sampler_sample(s, l, 0, NULL);
         T_CHECKF(got == (side == 0 ? probe : T),
-                 "raw %g: penalized value is not exactly %g (probe at %d won: %d)", raw, e,
-                 probe, got == probe);
+                 "raw %g: penalized value is not exactly %g (probe at %d won: %d)", raw, e, probe,
+                 got == probe);
         sampler_destroy(s);
     }
 }
@@ -544,7 +590,7 @@ static void t_penalties(void) {
     p.repetition_penalty = 2.0;
     expect_penalized(p, t4, 1, NULL, 0, 3.0f, 1.5f);
     expect_penalized(p, t4, 1, NULL, 0, -3.0f, -6.0f);
-    expect_penalized(p, NULL, 0, t4, 1, 3.0f, 1.5f); /* generated tokens are context too */
+    expect_penalized(p, NULL, 0, t4, 1, 3.0f, 1.5f);   /* generated tokens are context too */
     expect_penalized(p, t4x3, 3, NULL, 0, 3.0f, 1.5f); /* once, however often */
     p.repetition_penalty = 1.3;
     expect_penalized(p, t4, 1, NULL, 0, 1.0f, 1.0f / 1.3f);
@@ -815,6 +861,136 @@ static void t_invariance_position(void) {
     free(l);
 }
 
+/* ---- the weights pass: every variant gives the same bits ---- */
+
+static void t_pass_variants(void) {
+    if (!sample_pass_avx2_usable())
+        test_skip("this CPU or build has no AVX2 variant to compare");
+    enum { NMAX = 5003 };
+    float *src = malloc(sizeof(float) * NMAX);
+    uint64_t *ka = malloc(sizeof(uint64_t) * NMAX), *kb = malloc(sizeof(uint64_t) * NMAX);
+    T_CHECK(src && ka && kb);
+    for (int r = 0; r < 200; r++) {
+        int n = 1 + (int)(rng_u64(50, (uint64_t)r) % NMAX);
+        fill_logits(src, n, (enum logit_shape)(r % SHAPE_COUNT), 600 + (uint64_t)r);
+        float m = -INFINITY;
+        for (int i = 0; i < n; i++)
+            m = sample_logit_sanitize(src[i]) > m ? sample_logit_sanitize(src[i]) : m;
+        if (m == -INFINITY)
+            continue;
+        double inv_t = r % 3 == 0 ? 1.0 : 1.0 / (0.1 + 3.0 * rng_uniform(51, (uint64_t)r));
+        uint64_t spec = (uint64_t)(r % 4) * 300;
+        int32_t na = -1, nb = -2;
+        double za = sample_pass_weights(src, n, m, inv_t, spec, ka, &na);
+        double zb = sample_pass_weights_avx2(src, n, m, inv_t, spec, kb, &nb);
+        T_CHECKF(memcmp(&za, &zb, sizeof za) == 0, "round %d: Z %.17g vs %.17g", r, za, zb);
+        T_EQ_INT(na, nb);
+        T_CHECKF(memcmp(ka, kb, sizeof(uint64_t) * (size_t)na) == 0, "round %d: keys", r);
+    }
+    free(src);
+    free(ka);
+    free(kb);
+}
+
+static void t_isa_toggle(void) {
+    /* the isa toggle changes speed only: whole sampler results match */
+    enum { NV = 30000 };
+    float *l = malloc(sizeof(float) * NV);
+    T_CHECK(l);
+    sample_params p = sample_params_default();
+    p.temperature = 0.9, p.top_p = 0.95, p.n_logprobs = 4, p.seed = 8;
+    sample_result a[12], b[12];
+    const char *old = flags_str(FLAG_ISA);
+    char saved[32];
+    snprintf(saved, sizeof saved, "%s", old);
+    for (int pass = 0; pass < 2; pass++) {
+        T_OK(flags_set("isa", pass == 0 ? "scalar" : "auto"));
+        sampler *s = make(p, NV);
+        for (int t = 0; t < 12; t++) {
+            fill_logits(l, NV, (enum logit_shape)(t % SHAPE_COUNT), 4400 + (uint64_t)t);
+            sampler_sample(s, l, t, pass == 0 ? &a[t] : &b[t]);
+        }
+        sampler_destroy(s);
+    }
+    T_OK(flags_set("isa", saved));
+    for (int t = 0; t < 12; t++)
+        T_CHECKF(results_equal(&a[t], &b[t]), "step %d differs between isa scalar and auto", t);
+    free(l);
+}
+
+static void t_reset(void) {
+    /* after a reset, a sampler behaves like a new one, in every history mode */
+    static const int32_t modes[] = {-1, 3, 64};
+    enum { NV = 50 };
+    float l[NV];
+    for (int i = 0; i < NV; i++)
+        l[i] = (float)(i % 7) * 0.3f;
+    l[9] = 5.0f;
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        sample_params p = sample_params_default();
+        p.temperature = 0.0, p.repetition_penalty = 8.0, p.repeat_last_n = modes[m];
+        p.frequency_penalty = 1.0;
+        sampler *s = make(p, NV);
+        const int32_t prompt[] = {9, 9, 3, 60, -1};
+        sampler_accept_prompt(s, prompt, 5);
+        sampler_accept(s, 9);
+        T_CHECK(sampler_sample(s, l, 0, NULL) != 9);
+        sampler_reset(s);
+        T_EQ_INT(sampler_sample(s, l, 0, NULL), 9);
+        sampler_accept_prompt(s, prompt, 2);
+        T_CHECK(sampler_sample(s, l, 0, NULL) != 9);
+        sampler_destroy(s);
+    }
+}
+
+static void t_no_allocation(void) {
+#ifndef COUNT_ALLOCS
+    test_skip("allocation counting needs glibc and a build without sanitizers");
+#else
+    enum { NV = 40000 };
+    float *l = malloc(sizeof(float) * NV);
+    T_CHECK(l);
+    sample_params ps[6];
+    for (int k = 0; k < 6; k++)
+        ps[k] = sample_params_default();
+    ps[0].temperature = 0.0;
+    ps[1].temperature = 0.0, ps[1].repetition_penalty = 1.3, ps[1].n_logprobs = 20;
+    ps[2].top_p = 0.9, ps[2].temperature = 0.8, ps[2].frequency_penalty = 0.5;
+    ps[3].top_k = 40, ps[3].min_p = 0.1, ps[3].repeat_last_n = -1, ps[3].repetition_penalty = 1.1;
+    ps[4].top_p = 0.999, ps[4].presence_penalty = 1.0, ps[4].n_logprobs = 3; /* flat: deep */
+    ps[5].temperature = 3.0, ps[5].top_k = NV / 2, ps[5].repeat_last_n = 8;
+    ps[5].repetition_penalty = 0.8;
+    sampler *s[6];
+    alloc_calls = 0;
+    alloc_counting = true;
+    for (int k = 0; k < 6; k++)
+        s[k] = make(ps[k], NV);
+    alloc_counting = false;
+    T_CHECKF(alloc_calls >= 6, "the counter saw only %ld calls in sampler_create", alloc_calls);
+    const int32_t prompt[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -3};
+    sample_result r;
+    alloc_calls = 0;
+    alloc_counting = true;
+    for (int t = 0; t < 6; t++) {
+        for (int k = 0; k < 6; k++) {
+            alloc_counting = false; /* filling the logits is not the sampler's business */
+            fill_logits(l, NV, (enum logit_shape)((t + k) % SHAPE_COUNT), 50 + (uint64_t)t);
+            alloc_counting = true;
+            if (t == 0)
+                sampler_accept_prompt(s[k], prompt, 11);
+            sampler_accept(s[k], sampler_sample(s[k], l, t, t % 2 ? &r : NULL));
+            if (t == 4)
+                sampler_reset(s[k]);
+        }
+    }
+    alloc_counting = false;
+    for (int k = 0; k < 6; k++)
+        sampler_destroy(s[k]);
+    free(l);
+    T_CHECKF(alloc_calls == 0, "sampling made %ld allocator calls", alloc_calls);
+#endif
+}
+
 /* ---- the fast sampler against the full-sort reference ---- */
 
 static void t_against_reference(void) {
@@ -864,7 +1040,8 @@ static void t_against_reference(void) {
         for (int i = 0; i < n_prompt; i++)
             ctx[i] = (int32_t)(rng_u64(4, (uint64_t)(r * 100 + i)) % (uint64_t)(n + 1)) - (i == 3);
         for (int i = 0; i < n_gen; i++)
-            gen[i] = ctx[n_prompt + i] = (int32_t)(rng_u64(5, (uint64_t)(r * 100 + i)) % (uint64_t)n);
+            gen[i] = ctx[n_prompt + i] =
+                (int32_t)(rng_u64(5, (uint64_t)(r * 100 + i)) % (uint64_t)n);
         int64_t pos = (int64_t)(rng_u64(6, (uint64_t)r) % 5000);
 
         sampler *s = make(p, n);
@@ -876,8 +1053,8 @@ static void t_against_reference(void) {
         int32_t ref = ref_sample(&p, n, l, ctx, n_prompt + n_gen, gen, n_gen, pos, &want);
         sampler_destroy(s);
         T_CHECKF(tok == ref && got.token == tok,
-                 "round %d (n %d T %g k %d p %g minp %g shape %d): token %d, reference %d", r,
-                 n, p.temperature, (int)p.top_k, p.top_p, p.min_p, (int)shape, tok, ref);
+                 "round %d (n %d T %g k %d p %g minp %g shape %d): token %d, reference %d", r, n,
+                 p.temperature, (int)p.top_k, p.top_p, p.min_p, (int)shape, tok, ref);
         T_CHECKF(results_equal(&got, &want), "round %d: logprobs differ (%.9g vs %.9g)", r,
                  got.logprob, want.logprob);
     }
@@ -926,6 +1103,10 @@ int main(void) {
     test_run("sample.softmax_distribution", t_softmax_distribution);
     test_run("sample.invariance_interleaving", t_invariance_interleaving);
     test_run("sample.invariance_position", t_invariance_position);
+    test_run("sample.pass_variants", t_pass_variants);
+    test_run("sample.isa_toggle", t_isa_toggle);
+    test_run("sample.reset", t_reset);
+    test_run("sample.no_allocation", t_no_allocation);
     test_run("sample.against_reference", t_against_reference);
     test_run("sample.reference_large_vocab", t_reference_large_vocab);
     return test_summary();

@@ -3,21 +3,33 @@
  * sample: parameters, the per-sequence sampler (token history for penalties, scratch), and the
  * sampling pipeline documented in sample.h.
  *
- * How a token is chosen without sorting the vocabulary. Pass A copies the sanitized logits into
- * the work array and finds the maximum and its (lowest) index, four lanes at a time; penalties
- * then rewrite the few history tokens in the work array. Pass B computes, per token, the bin of
- * d = w_max - w (N_BINS bins of 1/BIN_SCALE logit; the last bin takes everything further away,
- * including -inf), a histogram of counts and, when the whole vocabulary can matter (no top-k),
- * the weights, their sum Z and their mass per bin; it also collects the keys (sample_int.h) of
- * the candidates in the first few bins, those within weight e^-SPEC_WEIGHT_LOG of the maximum,
- * where truncation and the draw almost always end. Because the bin is a monotone function of
- * the value, "every candidate in bins < B" is always an exact prefix of the candidate order.
- * The cands_* helpers keep keys[0..n_sorted) equal to that prefix for bins < bins_done, sorted;
- * when a step needs to look further they partition what was collected, or collect more bins in
- * one more pass over the work array, and sort only the newly added part. The histogram decides
- * how far to grow (counts for top-k, masses for top-p and the draw, a bin bound for min-p), but
- * only for speed: every step walks the prefix exactly as it would walk a fully sorted array, and
- * grows it again if it runs off the end, so the chosen token never depends on the histogram.
+ * How a token is chosen without sorting the vocabulary.
+ *
+ * Pass A finds the maximum of the sanitized logits and its lowest index, four lanes at a time.
+ * When a penalty applies it also copies the sanitized logits into the work array, where the few
+ * history tokens are then rewritten (and the maximum fixed up, or found again if its own token
+ * was penalized); later passes read the work array, or else the caller's logits directly, and
+ * sanitize every value they read (sanitizing twice changes nothing).
+ *
+ * With top-k (k < n_vocab), pass B is pass_top_k: a buffer of candidates that can still be among
+ * the first k, cut down to exactly those k now and then, so that later tokens need only beat the
+ * k-th value; then k keys are sorted. Everything after that (top-p, min-p, the draw) walks those
+ * k, and Z is never needed.
+ *
+ * Without top-k, pass B (s->pass, sample_pass.c or sample_avx2.c) computes Z and collects the
+ * keys (sample_int.h) of the candidates in the first SPEC_BINS histogram bins, i.e. with weight
+ * above about e^-12 of the maximum's, where top-p, min-p and the draw almost always end. A bin
+ * is a weight's level / 4 (sample_exp_level: 8 bins per halving, capped at N_BINS - 1, which
+ * also takes -inf), a monotone function of the value, so "every candidate in bins < B" is always
+ * an exact prefix of the candidate order. The cands_* helpers keep keys[0..n_sorted) equal to
+ * that prefix for bins < bins_done, sorted: they count the collected candidates per bin only when
+ * a step needs counts, partition the collected rest by bin and sort only the part a step reaches,
+ * and, if a step runs past the collected bins (flat distributions, a draw deep in the tail),
+ * collect and count every remaining candidate in one more pass. The counts guide how far to grow
+ * (top-k style counts, estimated masses from a typical weight per bin, a bin bound for min-p),
+ * but only for speed: every step walks the prefix exactly as it would walk a fully sorted array
+ * and grows it again when it reaches the end, so the chosen token never depends on the guesses.
+ * tests/test_sample.c checks this against a sampler that sorts the whole vocabulary.
  *
  * Penalty history. Repetition window: a ring of the last repeat_last_n context tokens plus a
  * per-token count (tokens are visited once per step by negating their count while penalizing
@@ -34,14 +46,15 @@
 #include "sample/rng.h"
 #include "sample/sample_int.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define N_BINS 512 /* histogram bins of the weights (sample_exp_bin): 8 per halving, to 2^-64 */
+#define N_BINS     512 /* histogram bins of the weights: level / 4, 8 per halving, to 2^-64 */
 #define BINS_PER_E 11.541560327111707 /* bins per factor e of weight: 8 / ln 2 */
-#define SPEC_BINS 140 /* pass B collects the candidates in these bins: weights >= about e^-12 */
+#define SPEC_BINS  140 /* pass B collects the candidates in these bins: weights >= about e^-12 */
 
 enum win_mode { WIN_OFF, WIN_RING, WIN_ALL };
 
@@ -49,7 +62,8 @@ struct sampler {
     sample_params p;
     int32_t n_vocab;
     bool greedy;
-    double inv_temp; /* 1 / temperature, when !greedy */
+    double inv_temp;     /* 1 / temperature, when !greedy */
+    sample_pass_fn pass; /* the weights pass for this CPU and the isa toggle */
     float rep_pen, freq_pen, pres_pen;
     bool gen_on; /* frequency or presence penalty set */
 
@@ -65,9 +79,9 @@ struct sampler {
     int32_t *gen_list;  /* [n_vocab] distinct generated tokens (gen_on) */
     int32_t gen_n;
 
-    float *work;    /* [n_vocab] sanitized, penalized logits; NULL for greedy without penalties */
-    uint64_t *keys; /* [n_vocab] collected candidate keys; NULL when work is */
-    uint32_t cnt[N_BINS];      /* candidates per bin (what the cands_* helpers counted) */
+    float *work;          /* [n_vocab] sanitized, penalized logits; NULL when no penalty is set */
+    uint64_t *keys;       /* [n_vocab] collected candidate keys; NULL when greedy */
+    uint32_t cnt[N_BINS]; /* candidates per bin (what the cands_* helpers counted) */
     double bin_weight[N_BINS]; /* a typical weight in each bin, for estimates */
 };
 
@@ -100,8 +114,9 @@ int sample_params_validate(const sample_params *p) {
         return err_set(ERR_INVAL, "sample params: top_p = %g is outside (0, 1]", p->top_p);
     if (!(p->min_p >= 0.0 && p->min_p <= 1.0))
         return err_set(ERR_INVAL, "sample params: min_p = %g is outside [0, 1]", p->min_p);
-    if (!(p->repetition_penalty > 0.0 && isfinite(p->repetition_penalty)))
-        return err_set(ERR_INVAL, "sample params: repetition_penalty = %g must be finite and > 0",
+    if (!(p->repetition_penalty >= FLT_MIN && p->repetition_penalty <= FLT_MAX))
+        return err_set(ERR_INVAL,
+                       "sample params: repetition_penalty = %g must be > 0 and finite as a float",
                        p->repetition_penalty);
     if (p->repeat_last_n < -1 || p->repeat_last_n > SAMPLE_MAX_REPEAT_LAST_N)
         return err_set(ERR_INVAL, "sample params: repeat_last_n = %d is outside [-1, %d]",
@@ -142,6 +157,7 @@ int sampler_create(const sample_params *p, int n_vocab, sampler **out) {
     s->n_vocab = n_vocab;
     s->greedy = p->temperature < SAMPLE_GREEDY_TEMPERATURE;
     s->inv_temp = s->greedy ? 0.0 : 1.0 / p->temperature;
+    s->pass = sample_pass_select();
     s->rep_pen = (float)p->repetition_penalty;
     s->freq_pen = (float)p->frequency_penalty;
     s->pres_pen = (float)p->presence_penalty;
@@ -175,13 +191,12 @@ int sampler_create(const sample_params *p, int n_vocab, sampler **out) {
                                s->n_vocab)))
             goto fail;
     }
-    if (!s->greedy || s->win != WIN_OFF || s->gen_on) {
-        if ((rc = alloc_zeroed((void **)&s->work, nv, sizeof(float), "the work logits",
-                               s->n_vocab)) ||
-            (rc = alloc_zeroed((void **)&s->keys, nv, sizeof(uint64_t), "candidate keys",
-                               s->n_vocab)))
-            goto fail;
-    }
+    if ((s->win != WIN_OFF || s->gen_on) &&
+        (rc = alloc_zeroed((void **)&s->work, nv, sizeof(float), "the work logits", s->n_vocab)))
+        goto fail;
+    if (!s->greedy &&
+        (rc = alloc_zeroed((void **)&s->keys, nv, sizeof(uint64_t), "candidate keys", s->n_vocab)))
+        goto fail;
     *out = s;
     return 0;
 fail:
@@ -361,12 +376,6 @@ static inline int bin_of(double w_max, double inv_temp, float v) {
     return bin_of_level(sample_exp_level(x_of(w_max, inv_temp, v)));
 }
 
-/* Z from its eight lanes, held as lane[u / 2][u % 2]. */
-static inline double lanes_combine(const sample_v2d lane[4]) {
-    return ((lane[0][0] + lane[0][1]) + (lane[1][0] + lane[1][1])) +
-           ((lane[2][0] + lane[2][1]) + (lane[3][0] + lane[3][1]));
-}
-
 /* Finds the maximum of the sanitized src[0..n) and its lowest index, and copies the sanitized
  * values to dst unless dst is NULL. Four lanes; each lane keeps its first maximum (strict >),
  * and the lanes are merged by value, then index, so the result is the scalar loop's. */
@@ -407,72 +416,31 @@ static void pass_argmax(const float *work, int32_t n, float *max_out, int32_t *a
     pass_copy_argmax(work, NULL, n, max_out, arg_out);
 }
 
-/* Pass B, when no top-k applies: returns Z, and collects the keys of every candidate in bins
- * < SPEC_BINS into s->keys, their number into *n_coll. The histogram is left to the cands_*
- * helpers, which build it only for what they need. */
-static double pass_weights(sampler *s, double w_max, int32_t *n_coll) {
-    const float *work = s->work;
-    uint64_t *keys = s->keys;
-    const int32_t n = s->n_vocab;
-    const double inv_temp = s->inv_temp;
-    const uint64_t spec_level = 4 * (uint64_t)SPEC_BINS; /* bin < SPEC_BINS <=> level < this */
-    int32_t k = 0;
-    sample_v2d lane[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}}; /* lane[u / 2][u % 2]: Z lane u */
-    int32_t i = 0;
-    /* two candidates per step: weights and levels (vector exp), then the rare collection */
-#define STEP2(u)                                                                                   \
-    do {                                                                                           \
-        sample_v2d x = ((sample_v2d){work[i + (u)], work[i + (u) + 1]} - w_max) * inv_temp;        \
-        sample_v2u lv;                                                                             \
-        lane[(u) / 2] += sample_exp_neg2(x, &lv);                                                  \
-        if (lv[0] < spec_level)                                                                    \
-            keys[k++] = sample_key_make(work[i + (u)], i + (u));                                   \
-        if (lv[1] < spec_level)                                                                    \
-            keys[k++] = sample_key_make(work[i + (u) + 1], i + (u) + 1);                           \
-    } while (0)
-    for (; i + 8 <= n; i += 8) {
-        STEP2(0);
-        STEP2(2);
-        STEP2(4);
-        STEP2(6);
-    }
-#undef STEP2
-    for (; i < n; i++) {
-        double x = x_of(w_max, inv_temp, work[i]);
-        lane[(i & 7) / 2][i & 1] += sample_exp_neg(x);
-        if (sample_exp_level(x) < spec_level)
-            keys[k++] = sample_key_make(work[i], i);
-    }
-    *n_coll = k;
-    return lanes_combine(lane);
-}
-
 /* Pass B, when top-k applies (k < n): leaves the first k candidates, sorted, in keys[0..k).
  * Keeps a buffer of candidates that can still be among the first k: once the buffer has been
  * cut down to its k first, a later token (higher id, so it loses ties) enters only if its value
  * exceeds the k-th's. Most tokens are rejected by one comparison, eight at a time. */
-static void pass_top_k(sampler *s, int32_t k) {
-    const float *work = s->work;
+static void pass_top_k(sampler *s, const float *vals, int32_t k) {
     uint64_t *keys = s->keys;
     const int32_t n = s->n_vocab;
     int32_t cap = k <= n / 8 ? (k < 1024 ? k + 4096 : 4 * k) : n; /* > k, <= n */
     if (cap > n)
         cap = n;
     int32_t m = 0;
-    bool cut = false;       /* the buffer has been cut to k at least once */
-    float thr = -INFINITY;  /* after a cut: the k-th value */
+    bool cut = false;      /* the buffer has been cut to k at least once */
+    float thr = -INFINITY; /* after a cut: the k-th value */
     for (int32_t i = 0; i < n; i += 8) {
         int32_t end = i + 8 < n ? i + 8 : n;
         if (cut && end - i == 8) {
             sample_v4f a, b, t = {thr, thr, thr, thr};
-            memcpy(&a, work + i, sizeof a);
-            memcpy(&b, work + i + 4, sizeof b);
+            memcpy(&a, vals + i, sizeof a); /* raw > thr whenever sanitized > thr */
+            memcpy(&b, vals + i + 4, sizeof b);
             sample_v4i gt = (a > t) | (b > t);
             if (!(gt[0] | gt[1] | gt[2] | gt[3]))
                 continue;
         }
         for (int32_t j = i; j < end; j++) {
-            float v = work[j];
+            float v = sample_logit_sanitize(vals[j]);
             if (cut && !(v > thr))
                 continue;
             if (m == cap) { /* cut to the k first and raise the bar */
@@ -501,7 +469,7 @@ static void pass_top_k(sampler *s, int32_t k) {
  * every candidate in bins [bins_done, coll_bins), unsorted; cnt[b] is valid for b < cnt_bins. */
 typedef struct cands {
     uint64_t *keys;    /* [n] */
-    const float *work; /* [n] */
+    const float *vals; /* [n] the values (sanitized here on every read) */
     int32_t n;         /* n_vocab */
     int32_t n_sorted;
     int bins_done;
@@ -528,7 +496,7 @@ static void cands_count(cands *c) {
 }
 
 /* Collects every candidate not collected yet (bins >= coll_bins) and counts its bins: one pass
- * over the work array, needed only when a step reaches past the speculative bins. */
+ * over the values, needed only when a step reaches past the speculative bins. */
 static void cands_collect_rest(cands *c) {
     if (c->coll_bins == N_BINS)
         return;
@@ -537,10 +505,11 @@ static void cands_collect_rest(cands *c) {
         c->cnt[b] = 0;
     int32_t k = c->n_coll;
     for (int32_t i = 0; i < c->n; i++) {
-        int b = bin_of(c->w_max, c->inv_temp, c->work[i]);
+        float v = sample_logit_sanitize(c->vals[i]);
+        int b = bin_of(c->w_max, c->inv_temp, v);
         if (b >= c->coll_bins) {
             c->cnt[b]++;
-            c->keys[k++] = sample_key_make(c->work[i], i);
+            c->keys[k++] = sample_key_make(v, i);
         }
     }
     CHECK(k == c->n); /* pass B and this pass use one bin function */
@@ -623,13 +592,15 @@ static double cands_prefix_mass(cands *c, int32_t m) {
 
 /* ---- sampling ---- */
 
-/* Steps 5-9 over the work array, whose maximum w_max is finite. Returns the token and, via
- * *z_out, Z when it was computed (else -1). */
-static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, double *z_out) {
+/* Steps 5-9 over vals (the work array when penalized, else the caller's logits; sanitized on
+ * every read), whose maximum w_max is finite. Returns the token and, via *z_out, Z when it was
+ * computed (else -1). */
+static int32_t sample_truncated(sampler *s, const float *vals, double w_max, int64_t out_pos,
+                                double *z_out) {
     const int32_t n = s->n_vocab;
     const sample_params *p = &s->p;
     cands c = {.keys = s->keys,
-               .work = s->work,
+               .vals = vals,
                .n = n,
                .coll_bins = SPEC_BINS,
                .cnt = s->cnt,
@@ -640,13 +611,15 @@ static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, doubl
     double mass;
     if (p->top_k > 0 && p->top_k < n) { /* top-k: no Z, and nothing past the k first is read */
         n_keep = p->top_k;
-        pass_top_k(s, n_keep);
+        pass_top_k(s, vals, n_keep);
         c.n_sorted = c.n_coll = n_keep;
         c.bins_done = c.coll_bins = c.cnt_bins = N_BINS;
         mass = cands_prefix_mass(&c, n_keep);
         *z_out = -1.0;
     } else {
-        mass = *z_out = pass_weights(s, w_max, &c.n_coll);
+        /* pass B: Z, and the candidates in the first SPEC_BINS bins */
+        mass = *z_out =
+            s->pass(vals, n, w_max, s->inv_temp, 4 * (uint64_t)SPEC_BINS, s->keys, &c.n_coll);
     }
     if (p->top_p < 1.0) { /* top-p */
         double target = p->top_p * mass;
@@ -696,35 +669,59 @@ static int32_t sample_truncated(sampler *s, double w_max, int64_t out_pos, doubl
     return sample_key_token(c.keys[last_nonzero]);
 }
 
-/* Logprobs of the raw logits into res (res->token already set). z_reuse >= 0 is Zr with maximum
- * m_reuse when the caller computed them already (nothing penalized, temperature 1). */
-static void logprobs_fill(const sampler *s, const float *logits, double z_reuse, float m_reuse,
-                          sample_result *res) {
+/* Inserts (v, id) into the descending top list of n entries (have filled so far); id is larger
+ * than every id already there, so it goes after the entries >= v. */
+static inline void top_insert(float *top_v, int32_t *top_id, int32_t n, int32_t *have, float v,
+                              int32_t id) {
+    int32_t pos = *have < n ? *have : n - 1;
+    while (pos > 0 && top_v[pos - 1] < v) {
+        top_v[pos] = top_v[pos - 1];
+        top_id[pos] = top_id[pos - 1];
+        pos--;
+    }
+    top_v[pos] = v;
+    top_id[pos] = id;
+    if (*have < n)
+        (*have)++;
+}
+
+/* Logprobs of the raw logits into res (res->token already set). max_known says r_max already is
+ * the maximum of the sanitized logits; z_reuse >= 0 is their Zr, when the caller has it (nothing
+ * penalized, temperature 1). */
+static void logprobs_fill(const sampler *s, const float *logits, bool max_known, float r_max,
+                          double z_reuse, sample_result *res) {
     const int32_t n = s->n_vocab;
     int32_t n_top = s->p.n_logprobs < n ? s->p.n_logprobs : n;
     float top_v[SAMPLE_MAX_LOGPROBS];
     int32_t top_id[SAMPLE_MAX_LOGPROBS];
     int32_t have = 0;
-    float r_max = m_reuse;
     if (n_top > 0) {
-        for (int32_t i = 0; i < n; i++) {
-            float v = sample_logit_sanitize(logits[i]);
-            if (have < n_top || v > top_v[n_top - 1]) {
-                /* insert after every entry >= v: equal values keep ascending ids */
-                int32_t pos = have < n_top ? have : n_top - 1;
-                while (pos > 0 && top_v[pos - 1] < v) {
-                    top_v[pos] = top_v[pos - 1];
-                    top_id[pos] = top_id[pos - 1];
-                    pos--;
-                }
-                top_v[pos] = v;
-                top_id[pos] = i;
-                if (have < n_top)
-                    have++;
+        /* a token enters once it beats the current n-th; eight raw values are rejected at once
+         * when none exceeds it (a raw value exceeds it whenever its sanitized value does) */
+        int32_t i = 0;
+        for (; i < n && have < n_top; i++)
+            top_insert(top_v, top_id, n_top, &have, sample_logit_sanitize(logits[i]), i);
+        for (; i + 8 <= n; i += 8) {
+            float thr = top_v[n_top - 1];
+            sample_v4f a, b, t = {thr, thr, thr, thr};
+            memcpy(&a, logits + i, sizeof a);
+            memcpy(&b, logits + i + 4, sizeof b);
+            sample_v4i gt = (a > t) | (b > t);
+            if (!(gt[0] | gt[1] | gt[2] | gt[3]))
+                continue;
+            for (int32_t j = i; j < i + 8; j++) {
+                float v = sample_logit_sanitize(logits[j]);
+                if (v > top_v[n_top - 1])
+                    top_insert(top_v, top_id, n_top, &have, v, j);
             }
         }
+        for (; i < n; i++) {
+            float v = sample_logit_sanitize(logits[i]);
+            if (v > top_v[n_top - 1])
+                top_insert(top_v, top_id, n_top, &have, v, i);
+        }
         r_max = top_v[0];
-    } else if (z_reuse < 0.0) {
+    } else if (!max_known) {
         int32_t arg;
         pass_copy_argmax(logits, NULL, n, &r_max, &arg);
     }
@@ -737,19 +734,8 @@ static void logprobs_fill(const sampler *s, const float *logits, double z_reuse,
     }
     double z = z_reuse;
     if (z < 0.0) {
-        sample_v2d lane[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-        int32_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            for (int u = 0; u < 8; u += 2) {
-                sample_v2d v = {sample_logit_sanitize(logits[i + u]),
-                                sample_logit_sanitize(logits[i + u + 1])};
-                lane[u / 2] += sample_exp_neg2(v - (double)r_max, NULL);
-            }
-        }
-        for (; i < n; i++)
-            lane[(i & 7) / 2][i & 1] +=
-                sample_exp_neg((double)sample_logit_sanitize(logits[i]) - (double)r_max);
-        z = lanes_combine(lane);
+        int32_t none;
+        z = s->pass(logits, n, (double)r_max, 1.0, 0, NULL, &none);
     }
     double log_z = sample_log(z);
     res->logprob =
@@ -766,19 +752,20 @@ int32_t sampler_sample(sampler *s, const float *logits, int64_t out_pos, sample_
     float w_max;
     double z = -1.0;
     bool penalized = penalties_active(s);
-    if (s->greedy && !penalized) { /* one pass, nothing stored */
+    if (!penalized) { /* pass A reads the logits; everything after sanitizes as it reads */
         pass_copy_argmax(logits, NULL, n, &w_max, &token);
+        if (!s->greedy && w_max != -INFINITY) /* all -inf: token 0, the first candidate */
+            token = sample_truncated(s, logits, w_max, out_pos, &z);
     } else {
         pass_copy_argmax(logits, s->work, n, &w_max, &token);
-        if (penalized)
-            penalties_apply(s, &w_max, &token);
-        if (!s->greedy && w_max != -INFINITY) /* all -inf: token 0, the first candidate */
-            token = sample_truncated(s, w_max, out_pos, &z);
+        penalties_apply(s, &w_max, &token);
+        if (!s->greedy && w_max != -INFINITY)
+            token = sample_truncated(s, s->work, w_max, out_pos, &z);
     }
-    if (res) {
+    if (res) { /* unpenalized, pass A's maximum is the raw one; at T = 1 so is pass B's Z */
         res->token = token;
         bool reuse = z >= 0.0 && !penalized && s->inv_temp == 1.0;
-        logprobs_fill(s, logits, reuse ? z : -1.0, w_max, res);
+        logprobs_fill(s, logits, !penalized, w_max, reuse ? z : -1.0, res);
     }
     return token;
 }

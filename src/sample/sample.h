@@ -49,17 +49,22 @@
  * The top alternatives are ordered by raw logit descending, ties by token id ascending (so
  * their logprobs are non-increasing).
  *
- * Efficiency: nothing is fully sorted unless the truncation keeps (nearly) everything. One pass
- * builds the keys and the maximum, one computes Z and a histogram of (w_max - w) in bins of 1/8
- * logit; the sorted prefix of the candidate order is then grown bin by bin (partition of the
- * unsorted rest, sort of the new part), guided by the histogram, only as far as top-k, top-p,
- * min-p and the draw actually reach. Growing by whole bins always yields an exact prefix of the
- * full order, so the result is identical to sorting the whole vocabulary.
+ * Efficiency: nothing is fully sorted unless the truncation keeps (nearly) everything. Top-k
+ * is a selection with a rising threshold (one comparison per token, eight at a time); without
+ * top-k one vectorized pass computes Z and collects the candidates whose weight is above about
+ * e^-12 of the maximum's, and only the part of those that top-p, min-p and the draw reach is
+ * sorted; a step that reaches further collects the rest in one more pass. The result is
+ * identical to sorting the whole vocabulary (sample.c has the details). Typical cost at 152k
+ * tokens: a few hundred microseconds; adversarially flat logits with top-p near 1 sort most of
+ * the vocabulary (milliseconds).
  *
  * Memory and threads: a sampler allocates all scratch at create time (8 bytes per vocabulary
- * entry for the candidate keys, plus 4-8 bytes per entry for each enabled penalty); sampling,
- * accepting and resetting never allocate. A sampler belongs to one thread at a time; different
- * samplers share nothing and may be used concurrently.
+ * entry for the candidate keys unless greedy; with any penalty, 4 for a penalized copy of the
+ * logits plus 5-8 per penalty kind for the history); sampling, accepting and resetting never
+ * allocate.
+ * A sampler belongs to one thread at a time; different samplers share nothing and may be used
+ * concurrently. The weights pass has a portable and an AVX2 variant, chosen by the `isa` toggle
+ * (flags.h) and the CPU at create time; both give the same bits.
  */
 #ifndef VERITY_SAMPLE_SAMPLE_H
 #define VERITY_SAMPLE_SAMPLE_H
@@ -99,9 +104,9 @@ typedef struct sample_logprob {
 
 /* What sampler_sample reports besides the token. */
 typedef struct sample_result {
-    int32_t token;   /* the chosen token (also the return value) */
-    float logprob;   /* its raw logprob (see the design note) */
-    int32_t n_top;   /* min(n_logprobs, n_vocab) entries of top[] are valid */
+    int32_t token; /* the chosen token (also the return value) */
+    float logprob; /* its raw logprob (see the design note) */
+    int32_t n_top; /* min(n_logprobs, n_vocab) entries of top[] are valid */
     sample_logprob top[SAMPLE_MAX_LOGPROBS]; /* raw logit descending, ties by id ascending */
 } sample_result;
 
@@ -113,9 +118,10 @@ sample_params sample_params_default(void);
 
 /* Checks every field. Returns 0, or ERR_INVAL with a detail naming the first offending field and
  * its value ("sample params: top_p = 1.5 is outside (0, 1]"). Ranges: temperature finite and
- * >= 0; top_k >= 0; top_p in (0, 1]; min_p in [0, 1]; repetition_penalty finite and > 0;
- * repeat_last_n in [-1, SAMPLE_MAX_REPEAT_LAST_N]; frequency_penalty and presence_penalty in
- * [-2, 2]; n_logprobs in [0, SAMPLE_MAX_LOGPROBS]. NaN fails every range. */
+ * >= 0; top_k >= 0; top_p in (0, 1]; min_p in [0, 1]; repetition_penalty in [FLT_MIN, FLT_MAX]
+ * (> 0 and finite as a float); repeat_last_n in [-1, SAMPLE_MAX_REPEAT_LAST_N];
+ * frequency_penalty and presence_penalty in [-2, 2]; n_logprobs in [0, SAMPLE_MAX_LOGPROBS].
+ * NaN fails every range. */
 int sample_params_validate(const sample_params *p);
 
 /* Creates a sampler for one sequence over a vocabulary of n_vocab tokens, copying *p, and
@@ -147,7 +153,8 @@ void sampler_accept(sampler *s, int32_t token);
  * sampler_accept with it. If res is not NULL it receives the token, its raw logprob and the
  * top n_logprobs alternatives; pass NULL when logprobs are not wanted, which saves up to two
  * passes over the vocabulary. If every logit is -inf or NaN, returns token 0. Never allocates,
- * never fails. Returns the token id in [0, n_vocab). */
+ * never fails; a NULL logits or a negative out_pos is a programmer error (CHECK). Returns the
+ * token id in [0, n_vocab). */
 int32_t sampler_sample(sampler *s, const float *logits, int64_t out_pos, sample_result *res);
 
 #endif

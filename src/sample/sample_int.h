@@ -23,6 +23,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -101,16 +102,44 @@ static inline sample_v2u sample_exp_level2(sample_v2d x) {
     return ((sample_v2u){0, 0} - ((sample_v2u)kd - UINT64_C(0x4338000000000000))) | ~ok;
 }
 
+/* The weights pass (pass B of sample.c, and the raw-logprob normaliser): for i in [0, n), with
+ * v = sample_logit_sanitize(src[i]) and x = ((double)v - w_max) * inv_temp, adds sample_exp_neg(x)
+ * to Z lane i % 8 (lanes ascending in i), and, when sample_exp_level(x) < spec_level, appends
+ * sample_key_make(v, i) to keys (which must have room for n; may be NULL when spec_level is 0).
+ * Returns Z = ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) and the number of keys appended in
+ * *n_keys. w_max must be finite and >= every value. Every variant returns the same bits. */
+typedef double (*sample_pass_fn)(const float *src, int32_t n, double w_max, double inv_temp,
+                                 uint64_t spec_level, uint64_t *keys, int32_t *n_keys);
+
+/* The portable variant: two-lane vector extensions (SSE2 on x86-64). */
+double sample_pass_weights(const float *src, int32_t n, double w_max, double inv_temp,
+                           uint64_t spec_level, uint64_t *keys, int32_t *n_keys);
+
+/* The AVX2 variant (sample_avx2.c): four lanes. Call only where sample_pass_avx2_usable(). */
+double sample_pass_weights_avx2(const float *src, int32_t n, double w_max, double inv_temp,
+                                uint64_t spec_level, uint64_t *keys, int32_t *n_keys);
+
+/* True if this CPU runs sample_avx2.c (AVX2, FMA, BMI2, F16C: what the Makefile compiles it for)
+ * and the build has it. */
+bool sample_pass_avx2_usable(void);
+
+/* The variant the `isa` toggle (flags.h) and this CPU select: "scalar" the portable one; "auto",
+ * "avx2" and "avx512" the AVX2 one where usable, else the portable one. Only speed differs. */
+sample_pass_fn sample_pass_select(void);
+
 /* Returns ln x for a finite normal x > 0, with an absolute error below about 1e-15 * |ln x| +
  * 1e-16. Method: x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh((m-1)/(m+1)) by its
  * odd series to s^23, e ln2 added in two parts. Used once per sampled token (the log of the
  * softmax normaliser), so it favours clarity over speed. */
 double sample_log(double x);
 
-/* Sorts keys[0..n) in descending unsigned order (introsort: median-of-three quicksort, heapsort
- * past 2 log2(n) levels, insertion sort below 24 elements). Keys are unique, so the result is
- * fully determined by the set. No allocation. */
+/* Sorts keys[0..n) in descending unsigned order: MSD radix sort from 1024 keys up, else
+ * introsort (median-of-three quicksort, heapsort past 2 log2(n) levels, insertion sort below 24
+ * elements). Keys are unique, so the result is fully determined by the set. No allocation. */
 void sample_keys_sort_desc(uint64_t *keys, size_t n);
+
+/* Heapsort, descending: the introsort's guaranteed-n-log-n fallback (exposed for its test). */
+void sample_keys_heap_sort_desc(uint64_t *keys, size_t n);
 
 /* Rearranges keys[0..n) so that keys[0..k) are its k largest (in no particular order) and the
  * rest follow (introselect: median-of-three quickselect, a sort of the remaining range past

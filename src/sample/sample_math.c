@@ -68,7 +68,7 @@ static void keys_sift_down(uint64_t *a, size_t n, size_t i) {
     a[i] = v;
 }
 
-static void keys_heap_sort(uint64_t *a, size_t n) {
+void sample_keys_heap_sort_desc(uint64_t *a, size_t n) {
     for (size_t i = n / 2; i-- > 0;)
         keys_sift_down(a, n, i);
     for (size_t end = n; end-- > 1;) {
@@ -82,7 +82,7 @@ static void keys_heap_sort(uint64_t *a, size_t n) {
 static void keys_intro_sort(uint64_t *a, size_t n, int depth) {
     while (n > 24) {
         if (depth-- == 0) {
-            keys_heap_sort(a, n);
+            sample_keys_heap_sort_desc(a, n);
             return;
         }
         /* median of three as the pivot, then Hoare partition (descending) */
@@ -114,6 +114,55 @@ static void keys_intro_sort(uint64_t *a, size_t n, int depth) {
         }
     }
     keys_insertion_sort(a, n);
+}
+
+/* MSD radix sort, descending, of keys whose bits above shift + 8 are all equal: American flag
+ * sort (in place, one counting pass and one permutation pass per byte), skipping bytes every
+ * key shares, with insertion sort for small buckets. Recursion depth is at most eight. */
+static void keys_radix_sort(uint64_t *a, size_t n, int shift) {
+    size_t count[256];
+    for (;;) {
+        if (n <= 48) {
+            keys_insertion_sort(a, n);
+            return;
+        }
+        memset(count, 0, sizeof count);
+        for (size_t i = 0; i < n; i++)
+            count[255 - ((a[i] >> shift) & 0xff)]++; /* bucket 0 holds the largest byte */
+        size_t top = 0;
+        while (count[top] == 0)
+            top++;
+        if (count[top] < n || shift == 0)
+            break;
+        shift -= 8; /* every key shares this byte */
+    }
+    size_t next[256], end[256], pos = 0;
+    for (int b = 0; b < 256; b++) {
+        next[b] = pos;
+        pos += count[b];
+        end[b] = pos;
+    }
+    for (int b = 0; b < 256; b++) {
+        while (next[b] < end[b]) {
+            uint64_t v = a[next[b]];
+            size_t d = 255 - ((v >> shift) & 0xff);
+            while (d != (size_t)b) { /* carry v to its bucket, picking up what was there */
+                uint64_t t = a[next[d]];
+                a[next[d]++] = v;
+                v = t;
+                d = 255 - ((v >> shift) & 0xff);
+            }
+            a[next[b]++] = v;
+        }
+    }
+    if (shift == 0)
+        return;
+    size_t start = 0;
+    for (int b = 0; b < 256; b++) {
+        if (count[b] > 1)
+            keys_radix_sort(a + start, count[b], shift - 8);
+        start += count[b];
+    }
 }
 
 void sample_keys_select_desc(uint64_t *keys, size_t n, size_t k) {
@@ -158,6 +207,10 @@ void sample_keys_select_desc(uint64_t *keys, size_t n, size_t k) {
 }
 
 void sample_keys_sort_desc(uint64_t *keys, size_t n) {
+    if (n >= 1024) { /* large sets (flat distributions): radix beats comparisons by far */
+        keys_radix_sort(keys, n, 56);
+        return;
+    }
     int depth = 0;
     for (size_t m = n; m > 1; m >>= 1)
         depth += 2;
