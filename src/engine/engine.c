@@ -29,6 +29,7 @@ typedef struct eng_seq {
     int32_t n_blocks;
     sampler *smp;
     bool ignore_eog;
+    bool want_logprobs;
     bool cancelled; /* engine_cancel: reported and reaped at the next step */
     bool finished;  /* its last event was reported during this step */
     engine_cb cb;
@@ -183,6 +184,7 @@ int engine_submit(engine *e, const engine_req *r) {
     s->n_prompt = s->n_toks = r->n_prompt;
     s->max_tokens = r->max_tokens;
     s->ignore_eog = r->ignore_eog;
+    s->want_logprobs = r->sp.n_logprobs > 0 || r->want_logprobs;
     s->cb = r->cb;
     s->ud = r->ud;
     sampler_accept_prompt(s->smp, r->prompt, r->n_prompt);
@@ -277,9 +279,11 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
         eng_emit_finish(s, ENGINE_FINISH_LENGTH);
         return true;
     }
-    int32_t tok = sampler_sample(s->smp, logits, s->n_gen, &e->sr);
+    /* logprobs cost an extra pass over the vocabulary: only when the request asked for them */
+    sample_result *sr = s->want_logprobs ? &e->sr : NULL;
+    int32_t tok = sampler_sample(s->smp, logits, s->n_gen, sr);
     if (!s->ignore_eog && e->tok && tokenizer_is_eog(e->tok, tok)) {
-        engine_event ev = {.req_id = s->id, .token = -1, .index = s->n_gen, .sr = &e->sr,
+        engine_event ev = {.req_id = s->id, .token = -1, .index = s->n_gen, .sr = sr,
                            .logits = logits, .finish = ENGINE_FINISH_STOP};
         if (s->cb)
             s->cb(s->ud, &ev);
@@ -290,7 +294,7 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
     s->toks[s->n_toks++] = tok;
     s->n_gen++;
     bool done = s->n_gen >= s->max_tokens || s->n_toks >= e->o.n_ctx;
-    engine_event ev = {.req_id = s->id, .token = tok, .index = s->n_gen - 1, .sr = &e->sr,
+    engine_event ev = {.req_id = s->id, .token = tok, .index = s->n_gen - 1, .sr = sr,
                        .logits = logits, .finish = done ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_NONE};
     if (s->cb)
         s->cb(s->ud, &ev);

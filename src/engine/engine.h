@@ -42,7 +42,7 @@ typedef struct engine_event {
     uint64_t req_id;
     int32_t token;            /* the sampled token, or -1 on a finish-only event */
     int64_t index;            /* output position of token (0-based) */
-    const sample_result *sr;  /* logprobs of the draw; NULL when token is -1 */
+    const sample_result *sr;  /* logprobs of the draw, if the request wants them; else NULL */
     const float *logits;      /* the row the token was drawn from (n_vocab floats), or NULL */
     engine_finish finish;     /* set on the request's last event */
 } engine_event;
@@ -78,6 +78,7 @@ typedef struct engine_req {
     sample_params sp;
     int32_t max_tokens;    /* >= 0 */
     bool ignore_eog;       /* keep generating past end-of-generation tokens */
+    bool want_logprobs;    /* report the chosen token's logprob (also implied by sp.n_logprobs) */
     engine_cb cb;
     void *ud;
 } engine_req;
