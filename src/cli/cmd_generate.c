@@ -419,8 +419,11 @@ int cmd_generate(int argc, char **argv) {
     }
     if (g.stream)
         fputc('\n', stderr);
-    fprintf(stderr, "verity: %d prompt(s), %lld prompt tokens, %lld generated in %.3f s (%.1f tok/s)\n",
-            n_items, (long long)n_prompt_tok, (long long)n_gen, dt, dt > 0 ? (double)n_gen / dt : 0.0);
+    fprintf(stderr,
+            "verity: %d prompt(s), %lld prompt tokens, %lld generated in %.3f s (%.1f tok/s), "
+            "%lld preemptions\n",
+            n_items, (long long)n_prompt_tok, (long long)n_gen, dt, dt > 0 ? (double)n_gen / dt : 0.0,
+            (long long)engine_n_preemptions(e));
 done:
     engine_destroy(e);
     for (int32_t i = 0; g.items && i < n_items; i++) {

@@ -25,8 +25,10 @@ typedef struct eng_seq {
     int32_t *toks;
     int32_t n_prompt, n_toks, n_done, cap;
     int32_t max_tokens, n_gen;
-    int32_t *blocks;
-    int32_t n_blocks;
+    int32_t *blocks;   /* capacity: blocks for the request's whole context */
+    int32_t n_blocks;  /* allocated so far (positions [0, n_blocks * block_size)) */
+    int32_t plan;      /* tokens scheduled for the current step */
+    int64_t admitted;  /* admission sequence number: preemption takes the latest first */
     sampler *smp;
     bool ignore_eog;
     bool want_logprobs;
@@ -52,6 +54,8 @@ struct engine {
     fwd_seq *fs;
     eng_seq **fs_owner;
     sample_result sr;
+    int64_t n_admitted;
+    int64_t n_preemptions;
 };
 
 void engine_opts_from_flags(engine_opts *o, const model *m) {
@@ -111,11 +115,16 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     return 0;
 }
 
+static void eng_release_blocks(engine *e, eng_seq *s) {
+    for (int32_t i = 0; i < s->n_blocks; i++)
+        kv_block_unref(e->kv, s->blocks[i]);
+    s->n_blocks = 0;
+}
+
 static void eng_seq_free(engine *e, eng_seq *s) {
     if (!s)
         return;
-    for (int32_t i = 0; i < s->n_blocks; i++)
-        kv_block_unref(e->kv, s->blocks[i]);
+    eng_release_blocks(e, s);
     sampler_destroy(s->smp);
     free(s->blocks);
     free(s->toks);
@@ -176,7 +185,8 @@ int engine_submit(engine *e, const engine_req *r) {
     s->id = r->id;
     s->cap = (int32_t)eng_ctx_need(e, r->n_prompt, r->max_tokens) + 1;
     s->toks = malloc((size_t)s->cap * sizeof *s->toks);
-    if (!s->toks || (rc = sampler_create(&r->sp, (int)e->n_vocab, &s->smp))) {
+    s->blocks = malloc((size_t)blocks * sizeof *s->blocks);
+    if (!s->toks || !s->blocks || (rc = sampler_create(&r->sp, (int)e->n_vocab, &s->smp))) {
         eng_seq_free(e, s);
         return rc ? rc : err_set(ERR_NOMEM, "engine: out of memory");
     }
@@ -252,24 +262,97 @@ static void eng_reap_cancelled(engine *e) {
     }
 }
 
+/* Admits waiting requests in FIFO order while a batch slot is free and the pool has blocks for
+ * all of the head request's known tokens (so it can at least finish its prefill). */
 static void eng_admit(engine *e) {
     while (e->wait_head && e->n_running < e->o.max_batch) {
         eng_seq *s = e->wait_head;
-        int64_t need = eng_blocks_need(e, eng_ctx_need(e, s->n_prompt, s->max_tokens));
-        if (need > kv_pool_n_free(e->kv))
+        if (eng_blocks_need(e, s->n_toks) > kv_pool_n_free(e->kv))
             break; /* FIFO: the head waits for blocks; later requests do not overtake it */
-        s->blocks = malloc((size_t)need * sizeof *s->blocks);
-        if (!s->blocks)
-            break; /* retried next step */
-        for (int64_t i = 0; i < need; i++)
-            s->blocks[i] = kv_pool_alloc(e->kv);
-        s->n_blocks = (int32_t)need;
         e->wait_head = s->next;
         if (!e->wait_head)
             e->wait_tail = NULL;
         s->next = NULL;
         e->n_waiting--;
+        s->admitted = e->n_admitted++;
         e->running[e->n_running++] = s;
+    }
+}
+
+/* Preemption by recompute: the sequence gives back all its blocks, forgets its computed K/V
+ * (n_done = 0) and goes to the front of the waiting queue; its tokens (prompt and everything
+ * generated so far) and its sampler are kept, so when it is admitted again it re-reads them and
+ * continues at the same output position. Invariance makes the recomputed K/V, and so everything
+ * after, bitwise identical to an uninterrupted run. */
+static void eng_preempt(engine *e, int32_t i) {
+    eng_seq *s = e->running[i];
+    eng_release_blocks(e, s);
+    s->n_done = 0;
+    s->plan = 0;
+    memmove(e->running + i, e->running + i + 1,
+            (size_t)(e->n_running - i - 1) * sizeof *e->running);
+    e->n_running--;
+    s->next = e->wait_head;
+    e->wait_head = s;
+    if (!e->wait_tail)
+        e->wait_tail = s;
+    e->n_waiting++;
+    e->n_preemptions++;
+}
+
+/* Plans this step's tokens: decoding sequences first (one token each, never starved), then prompt
+ * chunks in admission order within the token budget. */
+static void eng_plan(engine *e) {
+    int64_t budget = e->budget;
+    for (int32_t i = 0; i < e->n_running; i++)
+        e->running[i]->plan = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < e->n_running && budget > 0; i++) {
+            eng_seq *s = e->running[i];
+            int32_t remaining = s->n_toks - s->n_done;
+            bool decoding = remaining == 1 && s->n_done >= s->n_prompt;
+            if ((pass == 0) != decoding || remaining <= 0)
+                continue;
+            int32_t n = remaining < e->o.chunk ? remaining : e->o.chunk;
+            if (n > budget)
+                n = (int32_t)budget;
+            s->plan = n;
+            budget -= n;
+        }
+    }
+}
+
+/* Blocks the planned step still needs, summed over running sequences. */
+static int64_t eng_plan_blocks(const engine *e) {
+    int64_t need = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const eng_seq *s = e->running[i];
+        if (s->plan) {
+            int64_t b = eng_blocks_need(e, (int64_t)s->n_done + s->plan) - s->n_blocks;
+            need += b > 0 ? b : 0;
+        }
+    }
+    return need;
+}
+
+/* Makes the planned step fit the pool: while it needs more blocks than are free, preempt the
+ * most recently admitted running sequence (documented policy: last in, first out), then replan. */
+static void eng_fit_pool(engine *e) {
+    for (;;) {
+        eng_plan(e);
+        if (eng_plan_blocks(e) <= kv_pool_n_free(e->kv) || e->n_running <= 1)
+            break;
+        int32_t victim = 0;
+        for (int32_t i = 1; i < e->n_running; i++)
+            if (e->running[i]->admitted > e->running[victim]->admitted)
+                victim = i;
+        eng_preempt(e, victim);
+    }
+    for (int32_t i = 0; i < e->n_running; i++) {
+        eng_seq *s = e->running[i];
+        int64_t want = eng_blocks_need(e, (int64_t)s->n_done + s->plan);
+        while (s->plan && s->n_blocks < want)
+            s->blocks[s->n_blocks++] = kv_pool_alloc(e->kv);
     }
 }
 
@@ -306,25 +389,19 @@ int engine_step(engine *e) {
     eng_admit(e);
     if (e->n_running == 0)
         return 0;
+    eng_fit_pool(e);
     int32_t nb = 0;
-    int64_t budget = e->budget;
-    /* decoding sequences first, one token each; then prompt chunks in admission order */
     for (int pass = 0; pass < 2; pass++) {
-        for (int32_t i = 0; i < e->n_running && budget > 0; i++) {
+        for (int32_t i = 0; i < e->n_running; i++) {
             eng_seq *s = e->running[i];
-            int32_t remaining = s->n_toks - s->n_done;
-            bool decoding = remaining == 1 && s->n_done >= s->n_prompt;
-            if ((pass == 0) != decoding || remaining <= 0)
+            bool decoding = s->n_toks - s->n_done == 1 && s->n_done >= s->n_prompt;
+            if (!s->plan || (pass == 0) != decoding)
                 continue;
-            int32_t n = remaining < e->o.chunk ? remaining : e->o.chunk;
-            if (n > budget)
-                n = (int32_t)budget;
-            bool last = s->n_done + n == s->n_toks;
-            e->fs[nb] = (fwd_seq){.tokens = s->toks + s->n_done, .n_tokens = n, .pos0 = s->n_done,
-                                  .blocks = s->blocks, .n_blocks = s->n_blocks,
+            bool last = s->n_done + s->plan == s->n_toks;
+            e->fs[nb] = (fwd_seq){.tokens = s->toks + s->n_done, .n_tokens = s->plan,
+                                  .pos0 = s->n_done, .blocks = s->blocks, .n_blocks = s->n_blocks,
                                   .n_logits = last ? 1 : 0};
             e->fs_owner[nb++] = s;
-            budget -= n;
         }
     }
     fwd_batch b = {.seqs = e->fs, .n_seqs = nb};
@@ -368,4 +445,7 @@ int64_t engine_kv_total(const engine *e) {
 }
 int64_t engine_n_ctx(const engine *e) {
     return e->o.n_ctx;
+}
+int64_t engine_n_preemptions(const engine *e) {
+    return e->n_preemptions;
 }

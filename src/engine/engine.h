@@ -9,10 +9,12 @@
  * reached the end of its known tokens samples one token, which is reported through the request's
  * callback; finished requests release their blocks at once.
  *
- * KV admission policy (documented, no preemption here): a request is admitted only when the pool
- * has free blocks for its whole context (prompt + max_tokens, capped by n_ctx), reserved at
- * admission, so an admitted request always runs to completion. The server's scheduler adds
- * incremental reservation and preemption on top (issue 4).
+ * KV policy: blocks are allocated as a sequence grows, step by step. A waiting request is
+ * admitted (FIFO, no overtaking) when a batch slot is free and the pool has blocks for all its
+ * known tokens. When a step needs more blocks than are free, the most recently admitted running
+ * sequence is preempted (last in, first out): it returns its blocks, goes back to the front of the
+ * queue with its tokens so far, and is recomputed when admitted again. A lone request always fits:
+ * engine_submit refuses one whose context could never fit the whole pool.
  *
  * Invariance (P1): what a request produces depends only on its prompt, its parameters and the
  * model: logits per sequence are batch-invariant (forward.h) and each draw is keyed by
@@ -105,5 +107,7 @@ int64_t engine_n_waiting(const engine *e);
 int64_t engine_kv_used(const engine *e);
 int64_t engine_kv_total(const engine *e);
 int64_t engine_n_ctx(const engine *e);
+/* Preemptions since creation. */
+int64_t engine_n_preemptions(const engine *e);
 
 #endif
