@@ -263,12 +263,21 @@ static void eng_reap_cancelled(engine *e) {
 }
 
 /* Admits waiting requests in FIFO order while a batch slot is free and the pool has blocks for
- * all of the head request's known tokens (so it can at least finish its prefill). */
+ * all of the head request's known tokens (so it can at least finish its prefill), counting the
+ * blocks that running sequences still need for their own known tokens as taken. */
 static void eng_admit(engine *e) {
+    int64_t pending = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const eng_seq *r = e->running[i];
+        int64_t b = eng_blocks_need(e, r->n_toks) - r->n_blocks;
+        pending += b > 0 ? b : 0;
+    }
     while (e->wait_head && e->n_running < e->o.max_batch) {
         eng_seq *s = e->wait_head;
-        if (eng_blocks_need(e, s->n_toks) > kv_pool_n_free(e->kv))
+        int64_t need = eng_blocks_need(e, s->n_toks);
+        if (need + pending > kv_pool_n_free(e->kv))
             break; /* FIFO: the head waits for blocks; later requests do not overtake it */
+        pending += need;
         e->wait_head = s->next;
         if (!e->wait_head)
             e->wait_tail = NULL;
