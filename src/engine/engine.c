@@ -56,6 +56,9 @@ struct engine {
     sample_result sr;
     int64_t n_admitted;
     int64_t n_preemptions;
+    int64_t n_generated;      /* tokens sampled and kept */
+    int64_t n_prompt_computed; /* tokens fed while reading known tokens (prefill and recompute) */
+    int64_t last_step_seqs;
 };
 
 void engine_opts_from_flags(engine_opts *o, const model *m) {
@@ -382,6 +385,7 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
         return true;
     }
     sampler_accept(s->smp, tok);
+    e->n_generated++;
     CHECK(s->n_toks < s->cap);
     s->toks[s->n_toks++] = tok;
     s->n_gen++;
@@ -411,8 +415,11 @@ int engine_step(engine *e) {
                                   .pos0 = s->n_done, .blocks = s->blocks, .n_blocks = s->n_blocks,
                                   .n_logits = last ? 1 : 0};
             e->fs_owner[nb++] = s;
+            if (pass == 1)
+                e->n_prompt_computed += s->plan;
         }
     }
+    e->last_step_seqs = nb;
     fwd_batch b = {.seqs = e->fs, .n_seqs = nb};
     const float *logits;
     int64_t n_out;
@@ -457,4 +464,20 @@ int64_t engine_n_ctx(const engine *e) {
 }
 int64_t engine_n_preemptions(const engine *e) {
     return e->n_preemptions;
+}
+int64_t engine_n_generated(const engine *e) {
+    return e->n_generated;
+}
+int64_t engine_n_prompt_computed(const engine *e) {
+    return e->n_prompt_computed;
+}
+int64_t engine_last_step_seqs(const engine *e) {
+    return e->last_step_seqs;
+}
+
+void engine_cancel_all(engine *e) {
+    for (int32_t i = 0; i < e->n_running; i++)
+        e->running[i]->cancelled = true;
+    for (eng_seq *s = e->wait_head; s; s = s->next)
+        s->cancelled = true;
 }

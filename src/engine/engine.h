@@ -107,7 +107,14 @@ int64_t engine_n_waiting(const engine *e);
 int64_t engine_kv_used(const engine *e);
 int64_t engine_kv_total(const engine *e);
 int64_t engine_n_ctx(const engine *e);
-/* Preemptions since creation. */
+/* Counters since creation: preemptions; tokens sampled; tokens fed while reading known tokens
+ * (prompt prefill, and recomputation after preemption); sequences in the last step. */
 int64_t engine_n_preemptions(const engine *e);
+int64_t engine_n_generated(const engine *e);
+int64_t engine_n_prompt_computed(const engine *e);
+int64_t engine_last_step_seqs(const engine *e);
+
+/* Marks every request cancelled; each gets its CANCELLED event at the next engine_step. */
+void engine_cancel_all(engine *e);
 
 #endif

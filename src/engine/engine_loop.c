@@ -1,0 +1,361 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine_loop: see engine_loop.h.
+ *
+ * Inbox: a mutex-protected singly linked list of messages (submit, cancel) and a condition
+ * variable the engine thread sleeps on when it has nothing to do. Each request handle has its own
+ * mutex, condition variable and growable event array (at most max_tokens + 1 events, so bounded
+ * by the request). The engine thread calls engine_step; the engine's callback copies each event
+ * into the request's queue under the request's lock and signals it.
+ *
+ * Statistics are written by the engine thread into atomics after each step and read by anyone.
+ */
+#include "engine/engine_loop.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct eloop_req {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eloop_event *ev;
+    size_t n_ev, cap_ev, next;
+    bool finished;      /* the finish event was pushed */
+    bool consumed_end;  /* the finish event was returned */
+    _Atomic int refs;
+    atomic_bool cancel_sent;
+    uint64_t id;
+    engine_loop *loop;
+    engine_req req;     /* prompt owned by the handle until the engine copied it */
+    int32_t *prompt;
+};
+
+typedef struct eloop_msg {
+    enum { ELOOP_SUBMIT, ELOOP_CANCEL } kind;
+    eloop_req *q;
+    struct eloop_msg *next;
+} eloop_msg;
+
+struct engine_loop {
+    engine *e;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eloop_msg *head, *tail;
+    bool stop;
+    uint64_t next_id;
+    eloop_step_cb step_cb;
+    void *step_ud;
+    /* requests known to the engine thread, by id (for lookups on cancel) */
+    _Atomic int64_t pending;
+    _Atomic int64_t st_running, st_waiting, st_kv_used, st_kv_total, st_preempt, st_steps;
+    _Atomic int64_t st_prompt_tokens, st_gen_tokens;
+};
+
+static void eloop_req_unref(eloop_req *q) {
+    if (atomic_fetch_sub(&q->refs, 1) == 1) {
+        free(q->ev);
+        free(q->prompt);
+        pthread_mutex_destroy(&q->mu);
+        pthread_cond_destroy(&q->cv);
+        free(q);
+    }
+}
+
+/* Appends an event (engine thread). */
+static void eloop_push(eloop_req *q, const eloop_event *ev) {
+    pthread_mutex_lock(&q->mu);
+    if (q->n_ev == q->cap_ev) {
+        size_t nc = q->cap_ev ? q->cap_ev * 2 : 16;
+        eloop_event *n = realloc(q->ev, nc * sizeof *n);
+        if (!n) {
+            /* out of memory: drop tokens but never the finish event (kept in the last slot) */
+            if (ev->finish != ENGINE_FINISH_NONE && q->n_ev > 0)
+                q->ev[q->n_ev - 1] = *ev;
+            if (ev->finish != ENGINE_FINISH_NONE)
+                q->finished = true;
+            pthread_cond_broadcast(&q->cv);
+            pthread_mutex_unlock(&q->mu);
+            return;
+        }
+        q->ev = n;
+        q->cap_ev = nc;
+    }
+    q->ev[q->n_ev++] = *ev;
+    if (ev->finish != ENGINE_FINISH_NONE)
+        q->finished = true;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* The engine's callback (engine thread). */
+static void eloop_on_event(void *ud, const engine_event *e) {
+    eloop_req *q = ud;
+    eloop_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.token = e->token;
+    ev.index = e->index;
+    ev.finish = e->finish;
+    if (e->sr && e->token >= 0) {
+        ev.has_logprobs = true;
+        ev.logprob = e->sr->logprob;
+        ev.n_top = e->sr->n_top;
+        memcpy(ev.top, e->sr->top, (size_t)e->sr->n_top * sizeof ev.top[0]);
+    }
+    eloop_push(q, &ev);
+    if (e->finish != ENGINE_FINISH_NONE) {
+        atomic_fetch_sub(&q->loop->pending, 1);
+        eloop_req_unref(q); /* the engine's reference */
+    }
+}
+
+static void eloop_update_stats(engine_loop *l) {
+    atomic_store(&l->st_running, engine_n_running(l->e));
+    atomic_store(&l->st_waiting, engine_n_waiting(l->e));
+    atomic_store(&l->st_kv_used, engine_kv_used(l->e));
+    atomic_store(&l->st_kv_total, engine_kv_total(l->e));
+    atomic_store(&l->st_preempt, engine_n_preemptions(l->e));
+}
+
+static void eloop_handle(engine_loop *l, eloop_msg *m) {
+    eloop_req *q = m->q;
+    if (m->kind == ELOOP_SUBMIT) {
+        q->req.id = q->id;
+        q->req.cb = eloop_on_event;
+        q->req.ud = q;
+        int rc = engine_submit(l->e, &q->req);
+        free(q->prompt); /* the engine copied it */
+        q->prompt = NULL;
+        q->req.prompt = NULL;
+        if (rc) {
+            eloop_event ev;
+            memset(&ev, 0, sizeof ev);
+            ev.token = -1;
+            ev.finish = ENGINE_FINISH_CANCELLED;
+            ev.error = rc;
+            eloop_push(q, &ev);
+            atomic_fetch_sub(&l->pending, 1);
+            eloop_req_unref(q);
+        } else if (atomic_load(&q->cancel_sent)) {
+            engine_cancel(l->e, q->id);
+        }
+    } else {
+        engine_cancel(l->e, q->id); /* ERR_NOTFOUND if it already finished: fine */
+        eloop_req_unref(q);         /* the message's reference */
+    }
+    free(m);
+}
+
+static void *eloop_main(void *arg) {
+    engine_loop *l = arg;
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        while (!l->head && !l->stop && !engine_busy(l->e))
+            pthread_cond_wait(&l->cv, &l->mu);
+        eloop_msg *m = l->head;
+        l->head = l->tail = NULL;
+        bool stop = l->stop;
+        pthread_mutex_unlock(&l->mu);
+        while (m) {
+            eloop_msg *n = m->next;
+            eloop_handle(l, m);
+            m = n;
+        }
+        if (stop)
+            break;
+        if (engine_busy(l->e)) {
+            int64_t gen0 = engine_n_generated(l->e), pt0 = engine_n_prompt_computed(l->e);
+            int64_t t0 = clock_now_ns();
+            int rc = engine_step(l->e);
+            double dt = (double)(clock_now_ns() - t0) * 1e-9;
+            if (rc)
+                log_error("engine step failed: %s", err_detail());
+            atomic_fetch_add(&l->st_steps, 1);
+            atomic_store(&l->st_gen_tokens, engine_n_generated(l->e));
+            atomic_store(&l->st_prompt_tokens, engine_n_prompt_computed(l->e));
+            if (l->step_cb)
+                l->step_cb(l->step_ud, engine_last_step_seqs(l->e),
+                           (engine_n_generated(l->e) - gen0) + (engine_n_prompt_computed(l->e) - pt0),
+                           dt);
+        }
+        eloop_update_stats(l);
+    }
+    /* cancel everything still known to the engine and let it report */
+    engine_cancel_all(l->e);
+    while (engine_busy(l->e))
+        engine_step(l->e);
+    eloop_update_stats(l);
+    return NULL;
+}
+
+int engine_loop_create(engine *e, eloop_step_cb step_cb, void *step_ud, engine_loop **out) {
+    *out = NULL;
+    engine_loop *l = calloc(1, sizeof *l);
+    if (!l)
+        return err_set(ERR_NOMEM, "engine loop: out of memory");
+    l->e = e;
+    l->step_cb = step_cb;
+    l->step_ud = step_ud;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    eloop_update_stats(l);
+    if (pthread_create(&l->thread, NULL, eloop_main, l) != 0) {
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
+        free(l);
+        return err_set(ERR_INTERNAL, "engine loop: cannot start thread");
+    }
+    *out = l;
+    return 0;
+}
+
+void engine_loop_destroy(engine_loop *l) {
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    /* messages that arrived after the thread's last look */
+    eloop_msg *m = l->head;
+    while (m) {
+        eloop_msg *n = m->next;
+        if (m->kind == ELOOP_SUBMIT) {
+            eloop_event ev;
+            memset(&ev, 0, sizeof ev);
+            ev.token = -1;
+            ev.finish = ENGINE_FINISH_CANCELLED;
+            eloop_push(m->q, &ev);
+        }
+        eloop_req_unref(m->q);
+        free(m);
+        m = n;
+    }
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+}
+
+static void eloop_post(engine_loop *l, eloop_msg *m) {
+    pthread_mutex_lock(&l->mu);
+    if (l->tail)
+        l->tail->next = m;
+    else
+        l->head = m;
+    l->tail = m;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int engine_loop_submit(engine_loop *l, const engine_req *r, eloop_req **out) {
+    *out = NULL;
+    eloop_req *q = calloc(1, sizeof *q);
+    eloop_msg *m = calloc(1, sizeof *m);
+    int32_t *prompt = r->n_prompt > 0 ? malloc((size_t)r->n_prompt * sizeof *prompt) : NULL;
+    if (!q || !m || (r->n_prompt > 0 && !prompt)) {
+        free(q);
+        free(m);
+        free(prompt);
+        return err_set(ERR_NOMEM, "engine loop: out of memory");
+    }
+    if (r->n_prompt > 0)
+        memcpy(prompt, r->prompt, (size_t)r->n_prompt * sizeof *prompt);
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    atomic_init(&q->refs, 2); /* handler + engine */
+    atomic_init(&q->cancel_sent, false);
+    q->loop = l;
+    q->req = *r;
+    q->req.prompt = prompt;
+    q->prompt = prompt;
+    pthread_mutex_lock(&l->mu);
+    q->id = ++l->next_id;
+    pthread_mutex_unlock(&l->mu);
+    atomic_fetch_add(&l->pending, 1);
+    m->kind = ELOOP_SUBMIT;
+    m->q = q;
+    eloop_post(l, m);
+    *out = q;
+    return 0;
+}
+
+int eloop_req_next(eloop_req *q, eloop_event *ev, int timeout_ms) {
+    pthread_mutex_lock(&q->mu);
+    if (q->consumed_end) {
+        pthread_mutex_unlock(&q->mu);
+        return ERR_STATE;
+    }
+    if (q->next == q->n_ev && timeout_ms != 0) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        if (timeout_ms > 0) {
+            dl.tv_sec += timeout_ms / 1000;
+            dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (dl.tv_nsec >= 1000000000L) {
+                dl.tv_sec++;
+                dl.tv_nsec -= 1000000000L;
+            }
+        }
+        while (q->next == q->n_ev) {
+            int w = timeout_ms < 0 ? pthread_cond_wait(&q->cv, &q->mu)
+                                   : pthread_cond_timedwait(&q->cv, &q->mu, &dl);
+            if (w == ETIMEDOUT)
+                break;
+        }
+    }
+    if (q->next == q->n_ev) {
+        pthread_mutex_unlock(&q->mu);
+        return ERR_TIMEOUT;
+    }
+    *ev = q->ev[q->next++];
+    if (ev->finish != ENGINE_FINISH_NONE)
+        q->consumed_end = true;
+    pthread_mutex_unlock(&q->mu);
+    return 0;
+}
+
+void eloop_req_cancel(eloop_req *q) {
+    if (atomic_exchange(&q->cancel_sent, true))
+        return;
+    eloop_msg *m = calloc(1, sizeof *m);
+    if (!m)
+        return; /* the request runs to its end; its output is discarded */
+    atomic_fetch_add(&q->refs, 1); /* the message's reference */
+    m->kind = ELOOP_CANCEL;
+    m->q = q;
+    eloop_post(q->loop, m);
+}
+
+void eloop_req_release(eloop_req *q) {
+    if (!q)
+        return;
+    pthread_mutex_lock(&q->mu);
+    bool finished = q->finished;
+    pthread_mutex_unlock(&q->mu);
+    if (!finished)
+        eloop_req_cancel(q);
+    eloop_req_unref(q);
+}
+
+void engine_loop_stats(engine_loop *l, eloop_stats *out) {
+    out->running = atomic_load(&l->st_running);
+    out->waiting = atomic_load(&l->st_waiting);
+    out->kv_used_blocks = atomic_load(&l->st_kv_used);
+    out->kv_total_blocks = atomic_load(&l->st_kv_total);
+    out->preemptions = atomic_load(&l->st_preempt);
+    out->steps = atomic_load(&l->st_steps);
+    out->prompt_tokens = atomic_load(&l->st_prompt_tokens);
+    out->generation_tokens = atomic_load(&l->st_gen_tokens);
+}
+
+int64_t engine_loop_pending(engine_loop *l) {
+    return atomic_load(&l->pending);
+}
