@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FLAG_VALUE_MAX 64
+#define FLAG_VALUE_MAX 512
 
 static const struct {
     const char *name, *env;
@@ -34,8 +34,10 @@ static bool flag_ready;
 static int flag_store(int i, const char *value) {
     const char *choices = flag_defs[i].choices;
     size_t vl = strlen(value);
-    if (vl == 0 || vl >= FLAG_VALUE_MAX)
-        return err_set(ERR_INVAL, "flag %s: invalid value '%s'", flag_defs[i].name, value);
+    bool text = flag_defs[i].kind == FLAG_KIND_STRING || flag_defs[i].kind == FLAG_KIND_SECRET;
+    if ((vl == 0 && !text) || vl >= FLAG_VALUE_MAX)
+        return err_set(ERR_INVAL, "flag %s: invalid value '%s'", flag_defs[i].name,
+                       flag_defs[i].kind == FLAG_KIND_SECRET ? "(secret)" : value);
     int64_t num = 0;
     if (flag_defs[i].kind == FLAG_KIND_ENUM) {
         const char *c = choices;
@@ -65,6 +67,8 @@ static int flag_store(int i, const char *value) {
         else
             return err_set(ERR_INVAL, "flag %s: invalid value '%s' (use 0 or 1)",
                            flag_defs[i].name, value);
+    } else if (flag_defs[i].kind == FLAG_KIND_STRING || flag_defs[i].kind == FLAG_KIND_SECRET) {
+        num = 0;
     } else {
         char *end;
         errno = 0;
@@ -92,6 +96,7 @@ int flags_init(void) {
         flag_rows[i].desc = flag_defs[i].desc;
         flag_rows[i].from_env = false;
         flag_rows[i].from_cli = false;
+        flag_rows[i].secret = flag_defs[i].kind == FLAG_KIND_SECRET;
         int rc = flag_store(i, flag_defs[i].def);
         if (rc)
             return rc; /* a bad default is a bug, reported like any other */
@@ -99,7 +104,7 @@ int flags_init(void) {
     flag_ready = true;
     for (int i = 0; i < FLAG_COUNT; i++) {
         const char *v = getenv(flag_defs[i].env);
-        if (v && *v) {
+        if (v && (*v || flag_defs[i].kind == FLAG_KIND_STRING)) {
             int rc = flag_store(i, v);
             if (rc)
                 return err_wrap(rc, "environment variable %s", flag_defs[i].env);

@@ -16,9 +16,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL };
+enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL, FLAG_KIND_STRING, FLAG_KIND_SECRET };
 
-/* X(ID, "name", kind, "default", "choices or min:max", "description") */
+/* X(ID, "name", kind, "default", "choices or min:max", "description")
+ * STRING values are free text (choices: "" or a maximum length); SECRET values are strings that
+ * are never shown: listings print "(set)" or "" instead of the value. */
 #define FLAG_LIST(X)                                                                               \
     X(ISA, "isa", FLAG_KIND_ENUM, "auto", "auto|scalar|avx2|avx512",                               \
       "kernel instruction set; every choice computes identical bits, only speed differs")          \
@@ -36,7 +38,21 @@ enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL };
     X(KV_MEM, "kv-mem", FLAG_KIND_INT, "0", "0:1048576",                                       \
       "KV cache memory in MiB (0 = enough for max-batch full contexts)")                          \
     X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
-      "compute threads spin briefly between parallel regions instead of sleeping at once")
+      "compute threads spin briefly between parallel regions instead of sleeping at once")        \
+    X(CTX, "ctx", FLAG_KIND_INT, "0", "0:16777216",                                                \
+      "context length limit per sequence (0 = the model's)")                                      \
+    X(HOST, "host", FLAG_KIND_STRING, "127.0.0.1", "", "serve: address to listen on")              \
+    X(PORT, "port", FLAG_KIND_INT, "8080", "0:65535", "serve: TCP port (0 = any free port)")       \
+    X(QUEUE_MAX, "queue-max", FLAG_KIND_INT, "256", "0:1000000",                                   \
+      "serve: requests allowed to wait for admission; beyond it 429 with Retry-After")            \
+    X(API_KEY, "api-key", FLAG_KIND_SECRET, "", "", "serve: required bearer token (empty = none)") \
+    X(API_KEY_FILE, "api-key-file", FLAG_KIND_STRING, "", "",                                      \
+      "serve: file holding the bearer token (first line)")                                        \
+    X(DRAIN_TIMEOUT, "drain-timeout", FLAG_KIND_INT, "30", "0:86400",                              \
+      "serve: seconds to let in-flight requests finish after SIGTERM")                            \
+    X(TIMEOUT, "timeout", FLAG_KIND_INT, "600", "1:86400",                                         \
+      "serve: seconds a connection may stay idle or take to send its request")                    \
+    X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024", "serve: largest request body in MiB")
 
 typedef enum flag_id {
 #define FLAG_ENUM(id, name, kind, def, choices, desc) FLAG_##id,
@@ -55,6 +71,7 @@ typedef struct flag_info {
     const char *value; /* current value as text */
     bool from_env;     /* current value came from the environment */
     bool from_cli;     /* current value came from the command line */
+    bool secret;       /* never display the value */
 } flag_info;
 
 /* Resets every flag to its default, then applies VERITY_* environment variables. Returns 0, or

@@ -26,7 +26,7 @@ int cmd_flags(int argc, char **argv) {
         strbuf_putc(&sb, '[');
         for (int i = 0; i < FLAG_COUNT; i++) {
             const flag_info *f = flags_get(i);
-            static const char *kinds[] = {"int", "enum", "bool"};
+            static const char *kinds[] = {"int", "enum", "bool", "string", "secret"};
             strbuf_puts(&sb, i ? ",\n {" : "{");
             strbuf_puts(&sb, "\"name\":");
             strbuf_json_str(&sb, f->name, strlen(f->name), false);
@@ -35,7 +35,8 @@ int cmd_flags(int argc, char **argv) {
             strbuf_printf(&sb, ",\"kind\":\"%s\",\"default\":", kinds[f->kind]);
             strbuf_json_str(&sb, f->def, strlen(f->def), false);
             strbuf_puts(&sb, ",\"value\":");
-            strbuf_json_str(&sb, f->value, strlen(f->value), false);
+            const char *shown = f->secret ? (f->value[0] ? "(set)" : "") : f->value;
+            strbuf_json_str(&sb, shown, strlen(shown), false);
             strbuf_puts(&sb, ",\"choices\":");
             strbuf_json_str(&sb, f->choices, strlen(f->choices), false);
             strbuf_puts(&sb, ",\"source\":");
@@ -49,10 +50,11 @@ int cmd_flags(int argc, char **argv) {
         strbuf_deinit(&sb);
         return 0;
     }
-    printf("%-12s %-20s %-8s %-8s %s\n", "NAME", "ENV", "DEFAULT", "VALUE", "DESCRIPTION");
+    printf("%-14s %-22s %-10s %-10s %s\n", "NAME", "ENV", "DEFAULT", "VALUE", "DESCRIPTION");
     for (int i = 0; i < FLAG_COUNT; i++) {
         const flag_info *f = flags_get(i);
-        printf("%-12s %-20s %-8s %-8s %s [%s]\n", f->name, f->env, f->def, f->value, f->desc,
+        const char *shown = f->secret ? (f->value[0] ? "(set)" : "") : f->value;
+        printf("%-14s %-22s %-10s %-10s %s [%s]\n", f->name, f->env, f->def, shown, f->desc,
                f->choices);
     }
     return 0;

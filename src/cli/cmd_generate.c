@@ -256,7 +256,7 @@ static void gen_print_item(gen_ctx *g, int32_t i) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompts_file = NULL;
-    int64_t n = 64, ctx = 0;
+    int64_t n = 64;
     bool ignore_eos = false, digest = false;
     sample_params sp;
     gen_default_params(&sp);
@@ -281,10 +281,6 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-n")) {
             NEXT();
             if (cli_parse_i64("generate", a, v, 0, 1000000, &n))
-                return 2;
-        } else if (!strcmp(a, "--ctx")) {
-            NEXT();
-            if (cli_parse_i64("generate", a, v, 1, 1 << 24, &ctx))
                 return 2;
         } else if (!strcmp(a, "--temp")) {
             NEXT();
@@ -366,8 +362,6 @@ int cmd_generate(int argc, char **argv) {
     }
     engine_opts eo;
     engine_opts_from_flags(&eo, cm.m);
-    if (ctx)
-        eo.n_ctx = ctx;
     /* size the KV pool for what these prompts need at most, max_batch at a time */
     int64_t per = 0;
     for (int32_t i = 0; i < n_items; i++) {

@@ -66,7 +66,7 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
     memset(o, 0, sizeof *o);
     o->max_batch = (int32_t)flags_int(FLAG_MAX_BATCH);
     o->chunk = (int32_t)flags_int(FLAG_CHUNK);
-    o->n_ctx = hp->n_ctx_train;
+    o->n_ctx = flags_int(FLAG_CTX) > 0 ? flags_int(FLAG_CTX) : hp->n_ctx_train;
     o->block_size = (int32_t)flags_int(FLAG_KV_BLOCK);
     o->kv_f16 = strcmp(flags_str(FLAG_KV_DTYPE), "f16") == 0;
     o->attn_chunk = flags_int(FLAG_ATTN_CHUNK);

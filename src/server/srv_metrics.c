@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/* srv_metrics: see srv_metrics.h. */
+#include "server/srv_metrics.h"
+#include "base/flags.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SRV_MAX_BUCKETS 24
+
+typedef struct srv_histo {
+    const char *name, *help;
+    int n_bounds;
+    double bounds[SRV_MAX_BUCKETS];
+    pthread_mutex_t mu;
+    uint64_t counts[SRV_MAX_BUCKETS + 1]; /* per bucket, not cumulative; last is +Inf */
+    uint64_t count;
+    double sum;
+} srv_histo;
+
+struct srv_metrics {
+    _Atomic int64_t finish[SRV_FINISH_COUNT];
+    _Atomic int64_t reject[SRV_REJECT_COUNT];
+    _Atomic int64_t cancelled, tool_fail, prompt_tokens, gen_tokens;
+    srv_histo h[SRV_H_COUNT];
+};
+
+static const char *srv_finish_names[SRV_FINISH_COUNT] = {"stop", "length", "tool_calls"};
+static const char *srv_reject_names[SRV_REJECT_COUNT] = {
+    "queue_full", "draining", "loading", "invalid_request", "too_long", "unauthorized", "too_large"};
+
+static void srv_histo_init(srv_histo *h, const char *name, const char *help, const double *b,
+                           int n) {
+    h->name = name;
+    h->help = help;
+    h->n_bounds = n;
+    memcpy(h->bounds, b, (size_t)n * sizeof *b);
+    pthread_mutex_init(&h->mu, NULL);
+}
+
+srv_metrics *srv_metrics_create(void) {
+    srv_metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    static const double lat[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
+                                 0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0};
+    static const double itl[] = {0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
+                                 0.05,  0.075,  0.1,   0.15, 0.2,   0.3,  0.4,   0.5,  1.0, 2.5};
+    static const double e2e[] = {0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                                 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
+    static const double bsz[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+    srv_histo_init(&m->h[SRV_H_TTFT], "verity_time_to_first_token_seconds",
+                   "Time from request arrival to its first generated token.", lat,
+                   (int)(sizeof lat / sizeof *lat));
+    srv_histo_init(&m->h[SRV_H_ITL], "verity_inter_token_latency_seconds",
+                   "Time between consecutive generated tokens of a request.", itl,
+                   (int)(sizeof itl / sizeof *itl));
+    srv_histo_init(&m->h[SRV_H_E2E], "verity_e2e_request_latency_seconds",
+                   "Time from request arrival to its last token.", e2e,
+                   (int)(sizeof e2e / sizeof *e2e));
+    srv_histo_init(&m->h[SRV_H_BATCH], "verity_batch_size",
+                   "Sequences in one engine step.", bsz, (int)(sizeof bsz / sizeof *bsz));
+    srv_histo_init(&m->h[SRV_H_STEP], "verity_engine_step_seconds",
+                   "Duration of one engine step (one forward pass and sampling).", lat,
+                   (int)(sizeof lat / sizeof *lat));
+    return m;
+}
+
+void srv_metrics_destroy(srv_metrics *m) {
+    if (!m)
+        return;
+    for (int i = 0; i < SRV_H_COUNT; i++)
+        pthread_mutex_destroy(&m->h[i].mu);
+    free(m);
+}
+
+void srv_metrics_finish(srv_metrics *m, enum srv_finish f) {
+    atomic_fetch_add(&m->finish[f], 1);
+}
+void srv_metrics_reject(srv_metrics *m, enum srv_reject r) {
+    atomic_fetch_add(&m->reject[r], 1);
+}
+void srv_metrics_cancelled(srv_metrics *m) {
+    atomic_fetch_add(&m->cancelled, 1);
+}
+void srv_metrics_tool_parse_failure(srv_metrics *m) {
+    atomic_fetch_add(&m->tool_fail, 1);
+}
+void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t generated) {
+    atomic_fetch_add(&m->prompt_tokens, prompt);
+    atomic_fetch_add(&m->gen_tokens, generated);
+}
+
+void srv_metrics_observe(srv_metrics *m, enum srv_hist which, double v) {
+    srv_histo *h = &m->h[which];
+    int b = 0;
+    while (b < h->n_bounds && v > h->bounds[b])
+        b++;
+    pthread_mutex_lock(&h->mu);
+    h->counts[b]++;
+    h->count++;
+    h->sum += v;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void srv_family(strbuf *sb, const char *name, const char *type, const char *help) {
+    strbuf_printf(sb, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Escapes a label value (backslash, quote, newline). */
+static void srv_label(strbuf *sb, const char *v) {
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            strbuf_putc(sb, '\\'), strbuf_putc(sb, *v);
+        else if (*v == '\n')
+            strbuf_puts(sb, "\\n");
+        else
+            strbuf_putc(sb, *v);
+    }
+}
+
+void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_name,
+                       strbuf *sb) {
+    srv_family(sb, "verity_requests_running", "gauge", "Requests in the running batch.");
+    strbuf_printf(sb, "verity_requests_running %lld\n", (long long)st->running);
+    srv_family(sb, "verity_requests_waiting", "gauge", "Requests waiting for admission.");
+    strbuf_printf(sb, "verity_requests_waiting %lld\n", (long long)st->waiting);
+    srv_family(sb, "verity_kv_usage_ratio", "gauge", "Fraction of KV cache blocks in use.");
+    strbuf_printf(sb, "verity_kv_usage_ratio %.6f\n",
+                  st->kv_total_blocks ? (double)st->kv_used_blocks / (double)st->kv_total_blocks : 0.0);
+    srv_family(sb, "verity_kv_blocks", "gauge", "KV cache blocks in the pool.");
+    strbuf_printf(sb, "verity_kv_blocks %lld\n", (long long)st->kv_total_blocks);
+    srv_family(sb, "verity_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
+    strbuf_printf(sb, "verity_prompt_tokens_total %lld\n", (long long)atomic_load(&m->prompt_tokens));
+    srv_family(sb, "verity_generation_tokens_total", "counter",
+               "Generated tokens delivered to clients.");
+    strbuf_printf(sb, "verity_generation_tokens_total %lld\n", (long long)atomic_load(&m->gen_tokens));
+    srv_family(sb, "verity_engine_prompt_tokens_total", "counter",
+               "Known tokens the engine computed (prefill, and recomputation after preemption).");
+    strbuf_printf(sb, "verity_engine_prompt_tokens_total %lld\n", (long long)st->prompt_tokens);
+    srv_family(sb, "verity_engine_steps_total", "counter", "Engine steps run.");
+    strbuf_printf(sb, "verity_engine_steps_total %lld\n", (long long)st->steps);
+    srv_family(sb, "verity_request_success_total", "counter", "Requests finished, by finish reason.");
+    for (int i = 0; i < SRV_FINISH_COUNT; i++)
+        strbuf_printf(sb, "verity_request_success_total{finish_reason=\"%s\"} %lld\n",
+                      srv_finish_names[i], (long long)atomic_load(&m->finish[i]));
+    srv_family(sb, "verity_requests_rejected_total", "counter", "Requests refused, by reason.");
+    for (int i = 0; i < SRV_REJECT_COUNT; i++)
+        strbuf_printf(sb, "verity_requests_rejected_total{reason=\"%s\"} %lld\n",
+                      srv_reject_names[i], (long long)atomic_load(&m->reject[i]));
+    srv_family(sb, "verity_requests_cancelled_total", "counter",
+               "Requests cancelled because the client went away.");
+    strbuf_printf(sb, "verity_requests_cancelled_total %lld\n", (long long)atomic_load(&m->cancelled));
+    srv_family(sb, "verity_preemptions_total", "counter",
+               "Sequences preempted (KV freed, recomputed later).");
+    strbuf_printf(sb, "verity_preemptions_total %lld\n", (long long)st->preemptions);
+    srv_family(sb, "verity_tool_parse_failures_total", "counter",
+               "Tool calls in model output that did not parse.");
+    strbuf_printf(sb, "verity_tool_parse_failures_total %lld\n", (long long)atomic_load(&m->tool_fail));
+    for (int i = 0; i < SRV_H_COUNT; i++) {
+        srv_histo *h = &m->h[i];
+        srv_family(sb, h->name, "histogram", h->help);
+        pthread_mutex_lock(&h->mu);
+        uint64_t cum = 0;
+        for (int b = 0; b < h->n_bounds; b++) {
+            cum += h->counts[b];
+            strbuf_printf(sb, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[b],
+                          (unsigned long long)cum);
+        }
+        cum += h->counts[h->n_bounds];
+        strbuf_printf(sb, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", h->name,
+                      (unsigned long long)cum, h->name, h->sum, h->name,
+                      (unsigned long long)h->count);
+        pthread_mutex_unlock(&h->mu);
+    }
+    srv_family(sb, "verity_flag_info", "gauge",
+               "The toggle registry: one series per toggle with its current value.");
+    for (int i = 0; i < FLAG_COUNT; i++) {
+        const flag_info *f = flags_get(i);
+        strbuf_puts(sb, "verity_flag_info{name=\"");
+        srv_label(sb, f->name);
+        strbuf_puts(sb, "\",value=\"");
+        srv_label(sb, f->secret ? "(set)" : f->value);
+        strbuf_puts(sb, "\"} 1\n");
+    }
+    srv_family(sb, "verity_model_info", "gauge", "The served model.");
+    strbuf_puts(sb, "verity_model_info{model=\"");
+    srv_label(sb, model_name);
+    strbuf_puts(sb, "\"} 1\n");
+}
