@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * server: the OpenAI-compatible HTTP server (`verity serve`). HTTP/1.1 with keep-alive on
+ * libmicrohttpd, one thread per connection: a connection thread parses and validates a request,
+ * renders the chat template, tokenizes, submits to the engine loop, and then reads its own
+ * request's events, detokenizing with that request's flags, applying its stop strings and
+ * tool-call parser, and writing SSE chunks or the final JSON. The engine thread owns scheduling
+ * and the KV pool (engine_loop.h). Nothing per request is shared between requests.
+ *
+ * Lifecycle: server_create binds and listens at once, answering /health with 503 ("loading")
+ * until server_set_ready attaches the model; server_drain makes every new request get 503 while
+ * in-flight ones finish; server_destroy closes everything.
+ *
+ * Routes: GET /health, GET /v1/models, GET /metrics, GET /v1/flags, POST /tokenize,
+ * POST /detokenize, POST /v1/completions, POST /v1/chat/completions. Errors are OpenAI-shaped:
+ * {"error":{"message","type","param","code"}} with the field named in message and param.
+ */
+#ifndef VERITY_SERVER_SERVER_H
+#define VERITY_SERVER_SERVER_H
+
+#include "chat/chat_template.h"
+#include "engine/engine_loop.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct server_opts {
+    const char *host;      /* IPv4 address to bind */
+    int port;              /* 0 = any free port */
+    int64_t queue_max;     /* requests that may wait for admission before 429 */
+    const char *api_key;   /* NULL or "" = no authentication */
+    int timeout_s;         /* connection idle / read timeout */
+    size_t max_body_bytes; /* larger request bodies get 413 */
+    int64_t max_batch;     /* the engine's batch size (sizes the connection limit) */
+} server_opts;
+
+typedef struct server server;
+
+/* Binds, listens and starts answering (503 until ready). Returns 0, ERR_IO (cannot bind: the
+ * detail names the address), ERR_INVAL, ERR_NOMEM. */
+int server_create(const server_opts *o, server **out);
+
+/* The port actually bound (useful with port 0). */
+int server_port(const server *s);
+
+/* What the server serves; the server does not own them. tmpl may be NULL (chat requests then get
+ * a 400 naming the missing template). n_ctx is the engine's context limit. */
+typedef struct server_model {
+    const char *name; /* the id reported by /v1/models and accepted in "model" */
+    model *m;
+    const tokenizer *tok;
+    const chat_template *tmpl;
+    engine_loop *loop;
+    int64_t n_ctx;
+} server_model;
+
+/* Attaches the model and starts serving requests (/health turns 200). */
+void server_set_ready(server *s, const server_model *sm);
+
+/* Stops accepting work: new requests get 503, in-flight ones continue. */
+void server_drain(server *s);
+
+/* Requests being handled right now (parsing, waiting or generating). */
+int64_t server_active(const server *s);
+
+/* Stops listening, waits for connection threads, frees. The engine loop is not touched. */
+void server_destroy(server *s);
+
+#endif

@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * srv_int: declarations shared inside src/server only: the server's state, the per-request
+ * connection state, parsed generation parameters and the helpers that write responses.
+ */
+#ifndef VERITY_SERVER_SRV_INT_H
+#define VERITY_SERVER_SRV_INT_H
+
+#include "base/arena.h"
+#include "base/json.h"
+#include "base/strbuf.h"
+#include "chat/chat_tools.h"
+#include "server/server.h"
+#include "server/srv_metrics.h"
+
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define SRV_MAX_STOP 4
+#define SRV_MAX_CHOICES 16
+
+struct server {
+    server_opts o;
+    char *api_key;
+    struct MHD_Daemon *d;
+    int listen_fd;
+    int port;
+    atomic_bool ready;
+    atomic_bool draining;
+    server_model sm;
+    srv_metrics *metrics;
+    _Atomic int64_t active;
+    _Atomic uint64_t next_id;
+    char fingerprint[64];
+    chat_tool_format tool_format;
+};
+
+/* An error to send: HTTP status, OpenAI error type, the offending parameter (or NULL) and a
+ * message naming it. */
+typedef struct srv_err {
+    int status;
+    const char *type;
+    const char *param;
+    const char *code;
+    char message[512];
+} srv_err;
+
+/* Fills e and returns -1, so parsers can `return srv_fail(e, ...)`. */
+int srv_fail(srv_err *e, int status, const char *type, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+enum srv_tool_choice { SRV_TOOLS_NONE, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };
+
+/* A validated /v1/completions or /v1/chat/completions request. Pointers live in the request's
+ * arena. */
+typedef struct srv_params {
+    bool chat;
+    const char *model;
+    int32_t n;          /* choices per prompt */
+    int32_t max_tokens; /* -1: as many as fit */
+    sample_params sp;
+    const char *stop[SRV_MAX_STOP];
+    size_t stop_len[SRV_MAX_STOP];
+    int n_stop;
+    bool stream;
+    bool include_usage;
+    bool logprobs;         /* report logprobs of the chosen tokens */
+    int32_t top_logprobs;  /* alternatives per position */
+    bool skip_special;
+    bool ignore_eos;
+    bool echo;
+    /* chat */
+    const json_value *messages;
+    const json_value *tools;
+    enum srv_tool_choice tool_choice;
+    const char *tool_choice_name;
+    bool parallel_tool_calls;
+    /* the prompts, tokenized (completions may have several) */
+    int32_t **prompts;
+    int32_t *prompt_lens;
+    int n_prompts;
+} srv_params;
+
+/* Parses and validates a request body into p (prompts tokenized, chat template rendered).
+ * Returns 0 or -1 with e filled (400/404/...). */
+int srv_parse_generate(server *s, arena *a, const json_value *body, bool chat, srv_params *p,
+                       srv_err *e);
+
+typedef struct srv_gen srv_gen;
+
+/* Starts generating for p: submits every choice to the engine loop. Returns NULL with e filled on
+ * failure (429 when the wait queue is full). fd is the client socket (disconnect detection). */
+srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival_ns, srv_err *e);
+
+/* Non-streaming: waits for every choice to finish and writes the whole response body into out.
+ * Returns 0, or ERR_CANCELLED if the client went away (the request is cancelled), or an error
+ * with e filled (the engine refused the request). */
+int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e);
+
+/* Streaming: the libmicrohttpd content reader producing the SSE body of g. */
+ssize_t srv_gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
+
+/* Frees g, cancelling whatever is still running (the engine frees its KV at its next step). */
+void srv_gen_free(void *g);
+
+/* True if the peer of socket fd has closed its side of the connection. */
+bool srv_client_gone(int fd);
+
+#endif
