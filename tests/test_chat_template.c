@@ -88,7 +88,7 @@ static void t_golden_one(void) {
     json_as_str(json_get(exp, "bos_token"), &bos, &n);
     json_as_str(json_get(exp, "eos_token"), &eos, &n);
     const json_value *cases = json_get(exp, "cases");
-    char first_fail[4096] = "";
+    char first_fail[8192] = "";
     int fails = 0;
     bool verbose = getenv("CT_GOLDEN_VERBOSE") != NULL;
     for (size_t ci = 0; ci < g_cases->arr.n; ci++) {

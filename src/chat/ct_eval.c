@@ -687,12 +687,9 @@ static int call_macro(ct_rt *rt, const ct_macro *m, const ct_val *args, size_t n
             if (def->kids2[i]->len == kw_lens[k] &&
                 memcmp(def->kids2[i]->str, kw_names[k], kw_lens[k]) == 0)
                 break;
-        if (i == def->n_kids2)
+        if (i == def->n_kids2 || set[i]) /* jinja2 says the same for a duplicate */
             return ct_error(rt, ERR_INVAL, "macro '%.*s' takes no keyword argument '%.*s'", mlen,
                             mname, (int)kw_lens[k], kw_names[k]);
-        if (set[i])
-            return ct_error(rt, ERR_INVAL, "macro '%.*s' got multiple values for argument '%.*s'",
-                            mlen, mname, (int)kw_lens[k], kw_names[k]);
         if ((rc = ct_scope_set(rt, sc, def->kids2[i]->sym, kw_vals[k])))
             return rc;
         set[i] = true;

@@ -780,7 +780,7 @@ static int f_map(ct_rt *rt, ct_val v, const ct_val *args, size_t n_args, const c
         return ct_error(rt, ERR_INVAL, "map filter name must be a string");
     int fi = filter_index(args[0].s.p, args[0].s.n);
     if (fi < 0)
-        return ct_error(rt, ERR_INVAL, "No filter named '%.*s' found.", (int)args[0].s.n,
+        return ct_error(rt, ERR_INVAL, "No filter named '%.*s'.", (int)args[0].s.n,
                         args[0].s.p);
     for (size_t i = 0; i < n; i++)
         if ((rc = filter_call(rt, fi, items[i], args + 1, n_args - 1, kw_names, kw_lens, kw_vals,
@@ -1152,10 +1152,18 @@ static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n
             return ct_error(rt, ERR_INVAL, "bad operand type for abs(): '%s'", ct_type_name(v));
         }
         return 0;
-    case F_ATTR:
+    case F_ATTR: {
+        /* Python getattr only: dict keys are not attributes */
         if (!b.has[0] || b.v[0].t != CT_STR)
             return ct_error(rt, ERR_INVAL, "attr filter needs an attribute name");
-        return ct_getattr(rt, v, b.v[0].s.p, b.v[0].s.n, out);
+        if (v.t == CT_NS || v.t == CT_LOOP || v.t == CT_UNDEF)
+            return ct_getattr(rt, v, b.v[0].s.p, b.v[0].s.n, out);
+        bool unsafe = false;
+        if (ct_method_lookup(rt, v, b.v[0].s.p, b.v[0].s.n, out, &unsafe) && !unsafe)
+            return 0;
+        *out = ct_undef_make(rt, CT_UNDEF_ATTR, ct_obj_type_repr(v), b.v[0], NULL);
+        return 0;
+    }
     case F_BATCH: return f_batch(rt, v, &b, out);
     case F_CAPITALIZE:
     case F_LOWER:
@@ -1253,7 +1261,7 @@ int ct_filter_by_name(ct_rt *rt, const char *name, size_t len, ct_val input, con
                       size_t n_args, ct_val *out) {
     int fi = filter_index(name, len);
     if (fi < 0)
-        return ct_error(rt, ERR_INVAL, "No filter named '%.*s' found.", (int)len, name);
+        return ct_error(rt, ERR_INVAL, "No filter named '%.*s'.", (int)len, name);
     return filter_call(rt, fi, input, args, n_args, NULL, NULL, NULL, 0, out);
 }
 
@@ -1447,7 +1455,7 @@ int ct_test_by_name(ct_rt *rt, const char *name, size_t len, ct_val input, const
                     size_t n_args, bool *out) {
     bool unsupported;
     int tid = ct_test_id(name, len, &unsupported);
-    if (tid < 0)
-        return ct_error(rt, ERR_INVAL, "No test named '%.*s' found.", (int)len, name);
+    if (tid < 0) /* jinja2's environment.call_test wording (no "found") */
+        return ct_error(rt, ERR_INVAL, "No test named '%.*s'.", (int)len, name);
     return ct_test_apply(rt, tid, name, input, args, n_args, out);
 }

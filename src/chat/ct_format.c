@@ -356,8 +356,7 @@ int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, cons
             }
             auto_idx = 1;
             if (next >= n_args) {
-                rc = ct_error(rt, ERR_INVAL, "Replacement index %zu out of range for positional "
-                              "args tuple", next);
+                rc = ct_error(rt, ERR_INVAL, "tuple index out of range");
                 break;
             }
             v = args[next++];
@@ -372,8 +371,7 @@ int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, cons
             for (size_t q = 0; q < k && idx < 1000000; q++)
                 idx = idx * 10 + (size_t)(f[q] - '0');
             if (idx >= n_args) {
-                rc = ct_error(rt, ERR_INVAL, "Replacement index %zu out of range for positional "
-                              "args tuple", idx);
+                rc = ct_error(rt, ERR_INVAL, "tuple index out of range");
                 break;
             }
             v = args[idx];
