@@ -9,6 +9,7 @@ The environment is the one Hugging Face uses (see gen_chat_cases.py, whose make_
 
 Usage: python3 scripts/gen_chat_unit.py
 """
+import copy
 import json
 import os
 import sys
@@ -321,7 +322,7 @@ def main():
     for src in SNIPPETS:
         rec = {"t": src}
         try:
-            rec["output"] = env.from_string(src).render(**CONTEXT)
+            rec["output"] = env.from_string(src).render(**copy.deepcopy(CONTEXT))
         except Exception as e:
             rec["error"] = str(e).split("\n")[0]
             rec["error_type"] = type(e).__name__

@@ -295,14 +295,9 @@ static int64_t slice_adjust(int64_t len, int64_t *start, int64_t *stop, int64_t 
     return *start < *stop ? (*stop - *start - 1) / step + 1 : 0;
 }
 
-static int eval_slice_part(ct_rt *rt, const ct_node *n, ct_scope *sc, int64_t *v, bool *has) {
+/* Converts an evaluated slice bound (int, bool or None) into *v / *has. */
+static int slice_bound(ct_rt *rt, ct_val x, int64_t *v, bool *has) {
     *has = false;
-    if (!n)
-        return 0;
-    ct_val x;
-    int rc = ct_eval(rt, n, sc, &x);
-    if (rc)
-        return rc;
     if (x.t == CT_NONE)
         return 0;
     if (x.t == CT_INT || x.t == CT_BOOL) {
@@ -316,21 +311,56 @@ static int eval_slice_part(ct_rt *rt, const ct_node *n, ct_scope *sc, int64_t *v
                     "method");
 }
 
+/* x[a:b:c]: jinja2 compiles slices to a plain Python subscript (no sandbox getitem), so objects
+ * that cannot be sliced raise TypeError instead of yielding undefined, except while folding
+ * constants at parse time (rt->const_mode): jinja2's optimizer goes through the sandbox's
+ * getitem, which turns the TypeError into an undefined value. */
 static int eval_slice(ct_rt *rt, ct_val obj, const ct_node *sl, ct_scope *sc, ct_val *out) {
     int64_t start = 0, stop = 0, step = 1;
     bool has_a, has_b, has_c;
+    ct_val parts[3];
+    const ct_node *pn[3] = {sl->a, sl->b, sl->c};
     int rc;
-    if ((rc = eval_slice_part(rt, sl->a, sc, &start, &has_a)) ||
-        (rc = eval_slice_part(rt, sl->b, sc, &stop, &has_b)) ||
-        (rc = eval_slice_part(rt, sl->c, sc, &step, &has_c)))
-        return rc;
+    for (int i = 0; i < 3; i++) {
+        parts[i] = ct_none();
+        if (pn[i] && (rc = ct_eval(rt, pn[i], sc, &parts[i])))
+            return rc;
+    }
     rt->line = sl->line;
+    bool seq = obj.t == CT_STR || (obj.t == CT_LIST && (obj.kind == CT_SEQ_LIST ||
+                                                        obj.kind == CT_SEQ_TUPLE ||
+                                                        obj.kind == CT_SEQ_RANGE));
+    if (obj.t == CT_UNDEF)
+        return ct_undef_fail(rt, obj);
+    if (!seq && rt->const_mode) {
+        strbuf sb;
+        strbuf_init(&sb);
+        strbuf_printf(&sb, "%s has no element slice(", ct_obj_type_repr(obj));
+        for (int i = 0; i < 3; i++) {
+            if (i)
+                strbuf_append(&sb, ", ", 2);
+            ct_to_repr(rt, parts[i], &sb);
+        }
+        strbuf_putc(&sb, ')');
+        char *hint = strbuf_failed(&sb) ? NULL : arena_strndup(rt->a, sb.data, sb.len);
+        strbuf_deinit(&sb);
+        if (!hint)
+            return nomem(rt);
+        *out = ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(), hint);
+        return 0;
+    }
+    if (obj.t == CT_DICT)
+        return ct_error(rt, ERR_INVAL, "unhashable type: 'slice'");
+    if (!seq)
+        return ct_error(rt, ERR_INVAL, "'%s' object is not subscriptable", ct_type_name(obj));
+    if ((rc = slice_bound(rt, parts[0], &start, &has_a)) ||
+        (rc = slice_bound(rt, parts[1], &stop, &has_b)) ||
+        (rc = slice_bound(rt, parts[2], &step, &has_c)))
+        return rc;
     if (!has_c)
         step = 1;
     if (step == 0)
         return ct_error(rt, ERR_INVAL, "slice step cannot be zero");
-    if (obj.t == CT_UNDEF)
-        return ct_undef_fail(rt, obj);
     if (obj.t == CT_STR) {
         size_t nc = ct_utf8_count(obj.s.p, obj.s.n);
         int64_t cnt = slice_adjust((int64_t)nc, &start, &stop, step, has_a, has_b);
@@ -370,8 +400,7 @@ static int eval_slice(ct_rt *rt, ct_val obj, const ct_node *sl, ct_scope *sc, ct
             out->l->items[j] = obj.l->items[ci];
         return ct_charge(rt, (uint64_t)cnt / 8);
     }
-    *out = ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(), "object is not subscriptable");
-    return 0;
+    return ct_error(rt, ERR_INTERNAL, "unreachable slice case");
 }
 
 /* ---- operators --------------------------------------------------------------------------------- */
@@ -436,7 +465,9 @@ static int add_strings(ct_rt *rt, ct_val a, ct_val b, ct_val *out) {
 }
 
 static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
-    static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
+    static const char *const names[] = {"+", "-", "*", "/", "//", "%", "** or pow()"};
+    if (op == CT_OP_MOD && a.t == CT_STR) /* str.__mod__ runs before any reflected method */
+        return ct_str_percent(rt, a, b, out);
     if (a.t == CT_UNDEF)
         return ct_undef_fail(rt, a);
     if (b.t == CT_UNDEF)
@@ -579,11 +610,10 @@ static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
             return ct_error(rt, ERR_INVAL, "can't multiply sequence by non-int of type '%s'",
                             ct_type_name(seq_a ? b : a));
     }
-    if (op == CT_OP_MOD && a.t == CT_STR)
-        return ct_str_percent(rt, a, b, out);
     return type_err_op(rt, names[op], a, b);
 overflow:
-    return ct_error(rt, ERR_RANGE, "integer result of '%s' does not fit in 64 bits", names[op]);
+    return ct_error(rt, ERR_RANGE, "integer result of '%s' does not fit in 64 bits",
+                    op == CT_OP_POW ? "**" : names[op]);
 }
 
 static int contains(ct_rt *rt, ct_val item, ct_val seq, bool *out) {
@@ -597,6 +627,8 @@ static int contains(ct_rt *rt, ct_val item, ct_val seq, bool *out) {
         *out = ct_memfind(seq.s.p, seq.s.n, item.s.p, item.s.n, 0) >= 0;
         return ct_charge(rt, seq.s.n / 64);
     case CT_LIST:
+        if (seq.l->pending)
+            return err_set(ERR_INVAL, "%s", seq.l->pending);
         for (size_t i = 0; i < seq.l->n; i++) {
             bool eq;
             int rc = ct_equal(rt, seq.l->items[i], item, &eq);
@@ -800,7 +832,10 @@ static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
     ct_val a, b;
     switch (n->kind) {
     case N_CONST: *out = n->lit; return 0;
-    case N_NAME: return lookup(rt, sc, n, out);
+    case N_NAME:
+        if (rt->const_mode)
+            return ct_error(rt, ERR_INVAL, "not constant");
+        return lookup(rt, sc, n, out);
     case N_LIST:
     case N_TUPLE:
         if ((rc = ct_list_new(rt, n->n_kids, n->kind == N_LIST ? CT_SEQ_LIST : CT_SEQ_TUPLE, out)))
@@ -839,6 +874,8 @@ static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
         return ct_getitem(rt, a, b, out);
     case N_SLICE: return ct_error(rt, ERR_INTERNAL, "slice outside subscript");
     case N_CALL: {
+        if (rt->const_mode)
+            return ct_error(rt, ERR_INVAL, "not constant");
         if ((rc = ct_eval(rt, n->a, sc, &a)))
             return rc;
         argv av;
@@ -848,6 +885,8 @@ static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
                              av.n_kw, out);
     }
     case N_FILTER: {
+        if (rt->const_mode && (!n->a || ct_filter_needs_context(n->fid)))
+            return ct_error(rt, ERR_INVAL, "not constant");
         if (n->a) {
             if ((rc = ct_eval(rt, n->a, sc, &a)))
                 return rc;
@@ -967,6 +1006,8 @@ static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
             return ct_eval(rt, n->b, sc, out);
         if (n->c)
             return ct_eval(rt, n->c, sc, out);
+        if (rt->const_mode) /* nodes.CondExpr.as_const: leave the undefined for run time */
+            return ct_error(rt, ERR_INVAL, "not constant");
         *out = ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(),
                              "the inline if-expression evaluated to false and no else section "
                              "was defined.");

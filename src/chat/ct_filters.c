@@ -129,6 +129,14 @@ int ct_filter_id(const char *name, size_t len, bool *known_unsupported) {
     return -1;
 }
 
+bool ct_filter_needs_context(int fid) {
+    if (fid < 0 || (size_t)fid >= sizeof filters / sizeof filters[0])
+        return false;
+    int id = filters[fid].id;
+    return id == F_SELECT || id == F_REJECT || id == F_SELECTATTR || id == F_REJECTATTR ||
+           id == F_MAP;
+}
+
 int ct_test_id(const char *name, size_t len, bool *known_unsupported) {
     *known_unsupported = false;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
@@ -388,8 +396,14 @@ static int f_indent(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
         ind = ct_str(sp, (size_t)w);
     }
     bool first = arg_bool(b, 1, false), blank = arg_bool(b, 2, false);
-    if ((rc = soft_str(rt, s, &s)))
-        return rc;
+    /* jinja2 does `s += "\n"`: only strings are accepted */
+    if (s.t == CT_UNDEF)
+        return ct_undef_fail(rt, s);
+    if (s.t == CT_LIST && s.kind == CT_SEQ_LIST) /* list += "\n" extends, then splitlines fails */
+        return ct_error(rt, ERR_INVAL, "'list' object has no attribute 'splitlines'");
+    if (s.t != CT_STR)
+        return ct_error(rt, ERR_INVAL, "unsupported operand type(s) for +=: '%s' and 'str'",
+                        ct_type_name(s));
     /* s += "\n"; lines = s.splitlines() */
     strbuf src;
     strbuf_init(&src);
@@ -630,8 +644,6 @@ static int f_round(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
         else if (!(m.t == CT_STR && name_eq(m.s.p, m.s.n, "common")))
             return ct_error(rt, ERR_INVAL, "method must be common, ceil or floor");
     }
-    if (v.t == CT_UNDEF)
-        return ct_undef_fail(rt, v);
     if (!ct_is_num(v))
         return ct_error(rt, ERR_INVAL, "type %s doesn't define __round__ method",
                         ct_type_name(v));
@@ -811,13 +823,11 @@ static int f_minmax(ct_rt *rt, ct_val v, const bound *b, bool is_max, ct_val *ou
         int c;
         if ((rc = sort_key(rt, items[i], attr, false, cs, &k)))
             return rc;
-        if (is_max)
-            rc = ct_compare(rt, best_key, k, "<", &c); /* max: replace when best < k */
-        else
-            rc = ct_compare(rt, k, best_key, "<", &c); /* min: replace when k < best */
+        /* Python's max replaces when item > best, min when item < best (first one wins) */
+        rc = ct_compare(rt, k, best_key, is_max ? ">" : "<", &c);
         if (rc)
             return rc;
-        if (c == -1) {
+        if (c == (is_max ? 1 : -1)) {
             best = i;
             best_key = k;
         }
@@ -1107,6 +1117,21 @@ static int f_reverse(ct_rt *rt, ct_val v, ct_val *out) {
     return 0;
 }
 
+/* jinja2's select/reject/map/unique/items/batch are generators: a TypeError or UndefinedError in
+ * them surfaces only when the result is consumed. They are computed eagerly here (they have no
+ * side effects), and such an error is parked in an empty generator that raises it when iterated. */
+static int lazy(ct_rt *rt, int rc, ct_val *out) {
+    if (rc != ERR_INVAL)
+        return rc;
+    const char *d = err_detail();
+    char *msg = arena_strndup(rt->a, d, strlen(d));
+    if (!msg || (rc = ct_list_new(rt, 0, CT_SEQ_GEN, out)))
+        return msg ? rc : nomem(rt);
+    out->l->pending = msg;
+    err_clear();
+    return 0;
+}
+
 static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n_args,
                        const char **kw_names, const size_t *kw_lens, const ct_val *kw_vals,
                        size_t n_kw, ct_val *out) {
@@ -1117,8 +1142,12 @@ static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n
     case F_REJECT:
     case F_SELECTATTR:
     case F_REJECTATTR:
-        return f_select(rt, id, v, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
-    case F_MAP: return f_map(rt, v, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
+        return lazy(rt, f_select(rt, id, v, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out),
+                    out);
+    case F_MAP:
+        if (!ct_truthy(v))
+            return ct_list_new(rt, 0, CT_SEQ_GEN, out);
+        return lazy(rt, f_map(rt, v, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out), out);
     case F_FORMAT: {
         if (n_args && n_kw)
             return ct_error(rt, ERR_INVAL, "can't handle positional and keyword arguments at "
@@ -1146,8 +1175,6 @@ static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n
             *out = ct_int(i < 0 ? -i : i);
         } else if (v.t == CT_FLOAT) {
             *out = ct_float(fabs(v.f));
-        } else if (v.t == CT_UNDEF) {
-            return ct_undef_fail(rt, v);
         } else {
             return ct_error(rt, ERR_INVAL, "bad operand type for abs(): '%s'", ct_type_name(v));
         }
@@ -1164,7 +1191,7 @@ static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n
         *out = ct_undef_make(rt, CT_UNDEF_ATTR, ct_obj_type_repr(v), b.v[0], NULL);
         return 0;
     }
-    case F_BATCH: return f_batch(rt, v, &b, out);
+    case F_BATCH: return lazy(rt, f_batch(rt, v, &b, out), out);
     case F_CAPITALIZE:
     case F_LOWER:
     case F_UPPER:
@@ -1193,6 +1220,10 @@ static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n
     case F_LAST: {
         const ct_val *items;
         size_t n;
+        /* last is next(reversed(seq)): generators and scalars are not reversible */
+        if (id == F_LAST && !(v.t == CT_STR || v.t == CT_DICT || v.t == CT_UNDEF ||
+                              (v.t == CT_LIST && v.kind != CT_SEQ_GEN)))
+            return ct_error(rt, ERR_INVAL, "'%s' object is not reversible", ct_type_name(v));
         if ((rc = ct_iterate(rt, v, &items, &n)))
             return rc;
         if (n == 0) {
@@ -1207,7 +1238,7 @@ static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n
     case F_FLOAT: return f_float(rt, v, &b, out);
     case F_INDENT: return f_indent(rt, v, &b, out);
     case F_INT: return f_int(rt, v, &b, out);
-    case F_ITEMS: return f_items(rt, v, out);
+    case F_ITEMS: return lazy(rt, f_items(rt, v, out), out);
     case F_JOIN: return f_join(rt, v, &b, out);
     case F_LIST: {
         const ct_val *items;
@@ -1245,7 +1276,7 @@ static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n
         out->kind = v.kind;
         return 0;
     }
-    case F_UNIQUE: return f_unique(rt, v, &b, out);
+    case F_UNIQUE: return lazy(rt, f_unique(rt, v, &b, out), out);
     case F_WORDCOUNT: return f_wordcount(rt, v, out);
     default: return ct_error(rt, ERR_INTERNAL, "filter id %d", id);
     }
@@ -1268,6 +1299,12 @@ int ct_filter_by_name(ct_rt *rt, const char *name, size_t len, ct_val input, con
 /* ---- tests ----------------------------------------------------------------------------------- */
 
 static int test_mod(ct_rt *rt, ct_val v, ct_val m, int64_t *out) {
+    if (v.t == CT_STR) { /* value % num formats the string; the result never equals 0 or 1 */
+        ct_val r;
+        int rc = ct_str_percent(rt, v, m, &r);
+        *out = 2;
+        return rc;
+    }
     if (v.t == CT_UNDEF)
         return ct_undef_fail(rt, v);
     if ((v.t == CT_INT || v.t == CT_BOOL) && (m.t == CT_INT || m.t == CT_BOOL)) {

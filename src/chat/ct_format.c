@@ -446,6 +446,10 @@ int ct_str_percent(ct_rt *rt, ct_val fmt, ct_val args, ct_val *out) {
     const ct_val *pos = &args;
     size_t n_pos = 1, next = 0;
     bool mapping = args.t == CT_DICT;
+    /* Python treats any subscriptable non-tuple, non-str argument as a possible mapping and then
+     * never complains about unused arguments */
+    bool lenient = mapping || args.t == CT_UNDEF ||
+                   (args.t == CT_LIST && (args.kind == CT_SEQ_LIST || args.kind == CT_SEQ_RANGE));
     if (args.t == CT_LIST && args.kind == CT_SEQ_TUPLE) {
         pos = args.l->items;
         n_pos = args.l->n;
@@ -474,6 +478,10 @@ int ct_str_percent(ct_rt *rt, ct_val fmt, ct_val args, ct_val *out) {
                 i++;
             if (i >= n) {
                 rc = ct_error(rt, ERR_INVAL, "incomplete format key");
+                break;
+            }
+            if (args.t == CT_UNDEF) {
+                rc = ct_undef_fail(rt, args);
                 break;
             }
             if (!mapping) {
@@ -590,7 +598,7 @@ int ct_str_percent(ct_rt *rt, ct_val fmt, ct_val args, ct_val *out) {
         if (!rc && sb.len > CT_MAX_OUTPUT)
             rc = ct_error(rt, ERR_TOOLARGE, "format result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
     }
-    if (!rc && !used_mapping && !mapping && next < n_pos)
+    if (!rc && !used_mapping && !lenient && next < n_pos)
         rc = ct_error(rt, ERR_INVAL, "not all arguments converted during string formatting");
     if (!rc)
         rc = ct_str_from_buf(rt, &sb, out);

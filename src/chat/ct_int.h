@@ -102,7 +102,9 @@ typedef struct ct_val {
 struct ct_list {
     ct_val *items;
     size_t n;
-    int64_t range[3]; /* CT_SEQ_RANGE: start, stop, step */
+    int64_t range[3];    /* CT_SEQ_RANGE: start, stop, step */
+    const char *pending; /* CT_SEQ_GEN: the error consuming this generator raises (jinja2's
+                            select/map/... are lazy: their errors surface only when iterated) */
 };
 
 struct ct_dict {
@@ -144,7 +146,7 @@ typedef enum ct_nkind {
     N_DICT,    /* kids: keys, kids2: values */
     N_GETATTR, /* a: object, str: attribute */
     N_GETITEM, /* a: object, b: index (may be N_SLICE) */
-    N_SLICE,   /* a, b, c: start, stop, step (each may be NULL) */
+    N_SLICE,   /* a, b, c: start, stop, step (each may be NULL); d: the sliced object */
     N_CALL,    /* a: callee, kids: args, kids2: N_KW, c: *args, d: **kwargs */
     N_KW,      /* str: keyword, a: value */
     N_FILTER,  /* a: input (NULL in filter/set blocks), str: name, fid, kids, kids2, c, d */
@@ -249,6 +251,10 @@ typedef struct ct_tpl {
     int object_args; /* cached probe result, see chat_template.c */
 } ct_tpl;
 
+/* Folds constant subexpressions the way jinja2's optimizer does (ct_fold.c). Never fails: a
+ * subexpression that cannot be folded is left for run time. */
+void ct_fold(ct_tpl *t);
+
 /* Parses tokens into t->root. Errors: ERR_FORMAT (syntax), ERR_UNSUPPORTED (a construct the
  * engine does not implement), ERR_TOOLARGE (nesting), ERR_NOMEM. Messages name the line. */
 int ct_parse(ct_tpl *t, const ct_tok *toks, size_t n_toks);
@@ -259,6 +265,9 @@ int ct_sym_find(const ct_syms *s, const char *name, size_t len);
 /* Builtin filter and test ids by name (ct_filters.c); -1 when jinja2 has no such filter/test.
  * *known_unsupported is set when jinja2 has it but this engine does not. */
 int ct_filter_id(const char *name, size_t len, bool *known_unsupported);
+/* True for filters jinja2 runs with the render context (select, reject, selectattr, rejectattr,
+ * map): they are never folded at compile time. */
+bool ct_filter_needs_context(int fid);
 int ct_test_id(const char *name, size_t len, bool *known_unsupported);
 
 /* ---- render state ------------------------------------------------------------------------------ */
@@ -295,6 +304,7 @@ typedef struct ct_rt {
     int line;    /* line of the node being evaluated, for messages */
     /* loop control signal while unwinding a body: 0, N_BREAK or N_CONTINUE */
     int loop_ctl;
+    bool const_mode; /* folding constants at parse time (ct_fold.c) */
 } ct_rt;
 
 /* Runtime errors: every one names the template line. raise_exception's message is kept verbatim

@@ -908,8 +908,17 @@ static int other_method(ct_rt *rt, int id, ct_val self, const ct_val *args, size
             }
             c += eq;
         }
-        if (id == M_LIST_INDEX)
-            return ct_error(rt, ERR_INVAL, "list.index(x): x not in list");
+        if (id == M_LIST_INDEX && self.kind == CT_SEQ_TUPLE)
+            return ct_error(rt, ERR_INVAL, "tuple.index(x): x not in tuple");
+        if (id == M_LIST_INDEX) {
+            strbuf sb;
+            strbuf_init(&sb);
+            rc = ct_to_repr(rt, args[0], &sb);
+            if (!rc)
+                rc = ct_error(rt, ERR_INVAL, "%s is not in list", sb.data);
+            strbuf_deinit(&sb);
+            return rc;
+        }
         *out = ct_int(c);
         return 0;
     }

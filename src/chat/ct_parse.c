@@ -519,6 +519,8 @@ static int parse_subscript(parser *p, ct_node **node) {
     n->a = *node;
     if (args.n == 1) {
         n->b = args.v[0];
+        if (n->b->kind == N_SLICE)
+            n->b->d = *node; /* the sliced object, for constant folding (ct_eval.c) */
     } else {
         MK(tup, N_TUPLE, t->line);
         tup->kids = args.v;
@@ -1362,6 +1364,7 @@ int ct_parse(ct_tpl *t, const ct_tok *toks, size_t n_toks) {
         } else {
             set_body(root, &body);
             t->root = root;
+            ct_fold(t);
         }
     }
     free(p.hash);

@@ -93,6 +93,7 @@ int ct_list_new(ct_rt *rt, size_t n, int kind, ct_val *out) {
     l->n = n;
     l->range[0] = l->range[1] = 0;
     l->range[2] = 1;
+    l->pending = NULL;
     ct_val v = {.t = CT_LIST, .kind = (uint8_t)kind};
     v.l = l;
     *out = v;
@@ -589,6 +590,8 @@ int ct_iterate(ct_rt *rt, ct_val v, const ct_val **items, size_t *n) {
         *n = 0;
         return 0;
     case CT_LIST:
+        if (v.l->pending)
+            return err_set(ERR_INVAL, "%s", v.l->pending);
         *items = v.l->items;
         *n = v.l->n;
         return ct_charge(rt, v.l->n / 4);
