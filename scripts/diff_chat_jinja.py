@@ -151,6 +151,34 @@ class Gen:
                     (self.expr(1), self.expr(1)))
         return "{{ v%d }}" % self.r.randint(0, 2)
 
+    def ws_template(self):
+        """Text and tags only: exercises the lexer's whitespace control."""
+        pieces = []
+        texts = ["", " ", "  ", "\t", "\n", "\n\n", " \n ", "\r\n", "\r", "x", "ab ",
+                 "\u00a0", "\u3000", "\n\t ", "é", " y\n"]
+        for _ in range(self.r.randint(1, 12)):
+            pieces.append(self.r.choice(texts))
+            k = self.r.random()
+            o = self.r.choice(["{%", "{%-", "{%+"])
+            c = self.r.choice(["%}", "-%}", "+%}"])
+            if k < 0.3:
+                pieces.append("%s if t %s%s%s endif %s" % (o, c, self.r.choice(texts), o, c))
+            elif k < 0.5:
+                pieces.append(self.r.choice(["{{", "{{-"]) + self.r.choice([" n ", "'v'", " e "]) +
+                              self.r.choice(["}}", "-}}"]))
+            elif k < 0.65:
+                pieces.append(self.r.choice(["{#", "{#-", "{#+"]) + self.r.choice([" c ", "", "\n"]) +
+                              self.r.choice(["#}", "-#}", "+#}"]))
+            elif k < 0.75:
+                pieces.append("%s raw %s%s{{ x }}%s endraw %s" % (o, c, self.r.choice(texts), o, c))
+            elif k < 0.9:
+                pieces.append("%s for i in [1, 2] %s%s{{ i }}%s%s endfor %s" % (
+                    o, c, self.r.choice(texts), self.r.choice(texts), o, c))
+            else:
+                pieces.append("%s set q = 1 %s" % (o, c))
+        pieces.append(self.r.choice(texts))
+        return "".join(pieces)
+
     def body(self, d):
         return "".join(self.stmt(d) for _ in range(self.r.randint(1, 3)))
 
@@ -161,6 +189,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--show", type=int, default=20)
     ap.add_argument("--messages", action="store_true", help="also show error-message mismatches")
+    ap.add_argument("--ws", action="store_true", help="whitespace-control templates instead")
     args = ap.parse_args()
     exe = os.path.join(tempfile.gettempdir(), "ct_render_%d" % os.getpid())
     subprocess.check_call(["cc", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(ROOT, "src"),
@@ -171,7 +200,7 @@ def main():
     gen = Gen(random.Random(args.seed))
     cases, expected = [], []
     for _ in range(args.n):
-        src = gen.body(3)
+        src = gen.ws_template() if args.ws else gen.body(3)
         try:
             # a fresh copy each time: some jinja2 filters mutate their input (`list | indent`)
             expected.append({"output": env.from_string(src).render(**copy.deepcopy(CONTEXT))})

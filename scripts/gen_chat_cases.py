@@ -259,6 +259,75 @@ CASES = [
         "extra": {"enable_thinking": False},
     },
     {
+        "name": "nested_args",
+        "messages": [
+            {"role": "user", "content": "Search for cafés."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call98765",
+                        "type": "function",
+                        "function": {
+                            "name": "search_web",
+                            "arguments": {
+                                "query": "café ☕ \"best\" <near> me",
+                                "max_results": 3,
+                                "sites": ["a.com", "b.org"],
+                                "filters": {"safe": True, "score": 0.5, "none": None, "big": 1e20,
+                                            "one": 1.0, "neg": -2, "nested": [[1, 2], {}]},
+                            },
+                        },
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call98765", "name": "search_web",
+             "content": "[{\"title\": \"Café Ü\", \"url\": \"https://a.com\"}]"},
+        ],
+        "tools": TOOLS,
+        "add_generation_prompt": True,
+    },
+    {
+        "name": "reasoning_tools",
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Weather in Oslo?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "I should call get_weather for Oslo.",
+                "tool_calls": [
+                    {"id": "call55555", "type": "function",
+                     "function": {"name": "get_weather", "arguments": {"location": "Oslo"}}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call55555", "name": "get_weather", "content": "-3 C, snow"},
+        ],
+        "tools": TOOLS,
+        "add_generation_prompt": True,
+        "extra": {"enable_thinking": True},
+    },
+    {
+        "name": "assistant_last",
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Say hi."},
+            {"role": "assistant", "content": "Hi there!"},
+        ],
+        "add_generation_prompt": False,
+    },
+    {
+        "name": "multi_system_empty",
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": ""},
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Ok?"},
+        ],
+        "add_generation_prompt": True,
+    },
+    {
         "name": "custom_vars",
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi."}],
         "add_generation_prompt": True,
