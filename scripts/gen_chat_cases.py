@@ -386,6 +386,32 @@ def render_case(tmpl, case, bos, eos):
         return {"error": str(e), "error_type": type(e).__name__}
 
 
+def wants_object_args(tmpl):
+    """The probe chat_template_wants_object_args runs (after llama.cpp's): render one tool call
+    whose arguments are {"argument_needle": ...}, once as a JSON string and once as an object.
+    The template wants objects when the string form does not come out as JSON (it fails, or gets
+    double-encoded by |tojson) while the object form shows the argument (as JSON, or any other
+    way, e.g. Qwen3-Coder's <parameter=argument_needle>)."""
+    args_obj = {"argument_needle": "print('Hello, World!')"}
+
+    def render(args):
+        msgs = [
+            {"role": "user", "content": "Hey"},
+            {"role": "assistant", "content": "", "tool_calls": [{
+                "id": "call00001", "type": "function",
+                "function": {"name": "ipython", "arguments": args}}]},
+        ]
+        try:
+            return tmpl.render(messages=msgs, tools=None, documents=None,
+                               add_generation_prompt=False, bos_token="", eos_token="")
+        except Exception:
+            return ""
+
+    out_str = render(json.dumps(args_obj, separators=(",", ":")))
+    str_as_json = '"argument_needle":' in out_str or "'argument_needle':" in out_str
+    return (not str_as_json) and "argument_needle" in render(args_obj)
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser()
@@ -411,6 +437,7 @@ def main():
         except Exception as e:
             rec["compile_error"] = {"error": str(e), "error_type": type(e).__name__}
             tmpl = None
+        rec["wants_object_args"] = wants_object_args(tmpl) if tmpl is not None else False
         for case in CASES:
             if tmpl is None:
                 r = rec["compile_error"]

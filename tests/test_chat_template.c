@@ -90,6 +90,13 @@ static void t_golden_one(void) {
     const json_value *cases = json_get(exp, "cases");
     char first_fail[8192] = "";
     int fails = 0;
+    bool want_obj = false;
+    json_as_bool(json_get(exp, "wants_object_args"), &want_obj);
+    if (chat_template_wants_object_args(t) != want_obj) {
+        snprintf(first_fail, sizeof first_fail, "wants_object_args is %d, the probe under jinja2 "
+                 "says %d", !want_obj, want_obj);
+        fails++;
+    }
     bool verbose = getenv("CT_GOLDEN_VERBOSE") != NULL;
     for (size_t ci = 0; ci < g_cases->arr.n; ci++) {
         const json_value *c = g_cases->arr.items[ci];
@@ -155,6 +162,41 @@ static void t_golden_one(void) {
         } else {
             g_matched++;
         }
+    }
+    /* CHAT_TOOL_ARGS_AUTO: the string-arguments conversation must render like the object one for
+     * templates that want objects, and as given for the others. */
+    const json_value *str_case = NULL;
+    for (size_t ci = 0; ci < g_cases->arr.n; ci++) {
+        const char *cname;
+        json_as_str(json_get(g_cases->arr.items[ci], "name"), &cname, &n);
+        if (strcmp(cname, "tool_call_str") == 0)
+            str_case = g_cases->arr.items[ci];
+    }
+    const json_value *want = json_get(cases, want_obj ? "tool_call_obj" : "tool_call_str");
+    if (str_case && want) {
+        chat_render_opts o = {0};
+        o.messages = json_get(str_case, "messages");
+        o.tools = json_get(str_case, "tools");
+        o.bos_token = bos;
+        o.eos_token = eos;
+        o.now_unix = g_now;
+        o.tool_args = CHAT_TOOL_ARGS_AUTO;
+        strbuf sb;
+        strbuf_init(&sb);
+        rc = chat_template_render(t, &o, &sb);
+        const char *ws;
+        size_t wn;
+        bool ok = json_as_str(json_get(want, "output"), &ws, &wn)
+                      ? rc == 0 && sb.len == wn && memcmp(sb.data, ws, wn) == 0
+                      : rc != 0;
+        if (!ok) {
+            if (!fails)
+                snprintf(first_fail, sizeof first_fail, "CHAT_TOOL_ARGS_AUTO on tool_call_str does "
+                         "not render like %s (rc %d: %s)", want_obj ? "tool_call_obj" :
+                         "tool_call_str", rc, rc ? err_detail() : "");
+            fails++;
+        }
+        strbuf_deinit(&sb);
     }
     chat_template_destroy(t);
     T_CHECKF(fails == 0, "%s: %d case(s) differ; first: %s", tname, fails, first_fail);

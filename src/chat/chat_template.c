@@ -8,9 +8,9 @@
  * Tool-call arguments: OpenAI clients send function.arguments as a JSON string; some templates
  * print it as is, others apply |tojson or iterate .items() and so need an object. Like llama.cpp,
  * create() renders a probe conversation twice (arguments as string, as object) and records
- * whether only the object form shows the arguments as JSON; CHAT_TOOL_ARGS_AUTO then parses
- * string arguments for those templates alone, and passes arguments as given (HF's behaviour) to
- * all others.
+ * whether only the object form shows the arguments; CHAT_TOOL_ARGS_AUTO then parses string
+ * arguments for those templates alone, and passes arguments as given (HF's behaviour) to all
+ * others.
  */
 #include "chat/chat_template.h"
 
@@ -117,9 +117,9 @@ int chat_messages_normalize_tool_args(arena *a, const json_value *messages, bool
 
 /* ---- create / destroy ------------------------------------------------------------------------ */
 
-/* Renders the probe conversation with the tool call's arguments as a string or an object and
- * reports whether the output shows them as JSON. */
-static bool probe_renders_args(const chat_template *t, bool as_object) {
+/* Renders the probe conversation with the tool call's arguments as a string or an object into
+ * out (empty when the template fails on it). */
+static void probe_render(const chat_template *t, bool as_object, strbuf *out) {
     static const char probe[] =
         "[{\"role\":\"user\",\"content\":\"Hey\"},"
         "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"call00001\","
@@ -130,20 +130,31 @@ static bool probe_renders_args(const chat_template *t, bool as_object) {
     snprintf(text, sizeof text, probe, as_object ? args_obj : args_str);
     arena *a = arena_create(0, 1u << 20);
     if (!a)
-        return false;
+        return;
     json_value *msgs = NULL;
-    bool found = false;
     if (json_parse(a, text, strlen(text), &msgs) == 0) {
         chat_render_opts o = {.messages = msgs, .bos_token = "", .eos_token = ""};
-        strbuf sb;
-        strbuf_init(&sb);
-        if (render_impl(t, &o, &sb) == 0)
-            found = strstr(sb.data, "\"argument_needle\":") || strstr(sb.data, "'argument_needle':");
-        strbuf_deinit(&sb);
+        if (render_impl(t, &o, out) != 0)
+            strbuf_reset(out);
     }
     arena_destroy(a);
     err_clear();
-    return found;
+}
+
+/* The template wants object arguments when the JSON-string form does not come out as JSON (the
+ * template fails on it, or double-encodes it with |tojson) while the object form shows the
+ * argument in any way (as JSON, or as Qwen3-Coder's <parameter=argument_needle>). */
+static bool probe_wants_object_args(const chat_template *t) {
+    strbuf s, o;
+    strbuf_init(&s);
+    strbuf_init(&o);
+    probe_render(t, false, &s);
+    probe_render(t, true, &o);
+    bool str_as_json = strstr(s.data, "\"argument_needle\":") || strstr(s.data, "'argument_needle':");
+    bool obj_shown = strstr(o.data, "argument_needle") != NULL;
+    strbuf_deinit(&s);
+    strbuf_deinit(&o);
+    return !str_as_json && obj_shown;
 }
 
 int chat_template_create(const char *source, size_t len, chat_template **out) {
@@ -175,9 +186,7 @@ int chat_template_create(const char *source, size_t len, chat_template **out) {
     }
     t->t.sym_loop = ct_sym_find(&t->t.syms, "loop", 4);
     t->t.sym_caller = ct_sym_find(&t->t.syms, "caller", 6);
-    bool as_str = probe_renders_args(t, false);
-    bool as_obj = probe_renders_args(t, true);
-    t->t.object_args = !as_str && as_obj;
+    t->t.object_args = probe_wants_object_args(t);
     *out = t;
     return 0;
 }

@@ -94,12 +94,14 @@ void chat_template_destroy(chat_template *t);
  * Thread-safe for concurrent renders of the same template. */
 int chat_template_render(const chat_template *t, const chat_render_opts *opts, strbuf *out);
 
-/* Returns true when the template renders tool-call arguments only if they are JSON objects
- * (e.g. `tool_call.arguments | tojson`), and false when it renders JSON-string arguments
- * (printing them as is) or shows no tool calls at all. Decided at create time the way llama.cpp
- * decides it: the template is rendered with a probe conversation whose one tool call carries
- * {"argument_needle": ...} once as a JSON string and once as an object, and the output is
- * searched for the key as JSON ("argument_needle": or 'argument_needle':). */
+/* Returns true when the template needs tool-call arguments as JSON objects: it iterates them,
+ * applies |tojson to them, or fails on a string. Decided once at create time the way llama.cpp
+ * decides it, by rendering a probe conversation whose one tool call carries
+ * {"argument_needle": ...} once as a JSON string and once as an object: true when the string
+ * form does not appear as JSON in the output ("argument_needle": or 'argument_needle':) while the
+ * object form shows the argument in any way (llama.cpp requires JSON there too, which misses
+ * templates that render arguments as XML parameters, like Qwen3-Coder's). False for templates
+ * that print string arguments as they are, or that show no tool calls at all. */
 bool chat_template_wants_object_args(const chat_template *t);
 
 /* Returns a copy of messages in which every tool_calls[i].function.arguments is converted:
