@@ -1095,17 +1095,27 @@ static int exec_for(ct_rt *rt, const ct_node *n, ct_scope *sc) {
     size_t cnt;
     if ((rc = ct_iterate(rt, it, &items, &cnt)))
         return rc;
+    /* Frames are reused from one iteration to the next unless the body defines a macro (whose
+     * closure would keep the frame): memory stays flat however long the loop runs. The loop
+     * object is one per loop, as jinja2's LoopContext is. */
+    bool reuse = !n->op;
+    ct_scope *is = NULL;
     if (n->c && cnt) { /* inline filter: `for x in xs if cond` */
         ct_val *kept = arena_alloc(rt->a, cnt * sizeof *kept);
         if (!kept)
             return nomem(rt);
         size_t k = 0;
         for (size_t i = 0; i < cnt; i++) {
-            ct_scope *ts = ct_scope_new(rt, sc);
-            if (!ts)
-                return nomem(rt);
+            if ((rc = ct_charge(rt, 1)))
+                return rc;
+            if (!is || !reuse) {
+                if (!(is = ct_scope_new(rt, sc)))
+                    return nomem(rt);
+            } else {
+                is->n = 0;
+            }
             ct_val keep;
-            if ((rc = assign(rt, n->a, items[i], ts)) || (rc = ct_eval(rt, n->c, ts, &keep)))
+            if ((rc = assign(rt, n->a, items[i], is)) || (rc = ct_eval(rt, n->c, is, &keep)))
                 return rc;
             if (ct_truthy(keep))
                 kept[k++] = items[i];
@@ -1122,21 +1132,27 @@ static int exec_for(ct_rt *rt, const ct_node *n, ct_scope *sc) {
         return ct_exec_body(rt, n->kids2, n->n_kids2, es);
     }
     int loop_sym = rt->t->sym_loop;
+    ct_loop *l = NULL;
+    if (loop_sym >= 0) {
+        if (!(l = arena_alloc(rt->a, sizeof *l)))
+            return nomem(rt);
+        l->items = items;
+        l->n = cnt;
+    }
+    is = NULL;
     for (size_t i = 0; i < cnt; i++) {
         if ((rc = ct_charge(rt, 1)))
             return rc;
-        ct_scope *is = ct_scope_new(rt, sc);
-        if (!is)
-            return nomem(rt);
+        if (!is || !reuse) {
+            if (!(is = ct_scope_new(rt, sc)))
+                return nomem(rt);
+        } else {
+            is->n = 0;
+        }
         rt->line = n->line;
         if ((rc = assign(rt, n->a, items[i], is)))
             return rc;
-        if (loop_sym >= 0) {
-            ct_loop *l = arena_alloc(rt->a, sizeof *l);
-            if (!l)
-                return nomem(rt);
-            l->items = items;
-            l->n = cnt;
+        if (l) {
             l->i = i;
             ct_val lv = {.t = CT_LOOP};
             lv.loop = l;

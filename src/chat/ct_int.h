@@ -166,7 +166,8 @@ typedef enum ct_nkind {
     N_DATA,    /* str: template text */
     N_OUTPUT,  /* kids: N_DATA or expressions */
     N_IF,      /* a: test, kids: body, kids2: else body (an elif is an N_IF alone in it) */
-    N_FOR,     /* a: target, b: iterable, c: filter test, kids: body, kids2: else */
+    N_FOR,     /* a: target, b: iterable, c: filter test, kids: body, kids2: else;
+                  op: 1 when the body defines a macro (frames may be captured) */
     N_SET,     /* a: target, b: value */
     N_SETBLOCK,/* a: target, b: filter chain or NULL, kids: body */
     N_MACRO,   /* str: name, sym, kids: body, kids2: params (N_NAME, a: default or NULL) */

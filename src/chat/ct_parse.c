@@ -33,6 +33,7 @@ typedef struct parser {
     size_t n, pos;
     int depth;
     int loop_depth;
+    int n_macros; /* macros parsed so far: a for loop whose body defines one must not reuse frames */
     bool soft;
     vec unknown; /* N_FILTER / N_TEST nodes naming a filter/test jinja2 does not have */
     /* symbol hash (name -> id), open addressing, power-of-two size */
@@ -1053,10 +1054,12 @@ static int parse_for(parser *p, int line, ct_node **out) {
         return err_set(ERR_UNSUPPORTED, "template line %d: unsupported construct 'for ... "
                        "recursive'", line);
     vec body = {0}, els = {0};
+    int macros_before = p->n_macros;
     p->loop_depth++;
     if ((rc = parse_statements(p, body_end, false, &body)))
         return rc;
     p->loop_depth--;
+    n->op = p->n_macros != macros_before; /* closures may capture the iteration frame */
     bool has_else = tok_is_name(cur(p), "else");
     advance(p);
     if (has_else && (rc = parse_statements(p, else_end, true, &els)))
@@ -1174,6 +1177,7 @@ static int parse_statement(parser *p, ct_node **out) {
     if (!strcmp(name, "set"))
         return parse_set(p, line, out);
     if (!strcmp(name, "macro")) {
+        p->n_macros++;
         MK(n, N_MACRO, line);
         const ct_tok *mn = cur(p);
         if ((rc = expect_type(p, TK_NAME, "expected macro name")))
