@@ -13,9 +13,12 @@
  *   ct_value.c   the value model: constructors, truthiness, equality, ordering, str()/repr()
  *   ct_pystr.c   Python string helpers over UTF-8: code points, isspace, case mapping, repr
  *   ct_json.c    JSON <-> values, json.dumps formatting (|tojson), Python float repr
+ *   ct_fold.c    compile-time constant folding, as jinja2's optimizer does it
  *   ct_eval.c    expressions and statements, scopes, macros, loops, limits
- *   ct_filters.c filters and tests
- *   ct_methods.c str/dict methods, str.format, globals (range, namespace, dict, strftime_now)
+ *   ct_filters.c filters
+ *   ct_tests.c   tests (`is defined`, `is string`, ...)
+ *   ct_methods.c str/dict/list methods, globals (range, namespace, dict, strftime_now)
+ *   ct_format.c  str.format() and printf-style "%" formatting
  *
  * Memory: a template's tokens and AST live in the template's arena (read-only after create, so
  * one template may be rendered by many threads at once). Everything a render creates (values,
@@ -436,7 +439,7 @@ int ct_getitem(ct_rt *rt, ct_val obj, ct_val key, ct_val *out);
 int ct_call_value(ct_rt *rt, ct_val fn, const ct_val *args, size_t n_args, const char **kw_names,
                   const size_t *kw_lens, const ct_val *kw_vals, size_t n_kw, ct_val *out);
 
-/* ---- ct_filters.c ------------------------------------------------------------------------------ */
+/* ---- ct_filters.c, ct_tests.c ------------------------------------------------------------------ */
 
 /* Applies filter fid to input with evaluated arguments. */
 int ct_filter_apply(ct_rt *rt, const ct_node *n, ct_val input, const ct_val *args, size_t n_args,
