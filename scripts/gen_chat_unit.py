@@ -52,6 +52,7 @@ CONTEXT = {
         },
     ],
     "big": 9007199254740993,
+    "huge": 123456789012345678901234567890,
     "fl": [1.0, 0.1, 1e16, 1.5e-7, 123456.789, -0.0, 2.5e-05, 1e22],
 }
 
@@ -67,6 +68,7 @@ SNIPPETS = [
     "{{ fl }}",
     "{% for x in fl %}{{ x }} {% endfor %}",
     "{{ big }} {{ n }} {{ neg }} {{ f }}",
+    "{{ huge }} {{ huge | tojson }} {{ huge is integer }} {{ huge is float }} {{ [huge] }} {{ {'k': huge} | tojson }} {{ huge ~ '' }}",
     "{{ d }} {{ nested }} {{ msgs[2] }}",
     "{{ nn }}|{{ undefined_thing }}|{{ t }}",
     # ---- arithmetic

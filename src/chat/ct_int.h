@@ -84,11 +84,15 @@ typedef struct ct_loop ct_loop;
 
 typedef struct ct_val {
     uint8_t t;    /* ct_type */
-    uint8_t kind; /* CT_STR: 1 if Markup (|safe); CT_LIST: ct_seq_kind */
+    uint8_t kind; /* CT_STR: 1 if Markup (|safe); CT_LIST: ct_seq_kind; CT_FLOAT: 1 for a JSON
+                     integer too large for int64 (computed as a double, printed from raw) */
     union {
         bool b;
         int64_t i;
-        double f;
+        struct {
+            double f;
+            const char *raw; /* CT_FLOAT kind 1: the integer's digits */
+        };
         struct {
             const char *p; /* UTF-8, not NUL-terminated */
             size_t n;
@@ -322,7 +326,12 @@ static inline ct_val ct_undef_val(void) { ct_val v = {.t = CT_UNDEF}; v.u = NULL
 static inline ct_val ct_none(void) { ct_val v = {.t = CT_NONE}; v.i = 0; return v; }
 static inline ct_val ct_bool(bool b) { ct_val v = {.t = CT_BOOL}; v.b = b; return v; }
 static inline ct_val ct_int(int64_t i) { ct_val v = {.t = CT_INT}; v.i = i; return v; }
-static inline ct_val ct_float(double f) { ct_val v = {.t = CT_FLOAT}; v.f = f; return v; }
+static inline ct_val ct_float(double f) {
+    ct_val v = {.t = CT_FLOAT};
+    v.f = f;
+    v.raw = NULL;
+    return v;
+}
 static inline ct_val ct_str(const char *p, size_t n) {
     ct_val v = {.t = CT_STR};
     v.s.p = p;

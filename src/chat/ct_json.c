@@ -31,6 +31,10 @@ static int from_json_rec(ct_rt *rt, const json_value *j, ct_val *out, int depth)
     case JSON_BOOL: *out = ct_bool(j->b); return 0;
     case JSON_NUMBER:
         *out = j->num.is_int ? ct_int(j->num.i) : ct_float(j->num.d);
+        if (!j->num.is_int && j->num.raw && !strpbrk(j->num.raw, ".eE")) {
+            out->kind = 1; /* Python keeps big integers exact: print the digits */
+            out->raw = j->num.raw;
+        }
         return 0;
     case JSON_STRING: *out = ct_str(j->str.s, j->str.len); return 0;
     case JSON_ARRAY:
@@ -170,7 +174,10 @@ static int dumps_key(ct_rt *rt, ct_val k, const ct_dumps_opts *o, strbuf *sb) {
     case CT_INT: strbuf_printf(sb, "\"%" PRId64 "\"", k.i); return 0;
     case CT_FLOAT:
         strbuf_putc(sb, '"');
-        dumps_float(sb, k.f);
+        if (k.kind == 1)
+            strbuf_puts(sb, k.raw);
+        else
+            dumps_float(sb, k.f);
         strbuf_putc(sb, '"');
         return 0;
     default:
@@ -246,7 +253,12 @@ static int dumps_rec(ct_rt *rt, ct_val v, const ct_dumps_opts *o, strbuf *sb, in
     case CT_NONE: strbuf_append(sb, "null", 4); return 0;
     case CT_BOOL: strbuf_puts(sb, v.b ? "true" : "false"); return 0;
     case CT_INT: strbuf_printf(sb, "%" PRId64, v.i); return 0;
-    case CT_FLOAT: dumps_float(sb, v.f); return 0;
+    case CT_FLOAT:
+        if (v.kind == 1)
+            strbuf_puts(sb, v.raw);
+        else
+            dumps_float(sb, v.f);
+        return 0;
     case CT_STR: strbuf_json_str(sb, v.s.p, v.s.n, o->ensure_ascii); return 0;
     case CT_LIST:
         if (v.kind != CT_SEQ_LIST && v.kind != CT_SEQ_TUPLE)

@@ -125,8 +125,8 @@ int ct_test_apply(ct_rt *rt, int tid, const char *name, ct_val v, const ct_val *
     case T_NONE: *out = v.t == CT_NONE; return 0;
     case T_FALSE: *out = v.t == CT_BOOL && !v.b; return 0;
     case T_TRUE: *out = v.t == CT_BOOL && v.b; return 0;
-    case T_INTEGER: *out = v.t == CT_INT; return 0;
-    case T_FLOAT: *out = v.t == CT_FLOAT; return 0;
+    case T_INTEGER: *out = v.t == CT_INT || (v.t == CT_FLOAT && v.kind == 1); return 0;
+    case T_FLOAT: *out = v.t == CT_FLOAT && v.kind != 1; return 0;
     case T_NUMBER: *out = ct_is_num(v); return 0;
     case T_STRING: *out = v.t == CT_STR; return 0;
     case T_MAPPING: *out = v.t == CT_DICT; return 0;

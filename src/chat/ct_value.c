@@ -400,7 +400,7 @@ const char *ct_type_name(ct_val v) {
     case CT_NONE: return "NoneType";
     case CT_BOOL: return "bool";
     case CT_INT: return "int";
-    case CT_FLOAT: return "float";
+    case CT_FLOAT: return v.kind == 1 ? "int" : "float";
     case CT_STR: return v.kind ? "Markup" : "str";
     case CT_LIST: return seq_type_name(v.kind);
     case CT_DICT: return "dict";
@@ -418,7 +418,7 @@ const char *ct_obj_type_repr(ct_val v) {
     case CT_NONE: return "None";
     case CT_BOOL: return "bool object";
     case CT_INT: return "int object";
-    case CT_FLOAT: return "float object";
+    case CT_FLOAT: return v.kind == 1 ? "int object" : "float object";
     case CT_STR: return v.kind ? "markupsafe.Markup object" : "str object";
     case CT_LIST:
         switch (v.kind) {
@@ -477,7 +477,12 @@ static int str_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
     case CT_NONE: strbuf_append(sb, "None", 4); return 0;
     case CT_BOOL: strbuf_puts(sb, v.b ? "True" : "False"); return 0;
     case CT_INT: strbuf_printf(sb, "%" PRId64, v.i); return 0;
-    case CT_FLOAT: ct_float_repr(sb, v.f); return 0;
+    case CT_FLOAT:
+        if (v.kind == 1)
+            strbuf_puts(sb, v.raw);
+        else
+            ct_float_repr(sb, v.f);
+        return 0;
     case CT_STR: strbuf_append(sb, v.s.p, v.s.n); return 0;
     default: return repr_rec(rt, v, sb, depth);
     }
