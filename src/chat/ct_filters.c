@@ -1103,9 +1103,40 @@ static int lazy(ct_rt *rt, int rc, ct_val *out) {
     return 0;
 }
 
+static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n_args,
+                             const char **kw_names, const size_t *kw_lens, const ct_val *kw_vals,
+                             size_t n_kw, ct_val *out);
+
+/* Names the Python generator or iterator a filter returns, for repr() and error messages. */
 static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n_args,
                        const char **kw_names, const size_t *kw_lens, const ct_val *kw_vals,
                        size_t n_kw, ct_val *out) {
+    int rc = filter_call_inner(rt, fi, v, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
+    if (rc || out->t != CT_LIST || out->kind != CT_SEQ_GEN || out->l->gen_type)
+        return rc;
+    const char *func = NULL, *type = "generator";
+    switch (filters[fi].id) {
+    case F_SELECT: case F_REJECT: case F_SELECTATTR: case F_REJECTATTR:
+        func = "select_or_reject";
+        break;
+    case F_MAP: func = "sync_do_map"; break;
+    case F_UNIQUE: func = "sync_do_unique"; break;
+    case F_ITEMS: func = "do_items"; break;
+    case F_BATCH: func = "do_batch"; break;
+    case F_REVERSE:
+        type = v.t == CT_DICT ? "dict_reversekeyiterator"
+               : (v.t == CT_LIST && v.kind == CT_SEQ_LIST) ? "list_reverseiterator" : "reversed";
+        break;
+    default: break;
+    }
+    out->l->gen_type = type;
+    out->l->gen_func = func;
+    return 0;
+}
+
+static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n_args,
+                             const char **kw_names, const size_t *kw_lens, const ct_val *kw_vals,
+                             size_t n_kw, ct_val *out) {
     int id = filters[fi].id;
     int rc;
     switch (id) {

@@ -112,6 +112,8 @@ struct ct_list {
     int64_t range[3];    /* CT_SEQ_RANGE: start, stop, step */
     const char *pending; /* CT_SEQ_GEN: the error consuming this generator raises (jinja2's
                             select/map/... are lazy: their errors surface only when iterated) */
+    const char *gen_type; /* CT_SEQ_GEN: Python type name ("generator", "list_reverseiterator") */
+    const char *gen_func; /* CT_SEQ_GEN of type generator: the function ("select_or_reject") */
 };
 
 struct ct_dict {

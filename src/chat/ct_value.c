@@ -94,6 +94,7 @@ int ct_list_new(ct_rt *rt, size_t n, int kind, ct_val *out) {
     l->range[0] = l->range[1] = 0;
     l->range[2] = 1;
     l->pending = NULL;
+    l->gen_type = l->gen_func = NULL;
     ct_val v = {.t = CT_LIST, .kind = (uint8_t)kind};
     v.l = l;
     *out = v;
@@ -402,7 +403,10 @@ const char *ct_type_name(ct_val v) {
     case CT_INT: return "int";
     case CT_FLOAT: return v.kind == 1 ? "int" : "float";
     case CT_STR: return v.kind ? "Markup" : "str";
-    case CT_LIST: return seq_type_name(v.kind);
+    case CT_LIST:
+        if (v.kind == CT_SEQ_GEN && v.l->gen_type)
+            return v.l->gen_type;
+        return seq_type_name(v.kind);
     case CT_DICT: return "dict";
     case CT_NS: return "Namespace";
     case CT_MACRO: return "Macro";
@@ -512,7 +516,13 @@ static int repr_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
                 strbuf_putc(sb, ',');
             strbuf_putc(sb, ')');
             return rc;
-        case CT_SEQ_GEN: strbuf_puts(sb, "<generator object>"); return 0;
+        case CT_SEQ_GEN:
+            /* the address differs from Python's, the shape (words, length) does not */
+            if (v.l->gen_func)
+                strbuf_printf(sb, "<generator object %s at 0x7f0000000000>", v.l->gen_func);
+            else
+                strbuf_printf(sb, "<%s object at 0x7f0000000000>", ct_type_name(v));
+            return 0;
         case CT_SEQ_RANGE:
             if (v.l->range[2] == 1)
                 strbuf_printf(sb, "range(%" PRId64 ", %" PRId64 ")", v.l->range[0], v.l->range[1]);
@@ -548,8 +558,12 @@ static int repr_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
             strbuf_puts(sb, "'caller'");
         strbuf_putc(sb, '>');
         return 0;
-    case CT_FUNC:
-        strbuf_printf(sb, "<built-in function %s>", v.fn->name ? v.fn->name : "?");
+    case CT_FUNC: /* the address differs from Python's, the shape does not */
+        if (v.fn->self.t != CT_NONE)
+            strbuf_printf(sb, "<built-in method %s of %s object at 0x7f0000000000>",
+                          v.fn->name ? v.fn->name : "?", ct_type_name(v.fn->self));
+        else
+            strbuf_printf(sb, "<function %s at 0x7f0000000000>", v.fn->name ? v.fn->name : "?");
         return 0;
     case CT_LOOP:
         strbuf_printf(sb, "<LoopContext %zu/%zu>", v.loop->i + 1, v.loop->n);
