@@ -1,55 +1,80 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * replay_main: runs a libFuzzer target's entry point over every file of a corpus directory, so
- * the checked-in corpus is replayed by the normal test suite (under ASan/UBSan in `make test`)
- * without needing clang's libFuzzer. Prints one PASS/FAIL line for run.sh.
+ * replay_main: runs a libFuzzer target without libFuzzer, over a checked-in corpus, so the normal
+ * test suite (tests/run.sh) exercises every fuzz target under ASan/UBSan. Calls
+ * LLVMFuzzerTestOneInput once per regular file in the directory argv[1] (sorted by name, so runs
+ * are reproducible) and prints one line: "PASS replay_<name>: N inputs", or "FAIL replay_<name>:
+ * reason". A crash in the target is a crash of this binary, which run.sh reports as a failure.
  */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 int main(int argc, char **argv) {
-    const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     if (argc != 2) {
-        printf("FAIL %s: usage: %s CORPUS_DIR\n", name, name);
+        printf("FAIL %s: usage: %s CORPUS_DIR\n", prog, prog);
         return 1;
     }
     DIR *d = opendir(argv[1]);
     if (!d) {
-        printf("SKIP %s: no corpus at %s\n", name, argv[1]);
-        return 0;
+        printf("FAIL %s: cannot open corpus directory %s\n", prog, argv[1]);
+        return 1;
     }
-    int n = 0;
+    size_t n = 0, cap = 64;
+    char **names = malloc(cap * sizeof *names);
     struct dirent *e;
-    while ((e = readdir(d))) {
+    while (names && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", argv[1], e->d_name);
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            continue;
-        fseek(f, 0, SEEK_END);
-        long sz = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
-        if (!buf || fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-            printf("FAIL %s: cannot read %s\n", name, path);
-            fclose(f);
-            free(buf);
-            closedir(d);
-            return 1;
+        if (n == cap) {
+            char **nn = realloc(names, (cap *= 2) * sizeof *names);
+            if (!nn)
+                break;
+            names = nn;
         }
-        fclose(f);
-        LLVMFuzzerTestOneInput(buf, (size_t)sz);
-        free(buf);
-        n++;
+        names[n++] = strdup(e->d_name);
     }
     closedir(d);
-    printf("PASS %s: %d inputs\n", name, n);
-    return 0;
+    if (!names) {
+        printf("FAIL %s: out of memory\n", prog);
+        return 1;
+    }
+    qsort(names, n, sizeof *names, cmp_names);
+    size_t ran = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", argv[1], names[i]);
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        FILE *f = fopen(path, "rb");
+        uint8_t *buf = malloc((size_t)st.st_size + 1);
+        if (!f || !buf || fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+            printf("FAIL %s: cannot read %s\n", prog, path);
+            rc = 1;
+        } else {
+            LLVMFuzzerTestOneInput(buf, (size_t)st.st_size);
+            ran++;
+        }
+        if (f)
+            fclose(f);
+        free(buf);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    if (!rc)
+        printf("PASS %s: %zu inputs\n", prog, ran);
+    return rc;
 }

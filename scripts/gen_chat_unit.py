@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Generates tests/data/chat/unit_cases.json: small templates exercising one Jinja/Python semantic
+each, with jinja2's rendering (or error) as the expected outcome. tests/test_chat_unit.c renders
+every snippet with the C engine against the same context (CONTEXT, passed as extra variables) and
+compares bytes, and the error message where jinja2 failed.
+
+The environment is the one Hugging Face uses (see gen_chat_cases.py, whose make_env is reused).
+
+Usage: python3 scripts/gen_chat_unit.py
+"""
+import copy
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_chat_cases import NOW_UNIX, make_env  # noqa: E402
+
+CONTEXT = {
+    "s": "Hello World",
+    "u": "héllo Wörld 中文 😀",
+    "n": 42,
+    "f": 3.5,
+    "neg": -7,
+    "z": 0,
+    "t": True,
+    "fa": False,
+    "nn": None,
+    "l": [3, 1, 2],
+    "ls": ["b", "a", "C"],
+    "d": {"b": 1, "a": 2, "items": 3},
+    "nested": {"x": {"y": [1, {"z": "deep"}]}},
+    "e": "",
+    "el": [],
+    "ed": {},
+    "q": "it's \"q\"",
+    "ws": "  \t padded \n ",
+    "ml": "line1\nline2\r\nline3\n\nline5",
+    "users": [
+        {"name": "bob", "age": 30, "tags": ["x"]},
+        {"name": "Alice", "age": 25},
+        {"name": "carol", "age": 30, "tags": []},
+    ],
+    "msgs": [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1, "b": [True, None]}}}],
+        },
+    ],
+    "big": 9007199254740993,
+    "huge": 123456789012345678901234567890,
+    "fl": [1.0, 0.1, 1e16, 1.5e-7, 123456.789, -0.0, 2.5e-05, 1e22],
+}
+
+SNIPPETS = [
+    # ---- literals and printing
+    "{{ 1 }}|{{ -1 }}|{{ 1.0 }}|{{ 1.50 }}|{{ 1e3 }}|{{ 1_000 }}|{{ 0x1F }}|{{ 0o17 }}|{{ 0b101 }}",
+    "{{ 'a' 'b' \"c\" }}|{{ '\\n\\t\\\\' }}|{{ '\\x41\\u00e9\\U0001F600' }}|{{ '\\q' }}|{{ 'é\\é' }}",
+    "{{ true }} {{ True }} {{ false }} {{ none }} {{ None }}",
+    "{{ [1, 'a', none, true, 1.5, {'k': [1]}] }}",
+    "{{ (1,) }} {{ (1, 2) }} {{ () }} {{ [] }} {{ {} }}",
+    "{{ {'a': 1, 'b': 'x', 1: 2, none: true} }}",
+    "{{ ['it\\'s', 'a\"b', \"a'b\\\"c\", '\\n', '\\x01', 'é', '\\u200b', '\\xa0'] }}",
+    "{{ fl }}",
+    "{% for x in fl %}{{ x }} {% endfor %}",
+    "{{ big }} {{ n }} {{ neg }} {{ f }}",
+    "{{ huge }} {{ huge | tojson }} {{ huge is integer }} {{ huge is float }} {{ [huge] }} {{ {'k': huge} | tojson }} {{ huge ~ '' }}",
+    "{{ d }} {{ nested }} {{ msgs[2] }}",
+    "{{ nn }}|{{ undefined_thing }}|{{ t }}",
+    # ---- arithmetic
+    "{{ 1/2 }} {{ 4/2 }} {{ 7//2 }} {{ -7//2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 2**10 }} {{ 2**-1 }}",
+    "{{ 7.5 // 2 }} {{ -7.5 // 2 }} {{ 7.5 % 2 }} {{ -7.5 % 2 }} {{ 2.0 ** 0.5 }} {{ 0.1 + 0.2 }}",
+    "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 2 ** 3 ** 2 }} {{ -2 ** 2 }} {{ 10 - 2 - 3 }}",
+    "{{ true + 1 }} {{ true * 3 }} {{ 3 * 'ab' }} {{ 'ab' * 0 }} {{ [1, 2] * 2 }} {{ [1] + [2] }}",
+    "{{ n / 0 }}",
+    "{{ n // 0 }}",
+    "{{ n % 0 }}",
+    "{{ 1.5 / 0 }}",
+    "{{ 'a' + 1 }}",
+    "{{ 1 + 'a' }}",
+    "{{ nn + 'a' }}",
+    "{{ 'a' + nn }}",
+    "{{ [1] + 'a' }}",
+    "{{ d + d }}",
+    "{{ 'a' - 'b' }}",
+    "{{ 'a' * 1.5 }}",
+    "{{ undefined_thing + 1 }}",
+    "{{ -'a' }}",
+    "{{ 1 ~ 2 ~ 'x' ~ none ~ true ~ 1.0 ~ [1] ~ undefined_thing }}",
+    "{{ '%s and %d' % ('x', 3) }}|{{ '%05.2f|%-5s|%5s|%x|%o|%r' % (3.14159, 'ab', 'cd', 255, 8, 'q') }}",
+    "{{ '%(a)s-%(b)03d' % {'a': 'x', 'b': 7} }}|{{ '%s' % [1, 2] }}|{{ '100%%' % () }}",
+    "{{ '%d' % 'x' }}",
+    "{{ '%s %s' % ('x',) }}",
+    # ---- comparisons and logic
+    "{{ 1 < 2 }} {{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }}",
+    "{{ (1, 2) == [1, 2] }} {{ [1, 2] == [1, 2] }} {{ {'a': 1} == {'a': 1} }} {{ none == none }} {{ nn != 0 }}",
+    "{{ 1 < 'a' }}",
+    "{{ undefined_thing < 1 }}",
+    "{{ 'a' in 'cat' }} {{ 'x' in ls }} {{ 'a' in d }} {{ 1 in l }} {{ 5 not in l }} {{ 'z' in undefined_thing }}",
+    "{{ 1 in 'abc' }}",
+    "{{ 1 in nn }}",
+    "{{ 1 and 2 }} {{ 0 and 2 }} {{ 0 or 'x' }} {{ '' or [] }} {{ not 0 }} {{ not not 'a' }} {{ nn or 'd' }}",
+    "{{ 'y' if t else 'n' }} {{ 'y' if fa else 'n' }} {{ 'y' if fa }}|{{ 1 if 0 else 2 if 0 else 3 }}",
+    "{% if el %}a{% elif ed %}b{% elif e %}c{% else %}d{% endif %}{% if [0] %}e{% endif %}{% if 0.0 %}f{% endif %}",
+    # ---- attribute / item access
+    "{{ d.a }} {{ d['b'] }} {{ d.items is defined }}|{{ d['items'] }} {{ nested.x.y[1].z }} {{ nested['x']['y'][0] }}",
+    "{{ l[0] }} {{ l[-1] }} {{ l[5] }}|{{ l.0 }} {{ s[0] }} {{ s[-1] }} {{ u[1] }} {{ u[-1] }}",
+    "{{ l[1:] }} {{ l[:1] }} {{ l[::-1] }} {{ l[::2] }} {{ l[5:] }} {{ l[-2:] }} {{ s[::-1] }} {{ u[2:7] }} {{ u[::-2] }}",
+    "{{ s[1:8:3] }} {{ l[-10:10] }} {{ (1, 2, 3)[1:] }} {{ s[:-3] }}",
+    "{{ l[::0] }}",
+    "{{ d.missing }}|{{ d.missing is defined }}|{{ nn.x }}|{{ s.foo }}|",
+    "{{ d.missing.x }}",
+    "{{ nn.x.y }}",
+    "{{ undefined_thing.x }}",
+    "{{ l[7].x }}",
+    "{{ l['x'] }}|{{ s['x'] }}",
+    "{{ msgs[2].content.x }}",
+    # ---- tests
+    "{{ x is defined }} {{ n is defined }} {{ x is undefined }} {{ nn is none }} {{ n is none }} {{ nn is not none }}",
+    "{{ n is number }} {{ f is number }} {{ t is number }} {{ s is number }} {{ n is integer }} {{ t is integer }} {{ f is float }}",
+    "{{ s is string }} {{ n is string }} {{ d is mapping }} {{ l is mapping }} {{ t is boolean }} {{ 0 is boolean }}",
+    "{{ l is sequence }} {{ s is sequence }} {{ d is sequence }} {{ n is sequence }} {{ x is sequence }} {{ (l|select) is sequence }}",
+    "{{ l is iterable }} {{ s is iterable }} {{ d is iterable }} {{ n is iterable }} {{ x is iterable }} {{ nn is iterable }}",
+    "{{ t is true }} {{ 1 is true }} {{ fa is false }} {{ 0 is false }} {{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 9 is divisibleby(2) }}",
+    "{{ 1 is eq 1 }} {{ 1 is equalto 2 }} {{ 2 is gt 1 }} {{ 2 is ge 2 }} {{ 1 is lt 2 }} {{ 1 is le 0 }} {{ 1 is ne 2 }} {{ 'a' is in 'abc' }} {{ 2 is in l }}",
+    "{{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 'aBc' is lower }} {{ '123' is lower }} {{ s is callable }} {{ range is callable }}",
+    "{{ 'upper' is filter }} {{ 'nofilter' is filter }} {{ 'odd' is test }} {{ nn is sameas none }} {{ t is sameas true }}",
+    "{{ 'x' | safe is escaped }} {{ 'x' is escaped }}",
+    "{{ n is nosuchtest }}",
+    "{% if t %}{{ n is nosuchtest }}{% endif %}",
+    "{% if fa %}{{ n | nosuchfilter }}{% endif %}ok",
+    "{{ n | nosuchfilter }}",
+    "{{ n if t else (n | nosuchfilter) }}",
+    # ---- filters
+    "{{ s | length }} {{ u | length }} {{ l | length }} {{ d | count }} {{ x | length }} {{ e | length }}",
+    "{{ nn | length }}",
+    "{{ (l | select) | length }}",
+    "{{ s | lower }} {{ s | upper }} {{ u | upper }} {{ 'hELLO wORLD' | capitalize }} {{ 'hello wORLD-foo(bar [baz' | title }} {{ \"they're\" | title }}",
+    "{{ ws | trim }}|{{ 'xxhixx' | trim('x') }}|{{ x | trim }}|{{ n | trim }}",
+    "{{ l | join(',') }} {{ ls | join }} {{ users | join(', ', attribute='name') }} {{ [1, none, 'a'] | join('-') }} {{ x | join }}",
+    "{{ x | default('dflt') }} {{ e | default('dflt') }} {{ e | default('dflt', true) }} {{ nn | default('d') }} {{ nn | d('d', boolean=true) }} {{ x | default }}",
+    "{{ l | first }} {{ l | last }} {{ s | first }} {{ el | first }}|{{ d | first }} {{ x | first }}",
+    "{{ el | first | upper }}",
+    "{{ l | sort }} {{ ls | sort }} {{ ls | sort(case_sensitive=true) }} {{ l | sort(reverse=true) }} {{ users | sort(attribute='age') | map(attribute='name') | list }}",
+    "{{ users | sort(attribute='age,name') | map(attribute='name') | join(',') }} {{ users | sort(attribute='name', reverse=true) | map(attribute='name') | join(',') }}",
+    "{{ [3, 'a'] | sort }}",
+    "{{ d | dictsort }} {{ d | dictsort(reverse=true) }} {{ d | dictsort(by='value') }} {{ {'B': 1, 'a': 2} | dictsort }} {{ {'B': 1, 'a': 2} | dictsort(true) }}",
+    "{{ d | items | list }} {{ x | items | list }} {{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.items() | list }}",
+    "{{ l | items | list }}",
+    "{{ d | list }} {{ s | list }} {{ x | list }} {{ l | reverse | list }} {{ s | reverse }} {{ d | reverse | list }}",
+    "{{ l | min }} {{ l | max }} {{ ls | min }} {{ ls | max }} {{ ls | max(case_sensitive=true) }} {{ users | min(attribute='age') }} {{ el | max }}|",
+    "{{ l | sum }} {{ fl | sum }} {{ users | sum(attribute='age') }} {{ l | sum(start=10) }} {{ el | sum }}",
+    "{{ [1, 1, 'a', 'A', 2] | unique | list }} {{ ['a', 'A'] | unique(case_sensitive=true) | list }} {{ users | unique(attribute='age') | map(attribute='name') | list }}",
+    "{{ l | map('string') | list }} {{ ls | map('upper') | join }} {{ users | map(attribute='tags') | list }} {{ users | map(attribute='tags', default=['d']) | list }} {{ msgs | map(attribute='role') | join('/') }}",
+    "{{ l | select('odd') | list }} {{ l | reject('odd') | list }} {{ l | select | list }} {{ [0, 1, '', 'a'] | select | list }} {{ l | select('gt', 1) | list }} {{ l | select('in', [1, 2]) | list }}",
+    "{{ users | selectattr('age', 'equalto', 30) | map(attribute='name') | list }} {{ users | rejectattr('tags') | map(attribute='name') | list }} {{ users | selectattr('tags', 'defined') | list | length }}",
+    "{{ msgs | selectattr('role', 'eq', 'user') | list }} {{ msgs | selectattr('tool_calls') | list | length }} {{ x | selectattr('a') | list }}",
+    "{{ l | select('nosuch') | list }}",
+    "{{ l | select }}",
+    "{% if l | select('gt', 99) %}gen-is-true{% endif %}",
+    "{{ s | replace('o', '0') }} {{ s | replace('l', 'L', 2) }} {{ 'abc' | replace('', '-') }} {{ n | replace('4', 'x') }}",
+    "{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent(2, blank=true) }}|{{ 'a\\nb' | indent('> ') }}|{{ '' | indent(first=true) }}",
+    "{{ n | string }} {{ l | string }} {{ nn | string }} {{ x | string }}| {{ (n | string) ~ 'x' }}",
+    "{{ '42' | int }} {{ '42.7' | int }} {{ 'x' | int }} {{ 'x' | int(-1) }} {{ 4.9 | int }} {{ -4.9 | int }} {{ t | int }} {{ nn | int }} {{ '0x1A' | int(base=16) }} {{ ' 12 ' | int }} {{ '1_000' | int }}",
+    "{{ '4.5' | float }} {{ 'x' | float }} {{ 3 | float }} {{ ' 1e3 ' | float }} {{ 'nan' | float }} {{ 'inf' | float }} {{ nn | float(1.5) }}",
+    "{{ 3.14159 | round }} {{ 3.14159 | round(2) }} {{ 2.5 | round }} {{ 3.5 | round }} {{ 3 | round }} {{ 3.14159 | round(2, 'floor') }} {{ 3.14159 | round(1, 'ceil') }} {{ 2.675 | round(2) }}",
+    "{{ -3 | abs }} {{ -3.5 | abs }} {{ neg | abs }}",
+    "{{ 'x' | center(7) }}|{{ 'xy' | center(7) }}|{{ 'x' | center(1) }}",
+    "{{ 'one two  three-four_five' | wordcount }} {{ '' | wordcount }} {{ u | wordcount }}",
+    "{{ l | batch(2) | list }} {{ l | batch(2, 0) | list }}",
+    "{{ 'x' | safe }} {{ '<a>' | e }} {{ '<a>' | escape | safe }} {{ n | e }} {{ '<' | forceescape }}",
+    "{{ '%s-%s' | format('a', 1) }} {{ '%.2f' | format(1.5) }}",
+    "{{ d | attr('a') }}|{{ s | attr('upper') is defined }}",
+    "{{ nested | tojson }} {{ d | tojson }} {{ u | tojson }} {{ u | tojson(ensure_ascii=true) }} {{ q | tojson }} {{ fl | tojson }}",
+    "{{ d | tojson(indent=2) }}|{{ l | tojson(indent=0) }}|{{ el | tojson(indent=2) }}|{{ ed | tojson(indent=2) }}|{{ d | tojson(indent='\\t') }}",
+    "{{ d | tojson(sort_keys=true) }} {{ d | tojson(separators=(',', ':')) }} {{ nested | tojson(indent=1, separators=(', ', ': ')) }}",
+    "{{ {1: 'a', true: 'b', none: 'c', 1.5: 'd'} | tojson }} {{ (1, 2) | tojson }} {{ '\\x7f\\x00\\u2028' | tojson }} {{ 'x' | safe | tojson }}",
+    "{{ x | tojson }}",
+    "{{ (l | select) | tojson }}",
+    "{{ d.items() | tojson }}",
+    "{{ {(1, 2): 3} | tojson }}",
+    # ---- Markup
+    "{{ 'x' | safe + '<' }}|{{ '<' + 'x' | safe }}|{{ ('a' | safe) ~ '<' }}|{{ ('<' | safe) | upper }}|{{ ('<b>' | safe) | replace('b', 'i') }}",
+    "{{ (('<' | safe) + ('>' | safe)) }}|{{ ('a' | safe + n) }}",
+    "{% set m = 'it\\'s' | safe %}{{ m + \" it's\" }}|{{ m | trim }}|{{ m | length }}",
+    # ---- str methods
+    "{{ s.startswith('He') }} {{ s.startswith(('x', 'Hel')) }} {{ s.endswith('ld') }} {{ s.startswith('World', 6) }} {{ s.endswith('Hello', 0, 5) }}",
+    "{{ s.startswith(1) }}",
+    "{{ 'a,b,,c'.split(',') }} {{ ' a  b \\n c '.split() }} {{ 'a,b,c'.split(',', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ ' a b c '.rsplit(None, 1) }} {{ 'a b c'.split(maxsplit=1) }} {{ ''.split() }} {{ ''.split(',') }}",
+    "{{ 'x'.split('') }}",
+    "{{ ws.strip() }}|{{ ws.lstrip() }}|{{ ws.rstrip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'abcba'.strip('ab') }}|{{ '\\u3000a\\xa0'.strip() }}",
+    "{{ s.lower() }} {{ s.upper() }} {{ 'hello wORLD'.title() }} {{ \"they're bill's\".title() }} {{ 'hELLO'.capitalize() }} {{ 'Straße'.upper() }} {{ 'ÀÉ'.lower() }} {{ 'aB'.swapcase() }}",
+    "{{ s.replace('l', 'L') }} {{ s.replace('l', 'L', 1) }} {{ s.find('o') }} {{ s.find('o', 5) }} {{ s.rfind('o') }} {{ s.find('zz') }} {{ u.find('中') }} {{ s.count('l') }} {{ s.index('W') }}",
+    "{{ s.index('zz') }}",
+    "{{ ', '.join(ls) }} {{ ''.join(['a', 'b']) }} {{ '-'.join(s) }}",
+    "{{ ', '.join(l) }}",
+    "{{ ml.splitlines() }} {{ ml.splitlines(true) }} {{ ''.splitlines() }}",
+    "{{ '123'.isdigit() }} {{ '12a'.isdigit() }} {{ 'abc'.isalpha() }} {{ 'ab1'.isalnum() }} {{ '  '.isspace() }} {{ ''.isdigit() }} {{ 'abc'.islower() }} {{ 'ABC'.isupper() }}",
+    "{{ '5'.zfill(3) }} {{ '-5'.zfill(3) }} {{ 'ab'.ljust(5, '.') }}|{{ 'ab'.rjust(5) }}|{{ 'ab'.center(6, '*') }} {{ 'a=b=c'.partition('=') }} {{ 'a=b=c'.rpartition('=') }} {{ 'abc'.partition('x') }}",
+    "{{ 'prefix_x'.removeprefix('prefix_') }} {{ 'x.txt'.removesuffix('.txt') }}",
+    "{{ '{} and {}'.format('a', 1) }} {{ '{0}{1}{0}'.format('x', 'y') }} {{ '{name}!'.format(name='N') }} {{ '{:>5}|{:<5}|{:^5}|{:*^7}'.format('a', 'b', 'c', 'd') }}",
+    "{{ '{:d} {:5d} {:05d} {:+d} {:,} {:x} {:#x} {:o} {:b}'.format(42, 42, 42, 42, 1234567, 255, 255, 8, 5) }}",
+    "{{ '{:.2f} {:8.3f} {:e} {:.3e} {:g} {:%} {:.1%} {} {:.3}'.format(3.14159, 2.5, 12345.678, 0.00012, 0.0001, 0.25, 0.5, 1.0, 3.14159) }}",
+    "{{ '{0.a} {0[b]} {1[0]}'.format(d, l) }} {{ '{!r} {!s}'.format('x', 'y') }} {{ '{{}} {{x}}'.format() }}",
+    "{{ '{} {}'.format('a') }}",
+    "{{ '{0} {}'.format('a', 'b') }}",
+    "{{ '{:d}'.format('x') }}",
+    "{{ s.nosuchmethod() }}",
+    "{{ n.bit_length() }}",
+    # ---- dict / list methods and the sandbox
+    "{{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }} {{ d.keys() | list }} {{ d.values() | list }} {{ d.copy() }} {{ l.index(1) }} {{ l.count(3) }}",
+    "{{ l.append(4) }}",
+    "{% set _ = l.append(4) %}",
+    "{{ d.update({'x': 1}) }}",
+    "{{ d.pop('a') }}",
+    "{{ l.append is defined }} {{ l.append }}|",
+    "{{ d.__class__ }}",
+    # ---- globals
+    "{{ range(3) | list }} {{ range(1, 4) | list }} {{ range(10, 0, -3) | list }} {{ range(0) | list }} {{ range(3) }} {{ range(1, 10, 2) }}",
+    "{{ range(200000) | length }}",
+    "{{ dict(a=1, b='x') }} {{ dict({'a': 1}, b=2) }} {{ dict([('k', 'v')]) }} {{ dict() }}",
+    "{% set ns = namespace(a=1, b=[]) %}{% set ns.a = ns.a + 1 %}{{ ns.a }} {{ ns.b }} {{ ns }} {{ ns.zz }}|{{ ns['a'] }}",
+    "{% set ns = namespace({'x': 5}, y=6) %}{{ ns.x }}{{ ns.y }}",
+    "{% set ns = namespace() %}{{ ns.zz.q }}",
+    "{% set v = 1 %}{% set v.x = 2 %}",
+    "{{ raise_exception('custom failure: ' ~ n) }}",
+    "{% if n > 40 %}{{ raise_exception('too big') }}{% endif %}after",
+    "{{ strftime_now('%Y-%m-%d %H:%M:%S %a %A %b %B %d %e %j %p %I %y') }}",
+    "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%B %d, %Y') }}",
+    # ---- statements: for
+    "{% for x in l %}{{ loop.index }}:{{ loop.index0 }}:{{ loop.revindex }}:{{ loop.revindex0 }}:{{ loop.first }}:{{ loop.last }}:{{ loop.length }}:{{ x }} {% endfor %}",
+    "{% for x in l %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }}|{% endfor %}",
+    "{% for x in l %}{{ loop.cycle('a', 'b') }}{% endfor %} {% for x in l %}{{ loop }}{% endfor %}",
+    "{% for x in el %}no{% else %}empty{% endfor %} {% for x in l if x > 1 %}{{ x }}{{ loop.index }}{{ loop.length }}{% else %}none{% endfor %}",
+    "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %} {% for k in d %}{{ k }}{% endfor %} {% for c in u %}[{{ c }}]{% endfor %}",
+    "{% for a, b in [(1, 2), [3, 4], 'xy'] %}{{ a }}{{ b }}{% endfor %}",
+    "{% for a, b in [(1, 2, 3)] %}{% endfor %}",
+    "{% for a, b in [1] %}{% endfor %}",
+    "{% for x in nn %}{% endfor %}",
+    "{% for x in n %}{% endfor %}",
+    "{% for x in undefined_thing %}x{% else %}else{% endfor %}",
+    "{% for x in l %}{% if x == 1 %}{% break %}{% endif %}{{ x }}{% endfor %}|{% for x in l %}{% if x == 1 %}{% continue %}{% endif %}{{ x }}{% endfor %}",
+    "{% for x in [1, 2] %}{% for y in [3, 4] %}{{ loop.index }}{{ x }}{{ y }} {% if y == 3 %}{% continue %}{% endif %}{% endfor %}{{ loop.index }}|{% endfor %}",
+    "{% for x in l %}{{ x }}{% set last = x %}{% endfor %}[{{ last }}]",
+    "{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}",
+    "{% set x = 1 %}{% for i in [1, 2] %}{% if i == 2 %}{{ x }}{% endif %}{% set x = 7 %}{% endfor %}",
+    "{% for i in [1, 2] %}{{ x }}{% set x = i %}{{ x }}{% endfor %}",
+    "{% set ns = namespace(c=0) %}{% for m in msgs %}{% if m.role != 'system' %}{% set ns.c = ns.c + 1 %}{% endif %}{% endfor %}{{ ns.c }}",
+    "{{ loop }}|{% for x in [1] %}{% macro m() %}{{ loop is defined }}{% endmacro %}{{ m() }}{% endfor %}",
+    # ---- set, with, blocks
+    "{% set a, b = 1, 2 %}{{ a }}{{ b }} {% set c = (3, 4) %}{{ c }} {% set t1 = 1, %}{{ t1 }}",
+    "{% set x %}inner {{ n }}{% endset %}[{{ x }}]{% set y | upper %}up {{ s }}{% endset %}[{{ y }}]",
+    "{% set a %}{% set b = 1 %}x{% endset %}{{ b }}|{{ a }}",
+    "{% set b = 0 %}{% filter upper %}{% set b = 1 %}x {{ s }}{% endfilter %}{{ b }}",
+    "{% filter trim | upper %}   spaced   {% endfilter %}|{% filter replace('a', 'b') %}aaa{% endfilter %}",
+    "{% with a = 1, b = n %}{{ a }}{{ b }}{% endwith %}{{ a }}",
+    "{% set x = 1 %}{% if true %}{% set x = 2 %}{% endif %}{{ x }}",
+    # ---- macros
+    "{% macro m(a, b=a ~ 'z', c=none) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ m(1) }}|{{ m(1, 2) }}|{{ m(b=3, a=4) }}|{{ m(1, c=5) }}",
+    "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}",
+    "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(c=1) }}",
+    "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, a=2) }}",
+    "{% macro m(a) %}[{{ a }}]{% endmacro %}{{ m() }}",
+    "{% macro m(a) %}[{{ a + 1 }}]{% endmacro %}{{ m() }}",
+    "{% macro fact(k) %}{% if k <= 1 %}1{% else %}{{ k * (fact(k - 1) | int) }}{% endif %}{% endmacro %}{{ fact(5) }}",
+    "{% set x = 1 %}{% macro m() %}{{ x }}{% endmacro %}{{ m() }}{% set x = 5 %}{{ m() }}",
+    "{% macro m() %}{{ y }}{% endmacro %}{{ m() }}{% set y = 5 %}{{ m() }}",
+    "{% set x = 1 %}{% macro m() %}{{ x }}{% set x = 3 %}{{ x }}{% endmacro %}{{ m() }}{{ x }}",
+    "{% macro m() %}{{ caller is defined }}{% endmacro %}{{ m() }} {{ m }}",
+    "{% macro m(x) %}{{ x | tojson }}{% endmacro %}{{ m({'a': [1, 2]}) ~ '!' }} {{ m('q') | length }}",
+    "{% macro outer() %}{% macro inner() %}in{% endmacro %}{{ inner() }}-out{% endmacro %}{{ outer() }}",
+    "{{ nomacro() }}",
+    "{{ s() }}",
+    # ---- whitespace control
+    "a\n{% if t %}\n  b\n{% endif %}\nc\n",
+    "a\n  {% if t %}\n  b\n  {% endif %}\nc",
+    "a  {%- if t -%}  b  {%- endif -%}  c",
+    "a\n  {%+ if t %}b{% endif %}\nc",
+    "a\n  {% if t +%}\nb{% endif %}",
+    "  {{ n }}  \n  {{- n -}}  \n{{ n }}",
+    "x {# comment #} y\n  {# own line #}\nz {#- strip -#}  w",
+    "{% raw %}{{ not rendered }} {% if %}{% endraw %}|  {%- raw -%}  x  {%- endraw -%}  |",
+    "line1\r\nline2\rline3\n",
+    "trailing newline kept?\n\n",
+    "{%- for x in l %}\n  - {{ x }}\n{%- endfor %}\n",
+    "{% for x in l -%}\n{{ x }}\n{% endfor -%}\nend",
+    "\t{% if t %}tab{% endif %}\n \t {# c #}\nend",
+    "{{ '{{' }} {{ '}}' }} {{ {'a': {'b': 1}} }}",
+    # ---- misc semantics
+    "{{ [1, 2, 3] | map('string') | join('') | int + 1 }}",
+    "{{ msgs | length }}{% for m in msgs %}{{ m.role[0] | upper }}{{ m['content'] if m.content is string else '-' }}{% endfor %}",
+    "{% set sys = msgs[0]['content'] if msgs[0]['role'] == 'system' else '' %}{{ sys }}",
+    "{{ msgs[2].tool_calls[0].function.arguments | tojson }} {{ msgs[2].tool_calls[0].function.arguments }}",
+    "{{ msgs[2].tool_calls[0].function.arguments.items() | list }}",
+    "{% for k, v in msgs[2].tool_calls[0].function.arguments | items %}{{ k }}:{{ v | tojson }};{% endfor %}",
+    "{{ 'content' in msgs[0] }} {{ 'tool_calls' in msgs[0] }} {{ msgs[0].get('content') }} {{ msgs[0].get('nope', 'dflt') }}",
+    "{{ u | tojson(ensure_ascii=false) }} {{ u ~ '!' }} {{ u.upper() }} {{ u | length }} {{ u[-1] | tojson(ensure_ascii=true) }}",
+    # ---- syntax errors (jinja2 TemplateSyntaxError at compile time)
+    "{% if t %}unclosed",
+    "{% for x in l %}{% endif %}",
+    "{{ 1 + }}",
+    "{% endfor %}",
+    "{{ (1 }}",
+    "{% break %}",
+    "{% include 'x.html' %}",
+    "{% nosuchtag %}",
+    "{{ 'unterminated }}",
+    "{# unterminated comment",
+    "{% raw %}no end",
+    "{{ x | }}",
+    "{% set 1 = 2 %}",
+    "{% macro m(a=1, b) %}{% endmacro %}",
+]
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = make_env()
+    out = []
+    for src in SNIPPETS:
+        rec = {"t": src}
+        try:
+            rec["output"] = env.from_string(src).render(**copy.deepcopy(CONTEXT))
+        except Exception as e:
+            rec["error"] = str(e).split("\n")[0]
+            rec["error_type"] = type(e).__name__
+        out.append(rec)
+    path = os.path.join(root, "tests", "data", "chat", "unit_cases.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"now_unix": NOW_UNIX, "context": CONTEXT, "cases": out}, f, ensure_ascii=False,
+                  indent=1)
+        f.write("\n")
+    n_err = sum(1 for r in out if "error" in r)
+    print(f"{len(out)} snippets: {len(out) - n_err} rendered, {n_err} errors", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
