@@ -47,7 +47,7 @@ else
 endif
 
 CFLAGS_ALL := $(BASE_CFLAGS) $(OPT) $(EXTRA_CFLAGS)
-LDLIBS := -lm -pthread -lpcre2-8
+LDLIBS := -lm -pthread -lmicrohttpd -lpcre2-8
 LDFLAGS_ALL := $(filter -fsanitize%,$(OPT)) $(EXTRA_LDFLAGS)
 
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2

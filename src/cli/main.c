@@ -17,6 +17,7 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"generate", cmd_generate, "generate text from a prompt or a JSONL file of prompts"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"bench", cmd_bench, "measure prefill/decode speed against the machine's roofline"},

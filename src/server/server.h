@@ -65,6 +65,9 @@ void server_drain(server *s);
 /* Requests being handled right now (parsing, waiting or generating). */
 int64_t server_active(const server *s);
 
+/* The server's metrics (the engine loop's step hook feeds its histograms). */
+struct srv_metrics *server_metrics(server *s);
+
 /* Stops listening, waits for connection threads, frees. The engine loop is not touched. */
 void server_destroy(server *s);
 

@@ -1,0 +1,686 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * srv_gen: running one generation request and writing its response.
+ *
+ * Every choice (n per prompt) is its own engine request with seed + choice index. Its events
+ * (token ids with logprobs) are turned into text by the choice's own detokenizer stream with the
+ * request's own skip_special_tokens (incident bug class (a): flags are never shared), then:
+ *   1. stop strings: text is released only up to the longest suffix that could still begin a
+ *      stop string; when one matches, text is cut before it, the engine request is cancelled,
+ *      and the tokens counted stop at the one that completed the match, so the response does not
+ *      depend on how many tokens the engine produced before it heard of the cancel;
+ *   2. the tool-call parser (chat with tools): markup never reaches content; completed calls are
+ *      emitted whole; a call that does not parse surfaces as finish_reason "error" with an
+ *      "error" object on the choice and is counted in verity_tool_parse_failures_total.
+ * Tool call ids are derived from (prompt, choice, call index, arguments) so a response is
+ * reproducible byte for byte. Streams are SSE: role chunk first, content/tool-call deltas, one
+ * finish chunk per choice, the usage chunk (choices: []) when asked, then [DONE].
+ */
+#include "server/srv_int.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SRV_POLL_MS 20
+
+typedef struct srv_choice {
+    eloop_req *q;
+    int index;
+    int prompt_idx;
+    tokenizer_stream ts;
+    strbuf raw;      /* detokenized text so far */
+    size_t released; /* raw[0..released) has passed the stop-string check */
+    strbuf content;  /* content released so far (non-stream) / not yet sent (stream) */
+    strbuf lp;       /* logprob entries (JSON, comma-separated) not yet sent / all */
+    size_t lp_sent;
+    chat_tool_parser *tp;
+    int calls_sent;
+    int32_t n_tokens;
+    bool stopped; /* a stop string matched: further events are ignored */
+    bool done;
+    bool role_sent;
+    int engine_error; /* the engine refused the request (err code) */
+    const char *finish;
+    char error[256];
+    int64_t t_last_ns;
+} srv_choice;
+
+struct srv_gen {
+    server *s;
+    srv_params p;
+    srv_choice ch[SRV_MAX_CHOICES];
+    int n_ch;
+    int fd;
+    char id[48];
+    int64_t created;
+    int64_t t_arrival_ns;
+    bool first_token;
+    int64_t prompt_tokens;
+    strbuf out;      /* SSE bytes not yet handed to the HTTP library */
+    size_t out_pos;
+    bool finished;   /* usage chunk and [DONE] appended */
+    bool aborted;
+    arena *a;        /* copies of the parameters' strings */
+};
+
+static uint64_t srv_fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Copies p into g with its strings and prompts in g's own arena (the request's arena dies when
+ * the handler returns, a stream outlives it). */
+static int srv_gen_copy_params(srv_gen *g, const srv_params *p) {
+    g->p = *p;
+    for (int i = 0; i < p->n_stop; i++)
+        if (!(g->p.stop[i] = arena_strndup(g->a, p->stop[i], p->stop_len[i])))
+            return ERR_NOMEM;
+    if (p->tool_choice_name && !(g->p.tool_choice_name = arena_strndup(g->a, p->tool_choice_name,
+                                                                        strlen(p->tool_choice_name))))
+        return ERR_NOMEM;
+    g->p.messages = NULL;
+    g->p.tools = NULL;
+    g->p.model = NULL;
+    g->p.prompts = arena_alloc(g->a, (size_t)p->n_prompts * sizeof *g->p.prompts);
+    g->p.prompt_lens = arena_alloc(g->a, (size_t)p->n_prompts * sizeof *g->p.prompt_lens);
+    if (!g->p.prompts || !g->p.prompt_lens)
+        return ERR_NOMEM;
+    for (int i = 0; i < p->n_prompts; i++) {
+        g->p.prompt_lens[i] = p->prompt_lens[i];
+        g->p.prompts[i] = arena_alloc(g->a, (size_t)p->prompt_lens[i] * sizeof(int32_t));
+        if (!g->p.prompts[i])
+            return ERR_NOMEM;
+        memcpy(g->p.prompts[i], p->prompts[i], (size_t)p->prompt_lens[i] * sizeof(int32_t));
+    }
+    return 0;
+}
+
+srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival_ns, srv_err *e) {
+    int n_ch = p->n * p->n_prompts;
+    eloop_stats st;
+    engine_loop_stats(s->sm.loop, &st);
+    int64_t waiting = engine_loop_pending(s->sm.loop) - st.running;
+    if (waiting + n_ch > s->o.queue_max) {
+        srv_fail(e, 429, "rate_limit_error", NULL,
+                 "the server is at capacity (%lld requests waiting, queue-max %lld); retry later",
+                 (long long)waiting, (long long)s->o.queue_max);
+        return NULL;
+    }
+    srv_gen *g = calloc(1, sizeof *g);
+    if (!g || !(g->a = arena_create(0, 0)) || srv_gen_copy_params(g, p)) {
+        if (g)
+            arena_destroy(g->a);
+        free(g);
+        srv_fail(e, 500, "server_error", NULL, "out of memory");
+        return NULL;
+    }
+    g->s = s;
+    g->fd = fd;
+    g->n_ch = n_ch;
+    g->created = clock_wall_s();
+    g->t_arrival_ns = t_arrival_ns;
+    uint64_t idn = atomic_fetch_add(&s->next_id, 1) + 1;
+    uint64_t h = srv_fnv(1469598103934665603ull, &idn, sizeof idn);
+    h = srv_fnv(h, &t_arrival_ns, sizeof t_arrival_ns);
+    snprintf(g->id, sizeof g->id, "%s-%016llx%08llx", p->chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)h, (unsigned long long)(idn & 0xffffffffu));
+    strbuf_init(&g->out);
+    bool tools = p->chat && p->tool_choice != SRV_TOOLS_NONE && s->tool_format != CHAT_TOOL_FORMAT_NONE;
+    for (int i = 0; i < n_ch; i++) {
+        srv_choice *c = &g->ch[i];
+        c->index = i;
+        c->prompt_idx = i / p->n;
+        tokenizer_stream_init(&c->ts, s->sm.tok, p->skip_special);
+        strbuf_init(&c->raw);
+        strbuf_init(&c->content);
+        strbuf_init(&c->lp);
+        if (tools && chat_tool_parser_create(s->tool_format, &c->tp)) {
+            srv_gen_free(g);
+            srv_fail(e, 500, "server_error", NULL, "out of memory");
+            return NULL;
+        }
+    }
+    for (int i = 0; i < n_ch; i++) {
+        srv_choice *c = &g->ch[i];
+        int32_t len = g->p.prompt_lens[c->prompt_idx];
+        engine_req r = {.prompt = g->p.prompts[c->prompt_idx],
+                        .n_prompt = len,
+                        .sp = g->p.sp,
+                        .max_tokens = g->p.max_tokens > 0 ? g->p.max_tokens
+                                                          : (int32_t)(s->sm.n_ctx - len),
+                        .ignore_eog = g->p.ignore_eos,
+                        .want_logprobs = g->p.logprobs};
+        r.sp.seed = g->p.sp.seed + (uint64_t)(i % p->n);
+        if (engine_loop_submit(s->sm.loop, &r, &c->q)) {
+            srv_gen_free(g);
+            srv_fail(e, 500, "server_error", NULL, "out of memory");
+            return NULL;
+        }
+        g->prompt_tokens += len;
+    }
+    return g;
+}
+
+void srv_gen_free(void *vg) {
+    srv_gen *g = vg;
+    if (!g)
+        return;
+    bool cancelled = false;
+    for (int i = 0; i < g->n_ch; i++) {
+        srv_choice *c = &g->ch[i];
+        if (c->q) {
+            if (!c->done)
+                cancelled = true;
+            eloop_req_release(c->q);
+        }
+        tokenizer_stream_deinit(&c->ts);
+        strbuf_deinit(&c->raw);
+        strbuf_deinit(&c->content);
+        strbuf_deinit(&c->lp);
+        chat_tool_parser_destroy(c->tp);
+    }
+    if (cancelled || g->aborted)
+        srv_metrics_cancelled(g->s->metrics);
+    strbuf_deinit(&g->out);
+    arena_destroy(g->a);
+    free(g);
+}
+
+/* ---- text pipeline ---- */
+
+/* Passes released text to the tool parser (or straight to content). */
+static void srv_choice_content(srv_gen *g, srv_choice *c, const char *t, size_t n) {
+    if (!c->tp) {
+        strbuf_append(&c->content, t, n);
+        return;
+    }
+    if (chat_tool_parser_feed(c->tp, t, n, &c->content) == ERR_FORMAT && !c->error[0])
+        snprintf(c->error, sizeof c->error, "%s", err_detail());
+    (void)g;
+}
+
+/* Releases raw text up to the stop-string rules; returns true if a stop string matched. */
+static bool srv_choice_release(srv_gen *g, srv_choice *c, bool final) {
+    const char *raw = c->raw.data;
+    size_t L = c->raw.len, E = c->released;
+    size_t best = SIZE_MAX;
+    for (int k = 0; k < g->p.n_stop; k++) {
+        size_t sl = g->p.stop_len[k];
+        if (L - E < sl)
+            continue;
+        const char *hit = memmem(raw + E, L - E, g->p.stop[k], sl);
+        if (hit && (size_t)(hit - raw) < best)
+            best = (size_t)(hit - raw);
+    }
+    if (best != SIZE_MAX) {
+        srv_choice_content(g, c, raw + E, best - E);
+        c->released = best;
+        return true;
+    }
+    size_t hold = 0;
+    if (!final) {
+        for (int k = 0; k < g->p.n_stop; k++) {
+            size_t sl = g->p.stop_len[k];
+            for (size_t h = sl - 1; h > hold; h--)
+                if (h <= L - E && memcmp(raw + L - h, g->p.stop[k], h) == 0) {
+                    hold = h;
+                    break;
+                }
+        }
+    }
+    srv_choice_content(g, c, raw + E, L - hold - E);
+    c->released = L - hold;
+    return false;
+}
+
+static void srv_json_token_bytes(strbuf *sb, const char *t, size_t n) {
+    strbuf_puts(sb, "\"bytes\":[");
+    for (size_t i = 0; i < n; i++)
+        strbuf_printf(sb, i ? ",%u" : "%u", (unsigned)(unsigned char)t[i]);
+    strbuf_putc(sb, ']');
+}
+
+/* Appends one position's logprob entry (chat shape) to c->lp. */
+static void srv_choice_logprob(srv_gen *g, srv_choice *c, const eloop_event *ev) {
+    const tokenizer *tok = g->s->sm.tok;
+    size_t n;
+    const char *t = tokenizer_token_text(tok, ev->token, true, &n);
+    strbuf *sb = &c->lp;
+    if (sb->len)
+        strbuf_putc(sb, ',');
+    if (g->p.chat) {
+        strbuf_puts(sb, "{\"token\":");
+        strbuf_json_str(sb, t, n, false);
+        strbuf_puts(sb, ",\"logprob\":");
+        strbuf_json_num(sb, ev->logprob);
+        strbuf_putc(sb, ',');
+        srv_json_token_bytes(sb, t, n);
+        strbuf_puts(sb, ",\"top_logprobs\":[");
+        for (int k = 0; k < ev->n_top && k < g->p.top_logprobs; k++) {
+            size_t tn;
+            const char *tt = tokenizer_token_text(tok, ev->top[k].token, true, &tn);
+            strbuf_puts(sb, k ? ",{\"token\":" : "{\"token\":");
+            strbuf_json_str(sb, tt, tn, false);
+            strbuf_puts(sb, ",\"logprob\":");
+            strbuf_json_num(sb, ev->top[k].logprob);
+            strbuf_putc(sb, ',');
+            srv_json_token_bytes(sb, tt, tn);
+            strbuf_putc(sb, '}');
+        }
+        strbuf_puts(sb, "]}");
+    } else {
+        /* completions: keep [token, logprob, {alternatives}] triples; assembled at the end */
+        strbuf_puts(sb, "[");
+        strbuf_json_str(sb, t, n, false);
+        strbuf_putc(sb, ',');
+        strbuf_json_num(sb, ev->logprob);
+        strbuf_puts(sb, ",{");
+        for (int k = 0; k < ev->n_top && k < g->p.top_logprobs; k++) {
+            size_t tn;
+            const char *tt = tokenizer_token_text(tok, ev->top[k].token, true, &tn);
+            if (k)
+                strbuf_putc(sb, ',');
+            strbuf_json_str(sb, tt, tn, false);
+            strbuf_putc(sb, ':');
+            strbuf_json_num(sb, ev->top[k].logprob);
+        }
+        strbuf_puts(sb, "}]");
+    }
+}
+
+/* Applies one engine event to its choice. */
+static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
+    srv_metrics *mt = g->s->metrics;
+    if (ev->token >= 0 && !c->stopped) {
+        int64_t now = clock_now_ns();
+        if (!g->first_token) {
+            g->first_token = true;
+            srv_metrics_observe(mt, SRV_H_TTFT, (double)(now - g->t_arrival_ns) * 1e-9);
+        } else if (c->t_last_ns) {
+            srv_metrics_observe(mt, SRV_H_ITL, (double)(now - c->t_last_ns) * 1e-9);
+        }
+        c->t_last_ns = now;
+        c->n_tokens++;
+        tokenizer_stream_push(&c->ts, ev->token, &c->raw);
+        if (g->p.logprobs && ev->has_logprobs)
+            srv_choice_logprob(g, c, ev);
+        if (srv_choice_release(g, c, false)) {
+            c->stopped = true;
+            c->finish = "stop";
+            eloop_req_cancel(c->q);
+        }
+    }
+    if (ev->finish == ENGINE_FINISH_NONE)
+        return;
+    if (ev->error) {
+        c->done = true;
+        c->engine_error = ev->error;
+        c->finish = "error";
+        snprintf(c->error, sizeof c->error, "the engine refused the request (%s)", err_str(ev->error));
+        return;
+    }
+    if (!c->stopped) {
+        tokenizer_stream_flush(&c->ts, &c->raw);
+        if (srv_choice_release(g, c, true))
+            c->finish = "stop";
+        else
+            c->finish = ev->finish == ENGINE_FINISH_LENGTH ? "length" : "stop";
+    }
+    if (c->tp) {
+        if (chat_tool_parser_finish(c->tp, &c->content) == ERR_FORMAT && !c->error[0])
+            snprintf(c->error, sizeof c->error, "%s", err_detail());
+        if (c->error[0]) {
+            c->finish = "error";
+            srv_metrics_tool_parse_failure(mt);
+        } else if (chat_tool_parser_n_calls(c->tp) > 0) {
+            c->finish = "tool_calls";
+        }
+    }
+    c->done = true;
+    srv_metrics_finish(mt, !strcmp(c->finish, "length")       ? SRV_FINISH_LENGTH
+                           : !strcmp(c->finish, "tool_calls") ? SRV_FINISH_TOOL_CALLS
+                                                              : SRV_FINISH_STOP);
+    srv_metrics_tokens(mt, 0, c->n_tokens);
+}
+
+static bool srv_all_done(const srv_gen *g) {
+    for (int i = 0; i < g->n_ch; i++)
+        if (!g->ch[i].done)
+            return false;
+    return true;
+}
+
+/* Takes every event available now (waiting up to timeout_ms for the first). Returns true if any
+ * arrived. */
+static bool srv_gen_pump(srv_gen *g, int timeout_ms) {
+    bool got = false;
+    for (int i = 0; i < g->n_ch; i++) {
+        srv_choice *c = &g->ch[i];
+        eloop_event ev;
+        while (!c->done && eloop_req_next(c->q, &ev, 0) == 0) {
+            srv_choice_event(g, c, &ev);
+            got = true;
+        }
+    }
+    if (got || srv_all_done(g))
+        return got;
+    for (int i = 0; i < g->n_ch; i++) {
+        srv_choice *c = &g->ch[i];
+        eloop_event ev;
+        if (!c->done) {
+            if (eloop_req_next(c->q, &ev, timeout_ms) == 0) {
+                srv_choice_event(g, c, &ev);
+                return true;
+            }
+            break;
+        }
+    }
+    return false;
+}
+
+static void srv_tool_call_json(strbuf *sb, const srv_gen *g, const srv_choice *c, int k,
+                               bool with_index) {
+    const chat_tool_call *call = chat_tool_parser_call(c->tp, k);
+    const int32_t *pr = g->p.prompts[c->prompt_idx];
+    uint64_t h = srv_fnv(1469598103934665603ull, pr, (size_t)g->p.prompt_lens[c->prompt_idx] * 4);
+    h = srv_fnv(h, &c->index, sizeof c->index);
+    h = srv_fnv(h, &k, sizeof k);
+    h = srv_fnv(h, call->name, strlen(call->name));
+    h = srv_fnv(h, call->arguments, strlen(call->arguments));
+    strbuf_putc(sb, '{');
+    if (with_index)
+        strbuf_printf(sb, "\"index\":%d,", k);
+    strbuf_printf(sb, "\"id\":\"call_%016llx\",\"type\":\"function\",\"function\":{\"name\":",
+                  (unsigned long long)h);
+    strbuf_json_str(sb, call->name, strlen(call->name), false);
+    strbuf_puts(sb, ",\"arguments\":");
+    strbuf_json_str(sb, call->arguments, strlen(call->arguments), false);
+    strbuf_puts(sb, "}}");
+}
+
+static void srv_usage_json(strbuf *sb, const srv_gen *g) {
+    int64_t comp = 0;
+    for (int i = 0; i < g->n_ch; i++)
+        comp += g->ch[i].n_tokens;
+    strbuf_printf(sb, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld}",
+                  (long long)g->prompt_tokens, (long long)comp, (long long)(g->prompt_tokens + comp));
+}
+
+static void srv_choice_error_json(strbuf *sb, const srv_choice *c) {
+    if (!c->error[0])
+        return;
+    strbuf_puts(sb, ",\"error\":{\"type\":\"tool_call_parse_error\",\"message\":");
+    strbuf_json_str(sb, c->error, strlen(c->error), false);
+    strbuf_putc(sb, '}');
+}
+
+/* Completions logprobs object from the collected triples. */
+static void srv_completion_logprobs(strbuf *sb, const srv_gen *g, const srv_choice *c) {
+    arena *a = arena_create(0, 0);
+    strbuf arr;
+    strbuf_init(&arr);
+    strbuf_putc(&arr, '[');
+    strbuf_append(&arr, c->lp.data, c->lp.len);
+    strbuf_putc(&arr, ']');
+    json_value *v = NULL;
+    if (!a || json_parse(a, arr.data, arr.len, &v)) {
+        strbuf_puts(sb, "null");
+    } else {
+        strbuf_puts(sb, "{\"tokens\":[");
+        for (size_t i = 0; i < v->arr.n; i++) {
+            if (i)
+                strbuf_putc(sb, ',');
+            json_write(sb, v->arr.items[i]->arr.items[0]);
+        }
+        strbuf_puts(sb, "],\"token_logprobs\":[");
+        for (size_t i = 0; i < v->arr.n; i++) {
+            if (i)
+                strbuf_putc(sb, ',');
+            json_write(sb, v->arr.items[i]->arr.items[1]);
+        }
+        strbuf_puts(sb, "],\"top_logprobs\":[");
+        for (size_t i = 0; i < v->arr.n; i++) {
+            if (i)
+                strbuf_putc(sb, ',');
+            json_write(sb, v->arr.items[i]->arr.items[2]);
+        }
+        strbuf_puts(sb, "],\"text_offset\":[");
+        size_t off = 0;
+        for (size_t i = 0; i < v->arr.n; i++) {
+            strbuf_printf(sb, i ? ",%zu" : "%zu", off);
+            off += v->arr.items[i]->arr.items[0]->str.len;
+        }
+        strbuf_puts(sb, "]}");
+    }
+    (void)g;
+    strbuf_deinit(&arr);
+    arena_destroy(a);
+}
+
+/* Whitespace-only content beside tool calls is dropped (content: null), as OpenAI reports it. */
+static bool srv_blank(const strbuf *sb) {
+    for (size_t i = 0; i < sb->len; i++)
+        if (sb->data[i] != ' ' && sb->data[i] != '\n' && sb->data[i] != '\t' && sb->data[i] != '\r')
+            return false;
+    return true;
+}
+
+static void srv_gen_head(strbuf *sb, const srv_gen *g, const char *object) {
+    strbuf_puts(sb, "{\"id\":");
+    strbuf_json_str(sb, g->id, strlen(g->id), false);
+    strbuf_printf(sb, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, (long long)g->created);
+    strbuf_json_str(sb, g->s->sm.name, strlen(g->s->sm.name), false);
+    strbuf_puts(sb, ",\"system_fingerprint\":");
+    strbuf_json_str(sb, g->s->fingerprint, strlen(g->s->fingerprint), false);
+}
+
+int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
+    while (!srv_all_done(g)) {
+        if (!srv_gen_pump(g, SRV_POLL_MS) && srv_client_gone(g->fd)) {
+            g->aborted = true;
+            return ERR_CANCELLED;
+        }
+    }
+    for (int i = 0; i < g->n_ch; i++) {
+        int ee = g->ch[i].engine_error;
+        if (ee) {
+            bool client = ee == ERR_RANGE || ee == ERR_INVAL;
+            srv_fail(e, client ? 400 : 500, client ? "invalid_request_error" : "server_error", NULL,
+                     "%s", g->ch[i].error);
+            return ERR_INTERNAL;
+        }
+    }
+    srv_metrics_tokens(g->s->metrics, g->prompt_tokens, 0);
+    srv_metrics_observe(g->s->metrics, SRV_H_E2E, (double)(clock_now_ns() - g->t_arrival_ns) * 1e-9);
+    srv_gen_head(out, g, g->p.chat ? "chat.completion" : "text_completion");
+    strbuf_puts(out, ",\"choices\":[");
+    for (int i = 0; i < g->n_ch; i++) {
+        srv_choice *c = &g->ch[i];
+        strbuf_printf(out, "%s{\"index\":%d,", i ? "," : "", i);
+        if (g->p.chat) {
+            int n_calls = c->tp ? chat_tool_parser_n_calls(c->tp) : 0;
+            strbuf_puts(out, "\"message\":{\"role\":\"assistant\",\"content\":");
+            if (n_calls && srv_blank(&c->content))
+                strbuf_puts(out, "null");
+            else
+                strbuf_json_str(out, c->content.data, c->content.len, false);
+            if (n_calls) {
+                strbuf_puts(out, ",\"tool_calls\":[");
+                for (int k = 0; k < n_calls; k++) {
+                    if (k)
+                        strbuf_putc(out, ',');
+                    srv_tool_call_json(out, g, c, k, false);
+                }
+                strbuf_putc(out, ']');
+            }
+            strbuf_puts(out, "},\"logprobs\":");
+            if (g->p.logprobs) {
+                strbuf_puts(out, "{\"content\":[");
+                strbuf_append(out, c->lp.data, c->lp.len);
+                strbuf_puts(out, "]}");
+            } else {
+                strbuf_puts(out, "null");
+            }
+        } else {
+            strbuf_puts(out, "\"text\":");
+            if (g->p.echo) {
+                strbuf text;
+                strbuf_init(&text);
+                tokenizer_decode(g->s->sm.tok, g->p.prompts[c->prompt_idx],
+                                 (size_t)g->p.prompt_lens[c->prompt_idx], false, &text);
+                strbuf_append(&text, c->content.data, c->content.len);
+                strbuf_json_str(out, text.data, text.len, false);
+                strbuf_deinit(&text);
+            } else {
+                strbuf_json_str(out, c->content.data, c->content.len, false);
+            }
+            strbuf_puts(out, ",\"logprobs\":");
+            if (g->p.logprobs)
+                srv_completion_logprobs(out, g, c);
+            else
+                strbuf_puts(out, "null");
+        }
+        strbuf_printf(out, ",\"finish_reason\":\"%s\"", c->finish);
+        srv_choice_error_json(out, c);
+        strbuf_putc(out, '}');
+    }
+    strbuf_puts(out, "],\"usage\":");
+    srv_usage_json(out, g);
+    strbuf_putc(out, '}');
+    return strbuf_failed(out) ? ERR_NOMEM : 0;
+}
+
+/* ---- streaming ---- */
+
+static void srv_sse_begin(srv_gen *g) {
+    strbuf_puts(&g->out, "data: ");
+    srv_gen_head(&g->out, g, g->p.chat ? "chat.completion.chunk" : "text_completion");
+}
+
+static void srv_sse_end(srv_gen *g) {
+    strbuf_puts(&g->out, "}\n\n");
+}
+
+/* Writes whatever choice c has ready: role chunk, content delta, new tool calls, finish. */
+static void srv_stream_choice(srv_gen *g, srv_choice *c) {
+    if (g->p.chat && !c->role_sent) {
+        srv_sse_begin(g);
+        strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"delta\":{\"role\":\"assistant\","
+                               "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]",
+                      c->index);
+        srv_sse_end(g);
+        c->role_sent = true;
+    }
+    bool has_lp = g->p.logprobs && c->lp.len > c->lp_sent;
+    if (c->content.len || has_lp) {
+        srv_sse_begin(g);
+        strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,", c->index);
+        if (g->p.chat) {
+            strbuf_puts(&g->out, "\"delta\":{\"content\":");
+            strbuf_json_str(&g->out, c->content.data, c->content.len, false);
+            strbuf_puts(&g->out, "},\"logprobs\":");
+            if (has_lp) {
+                strbuf_puts(&g->out, "{\"content\":[");
+                const char *lp = c->lp.data + c->lp_sent;
+                size_t n = c->lp.len - c->lp_sent;
+                if (n && lp[0] == ',')
+                    lp++, n--;
+                strbuf_append(&g->out, lp, n);
+                strbuf_puts(&g->out, "]}");
+                c->lp_sent = c->lp.len;
+            } else {
+                strbuf_puts(&g->out, "null");
+            }
+        } else {
+            strbuf_puts(&g->out, "\"text\":");
+            strbuf_json_str(&g->out, c->content.data, c->content.len, false);
+            strbuf_puts(&g->out, ",\"logprobs\":null");
+        }
+        strbuf_puts(&g->out, ",\"finish_reason\":null}]");
+        srv_sse_end(g);
+        strbuf_reset(&c->content);
+    }
+    int n_calls = c->tp ? chat_tool_parser_n_calls(c->tp) : 0;
+    while (c->calls_sent < n_calls) {
+        srv_sse_begin(g);
+        strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[",
+                      c->index);
+        srv_tool_call_json(&g->out, g, c, c->calls_sent, true);
+        strbuf_puts(&g->out, "]},\"logprobs\":null,\"finish_reason\":null}]");
+        srv_sse_end(g);
+        c->calls_sent++;
+    }
+    if (c->done && c->finish) {
+        srv_sse_begin(g);
+        if (g->p.chat)
+            strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"delta\":{},\"logprobs\":null,"
+                                   "\"finish_reason\":\"%s\"",
+                          c->index, c->finish);
+        else
+            strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"text\":\"\",\"logprobs\":null,"
+                                   "\"finish_reason\":\"%s\"",
+                          c->index, c->finish);
+        srv_choice_error_json(&g->out, c);
+        strbuf_puts(&g->out, "}]");
+        srv_sse_end(g);
+        c->finish = NULL; /* written */
+    }
+}
+
+ssize_t srv_gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    srv_gen *g = cls;
+    for (;;) {
+        if (g->out_pos < g->out.len) {
+            size_t n = g->out.len - g->out_pos;
+            if (n > max)
+                n = max;
+            memcpy(buf, g->out.data + g->out_pos, n);
+            g->out_pos += n;
+            if (g->out_pos == g->out.len) {
+                strbuf_reset(&g->out);
+                g->out_pos = 0;
+            }
+            return (ssize_t)n;
+        }
+        if (g->finished)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g->aborted)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (srv_all_done(g)) {
+            for (int i = 0; i < g->n_ch; i++)
+                srv_stream_choice(g, &g->ch[i]);
+            if (g->p.include_usage) {
+                srv_sse_begin(g);
+                strbuf_puts(&g->out, ",\"choices\":[],\"usage\":");
+                srv_usage_json(&g->out, g);
+                srv_sse_end(g);
+            }
+            strbuf_puts(&g->out, "data: [DONE]\n\n");
+            g->finished = true;
+            srv_metrics_tokens(g->s->metrics, g->prompt_tokens, 0);
+            srv_metrics_observe(g->s->metrics, SRV_H_E2E,
+                                (double)(clock_now_ns() - g->t_arrival_ns) * 1e-9);
+            continue;
+        }
+        if (srv_gen_pump(g, SRV_POLL_MS)) {
+            for (int i = 0; i < g->n_ch; i++)
+                if (!g->ch[i].done || g->ch[i].finish)
+                    srv_stream_choice(g, &g->ch[i]);
+            continue;
+        }
+        if (srv_client_gone(g->fd)) {
+            g->aborted = true;
+            for (int i = 0; i < g->n_ch; i++)
+                if (!g->ch[i].done)
+                    eloop_req_cancel(g->ch[i].q);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
