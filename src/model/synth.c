@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * synth: see synth.h. Shapes:
- *   tiny: embd 64, 2 layers, 4 heads, 2 KV heads (head 16), FFN 128, context 512, rope base 1e4,
+ *   tiny: embd 64, 2 layers, 4 heads, 2 KV heads (head 16), FFN 128, context 4096, rope base 1e4,
  *         tied output.
  *   0.5b: embd 896, 24 layers, 14 heads, 2 KV heads (head 64), FFN 4864, context 4096,
  *         rope base 1e6, untied output.
@@ -24,7 +24,7 @@ typedef struct synth_shape {
 } synth_shape;
 
 static const synth_shape synth_shapes[] = {
-    {"tiny", 64, 2, 4, 2, 128, 512, 10000.0f, true},
+    {"tiny", 64, 2, 4, 2, 128, 4096, 10000.0f, true},
     {"0.5b", 896, 24, 14, 2, 4864, 4096, 1000000.0f, false},
 };
 
@@ -85,6 +85,40 @@ static int synth_tensor(gguf_writer *w, const synth_opts *o, const char *name, i
     return rc;
 }
 
+/* The chat template of synthetic models (our own): ChatML-style turns, tools listed as JSON
+ * schemas in the system turn, and calls written as <tool_call>{"name": ..., "arguments": ...}
+ * </tool_call> (the Hermes syntax the tool-call parser recognises). Arguments are rendered as
+ * objects, as templates that tojson them expect. */
+static const char synth_chat_template[] =
+    "{%- set sys = messages[0].content if messages and messages[0].role == 'system' else '' -%}\n"
+    "{%- if tools or sys -%}\n"
+    "<|im_start|>system\n"
+    "{{ sys }}\n"
+    "{%- if tools %}\n"
+    "{% if sys %}\n"
+    "{% endif %}Functions you may call (JSON schemas, one per line):\n"
+    "{% for t in tools %}{{ t | tojson }}\n"
+    "{% endfor %}To call a function, reply with <tool_call>{\"name\": NAME, \"arguments\": ARGS}</tool_call>.\n"
+    "{%- endif %}<|im_end|>\n"
+    "{% endif -%}\n"
+    "{%- for m in messages -%}\n"
+    "{%- if m.role == 'system' and loop.first -%}\n"
+    "{%- elif m.role == 'tool' -%}\n"
+    "<|im_start|>tool\n"
+    "{{ m.content }}<|im_end|>\n"
+    "{% elif m.role == 'assistant' -%}\n"
+    "<|im_start|>assistant\n"
+    "{{ m.content if m.content else '' }}\n"
+    "{%- for c in (m.tool_calls or []) %}<tool_call>{\"name\": {{ c.function.name | tojson }}, \"arguments\": {{ c.function.arguments | tojson }}}</tool_call>{% endfor %}<|im_end|>\n"
+    "{% else -%}\n"
+    "<|im_start|>{{ m.role }}\n"
+    "{{ m.content }}<|im_end|>\n"
+    "{% endif -%}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "<|im_start|>assistant\n"
+    "{% endif -%}";
+
 /* The built-in byte-level SentencePiece vocabulary (see synth.h). */
 static int synth_builtin_vocab(gguf_writer *w, int64_t *n_vocab) {
     enum { NV = 3 + 256 + 1 + 94 };
@@ -124,7 +158,9 @@ static int synth_builtin_vocab(gguf_writer *w, int64_t *n_vocab) {
         (rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
         (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)) ||
         (rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true)) ||
-        (rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false)))
+        (rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false)) ||
+        (rc = gguf_writer_set_str(w, "tokenizer.chat_template", synth_chat_template,
+                                  strlen(synth_chat_template))))
         return rc;
     *n_vocab = n;
     return 0;
