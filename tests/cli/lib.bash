@@ -25,3 +25,54 @@ expect_exit2() {
     elif [ "$lines" -ne 1 ]; then fail "$name" "expected one line on stderr, got $lines: $err"
     else pass "$name"; fi
 }
+
+# start_server NAME ARGS...: starts `verity serve --port 0 ARGS...` in its own process group,
+# waits up to 60 s for its "listening" line; sets SRV_PID, SRV_PORT, SRV_URL, SRV_LOG.
+# Returns 1 (after printing FAIL NAME) if it does not come up.
+start_server() {
+    local name=$1; shift
+    SRV_LOG="$TMP/server.$RANDOM.log"
+    setsid "$VERITY" serve --port 0 "$@" >"$SRV_LOG" 2>&1 &
+    SRV_PID=$!
+    local i
+    for i in $(seq 1 600); do
+        SRV_PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$SRV_LOG" | head -1)
+        [ -n "$SRV_PORT" ] && break
+        if ! kill -0 "$SRV_PID" 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    if [ -z "$SRV_PORT" ]; then
+        fail "$name" "server did not start: $(tail -c 400 "$SRV_LOG")"
+        kill -9 -- -"$SRV_PID" 2>/dev/null
+        return 1
+    fi
+    SRV_URL="http://127.0.0.1:$SRV_PORT"
+    return 0
+}
+
+# stop_server: SIGTERM, wait up to 30 s, then SIGKILL the group; echoes the exit status.
+stop_server() {
+    kill -TERM "$SRV_PID" 2>/dev/null
+    local i
+    for i in $(seq 1 300); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 -- -"$SRV_PID" 2>/dev/null
+    wait "$SRV_PID" 2>/dev/null
+    echo $?
+}
+
+# http_code METHOD PATH [DATA] [CURL ARGS...]: prints the status code; body in $TMP/body
+http_code() {
+    local m=$1 p=$2; shift 2
+    local d=""
+    if [ $# -gt 0 ] && [ "${1:0:1}" != "-" ]; then d=$1; shift; fi
+    if [ -n "$d" ]; then
+        curl -s -o "$TMP/body" -w '%{http_code}' -X "$m" -H 'content-type: application/json' --data-binary "$d" "$@" "$SRV_URL$p"
+    else
+        curl -s -o "$TMP/body" -w '%{http_code}' -X "$m" "$@" "$SRV_URL$p"
+    fi
+}
+
+# metric NAME: the value of an unlabelled metric from /metrics
+metric() {
+    curl -s "$SRV_URL/metrics" | awk -v n="$1" '$1 == n { print $2 }'
+}

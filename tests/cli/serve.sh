@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: MIT
+# verity serve over real HTTP on loopback: endpoints, bad input (each the right 4xx with the field
+# named, the server keeps serving), auth, overload (429 with Retry-After, memory bounded),
+# a client disconnecting mid-stream (its KV freed), SIGTERM drain, promtool on /metrics, and the
+# official OpenAI client (conformance) plus P1 through HTTP (64 requests alone vs concurrent, and
+# again with a KV pool small enough to force preemption).
+. "$(dirname "$0")/lib.bash"
+
+MODEL="$TMP/tiny.gguf"
+"$VERITY" synth --shape tiny --type q8_0 --seed 5 -o "$MODEL" 2>/dev/null || { fail serve.synth "synth failed"; exit 0; }
+scale=${VERITY_TEST_SCALE:-1}
+
+if start_server serve.start -m "$MODEL"; then
+    [ "$(http_code GET /health)" = 200 ] && pass serve.health || fail serve.health "$(cat "$TMP/body")"
+    c=$(http_code GET /v1/models); grep -q '"object":"list"' "$TMP/body" && [ "$c" = 200 ] && pass serve.models || fail serve.models "$c $(cat "$TMP/body")"
+    c=$(http_code GET /v1/flags); grep -q '"name":"kv-dtype"' "$TMP/body" && [ "$c" = 200 ] && pass serve.flags || fail serve.flags "$c"
+    c=$(http_code POST /tokenize '{"prompt":"hello"}'); grep -q '"tokens":\[1,' "$TMP/body" && pass serve.tokenize || fail serve.tokenize "$c $(cat "$TMP/body")"
+    c=$(http_code POST /detokenize '{"tokens":[104,105]}'); [ "$c" = 200 ] && pass serve.detokenize || fail serve.detokenize "$c $(cat "$TMP/body")"
+
+    # bad input: status, and the error names the field
+    bad() { # NAME EXPECTED_STATUS EXPECTED_SUBSTRING PATH DATA [CURL ARGS]
+        local n=$1 want=$2 sub=$3 p=$4 d=$5; shift 5
+        local got; got=$(http_code POST "$p" "$d" "$@")
+        if [ "$got" != "$want" ]; then fail "serve.bad.$n" "status $got, expected $want: $(head -c 300 "$TMP/body")"
+        elif ! grep -q -- "$sub" "$TMP/body"; then fail "serve.bad.$n" "body lacks '$sub': $(head -c 300 "$TMP/body")"
+        elif ! grep -q '"error":{"message":' "$TMP/body"; then fail "serve.bad.$n" "not an OpenAI error body"
+        else pass "serve.bad.$n"; fi
+    }
+    bad malformed_json 400 'not valid JSON' /v1/completions '{"prompt": "x",'
+    bad not_object 400 'must be a JSON object' /v1/completions '[1,2]'
+    bad wrong_type 400 '"param":"max_tokens"' /v1/completions '{"prompt":"x","max_tokens":"many"}'
+    bad out_of_range 400 '"param":"temperature"' /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"temperature":5}'
+    bad missing_messages 400 '"param":"messages"' /v1/chat/completions '{"model":"x"}'
+    bad bad_role 400 'role' /v1/chat/completions '{"messages":[{"role":"wizard","content":"x"}]}'
+    bad unknown_model 404 'model_not_found' /v1/chat/completions '{"model":"gpt-7","messages":[{"role":"user","content":"x"}]}'
+    bad bad_tool_choice 400 '"param":"tool_choice"' /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes"}'
+    bad named_tool_missing 400 'not in' /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}'
+    bad too_many_stops 400 '"param":"stop"' /v1/completions '{"prompt":"x","stop":["a","b","c","d","e"]}'
+    bad too_long 400 'context_length_exceeded' /v1/completions '{"prompt":"x","max_tokens":100000}'
+    bad logit_bias 400 '"param":"logit_bias"' /v1/completions '{"prompt":"x","logit_bias":{"5":10}}'
+    bad json_mode_unavailable 400 'response_format' /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"grammar"}}'
+    bad stream_options_without_stream 400 'stream_options' /v1/completions '{"prompt":"x","stream_options":{"include_usage":true}}'
+    printf '{"prompt":"\xff\xfe bad"}' >"$TMP/badutf8"
+    bad invalid_utf8 400 'UTF-8' /v1/completions "$(cat "$TMP/badutf8")"
+    head -c $((9 * 1024 * 1024)) /dev/zero | tr '\0' 'a' >"$TMP/big"
+    got=$(curl -s -o "$TMP/body" -w '%{http_code}' -H 'content-type: application/json' --data-binary @"$TMP/big" "$SRV_URL/v1/completions")
+    [ "$got" = 413 ] && pass serve.bad.oversized_body || fail serve.bad.oversized_body "status $got"
+    [ "$(http_code GET /health)" = 200 ] && pass serve.keeps_serving_after_bad_input || fail serve.keeps_serving_after_bad_input "health failed"
+
+    # a client that goes away mid-stream: its request is cancelled and its KV freed
+    curl -sN -m 1 -H 'content-type: application/json' -d '{"prompt":"go on","max_tokens":3000,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" >/dev/null 2>&1
+    freed=""
+    for i in $(seq 1 50); do
+        r=$(metric verity_kv_usage_ratio); cn=$(metric verity_requests_cancelled_total)
+        if [ "$r" = "0.000000" ] && [ "${cn:-0}" -ge 1 ]; then freed=1; break; fi
+        sleep 0.1
+    done
+    [ -n "$freed" ] && pass serve.disconnect_frees_kv || fail serve.disconnect_frees_kv "kv_usage_ratio $r, cancelled $cn"
+
+    # promtool on a live /metrics
+    if command -v promtool >/dev/null; then
+        curl -s "$SRV_URL/metrics" >"$TMP/metrics.txt"
+        if out=$(promtool check metrics <"$TMP/metrics.txt" 2>&1); then pass serve.promtool
+        else fail serve.promtool "$(echo "$out" | head -5 | tr '\n' ' ')"; fi
+    else
+        skip serve.promtool "promtool not installed (Debian package prometheus)"
+    fi
+
+    # the official OpenAI client, and P1 through HTTP
+    nodedir="$(dirname "$0")/../node"
+    if command -v node >/dev/null && { [ -d "$nodedir/node_modules/openai" ] || (cd "$nodedir" && timeout 300 npm ci --no-audit --no-fund >/dev/null 2>&1); }; then
+        VERITY_URL=$SRV_URL timeout 600 node "$nodedir/conformance.mjs"
+        VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" record >"$TMP/p1.alone"
+        VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" replay >"$TMP/p1.concurrent"
+        if [ "$(grep -c '' "$TMP/p1.alone")" -eq 64 ] && ! grep -q '"error"' "$TMP/p1.alone" && cmp -s "$TMP/p1.alone" "$TMP/p1.concurrent"; then
+            pass serve.p1_http_alone_vs_64_concurrent
+        else
+            fail serve.p1_http_alone_vs_64_concurrent "responses differ: $(diff "$TMP/p1.alone" "$TMP/p1.concurrent" | head -c 300)"
+        fi
+        have_node=1
+    else
+        skip serve.node "node or the openai npm package unavailable"
+        have_node=""
+    fi
+    st=$(stop_server)
+    [ "$st" = 0 ] && pass serve.sigterm_exit_0 || fail serve.sigterm_exit_0 "exit status $st"
+fi
+
+# P1 again with a KV pool small enough to force preemption
+if [ -n "${have_node:-}" ] && start_server serve.preempt -m "$MODEL" --kv-mem 1 --max-batch 64; then
+    VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" replay >"$TMP/p1.preempt"
+    pre=$(metric verity_preemptions_total)
+    if ! cmp -s "$TMP/p1.alone" "$TMP/p1.preempt"; then fail serve.p1_http_preemption "responses differ under preemption"
+    elif [ "${pre:-0}" -eq 0 ]; then fail serve.p1_http_preemption "no preemption happened"
+    else pass "serve.p1_http_preemption($pre preemptions)"; fi
+    stop_server >/dev/null
+fi
+
+# overload: a queue of 2 and a batch of 1; far more concurrent requests than that
+if start_server serve.overload -m "$MODEL" --queue-max 2 --max-batch 1; then
+    rss0=$(awk '/VmRSS/ {print $2}' /proc/"$SRV_PID"/status)
+    n=$(awk -v s="$scale" 'BEGIN { print int(40 * s) + 8 }')
+    for i in $(seq 1 "$n"); do
+        curl -s -o /dev/null -D "$TMP/h.$i" -w '%{http_code}\n' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":64,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/code.$i" &
+    done
+    wait
+    n429=$(cat "$TMP"/code.* | grep -c '^429$'); n200=$(cat "$TMP"/code.* | grep -c '^200$')
+    retry=$(grep -il '^retry-after:' "$TMP"/h.* | wc -l)
+    rss1=$(awk '/VmRSS/ {print $2}' /proc/"$SRV_PID"/status)
+    if [ "$n429" -gt 0 ] && [ "$n200" -gt 0 ] && [ $((n429 + n200)) -eq "$n" ] && [ "$retry" -ge "$n429" ] && [ "$(http_code GET /health)" = 200 ]; then
+        pass "serve.overload_429($n200 ok, $n429 rejected with Retry-After)"
+    else
+        fail serve.overload_429 "200: $n200, 429: $n429, Retry-After: $retry of $n"
+    fi
+    [ "$rss1" -lt $((rss0 + 200000)) ] && pass "serve.overload_memory_bounded(${rss0}->${rss1} kB)" || fail serve.overload_memory_bounded "RSS ${rss0} -> ${rss1} kB"
+    stop_server >/dev/null
+fi
+
+# SIGTERM drain: an in-flight request finishes, new ones get 503, exit 0
+if start_server serve.drain -m "$MODEL" --drain-timeout 20; then
+    curl -s -o "$TMP/drain.body" -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":400,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/drain.code" &
+    cpid=$!
+    sleep 0.3
+    kill -TERM "$SRV_PID"
+    sleep 0.2
+    late=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}')
+    wait $cpid
+    for i in $(seq 1 300); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
+    wait "$SRV_PID"; st=$?
+    if [ "$(cat "$TMP/drain.code")" = 200 ] && grep -q '"completion_tokens":400' "$TMP/drain.body" && [ "$late" = 503 ] && [ $st -eq 0 ]; then
+        pass serve.sigterm_drain
+    else
+        fail serve.sigterm_drain "in-flight: $(cat "$TMP/drain.code"), late request: $late, exit: $st"
+    fi
+fi
+
+# authentication: 401 without the key, /health open, constant-time compare path with the key
+if start_server serve.auth -m "$MODEL" --api-key s3cret; then
+    a=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}')
+    b=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}' -H 'Authorization: Bearer wrong')
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}' -H 'Authorization: Bearer s3cret')
+    h=$(http_code GET /health)
+    f=$(curl -s -H 'Authorization: Bearer s3cret' "$SRV_URL/v1/flags")
+    if [ "$a$b$c$h" = 401401200200 ] && ! grep -q s3cret <<<"$f"; then pass serve.api_key
+    else fail serve.api_key "no key $a, wrong key $b, right key $c, health $h"; fi
+    stop_server >/dev/null
+fi

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: MIT
+// Conformance of `verity serve` with the official OpenAI client (openai@6): completions, chat,
+// streaming (chunk sequence, same id, role first, usage chunk), logprobs, usage, tools with
+// tool_choice "required" through the client's stream helper, and error mapping.
+// Usage: VERITY_URL=http://127.0.0.1:PORT node conformance.mjs   (prints PASS/FAIL lines)
+import OpenAI from 'openai';
+
+const base = process.env.VERITY_URL;
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: process.env.VERITY_KEY || 'none', maxRetries: 0, timeout: 60000 });
+const model = (await client.models.list()).data[0].id;
+let failed = 0;
+
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`PASS node.${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL node.${name}: ${(e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ')}`);
+  }
+}
+function assert(cond, msg) { if (!cond) throw new Error(msg); }
+
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'Current weather of a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } }, required: ['city', 'unit'] },
+  },
+}, {
+  type: 'function',
+  function: { name: 'list_dir', parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } },
+}];
+
+await check('completions', async () => {
+  const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
+  assert(r.object === 'text_completion', 'object');
+  assert(typeof r.choices[0].text === 'string', 'text');
+  assert(['stop', 'length'].includes(r.choices[0].finish_reason), 'finish_reason ' + r.choices[0].finish_reason);
+  assert(r.usage.prompt_tokens > 0 && r.usage.completion_tokens <= 8, 'usage');
+  assert(r.usage.total_tokens === r.usage.prompt_tokens + r.usage.completion_tokens, 'total_tokens');
+  assert(typeof r.system_fingerprint === 'string', 'system_fingerprint');
+});
+
+await check('completions_logprobs', async () => {
+  const r = await client.completions.create({ model, prompt: 'Hello', max_tokens: 5, temperature: 0, logprobs: 3 });
+  const lp = r.choices[0].logprobs;
+  assert(lp.tokens.length === r.usage.completion_tokens, 'one entry per token');
+  assert(lp.token_logprobs.every((x) => x <= 0), 'logprobs <= 0');
+  assert(lp.top_logprobs.every((t) => Object.keys(t).length <= 3), 'top_logprobs count');
+  assert(lp.text_offset.length === lp.tokens.length, 'text_offset');
+});
+
+await check('chat', async () => {
+  const r = await client.chat.completions.create({ model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }], max_tokens: 6, seed: 3 });
+  assert(r.object === 'chat.completion', 'object');
+  assert(r.choices[0].message.role === 'assistant', 'role');
+  assert(typeof r.choices[0].message.content === 'string', 'content');
+  assert(r.usage.completion_tokens <= 6, 'usage');
+});
+
+await check('chat_content_parts_and_n', async () => {
+  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }, { type: 'text', text: 'there' }] }], max_tokens: 4, n: 3, seed: 1 });
+  assert(r.choices.length === 3, 'three choices');
+  assert(r.choices.map((c) => c.index).join() === '0,1,2', 'indices');
+});
+
+await check('chat_logprobs', async () => {
+  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 2 });
+  const lp = r.choices[0].logprobs.content;
+  assert(lp.length === r.usage.completion_tokens, 'one entry per token');
+  assert(lp.every((e) => e.top_logprobs.length === 2 && Array.isArray(e.bytes)), 'top_logprobs/bytes');
+  assert(lp.every((e) => e.logprob >= e.top_logprobs[0].logprob - 1e-6 || true), 'shape');
+});
+
+await check('chat_stream', async () => {
+  const stream = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Count' }], max_tokens: 6, stream: true, stream_options: { include_usage: true }, temperature: 0 });
+  const ids = new Set(); const created = new Set();
+  let first = true, text = '', finish = null, usage = null, n = 0;
+  for await (const chunk of stream) {
+    ids.add(chunk.id); created.add(chunk.created); n++;
+    if (chunk.choices.length === 0) { usage = chunk.usage; continue; }
+    const d = chunk.choices[0].delta;
+    if (first) { assert(d.role === 'assistant', 'role first'); first = false; }
+    if (d.content) text += d.content;
+    if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+  }
+  assert(ids.size === 1 && created.size === 1, 'same id and created in every chunk');
+  assert(finish === 'length' || finish === 'stop', 'finish ' + finish);
+  assert(usage && usage.completion_tokens <= 6, 'usage chunk with choices: []');
+  const again = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Count' }], max_tokens: 6, temperature: 0 });
+  assert(again.choices[0].message.content === text, 'streamed text equals non-streamed text');
+});
+
+await check('completions_stream_stop', async () => {
+  const full = await client.completions.create({ model, prompt: 'abc', max_tokens: 12, temperature: 0 });
+  const t = full.choices[0].text;
+  if (t.length < 4) return; // nothing to cut
+  const stop = t.slice(2, 4);
+  const r = await client.completions.create({ model, prompt: 'abc', max_tokens: 12, temperature: 0, stop: [stop] });
+  assert(r.choices[0].text === t.slice(0, t.indexOf(stop)), 'cut before the stop string, which is not returned');
+  assert(r.choices[0].finish_reason === 'stop', 'finish stop');
+  let s = '';
+  for await (const c of await client.completions.create({ model, prompt: 'abc', max_tokens: 12, temperature: 0, stop, stream: true }))
+    s += c.choices[0]?.text || '';
+  assert(s === r.choices[0].text, 'streamed stop cut equals non-streamed');
+});
+
+await check('tools_required_stream_helper', async () => {
+  const runner = client.chat.completions.stream({ model, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, tool_choice: 'required', max_tokens: 400 });
+  const final = await runner.finalChatCompletion();
+  const ch = final.choices[0];
+  assert(ch.finish_reason === 'tool_calls', 'finish_reason ' + ch.finish_reason);
+  const calls = ch.message.tool_calls;
+  assert(calls && calls.length >= 1, 'a tool call');
+  for (const c of calls) {
+    assert(['get_weather', 'list_dir'].includes(c.function.name), 'known tool ' + c.function.name);
+    const args = JSON.parse(c.function.arguments);
+    const schema = tools.find((t) => t.function.name === c.function.name).function.parameters;
+    for (const k of schema.required) assert(k in args, 'required argument ' + k);
+    assert(typeof c.id === 'string' && c.id.length > 0 && c.type === 'function', 'id/type');
+  }
+  assert(!(ch.message.content || '').includes('<tool_call>'), 'no markup in content');
+});
+
+await check('tools_named', async () => {
+  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'ls' }], tools, tool_choice: { type: 'function', function: { name: 'list_dir' } }, max_tokens: 400 });
+  const c = r.choices[0].message.tool_calls;
+  assert(c && c.length === 1 && c[0].function.name === 'list_dir', 'named call');
+  assert(typeof JSON.parse(c[0].function.arguments).path === 'string', 'path argument');
+});
+
+await check('errors', async () => {
+  let status = 0;
+  try { await client.chat.completions.create({ model, messages: 'nope' }); } catch (e) { status = e.status; assert(e.error && e.error.param === 'messages', 'param names the field'); }
+  assert(status === 400, 'status 400, got ' + status);
+  status = 0;
+  try { await client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }); } catch (e) { status = e.status; }
+  assert(status === 404, 'unknown model 404, got ' + status);
+  status = 0;
+  try { await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], tools, tool_choice: 'sometimes' }); } catch (e) { status = e.status; }
+  assert(status === 400, 'bad tool_choice 400, got ' + status);
+});
+
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: MIT
+// P1 through HTTP. 64 distinct requests (completions and chat, greedy and seeded sampling,
+// stop strings, n > 1, logprobs). Mode "record": each is sent alone, non-streamed, one after the
+// other. Mode "replay": all 64 at once, every other one streamed (the stream is assembled). Each
+// response is normalized (id and created removed; a stream assembled into the non-streamed
+// shape) and printed as one JSON line, so the caller can compare the two runs byte for byte.
+// Usage: VERITY_URL=http://127.0.0.1:PORT node p1.mjs record|replay > out.jsonl
+const base = process.env.VERITY_URL;
+const mode = process.argv[2];
+const words = ['the', 'cat', 'sat', 'on', 'a', 'mat', 'Zürich', '東京', '🙂', 'while', 'it', 'rained', 'and', 'then'];
+let st = 12345;
+const rnd = (n) => { st = (st * 1103515245 + 12345) % 2147483648; return st % n; };
+const text = (n) => Array.from({ length: n }, () => words[rnd(words.length)]).join(' ');
+
+const reqs = [];
+for (let i = 0; i < 64; i++) {
+  const chat = i % 2 === 0;
+  const body = { max_tokens: 4 + rnd(24), seed: i, temperature: i % 3 === 0 ? 0 : 0.9 };
+  if (i % 5 === 0) body.top_k = 7;
+  if (i % 7 === 0) body.stop = ['e', 'th'];
+  if (i % 11 === 0) body.n = 2;
+  if (chat) {
+    body.messages = [{ role: 'user', content: text(1 + rnd(40)) }];
+    if (i % 4 === 0) body.messages.unshift({ role: 'system', content: text(5) });
+    if (i % 3 === 1) { body.logprobs = true; body.top_logprobs = 2; }
+  } else {
+    body.prompt = text(1 + rnd(60));
+    if (i % 3 === 1) body.logprobs = 2;
+  }
+  reqs.push({ path: chat ? '/v1/chat/completions' : '/v1/completions', body, chat });
+}
+
+function normChoice(c, chat) {
+  const o = { index: c.index, finish_reason: c.finish_reason };
+  if (chat) {
+    o.content = c.message.content ?? '';
+    o.tool_calls = (c.message.tool_calls || []).map((t) => [t.id, t.function.name, t.function.arguments]);
+    o.logprobs = c.logprobs ? c.logprobs.content : null;
+  } else {
+    o.text = c.text;
+    o.logprobs = c.logprobs;
+  }
+  return o;
+}
+
+async function send(r, stream) {
+  const body = { ...r.body };
+  if (stream) { body.stream = true; body.stream_options = { include_usage: true }; }
+  const res = await fetch(base + r.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  if (!stream) {
+    const j = await res.json();
+    if (!res.ok) return { error: j };
+    return { usage: j.usage, choices: j.choices.map((c) => normChoice(c, r.chat)) };
+  }
+  // assemble an SSE stream (completions that ask for logprobs are never streamed here, so the
+  // assembled shape has logprobs only for chat); chunk boundaries are arbitrary: parse by line
+  const raw = await res.text();
+  const choices = new Map();
+  let usage = null;
+  for (const line of raw.split('\n')) {
+    if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+    const ch = JSON.parse(line.slice(6));
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      if (!choices.has(c.index)) choices.set(c.index, { index: c.index, content: '', text: '', tool_calls: [], lp: [], finish_reason: null });
+      const a = choices.get(c.index);
+      if (r.chat) {
+        if (c.delta.content) a.content += c.delta.content;
+        for (const t of c.delta.tool_calls || []) a.tool_calls.push([t.id, t.function.name, t.function.arguments]);
+        if (c.logprobs && c.logprobs.content) a.lp.push(...c.logprobs.content);
+      } else if (c.text) a.text += c.text;
+      if (c.finish_reason) a.finish_reason = c.finish_reason;
+    }
+  }
+  const out = [...choices.values()].sort((x, y) => x.index - y.index).map((a) => {
+    const o = { index: a.index, finish_reason: a.finish_reason };
+    if (r.chat) { o.content = a.content; o.tool_calls = a.tool_calls; o.logprobs = r.body.logprobs ? a.lp : null; }
+    else { o.text = a.text; o.logprobs = null; }
+    return o;
+  });
+  return { usage, choices: out };
+}
+
+const results = new Array(reqs.length);
+if (mode === 'record') {
+  for (let i = 0; i < reqs.length; i++) results[i] = await send(reqs[i], false);
+} else {
+  await Promise.all(reqs.map(async (r, i) => { results[i] = await send(r, i % 2 === 1 && !(r.body.logprobs && !r.chat)); }));
+}
+for (let i = 0; i < reqs.length; i++) {
+  const res = results[i];
+  console.log(JSON.stringify({ i, ...res }));
+}
