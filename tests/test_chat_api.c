@@ -283,6 +283,10 @@ static void t_hostile(void) {
     expect_error("{{ 99999999999999999999999 }}", ERR_UNSUPPORTED, "out of range");
     expect_error("{{ '\\N{DASH}' }}", ERR_UNSUPPORTED, NULL);
     expect_error("{{ '\\x4' }}", ERR_FORMAT, "truncated");
+    /* found by fuzzing: huge widths in %-formatting overflowed */
+    expect_error("{{ '%99999999999999999999999d|%.99999999999999999999f' % (1, 2.0) }}",
+                 ERR_TOOLARGE, "too large");
+    expect_error("{{ '{:99999999999999999999}'.format(1) }}", ERR_TOOLARGE, "too large");
 }
 
 typedef struct thread_arg {

@@ -185,7 +185,6 @@ int chat_template_create(const char *source, size_t len, chat_template **out) {
         return rc;
     }
     t->t.sym_loop = ct_sym_find(&t->t.syms, "loop", 4);
-    t->t.sym_caller = ct_sym_find(&t->t.syms, "caller", 6);
     t->t.object_args = probe_wants_object_args(t);
     *out = t;
     return 0;

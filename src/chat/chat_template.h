@@ -26,6 +26,12 @@
  * template inheritance and includes ({% extends/block/include/import %}), {% call %} blocks,
  * recursive loops, loop.changed, and the filters groupby, wordwrap, urlize, truncate, slice,
  * striptags, xmlattr, filesizeformat, pprint, random, urlencode.
+ *
+ * Known differences from Python that no shipped template reaches: integers are 64-bit (an
+ * overflow is ERR_RANGE; JSON integers beyond 64 bits print exactly but compute as doubles);
+ * lower/upper/title map case for Latin, Greek and Cyrillic only; repr() of a string escapes
+ * unassigned code points as printable; reprs of generators and methods carry a fixed fake
+ * address.
  */
 #ifndef VERITY_CHAT_CHAT_TEMPLATE_H
 #define VERITY_CHAT_CHAT_TEMPLATE_H

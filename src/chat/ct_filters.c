@@ -1290,10 +1290,3 @@ int ct_filter_apply(ct_rt *rt, const ct_node *n, ct_val input, const ct_val *arg
     return filter_call(rt, n->fid, input, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
 }
 
-int ct_filter_by_name(ct_rt *rt, const char *name, size_t len, ct_val input, const ct_val *args,
-                      size_t n_args, ct_val *out) {
-    int fi = filter_index(name, len);
-    if (fi < 0)
-        return ct_error(rt, ERR_INVAL, "No filter named '%.*s'.", (int)len, name);
-    return filter_call(rt, fi, input, args, n_args, NULL, NULL, NULL, 0, out);
-}

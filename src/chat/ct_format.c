@@ -59,8 +59,9 @@ static int parse_spec(ct_rt *rt, const char *p, size_t n, spec *s) {
     }
     if (i < n && p[i] >= '0' && p[i] <= '9') {
         s->width = 0;
-        while (i < n && p[i] >= '0' && p[i] <= '9' && s->width < 100000)
-            s->width = s->width * 10 + (p[i++] - '0');
+        for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+            if (s->width < 100000)
+                s->width = s->width * 10 + (p[i] - '0');
     }
     if (i < n && (p[i] == ',' || p[i] == '_'))
         s->group = p[i++];
@@ -69,8 +70,9 @@ static int parse_spec(ct_rt *rt, const char *p, size_t n, spec *s) {
         s->prec = 0;
         if (i >= n || p[i] < '0' || p[i] > '9')
             return ct_error(rt, ERR_INVAL, "Format specifier missing precision");
-        while (i < n && p[i] >= '0' && p[i] <= '9' && s->prec < 100000)
-            s->prec = s->prec * 10 + (p[i++] - '0');
+        for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+            if (s->prec < 100000)
+                s->prec = s->prec * 10 + (p[i] - '0');
     }
     if (i < n)
         s->type = p[i++];
@@ -518,13 +520,19 @@ int ct_str_percent(ct_rt *rt, ct_val fmt, ct_val args, ct_val *out) {
             rc = ct_error(rt, ERR_UNSUPPORTED, "'*' width in %% formatting");
             break;
         }
-        while (i < n && p[i] >= '0' && p[i] <= '9')
-            s.width = (s.width < 0 ? 0 : s.width) * 10 + (p[i++] - '0');
+        /* digits beyond the caps only make the value larger: it is rejected below */
+        while (i < n && p[i] >= '0' && p[i] <= '9') {
+            int64_t w = s.width < 0 ? 0 : s.width;
+            s.width = w < 100000 ? w * 10 + (p[i] - '0') : w;
+            i++;
+        }
         if (i < n && p[i] == '.') {
             i++;
             s.prec = 0;
-            while (i < n && p[i] >= '0' && p[i] <= '9')
-                s.prec = s.prec * 10 + (p[i++] - '0');
+            while (i < n && p[i] >= '0' && p[i] <= '9') {
+                s.prec = s.prec < 100000 ? s.prec * 10 + (p[i] - '0') : s.prec;
+                i++;
+            }
         }
         while (i < n && (p[i] == 'h' || p[i] == 'l' || p[i] == 'L'))
             i++;

@@ -246,7 +246,7 @@ int ct_lex(arena *a, const char *src, size_t n, ct_tok **toks, size_t *n_toks);
 
 /* ---- the parsed template ----------------------------------------------------------------------- */
 
-/* Symbol ids of names the interpreter needs to recognise; -1 when the template never uses one. */
+/* The names a template mentions, interned at parse time: scopes key variables by symbol id. */
 typedef struct ct_syms {
     const char **names;
     size_t *lens;
@@ -255,9 +255,9 @@ typedef struct ct_syms {
 
 typedef struct ct_tpl {
     arena *a;
-    ct_node *root; /* N_OUTPUT-free list: kids = top-level statements */
+    ct_node *root; /* an N_OUTPUT node whose kids are the top-level statements */
     ct_syms syms;
-    int sym_loop, sym_caller;
+    int sym_loop;    /* symbol of `loop`, -1 when the template never mentions it */
     int object_args; /* cached probe result, see chat_template.c */
 } ct_tpl;
 
@@ -419,8 +419,6 @@ ptrdiff_t ct_memfind(const char *hay, size_t n, const char *needle, size_t m, si
 
 /* Converts a JSON tree into values (deep, into the render arena). */
 int ct_from_json(ct_rt *rt, const json_value *j, ct_val *out);
-/* Parses JSON text into values (for probes and tests); ERR_FORMAT on bad JSON. */
-int ct_json_text_to_val(ct_rt *rt, const char *s, size_t n, ct_val *out);
 /* Appends Python's repr(float). */
 void ct_float_repr(strbuf *sb, double d);
 
@@ -456,8 +454,6 @@ int ct_call_value(ct_rt *rt, ct_val fn, const ct_val *args, size_t n_args, const
 int ct_filter_apply(ct_rt *rt, const ct_node *n, ct_val input, const ct_val *args, size_t n_args,
                     const char **kw_names, const size_t *kw_lens, const ct_val *kw_vals,
                     size_t n_kw, ct_val *out);
-int ct_filter_by_name(ct_rt *rt, const char *name, size_t len, ct_val input, const ct_val *args,
-                      size_t n_args, ct_val *out);
 int ct_test_apply(ct_rt *rt, int tid, const char *name, ct_val input, const ct_val *args,
                   size_t n_args, bool *out);
 int ct_test_by_name(ct_rt *rt, const char *name, size_t len, ct_val input, const ct_val *args,

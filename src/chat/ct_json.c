@@ -70,13 +70,6 @@ int ct_from_json(ct_rt *rt, const json_value *j, ct_val *out) {
     return from_json_rec(rt, j, out, 0);
 }
 
-int ct_json_text_to_val(ct_rt *rt, const char *s, size_t n, ct_val *out) {
-    json_value *j = NULL;
-    int rc = json_parse(rt->a, s, n, &j);
-    if (rc)
-        return ct_error(rt, rc, "invalid JSON: %s", err_detail());
-    return ct_from_json(rt, j, out);
-}
 
 /* ---- Python float repr ----------------------------------------------------------------------- */
 
