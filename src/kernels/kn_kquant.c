@@ -25,13 +25,17 @@
 
 #define KN_GROUP_EPS 1e-15f
 
-/* round-half-even to int, saturating far outside the range any caller can use */
+/* round-half-even to int, saturating far outside the range any caller can use. Adding and
+ * subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to an integer in the current (nearest-
+ * even) mode, as llama.cpp's nearest_int does, without a libm call (baseline x86-64 has no
+ * roundss). */
 static int kn_nearest_int(float f) {
     if (!(f > -4194303.0f))
         f = -4194303.0f;
     if (!(f < 4194303.0f))
         f = 4194303.0f;
-    return (int)nearbyintf(f);
+    /* (f + c) - c is not an identity in IEEE arithmetic, so the compiler keeps it (no fast-math) */
+    return (int)((f + 12582912.0f) - 12582912.0f);
 }
 
 static int kn_clampi(int v, int lo, int hi) {
