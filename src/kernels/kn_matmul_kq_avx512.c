@@ -28,8 +28,20 @@
 
 #include <immintrin.h>
 
-#define KK_MR 4
+#define KK_MR 4 /* largest row tile (array bound) */
 #define KK_RC 96
+/* Row tile and column width (1 or 2 zmm of 16 columns) per type: 4 rows x 32 columns measured
+ * best for every type on Sapphire Rapids (bench/bench_matmul.c; 3 or 5 rows within noise, 6
+ * rows or 16 columns slower); -D overrides are for tuning runs. */
+#ifndef KK_MR_Q4_1
+#define KK_MR_Q4_1 4
+#define KK_MR_Q5_0 4
+#define KK_MR_Q5_1 4
+#define KK_MR_Q4_K 4
+#define KK_MR_Q5_K 4
+#define KK_MR_Q6_K 4
+#define KK_NH_Q6 2
+#endif
 
 static inline int32_t kk_load_i32(const int8_t *p) {
     int32_t v;
@@ -202,9 +214,9 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
 
 /* All column blocks [b0, b1) and rows [0, m) for one type and column width (nh zmm). */
 static inline __attribute__((always_inline)) void kk_run(const int type, const int nh,
-                                                         const kn_mat *w, const kn_act *xa,
-                                                         int64_t m, float *y, int64_t ldy,
-                                                         int64_t b0, int64_t b1) {
+                                                         const int mr, const kn_mat *w,
+                                                         const kn_act *xa, int64_t m, float *y,
+                                                         int64_t ldy, int64_t b0, int64_t b1) {
     const int64_t K = w->k, KB = K / KN_QK;
     for (int64_t r0 = 0; r0 < m; r0 += KK_RC) {
         int64_t r1 = m - r0 < KK_RC ? m : r0 + KK_RC;
@@ -222,8 +234,15 @@ static inline __attribute__((always_inline)) void kk_run(const int type, const i
             float *yb = y + jb * KN_NB_Q;
             for (int h0 = 0; h0 < 2 && 16 * h0 < ncols; h0 += nh) {
                 int64_t i = r0;
-                for (; i + KK_MR <= r1; i += KK_MR)
-                    KK_TILE(KK_MR);
+                if (mr == 4)
+                    for (; i + 4 <= r1; i += 4)
+                        KK_TILE(4);
+                else if (mr == 3)
+                    for (; i + 3 <= r1; i += 3)
+                        KK_TILE(3);
+                else
+                    for (; i + 2 <= r1; i += 2)
+                        KK_TILE(2);
                 switch (r1 - i) {
                 case 3:
                     KK_TILE(3);
@@ -246,23 +265,23 @@ void kn_matmul_kq_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y,
                          int64_t b0, int64_t b1) {
     switch (w->type) {
     case GGUF_TYPE_Q4_1:
-        kk_run(GGUF_TYPE_Q4_1, 2, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q4_1, 2, KK_MR_Q4_1, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q5_0:
-        kk_run(GGUF_TYPE_Q5_0, 2, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q5_0, 2, KK_MR_Q5_0, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q5_1:
-        kk_run(GGUF_TYPE_Q5_1, 2, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q5_1, 2, KK_MR_Q5_1, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q4_K:
-        kk_run(GGUF_TYPE_Q4_K, 2, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q4_K, 2, KK_MR_Q4_K, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q5_K:
-        kk_run(GGUF_TYPE_Q5_K, 2, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q5_K, 2, KK_MR_Q5_K, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q6_K:
         CHECK(xa->qs16 != NULL);
-        kk_run(GGUF_TYPE_Q6_K, 1, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q6_K, KK_NH_Q6, KK_MR_Q6_K, w, xa, m, y, ldy, b0, b1);
         break;
     default:
         CHECK(!"kn_matmul_kq_avx512: unexpected type");
