@@ -4,7 +4,7 @@
  * throughput on the synthetic 0.5b model's shapes for M = 1, 32, 256 and each weight type, as a
  * fraction of the measured roofline.
  *   make && cc -O2 -Isrc bench/bench_matmul.c build/release/libverity.a -lm -pthread -o /tmp/bm
- *   /tmp/bm [threads]
+ *   /tmp/bm [threads [type]]
  */
 #include "base/clock.h"
 #include "base/pool.h"
@@ -41,9 +41,19 @@ int main(int argc, char **argv) {
     double bw = kn_roofline_read_gbs(p, (size_t)1 << 30, 5, isa);
     double fl = kn_roofline_fma_gflops(p, 3, isa);
     printf("isa %s threads %d: read %.1f GB/s, fma %.1f GFLOP/s\n", kn_isa_name(isa), nt, bw, fl);
-    int types[] = {GGUF_TYPE_F16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_F32};
-    int64_t shapes[3][2] = {{4864, 896}, {896, 4864}, {896, 896}};
-    for (int ti = 0; ti < 4; ti++) {
+    int types[] = {GGUF_TYPE_F16,  GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_1,
+                   GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
+                   GGUF_TYPE_Q6_K, GGUF_TYPE_F32};
+    int n_types = (int)(sizeof types / sizeof *types);
+    /* a type name after the thread count restricts the run to that type */
+    const char *only = argc > 2 ? argv[2] : NULL;
+    /* K-quant rows must be multiples of 256: the 0.5b shapes with K = 896 become K = 1024 for
+     * every type, so all types run the same shapes (qwen2-0.5b's K = 896 uses the Q5_0 / Q8_0
+     * fallback in real files) */
+    int64_t shapes[3][2] = {{4864, 1024}, {1024, 4864}, {1024, 1024}};
+    for (int ti = 0; ti < n_types; ti++) {
+        if (only && gguf_type_from_name(only) != types[ti])
+            continue;
         bm_ctx c;
         memset(&c, 0, sizeof c);
         c.isa = isa;
@@ -84,6 +94,7 @@ int main(int argc, char **argv) {
             c.a.q = calloc((size_t)(c.m * kmax), 1);
             c.a.qd = calloc((size_t)(c.m * kmax / 32), 4);
             c.a.qs = calloc((size_t)(c.m * kmax / 32), 4);
+            c.a.qs16 = calloc((size_t)(c.m * kmax / 32), 4);
             kn_act_quantize(&c.a, kmax, 0, c.m, isa);
             c.a.ldx = kmax;
             int reps = c.m == 1 ? 50 : c.m == 32 ? 10 : 3;
@@ -103,6 +114,7 @@ int main(int argc, char **argv) {
             free(c.a.q);
             free(c.a.qd);
             free(c.a.qs);
+            free(c.a.qs16);
             for (int t = 0; t < nt; t++)
                 free(c.scratch[t]);
         }

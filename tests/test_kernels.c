@@ -11,6 +11,7 @@
 #include "kernels/kn.h"
 
 #include <immintrin.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,7 +119,7 @@ typedef struct {
     float *x;
     int8_t *q;
     float *qd;
-    int32_t *qs;
+    int32_t *qs, *qs16;
     kn_act a;
 } act_buf;
 
@@ -137,7 +138,8 @@ static void act_make(act_buf *b, int64_t m, int64_t k, int64_t ldx, bool special
     b->q = calloc((size_t)(m * (kq ? kq : 1)), 1);
     b->qd = calloc((size_t)(m * (kq / 32 + 1)), sizeof(float));
     b->qs = calloc((size_t)(m * (kq / 32 + 1)), sizeof(int32_t));
-    b->a = (kn_act){.x = b->x, .ldx = ldx, .q = b->q, .qd = b->qd, .qs = b->qs};
+    b->qs16 = calloc((size_t)(m * (kq / 32 + 1)), sizeof(int32_t));
+    b->a = (kn_act){.x = b->x, .ldx = ldx, .q = b->q, .qd = b->qd, .qs = b->qs, .qs16 = b->qs16};
 }
 
 static void act_free(act_buf *b) {
@@ -145,6 +147,7 @@ static void act_free(act_buf *b) {
     free(b->q);
     free(b->qd);
     free(b->qs);
+    free(b->qs16);
 }
 
 static void t_act_quantize(void) {
@@ -155,6 +158,14 @@ static void t_act_quantize(void) {
         act_buf r, s;
         act_make(&r, m, k, k + 3, true);
         kn_act_quantize(&r.a, k, 0, m, KN_ISA_SCALAR);
+        for (int64_t i = 0; i < m * k / 32; i++) {
+            int32_t lo = 0, all = 0;
+            for (int j = 0; j < 32; j++) {
+                all += r.q[i * 32 + j];
+                lo += j < 16 ? r.q[i * 32 + j] : 0;
+            }
+            T_CHECK(r.qs16[i] == lo && r.qs[i] == all);
+        }
         for (int ii = 0; ii < n_simd; ii++) {
             act_make(&s, m, k, k + 3, false);
             memcpy(s.x, r.x, (size_t)(m * (k + 3)) * sizeof(float));
@@ -163,6 +174,7 @@ static void t_act_quantize(void) {
                      kn_isa_name(simd_isas[ii]));
             T_CHECK(memcmp(r.qd, s.qd, (size_t)(m * k / 32) * sizeof(float)) == 0);
             T_CHECK(memcmp(r.qs, s.qs, (size_t)(m * k / 32) * sizeof(int32_t)) == 0);
+            T_CHECK(memcmp(r.qs16, s.qs16, (size_t)(m * k / 32) * sizeof(int32_t)) == 0);
             act_free(&s);
         }
         act_free(&r);
@@ -173,18 +185,21 @@ static void t_act_quantize(void) {
  * splits. */
 static void t_matmul(void) {
     setup_isas();
-    const int types[] = {GGUF_TYPE_F32, GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0,
-                         GGUF_TYPE_Q4_0};
+    const int types[] = {GGUF_TYPE_F32,  GGUF_TYPE_F16,  GGUF_TYPE_BF16, GGUF_TYPE_Q8_0,
+                         GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,
+                         GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
     const int64_t ms[] = {1, 2, 5, 6, 7, 13, 33};
     const int64_t ns[] = {1, 15, 33, 64, 65, 130};
     const int64_t kf[] = {1, 7, 33, 130, 300};
     const int64_t kq[] = {32, 96, 160, 288};
+    const int64_t kk[] = {256, 512, 768, 2304}; /* K-quants: 1, 2, 3, 9 super-blocks */
     int cases = 0;
-    for (size_t ti = 0; ti < 5; ti++) {
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         int type = types[ti];
-        bool q = type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0;
+        bool q = type != GGUF_TYPE_F32 && type != GGUF_TYPE_F16 && type != GGUF_TYPE_BF16;
+        bool kq_type = gguf_type_block_size(type) == 256;
         for (size_t ki = 0; ki < 4; ki++) {
-            int64_t k = q ? kq[ki] : kf[ki + (rnd64() & 1)];
+            int64_t k = kq_type ? kk[ki] : q ? kq[ki] : kf[ki + (rnd64() & 1)];
             for (size_t ni = 0; ni < 6; ni++) {
                 int64_t n = ns[ni];
                 void *w = make_weights(type, n, k, NULL);
@@ -246,9 +261,11 @@ static void t_matmul(void) {
 /* The matmul computes what it should: float types against a float64 product of the dequantized
  * weights, quantized types with the activation quantization error bound. */
 static void t_matmul_accuracy(void) {
-    const int types[] = {GGUF_TYPE_F32, GGUF_TYPE_F16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0};
+    const int types[] = {GGUF_TYPE_F32,  GGUF_TYPE_F16,  GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0,
+                         GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_Q4_K,
+                         GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
     int64_t m = 3, n = 40, k = 256;
-    for (int ti = 0; ti < 4; ti++) {
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         int type = types[ti];
         void *w = make_weights(type, n, k, NULL);
         float *wd = malloc((size_t)(n * k) * sizeof(float));
@@ -278,6 +295,243 @@ static void t_matmul_accuracy(void) {
         free(wd);
         free(w);
     }
+}
+
+/* Dequantization of hand-built blocks to values computed here from the llama.cpp format rules
+ * (ggml-common.h), independently of kn_types' unpackers. Every expected value is exact in f32. */
+static void t_dequant_known(void) {
+    float y[256];
+    { /* Q4_1: x = nibble * d + m */
+        kn_block_q4_1 b = {.d = 0x3800 /* 0.5 */, .m = 0xC000 /* -2 */};
+        for (int j = 0; j < 16; j++)
+            b.q[j] = (uint8_t)(j | (15 - j) << 4);
+        T_OK(kn_dequantize_row(GGUF_TYPE_Q4_1, &b, 0, 32, y));
+        for (int j = 0; j < 16; j++) {
+            T_CHECK(y[j] == (float)j * 0.5f - 2.0f);
+            T_CHECK(y[j + 16] == (float)(15 - j) * 0.5f - 2.0f);
+        }
+    }
+    for (int one = 0; one < 2; one++) { /* Q5_0 / Q5_1: fifth bit j of the little-endian qh */
+        uint8_t qh[4] = {0x01, 0x80, 0x5A, 0xC3}, q[16];
+        uint32_t h = 0xC35A8001u;
+        for (int j = 0; j < 16; j++)
+            q[j] = (uint8_t)((j * 7) % 16 | ((j * 3 + 5) % 16) << 4);
+        if (!one) {
+            kn_block_q5_0 b = {.d = 0x3400 /* 0.25 */};
+            memcpy(b.qh, qh, 4);
+            memcpy(b.q, q, 16);
+            T_OK(kn_dequantize_row(GGUF_TYPE_Q5_0, &b, 0, 32, y));
+        } else {
+            kn_block_q5_1 b = {.d = 0x3400, .m = 0x3C00 /* 1 */};
+            memcpy(b.qh, qh, 4);
+            memcpy(b.q, q, 16);
+            T_OK(kn_dequantize_row(GGUF_TYPE_Q5_1, &b, 0, 32, y));
+        }
+        for (int j = 0; j < 32; j++) {
+            int nib = j < 16 ? q[j] & 15 : q[j - 16] >> 4;
+            int e = nib + 16 * (int)((h >> j) & 1);
+            float want = one ? (float)e * 0.25f + 1.0f : (float)(e - 16) * 0.25f;
+            T_CHECKF(y[j] == want, "q5_%d element %d: %g, want %g", one, j, y[j], want);
+        }
+    }
+    /* Q4_K / Q5_K: 6-bit scales and mins packed as get_scale_min_k4 reads them */
+    const int sc[8] = {1, 2, 3, 63, 17, 33, 48, 5}, mn[8] = {0, 1, 62, 3, 20, 40, 63, 7};
+    uint8_t scales[12] = {0};
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            scales[j] = (uint8_t)sc[j];
+            scales[j + 4] = (uint8_t)mn[j];
+        } else {
+            scales[j + 4] = (uint8_t)((sc[j] & 15) | (mn[j] & 15) << 4);
+            scales[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+            scales[j] |= (uint8_t)((mn[j] >> 4) << 6);
+        }
+    }
+    for (int five = 0; five < 2; five++) {
+        uint8_t q[128], qh[32];
+        for (int i = 0; i < 128; i++)
+            q[i] = (uint8_t)((i * 5) % 16 | ((i * 11 + 3) % 16) << 4);
+        for (int l = 0; l < 32; l++)
+            qh[l] = (uint8_t)(l * 37 + 11);
+        if (!five) {
+            kn_block_q4_K b = {.d = 0x3C00 /* 1 */, .dmin = 0x3800 /* 0.5 */};
+            memcpy(b.scales, scales, 12);
+            memcpy(b.q, q, 128);
+            T_OK(kn_dequantize_row(GGUF_TYPE_Q4_K, &b, 0, 256, y));
+        } else {
+            kn_block_q5_K b = {.d = 0x3C00, .dmin = 0x3800};
+            memcpy(b.scales, scales, 12);
+            memcpy(b.q, q, 128);
+            memcpy(b.qh, qh, 32);
+            T_OK(kn_dequantize_row(GGUF_TYPE_Q5_K, &b, 0, 256, y));
+        }
+        for (int p = 0; p < 4; p++)
+            for (int l = 0; l < 32; l++)
+                for (int t = 0; t < 2; t++) {
+                    int e = t ? q[32 * p + l] >> 4 : q[32 * p + l] & 15;
+                    if (five)
+                        e += 16 * ((qh[l] >> (2 * p + t)) & 1);
+                    int j = 2 * p + t;
+                    float want = 1.0f * (float)sc[j] * (float)e - 0.5f * (float)mn[j];
+                    T_CHECKF(y[64 * p + 32 * t + l] == want, "q%d_K element %d: %g, want %g",
+                             4 + five, 64 * p + 32 * t + l, y[64 * p + 32 * t + l], want);
+                }
+    }
+    { /* Q6_K: ql / qh quarters, int8 scales per 16 (including -128), d last */
+        kn_block_q6_K b = {.d = 0x3800 /* 0.5 */};
+        const int8_t s6[16] = {-128, 127, 1, -1, 5, -7, 64, -64, 0, 3, 2, -2, 100, -100, 9, 11};
+        memcpy(b.scales, s6, 16);
+        for (int i = 0; i < 128; i++)
+            b.ql[i] = (uint8_t)(i * 29 + 7);
+        for (int i = 0; i < 64; i++)
+            b.qh[i] = (uint8_t)(i * 53 + 1);
+        b.ql[0] = 0; /* element 0: q = 0, value -32 */
+        b.qh[0] &= 0xFC;
+        T_OK(kn_dequantize_row(GGUF_TYPE_Q6_K, &b, 0, 256, y));
+        T_CHECK(y[0] == 0.5f * -128.0f * -32.0f);
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++)
+                for (int t = 0; t < 4; t++) {
+                    int lo = b.ql[64 * h + l + 32 * (t & 1)];
+                    lo = t >= 2 ? lo >> 4 : lo & 15;
+                    int e = lo | ((b.qh[32 * h + l] >> (2 * t)) & 3) << 4;
+                    int idx = 128 * h + 32 * t + l;
+                    float want = 0.5f * (float)s6[idx / 16] * (float)(e - 32);
+                    T_CHECKF(y[idx] == want, "q6_K element %d: %g, want %g", idx, y[idx], want);
+                }
+    }
+}
+
+/* Quantize then dequantize rows of N(0, 1)-like data (plus an all-zero, a constant and an
+ * outlier block) and bound the error:
+ *   Q4_1 / Q5_1: codes are round((x - min) / d), d = range / nmax, so |err| <= d/2, plus the f16
+ *     rounding of d (relative 2^-11, times at most nmax) and of m (2^-11 |min|);
+ *   Q5_0: d = -max/16 maps the block's largest magnitude to code 0; the opposite end (+16 d) is
+ *     clamped to code 31 (15 d), so |err| <= |d| (one step), plus 16 |d| 2^-11 for f16 d;
+ *   K-quants, per element: half a step of the block's grid for rounding, one more step because
+ *     the least-squares fit may clamp the extremes, and the quantization of the sub-block scale
+ *     to 6 bits (Q4_K/Q5_K) or int8 (Q6_K) against the super-block's d, which moves a code's
+ *     value by at most nmax * d / 2, and of the min by dmin / 2. On average they do much better:
+ *     the RMS error over all elements, relative to the RMS of x, is bounded too: a uniform quantizer with step
+ *     range/nmax has RMS error step / sqrt(12); for 32 normal samples range ~ 4.1 sigma, so Q4_K
+ *     ~0.079, Q5_K ~0.038; Q6_K (16-element absmax, 32 levels per side, amax ~ 2.0 sigma) ~0.018.
+ *     The limits below are those with ~25% headroom (measured: VERITY_TEST_VERBOSE=1), and every
+ *     element must be within 1.5 sub-block steps of its input. */
+static void t_quant_roundtrip(void) {
+    const int types[] = {GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,
+                         GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
+    const double rms_limit[] = {0, 0, 0, 0.10, 0.048, 0.024};
+    const int64_t k = 2304, n = 48;
+    float *x = malloc((size_t)(n * k) * sizeof(float)), *y = malloc((size_t)(n * k) * sizeof(float));
+    for (int64_t i = 0; i < n * k; i++)
+        x[i] = rndf();
+    for (int j = 0; j < 32; j++) {
+        x[j] = 0.0f;          /* zero block */
+        x[k + j] = 0.75f;     /* constant block */
+        x[2 * k + j] *= 0.01f; /* tiny block with an outlier */
+    }
+    x[2 * k + 5] = 40.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        int type = types[ti];
+        int64_t rb = gguf_type_row_bytes(type, k);
+        void *d = malloc((size_t)(rb * n));
+        T_EQ_INT(kn_quantize_rows(type, x, n, k, d), rb * n);
+        for (int64_t r = 0; r < n; r++)
+            T_OK(kn_dequantize_row(type, d, r, k, y + r * k));
+        double se = 0, sx = 0;
+        for (int64_t b = 0; b < n * k / 32; b++) {
+            const float *xb = x + b * 32, *yb = y + b * 32;
+            float mn = xb[0], mx = xb[0], amax = 0, big = 0;
+            for (int j = 0; j < 32; j++) {
+                mn = xb[j] < mn ? xb[j] : mn;
+                mx = xb[j] > mx ? xb[j] : mx;
+                if (fabsf(xb[j]) > amax) {
+                    amax = fabsf(xb[j]);
+                    big = xb[j];
+                }
+            }
+            for (int j = 0; j < 32; j++) {
+                double e = fabs((double)yb[j] - xb[j]);
+                if (b >= 3 * k / 32) {
+                    se += e * e;
+                    sx += (double)xb[j] * xb[j];
+                }
+                double tol;
+                if (type == GGUF_TYPE_Q4_1 || type == GGUF_TYPE_Q5_1) {
+                    double nmax = type == GGUF_TYPE_Q4_1 ? 15 : 31, dd = (mx - mn) / nmax;
+                    tol = 0.5 * dd + (nmax + 1) * dd / 2048 + fabs(mn) / 2048 + 1e-6 * amax;
+                } else if (type == GGUF_TYPE_Q5_0) {
+                    tol = fabs(big / 16.0) * (1 + 16.0 / 2048) + 1e-6 * amax;
+                } else {
+                    /* the fitted min is <= 0, so the grid spans [min(mn, 0), max(mx, 0)] */
+                    double range = fmax(mx, 0.0) - fmin(mn, 0.0);
+                    double nmax = type == GGUF_TYPE_Q6_K ? 32 : type == GGUF_TYPE_Q4_K ? 15 : 31;
+                    double step = type == GGUF_TYPE_Q6_K ? 2 * amax / 63 : range / nmax;
+                    /* the super-block's stored d and dmin (same offsets in Q4_K and Q5_K) */
+                    int64_t row = b / (k / 32), sb = (b % (k / 32)) / 8;
+                    const unsigned char *blk = (const unsigned char *)d + row * rb +
+                                               sb * gguf_type_block_bytes(type);
+                    double dsup, dmin = 0;
+                    if (type == GGUF_TYPE_Q6_K) {
+                        dsup = fabs(kn_f16_to_f32(((const kn_block_q6_K *)blk)->d));
+                    } else {
+                        dsup = kn_f16_to_f32(((const kn_block_q4_K *)blk)->d);
+                        dmin = kn_f16_to_f32(((const kn_block_q4_K *)blk)->dmin);
+                    }
+                    tol = 1.5 * step + nmax * dsup / 2 + dmin / 2 + 1e-6;
+                }
+                T_CHECKF(e <= tol, "%s block %lld element %d: %.9g -> %.9g (err %g > %g)",
+                         gguf_type_name(type), (long long)b, j, xb[j], yb[j], e, tol);
+            }
+        }
+        /* the three special blocks (rows 0-2) are excluded from the RMS: they are not N(0,1) */
+        double rms = sqrt(se / sx);
+        if (getenv("VERITY_TEST_VERBOSE"))
+            fprintf(stderr, "%s: relative RMS error %.4f\n", gguf_type_name(type), rms);
+        if (rms_limit[ti] > 0)
+            T_CHECKF(rms <= rms_limit[ti], "%s: relative RMS error %.4f > %.4f",
+                     gguf_type_name(type), rms, rms_limit[ti]);
+        /* all-zero block stays exactly zero */
+        for (int j = 0; j < 32; j++)
+            T_CHECK(y[j] == 0.0f);
+        free(d);
+    }
+    /* K-quants refuse rows that are not a multiple of 256 */
+    T_CHECK(kn_quantize_rows(GGUF_TYPE_Q4_K, x, 1, 96, y) < 0);
+    free(x);
+    free(y);
+}
+
+/* The new quantized kernels tile rows in chunks of 96 (activation reuse in L2): M across a
+ * chunk boundary, with a tail, gives the reference's bytes too. */
+static void t_matmul_kq_large_m(void) {
+    setup_isas();
+    if (!n_simd)
+        test_skip("no SIMD ISA on this CPU");
+    const int types[] = {GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,
+                         GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
+    int64_t m = 197, n = 47, k = 512;
+    act_buf ab;
+    act_make(&ab, m, k, k, true);
+    kn_act_quantize(&ab.a, k, 0, m, KN_ISA_SCALAR);
+    float *yr = calloc((size_t)(m * n), sizeof(float)), *ys = calloc((size_t)(m * n), sizeof(float));
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        void *w = make_weights(types[ti], n, k, NULL);
+        kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, n);
+        for (int ii = 0; ii < n_simd; ii++) {
+            kn_mat *mat;
+            T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
+            memset(ys, 0, (size_t)(m * n) * sizeof(float));
+            kn_matmul(mat, &ab.a, m, ys, n, 0, 1, NULL);
+            T_CHECKF(memcmp(yr, ys, (size_t)(m * n) * sizeof(float)) == 0, "%s %s M=%lld",
+                     gguf_type_name(types[ti]), kn_isa_name(simd_isas[ii]), (long long)m);
+            kn_mat_destroy(mat);
+        }
+        free(w);
+    }
+    free(yr);
+    free(ys);
+    act_free(&ab);
 }
 
 static void t_row_ops(void) {
@@ -405,7 +659,10 @@ int main(void) {
     test_run("kernels.f16_conversion_matches_f16c", t_f16_conv);
     test_run("kernels.expf", t_expf);
     test_run("kernels.act_quantize_simd_eq_ref", t_act_quantize);
+    test_run("kernels.dequantize_known_blocks", t_dequant_known);
+    test_run("kernels.quantize_roundtrip", t_quant_roundtrip);
     test_run("kernels.matmul_simd_eq_ref", t_matmul);
+    test_run("kernels.matmul_kq_large_m", t_matmul_kq_large_m);
     test_run("kernels.matmul_accuracy", t_matmul_accuracy);
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);
     test_run("kernels.attention", t_attention);

@@ -2,7 +2,8 @@
 /*
  * Model tests:
  *  - a float64 naive reference forward (this file only) against the optimised forward on tiny
- *    synthetic models of every weight type and architecture, within per-type tolerances justified
+ *    synthetic models of every weight type and architecture (K-quants and the Q4_K_M mix on the
+ *    "small" shape, whose rows are multiples of 256), within per-type tolerances justified
  *    below;
  *  - invariance at the forward level: each (sequence, position)'s logits are memcmp-identical
  *    whether computed alone token by token, in one prefill, in chunks of 1/3/16, beside other
@@ -23,12 +24,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* TYPE_Q4_K_M: the q4_k_m mix (synth_opts.q4_k_m) in the type lists below */
+#define TYPE_Q4_K_M 1000
+
+static const char *type_label(int type) {
+    return type == TYPE_Q4_K_M ? "q4_k_m" : gguf_type_name(type);
+}
+
+/* K-quant types need rows that are multiples of 256: they use the "small" shape (tiny's rows
+ * would all fall back to Q5_0 / Q5_1 / Q8_0). */
 static const char *synth_path(const char *arch, int type, bool tied, uint64_t seed) {
     static char path[512];
-    snprintf(path, sizeof path, "%s/%s-%s-%d-%llu.gguf", test_tmpdir(), arch, gguf_type_name(type),
+    bool k = type == TYPE_Q4_K_M || gguf_type_block_size(type) == 256;
+    snprintf(path, sizeof path, "%s/%s-%s-%d-%llu.gguf", test_tmpdir(), arch, type_label(type),
              tied, (unsigned long long)seed);
-    synth_opts o = {.shape = "tiny", .arch = arch, .type = type, .seed = seed, .tied = tied,
-                    .tied_set = true};
+    synth_opts o = {.shape = k ? "small" : "tiny", .arch = arch, .type = type, .seed = seed,
+                    .tied = tied, .tied_set = true, .q4_k_m = type == TYPE_Q4_K_M};
     int rc = synth_write(&o, path);
     if (rc)
         test_fail(__FILE__, __LINE__, "synth: %s", err_detail());
@@ -231,8 +242,10 @@ static void env_close(run_env *e) {
 }
 
 static void t_reference(void) {
-    const int types[] = {GGUF_TYPE_F32, GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0,
-                         GGUF_TYPE_Q4_0};
+    const int types[] = {GGUF_TYPE_F32,  GGUF_TYPE_F16,  GGUF_TYPE_BF16, GGUF_TYPE_Q8_0,
+                         GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,
+                         GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K, TYPE_Q4_K_M};
+    const int n_types = (int)(sizeof types / sizeof *types);
     /* Tolerances, as max |ours - ref| / max |ref| over all logits of a 40-token sequence
      * (measured on these models: F32/F16/BF16 2e-7..3e-7, F16 KV up to 2e-6, Q8_0/Q4_0 3e-3..1e-2;
      * VERITY_TEST_VERBOSE=1 prints them):
@@ -242,15 +255,21 @@ static void t_reference(void) {
      *  F16 KV cache: K and V additionally rounded to 11 significant bits (rel. 4.9e-4 per
      *    element, averaged by attention over many positions): 5e-5.
      *  Q8_0/Q4_0 weights: activations are quantized to 8 bits per 32-block (rel. error up to
-     *    1/254 per element) before every matmul, ~10 quantized matmuls deep: 2.5e-2. */
+     *    1/254 per element) before every matmul, ~10 quantized matmuls deep: 2.5e-2.
+     *  Q4_1/Q5_0/Q5_1 (tiny shape) and Q4_K/Q5_K/Q6_K/Q4_K_M (small shape: embd 256, FFN 512):
+     *    the reference uses the same dequantized weights, so again only the activation
+     *    quantization differs, with the same per-element bound and depth: 2.5e-2 (measured:
+     *    Q4_1 9.1e-3, Q5_0 3.3e-3, Q5_1 7.5e-3, Q4_K 8.1e-3, Q5_K 1.2e-2, Q6_K 8.5e-3, Q4_K_M
+     *    1.3e-2; the small shape's longer rows (K up to 512) and the mix's Q6_K/Q4_K layers give
+     *    the larger values, still 2x inside the bound). */
     const char *archs[] = {"llama", "qwen2", "qwen3"};
     for (int ai = 0; ai < 3; ai++) {
-        for (int ti = 0; ti < 5; ti++) {
+        for (int ti = 0; ti < n_types; ti++) {
             int type = types[ti];
             if (ai > 0 && ti != 0 && ti != 3)
                 continue; /* variants: F32 and Q8_0 suffice for arch-specific ops */
             for (int kvf = 0; kvf < 2; kvf++) {
-                bool q = type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0;
+                bool q = ti >= 3;
                 if (kvf && (q || ai > 0))
                     continue;
                 const char *path = synth_path(archs[ai], type, ti % 2 == 0, 7 + (uint64_t)ti);
@@ -281,9 +300,9 @@ static void t_reference(void) {
                 }
                 double tol = q ? 2.5e-2 : kvf ? 5e-5 : 2e-6;
                 if (getenv("VERITY_TEST_VERBOSE"))
-                    fprintf(stderr, "%s %s kv%s: rel %.3g (tol %g)\n", archs[ai], gguf_type_name(type), kvf ? "f16" : "f32", maxdiff / maxref, tol);
+                    fprintf(stderr, "%s %s kv%s: rel %.3g (tol %g)\n", archs[ai], type_label(type), kvf ? "f16" : "f32", maxdiff / maxref, tol);
                 T_CHECKF(maxdiff <= tol * maxref, "%s %s kv%s: max diff %g, max |ref| %g (rel %g > %g)",
-                         archs[ai], gguf_type_name(type), kvf ? "f16" : "f32", maxdiff, maxref,
+                         archs[ai], type_label(type), kvf ? "f16" : "f32", maxdiff, maxref,
                          maxdiff / maxref, tol);
                 free(ref);
                 env_close(&e);
@@ -382,8 +401,9 @@ static void inv_run(inv_case *ic, const char *path, kn_isa isa, int threads, int
 }
 
 static void t_invariance(void) {
-    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0};
-    for (int ti = 0; ti < 3; ti++) {
+    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q5_1,
+                         GGUF_TYPE_Q5_K, TYPE_Q4_K_M};
+    for (int ti = 0; ti < (int)(sizeof types / sizeof *types); ti++) {
         const char *path = synth_path("llama", types[ti], false, 21);
         inv_case ic;
         model *m;

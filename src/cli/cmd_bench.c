@@ -12,7 +12,8 @@
  *            tokens/s from the median step time, the fraction of the read bandwidth the weight
  *            bytes per step reach, and the fraction of the FMA peak.
  * Prefill is repeated R times (median). Without -m it runs the synthetic 0.5b model of --type
- * (default f16), made once and cached under $XDG_CACHE_HOME/verity (or ~/.cache/verity).
+ * (default f16; any synth type or q4_k_m), made once and cached under $XDG_CACHE_HOME/verity (or
+ * ~/.cache/verity).
  */
 #include "base/clock.h"
 #include "base/cpu.h"
@@ -26,6 +27,7 @@
 #include "kernels/kn_roofline.h"
 #include "kv/kv_pool.h"
 #include "model/forward.h"
+#include "model/quantize.h"
 #include "model/synth.h"
 
 #include <errno.h>
@@ -48,8 +50,11 @@ static double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Path of the cached synthetic 0.5b model of type, creating it if absent. */
-static int bench_default_model(int type, char *path, size_t cap) {
+/* Path of the cached synthetic 0.5b model of plan, creating it if absent. Its K = 896 rows are not
+ * multiples of 256, so K-quant plans use llama.cpp's fallback there (model/quantize.h): q4_k gives
+ * Q5_0 matrices with Q4_K ffn_down (K = 4864), q6_k Q8_0 with Q6_K ffn_down, as a llama.cpp
+ * quantization of a Qwen2-0.5B-shaped model does. */
+static int bench_default_model(const quant_plan *plan, char *path, size_t cap) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[512];
     if (xdg && *xdg)
@@ -65,12 +70,12 @@ static int bench_default_model(int type, char *path, size_t cap) {
     }
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return err_set(ERR_IO, "%s: cannot create cache directory: %s", dir, strerror(errno));
-    snprintf(path, cap, "%s/synth-0.5b-%s-seed1.gguf", dir, gguf_type_name(type));
+    snprintf(path, cap, "%s/synth-0.5b-%s-seed1.gguf", dir, plan->name);
     if (access(path, R_OK) == 0)
         return 0;
-    fprintf(stderr, "verity bench: making the synthetic 0.5b %s model (once) at %s\n",
-            gguf_type_name(type), path);
-    synth_opts o = {.shape = "0.5b", .type = type, .seed = 1};
+    fprintf(stderr, "verity bench: making the synthetic 0.5b %s model (once) at %s\n", plan->name,
+            path);
+    synth_opts o = {.shape = "0.5b", .type = plan->type, .q4_k_m = plan->q4_k_m, .seed = 1};
     return synth_write(&o, path);
 }
 
@@ -90,7 +95,8 @@ typedef struct bench_row {
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
-    int type = GGUF_TYPE_F16;
+    quant_plan plan;
+    quant_plan_parse("f16", &plan);
     int batches[BENCH_MAX_BATCHES] = {1, 8, 32};
     int n_batches = 3;
     int64_t P = 256, G = 64, reps = 3;
@@ -106,9 +112,8 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             model_path = v;
         } else if (!strcmp(a, "--type")) {
-            type = gguf_type_from_name(v);
-            if (type < 0 || !kn_type_supported(type))
-                return cli_usage_error("bench", "--type: unsupported type '%s'", v);
+            if (quant_plan_parse(v, &plan))
+                return cli_usage_error("bench", "--type: %s", err_detail());
         } else if (!strcmp(a, "--batch")) {
             n_batches = 0;
             char buf[256];
@@ -140,7 +145,7 @@ int cmd_bench(int argc, char **argv) {
     }
     char cached[1024];
     if (!model_path && !getenv("MODEL")) {
-        int rc = bench_default_model(type, cached, sizeof cached);
+        int rc = bench_default_model(&plan, cached, sizeof cached);
         if (rc)
             return cli_fail("bench", rc);
         model_path = cached;

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_synth: `verity synth --shape tiny|0.5b --type f32|f16|bf16|q8_0|q4_0 --seed S
- * [--arch llama|qwen2|qwen3] [--vocab-from GGUF] [--tied|--untied] -o OUT.gguf`.
+ * cmd_synth: `verity synth --shape tiny|small|0.5b --type TYPE --seed S
+ * [--arch llama|qwen2|qwen3] [--vocab-from GGUF] [--tied|--untied] -o OUT.gguf`, TYPE one of
+ * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m (the llama.cpp-style mix).
+ * Matrices whose rows the type's block does not divide (K-quants need multiples of 256) get
+ * llama.cpp's fallback type; model/quantize.h has the rule and the mix recipe.
  */
 #include "base/err.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
+#include "model/quantize.h"
 #include "model/synth.h"
 
 #include <stdio.h>
@@ -23,9 +27,11 @@ int cmd_synth(int argc, char **argv) {
         } else if (!strcmp(a, "--type")) {
             if (!(v = cli_next("synth", argc, argv, &i)))
                 return 2;
-            o.type = gguf_type_from_name(v);
-            if (o.type < 0)
-                return cli_usage_error("synth", "--type: unknown type '%s'", v);
+            quant_plan plan;
+            if (quant_plan_parse(v, &plan))
+                return cli_usage_error("synth", "--type: %s", err_detail());
+            o.type = plan.type;
+            o.q4_k_m = plan.q4_k_m;
         } else if (!strcmp(a, "--seed")) {
             int64_t s;
             if (!(v = cli_next("synth", argc, argv, &i)) ||
@@ -48,7 +54,7 @@ int cmd_synth(int argc, char **argv) {
                 return 2;
         } else {
             return cli_usage_error("synth", "unknown option '%s' (usage: verity synth --shape "
-                                   "tiny|0.5b --type TYPE --seed S [--arch A] [--vocab-from GGUF] "
+                                   "tiny|small|0.5b --type TYPE --seed S [--arch A] [--vocab-from GGUF] "
                                    "-o OUT.gguf)", a);
         }
     }

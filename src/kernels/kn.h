@@ -9,9 +9,23 @@
  *     the row length for a norm, the absolute position for attention), never on M (how many rows
  *     are in the batch), on which thread computes it, or on the instruction set.
  *   - Matmul, float weights: y[m][n] = fma chain over k = 0..K-1, starting from +0.
- *     Quantized weights (Q8_0, Q4_0): activations are quantized per row per 32-block
- *     (kn_act_quantize); each block's dot product is an exact integer isum; then
- *     y = fma((float)isum, d_w * d_x, y) over blocks in order.
+ *     Quantized weights: activations are quantized per row per 32-block b (kn_act_quantize: codes
+ *     x_i in -127..127, scale d_x, sum s = sum x_i, and the sum s_lo of the block's first 16 codes);
+ *     each block's dot product with the weight codes is an exact integer isum; blocks are folded
+ *     into y (starting from +0) in order b = 0..K/32-1, per block:
+ *       Q8_0, Q4_0, Q5_0:  y = fma((float)isum, d_w * d_x, y)       (isum over the signed values
+ *                          q, q - 8, q - 16)
+ *       Q4_1, Q5_1:        y = fma((float)isum, d_w * d_x, y);  y = fma(m_w, d_x * (float)s, y)
+ *                          (isum over the unsigned codes; x = d_w q + m_w)
+ *       Q4_K, Q5_K:        sub-block j of super-block i is block b = 8i + j, with s_j = d * sc_j
+ *                          and m_j = dmin * min_j (both exact in f32: 11-bit x 6-bit):
+ *                          y = fma((float)isum, s_j * d_x, y);  y = fma(-m_j, d_x * (float)s, y)
+ *       Q6_K:              the block's two 16-element sub-blocks, int8 scales a, b:
+ *                          isum = a * isum_lo + b * isum_hi (integer, over the values q - 32),
+ *                          y = fma((float)isum, d * d_x, y)
+ *     Every product of two floats above is one rounded f32 multiply, every fma one rounding.
+ *     Exactness: |x_i| <= 127, so |isum| <= 32 * 32 * 127 (Q5_x) < 2^24 is exact as float; for
+ *     Q6_K |isum| <= 2 * 128 * 16 * 32 * 127 = 16,646,144 < 2^24 as well.
  *   - Row reductions (sum of squares, dot products over a head) use the "lane-16" order: element
  *     i goes to lane i mod 16 (sequentially within a lane), then lanes are combined by a fixed
  *     tree (j += j+8, j += j+4, j += j+2, j += j+1).
@@ -63,6 +77,8 @@ int kn_mat_type(const kn_mat *w);
 size_t kn_mat_bytes(const kn_mat *w);
 /* True if the matrix consumes quantized activations (kn_act_quantize before kn_matmul). */
 bool kn_mat_wants_q8(const kn_mat *w);
+/* True if the matrix also needs the per-16 activation sums (kn_act.qs16). */
+bool kn_mat_wants_q16(const kn_mat *w);
 
 /* Activations for a matmul: M rows of K floats, and (for quantized weights) their per-row Q8
  * quantization. All arrays are caller-owned. */
@@ -72,10 +88,13 @@ typedef struct kn_act {
     int8_t *q;      /* [M][K]    quantized values, if quantized */
     float *qd;      /* [M][K/32] block scales */
     int32_t *qs;    /* [M][K/32] block sums of q */
+    int32_t *qs16;  /* [M][K/32] sums of the first 16 q of each block; required by Q6_K weights
+                     * (kn_mat_wants_q16), may be NULL otherwise */
 } kn_act;
 
 /* Quantizes rows [m0, m1) of a->x into a->q/qd/qs (K a multiple of 32), per row and per block:
- * d = amax / 127, id = d ? 1 / d : 0, q = round-half-even(x * id), s = sum of q. */
+ * d = amax / 127, id = d ? 1 / d : 0, q = round-half-even(x * id), s = sum of q; and, if a->qs16
+ * is not NULL, the sums of the first 16 q of each block. */
 void kn_act_quantize(const kn_act *a, int64_t k, int64_t m0, int64_t m1, kn_isa isa);
 
 /* Per-thread scratch bytes kn_matmul needs (panel conversion buffer). */
@@ -89,7 +108,7 @@ void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ld
                int nth, void *scratch);
 
 /* The scalar reference, straight from GGUF-layout data, for tests and the scalar ISA: computes
- * columns [n0, n1) of all M rows. For quantized types x must carry q/qd/qs. */
+ * columns [n0, n1) of all M rows. For quantized types x must carry q/qd/qs (qs16 is not read). */
 void kn_matmul_ref(int type, const void *data, int64_t k, const kn_act *x, int64_t m, int64_t n0,
                    int64_t n1, float *y, int64_t ldy);
 

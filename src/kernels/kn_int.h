@@ -13,6 +13,27 @@
  *   Q4_0: as Q8_0 but quants are [4 group pairs][32 columns][4 bytes], byte j of group pair g for
  *     column c = q[4g + j] | q[16 + 4g + j] << 4 (raw nibbles 0..15, w = q - 8; the kernel
  *     subtracts 8 * sum(x)).  576 bytes per (block, b).
+ * The other quantized types (kn_pack_kq.c, kernels in kn_matmul_kq_*.c) use the same 32-column
+ * blocks and, per 32-element k-block b, the unsigned codes e[0..31] of the block (Q4: 0..15,
+ * Q5: 0..31, Q6_K: 0..63) split into planes a VNNI kernel can rebuild with a few bit operations:
+ *   NIB  [4 group pairs g][32 columns][4 bytes j]: e[4g+j] & 15 | (e[16+4g+j] & 15) << 4 (as Q4_0)
+ *   QH5  [32 columns][4 bytes j]: bit g of byte j = bit 4 of e[4g+j], bit 4+g = bit 4 of
+ *        e[16+4g+j], so (dword << (4-g)) & 0x10 and (dword >> g) & 0x10 give the fifth bits of
+ *        group g's low and high vectors in place
+ *   QH6  [2 halves h][32 columns][4 bytes j]: bits 2g..2g+1 of byte j = e[16h+4g+j] >> 4, so a
+ *        dword shift by 4-2g and & 0x30 give group g's two top bits in place
+ * Per-column scales are arrays [32] of the type's scale element, with f16 kept as stored (F16C
+ * converts it exactly), and per (column block):
+ *   Q4_1: per b: d[32] f16, m[32] f16, NIB                                    640 bytes
+ *   Q5_0: per b: d[32] f16, NIB, QH5                                          704 bytes
+ *   Q5_1: per b: d[32] f16, m[32] f16, NIB, QH5                               768 bytes
+ *   Q4_K: per super-block: d[32] f16, dmin[32] f16; then per b: sc[32] u8, min[32] u8 (the
+ *         unpacked 6-bit scales), NIB                                128 + 8 x 576 bytes
+ *   Q5_K: as Q4_K with QH5 after each NIB                            128 + 8 x 704 bytes
+ *   Q6_K: per super-block: d[32] f16; then per b: sc_lo[32] i8, sc_hi[32] i8 (the scales of
+ *         elements 0..15 and 16..31), NIB, QH6                        64 + 8 x 832 bytes
+ * i.e. the GGUF size per column (Q4_K/Q5_K 4 bytes more per 256 for the unpacked scales). Columns
+ * past N are all zero.
  */
 #ifndef VERITY_KERNELS_KN_INT_H
 #define VERITY_KERNELS_KN_INT_H
@@ -46,6 +67,19 @@ void kn_matmul_q_avx512(const kn_mat *w, const kn_act *x, int64_t m, float *y, i
                         int64_t b0, int64_t b1);
 void kn_matmul_q_avx2(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy,
                       int64_t b0, int64_t b1);
+
+/* Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K matmul over column blocks [b0, b1). */
+void kn_matmul_kq_avx512(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy,
+                         int64_t b0, int64_t b1);
+void kn_matmul_kq_avx2(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy,
+                       int64_t b0, int64_t b1);
+
+/* Packing of the types above (kn_pack_kq.c): bytes per column block, and the packer (writes
+ * every byte of w->packed from GGUF-layout src). */
+size_t kn_kq_block_stride(int type, int64_t k);
+void kn_pack_kq(kn_mat *w, const unsigned char *src);
+/* True for the types kn_pack_kq packs. */
+bool kn_type_is_kq(int type);
 
 void kn_act_quantize_avx512(const kn_act *a, int64_t k, int64_t m0, int64_t m1);
 void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1);

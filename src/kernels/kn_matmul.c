@@ -64,7 +64,7 @@ int kn_isa_select(kn_isa *out) {
 }
 
 static bool kn_type_is_q(int type) {
-    return type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0;
+    return type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_0 || kn_type_is_kq(type);
 }
 
 static int kn_elem_bytes(int type) {
@@ -167,7 +167,10 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
         *out = w;
         return 0;
     }
-    if (kn_type_is_q(type)) {
+    if (kn_type_is_kq(type)) {
+        w->n_blocks = (n + KN_NB_Q - 1) / KN_NB_Q;
+        w->block_stride = kn_kq_block_stride(type, k);
+    } else if (kn_type_is_q(type)) {
         w->n_blocks = (n + KN_NB_Q - 1) / KN_NB_Q;
         w->block_stride = (size_t)(k / KN_QK) *
                           (type == GGUF_TYPE_Q8_0 ? KN_Q8_BLOCK_BYTES : KN_Q4_BLOCK_BYTES);
@@ -183,7 +186,9 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
                        (long long)n, (long long)k);
     }
     /* every byte is written by the packers (padding columns included) */
-    if (kn_type_is_q(type))
+    if (kn_type_is_kq(type))
+        kn_pack_kq(w, data);
+    else if (kn_type_is_q(type))
         kn_pack_q(w, data);
     else
         kn_pack_f(w, data);
@@ -214,6 +219,9 @@ size_t kn_mat_bytes(const kn_mat *w) {
 bool kn_mat_wants_q8(const kn_mat *w) {
     return kn_type_is_q(w->type);
 }
+bool kn_mat_wants_q16(const kn_mat *w) {
+    return w->type == GGUF_TYPE_Q6_K;
+}
 
 size_t kn_matmul_scratch_bytes(void) {
     return (size_t)KN_KC * KN_NB_F * sizeof(float);
@@ -236,14 +244,18 @@ static void kn_act_quantize_ref(const kn_act *a, int64_t k, int64_t m0, int64_t 
             }
             float d = amax / 127.0f;
             float id = d != 0.0f ? 1.0f / d : 0.0f;
-            int32_t s = 0;
+            int32_t s = 0, s16 = 0;
             for (int j = 0; j < KN_QK; j++) {
                 int8_t v = (int8_t)kn_cvt_rne_i32(xb[j] * id);
                 q[b * KN_QK + j] = v;
                 s += v;
+                if (j == 15)
+                    s16 = s;
             }
             a->qd[m * kb + b] = d;
             a->qs[m * kb + b] = s;
+            if (a->qs16)
+                a->qs16[m * kb + b] = s16;
         }
     }
 }
@@ -263,6 +275,85 @@ void kn_act_quantize(const kn_act *a, int64_t k, int64_t m0, int64_t m1, kn_isa 
     }
 }
 
+/* One row's dot product with a Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weight row, in the
+ * canonical order of kn.h: q, d, s are the activation row's codes, block scales and block sums. */
+static float kn_dot_kq_ref(int type, const unsigned char *row, int64_t k, const int8_t *q,
+                           const float *d, const int32_t *s) {
+    float acc = 0.0f;
+    if (type == GGUF_TYPE_Q4_1 || type == GGUF_TYPE_Q5_0 || type == GGUF_TYPE_Q5_1) {
+        for (int64_t b = 0; b < k / KN_QK; b++) {
+            uint8_t e[KN_QK];
+            uint16_t dh, mh = 0;
+            if (type == GGUF_TYPE_Q4_1) {
+                const kn_block_q4_1 *wb = (const kn_block_q4_1 *)row + b;
+                for (int j = 0; j < 16; j++) {
+                    e[j] = wb->q[j] & 15;
+                    e[j + 16] = wb->q[j] >> 4;
+                }
+                dh = wb->d;
+                mh = wb->m;
+            } else if (type == GGUF_TYPE_Q5_0) {
+                const kn_block_q5_0 *wb = (const kn_block_q5_0 *)row + b;
+                kn_unpack_q5(wb->qh, wb->q, e);
+                dh = wb->d;
+            } else {
+                const kn_block_q5_1 *wb = (const kn_block_q5_1 *)row + b;
+                kn_unpack_q5(wb->qh, wb->q, e);
+                dh = wb->d;
+                mh = wb->m;
+            }
+            int off = type == GGUF_TYPE_Q5_0 ? 16 : 0;
+            int32_t isum = 0;
+            for (int j = 0; j < KN_QK; j++)
+                isum += (e[j] - off) * q[b * KN_QK + j];
+            acc = fmaf((float)isum, kn_f16_to_f32(dh) * d[b], acc);
+            if (type != GGUF_TYPE_Q5_0)
+                acc = fmaf(kn_f16_to_f32(mh), d[b] * (float)s[b], acc);
+        }
+        return acc;
+    }
+    size_t bb = (size_t)gguf_type_block_bytes(type);
+    for (int64_t sb = 0; sb < k / KN_QK_K; sb++) {
+        const unsigned char *blk = row + (size_t)sb * bb;
+        uint8_t e[KN_QK_K];
+        if (type == GGUF_TYPE_Q6_K) {
+            const kn_block_q6_K *wb = (const kn_block_q6_K *)blk;
+            kn_unpack_q6_K(wb, e);
+            float dw = kn_f16_to_f32(wb->d);
+            for (int j = 0; j < 8; j++) {
+                int64_t b = sb * 8 + j;
+                const int8_t *qb = q + b * KN_QK;
+                int32_t lo = 0, hi = 0;
+                for (int l = 0; l < 16; l++) {
+                    lo += (e[32 * j + l] - 32) * qb[l];
+                    hi += (e[32 * j + 16 + l] - 32) * qb[16 + l];
+                }
+                int32_t isum = wb->scales[2 * j] * lo + wb->scales[2 * j + 1] * hi;
+                acc = fmaf((float)isum, dw * d[b], acc);
+            }
+        } else {
+            const kn_block_q4_K *wb = (const kn_block_q4_K *)blk; /* d, dmin, scales shared */
+            if (type == GGUF_TYPE_Q4_K)
+                kn_unpack_q4_K(wb, e);
+            else
+                kn_unpack_q5_K((const kn_block_q5_K *)blk, e);
+            float dw = kn_f16_to_f32(wb->d), dmin = kn_f16_to_f32(wb->dmin);
+            for (int j = 0; j < 8; j++) {
+                int64_t b = sb * 8 + j;
+                int sc, mn;
+                kn_kquant_scale_min(wb->scales, j, &sc, &mn);
+                int32_t isum = 0;
+                for (int l = 0; l < 32; l++)
+                    isum += e[32 * j + l] * q[b * KN_QK + l];
+                float sj = dw * (float)sc, mj = dmin * (float)mn;
+                acc = fmaf((float)isum, sj * d[b], acc);
+                acc = fmaf(-mj, d[b] * (float)s[b], acc);
+            }
+        }
+    }
+    return acc;
+}
+
 void kn_matmul_ref(int type, const void *data, int64_t k, const kn_act *x, int64_t m, int64_t n0,
                    int64_t n1, float *y, int64_t ldy) {
     size_t rb = (size_t)gguf_type_row_bytes(type, k);
@@ -272,6 +363,11 @@ void kn_matmul_ref(int type, const void *data, int64_t k, const kn_act *x, int64
         for (int64_t i = 0; i < m; i++) {
             float acc = 0.0f;
             const float *xr = x->x ? x->x + i * x->ldx : NULL;
+            if (kn_type_is_kq(type)) {
+                y[i * ldy + n] =
+                    kn_dot_kq_ref(type, row, k, x->q + i * k, x->qd + i * kb, x->qs + i * kb);
+                continue;
+            }
             switch (type) {
             case GGUF_TYPE_F32: {
                 const float *wr = (const float *)row;
@@ -339,7 +435,12 @@ void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ld
         return;
 #ifndef VERITY_NO_SIMD
     bool q = kn_type_is_q(w->type);
-    if (w->isa == KN_ISA_AVX512) {
+    if (kn_type_is_kq(w->type)) {
+        if (w->isa == KN_ISA_AVX512)
+            kn_matmul_kq_avx512(w, x, m, y, ldy, b0, b1);
+        else
+            kn_matmul_kq_avx2(w, x, m, y, ldy, b0, b1);
+    } else if (w->isa == KN_ISA_AVX512) {
         if (q)
             kn_matmul_q_avx512(w, x, m, y, ldy, b0, b1);
         else

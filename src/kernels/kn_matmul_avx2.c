@@ -254,9 +254,11 @@ void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1) {
             float d = amax / 127.0f;
             float id = d != 0.0f ? 1.0f / d : 0.0f;
             __m256 vid = _mm256_set1_ps(id);
-            int32_t s = 0;
+            int32_t s = 0, s16 = 0;
             #pragma GCC unroll 16
             for (int j = 0; j < 4; j++) {
+                if (j == 2)
+                    s16 = s;
                 __m256i qi = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], vid));
                 int32_t tmp[8];
                 _mm256_storeu_si256((__m256i *)tmp, qi);
@@ -268,6 +270,8 @@ void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1) {
             }
             a->qd[m * kb + b] = d;
             a->qs[m * kb + b] = s;
+            if (a->qs16)
+                a->qs16[m * kb + b] = s16;
         }
     }
 }

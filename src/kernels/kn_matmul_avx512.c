@@ -278,6 +278,8 @@ void kn_act_quantize_avx512(const kn_act *a, int64_t k, int64_t m0, int64_t m1) 
             __m512i s1 = _mm512_cvtepi8_epi32(_mm512_cvtepi32_epi8(q1));
             a->qd[m * kb + b] = d;
             a->qs[m * kb + b] = _mm512_reduce_add_epi32(_mm512_add_epi32(s0, s1));
+            if (a->qs16)
+                a->qs16[m * kb + b] = _mm512_reduce_add_epi32(s0);
         }
     }
 }

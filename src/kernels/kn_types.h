@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kn_types: element conversions and block formats of the weight types verity computes with, as
- * scalar reference code: F32, F16, BF16, Q8_0 and Q4_0 in llama.cpp's exact block layouts.
+ * scalar reference code: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q4_K, Q5_K,
+ * Q6_K, in llama.cpp's exact block layouts (ggml-common.h).
  *
  * Conversions are bit-exact models of the hardware ones the SIMD kernels use: kn_f32_to_f16 rounds
  * to nearest-even exactly as F16C's vcvtps2ph (imm 0) does, subnormals and NaN payloads included,
@@ -13,6 +14,22 @@
  *   Q8_0: { f16 d; int8 q[32]; }            x = q * d                          34 bytes
  *   Q4_0: { f16 d; uint8 q[16]; }            x[j] = ((q[j] & 15) - 8) * d,
  *                                            x[j+16] = ((q[j] >> 4) - 8) * d     18 bytes
+ *   Q4_1: { f16 d, m; uint8 q[16]; }         x[j] = (q[j] & 15) * d + m,
+ *                                            x[j+16] = (q[j] >> 4) * d + m        20 bytes
+ *   Q5_0: { f16 d; uint8 qh[4]; uint8 q[16]; }  5-bit e[j] = nibble | bit j of qh (little-endian
+ *                                            u32) << 4, nibbles as Q4_0; x = (e - 16) * d    22 bytes
+ *   Q5_1: { f16 d, m; uint8 qh[4]; uint8 q[16]; }  e as Q5_0; x = e * d + m              24 bytes
+ * K-quants, super-blocks of KN_QK_K = 256 elements (rows must be a multiple of 256):
+ *   Q4_K: { f16 d, dmin; uint8 scales[12]; uint8 q[128]; }                            144 bytes
+ *     eight 32-element sub-blocks j, each with a 6-bit scale sc_j and 6-bit min m_j packed in
+ *     scales[] (kn_q4k_scale_min); q[32p + l] holds element 64p + l in its low nibble and
+ *     64p + 32 + l in its high nibble; x = (d * sc_j) * e - dmin * m_j.
+ *   Q5_K: { f16 d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 q[128]; }             176 bytes
+ *     as Q4_K plus a fifth bit: bit 2p of qh[l] for element 64p + l, bit 2p+1 for 64p + 32 + l.
+ *   Q6_K: { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d; }                    210 bytes
+ *     sixteen 16-element sub-blocks with int8 scales; for each half h (128 elements) and
+ *     l < 32: element 128h + 32t + l (t = 0..3) has low nibble ql[64h + l + 32(t & 1)] >> 4(t >> 1)
+ *     and high bits (qh[32h + l] >> 2t) & 3; x = (d * scales[e / 16]) * (q - 32).
  */
 #ifndef VERITY_KERNELS_KN_TYPES_H
 #define VERITY_KERNELS_KN_TYPES_H
@@ -22,7 +39,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define KN_QK 32 /* elements per Q8_0 / Q4_0 block */
+#define KN_QK 32    /* elements per Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 block */
+#define KN_QK_K 256 /* elements per K-quant super-block */
 
 typedef struct kn_block_q8_0 {
     uint16_t d;
@@ -34,8 +52,51 @@ typedef struct kn_block_q4_0 {
     uint8_t q[KN_QK / 2];
 } kn_block_q4_0;
 
+typedef struct kn_block_q4_1 {
+    uint16_t d, m;
+    uint8_t q[KN_QK / 2];
+} kn_block_q4_1;
+
+typedef struct kn_block_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t q[KN_QK / 2];
+} kn_block_q5_0;
+
+typedef struct kn_block_q5_1 {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t q[KN_QK / 2];
+} kn_block_q5_1;
+
+typedef struct kn_block_q4_K {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t q[KN_QK_K / 2];
+} kn_block_q4_K;
+
+typedef struct kn_block_q5_K {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[KN_QK_K / 8];
+    uint8_t q[KN_QK_K / 2];
+} kn_block_q5_K;
+
+typedef struct kn_block_q6_K {
+    uint8_t ql[KN_QK_K / 2];
+    uint8_t qh[KN_QK_K / 4];
+    int8_t scales[KN_QK_K / 16];
+    uint16_t d;
+} kn_block_q6_K;
+
 _Static_assert(sizeof(kn_block_q8_0) == 34, "q8_0 block is 34 bytes");
 _Static_assert(sizeof(kn_block_q4_0) == 18, "q4_0 block is 18 bytes");
+_Static_assert(sizeof(kn_block_q4_1) == 20, "q4_1 block is 20 bytes");
+_Static_assert(sizeof(kn_block_q5_0) == 22, "q5_0 block is 22 bytes");
+_Static_assert(sizeof(kn_block_q5_1) == 24, "q5_1 block is 24 bytes");
+_Static_assert(sizeof(kn_block_q4_K) == 144, "q4_K block is 144 bytes");
+_Static_assert(sizeof(kn_block_q5_K) == 176, "q5_K block is 176 bytes");
+_Static_assert(sizeof(kn_block_q6_K) == 210, "q6_K block is 210 bytes");
 
 static inline uint32_t kn_f32_bits(float f) {
     uint32_t u;
@@ -133,13 +194,48 @@ static inline float kn_maxf(float a, float b) {
     return a > b ? a : b;
 }
 
-/* Reference (de)quantization of one row of k elements (k a multiple of 32 for Q types). The
- * quantizers follow llama.cpp's reference rules (scale from the absolute maximum, round half away
- * from zero), so files we write read the same in other engines. */
+/* Reference (de)quantization of one row of k elements (k a multiple of 32 for Q types, of 256 for
+ * K-quants). The quantizers follow llama.cpp's reference rules (scale from the absolute maximum,
+ * round half away from zero; for Q4_1/Q5_1 scale and min from the block's range; for K-quants the
+ * weighted least-squares scale/min search of its reference quantizer, see kn_kquant.c), so files we
+ * write read the same in other engines. */
 void kn_quantize_row_q8_0(const float *x, kn_block_q8_0 *y, int64_t k);
 void kn_quantize_row_q4_0(const float *x, kn_block_q4_0 *y, int64_t k);
+void kn_quantize_row_q4_1(const float *x, kn_block_q4_1 *y, int64_t k);
+void kn_quantize_row_q5_0(const float *x, kn_block_q5_0 *y, int64_t k);
+void kn_quantize_row_q5_1(const float *x, kn_block_q5_1 *y, int64_t k);
+void kn_quantize_row_q4_K(const float *x, kn_block_q4_K *y, int64_t k);
+void kn_quantize_row_q5_K(const float *x, kn_block_q5_K *y, int64_t k);
+void kn_quantize_row_q6_K(const float *x, kn_block_q6_K *y, int64_t k);
 void kn_dequantize_row_q8_0(const kn_block_q8_0 *x, float *y, int64_t k);
 void kn_dequantize_row_q4_0(const kn_block_q4_0 *x, float *y, int64_t k);
+void kn_dequantize_row_q4_1(const kn_block_q4_1 *x, float *y, int64_t k);
+void kn_dequantize_row_q5_0(const kn_block_q5_0 *x, float *y, int64_t k);
+void kn_dequantize_row_q5_1(const kn_block_q5_1 *x, float *y, int64_t k);
+void kn_dequantize_row_q4_K(const kn_block_q4_K *x, float *y, int64_t k);
+void kn_dequantize_row_q5_K(const kn_block_q5_K *x, float *y, int64_t k);
+void kn_dequantize_row_q6_K(const kn_block_q6_K *x, float *y, int64_t k);
+
+/* The unsigned integer codes of one block, in element order (what the dequantizers scale and the
+ * matmul packers and scalar reference consume): Q5_0/Q5_1 e[32] in 0..31; Q4_K e[256] in 0..15,
+ * Q5_K in 0..31, Q6_K in 0..63 (the value is e - 32). */
+void kn_unpack_q5(const uint8_t qh[4], const uint8_t q[16], uint8_t e[KN_QK]);
+void kn_unpack_q4_K(const kn_block_q4_K *b, uint8_t e[KN_QK_K]);
+void kn_unpack_q5_K(const kn_block_q5_K *b, uint8_t e[KN_QK_K]);
+void kn_unpack_q6_K(const kn_block_q6_K *b, uint8_t e[KN_QK_K]);
+
+/* The 6-bit scale and min of sub-block j (0..7) from a Q4_K/Q5_K scales[12] array: j < 4 in the low
+ * six bits of bytes j and j + 4; j >= 4 in the nibbles of byte j + 4 with their top two bits in the
+ * top two bits of bytes j - 4 (scale) and j (min). */
+static inline void kn_kquant_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
 
 /* Converts row i of a weight tensor of gguf type `type` with k elements per row to floats. Returns
  * 0, or ERR_UNSUPPORTED for a type without a dequantizer. */

@@ -36,6 +36,7 @@ struct fwd_ctx {
     int8_t *aq;
     float *aqd;
     int32_t *aqs;
+    int32_t *aqs16; /* per-16 sums (Q6_K weights) */
     float *rope;       /* [max_tokens][n_rot/2][2] */
     int32_t *tok_id;   /* per token row */
     int32_t *tok_pos;
@@ -95,6 +96,7 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->aq = fwd_alloc(arows * (size_t)c->act_k, &fail);
     c->aqd = fwd_alloc(arows * (size_t)(c->act_k / 32 + 1) * F, &fail);
     c->aqs = fwd_alloc(arows * (size_t)(c->act_k / 32 + 1) * sizeof(int32_t), &fail);
+    c->aqs16 = fwd_alloc(arows * (size_t)(c->act_k / 32 + 1) * sizeof(int32_t), &fail);
     c->rope = fwd_alloc(T * (size_t)hp->n_rot * F, &fail);
     c->tok_id = fwd_alloc(T * sizeof(int32_t), &fail);
     c->tok_pos = fwd_alloc(T * sizeof(int32_t), &fail);
@@ -141,6 +143,7 @@ void fwd_ctx_destroy(fwd_ctx *c) {
     free(c->aq);
     free(c->aqd);
     free(c->aqs);
+    free(c->aqs16);
     free(c->rope);
     free(c->tok_id);
     free(c->tok_pos);
@@ -171,7 +174,8 @@ typedef struct fwd_part {
 } fwd_part;
 
 static void fwd_quantize_rows(fwd_ctx *c, const float *x, int64_t k, int64_t r0, int64_t r1) {
-    kn_act a = {.x = x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs};
+    kn_act a = {.x = x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs,
+                .qs16 = c->aqs16};
     kn_act_quantize(&a, k, r0, r1, c->m->isa);
 }
 
@@ -179,7 +183,8 @@ static void fwd_quantize_rows(fwd_ctx *c, const float *x, int64_t k, int64_t r0,
 static void fwd_matmul(fwd_ctx *c, const fwd_part *pt, const kn_mat *w, const float *x,
                        int64_t n_rows, float *y) {
     int64_t k = kn_mat_k(w);
-    kn_act a = {.x = x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs};
+    kn_act a = {.x = x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs,
+                .qs16 = c->aqs16};
     kn_matmul(w, &a, n_rows, y, kn_mat_n(w), pt->ith, pt->nth, c->mm_scratch[pt->ith]);
 }
 
@@ -277,7 +282,10 @@ static void fwd_step(void *vctx, int ith, int nth) {
         if (l > 0)
             for (int64_t t = pt.r0; t < pt.r1; t++)
                 kn_add(c->x + t * D, c->y + t * D, D);
-        fwd_norm_rows(c, &pt, L->attn_norm, kn_mat_wants_q8(L->wq));
+        /* Q, K and V (and gate and up) share their input: quantize it if any of them needs it
+         * (mixed-type files, e.g. Q4_K_M, give attn_v another type than attn_q) */
+        fwd_norm_rows(c, &pt, L->attn_norm,
+                      kn_mat_wants_q8(L->wq) || kn_mat_wants_q8(L->wk) || kn_mat_wants_q8(L->wv));
         pool_barrier(P);
         fwd_matmul(c, &pt, L->wq, c->xn, T, c->q);
         fwd_matmul(c, &pt, L->wk, c->xn, T, c->k);
@@ -295,7 +303,8 @@ static void fwd_step(void *vctx, int ith, int nth) {
         pool_barrier(P);
         for (int64_t t = pt.r0; t < pt.r1; t++)
             kn_add(c->x + t * D, c->y + t * D, D);
-        fwd_norm_rows(c, &pt, L->ffn_norm, kn_mat_wants_q8(L->w_gate));
+        fwd_norm_rows(c, &pt, L->ffn_norm,
+                      kn_mat_wants_q8(L->w_gate) || kn_mat_wants_q8(L->w_up));
         pool_barrier(P);
         fwd_matmul(c, &pt, L->w_gate, c->xn, T, c->g);
         fwd_matmul(c, &pt, L->w_up, c->xn, T, c->u);

@@ -6,8 +6,8 @@
  * Supported architectures (general.architecture): "llama" (llama2.c-style models, TinyLlama,
  * Llama-2/3 shapes; tied or untied output), and the llama-family variants "qwen2" (Q/K/V biases,
  * NEOX RoPE) and "qwen3" (per-head Q/K RMSNorm, NEOX RoPE). Weight types: F32, F16, BF16, Q8_0,
- * Q4_0 (kn_type_supported). Anything else is refused at load with ERR_UNSUPPORTED naming the
- * architecture, tensor or type.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, mixed freely across tensors (kn_type_supported).
+ * Anything else is refused at load with ERR_UNSUPPORTED naming the architecture, tensor or type.
  *
  * Lifetime: the GGUF file stays mapped for the model's life (embedding rows, tokenizer data);
  * matmul weights are packed copies for SIMD instruction sets. A loaded model is immutable and may

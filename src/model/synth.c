@@ -3,13 +3,18 @@
  * synth: see synth.h. Shapes:
  *   tiny: embd 64, 2 layers, 4 heads, 2 KV heads (head 16), FFN 128, context 4096, rope base 1e4,
  *         tied output.
+ *   small: embd 256, 2 layers, 4 heads, 2 KV heads (head 64), FFN 512, context 4096, rope base
+ *         1e4, tied output: the smallest shape whose every matrix row is a multiple of 256, so
+ *         K-quant types are used as such (tiny's rows fall back, see quantize.h).
  *   0.5b: embd 896, 24 layers, 14 heads, 2 KV heads (head 64), FFN 4864, context 4096,
  *         rope base 1e6, untied output.
  */
 #include "model/synth.h"
+#include "base/cpu.h"
 #include "base/err.h"
 #include "gguf/gguf.h"
 #include "kernels/kn_types.h"
+#include "model/quantize.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +30,7 @@ typedef struct synth_shape {
 
 static const synth_shape synth_shapes[] = {
     {"tiny", 64, 2, 4, 2, 128, 4096, 10000.0f, true},
+    {"small", 256, 2, 4, 2, 512, 4096, 10000.0f, true},
     {"0.5b", 896, 24, 14, 2, 4864, 4096, 1000000.0f, false},
 };
 
@@ -52,8 +58,12 @@ float synth_normal(uint64_t seed, uint64_t key, uint64_t i) {
     return (float)(i & 1 ? r * sin(a) : r * cos(a));
 }
 
-static int synth_tensor(gguf_writer *w, const synth_opts *o, const char *name, int type,
-                        int64_t ne0, int64_t ne1, float mean, float std) {
+/* Writes tensor name [ne0] (ne1 == 0) or [ne0, ne1] of N(mean, std) values; its type is the
+ * plan's choice for it (quantize.h): F32 for vectors and norms. */
+static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                        int64_t n_layer, bool tied, const char *name, int64_t ne0, int64_t ne1,
+                        float mean, float std) {
+    int type = quant_tensor_type(plan, name, ne1 ? 2 : 1, ne0, n_layer, tied);
     int64_t n = ne0 * (ne1 ? ne1 : 1);
     float *f = malloc((size_t)n * sizeof(float));
     if (!f)
@@ -73,11 +83,11 @@ static int synth_tensor(gguf_writer *w, const synth_opts *o, const char *name, i
         free(f);
         return err_set(ERR_NOMEM, "synth: out of memory for '%s'", name);
     }
-    int64_t wrote = kn_quantize_rows(type, f, rows, ne0, d);
+    int rc0 = quant_rows(type, f, rows, ne0, d, cpu_count_online());
     free(f);
-    if (wrote < 0) {
+    if (rc0) {
         free(d);
-        return (int)wrote;
+        return rc0;
     }
     int64_t ne[2] = {ne0, ne1};
     int rc = gguf_writer_add_tensor(w, name, type, ne1 ? 2 : 1, ne, d, false);
@@ -199,13 +209,20 @@ int synth_write(const synth_opts *o, const char *path) {
         if (o->shape && strcmp(o->shape, synth_shapes[i].name) == 0)
             sh = &synth_shapes[i];
     if (!sh)
-        return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny or 0.5b)", o->shape ? o->shape : "");
+        return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny, small or 0.5b)",
+                       o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
         return err_set(ERR_INVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
-    if (!kn_type_supported(o->type))
-        return err_set(ERR_INVAL, "synth: type %s is not supported",
-                       gguf_type_name(o->type) ? gguf_type_name(o->type) : "?");
+    quant_plan plan;
+    if (o->q4_k_m) {
+        quant_plan_parse("q4_k_m", &plan);
+    } else {
+        if (!kn_type_supported(o->type))
+            return err_set(ERR_INVAL, "synth: type %s is not supported",
+                           gguf_type_name(o->type) ? gguf_type_name(o->type) : "?");
+        quant_plan_parse(gguf_type_name(o->type), &plan);
+    }
     bool tied = o->tied_set ? o->tied : sh->tied;
     gguf_writer *w = gguf_writer_create();
     if (!w)
@@ -217,7 +234,7 @@ int synth_write(const synth_opts *o, const char *path) {
     char key[128], name[96];
     if (!rc) {
         char gname[64];
-        snprintf(gname, sizeof gname, "verity-synth-%s-%s", sh->name, gguf_type_name(o->type));
+        snprintf(gname, sizeof gname, "verity-synth-%s-%s", sh->name, plan.name);
         struct {
             const char *suffix;
             int64_t u;
@@ -245,33 +262,34 @@ int synth_write(const synth_opts *o, const char *path) {
     }
     const float std = 0.02f;
     int64_t q_dim = sh->n_head * hd, kv_dim = sh->n_head_kv * hd;
+    const int64_t NL = sh->n_layer;
     if (!rc)
-        rc = synth_tensor(w, o, "token_embd.weight", o->type, sh->n_embd, n_vocab, 0, std);
+        rc = synth_tensor(w, o, &plan, NL, tied, "token_embd.weight", sh->n_embd, n_vocab, 0, std);
     if (!rc)
-        rc = synth_tensor(w, o, "output_norm.weight", GGUF_TYPE_F32, sh->n_embd, 0, 1.0f, std);
+        rc = synth_tensor(w, o, &plan, NL, tied, "output_norm.weight", sh->n_embd, 0, 1.0f, std);
     if (!rc && !tied)
-        rc = synth_tensor(w, o, "output.weight", o->type, sh->n_embd, n_vocab, 0, std);
+        rc = synth_tensor(w, o, &plan, NL, tied, "output.weight", sh->n_embd, n_vocab, 0, std);
     bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
     for (int64_t l = 0; l < sh->n_layer && !rc; l++) {
-#define T(suffix, type, ne0, ne1, mean)                                                            \
+#define T(suffix, ne0, ne1, mean)                                                                  \
     (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
-     synth_tensor(w, o, name, type, ne0, ne1, mean, std))
-        if ((rc = T("attn_norm.weight", GGUF_TYPE_F32, sh->n_embd, 0, 1.0f)) ||
-            (rc = T("attn_q.weight", o->type, sh->n_embd, q_dim, 0.0f)) ||
-            (rc = T("attn_k.weight", o->type, sh->n_embd, kv_dim, 0.0f)) ||
-            (rc = T("attn_v.weight", o->type, sh->n_embd, kv_dim, 0.0f)) ||
-            (rc = T("attn_output.weight", o->type, q_dim, sh->n_embd, 0.0f)) ||
-            (rc = T("ffn_norm.weight", GGUF_TYPE_F32, sh->n_embd, 0, 1.0f)) ||
-            (rc = T("ffn_gate.weight", o->type, sh->n_embd, sh->n_ff, 0.0f)) ||
-            (rc = T("ffn_up.weight", o->type, sh->n_embd, sh->n_ff, 0.0f)) ||
-            (rc = T("ffn_down.weight", o->type, sh->n_ff, sh->n_embd, 0.0f)))
+     synth_tensor(w, o, &plan, NL, tied, name, ne0, ne1, mean, std))
+        if ((rc = T("attn_norm.weight", sh->n_embd, 0, 1.0f)) ||
+            (rc = T("attn_q.weight", sh->n_embd, q_dim, 0.0f)) ||
+            (rc = T("attn_k.weight", sh->n_embd, kv_dim, 0.0f)) ||
+            (rc = T("attn_v.weight", sh->n_embd, kv_dim, 0.0f)) ||
+            (rc = T("attn_output.weight", q_dim, sh->n_embd, 0.0f)) ||
+            (rc = T("ffn_norm.weight", sh->n_embd, 0, 1.0f)) ||
+            (rc = T("ffn_gate.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
+            (rc = T("ffn_up.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
+            (rc = T("ffn_down.weight", sh->n_ff, sh->n_embd, 0.0f)))
             break;
-        if (qwen2 && ((rc = T("attn_q.bias", GGUF_TYPE_F32, q_dim, 0, 0.0f)) ||
-                      (rc = T("attn_k.bias", GGUF_TYPE_F32, kv_dim, 0, 0.0f)) ||
-                      (rc = T("attn_v.bias", GGUF_TYPE_F32, kv_dim, 0, 0.0f))))
+        if (qwen2 && ((rc = T("attn_q.bias", q_dim, 0, 0.0f)) ||
+                      (rc = T("attn_k.bias", kv_dim, 0, 0.0f)) ||
+                      (rc = T("attn_v.bias", kv_dim, 0, 0.0f))))
             break;
-        if (qwen3 && ((rc = T("attn_q_norm.weight", GGUF_TYPE_F32, hd, 0, 1.0f)) ||
-                      (rc = T("attn_k_norm.weight", GGUF_TYPE_F32, hd, 0, 1.0f))))
+        if (qwen3 && ((rc = T("attn_q_norm.weight", hd, 0, 1.0f)) ||
+                      (rc = T("attn_k_norm.weight", hd, 0, 1.0f))))
             break;
 #undef T
     }

@@ -14,17 +14,21 @@
 #include <stdint.h>
 
 typedef struct synth_opts {
-    const char *shape;      /* "tiny" or "0.5b" */
+    const char *shape;      /* "tiny", "small" or "0.5b" */
     const char *arch;       /* "llama" (default), "qwen2", "qwen3" */
-    int type;               /* gguf type of the weight matrices */
+    int type;               /* gguf type of the weight matrices (after the fallback of
+                             * quantize.h for rows the type's block does not divide) */
+    bool q4_k_m;            /* the Q4_K_M mix of quantize.h instead (type is then ignored) */
     uint64_t seed;
     const char *vocab_from; /* GGUF to copy tokenizer.* metadata from, or NULL */
     bool tied;              /* tied output (default: tiny tied, 0.5b untied) */
     bool tied_set;
 } synth_opts;
 
-/* Writes the model to path atomically. Returns 0, ERR_INVAL (unknown shape/arch, type that the
- * shape's dimensions do not fit), ERR_IO, ERR_NOMEM, or the vocab file's error. */
+/* Writes the model to path atomically. Matrices get the type (or mix) of o through
+ * quant_tensor_type (quantize.h), so rows a block type does not divide use its fallback; vectors
+ * and norms are F32. Returns 0, ERR_INVAL (unknown shape/arch, unsupported type), ERR_IO,
+ * ERR_NOMEM, or the vocab file's error. */
 int synth_write(const synth_opts *o, const char *path);
 
 /* Normal deviate number i of stream (seed, key): deterministic, independent of call order. */

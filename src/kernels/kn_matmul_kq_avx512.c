@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kn_matmul_kq_avx512: AVX-512 VNNI matmul for Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights
+ * (compiled with -mavx512f/bw/vl/dq/vnni only here), over the packed planes of kn_int.h.
+ *
+ * One kernel template serves every type and every M: a tile is mr rows (<= KK_MR) by 16 or 32
+ * columns; per 32-element k-block it
+ *   1. rebuilds the block's unsigned weight codes for 16 columns per zmm from the NIB plane
+ *      (and, vpternlogd, the QH5 / QH6 planes): one byte per code, four codes per column lane;
+ *   2. runs VPDPBUSD with those codes as the unsigned operand and the row's activation codes
+ *      broadcast four at a time as the signed operand, into int32 accumulators that start at the
+ *      offset correction (-16 s for Q5_0, -32 s_lo and -32 s_hi for the two Q6_K halves, 0
+ *      otherwise): the accumulator then holds exactly the isum (or isum_lo / isum_hi) of kn.h,
+ *      since every partial sum is far inside int32 (|.| < 2^17);
+ *   3. folds the block into the float accumulators with exactly the operations kn.h lists for the
+ *      type; the Q6_K combination a * isum_lo + b * isum_hi is formed in float as
+ *      fma(float(isum_hi), b, float(isum_lo) * a), which is exact (every intermediate is an integer
+ *      below 2^24) and so equals the reference's integer combination converted once.
+ * Because steps 1-2 are exact and step 3 is the reference's sequence of IEEE operations, each
+ * y[m][n] is bit-identical to kn_matmul_ref's. Row tails (M mod KK_MR) use the same template with
+ * fewer rows; column tails are masked stores. Rows are processed in chunks of KK_RC rows with the
+ * column blocks inside, so a chunk's activation codes stay in L2 while each column block's
+ * weights are reused across the chunk's row tiles (tiling only: no operation changes).
+ */
+#include "kernels/kn_int.h"
+#include "base/check.h"
+#include "gguf/gguf.h"
+
+#include <immintrin.h>
+
+#define KK_MR 4 /* largest row tile (array bound) */
+#define KK_RC 96
+/* Row tile and column width (1 or 2 zmm of 16 columns) per type: 4 rows x 32 columns measured
+ * best for every type on Sapphire Rapids (bench/bench_matmul.c; 3 or 5 rows within noise, 6
+ * rows or 16 columns slower); -D overrides are for tuning runs. */
+#ifndef KK_MR_Q4_1
+#define KK_MR_Q4_1 4
+#define KK_MR_Q5_0 4
+#define KK_MR_Q5_1 4
+#define KK_MR_Q4_K 4
+#define KK_MR_Q5_K 4
+#define KK_MR_Q6_K 4
+#define KK_NH_Q6 2
+#endif
+
+static inline int32_t kk_load_i32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Q6_K: group g's two top bits of a QH6 dword lane moved to bits 4..5 of each byte */
+static inline __attribute__((always_inline)) __m512i kk_h6_shift(__m512i h, const int g) {
+    return g == 0 ? _mm512_slli_epi32(h, 4)
+           : g == 1 ? _mm512_slli_epi32(h, 2)
+           : g == 2 ? h
+                    : _mm512_srli_epi32(h, 2);
+}
+
+static inline __attribute__((always_inline)) void
+kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const float *xd,
+        const int32_t *xs, const int32_t *xs16, int64_t K, const unsigned char *wblk, int h0,
+        float *y, int64_t ldy, const __mmask16 *mask) {
+    const int64_t KB = K / KN_QK;
+    const bool k45 = type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K;
+    const bool q6 = type == GGUF_TYPE_Q6_K;
+    const bool q5 = type == GGUF_TYPE_Q5_0 || type == GGUF_TYPE_Q5_1 || type == GGUF_TYPE_Q5_K;
+    const bool has_m = type == GGUF_TYPE_Q4_1 || type == GGUF_TYPE_Q5_1;
+    const size_t hdr = k45 ? 128 : q6 ? 64 : 0;
+    const size_t sc_bytes = has_m ? 128 : 64;
+    const size_t chunk = sc_bytes + 512 + (q5 ? 128 : q6 ? 256 : 0);
+    const __m512i m0f = _mm512_set1_epi8(0x0F);
+    const __m512i mhb = _mm512_set1_epi8(q6 ? 0x30 : 0x10);
+    __m512 facc[KK_MR][2];
+    __m512 dsb[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 msb[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 2
+        for (int h = 0; h < nh; h++)
+            facc[i][h] = _mm512_setzero_ps();
+    const unsigned char *p = wblk;
+    for (int64_t b = 0; b < KB; b++) {
+        if (hdr && b % 8 == 0) {
+            #pragma GCC unroll 2
+            for (int h = 0; h < nh; h++) {
+                int hh = h0 + h;
+                dsb[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * hh)));
+                if (!q6)
+                    msb[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 64 + 32 * hh)));
+            }
+            p += hdr;
+        }
+        /* per-column block scales: d and m (Q4_1/Q5_1), d (Q5_0), s_j and m_j (Q4_K/Q5_K),
+         * the two int8 sub-block scales as floats (Q6_K) */
+        __m512 sa[2], sb[2];
+        #pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            int hh = h0 + h;
+            if (k45) {
+                __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * hh)));
+                __m512i m =
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * hh)));
+                sa[h] = _mm512_mul_ps(dsb[h], _mm512_cvtepi32_ps(s));
+                sb[h] = _mm512_mul_ps(msb[h], _mm512_cvtepi32_ps(m));
+            } else if (q6) {
+                __m512i s = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * hh)));
+                __m512i t =
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * hh)));
+                sa[h] = _mm512_cvtepi32_ps(s);
+                sb[h] = _mm512_cvtepi32_ps(t);
+            } else {
+                sa[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * hh)));
+                sb[h] = has_m ? _mm512_cvtph_ps(
+                                    _mm256_loadu_si256((const __m256i *)(p + 64 + 32 * hh)))
+                              : _mm512_setzero_ps();
+            }
+        }
+        const unsigned char *nib = p + sc_bytes;
+        const unsigned char *qh = nib + 512;
+        __m512i iacc[KK_MR][2], iacc2[KK_MR][2];
+        #pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            __m512i c = _mm512_setzero_si512(), c2 = _mm512_setzero_si512();
+            if (type == GGUF_TYPE_Q5_0)
+                c = _mm512_set1_epi32(-16 * xs[i * KB + b]);
+            if (q6) {
+                c = _mm512_set1_epi32(-32 * xs16[i * KB + b]);
+                c2 = _mm512_set1_epi32(-32 * (xs[i * KB + b] - xs16[i * KB + b]));
+            }
+            #pragma GCC unroll 2
+            for (int h = 0; h < nh; h++) {
+                iacc[i][h] = c;
+                iacc2[i][h] = c2;
+            }
+        }
+        __m512i H[2], H2[2];
+        #pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            int hh = h0 + h;
+            H[h] = H2[h] = _mm512_setzero_si512();
+            if (q5 || q6)
+                H[h] = _mm512_loadu_si512((const void *)(qh + 64 * hh));
+            if (q6)
+                H2[h] = _mm512_loadu_si512((const void *)(qh + 128 + 64 * hh));
+        }
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m512i lo[2], hi[2];
+            #pragma GCC unroll 2
+            for (int h = 0; h < nh; h++) {
+                __m512i v = _mm512_loadu_si512((const void *)(nib + 128 * g + 64 * (h0 + h)));
+                lo[h] = _mm512_and_si512(v, m0f);
+                hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+                /* lo |= shifted & mask (vpternlogd 0xF8 = A | (B & C)) */
+                if (q5) {
+                    lo[h] = _mm512_ternarylogic_epi32(lo[h], _mm512_slli_epi32(H[h], 4 - g), mhb,
+                                                      0xF8);
+                    hi[h] = _mm512_ternarylogic_epi32(hi[h], _mm512_srli_epi32(H[h], g), mhb, 0xF8);
+                }
+                if (q6) {
+                    lo[h] = _mm512_ternarylogic_epi32(lo[h], kk_h6_shift(H[h], g), mhb, 0xF8);
+                    hi[h] = _mm512_ternarylogic_epi32(hi[h], kk_h6_shift(H2[h], g), mhb, 0xF8);
+                }
+            }
+            #pragma GCC unroll 8
+            for (int i = 0; i < mr; i++) {
+                const int8_t *xr = xq + i * K + b * KN_QK;
+                __m512i xl = _mm512_set1_epi32(kk_load_i32(xr + 4 * g));
+                __m512i xh = _mm512_set1_epi32(kk_load_i32(xr + 16 + 4 * g));
+                #pragma GCC unroll 2
+                for (int h = 0; h < nh; h++) {
+                    iacc[i][h] = _mm512_dpbusd_epi32(iacc[i][h], lo[h], xl);
+                    if (q6)
+                        iacc2[i][h] = _mm512_dpbusd_epi32(iacc2[i][h], hi[h], xh);
+                    else
+                        iacc[i][h] = _mm512_dpbusd_epi32(iacc[i][h], hi[h], xh);
+                }
+            }
+        }
+        #pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            float dxs = xd[i * KB + b];
+            __m512 dx = _mm512_set1_ps(dxs);
+            __m512 mx = _mm512_set1_ps(dxs * (float)xs[i * KB + b]);
+            #pragma GCC unroll 2
+            for (int h = 0; h < nh; h++) {
+                __m512 f = _mm512_cvtepi32_ps(iacc[i][h]);
+                if (q6) {
+                    __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc2[i][h]), sb[h],
+                                               _mm512_mul_ps(f, sa[h]));
+                    facc[i][h] = _mm512_fmadd_ps(t, _mm512_mul_ps(dsb[h], dx), facc[i][h]);
+                } else {
+                    facc[i][h] = _mm512_fmadd_ps(f, _mm512_mul_ps(sa[h], dx), facc[i][h]);
+                    if (has_m)
+                        facc[i][h] = _mm512_fmadd_ps(sb[h], mx, facc[i][h]);
+                    if (k45)
+                        facc[i][h] = _mm512_fnmadd_ps(sb[h], mx, facc[i][h]);
+                }
+            }
+        }
+        p += chunk;
+    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 2
+        for (int h = 0; h < nh; h++)
+            _mm512_mask_storeu_ps(y + i * ldy + 16 * h, mask[h0 + h], facc[i][h]);
+}
+
+#define KK_TILE(MR)                                                                                \
+    kk_tile(MR, nh, type, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB,                         \
+            xa->qs16 ? xa->qs16 + i * KB : NULL, K, blk, h0, yb + 16 * h0 + i * ldy, ldy, mask)
+
+/* All column blocks [b0, b1) and rows [0, m) for one type and column width (nh zmm). */
+static inline __attribute__((always_inline)) void kk_run(const int type, const int nh,
+                                                         const int mr, const kn_mat *w,
+                                                         const kn_act *xa, int64_t m, float *y,
+                                                         int64_t ldy, int64_t b0, int64_t b1) {
+    const int64_t K = w->k, KB = K / KN_QK;
+    for (int64_t r0 = 0; r0 < m; r0 += KK_RC) {
+        int64_t r1 = m - r0 < KK_RC ? m : r0 + KK_RC;
+        for (int64_t jb = b0; jb < b1; jb++) {
+            int64_t ncols = w->n - jb * KN_NB_Q;
+            if (ncols > KN_NB_Q)
+                ncols = KN_NB_Q;
+            __mmask16 mask[2];
+            mask[0] = ncols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ncols) - 1);
+            mask[1] = ncols >= 32   ? (__mmask16)0xFFFF
+                      : ncols <= 16 ? (__mmask16)0
+                                    : (__mmask16)((1u << (ncols - 16)) - 1);
+            const unsigned char *blk =
+                (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
+            float *yb = y + jb * KN_NB_Q;
+            for (int h0 = 0; h0 < 2 && 16 * h0 < ncols; h0 += nh) {
+                int64_t i = r0;
+                if (mr == 4)
+                    for (; i + 4 <= r1; i += 4)
+                        KK_TILE(4);
+                else if (mr == 3)
+                    for (; i + 3 <= r1; i += 3)
+                        KK_TILE(3);
+                else
+                    for (; i + 2 <= r1; i += 2)
+                        KK_TILE(2);
+                switch (r1 - i) {
+                case 3:
+                    KK_TILE(3);
+                    break;
+                case 2:
+                    KK_TILE(2);
+                    break;
+                case 1:
+                    KK_TILE(1);
+                    break;
+                default:
+                    break;
+                }
+            }
+        }
+    }
+}
+
+void kn_matmul_kq_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
+                         int64_t b0, int64_t b1) {
+    switch (w->type) {
+    case GGUF_TYPE_Q4_1:
+        kk_run(GGUF_TYPE_Q4_1, 2, KK_MR_Q4_1, w, xa, m, y, ldy, b0, b1);
+        break;
+    case GGUF_TYPE_Q5_0:
+        kk_run(GGUF_TYPE_Q5_0, 2, KK_MR_Q5_0, w, xa, m, y, ldy, b0, b1);
+        break;
+    case GGUF_TYPE_Q5_1:
+        kk_run(GGUF_TYPE_Q5_1, 2, KK_MR_Q5_1, w, xa, m, y, ldy, b0, b1);
+        break;
+    case GGUF_TYPE_Q4_K:
+        kk_run(GGUF_TYPE_Q4_K, 2, KK_MR_Q4_K, w, xa, m, y, ldy, b0, b1);
+        break;
+    case GGUF_TYPE_Q5_K:
+        kk_run(GGUF_TYPE_Q5_K, 2, KK_MR_Q5_K, w, xa, m, y, ldy, b0, b1);
+        break;
+    case GGUF_TYPE_Q6_K:
+        CHECK(xa->qs16 != NULL);
+        kk_run(GGUF_TYPE_Q6_K, KK_NH_Q6, KK_MR_Q6_K, w, xa, m, y, ldy, b0, b1);
+        break;
+    default:
+        CHECK(!"kn_matmul_kq_avx512: unexpected type");
+    }
+}
