@@ -37,6 +37,8 @@ enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL, FLAG_KIND_STRING
       "most prompt tokens of one sequence prefilled in one step (chunked prefill)")                \
     X(KV_MEM, "kv-mem", FLAG_KIND_INT, "0", "0:1048576",                                       \
       "KV cache memory in MiB (0 = enough for max-batch full contexts)")                          \
+    X(KV_BLOCKS, "kv-blocks", FLAG_KIND_INT, "0", "0:1073741824",                                  \
+      "KV cache size in blocks; overrides kv-mem when set (0 = use kv-mem)")                      \
     X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
       "compute threads spin briefly between parallel regions instead of sleeping at once")        \
     X(CTX, "ctx", FLAG_KIND_INT, "0", "0:16777216",                                                \

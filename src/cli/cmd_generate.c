@@ -371,7 +371,7 @@ int cmd_generate(int argc, char **argv) {
         if (need > per)
             per = need;
     }
-    if (flags_int(FLAG_KV_MEM) == 0)
+    if (flags_int(FLAG_KV_MEM) == 0 && flags_int(FLAG_KV_BLOCKS) == 0)
         eo.kv_blocks = ((per + eo.block_size - 1) / eo.block_size) *
                        (n_items < eo.max_batch ? n_items : eo.max_batch);
     int rc = engine_create(cm.m, cm.tok, &eo, &e);

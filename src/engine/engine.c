@@ -80,6 +80,8 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
                          (size_t)o->block_size * 2 * (size_t)hp->n_layer;
     if (mib > 0)
         o->kv_blocks = (int64_t)(((size_t)mib << 20) / block_bytes);
+    if (flags_int(FLAG_KV_BLOCKS) > 0)
+        o->kv_blocks = flags_int(FLAG_KV_BLOCKS);
 }
 
 int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine **out) {

@@ -15,6 +15,7 @@
 #include "base/cpu.h"
 #include "base/err.h"
 #include "base/flags.h"
+#include "base/mem.h"
 #include "gguf/gguf.h"
 
 #include <stdlib.h>
@@ -179,7 +180,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
         w->block_stride = (size_t)k * KN_NB_F * (size_t)kn_elem_bytes(type);
     }
     w->packed_bytes = w->block_stride * (size_t)w->n_blocks;
-    w->packed = aligned_alloc(64, (w->packed_bytes + 63) & ~(size_t)63);
+    w->packed = mem_alloc_large(w->packed_bytes);
     if (!w->packed) {
         free(w);
         return err_set(ERR_NOMEM, "matmul: out of memory packing %lld x %lld weights",
@@ -200,7 +201,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
 void kn_mat_destroy(kn_mat *w) {
     if (!w)
         return;
-    free(w->packed);
+    mem_free_large(w->packed, w->packed_bytes);
     free(w);
 }
 

@@ -6,6 +6,7 @@
 #include "kernels/kn_roofline.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ double kn_roofline_read_gbs(pool *p, size_t bytes, int reps, kn_isa isa) {
     memset(&c, 0, sizeof c);
     c.n = bytes / sizeof(float);
     c.isa = isa;
-    c.buf = aligned_alloc(64, (c.n * sizeof(float) + 63) & ~(size_t)63);
+    c.buf = mem_alloc_large(c.n * sizeof(float)); /* the same pages the weights live on */
     if (!c.buf)
         return ERR_NOMEM;
     pool_run(p, rl_touch, &c);
@@ -73,7 +74,7 @@ double kn_roofline_read_gbs(pool *p, size_t bytes, int reps, kn_isa isa) {
         if (gbs > best)
             best = gbs;
     }
-    free(c.buf);
+    mem_free_large(c.buf, c.n * sizeof(float));
     return best;
 }
 

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kv_pool: see kv_pool.h. The storage is one anonymous mapping (pages materialise on first
- * write, so a large pool costs address space until used); the free list is a stack of ids.
+ * kv_pool: see kv_pool.h. The storage is one large anonymous mapping (mem.h: huge pages where
+ * available; pages materialise on first write, so a large pool costs address space until used);
+ * the free list is a stack of ids.
  */
 #include "kv/kv_pool.h"
 #include "base/check.h"
 #include "base/err.h"
+#include "base/mem.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -46,13 +48,11 @@ int kv_pool_create(const kv_pool_opts *o, kv_pool **out) {
     p->block_bytes = (size_t)(o->f16 ? 2 : 4) * (size_t)o->kv_dim * (size_t)o->block_size;
     p->layer_bytes = p->block_bytes * (size_t)o->n_blocks;
     p->mem_bytes = total;
-    void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void *m = mem_alloc_large(total);
     p->refs = calloc((size_t)o->n_blocks, sizeof *p->refs);
     p->free_ids = malloc((size_t)o->n_blocks * sizeof *p->free_ids);
-    if (m == MAP_FAILED || !p->refs || !p->free_ids) {
-        if (m != MAP_FAILED)
-            munmap(m, total);
+    if (!m || !p->refs || !p->free_ids) {
+        mem_free_large(m, total);
         free(p->refs);
         free(p->free_ids);
         free(p);
@@ -70,7 +70,7 @@ int kv_pool_create(const kv_pool_opts *o, kv_pool **out) {
 void kv_pool_destroy(kv_pool *p) {
     if (!p)
         return;
-    munmap(p->mem, p->mem_bytes);
+    mem_free_large(p->mem, p->mem_bytes);
     free(p->refs);
     free(p->free_ids);
     free(p);

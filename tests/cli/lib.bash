@@ -50,14 +50,15 @@ start_server() {
     return 0
 }
 
-# stop_server: SIGTERM, wait up to 30 s, then SIGKILL the group; echoes the exit status.
+# stop_server: SIGTERM, wait up to 30 s, then SIGKILL the group; sets SRV_STATUS to the exit
+# status (call it directly, not in $(...): only this shell can wait for the server).
 stop_server() {
     kill -TERM "$SRV_PID" 2>/dev/null
     local i
     for i in $(seq 1 300); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
     kill -9 -- -"$SRV_PID" 2>/dev/null
     wait "$SRV_PID" 2>/dev/null
-    echo $?
+    SRV_STATUS=$?
 }
 
 # http_code METHOD PATH [DATA] [CURL ARGS...]: prints the status code; body in $TMP/body

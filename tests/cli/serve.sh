@@ -30,7 +30,7 @@ if start_server serve.start -m "$MODEL"; then
     bad not_object 400 'must be a JSON object' /v1/completions '[1,2]'
     bad wrong_type 400 '"param":"max_tokens"' /v1/completions '{"prompt":"x","max_tokens":"many"}'
     bad out_of_range 400 '"param":"temperature"' /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"temperature":5}'
-    bad missing_messages 400 '"param":"messages"' /v1/chat/completions '{"model":"x"}'
+    bad missing_messages 400 '"param":"messages"' /v1/chat/completions '{"max_tokens":3}'
     bad bad_role 400 'role' /v1/chat/completions '{"messages":[{"role":"wizard","content":"x"}]}'
     bad unknown_model 404 'model_not_found' /v1/chat/completions '{"model":"gpt-7","messages":[{"role":"user","content":"x"}]}'
     bad bad_tool_choice 400 '"param":"tool_choice"' /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes"}'
@@ -48,7 +48,8 @@ if start_server serve.start -m "$MODEL"; then
     [ "$(http_code GET /health)" = 200 ] && pass serve.keeps_serving_after_bad_input || fail serve.keeps_serving_after_bad_input "health failed"
 
     # a client that goes away mid-stream: its request is cancelled and its KV freed
-    curl -sN -m 1 -H 'content-type: application/json' -d '{"prompt":"go on","max_tokens":3000,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" >/dev/null 2>&1
+    # (head closes the pipe after the first chunk; curl dies on SIGPIPE and the socket closes)
+    curl -sN -H 'content-type: application/json' -d '{"prompt":"go on","max_tokens":4000,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" 2>/dev/null | head -c 100 >/dev/null
     freed=""
     for i in $(seq 1 50); do
         r=$(metric verity_kv_usage_ratio); cn=$(metric verity_requests_cancelled_total)
@@ -82,28 +83,31 @@ if start_server serve.start -m "$MODEL"; then
         skip serve.node "node or the openai npm package unavailable"
         have_node=""
     fi
-    st=$(stop_server)
-    [ "$st" = 0 ] && pass serve.sigterm_exit_0 || fail serve.sigterm_exit_0 "exit status $st"
+    stop_server
+    [ "$SRV_STATUS" = 0 ] && pass serve.sigterm_exit_0 || fail serve.sigterm_exit_0 "exit status $SRV_STATUS"
 fi
 
-# P1 again with a KV pool small enough to force preemption
-if [ -n "${have_node:-}" ] && start_server serve.preempt -m "$MODEL" --kv-mem 1 --max-batch 64; then
+# P1 again with a KV pool small enough to force preemption: 48 blocks of 16 positions hold the
+# largest of these requests (about 25 blocks) but not two of them growing at once
+if [ -n "${have_node:-}" ] && start_server serve.preempt -m "$MODEL" --kv-blocks 48 --max-batch 64; then
     VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" replay >"$TMP/p1.preempt"
     pre=$(metric verity_preemptions_total)
     if ! cmp -s "$TMP/p1.alone" "$TMP/p1.preempt"; then fail serve.p1_http_preemption "responses differ under preemption"
     elif [ "${pre:-0}" -eq 0 ]; then fail serve.p1_http_preemption "no preemption happened"
     else pass "serve.p1_http_preemption($pre preemptions)"; fi
-    stop_server >/dev/null
+    stop_server
 fi
 
 # overload: a queue of 2 and a batch of 1; far more concurrent requests than that
 if start_server serve.overload -m "$MODEL" --queue-max 2 --max-batch 1; then
     rss0=$(awk '/VmRSS/ {print $2}' /proc/"$SRV_PID"/status)
     n=$(awk -v s="$scale" 'BEGIN { print int(40 * s) + 8 }')
+    pids=""
     for i in $(seq 1 "$n"); do
-        curl -s -o /dev/null -D "$TMP/h.$i" -w '%{http_code}\n' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":64,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/code.$i" &
+        curl -s -m 120 -o /dev/null -D "$TMP/h.$i" -w '%{http_code}\n' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":64,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/code.$i" &
+        pids="$pids $!"
     done
-    wait
+    wait $pids   # not a bare wait: the server is a background child of this shell too
     n429=$(cat "$TMP"/code.* | grep -c '^429$'); n200=$(cat "$TMP"/code.* | grep -c '^200$')
     retry=$(grep -il '^retry-after:' "$TMP"/h.* | wc -l)
     rss1=$(awk '/VmRSS/ {print $2}' /proc/"$SRV_PID"/status)
@@ -113,24 +117,32 @@ if start_server serve.overload -m "$MODEL" --queue-max 2 --max-batch 1; then
         fail serve.overload_429 "200: $n200, 429: $n429, Retry-After: $retry of $n"
     fi
     [ "$rss1" -lt $((rss0 + 200000)) ] && pass "serve.overload_memory_bounded(${rss0}->${rss1} kB)" || fail serve.overload_memory_bounded "RSS ${rss0} -> ${rss1} kB"
-    stop_server >/dev/null
+    stop_server
 fi
 
-# SIGTERM drain: an in-flight request finishes, new ones get 503, exit 0
-if start_server serve.drain -m "$MODEL" --drain-timeout 20; then
-    curl -s -o "$TMP/drain.body" -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":400,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/drain.code" &
-    cpid=$!
+# SIGTERM drain: in-flight requests finish, new ones get 503, exit 0. Three long requests on a
+# batch of one keep the server busy for a while whatever the machine's speed.
+if start_server serve.drain -m "$MODEL" --drain-timeout 60 --max-batch 1; then
+    dp=""
+    for k in 1 2 3; do
+        curl -s -o "$TMP/drain.body.$k" -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":3000,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/drain.code.$k" &
+        dp="$dp $!"
+    done
     sleep 0.3
     kill -TERM "$SRV_PID"
-    sleep 0.2
+    sleep 0.1
     late=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}')
-    wait $cpid
-    for i in $(seq 1 300); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
+    wait $dp
+    for i in $(seq 1 600); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
     wait "$SRV_PID"; st=$?
-    if [ "$(cat "$TMP/drain.code")" = 200 ] && grep -q '"completion_tokens":400' "$TMP/drain.body" && [ "$late" = 503 ] && [ $st -eq 0 ]; then
+    ok=0
+    for k in 1 2 3; do
+        [ "$(cat "$TMP/drain.code.$k")" = 200 ] && grep -q '"completion_tokens":3000' "$TMP/drain.body.$k" && ok=$((ok + 1))
+    done
+    if [ $ok -eq 3 ] && [ "$late" = 503 ] && [ $st -eq 0 ]; then
         pass serve.sigterm_drain
     else
-        fail serve.sigterm_drain "in-flight: $(cat "$TMP/drain.code"), late request: $late, exit: $st"
+        fail serve.sigterm_drain "in-flight completed: $ok of 3, late request: $late, exit: $st"
     fi
 fi
 
@@ -143,5 +155,5 @@ if start_server serve.auth -m "$MODEL" --api-key s3cret; then
     f=$(curl -s -H 'Authorization: Bearer s3cret' "$SRV_URL/v1/flags")
     if [ "$a$b$c$h" = 401401200200 ] && ! grep -q s3cret <<<"$f"; then pass serve.api_key
     else fail serve.api_key "no key $a, wrong key $b, right key $c, health $h"; fi
-    stop_server >/dev/null
+    stop_server
 fi
