@@ -17,7 +17,7 @@
 #include <string.h>
 
 typedef struct {
-    kn_mat *w[4];
+    kn_mat *w[64];
     int nw;
     kn_act a;
     int64_t m;
@@ -59,8 +59,12 @@ int main(int argc, char **argv) {
         c.isa = isa;
         size_t bytes = 0;
         double flop_per_row = 0;
-        /* four layers' worth of matrices so the set exceeds the L3 cache */
-        for (int l = 0; l < 4; l++) {
+        /* BM_MATS matrices (default 4, L3-resident on this machine class; 36 or more exceed its
+         * 260 MB L3, which is what decode at batch 1 sees) */
+        int n_mats = getenv("BM_MATS") ? atoi(getenv("BM_MATS")) : 4;
+        if (n_mats < 1 || n_mats > 64)
+            n_mats = 4;
+        for (int l = 0; l < n_mats; l++) {
             int64_t n = shapes[l % 3][0], k = shapes[l % 3][1];
             int64_t rb = gguf_type_row_bytes(types[ti], k);
             void *d = calloc((size_t)(rb * n), 1);
@@ -77,10 +81,10 @@ int main(int argc, char **argv) {
             flop_per_row += 2.0 * (double)n * (double)k;
             c.nw++;
         }
-        /* repeat the set to exceed the 260 MB L3 of this machine class: 16 copies */
         printf("type %s: %.1f MB of weights per pass\n", gguf_type_name(types[ti]), bytes / 1e6);
         int64_t ms[] = {1, 32, 256};
-        for (int mi = 0; mi < 3; mi++) {
+        int n_ms = getenv("BM_M1") ? 1 : 3;
+        for (int mi = 0; mi < n_ms; mi++) {
             c.m = ms[mi];
             int64_t kmax = 4864, nmax = 4864;
             c.a.x = calloc((size_t)(c.m * kmax), 4);

@@ -53,6 +53,7 @@ struct kn_mat {
     const void *ref_data; /* GGUF-layout data (scalar ISA) */
     void *packed;         /* SIMD ISAs */
     size_t packed_bytes;
+    bool prefetch;         /* the mm-prefetch toggle at creation */
     int64_t n_blocks;      /* column blocks */
     size_t block_stride;   /* bytes per column block */
 };

@@ -163,6 +163,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->k = k;
     w->isa = isa;
     w->ref_data = data;
+    w->prefetch = flags_int(FLAG_MM_PREFETCH) != 0;
     if (isa == KN_ISA_SCALAR) {
         w->packed_bytes = (size_t)gguf_type_row_bytes(type, k) * (size_t)n;
         *out = w;

@@ -32,7 +32,7 @@ static inline int32_t kq_load_i32(const int8_t *p) {
 
 static inline __attribute__((always_inline)) void
 kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
-        int64_t ldy, const __mmask16 *mask, bool init) {
+        int64_t ldy, const __mmask16 *mask, bool init, const char *pf, int pf_lines) {
     __m512 acc[KF_MR][4];
     #pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
@@ -41,6 +41,9 @@ kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, 
             acc[m][j] = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
     for (int64_t k = 0; k < kc; k++) {
         const float *wk = wp + k * KN_NB_F;
+        if (pf) /* the next chunk, spread over this loop: memory stays busy while we compute */
+            for (int l = 0; l < pf_lines; l++)
+                _mm_prefetch(pf + (k * pf_lines + l) * 64, _MM_HINT_T0);
         __m512 w0 = _mm512_load_ps(wk);
         __m512 w1 = _mm512_load_ps(wk + 16);
         __m512 w2 = _mm512_load_ps(wk + 32);
@@ -101,24 +104,36 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
             float *yb = y + jb * KN_NB_F;
             const float *xb = xa->x + k0;
             bool init = k0 == 0;
+            /* the first row tile prefetches the weights' next chunk (the next k chunk of this
+             * block, or the first of the next block: they are contiguous) */
+            int esz = w->type == GGUF_TYPE_F32 ? 4 : 2;
+            const char *pf =
+                w->prefetch ? (const char *)blk + (size_t)(k0 + kc) * KN_NB_F * (size_t)esz : NULL;
+            int pf_lines = esz; /* 64 elements of the row per k: esz cache lines */
             int64_t i = 0;
-            for (; i + KF_MR <= m; i += KF_MR)
-                kf_tile(KF_MR, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+            for (; i + KF_MR <= m; i += KF_MR, pf = NULL)
+                kf_tile(KF_MR, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init,
+                        pf, pf_lines);
             switch (m - i) {
             case 5:
-                kf_tile(5, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                kf_tile(5, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
+                        pf_lines);
                 break;
             case 4:
-                kf_tile(4, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                kf_tile(4, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
+                        pf_lines);
                 break;
             case 3:
-                kf_tile(3, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                kf_tile(3, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
+                        pf_lines);
                 break;
             case 2:
-                kf_tile(2, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                kf_tile(2, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
+                        pf_lines);
                 break;
             case 1:
-                kf_tile(1, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init);
+                kf_tile(1, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
+                        pf_lines);
                 break;
             default:
                 break;
