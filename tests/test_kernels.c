@@ -618,12 +618,15 @@ static void t_attention(void) {
             for (int64_t d = 0; d < hd; d++)
                 q[d] = rndf();
             float scale = 1.0f / sqrtf((float)hd);
+            for (int64_t win = 0; win <= 37; win += 37)
             for (int64_t np = 1; np <= n_pos; np += 37) {
+                kv.window = win;
+                int64_t p_start = win && np > win ? np - win : 0;
                 kn_attn_row(q, &kv, 1, hd, np, scale, 64, scratch, outr, KN_ISA_SCALAR);
                 /* float64 reference */
                 double mx = -1e300, den = 0, num[128] = {0};
                 double sc[200];
-                for (int64_t p = 0; p < np; p++) {
+                for (int64_t p = p_start; p < np; p++) {
                     double s = 0;
                     for (int64_t d = 0; d < hd; d++)
                         s += (double)q[d] * kf[p * stride + hd + d];
@@ -631,7 +634,7 @@ static void t_attention(void) {
                     if (sc[p] > mx)
                         mx = sc[p];
                 }
-                for (int64_t p = 0; p < np; p++) {
+                for (int64_t p = p_start; p < np; p++) {
                     double e = exp(sc[p] - mx);
                     den += e;
                     for (int64_t d = 0; d < hd; d++)
@@ -643,8 +646,8 @@ static void t_attention(void) {
                 for (int ii = 0; ii < n_simd; ii++) {
                     kn_attn_row(q, &kv, 1, hd, np, scale, 64, scratch, outs, simd_isas[ii]);
                     T_CHECKF(memcmp(outr, outs, (size_t)hd * 4) == 0,
-                             "attention hd=%lld f16=%d n_pos=%lld isa %s", (long long)hd, f16,
-                             (long long)np, kn_isa_name(simd_isas[ii]));
+                             "attention hd=%lld f16=%d n_pos=%lld window %lld isa %s", (long long)hd,
+                             f16, (long long)np, (long long)win, kn_isa_name(simd_isas[ii]));
                 }
             }
             free(kpool);

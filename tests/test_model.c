@@ -32,18 +32,26 @@ static const char *type_label(int type) {
 }
 
 /* K-quant types need rows that are multiples of 256: they use the "small" shape (tiny's rows
- * would all fall back to Q5_0 / Q5_1 / Q8_0). */
-static const char *synth_path(const char *arch, int type, bool tied, uint64_t seed) {
+ * would all fall back to Q5_0 / Q5_1 / Q8_0). rope_scaling and window select the RoPE-scaling
+ * and sliding-window variants (synth.h). */
+static const char *synth_variant(const char *arch, int type, bool tied, uint64_t seed,
+                                 const char *rope_scaling, int64_t window) {
     static char path[512];
     bool k = type == TYPE_Q4_K_M || gguf_type_block_size(type) == 256;
-    snprintf(path, sizeof path, "%s/%s-%s-%d-%llu.gguf", test_tmpdir(), arch, type_label(type),
-             tied, (unsigned long long)seed);
+    snprintf(path, sizeof path, "%s/%s-%s-%d-%llu-%s-%lld.gguf", test_tmpdir(), arch,
+             type_label(type), tied, (unsigned long long)seed, rope_scaling ? rope_scaling : "none",
+             (long long)window);
     synth_opts o = {.shape = k ? "small" : "tiny", .arch = arch, .type = type, .seed = seed,
-                    .tied = tied, .tied_set = true, .q4_k_m = type == TYPE_Q4_K_M};
+                    .tied = tied, .tied_set = true, .q4_k_m = type == TYPE_Q4_K_M,
+                    .rope_scaling = rope_scaling, .sliding_window = window};
     int rc = synth_write(&o, path);
     if (rc)
         test_fail(__FILE__, __LINE__, "synth: %s", err_detail());
     return path;
+}
+
+static const char *synth_path(const char *arch, int type, bool tied, uint64_t seed) {
+    return synth_variant(arch, type, tied, seed, NULL, 0);
 }
 
 /* ---- float64 reference ---- */
@@ -86,9 +94,13 @@ static void ref_rmsnorm(const double *x, const float *w, int64_t n, double eps, 
         y[i] = x[i] * r * (w ? w[i] : 1.0);
 }
 
+static const float *ref_factors; /* the model's RoPE frequency factors, or NULL */
+
 static void ref_rope(double *x, int64_t n_rot, int64_t pos, const model_hparams *hp) {
     for (int64_t i = 0; i < n_rot / 2; i++) {
         double th = hp->rope_freq_scale * (double)pos * pow(hp->rope_base, -2.0 * (double)i / (double)n_rot);
+        if (ref_factors)
+            th /= ref_factors[i];
         int64_t a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + n_rot / 2 : 2 * i + 1;
         double x0 = x[a], x1 = x[b];
         x[a] = x0 * cos(th) - x1 * sin(th);
@@ -108,6 +120,8 @@ static double *ref_forward(const model *m, const int32_t *tok, int64_t n, bool k
     double *g = malloc((size_t)F * 8), *u = malloc((size_t)F * 8), *sc = malloc((size_t)n * 8);
     double *logits = malloc((size_t)(n * V) * 8);
     float *row = malloc((size_t)D * 4);
+    ref_factors = m->rope_factors;
+    int64_t win = hp->sliding_window;
     const gguf_tensor *te = gguf_find_tensor(model_get_gguf(m), "token_embd.weight");
     for (int64_t t = 0; t < n; t++) {
         kn_dequantize_row(te->type, te->data, tok[t], D, row);
@@ -156,7 +170,8 @@ static double *ref_forward(const model *m, const int32_t *tok, int64_t n, bool k
                 ref_rope(q + h * HD, hp->n_rot, t, hp);
                 int64_t kvh = h / (hp->n_head / hp->n_head_kv);
                 double mx = -1e300, den = 0;
-                for (int64_t p = 0; p <= t; p++) {
+                int64_t p0 = win && t + 1 > win ? t + 1 - win : 0;
+                for (int64_t p = p0; p <= t; p++) {
                     double s = 0;
                     for (int64_t i = 0; i < HD; i++)
                         s += q[h * HD + i] * kc[p * KVD + kvh * HD + i];
@@ -166,7 +181,7 @@ static double *ref_forward(const model *m, const int32_t *tok, int64_t n, bool k
                 }
                 for (int64_t i = 0; i < HD; i++)
                     att[h * HD + i] = 0;
-                for (int64_t p = 0; p <= t; p++) {
+                for (int64_t p = p0; p <= t; p++) {
                     double e = exp(sc[p] - mx);
                     den += e;
                     for (int64_t i = 0; i < HD; i++)
@@ -239,6 +254,53 @@ static void env_close(run_env *e) {
     fwd_ctx_destroy(e->fc);
     kv_pool_destroy(e->kv);
     model_destroy(e->m);
+}
+
+/* Runs a 40-token sequence through model path and checks its logits against the float64
+ * reference within tol (relative to the largest reference logit). */
+static void ref_compare(const char *path, double tol, const char *what) {
+    kn_isa isa;
+    T_OK(kn_isa_select(&isa));
+    run_env e;
+    env_open(&e, path, isa, false, 2, 64, 64);
+    int64_t n = 40, V = model_get_hparams(e.m)->n_vocab;
+    int32_t toks[40];
+    for (int i = 0; i < n; i++)
+        toks[i] = (int32_t)((i * 41 + 5) % V);
+    int32_t blocks[4] = {2, 3, 0, 1};
+    fwd_seq sq = {.tokens = toks, .n_tokens = (int32_t)n, .pos0 = 0, .blocks = blocks,
+                  .n_blocks = 4, .n_logits = (int32_t)n};
+    fwd_batch b = {.seqs = &sq, .n_seqs = 1};
+    const float *lg;
+    int64_t no;
+    T_OK(fwd_run(e.fc, &b, &lg, &no));
+    double *ref = ref_forward(e.m, toks, n, false);
+    double maxref = 0, maxdiff = 0;
+    for (int64_t i = 0; i < n * V; i++) {
+        maxref = fabs(ref[i]) > maxref ? fabs(ref[i]) : maxref;
+        maxdiff = fabs(lg[i] - ref[i]) > maxdiff ? fabs(lg[i] - ref[i]) : maxdiff;
+    }
+    free(ref);
+    env_close(&e);
+    T_CHECKF(maxdiff <= tol * maxref, "%s: rel %g > %g", what, maxdiff / maxref, tol);
+}
+
+/* RoPE scaling (linear, llama3 from metadata, llama3 as the rope_freqs tensor) and a sliding
+ * window, against the reference with the same f32 tolerance as plain models. */
+static void t_reference_rope_window(void) {
+    const char *scalings[] = {"linear", "llama3", "llama3-tensor"};
+    for (int i = 0; i < 3; i++)
+        ref_compare(synth_variant("llama", GGUF_TYPE_F32, true, 3, scalings[i], 0), 2e-6, scalings[i]);
+    ref_compare(synth_variant("llama", GGUF_TYPE_F32, false, 4, NULL, 7), 2e-6, "window 7");
+    ref_compare(synth_variant("qwen2", GGUF_TYPE_F32, false, 4, "llama3", 9), 2e-6, "qwen2 llama3 window 9");
+    /* the loader really applied them */
+    model *m;
+    T_OK(model_load(synth_variant("llama", GGUF_TYPE_F32, true, 3, "llama3", 0), KN_ISA_SCALAR, &m));
+    T_CHECK(m->rope_factors && m->rope_factors[0] == 1.0f && m->rope_factors[7] > 1.0f);
+    model_destroy(m);
+    T_OK(model_load(synth_variant("llama", GGUF_TYPE_F32, false, 4, NULL, 7), KN_ISA_SCALAR, &m));
+    T_EQ_INT(model_get_hparams(m)->sliding_window, 7);
+    model_destroy(m);
 }
 
 static void t_reference(void) {
@@ -475,6 +537,7 @@ static void t_bad_input(void) {
 
 int main(void) {
     test_run("model.reference_f64", t_reference);
+    test_run("model.reference_f64_rope_scaling_and_window", t_reference_rope_window);
     test_run("model.invariance_forward", t_invariance);
     test_run("model.bad_input", t_bad_input);
     return test_summary();

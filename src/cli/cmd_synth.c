@@ -46,6 +46,16 @@ int cmd_synth(int argc, char **argv) {
             if (!(v = cli_next("synth", argc, argv, &i)))
                 return 2;
             o.vocab_from = v;
+        } else if (!strcmp(a, "--rope-scaling")) {
+            if (!(v = cli_next("synth", argc, argv, &i)))
+                return 2;
+            o.rope_scaling = v;
+        } else if (!strcmp(a, "--sliding-window")) {
+            int64_t sw;
+            if (!(v = cli_next("synth", argc, argv, &i)) ||
+                cli_parse_i64("synth", "--sliding-window", v, 1, 1 << 24, &sw))
+                return 2;
+            o.sliding_window = sw;
         } else if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
             o.tied_set = true;
             o.tied = !strcmp(a, "--tied");

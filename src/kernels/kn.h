@@ -173,6 +173,7 @@ typedef struct kn_attn_kv {
     int64_t block_size;
     int64_t kv_stride; /* elements per position: n_kv_heads * head_dim */
     bool f16;          /* element type: F16 if true, else F32 */
+    int64_t window;    /* sliding window: a query at position p sees keys > p - window (0: all) */
 } kn_attn_kv;
 
 /* Address of the K (or V) row of position p for kv head kvh. */
@@ -183,10 +184,11 @@ static inline const void *kn_attn_row_ptr(const kn_attn_kv *kv, const void *base
            (size_t)((p % kv->block_size) * kv->kv_stride + kvh * head_dim) * esz;
 }
 
-/* out[0..head_dim) = softmax(q . K[0..n_pos) * scale) V for kv head kvh, causal over positions
- * 0..n_pos-1. Keys are read in position order in chunks [c*chunk, (c+1)*chunk) merged by online
- * softmax in chunk order; the result depends on (q, keys, values, chunk) only. scratch holds
- * `chunk` floats. */
+/* out[0..head_dim) = softmax(q . K[start..n_pos) * scale) V for kv head kvh, causal over positions
+ * start..n_pos-1, where start = max(0, n_pos - window) with a sliding window, else 0. Keys are read
+ * in position order in chunks [c*chunk, (c+1)*chunk) (boundaries fixed in absolute position; the
+ * first chunk begins at start) merged by online softmax in chunk order; the result depends on
+ * (q, keys, values, chunk, window) only. scratch holds `chunk` floats. */
 void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
                  int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out, kn_isa isa);
 

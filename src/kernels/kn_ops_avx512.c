@@ -113,8 +113,10 @@ static void kx_attn_generic(const float *q, const kn_attn_kv *kv, int64_t kvh, i
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0.0f;
-    for (int64_t c0 = 0; c0 < n_pos; c0 += chunk) {
-        int64_t c1 = c0 + chunk < n_pos ? c0 + chunk : n_pos;
+    int64_t start = kv->window > 0 && n_pos > kv->window ? n_pos - kv->window : 0;
+    for (int64_t cb = start - start % chunk; cb < n_pos; cb += chunk) {
+        int64_t c0 = cb < start ? start : cb;
+        int64_t c1 = cb + chunk < n_pos ? cb + chunk : n_pos;
         float mc = -INFINITY;
         for (int64_t p = c0; p < c1; p++) {
             const void *row = kn_attn_row_ptr(kv, kv->k_base, p, kvh, hd);
@@ -177,8 +179,10 @@ kx_attn_fixed(const int NV, const float *q, const kn_attn_kv *kv, int64_t kvh, i
         ov[j] = _mm512_setzero_ps();
     }
     float m = -INFINITY, l = 0.0f;
-    for (int64_t c0 = 0; c0 < n_pos; c0 += chunk) {
-        int64_t c1 = c0 + chunk < n_pos ? c0 + chunk : n_pos;
+    int64_t start = kv->window > 0 && n_pos > kv->window ? n_pos - kv->window : 0;
+    for (int64_t cb = start - start % chunk; cb < n_pos; cb += chunk) {
+        int64_t c0 = cb < start ? start : cb;
+        int64_t c1 = cb + chunk < n_pos ? cb + chunk : n_pos;
         float mc = -INFINITY;
         for (int64_t p = c0; p < c1; p++) {
             const void *row = kn_attn_row_ptr(kv, kv->k_base, p, kvh, hd);

@@ -208,6 +208,8 @@ static void fwd_embed(fwd_ctx *c, const fwd_part *pt) {
         for (int64_t i = 0; i < half; i++) {
             double theta = (double)hp->rope_freq_scale * pos *
                            pow((double)hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
+            if (c->m->rope_factors)
+                theta /= (double)c->m->rope_factors[i];
             cs[2 * i] = (float)cos(theta);
             cs[2 * i + 1] = (float)sin(theta);
         }
@@ -258,7 +260,8 @@ static void fwd_attention(fwd_ctx *c, const fwd_part *pt, int64_t layer) {
                      .block_bytes = kv_pool_block_bytes(c->kv),
                      .block_size = kv_pool_block_size(c->kv),
                      .kv_stride = c->kv_dim,
-                     .f16 = kv_pool_f16(c->kv)};
+                     .f16 = kv_pool_f16(c->kv),
+                     .window = hp->sliding_window};
     for (int64_t pi = p0; pi < p1; pi++) {
         int64_t t = pi / hp->n_head, h = pi % hp->n_head;
         kv.table = c->b->seqs[c->tok_seq[t]].blocks;

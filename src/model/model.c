@@ -96,6 +96,48 @@ static int model_mat(model *m, const char *name, int64_t k, int64_t n, kn_mat **
     return 0;
 }
 
+/* Llama 3.1 RoPE scaling from metadata (the same factors llama.cpp's converter stores as the
+ * rope_freqs tensor): wavelengths shorter than original_context / high_freq_factor keep their
+ * frequency, longer than original_context / low_freq_factor are divided by `factor`, and the band
+ * between is interpolated. Computed in double, once, at load. */
+static int model_llama3_factors(model *m, float factor) {
+    const gguf *g = m->g;
+    model_hparams *hp = &m->hp;
+    float lo, hi;
+    int64_t orig;
+    int rc;
+    if ((rc = model_get_f32(g, hp->arch_name, "rope.scaling.low_freq_factor", 1.0f, &lo)) ||
+        (rc = model_get_f32(g, hp->arch_name, "rope.scaling.high_freq_factor", 4.0f, &hi)) ||
+        (rc = model_get_int(g, hp->arch_name, "rope.scaling.original_context_length", false, 8192,
+                            &orig)))
+        return rc;
+    if (!(lo > 0) || !(hi > lo) || orig <= 0)
+        return err_set(ERR_FORMAT, "%s: llama3 rope scaling: low %g, high %g, original context %lld "
+                                   "are inconsistent",
+                       gguf_path(g), lo, hi, (long long)orig);
+    int64_t half = hp->n_rot / 2;
+    m->rope_factors = malloc((size_t)half * sizeof(float));
+    if (!m->rope_factors)
+        return err_set(ERR_NOMEM, "out of memory");
+    double lo_wl = (double)orig / lo, hi_wl = (double)orig / hi;
+    for (int64_t i = 0; i < half; i++) {
+        double freq = pow((double)hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
+        double wl = 2.0 * 3.14159265358979323846 / freq;
+        double f;
+        if (wl < hi_wl)
+            f = 1.0;
+        else if (wl > lo_wl)
+            f = factor;
+        else {
+            double smooth = ((double)orig / wl - lo) / (hi - lo);
+            f = 1.0 / ((1.0 - smooth) / factor + smooth);
+        }
+        m->rope_factors[i] = (float)f;
+    }
+    hp->rope_has_factors = true;
+    return 0;
+}
+
 static int model_read_hparams(model *m) {
     const gguf *g = m->g;
     model_hparams *hp = &m->hp;
@@ -156,16 +198,24 @@ static int model_read_hparams(model *m) {
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     gguf_str st;
     if (gguf_get_str(g, key, &st) == 0 && !gguf_str_eq(st, "none")) {
-        if (!gguf_str_eq(st, "linear"))
-            return err_set(ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported",
-                           gguf_path(g), (int)st.len, st.s);
         float factor;
         if ((rc = model_get_f32(g, a, "rope.scaling.factor", 1.0f, &factor)))
             return rc;
         if (!(factor > 0))
             return err_set(ERR_FORMAT, "%s: rope.scaling.factor %g invalid", gguf_path(g), factor);
-        hp->rope_freq_scale = 1.0f / factor;
+        if (gguf_str_eq(st, "linear")) {
+            hp->rope_freq_scale = 1.0f / factor;
+        } else if (gguf_str_eq(st, "llama3")) {
+            if ((rc = model_llama3_factors(m, factor)))
+                return rc;
+        } else {
+            return err_set(ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported (linear, "
+                                            "llama3)",
+                           gguf_path(g), (int)st.len, st.s);
+        }
     }
+    if ((rc = model_get_int(g, a, "attention.sliding_window", false, 0, &hp->sliding_window)))
+        return rc;
     hp->rope_neox = hp->arch != MODEL_ARCH_LLAMA;
     if (!(hp->rms_eps > 0) || !(hp->rope_base > 0))
         return err_set(ERR_FORMAT, "%s: rms epsilon %g / rope base %g invalid", gguf_path(g),
@@ -222,6 +272,21 @@ static int model_bind(model *m) {
             return rc;
 #undef LNAME
     }
+    const gguf_tensor *rf = gguf_find_tensor(m->g, "rope_freqs.weight");
+    if (rf) {
+        float *f;
+        if ((rc = model_vec(m, "rope_freqs.weight", hp->n_rot / 2, true, &f)))
+            return rc;
+        for (int64_t i = 0; i < hp->n_rot / 2; i++)
+            if (!(f[i] > 0)) {
+                free(f);
+                return err_set(ERR_FORMAT, "%s: rope_freqs.weight[%lld] = %g is not positive",
+                               gguf_path(m->g), (long long)i, f[i]);
+            }
+        free(m->rope_factors);
+        m->rope_factors = f;
+        hp->rope_has_factors = true;
+    }
     hp->weight_type = m->layers[0].wq ? kn_mat_type(m->layers[0].wq) : -1;
     return 0;
 }
@@ -274,6 +339,7 @@ void model_destroy(model *m) {
     }
     kn_mat_destroy(m->output);
     free(m->output_norm);
+    free(m->rope_factors);
     gguf_close(m->g);
     free(m);
 }

@@ -22,6 +22,7 @@ struct model {
     kn_isa isa;
     const gguf_tensor *tok_embd;
     float *output_norm;
+    float *rope_factors; /* [n_rot / 2] frequency divisors, or NULL */
     kn_mat *output;
     model_layer *layers;
     size_t weight_bytes;

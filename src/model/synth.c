@@ -260,6 +260,47 @@ int synth_write(const synth_opts *o, const char *path) {
                             : gguf_writer_set_u32(w, key, (uint32_t)hp[i].u);
         }
     }
+    if (!rc && o->sliding_window > 0) {
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        rc = gguf_writer_set_u32(w, key, (uint32_t)o->sliding_window);
+    }
+    if (!rc && o->rope_scaling) {
+        const char *rs = o->rope_scaling;
+        if (strcmp(rs, "linear") && strcmp(rs, "llama3") && strcmp(rs, "llama3-tensor"))
+            rc = err_set(ERR_INVAL, "synth: unknown rope scaling '%s' (linear, llama3, llama3-tensor)",
+                         rs);
+        if (!rc && strcmp(rs, "llama3-tensor")) {
+            bool l3 = !strcmp(rs, "llama3");
+            snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+            rc = gguf_writer_set_str(w, key, l3 ? "llama3" : "linear", strlen(l3 ? "llama3" : "linear"));
+            snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+            if (!rc)
+                rc = gguf_writer_set_f32(w, key, l3 ? 8.0f : 2.0f);
+            if (!rc && l3) {
+                snprintf(key, sizeof key, "%s.rope.scaling.low_freq_factor", arch);
+                rc = gguf_writer_set_f32(w, key, 1.0f);
+                snprintf(key, sizeof key, "%s.rope.scaling.high_freq_factor", arch);
+                if (!rc)
+                    rc = gguf_writer_set_f32(w, key, 4.0f);
+                snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+                if (!rc)
+                    rc = gguf_writer_set_u32(w, key, 256);
+            }
+        }
+        if (!rc && !strcmp(rs, "llama3-tensor")) {
+            /* the llama3 rule (factor 8, low 1, high 4, original context 256) as a tensor */
+            int64_t half = hd / 2;
+            float f[256];
+            for (int64_t i = 0; i < half && i < 256; i++) {
+                double freq = pow((double)sh->rope_base, -2.0 * (double)i / (double)hd);
+                double wl = 2.0 * 3.14159265358979323846 / freq, lo_wl = 256.0, hi_wl = 64.0;
+                double smooth = (256.0 / wl - 1.0) / 3.0;
+                f[i] = (float)(wl < hi_wl ? 1.0 : wl > lo_wl ? 8.0 : 1.0 / ((1.0 - smooth) / 8.0 + smooth));
+            }
+            int64_t ne[1] = {half};
+            rc = gguf_writer_add_tensor(w, "rope_freqs.weight", GGUF_TYPE_F32, 1, ne, f, false);
+        }
+    }
     const float std = 0.02f;
     int64_t q_dim = sh->n_head * hd, kv_dim = sh->n_head_kv * hd;
     const int64_t NL = sh->n_layer;

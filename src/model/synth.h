@@ -23,6 +23,10 @@ typedef struct synth_opts {
     const char *vocab_from; /* GGUF to copy tokenizer.* metadata from, or NULL */
     bool tied;              /* tied output (default: tiny tied, 0.5b untied) */
     bool tied_set;
+    const char *rope_scaling; /* NULL, "linear" (factor 2), "llama3" (factor 8, low 1, high 4,
+                                 original context 256) or "llama3-tensor" (the same factors
+                                 stored as the rope_freqs.weight tensor) */
+    int64_t sliding_window;   /* written as attention.sliding_window when > 0 */
 } synth_opts;
 
 /* Writes the model to path atomically. Matrices get the type (or mix) of o through
