@@ -23,6 +23,7 @@
 #include "base/json.h"
 #include "sample/grammar.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +285,198 @@ static void t_regex_dfa_vs_nfa(void) {
     }
 }
 
+
+/* ---- token masks on a hand-built vocabulary ---- */
+
+/* Tokens: specials, multi-byte pieces that cross grammar boundaries, then the 256 byte tokens
+ * (byte fallback, so everything can be spelled). */
+static const char *hand_pieces[] = {
+    "<eos>", "<ctl>", "", "a", "b", "ab", "abc", "ba", "{", "{\"", "\"", "\":", "x\"",
+    "\xC3", "\xA9", "\xC3\xA9", "true", "tr", "ue", "1", "12", "}", "\"}", " ", ": ", "c",
+    "e", "abce", "d", "cd", "dc", "e!", "\"name\": ", "\", \"", "<tool_call>", "<tool", "_call>",
+};
+#define HAND_N_PIECES ((int32_t)(sizeof hand_pieces / sizeof *hand_pieces))
+#define HAND_N (HAND_N_PIECES + 256)
+
+static grammar_vocab *hand_vocab(void) {
+    static char bytes[256];
+    const char *texts[HAND_N];
+    size_t lens[HAND_N];
+    uint8_t kinds[HAND_N];
+    for (int32_t i = 0; i < HAND_N_PIECES; i++) {
+        texts[i] = hand_pieces[i];
+        lens[i] = strlen(hand_pieces[i]);
+        kinds[i] = GRAMMAR_TOKEN_TEXT;
+    }
+    kinds[0] = GRAMMAR_TOKEN_EOG;
+    kinds[1] = GRAMMAR_TOKEN_NEVER;
+    for (int b = 0; b < 256; b++) {
+        bytes[b] = (char)b;
+        texts[HAND_N_PIECES + b] = &bytes[b];
+        lens[HAND_N_PIECES + b] = 1;
+        kinds[HAND_N_PIECES + b] = GRAMMAR_TOKEN_TEXT;
+    }
+    grammar_vocab *v;
+    T_OK(grammar_vocab_create_raw(HAND_N, texts, lens, kinds, &v));
+    return v;
+}
+
+static size_t hand_text(int32_t t, const char **p) {
+    if (t < HAND_N_PIECES) {
+        *p = hand_pieces[t];
+        return strlen(hand_pieces[t]);
+    }
+    static char bytes[256];
+    bytes[t - HAND_N_PIECES] = (char)(t - HAND_N_PIECES);
+    *p = &bytes[t - HAND_N_PIECES];
+    return 1;
+}
+
+static bool mask_has(const uint64_t *m, int32_t t) {
+    return (m[t >> 6] >> (t & 63)) & 1;
+}
+
+/* Compares grammar_allowed after prefix with a brute-force mask from the NFA reference. */
+static void check_mask(grammar *g, grammar_state *st, const char *prefix, size_t np) {
+    uint64_t mask[(HAND_N + 63) / 64];
+    int32_t n = grammar_allowed(st, true, GRAMMAR_NO_BUDGET, mask);
+    int32_t count = 0;
+    char buf[512];
+    T_CHECK(np + 64 < sizeof buf);
+    memcpy(buf, prefix, np);
+    int whole = grammar_nfa_match(g, prefix, np);
+    for (int32_t t = 0; t < HAND_N; t++) {
+        bool want;
+        if (t == 0) {
+            want = whole == 1;
+        } else if (t == 1 || t == 2) {
+            want = false;
+        } else {
+            const char *p;
+            size_t l = hand_text(t, &p);
+            memcpy(buf + np, p, l);
+            want = grammar_nfa_match(g, buf, np + l) >= 0;
+        }
+        T_CHECKF(mask_has(mask, t) == want, "after \"%.*s\": token %d (\"%s\") is %s, expected %s",
+                 (int)np, prefix, t, t < HAND_N_PIECES ? hand_pieces[t] : "<byte>",
+                 mask_has(mask, t) ? "allowed" : "refused", want ? "allowed" : "refused");
+        count += want;
+    }
+    T_EQ_INT(n, count);
+}
+
+/* Random walks choosing uniformly among allowed tokens; checks every mask on the way. */
+static void walk_check(const char *pattern, int walks, uint64_t seed) {
+    grammar_vocab *v = hand_vocab();
+    grammar_ast *a;
+    grammar_node *root;
+    grammar *g;
+    T_OK(grammar_ast_create(&a));
+    T_OK(grammar_ast_parse(a, pattern, strlen(pattern), &root));
+    T_OK(grammar_compile(a, root, v, &g));
+    grammar_ast_destroy(a);
+    grammar_vocab_destroy(v); /* the grammar keeps its reference */
+    for (int w = 0; w < walks; w++) {
+        grammar_state *st;
+        T_OK(grammar_state_create(g, &st));
+        char text[400];
+        size_t n = 0;
+        for (int step = 0; step < 60; step++) {
+            check_mask(g, st, text, n);
+            uint64_t mask[(HAND_N + 63) / 64];
+            int32_t k = grammar_allowed(st, true, GRAMMAR_NO_BUDGET, mask);
+            T_CHECKF(k > 0, "pattern %s: no token allowed after \"%.*s\"", pattern, (int)n, text);
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int32_t pick = (int32_t)((seed >> 33) % (uint64_t)k), t = -1;
+            for (int32_t i = 0; i < HAND_N && pick >= 0; i++)
+                if (mask_has(mask, i) && pick-- == 0)
+                    t = i;
+            T_CHECK(grammar_accept(st, t));
+            if (t == 0)
+                break;
+            const char *p;
+            size_t l = hand_text(t, &p);
+            T_CHECK(n + l < sizeof text - 64);
+            memcpy(text + n, p, l);
+            n += l;
+            if (grammar_must_end(st))
+                break;
+        }
+        T_CHECKF(grammar_complete(st) || n > 200, "pattern %s: walk ended incomplete", pattern);
+        grammar_state_destroy(st);
+    }
+    grammar_destroy(g);
+}
+
+static void t_mask_hand(void) {
+    grammar_vocab *v = hand_vocab();
+    grammar_ast *a;
+    grammar_node *root;
+    grammar *g;
+    T_OK(grammar_ast_create(&a));
+    T_OK(grammar_ast_parse(a, "ab(c|d)*e", 9, &root));
+    T_OK(grammar_compile(a, root, v, &g));
+    grammar_ast_destroy(a);
+    grammar_state *st;
+    T_OK(grammar_state_create(g, &st));
+    uint64_t mask[(HAND_N + 63) / 64];
+    /* at the start: "a", "ab", "abc" (crosses into the star), "abce" (completes it), byte 'a' */
+    T_EQ_INT(grammar_allowed(st, true, GRAMMAR_NO_BUDGET, mask), 5);
+    T_CHECK(mask_has(mask, 3) && mask_has(mask, 5) && mask_has(mask, 6) && mask_has(mask, 27));
+    T_CHECK(mask_has(mask, HAND_N_PIECES + 'a'));
+    T_CHECK(!mask_has(mask, 0) && !mask_has(mask, 1) && !mask_has(mask, 2));
+    T_CHECK(grammar_accept(st, 27)); /* "abce" */
+    T_CHECK(grammar_must_end(st));
+    T_EQ_INT(grammar_allowed(st, true, GRAMMAR_NO_BUDGET, mask), 1); /* only EOG */
+    T_CHECK(mask_has(mask, 0));
+    T_EQ_INT(grammar_allowed(st, false, GRAMMAR_NO_BUDGET, mask), 0);
+    T_CHECK(!grammar_accept(st, 3));
+    T_CHECK(grammar_accept(st, 0));
+    T_EQ_INT(grammar_allowed(st, true, GRAMMAR_NO_BUDGET, mask), 0);
+    T_CHECK(grammar_complete(st) && grammar_must_end(st));
+    /* refused tokens leave the state alone */
+    grammar_state_reset(st);
+    T_CHECK(!grammar_accept(st, 4));  /* "b" */
+    T_CHECK(!grammar_accept(st, 0));  /* EOG before the text is complete */
+    T_CHECK(!grammar_accept(st, 1));  /* NEVER */
+    T_CHECK(!grammar_accept(st, -1) && !grammar_accept(st, HAND_N));
+    T_CHECK(grammar_accept(st, 5));   /* "ab" */
+    T_CHECK(grammar_accept(st, 29));  /* "cd" */
+    T_CHECK(grammar_accept(st, 30));  /* "dc" */
+    T_CHECK(!grammar_accept(st, 31)); /* "e!" runs past the end */
+    T_CHECK(grammar_accept(st, 26));  /* "e" */
+    T_CHECK(grammar_must_end(st));
+
+    /* grammar_apply: a model row longer than the vocabulary; all allowed logits -inf */
+    grammar_state_reset(st);
+    float logits[HAND_N + 7];
+    for (int i = 0; i < HAND_N + 7; i++)
+        logits[i] = (float)i;
+    T_EQ_INT(grammar_apply(st, logits, HAND_N + 7, true, GRAMMAR_NO_BUDGET), 5);
+    for (int i = 0; i < HAND_N + 7; i++) {
+        bool ok = i == 3 || i == 5 || i == 6 || i == 27 || i == HAND_N_PIECES + 'a';
+        T_CHECKF(ok ? logits[i] == (float)i : logits[i] == -INFINITY, "logit %d = %g", i,
+                 (double)logits[i]);
+    }
+    for (int i = 0; i < HAND_N + 7; i++)
+        logits[i] = -INFINITY;
+    logits[6] = 0.0f / 0.0f; /* NaN counts as -inf */
+    T_EQ_INT(grammar_apply(st, logits, HAND_N + 7, true, GRAMMAR_NO_BUDGET), 5);
+    T_CHECK(logits[3] == 0.0f && isnan(logits[6])); /* allowed logits are left as they are */
+    grammar_state_destroy(st);
+    grammar_destroy(g);
+    grammar_vocab_destroy(v);
+}
+
+static void t_mask_walks(void) {
+    int walks = (int)(30 * test_scale()) + 1;
+    walk_check("ab(c|d)*e", walks, 1);
+    walk_check("\\{\"[a-z]{1,3}\": (true|1\\d?)\\}", walks, 2);
+    walk_check("\"(\\xC3\\xA9|[a-e]){0,6}\"", walks, 3);
+    walk_check("<tool_call>\\n?\\{\"name\": \"(ab|abc|ba)\", \"x\": [0-9]{1,4}\\}", walks, 4);
+    walk_check("(a|b)*", walks, 5);
+}
+
 int main(void) {
     test_run("grammar.regex_basic", t_regex_basic);
     test_run("grammar.regex_repeat", t_regex_repeat);
@@ -292,5 +485,7 @@ int main(void) {
     test_run("grammar.regex_dead_ends", t_regex_dead_ends);
     test_run("grammar.regex_parse_errors", t_regex_parse_errors);
     test_run("grammar.regex_dfa_vs_nfa", t_regex_dfa_vs_nfa);
+    test_run("grammar.mask_hand_vocab", t_mask_hand);
+    test_run("grammar.mask_walks", t_mask_walks);
     return test_summary();
 }

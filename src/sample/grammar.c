@@ -886,8 +886,9 @@ static int32_t gr_dfa_intern(gr_dfa_build *d) {
     return id;
 }
 
-/* Marks live DFA states (an accepting state is reachable) by a reverse breadth-first search,
- * redirects transitions into dead states to 0, and sets the flags. */
+/* Marks live DFA states (an accepting state is reachable) by a reverse breadth-first search that
+ * also yields each state's distance to acceptance, redirects transitions into dead states to 0,
+ * and sets the flags. */
 static int gr_dfa_prune(grammar *g) {
     int32_t n = g->n_dfa, nc = g->n_cls;
     int32_t *cnt = calloc((size_t)n + 1, sizeof *cnt);
@@ -925,10 +926,14 @@ static int gr_dfa_prune(grammar *g) {
                 src[fill[t]++] = s;
         }
     free(fill);
+    /* breadth first from every accepting state at once: the level is the distance */
     int32_t qh = 0, qt = 0;
+    for (int32_t s = 0; s < n; s++)
+        g->dist[s] = INT32_MAX;
     for (int32_t s = 1; s < n; s++)
         if (g->flags[s] & GD_ACCEPT) {
             live[s] = 1;
+            g->dist[s] = 0;
             queue[qt++] = s;
         }
     while (qh < qt) {
@@ -936,6 +941,7 @@ static int gr_dfa_prune(grammar *g) {
         for (int32_t k = cnt[t]; k < cnt[t + 1]; k++)
             if (!live[src[k]]) {
                 live[src[k]] = 1;
+                g->dist[src[k]] = g->dist[t] + 1;
                 queue[qt++] = src[k];
             }
     }
@@ -1009,7 +1015,8 @@ static int gr_dfa_build_all(grammar *g, int32_t match) {
     g->trans = d.trans;
     d.trans = NULL;
     g->flags = calloc((size_t)g->n_dfa, 1);
-    if (!g->flags) {
+    g->dist = malloc((size_t)g->n_dfa * sizeof *g->dist);
+    if (!g->flags || !g->dist) {
         rc = err_set(ERR_NOMEM, "grammar: out of memory (%d DFA states)", g->n_dfa);
         goto out;
     }
@@ -1129,6 +1136,7 @@ void grammar_destroy(grammar *g) {
     free(g->nfa_live);
     free(g->trans);
     free(g->flags);
+    free(g->dist);
     free(g);
 }
 
@@ -1145,7 +1153,7 @@ int32_t grammar_n_classes(const grammar *g) {
 }
 
 size_t grammar_table_bytes(const grammar *g) {
-    return (size_t)g->n_dfa * (size_t)g->n_cls * sizeof(int32_t) + (size_t)g->n_dfa;
+    return (size_t)g->n_dfa * ((size_t)g->n_cls * sizeof(int32_t) + 1 + sizeof(int32_t));
 }
 
 /* ---- the reference matcher ---- */

@@ -233,20 +233,37 @@ void grammar_state_reset(grammar_state *st);
 /* The grammar the state follows (borrowed). */
 grammar *grammar_state_grammar(const grammar_state *st);
 
+/* "No limit" for the budget arguments below. */
+#define GRAMMAR_NO_BUDGET INT64_MAX
+
 /* Marks in mask (bit t of mask[t / 64], (grammar_vocab_n + 63) / 64 words, cleared first) every
  * token that may come next: TEXT tokens whose bytes keep the text completable, and, if allow_eog
- * and the text is complete, EOG tokens. Returns the number of tokens marked (0 after an accepted
- * EOG token, or if the vocabulary cannot continue). The grammar must have a vocabulary (CHECK).
- * Never allocates. */
-int32_t grammar_allowed(grammar_state *st, bool allow_eog, uint64_t *mask);
+ * and the text is complete, EOG tokens.
+ *
+ * budget is the number of tokens that may still be generated, this one included (the request's
+ * max_tokens or context left), or GRAMMAR_NO_BUDGET. With a budget, a TEXT token is allowed only
+ * if the text after it can still be completed in budget - 1 tokens, counting one token per byte
+ * of the shortest completion (a vocabulary that spells every byte as a token can always do it);
+ * so a constrained sequence given at least the shortest string of its language in tokens always
+ * ends complete, however the model chooses. If the budget is already too small for any
+ * completion, or the filter would leave no token, it is ignored.
+ *
+ * Returns the number of tokens marked (0 after an accepted EOG token, or if the vocabulary cannot
+ * continue). The grammar must have a vocabulary (CHECK). Never allocates. */
+int32_t grammar_allowed(grammar_state *st, bool allow_eog, int64_t budget, uint64_t *mask);
 
 /* Masks a logits row for sampling: computes the allowed set as grammar_allowed does (into the
  * state's own scratch) and sets logits[t] = -INFINITY for every t in [0, n_logits) that is not
- * allowed (ids at or above the vocabulary size included). If every allowed token's logit is
- * -inf or NaN, the lowest allowed id gets 0.0f, so a sampler that never picks -inf (sample.h)
- * still picks an allowed token. Returns the number of allowed tokens; with 0 the row is all
- * -inf and the caller must stop the sequence. Never allocates. */
-int32_t grammar_apply(grammar_state *st, float *logits, int32_t n_logits, bool allow_eog);
+ * allowed (ids at or above the vocabulary size included); allowed logits are left as they are.
+ * If every allowed token's logit is -inf or NaN, the lowest allowed id gets 0.0f, so a sampler
+ * that never picks -inf (sample.h) still picks an allowed token. Returns the number of allowed
+ * tokens below n_logits; with 0 the row is all -inf and the caller must stop the sequence.
+ * Never allocates. */
+int32_t grammar_apply(grammar_state *st, float *logits, int32_t n_logits, bool allow_eog,
+                      int64_t budget);
+
+/* The fewest bytes that complete the text from the current state (0 when it is complete). */
+int32_t grammar_distance(const grammar_state *st);
 
 /* Advances over one token. Returns true and moves the state if the token is allowed (a TEXT
  * token whose bytes keep the text completable, or an EOG token when the text is complete, after

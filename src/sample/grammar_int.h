@@ -39,6 +39,7 @@ struct grammar {
     uint8_t cls[256];        /* byte -> class */
     int32_t *trans;          /* [n_dfa][n_cls] next state, 0 = dead */
     uint8_t *flags;          /* [n_dfa] GD_* */
+    int32_t *dist;           /* [n_dfa] fewest bytes to an accepting state (INT32_MAX: dead) */
 };
 
 struct grammar_vocab {

@@ -252,25 +252,22 @@ bool grammar_accept(grammar_state *st, int32_t token) {
 
 /* ---- masks ---- */
 
-int32_t grammar_allowed(grammar_state *st, bool allow_eog, uint64_t *mask) {
+int32_t grammar_distance(const grammar_state *st) {
+    return st->ended ? 0 : st->g->dist[st->cur];
+}
+
+/* The walk (see the design note); a token whose final state needs more than limit bytes to
+ * complete is left out. */
+static int32_t gv_walk(grammar_state *st, int64_t limit, uint64_t *mask) {
     const grammar *g = st->g;
     const grammar_vocab *v = g->v;
-    CHECK(v);
-    memset(mask, 0, (((size_t)v->n_vocab + 63) / 64) * sizeof *mask);
-    if (st->ended)
-        return 0;
-    int32_t count = 0;
-    if (allow_eog && (g->flags[st->cur] & GD_ACCEPT))
-        for (int32_t k = 0; k < v->n_eog; k++) {
-            mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
-            count++;
-        }
-    const int32_t *trans = g->trans;
+    const int32_t *trans = g->trans, *dist = g->dist;
     const size_t nc = (size_t)g->n_cls;
     const uint8_t *cls = g->cls;
     const int32_t *row = trans + (size_t)st->cur * nc;
     const unsigned char *text = (const unsigned char *)v->text;
     int32_t *stack = st->stack;
+    int32_t count = 0;
     for (int b = 0; b < 256; b++) {
         int32_t lo = v->group[b], hi = v->group[b + 1];
         if (lo == hi || !(stack[1] = row[cls[b]]))
@@ -291,7 +288,7 @@ int32_t grammar_allowed(grammar_state *st, bool allow_eog, uint64_t *mask) {
                 stack[++d] = ns;
             }
             top = d;
-            if (d == len) {
+            if (d == len && dist[stack[d]] <= limit) {
                 int32_t id = v->sorted[i];
                 mask[id >> 6] |= 1ull << (id & 63);
                 count++;
@@ -301,9 +298,32 @@ int32_t grammar_allowed(grammar_state *st, bool allow_eog, uint64_t *mask) {
     return count;
 }
 
-int32_t grammar_apply(grammar_state *st, float *logits, int32_t n_logits, bool allow_eog) {
+int32_t grammar_allowed(grammar_state *st, bool allow_eog, int64_t budget, uint64_t *mask) {
+    const grammar *g = st->g;
+    const grammar_vocab *v = g->v;
+    CHECK(v);
+    size_t words = ((size_t)v->n_vocab + 63) / 64;
+    memset(mask, 0, words * sizeof *mask);
+    if (st->ended)
+        return 0;
+    int32_t count = 0;
+    if (allow_eog && (g->flags[st->cur] & GD_ACCEPT))
+        for (int32_t k = 0; k < v->n_eog; k++) {
+            mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
+            count++;
+        }
+    /* after this token budget - 1 remain; a budget that cannot complete the text is ignored */
+    bool limited = budget != GRAMMAR_NO_BUDGET && budget > 0 && g->dist[st->cur] <= budget;
+    int32_t n = gv_walk(st, limited ? budget - 1 : INT64_MAX, mask);
+    if (n == 0 && limited)
+        n = gv_walk(st, INT64_MAX, mask);
+    return count + n;
+}
+
+int32_t grammar_apply(grammar_state *st, float *logits, int32_t n_logits, bool allow_eog,
+                      int64_t budget) {
     const grammar_vocab *v = st->g->v;
-    grammar_allowed(st, allow_eog, st->mask);
+    grammar_allowed(st, allow_eog, budget, st->mask);
     int32_t n_words = (v->n_vocab + 63) / 64;
     int32_t count = 0, first = -1;
     bool finite = false;
