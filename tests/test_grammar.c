@@ -21,6 +21,9 @@
 #include "base/arena.h"
 #include "base/err.h"
 #include "base/json.h"
+#include "base/strbuf.h"
+#include "chat/chat_tools.h"
+#include "chat/tool_grammar.h"
 #include "sample/grammar.h"
 
 #include <math.h>
@@ -477,6 +480,513 @@ static void t_mask_walks(void) {
     walk_check("(a|b)*", walks, 5);
 }
 
+/* ---- JSON schema grammars ---- */
+
+/* A JSON-flavoured vocabulary: EOG, a control token, structural pieces that cross value
+ * boundaries, words, multi-byte characters, then all 256 byte tokens. */
+static const char *json_pieces[] = {
+    "<eos>", "<ctl>", "{\"", "\"}", "\": ", "\", \"", ", \"", "[\"", "\"]", "true", "false",
+    "null", "12", "0.", "-1", "ab", "abc", "\\n", "\\u00", "\xC3\xA9", "\xE6\x97\xA5\xE6\x9C\xAC",
+    " ", "\"", "}}", "]}", "<tool_call>", "</tool_call>", "{\"name\": \"", "\", \"arguments\": {",
+    "}</tool_call>", "city", "unit", "celsius", "\": \"", "\": [", "}, {\"", "], \"", "99",
+    "1.5", "e", "get_weather", "search", "\n", "\": {\"", "\"x\": ", "\"y\": ",
+};
+#define JSON_N_PIECES ((int32_t)(sizeof json_pieces / sizeof *json_pieces))
+#define JSON_N (JSON_N_PIECES + 256)
+
+typedef struct jvocab {
+    grammar_vocab *v;
+    const char *texts[JSON_N];
+    size_t lens[JSON_N];
+    char bytes[256];
+} jvocab;
+
+static jvocab *json_vocab(void) {
+    jvocab *jv = calloc(1, sizeof *jv);
+    uint8_t kinds[JSON_N];
+    for (int32_t i = 0; i < JSON_N_PIECES; i++) {
+        jv->texts[i] = json_pieces[i];
+        jv->lens[i] = strlen(json_pieces[i]);
+        kinds[i] = GRAMMAR_TOKEN_TEXT;
+    }
+    kinds[0] = GRAMMAR_TOKEN_EOG;
+    kinds[1] = GRAMMAR_TOKEN_NEVER;
+    for (int b = 0; b < 256; b++) {
+        jv->bytes[b] = (char)b;
+        jv->texts[JSON_N_PIECES + b] = &jv->bytes[b];
+        jv->lens[JSON_N_PIECES + b] = 1;
+        kinds[JSON_N_PIECES + b] = GRAMMAR_TOKEN_TEXT;
+    }
+    T_OK(grammar_vocab_create_raw(JSON_N, jv->texts, jv->lens, kinds, &jv->v));
+    return jv;
+}
+
+static void json_vocab_free(jvocab *jv) {
+    grammar_vocab_destroy(jv->v);
+    free(jv);
+}
+
+/* One random walk choosing uniformly among the allowed tokens (EOG included when the text is
+ * complete) until the grammar must end or EOG is picked. Returns the steps taken; the text goes
+ * to out. */
+static int random_walk(grammar *g, const jvocab *jv, uint64_t seed, int64_t budget, strbuf *out) {
+    grammar_state *st;
+    T_OK(grammar_state_create(g, &st));
+    uint64_t mask[(JSON_N + 63) / 64];
+    int steps = 0;
+    strbuf_reset(out);
+    for (;;) {
+        T_CHECKF(steps < 20000, "walk does not end: %.200s", out->data);
+        int64_t left = budget == GRAMMAR_NO_BUDGET ? budget : budget - steps;
+        int32_t k = grammar_allowed(st, true, left, mask);
+        T_CHECKF(k > 0, "no token allowed after: %s", out->data ? out->data : "");
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t pick = (int32_t)((seed >> 33) % (uint64_t)k), t = -1;
+        for (int32_t i = 0; i < JSON_N && pick >= 0; i++)
+            if ((mask[i >> 6] >> (i & 63)) & 1 && pick-- == 0)
+                t = i;
+        T_CHECK(grammar_accept(st, t));
+        steps++;
+        if (t == 0)
+            break;
+        strbuf_append(out, jv->texts[t], jv->lens[t]);
+        if (grammar_must_end(st))
+            break;
+    }
+    T_CHECK(grammar_complete(st));
+    grammar_state_destroy(st);
+    return steps;
+}
+
+/* A validator for the schema subset of tool_grammar.h (what the grammar promises). */
+static size_t utf8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+static bool json_equal(const json_value *a, const json_value *b) {
+    if (a->type != b->type)
+        return false;
+    switch (a->type) {
+    case JSON_NULL: return true;
+    case JSON_BOOL: return a->b == b->b;
+    case JSON_NUMBER: return a->num.d == b->num.d;
+    case JSON_STRING: return a->str.len == b->str.len && !memcmp(a->str.s, b->str.s, a->str.len);
+    case JSON_ARRAY:
+        if (a->arr.n != b->arr.n)
+            return false;
+        for (size_t i = 0; i < a->arr.n; i++)
+            if (!json_equal(a->arr.items[i], b->arr.items[i]))
+                return false;
+        return true;
+    case JSON_OBJECT:
+        if (a->obj.n != b->obj.n)
+            return false;
+        for (size_t i = 0; i < a->obj.n; i++) {
+            const json_value *o = json_get(b, a->obj.keys[i]);
+            if (!o || !json_equal(a->obj.vals[i], o))
+                return false;
+        }
+        return true;
+    }
+    return false;
+}
+
+static bool type_ok(const char *t, const json_value *v) {
+    if (!strcmp(t, "object")) return v->type == JSON_OBJECT;
+    if (!strcmp(t, "array")) return v->type == JSON_ARRAY;
+    if (!strcmp(t, "string")) return v->type == JSON_STRING;
+    if (!strcmp(t, "integer")) return v->type == JSON_NUMBER && v->num.d == floor(v->num.d);
+    if (!strcmp(t, "number")) return v->type == JSON_NUMBER;
+    if (!strcmp(t, "boolean")) return v->type == JSON_BOOL;
+    if (!strcmp(t, "null")) return v->type == JSON_NULL;
+    return false;
+}
+
+static bool valid(const json_value *s, const json_value *root, const json_value *v, int depth);
+
+static const json_value *resolve_ref(const json_value *root, const char *ref) {
+    const json_value *x = root;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", ref + 1);
+    for (char *tok = strtok(buf, "/"); tok && x; tok = strtok(NULL, "/"))
+        x = json_get(x, tok);
+    return x;
+}
+
+static bool valid(const json_value *s, const json_value *root, const json_value *v, int depth) {
+    if (!s || s->type == JSON_BOOL)
+        return depth < 64;
+    const json_value *k;
+    double d, lim;
+    int64_t n;
+    if ((k = json_get(s, "$ref")))
+        return valid(resolve_ref(root, k->str.s), root, v, depth + 1);
+    if ((k = json_get(s, "nullable")) && k->b && v->type == JSON_NULL)
+        return true;
+    if ((k = json_get(s, "const")) && !json_equal(k, v))
+        return false;
+    if ((k = json_get(s, "enum"))) {
+        bool any = false;
+        for (size_t i = 0; i < k->arr.n; i++)
+            any |= json_equal(k->arr.items[i], v);
+        if (!any)
+            return false;
+    }
+    if ((k = json_get(s, "anyOf")) || (k = json_get(s, "oneOf"))) {
+        bool any = false;
+        for (size_t i = 0; i < k->arr.n; i++)
+            any |= valid(k->arr.items[i], root, v, depth + 1);
+        if (!any)
+            return false;
+    }
+    if ((k = json_get(s, "allOf")))
+        for (size_t i = 0; i < k->arr.n; i++)
+            if (!valid(k->arr.items[i], root, v, depth + 1))
+                return false;
+    if ((k = json_get(s, "type"))) {
+        bool any = false;
+        if (k->type == JSON_STRING)
+            any = type_ok(k->str.s, v);
+        for (size_t i = 0; k->type == JSON_ARRAY && i < k->arr.n; i++)
+            any |= type_ok(k->arr.items[i]->str.s, v);
+        if (!any)
+            return false;
+    }
+    if (v->type == JSON_NUMBER) {
+        if ((k = json_get(s, "minimum")) && json_as_double(k, &lim) && v->num.d < lim)
+            return false;
+        if ((k = json_get(s, "maximum")) && json_as_double(k, &lim) && v->num.d > lim)
+            return false;
+        if ((k = json_get(s, "exclusiveMinimum")) && json_as_double(k, &lim) && v->num.d <= lim)
+            return false;
+        if ((k = json_get(s, "exclusiveMaximum")) && json_as_double(k, &lim) && v->num.d >= lim)
+            return false;
+        (void)d;
+    }
+    if (v->type == JSON_STRING) {
+        size_t c = utf8_chars(v->str.s, v->str.len);
+        if ((k = json_get(s, "minLength")) && json_as_int(k, &n) && (int64_t)c < n)
+            return false;
+        if ((k = json_get(s, "maxLength")) && json_as_int(k, &n) && (int64_t)c > n)
+            return false;
+    }
+    if (v->type == JSON_ARRAY) {
+        if ((k = json_get(s, "minItems")) && json_as_int(k, &n) && (int64_t)v->arr.n < n)
+            return false;
+        if ((k = json_get(s, "maxItems")) && json_as_int(k, &n) && (int64_t)v->arr.n > n)
+            return false;
+        const json_value *it = json_get(s, "items");
+        for (size_t i = 0; it && i < v->arr.n; i++)
+            if (!valid(it, root, v->arr.items[i], depth + 1))
+                return false;
+    }
+    if (v->type == JSON_OBJECT) {
+        const json_value *props = json_get(s, "properties"), *req = json_get(s, "required");
+        const json_value *ap = json_get(s, "additionalProperties");
+        for (size_t i = 0; req && i < req->arr.n; i++)
+            if (!json_get(v, req->arr.items[i]->str.s))
+                return false;
+        if ((k = json_get(s, "maxProperties")) && json_as_int(k, &n) && (int64_t)v->obj.n > n)
+            return false;
+        if ((k = json_get(s, "minProperties")) && json_as_int(k, &n) && (int64_t)v->obj.n < n)
+            return false;
+        for (size_t i = 0; i < v->obj.n; i++) {
+            const json_value *ps = props ? json_get(props, v->obj.keys[i]) : NULL;
+            if (ps) {
+                if (!valid(ps, root, v->obj.vals[i], depth + 1))
+                    return false;
+            } else if (ap && ap->type == JSON_BOOL && !ap->b) {
+                return false;
+            } else if (ap && ap->type == JSON_OBJECT && !valid(ap, root, v->obj.vals[i], depth + 1)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+static json_value *parse_json(arena *a, const char *text) {
+    json_value *v;
+    T_OK(json_parse(a, text, strlen(text), &v));
+    return v;
+}
+
+static const char *test_schemas[] = {
+    /* a typical tool: strings, enum, bounded integer, optional properties */
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":20},"
+    "\"unit\":{\"enum\":[\"celsius\",\"fahrenheit\"]},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+    "\"maximum\":14}},\"required\":[\"city\"]}",
+    /* numbers under bounds */
+    "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":3},"
+    "\"y\":{\"type\":\"integer\",\"exclusiveMinimum\":-10,\"exclusiveMaximum\":1000},"
+    "\"z\":{\"type\":\"number\"},\"w\":{\"type\":\"integer\",\"minimum\":-123456,\"maximum\":-99}},"
+    "\"required\":[\"x\",\"y\",\"z\",\"w\"]}",
+    /* arrays */
+    "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":5},"
+    "\"minItems\":1,\"maxItems\":4}",
+    /* $ref, anyOf, const, type arrays, nullable */
+    "{\"$defs\":{\"pt\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"},"
+    "\"y\":{\"type\":\"integer\"}},\"required\":[\"x\",\"y\"]}},\"type\":\"object\","
+    "\"properties\":{\"a\":{\"$ref\":\"#/$defs/pt\"},\"b\":{\"anyOf\":[{\"type\":\"string\"},"
+    "{\"type\":\"null\"}]},\"c\":{\"const\":{\"k\":[1,\"two\",null]}},\"d\":{\"type\":"
+    "[\"boolean\",\"null\"]},\"e\":{\"type\":\"string\",\"nullable\":true,\"maxLength\":3}},"
+    "\"required\":[\"a\",\"c\"]}",
+    /* a map */
+    "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":9},\"maxProperties\":3}",
+    /* no schema */
+    "{}",
+    /* nesting */
+    "{\"type\":\"object\",\"properties\":{\"items\":{\"type\":\"array\",\"items\":{\"type\":"
+    "\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\","
+    "\"items\":{\"type\":\"string\"},\"maxItems\":3}},\"required\":[\"id\"]},\"maxItems\":3}}}",
+    /* all optional, additionalProperties false, allOf of one, annotations */
+    "{\"title\":\"t\",\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
+    "\"p\":{\"allOf\":[{\"type\":\"boolean\"}],\"description\":\"d\"},\"q\":{\"type\":\"string\","
+    "\"format\":\"date\"},\"r\":{\"type\":\"null\"}}}",
+};
+
+static grammar *schema_grammar(const char *schema_text, grammar_vocab *v, arena *a) {
+    grammar_ast *ast;
+    grammar_node *root;
+    grammar *g;
+    json_value *schema = parse_json(a, schema_text);
+    T_OK(grammar_ast_create(&ast));
+    T_OK(tool_grammar_schema(ast, schema, schema, "schema", NULL, &root));
+    T_OK(grammar_compile(ast, root, v, &g));
+    grammar_ast_destroy(ast);
+    return g;
+}
+
+static void t_schema_walks(void) {
+    jvocab *jv = json_vocab();
+    int walks = (int)(60 * test_scale()) + 2;
+    strbuf out;
+    strbuf_init(&out);
+    for (size_t si = 0; si < sizeof test_schemas / sizeof *test_schemas; si++) {
+        arena *a = arena_create(0, 0);
+        json_value *schema = parse_json(a, test_schemas[si]);
+        grammar *g = schema_grammar(test_schemas[si], jv->v, a);
+        for (int w = 0; w < walks; w++) {
+            random_walk(g, jv, 1000 * si + (uint64_t)w, GRAMMAR_NO_BUDGET, &out);
+            json_value *v;
+            arena *va = arena_create(0, 0);
+            int rc = json_parse(va, out.data, out.len, &v);
+            T_CHECKF(rc == 0, "schema %zu: output does not parse (%s): %s", si, err_detail(),
+                     out.data);
+            T_CHECKF(valid(schema, schema, v, 0), "schema %zu: output does not validate: %s", si,
+                     out.data);
+            arena_destroy(va);
+        }
+        grammar_destroy(g);
+        arena_destroy(a);
+    }
+    strbuf_deinit(&out);
+    json_vocab_free(jv);
+}
+
+/* With a budget, walks end complete within it even where the unconstrained walk would not. */
+static void t_schema_budget(void) {
+    jvocab *jv = json_vocab();
+    arena *a = arena_create(0, 0);
+    grammar *g = schema_grammar(test_schemas[6], jv->v, a);
+    grammar_state *st;
+    T_OK(grammar_state_create(g, &st));
+    int32_t shortest = grammar_distance(st); /* {} */
+    T_EQ_INT(shortest, 2);
+    grammar_state_destroy(st);
+    strbuf out;
+    strbuf_init(&out);
+    for (int budget = 2; budget < 40; budget += 3)
+        for (int w = 0; w < 5; w++) {
+            int steps = random_walk(g, jv, (uint64_t)(budget * 10 + w), budget, &out);
+            T_CHECKF(steps <= budget, "budget %d: %d steps: %s", budget, steps, out.data);
+        }
+    strbuf_deinit(&out);
+    grammar_destroy(g);
+    arena_destroy(a);
+    json_vocab_free(jv);
+}
+
+static void t_schema_refusals(void) {
+    static const struct {
+        const char *schema;
+        int code;
+        const char *needle;
+    } cases[] = {
+        {"{\"type\":\"string\",\"pattern\":\"^a\"}", ERR_UNSUPPORTED, "\"pattern\""},
+        {"{\"type\":\"object\",\"properties\":{\"kid\":{\"$ref\":\"#\"}}}", ERR_UNSUPPORTED,
+         "recursive"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", ERR_UNSUPPORTED, "uniqueItems"},
+        {"{\"prefixItems\":[{}]}", ERR_UNSUPPORTED, "prefixItems"},
+        {"{\"not\":{}}", ERR_UNSUPPORTED, "\"not\""},
+        {"{\"type\":\"integer\",\"multipleOf\":2}", ERR_UNSUPPORTED, "multipleOf"},
+        {"{\"type\":\"string\",\"minLength\":100000}", ERR_UNSUPPORTED, "minLength"},
+        {"{\"$ref\":\"#/$defs/missing\"}", ERR_INVAL, "does not resolve"},
+        {"{\"type\":\"frobnicate\"}", ERR_INVAL, "frobnicate"},
+        {"{\"enum\":[]}", ERR_INVAL, "enum"},
+        {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", ERR_INVAL, "minimum"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}",
+         ERR_UNSUPPORTED, "schema.properties.a: keyword \"pattern\""},
+        {"{\"anyOf\":[{\"type\":\"string\"}],\"minLength\":2}", ERR_UNSUPPORTED, "minLength"},
+        {"false", ERR_INVAL, "false"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        arena *a = arena_create(0, 0);
+        json_value *schema = parse_json(a, cases[i].schema);
+        grammar_ast *ast;
+        grammar_node *root;
+        T_OK(grammar_ast_create(&ast));
+        int rc = tool_grammar_schema(ast, schema, schema, "schema", NULL, &root);
+        T_CHECKF(rc == cases[i].code, "%s: returned %d (%s), expected %d", cases[i].schema, rc,
+                 err_detail(), cases[i].code);
+        T_CHECKF(strstr(err_detail(), cases[i].needle), "%s: detail \"%s\" lacks \"%s\"",
+                 cases[i].schema, err_detail(), cases[i].needle);
+        grammar_ast_destroy(ast);
+        arena_destroy(a);
+    }
+}
+
+/* ---- tool calls ---- */
+
+static const char *test_tools =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":"
+    "[\"celsius\",\"fahrenheit\"]}},\"required\":[\"city\",\"unit\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"q\":{\"type\":\"string\",\"minLength\":1},\"k\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":50}},\"required\":[\"q\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+
+static const json_value *tool_params(const json_value *tools, const char *name) {
+    for (size_t i = 0; i < tools->arr.n; i++) {
+        const json_value *f = json_get(tools->arr.items[i], "function");
+        if (!strcmp(json_get(f, "name")->str.s, name))
+            return json_get(f, "parameters");
+    }
+    return NULL;
+}
+
+static void tool_walks(const char *only) {
+    jvocab *jv = json_vocab();
+    arena *a = arena_create(0, 0);
+    json_value *tools = parse_json(a, test_tools);
+    grammar *g;
+    T_OK(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, tools, only, NULL, jv->v, &g));
+    int walks = (int)(80 * test_scale()) + 2;
+    strbuf out;
+    strbuf_init(&out);
+    bool seen[3] = {false, false, false};
+    for (int w = 0; w < walks; w++) {
+        random_walk(g, jv, 77 + (uint64_t)w, GRAMMAR_NO_BUDGET, &out);
+        chat_tool_parser *p;
+        T_OK(chat_tool_parser_create(CHAT_TOOL_FORMAT_HERMES, &p));
+        strbuf content;
+        strbuf_init(&content);
+        T_OK(chat_tool_parser_feed(p, out.data, out.len, &content));
+        T_OK(chat_tool_parser_finish(p, &content));
+        T_CHECKF(content.len == 0, "content leaked: %s", content.data);
+        T_EQ_INT(chat_tool_parser_n_calls(p), 1);
+        const chat_tool_call *call = chat_tool_parser_call(p, 0);
+        T_CHECKF(!only || !strcmp(call->name, only), "called %s, expected %s", call->name, only);
+        const json_value *params = tool_params(tools, call->name);
+        T_CHECKF(params || !strcmp(call->name, "now"), "unknown tool %s", call->name);
+        arena *va = arena_create(0, 0);
+        json_value *args = parse_json(va, call->arguments);
+        T_CHECKF(valid(params, params, args, 0), "%s arguments do not validate: %s", call->name,
+                 call->arguments);
+        if (!params)
+            T_CHECK(args->type == JSON_OBJECT && args->obj.n == 0);
+        seen[!strcmp(call->name, "get_weather") ? 0 : !strcmp(call->name, "search") ? 1 : 2] = true;
+        arena_destroy(va);
+        strbuf_deinit(&content);
+        chat_tool_parser_destroy(p);
+    }
+    if (!only && walks >= 20)
+        T_CHECK(seen[0] && seen[1] && seen[2]);
+    strbuf_deinit(&out);
+    grammar_destroy(g);
+    arena_destroy(a);
+    json_vocab_free(jv);
+}
+
+static void t_tool_required(void) {
+    tool_walks(NULL);
+}
+
+static void t_tool_named(void) {
+    tool_walks("search");
+}
+
+static void t_tool_errors(void) {
+    arena *a = arena_create(0, 0);
+    json_value *tools = parse_json(a, test_tools);
+    grammar *g;
+    T_EQ_INT(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, tools, "nope", NULL, NULL, &g),
+             ERR_NOTFOUND);
+    T_EQ_INT(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_NONE, tools, NULL, NULL, NULL, &g),
+             ERR_UNSUPPORTED);
+    json_value *bad = parse_json(
+        a, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+           "\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"[a-z]+\"}}}}}]");
+    T_EQ_INT(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, bad, NULL, NULL, NULL, &g),
+             ERR_UNSUPPORTED);
+    T_CHECKF(strstr(err_detail(), "tools[0].function.parameters.properties.s: keyword \"pattern\""),
+             "%s", err_detail());
+    json_value *notobj = parse_json(
+        a, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"string\"}}}]");
+    T_EQ_INT(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, notobj, NULL, NULL, NULL, &g),
+             ERR_INVAL);
+    arena_destroy(a);
+}
+
+static void t_response_format(void) {
+    jvocab *jv = json_vocab();
+    arena *a = arena_create(0, 0);
+    grammar *g;
+    T_OK(tool_grammar_compile_response_format(parse_json(a, "{\"type\":\"text\"}"), NULL, jv->v, &g));
+    T_CHECK(g == NULL);
+    T_EQ_INT(tool_grammar_compile_response_format(parse_json(a, "{\"type\":\"xml\"}"), NULL, jv->v, &g),
+             ERR_UNSUPPORTED);
+    T_EQ_INT(tool_grammar_compile_response_format(parse_json(a, "{\"type\":\"json_schema\"}"), NULL,
+                                                  jv->v, &g),
+             ERR_INVAL);
+    strbuf out;
+    strbuf_init(&out);
+    int walks = (int)(40 * test_scale()) + 2;
+    T_OK(tool_grammar_compile_response_format(parse_json(a, "{\"type\":\"json_object\"}"), NULL,
+                                              jv->v, &g));
+    for (int w = 0; w < walks; w++) {
+        random_walk(g, jv, 5 + (uint64_t)w, GRAMMAR_NO_BUDGET, &out);
+        arena *va = arena_create(0, 0);
+        json_value *v;
+        T_CHECKF(json_parse(va, out.data, out.len, &v) == 0 && v->type == JSON_OBJECT,
+                 "json_object output: %s", out.data);
+        arena_destroy(va);
+    }
+    grammar_destroy(g);
+    json_value *rf = parse_json(
+        a, "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":"
+           "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0,"
+           "\"maximum\":3}},\"required\":[\"n\"],\"additionalProperties\":false}}}");
+    T_OK(tool_grammar_compile_response_format(rf, NULL, jv->v, &g));
+    const json_value *schema = json_get(json_get(rf, "json_schema"), "schema");
+    for (int w = 0; w < walks; w++) {
+        random_walk(g, jv, 9 + (uint64_t)w, GRAMMAR_NO_BUDGET, &out);
+        arena *va = arena_create(0, 0);
+        json_value *v = parse_json(va, out.data);
+        T_CHECKF(valid(schema, schema, v, 0), "json_schema output: %s", out.data);
+        arena_destroy(va);
+    }
+    grammar_destroy(g);
+    strbuf_deinit(&out);
+    arena_destroy(a);
+    json_vocab_free(jv);
+}
+
 int main(void) {
     test_run("grammar.regex_basic", t_regex_basic);
     test_run("grammar.regex_repeat", t_regex_repeat);
@@ -487,5 +997,12 @@ int main(void) {
     test_run("grammar.regex_dfa_vs_nfa", t_regex_dfa_vs_nfa);
     test_run("grammar.mask_hand_vocab", t_mask_hand);
     test_run("grammar.mask_walks", t_mask_walks);
+    test_run("grammar.schema_walks", t_schema_walks);
+    test_run("grammar.schema_budget", t_schema_budget);
+    test_run("grammar.schema_refusals", t_schema_refusals);
+    test_run("grammar.tool_required", t_tool_required);
+    test_run("grammar.tool_named", t_tool_named);
+    test_run("grammar.tool_errors", t_tool_errors);
+    test_run("grammar.response_format", t_response_format);
     return test_summary();
 }

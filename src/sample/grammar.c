@@ -452,6 +452,7 @@ typedef struct gr_build {
     uint8_t (*sets)[32];
     int32_t n_sets, cap_sets;
     int32_t single[256]; /* set index of {b}, or -1 */
+    int32_t max_states;  /* NFA cap */
     int err;
 } gr_build;
 
@@ -462,12 +463,12 @@ typedef struct gr_frag {
 static int32_t gr_new(gr_build *b, uint8_t kind) {
     if (b->err)
         return 0;
+    if (b->n >= b->max_states) {
+        b->err = err_set(ERR_TOOLARGE, "grammar: the expression needs more than %d NFA states",
+                         b->max_states);
+        return 0;
+    }
     if (b->n == b->cap) {
-        if (b->cap >= GRAMMAR_MAX_NFA_STATES) {
-            b->err = err_set(ERR_TOOLARGE, "grammar: the expression needs more than %d NFA states",
-                             GRAMMAR_MAX_NFA_STATES);
-            return 0;
-        }
         int32_t nc = b->cap ? b->cap * 2 : 1024;
         gr_nfa_state *ns = realloc(b->st, (size_t)nc * sizeof *ns);
         if (!ns) {
@@ -758,6 +759,7 @@ typedef struct gr_dfa_build {
     int32_t *ht;     /* open addressing over DFA ids, -1 empty */
     size_t ht_cap;
     int32_t n_dfa, cap_dfa;
+    int32_t max_dfa; /* 0: only the table-size limit */
     int32_t *trans;
     int err;
 } gr_dfa_build;
@@ -863,6 +865,10 @@ static int32_t gr_dfa_intern(gr_dfa_build *d) {
             return id;
         h = (h + 1) & (d->ht_cap - 1);
     }
+    if (d->max_dfa > 0 && d->n_dfa >= d->max_dfa)
+        return d->err = err_set(ERR_TOOLARGE, "grammar: the automaton needs more than %d states",
+                                d->max_dfa),
+               0;
     if (d->n_dfa == d->cap_dfa && gr_dfa_grow(d))
         return 0;
     if (d->n_pool + (size_t)n > d->cap_pool) {
@@ -965,8 +971,8 @@ static int gr_dfa_prune(grammar *g) {
     return 0;
 }
 
-static int gr_dfa_build_all(grammar *g, int32_t match) {
-    gr_dfa_build d = {.g = g};
+static int gr_dfa_build_all(grammar *g, int32_t match, int32_t max_dfa) {
+    gr_dfa_build d = {.g = g, .max_dfa = max_dfa};
     int rc = 0;
     d.mark = calloc((size_t)g->n_nfa, sizeof *d.mark);
     d.stack = malloc((size_t)g->n_nfa * sizeof *d.stack);
@@ -1088,12 +1094,19 @@ out:
 
 int grammar_compile(const grammar_ast *a, const grammar_node *root, grammar_vocab *v,
                     grammar **out) {
+    return grammar_compile_capped(a, root, v, 0, out);
+}
+
+int grammar_compile_capped(const grammar_ast *a, const grammar_node *root, grammar_vocab *v,
+                           int32_t max_dfa_states, grammar **out) {
     *out = NULL;
     if (!a || a->failed)
         return err_set(ERR_NOMEM, "grammar: the expression could not be built (out of memory)");
     if (!root)
         return err_set(ERR_INVAL, "grammar: no expression to compile");
-    gr_build b = {0};
+    gr_build b = {.max_states = GRAMMAR_MAX_NFA_STATES};
+    if (max_dfa_states > 0 && max_dfa_states < GRAMMAR_MAX_NFA_STATES / 8)
+        b.max_states = max_dfa_states * 8;
     for (int i = 0; i < 256; i++)
         b.single[i] = -1;
     gr_frag f = gr_compile(&b, root);
@@ -1115,7 +1128,7 @@ int grammar_compile(const grammar_ast *a, const grammar_node *root, grammar_voca
     g->sets = b.sets;
     g->n_sets = b.n_sets;
     gr_classes(g);
-    if ((rc = gr_nfa_liveness(g, match)) || (rc = gr_dfa_build_all(g, match))) {
+    if ((rc = gr_nfa_liveness(g, match)) || (rc = gr_dfa_build_all(g, match, max_dfa_states))) {
         grammar_destroy(g);
         return rc;
     }

@@ -199,6 +199,12 @@ typedef struct grammar grammar;
 int grammar_compile(const grammar_ast *a, const grammar_node *root, grammar_vocab *v,
                     grammar **out);
 
+/* grammar_compile with a size cap: if max_dfa_states > 0, returns ERR_TOOLARGE as soon as the
+ * DFA would have more states than that (or the NFA more than 8 times as many), so a caller can
+ * fall back to a cheaper expression without paying for the large one. */
+int grammar_compile_capped(const grammar_ast *a, const grammar_node *root, grammar_vocab *v,
+                           int32_t max_dfa_states, grammar **out);
+
 /* Drops a reference; the last one frees (and drops the grammar's reference to its vocabulary).
  * NULL is a no-op. */
 void grammar_destroy(grammar *g);
