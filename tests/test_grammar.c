@@ -27,6 +27,7 @@
 #include "sample/grammar.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -987,7 +988,174 @@ static void t_response_format(void) {
     json_vocab_free(jv);
 }
 
-int main(void) {
+/* ---- the response checker for tests/cli/serve_tools.sh ----
+ *
+ * test_grammar --check-response RESPONSE REQUEST tools|json [NAME]
+ * RESPONSE is a /v1/chat/completions or /v1/completions body, or an SSE stream of chunks;
+ * REQUEST the request body. "tools": every choice finished with "tool_calls" and carries exactly
+ * one call to a function of the request's tools (NAME if given) whose arguments are valid under
+ * its parameters. "json": every choice's text parses and is valid under the request's
+ * response_format (json_schema's schema, or any object for json_object). Prints why and exits 1
+ * on the first problem, exits 0 silently otherwise. */
+
+static char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    strbuf sb;
+    strbuf_init(&sb);
+    char buf[4096];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0)
+        strbuf_append(&sb, buf, k);
+    fclose(f);
+    return strbuf_take(&sb, n);
+}
+
+typedef struct ck_choice {
+    strbuf text;       /* content / text, concatenated over chunks */
+    strbuf name, args; /* the first call */
+    int n_calls;
+    char finish[32];
+} ck_choice;
+
+static int ck_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int ck_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    return 1;
+}
+
+/* Folds one response object (a whole body or one chunk) into the choices. */
+static void ck_fold(const json_value *body, ck_choice *ch, int *n_ch) {
+    const json_value *cs = json_get(body, "choices");
+    for (size_t i = 0; cs && cs->type == JSON_ARRAY && i < cs->arr.n; i++) {
+        const json_value *c = cs->arr.items[i];
+        int64_t idx = 0;
+        json_as_int(json_get(c, "index"), &idx);
+        if (idx < 0 || idx >= 16)
+            continue;
+        if (idx + 1 > *n_ch)
+            *n_ch = (int)idx + 1;
+        ck_choice *k = &ch[idx];
+        const json_value *m = json_get(c, "message");
+        if (!m)
+            m = json_get(c, "delta");
+        const char *t;
+        size_t tl;
+        if (json_as_str(json_get(m, "content"), &t, &tl) || json_as_str(json_get(c, "text"), &t, &tl))
+            strbuf_append(&k->text, t, tl);
+        const json_value *calls = json_get(m, "tool_calls");
+        for (size_t j = 0; calls && calls->type == JSON_ARRAY && j < calls->arr.n; j++) {
+            const json_value *f = json_get(calls->arr.items[j], "function");
+            if (k->n_calls++ == 0) {
+                if (json_as_str(json_get(f, "name"), &t, &tl))
+                    strbuf_append(&k->name, t, tl);
+                if (json_as_str(json_get(f, "arguments"), &t, &tl))
+                    strbuf_append(&k->args, t, tl);
+            }
+        }
+        if (json_as_str(json_get(c, "finish_reason"), &t, &tl))
+            snprintf(k->finish, sizeof k->finish, "%.*s", (int)tl, t);
+    }
+}
+
+static int check_response(int argc, char **argv) {
+    if (argc < 5)
+        return ck_fail("usage: test_grammar --check-response RESPONSE REQUEST tools|json [NAME]");
+    bool tools_mode = !strcmp(argv[4], "tools");
+    const char *want = argc > 5 ? argv[5] : NULL;
+    size_t rn, qn;
+    char *resp = read_file(argv[2], &rn), *req = read_file(argv[3], &qn);
+    if (!resp || !req)
+        return ck_fail("cannot read %s or %s", argv[2], argv[3]);
+    arena *a = arena_create(0, 0);
+    json_value *rq;
+    if (json_parse(a, req, qn, &rq))
+        return ck_fail("the request is not JSON: %s", err_detail());
+    ck_choice ch[16];
+    memset(ch, 0, sizeof ch);
+    for (int i = 0; i < 16; i++) {
+        strbuf_init(&ch[i].text);
+        strbuf_init(&ch[i].name);
+        strbuf_init(&ch[i].args);
+    }
+    int n_ch = 0;
+    if (rn >= 6 && !memcmp(resp, "data: ", 6)) {
+        for (char *line = strtok(resp, "\n"); line; line = strtok(NULL, "\n")) {
+            if (strncmp(line, "data: ", 6) || !strcmp(line + 6, "[DONE]"))
+                continue;
+            json_value *v;
+            if (json_parse(a, line + 6, strlen(line + 6), &v))
+                return ck_fail("a chunk is not JSON: %s", line);
+            ck_fold(v, ch, &n_ch);
+        }
+    } else {
+        json_value *v;
+        if (json_parse(a, resp, rn, &v))
+            return ck_fail("the response is not JSON: %s", resp);
+        ck_fold(v, ch, &n_ch);
+    }
+    if (n_ch == 0)
+        return ck_fail("no choices in the response: %.300s", resp);
+    const json_value *tools = json_get(rq, "tools");
+    const json_value *rf = json_get(rq, "response_format");
+    const json_value *schema = json_get(json_get(rf, "json_schema"), "schema");
+    for (int i = 0; i < n_ch; i++) {
+        ck_choice *k = &ch[i];
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d", i);
+        if (tools_mode) {
+            if (strcmp(k->finish, "tool_calls"))
+                return ck_fail("choice %s: finish_reason \"%s\", expected tool_calls", idx, k->finish);
+            if (k->n_calls != 1)
+                return ck_fail("choice %s: %d calls, expected one", idx, k->n_calls);
+            if (want && strcmp(k->name.data, want))
+                return ck_fail("called %s, expected %s", k->name.data, want);
+            const json_value *params = NULL;
+            bool found = false;
+            for (size_t t = 0; tools && t < tools->arr.n; t++) {
+                const json_value *f = json_get(tools->arr.items[t], "function");
+                if (!strcmp(json_get(f, "name")->str.s, k->name.data)) {
+                    found = true;
+                    params = json_get(f, "parameters");
+                }
+            }
+            if (!found)
+                return ck_fail("called %s, which is not among the tools", k->name.data);
+            json_value *args;
+            if (json_parse(a, k->args.data, k->args.len, &args) || args->type != JSON_OBJECT)
+                return ck_fail("arguments are not a JSON object: %s", k->args.data);
+            if (params && !valid(params, params, args, 0))
+                return ck_fail("arguments do not follow the %s schema: %s", k->name.data,
+                               k->args.data);
+        } else {
+            if (strcmp(k->finish, "stop"))
+                return ck_fail("choice %s: finish_reason \"%s\", expected stop", idx, k->finish);
+            json_value *v;
+            if (json_parse(a, k->text.data, k->text.len, &v))
+                return ck_fail("the output is not JSON: %s", k->text.data);
+            if (schema ? !valid(schema, schema, v, 0) : v->type != JSON_OBJECT)
+                return ck_fail("the output does not follow the schema: %s", k->text.data);
+        }
+    }
+    for (int i = 0; i < 16; i++) {
+        strbuf_deinit(&ch[i].text);
+        strbuf_deinit(&ch[i].name);
+        strbuf_deinit(&ch[i].args);
+    }
+    arena_destroy(a);
+    free(resp);
+    free(req);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--check-response"))
+        return check_response(argc, argv);
     test_run("grammar.regex_basic", t_regex_basic);
     test_run("grammar.regex_repeat", t_regex_repeat);
     test_run("grammar.regex_must_end", t_regex_must_end);
