@@ -19,11 +19,17 @@
 #include "test.h"
 
 #include "base/arena.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/json.h"
 #include "base/strbuf.h"
 #include "chat/chat_tools.h"
 #include "chat/tool_grammar.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "kernels/kn.h"
+#include "model/model.h"
+#include "model/synth.h"
 #include "sample/grammar.h"
 
 #include <math.h>
@@ -988,6 +994,295 @@ static void t_response_format(void) {
     json_vocab_free(jv);
 }
 
+/* ---- the engine ---- */
+
+typedef struct eng_out {
+    int32_t toks[600];
+    int n;
+    engine_finish fin;
+    int events_after_finish;
+} eng_out;
+
+static void eng_on_event(void *ud, const engine_event *ev) {
+    eng_out *o = ud;
+    if (o->fin != ENGINE_FINISH_NONE)
+        o->events_after_finish++;
+    if (ev->token >= 0 && o->n < 600)
+        o->toks[o->n++] = ev->token;
+    if (ev->finish != ENGINE_FINISH_NONE)
+        o->fin = ev->finish;
+}
+
+typedef struct eng_env {
+    model *m;
+    tokenizer *tok;
+    grammar_vocab *v;
+    grammar *g;
+    arena *a;
+} eng_env;
+
+static void eng_env_open(eng_env *env) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny-grammar.gguf", test_tmpdir());
+    synth_opts so = {.shape = "tiny", .type = GGUF_TYPE_F32, .seed = 17};
+    T_OK(synth_write(&so, path));
+    kn_isa isa;
+    T_OK(kn_isa_select(&isa));
+    T_OK(model_load(path, isa, &env->m));
+    T_OK(tokenizer_load(model_get_gguf(env->m), &env->tok));
+    T_OK(grammar_vocab_create(env->tok, &env->v));
+    env->a = arena_create(0, 0);
+    T_OK(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, parse_json(env->a, test_tools), NULL,
+                                    NULL, env->v, &env->g));
+}
+
+static void eng_env_close(eng_env *env) {
+    grammar_destroy(env->g);
+    grammar_vocab_destroy(env->v);
+    tokenizer_destroy(env->tok);
+    model_destroy(env->m);
+    arena_destroy(env->a);
+}
+
+/* Runs n constrained requests (every fourth greedy) to the end; returns the preemptions. */
+static int64_t eng_run(eng_env *env, int64_t kv_blocks, int max_batch, int chunk, eng_out *outs,
+                       int n) {
+    engine_opts o = {.max_batch = max_batch, .chunk = chunk, .kv_blocks = kv_blocks,
+                     .block_size = 16, .threads = 1, .attn_chunk = 64};
+    engine *e;
+    T_OK(engine_create(env->m, env->tok, &o, &e));
+    for (int i = 0; i < n; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "<|im_start|>user\nweather in city %d?<|im_end|>\n"
+                                    "<|im_start|>assistant\n", i * 37);
+        int32_t ids[256];
+        size_t n_ids;
+        T_OK(tokenizer_encode(env->tok, text, strlen(text), true, true, ids, 256, &n_ids));
+        sample_params sp = sample_params_default();
+        sp.seed = (uint64_t)i;
+        if (i % 4 == 0)
+            sp.temperature = 0;
+        grammar_state *st;
+        T_OK(grammar_state_create(env->g, &st));
+        memset(&outs[i], 0, sizeof outs[i]);
+        engine_req r = {.id = (uint64_t)i + 1, .prompt = ids, .n_prompt = (int32_t)n_ids, .sp = sp,
+                        .max_tokens = 300, .constraint = st, .cb = eng_on_event, .ud = &outs[i]};
+        T_OK(engine_submit(e, &r));
+    }
+    while (engine_busy(e))
+        T_OK(engine_step(e));
+    int64_t pre = engine_n_preemptions(e);
+    engine_destroy(e);
+    return pre;
+}
+
+static void t_engine(void) {
+    eng_env env;
+    eng_env_open(&env);
+    enum { N = 12 };
+    static eng_out gold[N], out[N];
+    T_EQ_INT(eng_run(&env, 4096, 1, 512, gold, N), 0);
+    arena *a = arena_create(0, 0);
+    const json_value *tools = parse_json(a, test_tools);
+    for (int i = 0; i < N; i++) {
+        T_CHECKF(gold[i].fin == ENGINE_FINISH_STOP, "request %d finished with %d", i, gold[i].fin);
+        T_EQ_INT(gold[i].events_after_finish, 0);
+        strbuf text, content;
+        strbuf_init(&text);
+        strbuf_init(&content);
+        T_OK(tokenizer_decode(env.tok, gold[i].toks, (size_t)gold[i].n, false, &text));
+        chat_tool_parser *p;
+        T_OK(chat_tool_parser_create(CHAT_TOOL_FORMAT_HERMES, &p));
+        T_OK(chat_tool_parser_feed(p, text.data, text.len, &content));
+        T_OK(chat_tool_parser_finish(p, &content));
+        T_EQ_INT(chat_tool_parser_n_calls(p), 1);
+        const chat_tool_call *call = chat_tool_parser_call(p, 0);
+        const json_value *params = tool_params(tools, call->name);
+        arena *va = arena_create(0, 0);
+        T_CHECKF(valid(params, params, parse_json(va, call->arguments), 0), "%s(%s)", call->name,
+                 call->arguments);
+        arena_destroy(va);
+        chat_tool_parser_destroy(p);
+        strbuf_deinit(&text);
+        strbuf_deinit(&content);
+    }
+    /* batched, chunked, and with a pool so small that sequences are preempted and recomputed:
+     * the same tokens (P1; the grammar state must follow the sequence through it all) */
+    int64_t pre = eng_run(&env, 24, 8, 16, out, N);
+    T_CHECKF(pre > 0, "no preemption happened");
+    for (int i = 0; i < N; i++) {
+        T_CHECKF(out[i].n == gold[i].n && !memcmp(out[i].toks, gold[i].toks,
+                                                  (size_t)gold[i].n * sizeof(int32_t)) &&
+                     out[i].fin == gold[i].fin,
+                 "request %d differs under batching/preemption (%d vs %d tokens)", i, out[i].n,
+                 gold[i].n);
+    }
+    printf("INFO grammar.engine: %d constrained requests, %lld preemptions, identical\n", N,
+           (long long)pre);
+    arena_destroy(a);
+    eng_env_close(&env);
+}
+
+/* The engine owns a constraint from engine_submit on: refused, cancelled and destroyed requests
+ * free it (ASan's leak check sees it otherwise). */
+static void t_engine_ownership(void) {
+    eng_env env;
+    eng_env_open(&env);
+    engine_opts o = {.max_batch = 4, .chunk = 64, .kv_blocks = 256, .block_size = 16,
+                     .threads = 1, .attn_chunk = 64};
+    engine *e;
+    T_OK(engine_create(env.m, env.tok, &o, &e));
+    grammar_state *st;
+    eng_out out;
+    memset(&out, 0, sizeof out);
+    int32_t bad[2] = {5, 1 << 30};
+    T_OK(grammar_state_create(env.g, &st));
+    engine_req r = {.id = 1, .prompt = bad, .n_prompt = 2, .sp = sample_params_default(),
+                    .max_tokens = 10, .constraint = st, .cb = eng_on_event, .ud = &out};
+    T_EQ_INT(engine_submit(e, &r), ERR_INVAL);
+    int32_t ok[3] = {1, 40, 41};
+    for (uint64_t id = 2; id < 5; id++) {
+        T_OK(grammar_state_create(env.g, &st));
+        r = (engine_req){.id = id, .prompt = ok, .n_prompt = 3, .sp = sample_params_default(),
+                         .max_tokens = 200, .constraint = st, .cb = eng_on_event, .ud = &out};
+        T_OK(engine_submit(e, &r));
+    }
+    T_OK(engine_step(e));
+    T_OK(engine_cancel(e, 2));
+    T_OK(engine_step(e));
+    engine_destroy(e); /* 3 and 4 still running */
+    eng_env_close(&env);
+}
+
+/* ---- mask cost ---- */
+
+/* Average microseconds of grammar_allowed at the state after prefix (and the allowed count). */
+static double mask_us(grammar *g, const char *prefix, int reps, int32_t *count, int32_t n_vocab) {
+    grammar_state *st;
+    T_OK(grammar_state_create(g, &st));
+    T_CHECKF(grammar_accept_bytes(st, prefix, strlen(prefix)), "prefix \"%s\" refused", prefix);
+    uint64_t *mask = malloc(((size_t)n_vocab + 63) / 64 * sizeof *mask);
+    int64_t t0 = clock_now_ns();
+    for (int r = 0; r < reps; r++)
+        *count = grammar_allowed(st, true, GRAMMAR_NO_BUDGET, mask);
+    double us = (double)(clock_now_ns() - t0) / 1e3 / reps;
+    free(mask);
+    grammar_state_destroy(st);
+    return us;
+}
+
+static const char *speed_points[][2] = {
+    {"start", ""},
+    {"after {\"name\": ", "<tool_call>{\"name\": "},
+    {"in a string", "<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"wea"},
+    {"in an integer", "<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"x\", \"k\": 1"},
+};
+
+static void report_speed(const char *what, grammar *g, int32_t n_vocab, int reps) {
+    for (size_t i = 0; i < sizeof speed_points / sizeof *speed_points; i++) {
+        int32_t count = 0;
+        double us = mask_us(g, speed_points[i][1], reps, &count, n_vocab);
+        printf("INFO grammar.mask_cost: %s vocabulary (%d tokens), %s: %.1f us per mask, %d allowed\n",
+               what, n_vocab, speed_points[i][0], us, count);
+        if (i == 2)
+            T_CHECKF(count > n_vocab / 2, "only %d tokens allowed inside a string", count);
+        if (i == 1)
+            T_CHECKF(count < 100, "%d tokens allowed before a name", count);
+    }
+    /* what the engine pays per constrained step inside a string: mask, -inf pass, plus the copy */
+    grammar_state *st;
+    T_OK(grammar_state_create(g, &st));
+    T_CHECK(grammar_accept_bytes(st, speed_points[2][1], strlen(speed_points[2][1])));
+    float *row = malloc((size_t)n_vocab * sizeof *row), *copy = malloc((size_t)n_vocab * sizeof *row);
+    for (int32_t i = 0; i < n_vocab; i++)
+        row[i] = (float)(i % 97) * 0.01f;
+    int64_t t0 = clock_now_ns();
+    for (int r = 0; r < reps; r++) {
+        memcpy(copy, row, (size_t)n_vocab * sizeof *row);
+        grammar_apply(st, copy, n_vocab, true, 1000);
+    }
+    printf("INFO grammar.mask_cost: %s vocabulary (%d tokens), engine step in a string (copy, "
+           "mask, -inf pass): %.1f us\n",
+           what, n_vocab, (double)(clock_now_ns() - t0) / 1e3 / reps);
+    free(row);
+    free(copy);
+    grammar_state_destroy(st);
+}
+
+static void t_mask_cost(void) {
+    eng_env env;
+    eng_env_open(&env);
+    report_speed("tiny", env.g, tokenizer_n_vocab(env.tok), (int)(2000 * test_scale()) + 1);
+    eng_env_close(&env);
+
+    const char *path = test_shared_file("vocab/ggml-vocab-deepseek-llm.gguf");
+    gguf *gf;
+    tokenizer *tok;
+    grammar_vocab *v;
+    grammar *g;
+    T_OK(gguf_open(path, &gf));
+    T_OK(tokenizer_load(gf, &tok));
+    gguf_close(gf);
+    int64_t t0 = clock_now_ns();
+    T_OK(grammar_vocab_create(tok, &v));
+    int64_t t1 = clock_now_ns();
+    arena *a = arena_create(0, 0);
+    T_OK(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, parse_json(a, test_tools), NULL, NULL, v,
+                                    &g));
+    int64_t t2 = clock_now_ns();
+    printf("INFO grammar.mask_cost: %d-token vocabulary tables built in %.1f ms; tool grammar "
+           "(%d DFA states, %d byte classes, %.0f KiB) compiled in %.1f ms\n",
+           tokenizer_n_vocab(tok), (double)(t1 - t0) / 1e6, grammar_n_dfa_states(g),
+           grammar_n_classes(g), (double)grammar_table_bytes(g) / 1024, (double)(t2 - t1) / 1e6);
+    report_speed("BPE", g, tokenizer_n_vocab(tok), (int)(100 * test_scale()) + 1);
+    grammar_destroy(g);
+
+    /* a Qwen-sized vocabulary (152064): these tokens plus joined pairs of them */
+    enum { BIG = 152064 };
+    int32_t n0 = tokenizer_n_vocab(tok);
+    const char **texts = malloc(BIG * sizeof *texts);
+    size_t *lens = malloc(BIG * sizeof *lens);
+    uint8_t *kinds = malloc(BIG);
+    char *pool = malloc((size_t)(BIG - n0) * 64), *pp = pool;
+    uint64_t seed = 99;
+    for (int32_t i = 0; i < BIG; i++) {
+        if (i < n0) {
+            texts[i] = tokenizer_token_text(tok, i, false, &lens[i]);
+            kinds[i] = tokenizer_is_eog(tok, i) ? GRAMMAR_TOKEN_EOG
+                       : lens[i]                ? GRAMMAR_TOKEN_TEXT
+                                                : GRAMMAR_TOKEN_NEVER;
+            continue;
+        }
+        size_t la, lb;
+        const char *ta, *tb;
+        do {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            ta = tokenizer_token_text(tok, (int32_t)((seed >> 20) % (uint64_t)n0), false, &la);
+            tb = tokenizer_token_text(tok, (int32_t)((seed >> 40) % (uint64_t)n0), false, &lb);
+        } while (la + lb > 63 || la + lb == 0);
+        memcpy(pp, ta, la);
+        memcpy(pp + la, tb, lb);
+        texts[i] = pp;
+        lens[i] = la + lb;
+        kinds[i] = GRAMMAR_TOKEN_TEXT;
+        pp += 64;
+    }
+    grammar_vocab *big;
+    T_OK(grammar_vocab_create_raw(BIG, texts, lens, kinds, &big));
+    T_OK(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, parse_json(a, test_tools), NULL, NULL,
+                                    big, &g));
+    report_speed("BPE + joined pairs", g, BIG, (int)(100 * test_scale()) + 1);
+    grammar_destroy(g);
+    grammar_vocab_destroy(big);
+    free(texts);
+    free(lens);
+    free(kinds);
+    free(pool);
+    grammar_vocab_destroy(v);
+    tokenizer_destroy(tok);
+    arena_destroy(a);
+}
+
 /* ---- the response checker for tests/cli/serve_tools.sh ----
  *
  * test_grammar --check-response RESPONSE REQUEST tools|json [NAME]
@@ -1172,5 +1467,8 @@ int main(int argc, char **argv) {
     test_run("grammar.tool_named", t_tool_named);
     test_run("grammar.tool_errors", t_tool_errors);
     test_run("grammar.response_format", t_response_format);
+    test_run("grammar.engine", t_engine);
+    test_run("grammar.engine_ownership", t_engine_ownership);
+    test_run("grammar.mask_cost", t_mask_cost);
     return test_summary();
 }
