@@ -994,6 +994,54 @@ static void t_response_format(void) {
     json_vocab_free(jv);
 }
 
+/* tool_choice "auto" with a JSON response_format: content valid under the schema, or one call;
+ * content strings never hold a raw '<', so the parser never mistakes content for a call. */
+static void t_content_or_call(void) {
+    jvocab *jv = json_vocab();
+    arena *a = arena_create(0, 0);
+    json_value *tools = parse_json(a, test_tools);
+    json_value *rf = parse_json(
+        a, "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
+           "\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":12},\"e\":{\"enum\":[\"a<b\"]}},"
+           "\"required\":[\"s\",\"e\"]}}}");
+    const json_value *schema = json_get(json_get(rf, "json_schema"), "schema");
+    tool_grammar_spec spec = {.tools = tools, .format = CHAT_TOOL_FORMAT_HERMES,
+                              .response_format = rf};
+    grammar *g;
+    T_OK(tool_grammar_compile(&spec, NULL, jv->v, &g));
+    strbuf out;
+    strbuf_init(&out);
+    int n_calls = 0, n_content = 0, walks = (int)(60 * test_scale()) + 4;
+    for (int w = 0; w < walks; w++) {
+        random_walk(g, jv, 300 + (uint64_t)w, GRAMMAR_NO_BUDGET, &out);
+        chat_tool_parser *p;
+        strbuf content;
+        strbuf_init(&content);
+        T_OK(chat_tool_parser_create(CHAT_TOOL_FORMAT_HERMES, &p));
+        T_OK(chat_tool_parser_feed(p, out.data, out.len, &content));
+        T_OK(chat_tool_parser_finish(p, &content));
+        arena *va = arena_create(0, 0);
+        if (chat_tool_parser_n_calls(p)) {
+            T_EQ_INT(chat_tool_parser_n_calls(p), 1);
+            T_CHECK(content.len == 0);
+            n_calls++;
+        } else {
+            T_CHECKF(!memchr(content.data, '<', content.len), "raw '<' in content: %s", content.data);
+            T_CHECKF(valid(schema, schema, parse_json(va, content.data), 0), "content: %s",
+                     content.data);
+            n_content++;
+        }
+        arena_destroy(va);
+        strbuf_deinit(&content);
+        chat_tool_parser_destroy(p);
+    }
+    T_CHECKF(n_calls > 0 && n_content > 0, "%d calls, %d contents", n_calls, n_content);
+    strbuf_deinit(&out);
+    grammar_destroy(g);
+    arena_destroy(a);
+    json_vocab_free(jv);
+}
+
 /* ---- the engine ---- */
 
 typedef struct eng_out {
@@ -1285,12 +1333,13 @@ static void t_mask_cost(void) {
 
 /* ---- the response checker for tests/cli/serve_tools.sh ----
  *
- * test_grammar --check-response RESPONSE REQUEST tools|json [NAME]
+ * test_grammar --check-response RESPONSE REQUEST tools|json|either [NAME]
  * RESPONSE is a /v1/chat/completions or /v1/completions body, or an SSE stream of chunks;
  * REQUEST the request body. "tools": every choice finished with "tool_calls" and carries exactly
  * one call to a function of the request's tools (NAME if given) whose arguments are valid under
  * its parameters. "json": every choice's text parses and is valid under the request's
- * response_format (json_schema's schema, or any object for json_object). Prints why and exits 1
+ * response_format (json_schema's schema, or any object for json_object); "either": each choice
+ * is one or the other (tool_choice "auto" with a JSON response_format). Prints why and exits 1
  * on the first problem, exits 0 silently otherwise. */
 
 static char *read_file(const char *path, size_t *n) {
@@ -1360,8 +1409,9 @@ static void ck_fold(const json_value *body, ck_choice *ch, int *n_ch) {
 
 static int check_response(int argc, char **argv) {
     if (argc < 5)
-        return ck_fail("usage: test_grammar --check-response RESPONSE REQUEST tools|json [NAME]");
-    bool tools_mode = !strcmp(argv[4], "tools");
+        return ck_fail("usage: test_grammar --check-response RESPONSE REQUEST tools|json|either "
+                       "[NAME]");
+    bool either = !strcmp(argv[4], "either");
     const char *want = argc > 5 ? argv[5] : NULL;
     size_t rn, qn;
     char *resp = read_file(argv[2], &rn), *req = read_file(argv[3], &qn);
@@ -1403,6 +1453,7 @@ static int check_response(int argc, char **argv) {
         ck_choice *k = &ch[i];
         char idx[16];
         snprintf(idx, sizeof idx, "%d", i);
+        bool tools_mode = !strcmp(argv[4], "tools") || (either && k->n_calls > 0);
         if (tools_mode) {
             if (strcmp(k->finish, "tool_calls"))
                 return ck_fail("choice %s: finish_reason \"%s\", expected tool_calls", idx, k->finish);
@@ -1467,6 +1518,7 @@ int main(int argc, char **argv) {
     test_run("grammar.tool_named", t_tool_named);
     test_run("grammar.tool_errors", t_tool_errors);
     test_run("grammar.response_format", t_response_format);
+    test_run("grammar.content_or_call", t_content_or_call);
     test_run("grammar.engine", t_engine);
     test_run("grammar.engine_ownership", t_engine_ownership);
     test_run("grammar.mask_cost", t_mask_cost);

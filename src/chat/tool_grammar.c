@@ -1023,8 +1023,9 @@ int tool_grammar_calls(grammar_ast *a, chat_tool_format f, const json_value *too
     return rc;
 }
 
-int tool_grammar_response_format(grammar_ast *a, const json_value *rf,
-                                 const tool_grammar_limits *lim, grammar_node **out) {
+/* The response_format expression; no_lt: strings never contain a raw '<'. */
+static int tg_response_format(grammar_ast *a, const json_value *rf, const tool_grammar_limits *lim,
+                              bool no_lt, grammar_node **out) {
     *out = NULL;
     const char *t;
     size_t tl;
@@ -1035,6 +1036,7 @@ int tool_grammar_response_format(grammar_ast *a, const json_value *rf,
     tg_ctx c;
     if (tg_is(t, tl, "json_object")) {
         tg_init(&c, a, NULL, "response_format", lim);
+        c.no_lt = no_lt;
         json_value obj = {.type = JSON_OBJECT}; /* {"type": "object"} without members: a map */
         int rc = tg_object(&c, &obj, out);
         if (!rc && (grammar_ast_failed(a) || !*out))
@@ -1052,27 +1054,28 @@ int tool_grammar_response_format(grammar_ast *a, const json_value *rf,
     if (!schema || (schema->type != JSON_OBJECT && schema->type != JSON_BOOL))
         return err_set(ERR_INVAL, "response_format.json_schema.schema: must be a JSON schema "
                                   "object");
-    return tool_grammar_schema(a, schema, schema, "response_format.json_schema.schema", lim, out);
+    tg_init(&c, a, schema, "response_format.json_schema.schema", lim);
+    c.no_lt = no_lt;
+    return tg_schema(&c, schema, out);
 }
 
-/* What a compile helper builds: tool calls or a response format. */
-typedef struct tg_job {
-    bool calls;
-    chat_tool_format f;
-    const json_value *tools;
-    const char *name;
-    const json_value *rf;
-} tg_job;
+int tool_grammar_response_format(grammar_ast *a, const json_value *rf,
+                                 const tool_grammar_limits *lim, grammar_node **out) {
+    return tg_response_format(a, rf, lim, false, out);
+}
 
-static int tg_compile_once(const tg_job *j, const tool_grammar_limits *lim, grammar_vocab *v,
-                           int32_t cap, grammar **out) {
+static int tg_compile_once(const tool_grammar_spec *spec, const tool_grammar_limits *lim,
+                           grammar_vocab *v, int32_t cap, grammar **out) {
     grammar_ast *a;
-    grammar_node *root = NULL;
+    grammar_node *content = NULL, *calls = NULL, *root;
     int rc = grammar_ast_create(&a);
     if (rc)
         return rc;
-    rc = j->calls ? tool_grammar_calls(a, j->f, j->tools, j->name, lim, &root)
-                  : tool_grammar_response_format(a, j->rf, lim, &root);
+    if (spec->response_format)
+        rc = tg_response_format(a, spec->response_format, lim, spec->tools != NULL, &content);
+    if (!rc && spec->tools)
+        rc = tool_grammar_calls(a, spec->format, spec->tools, spec->name, lim, &calls);
+    root = content && calls ? grammar_ast_alt2(a, content, calls) : content ? content : calls;
     if (!rc && root)
         rc = grammar_compile_capped(a, root, v, cap, out);
     grammar_ast_destroy(a);
@@ -1080,8 +1083,8 @@ static int tg_compile_once(const tg_job *j, const tool_grammar_limits *lim, gram
 }
 
 /* The adaptive bounds (tool_grammar_limits_default). */
-static int tg_compile(const tg_job *j, const tool_grammar_limits *lim, grammar_vocab *v,
-                      grammar **out) {
+int tool_grammar_compile(const tool_grammar_spec *spec, const tool_grammar_limits *lim,
+                         grammar_vocab *v, grammar **out) {
     tool_grammar_limits l;
     if (lim)
         l = *lim;
@@ -1089,21 +1092,29 @@ static int tg_compile(const tg_job *j, const tool_grammar_limits *lim, grammar_v
         tool_grammar_limits_default(&l);
     *out = NULL;
     bool bounded = l.string_chars > 0 || l.items > 0 || l.any_string_chars > 0;
-    int rc = tg_compile_once(j, &l, v, bounded ? l.bounded_states : 0, out);
+    int rc = tg_compile_once(spec, &l, v, bounded ? l.bounded_states : 0, out);
     if (rc != ERR_TOOLARGE || !bounded || l.bounded_states <= 0)
         return rc;
     l.string_chars = l.items = l.any_string_chars = 0;
-    return tg_compile_once(j, &l, v, 0, out);
+    return tg_compile_once(spec, &l, v, 0, out);
 }
 
 int tool_grammar_compile_calls(chat_tool_format f, const json_value *tools, const char *name,
                                const tool_grammar_limits *lim, grammar_vocab *v, grammar **out) {
-    tg_job j = {.calls = true, .f = f, .tools = tools, .name = name};
-    return tg_compile(&j, lim, v, out);
+    tool_grammar_spec spec = {.tools = tools, .format = f, .name = name};
+    if (!tools) {
+        *out = NULL;
+        return err_set(ERR_INVAL, "tools: not an array");
+    }
+    return tool_grammar_compile(&spec, lim, v, out);
 }
 
 int tool_grammar_compile_response_format(const json_value *rf, const tool_grammar_limits *lim,
                                          grammar_vocab *v, grammar **out) {
-    tg_job j = {.rf = rf};
-    return tg_compile(&j, lim, v, out);
+    tool_grammar_spec spec = {.response_format = rf};
+    if (!rf) {
+        *out = NULL;
+        return err_set(ERR_INVAL, "response_format: must be an object with a \"type\" string");
+    }
+    return tool_grammar_compile(&spec, lim, v, out);
 }

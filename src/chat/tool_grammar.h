@@ -132,14 +132,32 @@ int tool_grammar_calls(grammar_ast *a, chat_tool_format f, const json_value *too
 int tool_grammar_response_format(grammar_ast *a, const json_value *rf,
                                  const tool_grammar_limits *lim, grammar_node **out);
 
-/* tool_grammar_calls, then grammar_compile for vocabulary v, with the adaptive bounds described
- * at tool_grammar_limits_default. Returns 0 and *out (one reference, grammar_destroy), or the
- * errors of both (ERR_TOOLARGE when even the unbounded form is over the grammar limits). */
+/* What a request's output may be: one tool call (tools set), content following a JSON
+ * response_format (response_format set), or, with both, either of them (tool_choice "auto" with
+ * a JSON response_format). With both, strings in the content never contain a raw '<' (it is
+ * written \u003c) so the tool-call parser, which reads that output too, cannot mistake content for
+ * a call. */
+typedef struct tool_grammar_spec {
+    const json_value *tools;           /* the request's tools array, or NULL: no call */
+    chat_tool_format format;           /* their syntax */
+    const char *name;                  /* NULL, or the only function that may be called */
+    const json_value *response_format; /* a response_format object, or NULL (type "text" is
+                                          the same as NULL) */
+} tool_grammar_spec;
+
+/* Builds the expression for spec and compiles it for vocabulary v, with the adaptive bounds
+ * described at tool_grammar_limits_default (lim NULL: the defaults). Returns 0 and *out (one
+ * reference, grammar_destroy; NULL when spec constrains nothing), or the errors of the builders
+ * above and of grammar_compile (ERR_TOOLARGE when even the unbounded form is over the grammar
+ * limits). */
+int tool_grammar_compile(const tool_grammar_spec *spec, const tool_grammar_limits *lim,
+                         grammar_vocab *v, grammar **out);
+
+/* tool_grammar_compile of just the calls (tools, f, name). */
 int tool_grammar_compile_calls(chat_tool_format f, const json_value *tools, const char *name,
                                const tool_grammar_limits *lim, grammar_vocab *v, grammar **out);
 
-/* tool_grammar_response_format, then grammar_compile, as tool_grammar_compile_calls. *out is NULL
- * for "text". */
+/* tool_grammar_compile of just the response_format. *out is NULL for "text". */
 int tool_grammar_compile_response_format(const json_value *rf, const tool_grammar_limits *lim,
                                          grammar_vocab *v, grammar **out);
 

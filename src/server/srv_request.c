@@ -14,8 +14,9 @@
  * Constrained decoding (chat/tool_grammar.h): tool_choice "required" or a named function makes
  * every choice one call in the model's tool-call syntax, to one of the tools (or the named one)
  * with arguments valid under its parameters schema; response_format json_object / json_schema
- * makes the output a JSON object / a value of the schema. With both, the tool call wins (the
- * response_format describes content, which a forced call does not have). A schema outside the
+ * makes the output a JSON object / a value of the schema, or, with tool_choice "auto" and tools,
+ * either that or a tool call. With a forced call the response_format is moot (it describes
+ * content, which a forced call does not have). A schema outside the
  * supported subset is a 400 naming the keyword and its place; so is tool_choice required/named
  * on a model whose template has no tool-call syntax the server knows (it could not be enforced).
  * tool_choice "auto" stays free generation, parsed afterwards. The grammar is compiled last, on
@@ -522,16 +523,23 @@ static int srv_constraint(server *s, srv_params *p, srv_err *e) {
         return srv_fail(e, 500, "server_error", call ? "tool_choice" : "response_format",
                         "constrained decoding is unavailable on this server (its vocabulary tables "
                         "could not be built)");
-    int rc = call ? tool_grammar_compile_calls(s->tool_format, p->tools,
-                                               p->tool_choice == SRV_TOOLS_NAMED ? p->tool_choice_name
-                                                                                 : NULL,
-                                               NULL, s->gvocab, &p->constraint)
-                  : tool_grammar_compile_response_format(p->response_format, NULL, s->gvocab,
-                                                         &p->constraint);
+    tool_grammar_spec spec = {.format = s->tool_format};
+    if (call) {
+        spec.tools = p->tools;
+        spec.name = p->tool_choice == SRV_TOOLS_NAMED ? p->tool_choice_name : NULL;
+    } else {
+        spec.response_format = p->response_format;
+        /* "auto": the model may still call a tool instead of answering in JSON */
+        if (p->chat && p->tool_choice == SRV_TOOLS_AUTO && s->tool_format != CHAT_TOOL_FORMAT_NONE)
+            spec.tools = p->tools;
+    }
+    int rc = tool_grammar_compile(&spec, NULL, s->gvocab, &p->constraint);
     if (rc == ERR_NOMEM)
         return srv_fail(e, 500, "server_error", NULL, "%s", err_detail());
     if (rc)
-        return srv_fail(e, 400, INV, call ? "tools" : "response_format", "%s", err_detail());
+        return srv_fail(e, 400, INV,
+                        call || !strncmp(err_detail(), "tools", 5) ? "tools" : "response_format",
+                        "%s", err_detail());
     return 0;
 }
 

@@ -2,7 +2,8 @@
 # Constrained decoding end to end: a synthetic tiny model (random weights; its built-in chat
 # template lists tools and uses the Hermes syntax) behind `verity serve`, and requests with
 # tool_choice "required" / a named function (non-streaming, streaming, n > 1, a max_tokens barely
-# above the shortest call) and response_format json_schema / json_object. Every choice must end
+# above the shortest call), response_format json_schema / json_object, and tool_choice "auto"
+# with a JSON response_format (content or a call). Every choice must end
 # with finish_reason "tool_calls" (or "stop" for JSON) and output valid under the request's
 # schemas, checked by `test_grammar --check-response` (the schema validator of
 # tests/test_grammar.c). Also: a schema keyword outside the subset is a 400 naming it, and a
@@ -71,6 +72,8 @@ expect_valid tight_max_tokens /v1/chat/completions \
     "{\"messages\":$MSG,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},\"max_tokens\":80,\"n\":4,\"seed\":4}" tools get_weather
 expect_valid json_schema /v1/chat/completions \
     "{\"messages\":$MSG,\"seed\":5,\"n\":2,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"w\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"temp\":{\"type\":\"number\",\"minimum\":-50,\"maximum\":50},\"sky\":{\"enum\":[\"clear\",\"cloudy\",\"rain\"]},\"note\":{\"type\":[\"string\",\"null\"],\"maxLength\":20}},\"required\":[\"temp\",\"sky\",\"note\"],\"additionalProperties\":false}}}}" json
+expect_valid auto_json_or_call /v1/chat/completions \
+    "{\"messages\":$MSG,\"tools\":$TOOLS,\"tool_choice\":\"auto\",\"n\":6,\"seed\":7,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"schema\":{\"type\":\"object\",\"properties\":{\"answer\":{\"type\":\"string\",\"maxLength\":30}},\"required\":[\"answer\"]}}}}" either
 expect_valid json_object_completions /v1/completions \
     "{\"prompt\":\"The weather as JSON:\",\"max_tokens\":400,\"seed\":6,\"response_format\":{\"type\":\"json_object\"}}" json
 
