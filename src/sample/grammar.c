@@ -760,6 +760,7 @@ typedef struct gr_dfa_build {
     size_t ht_cap;
     int32_t n_dfa, cap_dfa;
     int32_t max_dfa; /* 0: only the table-size limit */
+    int64_t work;    /* NFA states visited so far (GRAMMAR_MAX_WORK) */
     int32_t *trans;
     int err;
 } gr_dfa_build;
@@ -774,6 +775,7 @@ static void gr_close(gr_dfa_build *d, int32_t s) {
     d->stack[sp++] = s;
     while (sp) {
         int32_t x = d->stack[--sp];
+        d->work++;
         if (st[x].kind != GN_EPS) {
             d->buf[d->n_buf++] = x;
             continue;
@@ -1003,6 +1005,14 @@ static int gr_dfa_build_all(grammar *g, int32_t match, int32_t max_dfa) {
             int b = rep[c];
             d.stamp++;
             d.n_buf = 0;
+            d.work += d.len[s];
+            if (d.work > GRAMMAR_MAX_WORK) {
+                d.err = err_set(ERR_TOOLARGE, "grammar: building the automaton takes more than "
+                                              "%lld steps (%d states so far); use fewer or "
+                                              "simpler alternatives",
+                                (long long)GRAMMAR_MAX_WORK, d.n_dfa);
+                break;
+            }
             for (int32_t k = 0; k < d.len[s]; k++) {
                 const gr_nfa_state *x = &g->nfa[d.pool[d.off[s] + (size_t)k]];
                 if (x->kind == GN_BYTE && (g->sets[x->set][b >> 3] >> (b & 7)) & 1)

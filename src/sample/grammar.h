@@ -44,8 +44,9 @@
  * needs a stack. The bounds also make the constrained output finite.
  *
  * Limits: an NFA of more than GRAMMAR_MAX_NFA_STATES states, a DFA whose transition table would
- * exceed GRAMMAR_MAX_TABLE_BYTES, or a repetition bound above GRAMMAR_MAX_REPEAT is refused with
- * ERR_TOOLARGE, so one request cannot make the server build an arbitrarily large automaton.
+ * exceed GRAMMAR_MAX_TABLE_BYTES, a subset construction of more than GRAMMAR_MAX_WORK steps, or a
+ * repetition bound above GRAMMAR_MAX_REPEAT is refused with ERR_TOOLARGE, so one request cannot
+ * make the server build an arbitrarily large automaton or spend long building one.
  *
  * Ownership and threads: a grammar_ast belongs to one thread and dies with grammar_ast_destroy
  * (its nodes live in its arena). A grammar_vocab and a grammar are immutable after creation and
@@ -76,6 +77,9 @@
 #define GRAMMAR_MAX_NFA_STATES (1 << 20)
 /* Largest DFA transition table (states x byte classes x 4 bytes). */
 #define GRAMMAR_MAX_TABLE_BYTES ((size_t)64 << 20)
+/* Most work of one subset construction, in NFA states visited (bounds compile time: well under a
+ * second; typical tool grammars need a few million). */
+#define GRAMMAR_MAX_WORK ((int64_t)1 << 27)
 
 /* ---- regex AST ---- */
 
@@ -194,8 +198,8 @@ typedef struct grammar grammar;
  *   ERR_NOMEM    the AST failed while being built, or memory ran out;
  *   ERR_INVAL    root is NULL, a repetition has max < min, or the expression matches no string
  *                at all;
- *   ERR_TOOLARGE a repetition bound above GRAMMAR_MAX_REPEAT, or the NFA or the DFA table over
- *                its limit (the detail gives the sizes). */
+ *   ERR_TOOLARGE a repetition bound above GRAMMAR_MAX_REPEAT, or the NFA, the DFA table or the
+ *                construction work over its limit (the detail gives the sizes). */
 int grammar_compile(const grammar_ast *a, const grammar_node *root, grammar_vocab *v,
                     grammar **out);
 
