@@ -28,7 +28,8 @@ static void fz_walk(grammar *g, const uint8_t *s, size_t n) {
     size_t k = n < 24 ? n : 24;
     for (size_t i = 0; i <= k; i++) {
         grammar_state_reset(st);
-        int dfa = grammar_accept_bytes(st, (const char *)s, i) ? (grammar_complete(st) ? 1 : 0) : -1;
+        int dfa =
+            grammar_accept_bytes(st, (const char *)s, i) ? (grammar_complete(st) ? 1 : 0) : -1;
         if (dfa != grammar_nfa_match(g, (const char *)s, i))
             abort();
         (void)grammar_must_end(st);

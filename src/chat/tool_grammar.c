@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TG_MAX_DEPTH 64
-#define TG_MAX_REFS 32
+#define TG_MAX_DEPTH     64
+#define TG_MAX_REFS      32
 #define TG_MAX_ANY_DEPTH 8
 
 typedef struct tg_ctx {
@@ -34,9 +34,9 @@ typedef struct tg_ctx {
     int depth;
     char path[640];
     size_t path_len;
-    grammar_node *ch;                         /* one JSON string character */
-    grammar_node *any[TG_MAX_ANY_DEPTH + 1];  /* any value with containers nested <= d */
-    grammar_node *any_key;                    /* a key of a schema-less object */
+    grammar_node *ch;                        /* one JSON string character */
+    grammar_node *any[TG_MAX_ANY_DEPTH + 1]; /* any value with containers nested <= d */
+    grammar_node *any_key;                   /* a key of a schema-less object */
     bool no_lt; /* strings never contain a raw '<' (written \u003c): the call's closing tag
                    must not appear inside a call (HERMES) */
 } tg_ctx;
@@ -235,21 +235,22 @@ static grammar_node *tg_char(tg_ctx *c) {
                            grammar_ast_cat2(a, grammar_ast_bytes(a, dd), grammar_ast_bytes(a, oct)),
                            grammar_ast_cat2(a, grammar_ast_bytes(a, hex_ef), hx)};
     grammar_node *uesc = tg_cat(c, 4, tg_str(c, "u"), grammar_ast_alt(a, u2, 3), hx, hx);
-    grammar_node *esc = grammar_ast_cat2(a, tg_str(c, "\\"),
-                                         grammar_ast_alt2(a, grammar_ast_bytes(a, esc1), uesc));
+    grammar_node *esc =
+        grammar_ast_cat2(a, tg_str(c, "\\"), grammar_ast_alt2(a, grammar_ast_bytes(a, esc1), uesc));
     grammar_node *cont = grammar_ast_range(a, 0x80, 0xbf);
     /* two bytes still to come after a 4-byte lead and its second byte ... */
-    grammar_node *l4[3] = {grammar_ast_cat2(a, tg_str(c, "\xf0"), grammar_ast_range(a, 0x90, 0xbf)),
-                           grammar_ast_cat2(a, grammar_ast_range(a, 0xf1, 0xf3), cont),
-                           grammar_ast_cat2(a, tg_str(c, "\xf4"), grammar_ast_range(a, 0x80, 0x8f))};
+    grammar_node *l4[3] = {
+        grammar_ast_cat2(a, tg_str(c, "\xf0"), grammar_ast_range(a, 0x90, 0xbf)),
+        grammar_ast_cat2(a, grammar_ast_range(a, 0xf1, 0xf3), cont),
+        grammar_ast_cat2(a, tg_str(c, "\xf4"), grammar_ast_range(a, 0x80, 0x8f))};
     /* ... one byte still to come */
-    grammar_node *l3[4] = {
-        grammar_ast_cat2(a, tg_str(c, "\xe0"), grammar_ast_range(a, 0xa0, 0xbf)),
-        grammar_ast_cat2(a, grammar_ast_alt2(a, grammar_ast_range(a, 0xe1, 0xec),
-                                             grammar_ast_range(a, 0xee, 0xef)),
-                         cont),
-        grammar_ast_cat2(a, tg_str(c, "\xed"), grammar_ast_range(a, 0x80, 0x9f)),
-        grammar_ast_cat2(a, grammar_ast_alt(a, l4, 3), cont)};
+    grammar_node *l3[4] = {grammar_ast_cat2(a, tg_str(c, "\xe0"), grammar_ast_range(a, 0xa0, 0xbf)),
+                           grammar_ast_cat2(a,
+                                            grammar_ast_alt2(a, grammar_ast_range(a, 0xe1, 0xec),
+                                                             grammar_ast_range(a, 0xee, 0xef)),
+                                            cont),
+                           grammar_ast_cat2(a, tg_str(c, "\xed"), grammar_ast_range(a, 0x80, 0x9f)),
+                           grammar_ast_cat2(a, grammar_ast_alt(a, l4, 3), cont)};
     grammar_node *utf8 = grammar_ast_cat2(
         a, grammar_ast_alt2(a, grammar_ast_range(a, 0xc2, 0xdf), grammar_ast_alt(a, l3, 4)), cont);
     grammar_node *alts[3] = {grammar_ast_bytes(a, plain), esc, utf8};
@@ -273,7 +274,8 @@ static grammar_node *tg_range_same(tg_ctx *c, const char *lo, const char *hi, in
     if (n == 0)
         return grammar_ast_empty(a);
     if (lo[0] == hi[0])
-        return grammar_ast_cat2(a, grammar_ast_lit(a, lo, 1), tg_range_same(c, lo + 1, hi + 1, n - 1));
+        return grammar_ast_cat2(a, grammar_ast_lit(a, lo, 1),
+                                tg_range_same(c, lo + 1, hi + 1, n - 1));
     bool lo_zeros = !memcmp(lo + 1, tg_zeros, (size_t)(n - 1));
     bool hi_nines = !memcmp(hi + 1, tg_nines, (size_t)(n - 1));
     int first = lo[0], last = hi[0];
@@ -286,12 +288,14 @@ static grammar_node *tg_range_same(tg_ctx *c, const char *lo, const char *hi, in
     }
     grammar_node *top = NULL;
     if (!hi_nines) {
-        top = grammar_ast_cat2(a, grammar_ast_lit(a, hi, 1), tg_range_same(c, tg_zeros, hi + 1, n - 1));
+        top = grammar_ast_cat2(a, grammar_ast_lit(a, hi, 1),
+                               tg_range_same(c, tg_zeros, hi + 1, n - 1));
         last--;
     }
     if (first <= last)
-        alts[k++] = grammar_ast_cat2(a, grammar_ast_range(a, (uint8_t)first, (uint8_t)last),
-                                     grammar_ast_repeat(a, grammar_ast_range(a, '0', '9'), n - 1, n - 1));
+        alts[k++] =
+            grammar_ast_cat2(a, grammar_ast_range(a, (uint8_t)first, (uint8_t)last),
+                             grammar_ast_repeat(a, grammar_ast_range(a, '0', '9'), n - 1, n - 1));
     if (top)
         alts[k++] = top;
     return grammar_ast_alt(a, alts, k);
@@ -305,17 +309,18 @@ static grammar_node *tg_uint_range(tg_ctx *c, uint64_t lo, uint64_t hi) {
     if (lo == 0 && !memcmp(hs, tg_nines, (size_t)lb)) /* 0..99..9: 0|[1-9][0-9]{0,lb-1} */
         return grammar_ast_alt2(
             c->a, tg_str(c, "0"),
-            grammar_ast_cat2(c->a, grammar_ast_range(c->a, '1', '9'),
-                             grammar_ast_repeat(c->a, grammar_ast_range(c->a, '0', '9'), 0, lb - 1)));
+            grammar_ast_cat2(
+                c->a, grammar_ast_range(c->a, '1', '9'),
+                grammar_ast_repeat(c->a, grammar_ast_range(c->a, '0', '9'), 0, lb - 1)));
     if (la == lb)
         return tg_range_same(c, ls, hs, la);
     grammar_node *alts[24];
     int k = 0;
     alts[k++] = tg_range_same(c, ls, tg_nines, la);
     for (int len = la + 1; len < lb; len++)
-        alts[k++] = grammar_ast_cat2(c->a, grammar_ast_range(c->a, '1', '9'),
-                                     grammar_ast_repeat(c->a, grammar_ast_range(c->a, '0', '9'),
-                                                        len - 1, len - 1));
+        alts[k++] = grammar_ast_cat2(
+            c->a, grammar_ast_range(c->a, '1', '9'),
+            grammar_ast_repeat(c->a, grammar_ast_range(c->a, '0', '9'), len - 1, len - 1));
     one[0] = '1';
     memset(one + 1, '0', (size_t)lb - 1);
     alts[k++] = tg_range_same(c, one, hs, lb);
@@ -364,9 +369,9 @@ static int tg_bound(tg_ctx *c, const json_value *s, bool is_min, double *v, bool
 }
 
 static grammar_node *tg_frac(tg_ctx *c) {
-    return grammar_ast_cat2(c->a, tg_str(c, "."),
-                            grammar_ast_repeat(c->a, grammar_ast_range(c->a, '0', '9'), 1,
-                                               c->lim.frac_digits));
+    return grammar_ast_cat2(
+        c->a, tg_str(c, "."),
+        grammar_ast_repeat(c->a, grammar_ast_range(c->a, '0', '9'), 1, c->lim.frac_digits));
 }
 
 /* integer (frac false) or number: see the header for the rule on fractions under bounds. */
@@ -380,8 +385,9 @@ static int tg_number(tg_ctx *c, const json_value *s, bool integer, grammar_node 
     const json_value *mo = json_get(s, "multipleOf");
     double mv;
     if (mo && mo->type != JSON_NULL && !(integer && json_as_double(mo, &mv) && mv == 1.0))
-        return tg_fail(c, ERR_UNSUPPORTED, "keyword \"multipleOf\" is not supported by "
-                                           "constrained decoding");
+        return tg_fail(c, ERR_UNSUPPORTED,
+                       "keyword \"multipleOf\" is not supported by "
+                       "constrained decoding");
     int64_t big = 1;
     for (int i = 0; i < c->lim.int_digits; i++)
         big *= 10;
@@ -409,8 +415,8 @@ static int tg_number(tg_ctx *c, const json_value *s, bool integer, grammar_node 
         /* k.ddd for k in [max(0, ilo), ihi - 1]; -m.ddd for m in [max(0, -ihi), -ilo - 1] */
         int64_t plo = ilo > 0 ? ilo : 0, phi = ihi - 1;
         if (plo <= phi)
-            alts[k++] = grammar_ast_cat2(c->a, tg_uint_range(c, (uint64_t)plo, (uint64_t)phi),
-                                         tg_frac(c));
+            alts[k++] =
+                grammar_ast_cat2(c->a, tg_uint_range(c, (uint64_t)plo, (uint64_t)phi), tg_frac(c));
         int64_t nlo = -ihi > 0 ? -ihi : 0, nhi = -ilo - 1;
         if (nlo <= nhi)
             alts[k++] = tg_cat(c, 3, tg_str(c, "-"), tg_uint_range(c, (uint64_t)nlo, (uint64_t)nhi),
@@ -439,8 +445,8 @@ static grammar_node *tg_any(tg_ctx *c, int d) {
     json_value none = {.type = JSON_OBJECT}; /* no bounds: cannot fail */
     if (tg_number(c, &none, false, &num))
         num = NULL;
-    grammar_node *alts[7] = {tg_string(c, 0, tg_max(c->lim.any_string_chars)), num, tg_str(c, "true"),
-                             tg_str(c, "false"), tg_str(c, "null")};
+    grammar_node *alts[7] = {tg_string(c, 0, tg_max(c->lim.any_string_chars)), num,
+                             tg_str(c, "true"), tg_str(c, "false"), tg_str(c, "null")};
     int k = 5;
     if (d > 0) {
         grammar_node *inner = tg_any(c, d - 1);
@@ -449,8 +455,8 @@ static grammar_node *tg_any(tg_ctx *c, int d) {
                                           tg_str(c, ": "));
         grammar_node *sep = tg_str(c, ", ");
         int32_t max = c->lim.any_items > 0 ? c->lim.any_items : GRAMMAR_INF;
-        alts[k++] = tg_cat(c, 3, tg_str(c, "["), grammar_ast_list(a, inner, sep, 0, max),
-                           tg_str(c, "]"));
+        alts[k++] =
+            tg_cat(c, 3, tg_str(c, "["), grammar_ast_list(a, inner, sep, 0, max), tg_str(c, "]"));
         alts[k++] = tg_cat(c, 3, tg_str(c, "{"),
                            grammar_ast_list(a, grammar_ast_cat2(a, c->any_key, inner), sep, 0, max),
                            tg_str(c, "}"));
@@ -465,19 +471,33 @@ static int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out);
 
 /* Keywords whose omission could admit values the schema rejects. */
 static const char *const tg_refused[] = {
-    "pattern",         "patternProperties", "propertyNames",    "dependentRequired",
-    "dependentSchemas", "dependencies",     "if",               "then",
-    "else",            "not",               "contains",         "minContains",
-    "maxContains",     "prefixItems",       "additionalItems",  "unevaluatedProperties",
-    "unevaluatedItems", "$dynamicRef",      "$recursiveRef",
+    "pattern",
+    "patternProperties",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "if",
+    "then",
+    "else",
+    "not",
+    "contains",
+    "minContains",
+    "maxContains",
+    "prefixItems",
+    "additionalItems",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
 };
 
 /* Keywords that only describe. */
 static const char *const tg_annotations[] = {
-    "title",    "description", "default",         "examples",         "format",
-    "$schema",  "$id",         "$comment",        "$defs",            "definitions",
-    "readOnly", "writeOnly",   "deprecated",      "contentEncoding",  "contentMediaType",
-    "contentSchema", "$anchor", "$vocabulary",    "nullable",
+    "title",         "description", "default",     "examples",        "format",
+    "$schema",       "$id",         "$comment",    "$defs",           "definitions",
+    "readOnly",      "writeOnly",   "deprecated",  "contentEncoding", "contentMediaType",
+    "contentSchema", "$anchor",     "$vocabulary", "nullable",
 };
 
 static bool tg_in(const char *k, size_t n, const char *const *list, size_t count) {
@@ -508,11 +528,13 @@ static int tg_check_keywords(tg_ctx *c, const json_value *s) {
             return tg_fail(c, ERR_UNSUPPORTED,
                            "keyword \"%.*s\" is not supported by constrained decoding", (int)kl, k);
         if (tg_is(k, kl, "uniqueItems") && !(v->type == JSON_BOOL && !v->b) && v->type != JSON_NULL)
-            return tg_fail(c, ERR_UNSUPPORTED, "keyword \"uniqueItems\" is not supported by "
-                                               "constrained decoding");
+            return tg_fail(c, ERR_UNSUPPORTED,
+                           "keyword \"uniqueItems\" is not supported by "
+                           "constrained decoding");
         if (tg_is(k, kl, "items") && v->type == JSON_ARRAY)
-            return tg_fail(c, ERR_UNSUPPORTED, "\"items\" as an array (tuple validation) is not "
-                                               "supported by constrained decoding");
+            return tg_fail(c, ERR_UNSUPPORTED,
+                           "\"items\" as an array (tuple validation) is not "
+                           "supported by constrained decoding");
     }
     return 0;
 }
@@ -541,8 +563,9 @@ static int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const c
         return tg_fail(c, ERR_INVAL, "\"%s\" %lld is above \"%s\" %lld", min_kw, (long long)mn,
                        max_kw, (long long)mx);
     if (mn > cap)
-        return tg_fail(c, ERR_UNSUPPORTED, "\"%s\" %lld is above the %d that constrained decoding "
-                                           "generates",
+        return tg_fail(c, ERR_UNSUPPORTED,
+                       "\"%s\" %lld is above the %d that constrained decoding "
+                       "generates",
                        min_kw, (long long)mn, cap);
     if (!g2 && mx != GRAMMAR_INF && mx < mn)
         mx = mn;
@@ -594,8 +617,8 @@ static int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
         } else {
             val = tg_any(c, c->lim.any_depth);
         }
-        grammar_node *member = tg_cat(c, 3, tg_string(c, 1, tg_max(c->lim.string_chars)),
-                                      tg_str(c, ": "), val);
+        grammar_node *member =
+            tg_cat(c, 3, tg_string(c, 1, tg_max(c->lim.string_chars)), tg_str(c, ": "), val);
         *out = tg_cat(c, 3, tg_str(c, "{"), grammar_ast_list(a, member, tg_str(c, ", "), lo, hi),
                       tg_str(c, "}"));
         return 0;
@@ -606,13 +629,15 @@ static int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
     if ((rc = tg_count(c, s, "minProperties", &mn, &g)))
         return rc;
     if (g && (size_t)mn > n_req)
-        return tg_fail(c, ERR_UNSUPPORTED, "\"minProperties\" above the number of required "
-                                           "properties is not supported by constrained decoding");
+        return tg_fail(c, ERR_UNSUPPORTED,
+                       "\"minProperties\" above the number of required "
+                       "properties is not supported by constrained decoding");
     if ((rc = tg_count(c, s, "maxProperties", &mx, &g)))
         return rc;
     if (g && (size_t)mx < n)
-        return tg_fail(c, ERR_UNSUPPORTED, "\"maxProperties\" below the number of properties is "
-                                           "not supported by constrained decoding");
+        return tg_fail(c, ERR_UNSUPPORTED,
+                       "\"maxProperties\" below the number of properties is "
+                       "not supported by constrained decoding");
     grammar_node **items = calloc(n, sizeof *items);
     bool *opt = calloc(n, sizeof *opt);
     if (!items || !opt) {
@@ -626,8 +651,8 @@ static int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
         size_t kl = props->obj.key_lens[i];
         bool required = false;
         for (size_t r = 0; r < n_req; r++)
-            required |= tg_is(key, kl, req->arr.items[r]->str.s) &&
-                        req->arr.items[r]->str.len == kl;
+            required |=
+                tg_is(key, kl, req->arr.items[r]->str.s) && req->arr.items[r]->str.len == kl;
         size_t m = tg_push(c, ".properties.%.*s", (int)(kl > 64 ? 64 : kl), key);
         grammar_node *val;
         rc = tg_schema(c, props->obj.vals[i], &val);
@@ -644,8 +669,8 @@ static int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
                                       tg_any(c, c->lim.any_depth));
     }
     if (!rc)
-        *out = tg_cat(c, 3, tg_str(c, "{"), grammar_ast_join(a, items, opt, (int)k, tg_str(c, ", ")),
-                      tg_str(c, "}"));
+        *out = tg_cat(c, 3, tg_str(c, "{"),
+                      grammar_ast_join(a, items, opt, (int)k, tg_str(c, ", ")), tg_str(c, "}"));
     free(items);
     free(opt);
     return rc;
@@ -763,8 +788,9 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
         static const char *const ok[] = {"$ref"};
         const char *other = tg_other_keyword(s, ok, 1);
         if (other)
-            return tg_fail(c, ERR_UNSUPPORTED, "\"%s\" beside \"$ref\" is not supported by "
-                                               "constrained decoding",
+            return tg_fail(c, ERR_UNSUPPORTED,
+                           "\"%s\" beside \"$ref\" is not supported by "
+                           "constrained decoding",
                            other);
         const json_value *target;
         if (v->type != JSON_STRING)
@@ -773,9 +799,10 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
             return rc;
         for (int i = 0; i < c->n_refs; i++)
             if (c->refs[i] == target)
-                return tg_fail(c, ERR_UNSUPPORTED, "$ref '%.*s' is recursive; a recursive schema "
-                                                   "is not a regular language and cannot be "
-                                                   "enforced",
+                return tg_fail(c, ERR_UNSUPPORTED,
+                               "$ref '%.*s' is recursive; a recursive schema "
+                               "is not a regular language and cannot be "
+                               "enforced",
                                (int)(v->str.len > 80 ? 80 : v->str.len), v->str.s);
         if (c->n_refs == TG_MAX_REFS)
             return tg_fail(c, ERR_TOOLARGE, "more than %d nested $ref", TG_MAX_REFS);
@@ -807,12 +834,14 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
         static const char *const ok[] = {"anyOf", "oneOf"};
         const char *other = tg_other_keyword(s, ok, 2);
         if (other)
-            return tg_fail(c, ERR_UNSUPPORTED, "\"%s\" beside \"%s\" is not supported by "
-                                               "constrained decoding",
+            return tg_fail(c, ERR_UNSUPPORTED,
+                           "\"%s\" beside \"%s\" is not supported by "
+                           "constrained decoding",
                            other, kw);
         if (json_get(s, "anyOf") && json_get(s, "oneOf"))
-            return tg_fail(c, ERR_UNSUPPORTED, "\"anyOf\" with \"oneOf\" is not supported by "
-                                               "constrained decoding");
+            return tg_fail(c, ERR_UNSUPPORTED,
+                           "\"anyOf\" with \"oneOf\" is not supported by "
+                           "constrained decoding");
         if (v->type != JSON_ARRAY || v->arr.n == 0)
             return tg_fail(c, ERR_INVAL, "\"%s\" must be a non-empty array of schemas", kw);
         grammar_node **alts = calloc(v->arr.n, sizeof *alts);
@@ -831,8 +860,9 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
     } else if ((v = json_get(s, "allOf")) && v->type != JSON_NULL) {
         static const char *const ok[] = {"allOf"};
         if (v->type != JSON_ARRAY || v->arr.n != 1 || tg_other_keyword(s, ok, 1))
-            return tg_fail(c, ERR_UNSUPPORTED, "\"allOf\" is supported by constrained decoding "
-                                               "only with a single schema and nothing beside it");
+            return tg_fail(c, ERR_UNSUPPORTED,
+                           "\"allOf\" is supported by constrained decoding "
+                           "only with a single schema and nothing beside it");
         size_t m = tg_push(c, ".allOf[0]");
         rc = tg_schema(c, v->arr.items[0], &base);
         tg_pop(c, m);
@@ -864,13 +894,20 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
         /* no type: infer it from the keywords, else any value */
         static const struct {
             const char *kw, *type;
-        } infer[] = {{"properties", "object"}, {"required", "object"},
-                     {"additionalProperties", "object"}, {"minProperties", "object"},
-                     {"maxProperties", "object"}, {"items", "array"},
-                     {"minItems", "array"},      {"maxItems", "array"},
-                     {"minLength", "string"},    {"maxLength", "string"},
-                     {"minimum", "number"},      {"maximum", "number"},
-                     {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"}};
+        } infer[] = {{"properties", "object"},
+                     {"required", "object"},
+                     {"additionalProperties", "object"},
+                     {"minProperties", "object"},
+                     {"maxProperties", "object"},
+                     {"items", "array"},
+                     {"minItems", "array"},
+                     {"maxItems", "array"},
+                     {"minLength", "string"},
+                     {"maxLength", "string"},
+                     {"minimum", "number"},
+                     {"maximum", "number"},
+                     {"exclusiveMinimum", "number"},
+                     {"exclusiveMaximum", "number"}};
         const char *t = NULL;
         for (size_t i = 0; i < sizeof infer / sizeof *infer && !t; i++)
             if (json_get(s, infer[i].kw))
@@ -955,8 +992,9 @@ int tool_grammar_calls(grammar_ast *a, chat_tool_format f, const json_value *too
         if (tg_syntaxes[i].f == f)
             syn = &tg_syntaxes[i];
     if (!syn)
-        return err_set(ERR_UNSUPPORTED, "tool-call format '%s' has no grammar for constrained "
-                                        "decoding",
+        return err_set(ERR_UNSUPPORTED,
+                       "tool-call format '%s' has no grammar for constrained "
+                       "decoding",
                        chat_tool_format_name(f));
     if (!tools || tools->type != JSON_ARRAY)
         return err_set(ERR_INVAL, "tools: not an array");
@@ -1044,8 +1082,9 @@ static int tg_response_format(grammar_ast *a, const json_value *rf, const tool_g
         return rc;
     }
     if (!tg_is(t, tl, "json_schema"))
-        return err_set(ERR_UNSUPPORTED, "response_format: type '%.*s' is not supported (text, "
-                                        "json_object, json_schema)",
+        return err_set(ERR_UNSUPPORTED,
+                       "response_format: type '%.*s' is not supported (text, "
+                       "json_object, json_schema)",
                        (int)(tl > 40 ? 40 : tl), t);
     const json_value *js = json_get(rf, "json_schema");
     if (!js || js->type != JSON_OBJECT)

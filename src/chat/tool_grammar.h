@@ -80,11 +80,11 @@
 typedef struct tool_grammar_limits {
     int32_t string_chars;     /* strings without maxLength (0: unbounded) */
     int32_t max_string_chars; /* maxLength is lowered to this */
-    int32_t items;            /* arrays without maxItems, maps without maxProperties (0: unbounded) */
-    int32_t max_items;        /* maxItems / maxProperties are lowered to this */
-    int32_t int_digits;       /* digits of an integer part, 1..18 */
-    int32_t frac_digits;      /* most fraction digits of a number, 0..18 */
-    int32_t any_depth;        /* containers nested in a value without a schema */
+    int32_t items;       /* arrays without maxItems, maps without maxProperties (0: unbounded) */
+    int32_t max_items;   /* maxItems / maxProperties are lowered to this */
+    int32_t int_digits;  /* digits of an integer part, 1..18 */
+    int32_t frac_digits; /* most fraction digits of a number, 0..18 */
+    int32_t any_depth;   /* containers nested in a value without a schema */
     int32_t any_string_chars; /* strings inside such a value (0: unbounded) */
     int32_t any_items;        /* entries of containers inside such a value (0: unbounded) */
     int32_t bounded_states;   /* the compile helpers: DFA states allowed with the default bounds
@@ -127,8 +127,8 @@ int tool_grammar_calls(grammar_ast *a, chat_tool_format f, const json_value *too
 
 /* Builds the expression for an OpenAI response_format object: "json_object" -> any JSON object;
  * "json_schema" -> the value of json_schema.schema; "text" -> *out = NULL (no constraint).
- * Returns 0, ERR_INVAL (not an object, no type, json_schema without a schema object), ERR_UNSUPPORTED
- * (another type, or a schema keyword as above), or a schema error. */
+ * Returns 0, ERR_INVAL (not an object, no type, json_schema without a schema object),
+ * ERR_UNSUPPORTED (another type, or a schema keyword as above), or a schema error. */
 int tool_grammar_response_format(grammar_ast *a, const json_value *rf,
                                  const tool_grammar_limits *lim, grammar_node **out);
 

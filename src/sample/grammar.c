@@ -238,13 +238,21 @@ static int gr_p_escape(gr_parser *p, uint8_t set[32]) {
     }
     int c = p->s[p->i++];
     switch (c) {
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 't': return '\t';
-    case 'f': return '\f';
-    case 'v': return '\v';
-    case '0': return 0;
-    case 'd': gr_set_add(set, '0', '9'); return -1;
+    case 'n':
+        return '\n';
+    case 'r':
+        return '\r';
+    case 't':
+        return '\t';
+    case 'f':
+        return '\f';
+    case 'v':
+        return '\v';
+    case '0':
+        return 0;
+    case 'd':
+        gr_set_add(set, '0', '9');
+        return -1;
     case 's':
         gr_set_add(set, '\t', '\r');
         gr_set_add(set, ' ', ' ');
@@ -747,16 +755,16 @@ static void gr_classes(grammar *g) {
 
 typedef struct gr_dfa_build {
     const grammar *g;
-    int32_t *mark;   /* [n_nfa] closure stamp */
+    int32_t *mark; /* [n_nfa] closure stamp */
     int32_t stamp;
-    int32_t *stack;  /* [n_nfa] */
-    int32_t *buf;    /* [n_nfa] the closure being built */
+    int32_t *stack; /* [n_nfa] */
+    int32_t *buf;   /* [n_nfa] the closure being built */
     int32_t n_buf;
-    int32_t *pool;   /* every DFA state's NFA set, concatenated */
+    int32_t *pool; /* every DFA state's NFA set, concatenated */
     size_t n_pool, cap_pool;
-    size_t *off;     /* [cap_dfa] offset in pool */
-    int32_t *len;    /* [cap_dfa] */
-    int32_t *ht;     /* open addressing over DFA ids, -1 empty */
+    size_t *off;  /* [cap_dfa] offset in pool */
+    int32_t *len; /* [cap_dfa] */
+    int32_t *ht;  /* open addressing over DFA ids, -1 empty */
     size_t ht_cap;
     int32_t n_dfa, cap_dfa;
     int32_t max_dfa; /* 0: only the table-size limit */
@@ -1007,9 +1015,10 @@ static int gr_dfa_build_all(grammar *g, int32_t match, int32_t max_dfa) {
             d.n_buf = 0;
             d.work += d.len[s];
             if (d.work > GRAMMAR_MAX_WORK) {
-                d.err = err_set(ERR_TOOLARGE, "grammar: building the automaton takes more than "
-                                              "%lld steps (%d states so far); use fewer or "
-                                              "simpler alternatives",
+                d.err = err_set(ERR_TOOLARGE,
+                                "grammar: building the automaton takes more than "
+                                "%lld steps (%d states so far); use fewer or "
+                                "simpler alternatives",
                                 (long long)GRAMMAR_MAX_WORK, d.n_dfa);
                 break;
             }

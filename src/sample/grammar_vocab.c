@@ -26,10 +26,10 @@
 
 struct grammar_state {
     grammar *g;
-    int32_t cur;     /* DFA state */
-    bool ended;      /* an EOG token was accepted */
-    int32_t *stack;  /* [max_len + 1] walk stack */
-    uint64_t *mask;  /* [(n_vocab + 63) / 64] scratch for grammar_apply */
+    int32_t cur;    /* DFA state */
+    bool ended;     /* an EOG token was accepted */
+    int32_t *stack; /* [max_len + 1] walk stack */
+    uint64_t *mask; /* [(n_vocab + 63) / 64] scratch for grammar_apply */
 };
 
 /* ---- vocabulary ---- */
@@ -95,8 +95,8 @@ int grammar_vocab_create_raw(int32_t n, const char *const *texts, const size_t *
     v->s_len = malloc((size_t)n * sizeof *v->s_len);
     v->lcp = malloc((size_t)n);
     gv_sort_item *items = malloc((size_t)n * sizeof *items);
-    if (!v->kind || !v->tok_off || !v->tok_len || !v->text || !v->eog || !v->sorted ||
-        !v->s_off || !v->s_len || !v->lcp || !items) {
+    if (!v->kind || !v->tok_off || !v->tok_len || !v->text || !v->eog || !v->sorted || !v->s_off ||
+        !v->s_len || !v->lcp || !items) {
         free(items);
         grammar_vocab_destroy(v);
         return err_set(ERR_NOMEM, "grammar vocabulary: out of memory (%d tokens)", n);

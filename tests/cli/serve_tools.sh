@@ -5,12 +5,12 @@
 # above the shortest call), response_format json_schema / json_object, and tool_choice "auto"
 # with a JSON response_format (content or a call). Every choice must end
 # with finish_reason "tool_calls" (or "stop" for JSON) and output valid under the request's
-# schemas, checked by `test_grammar --check-response` (the schema validator of
-# tests/test_grammar.c). Also: a schema keyword outside the subset is a 400 naming it, and a
+# schemas, checked by `test_grammar_engine --check-response` (the schema validator of
+# tests/test_grammar_util.h). Also: a schema keyword outside the subset is a 400 naming it, and a
 # constrained request's bytes do not change when other requests run beside it (P1).
 . "$(dirname "$0")/lib.bash"
 
-CHECK="${VERITY_BUILD:-$(dirname "$VERITY")}/tests/test_grammar"
+CHECK="${VERITY_BUILD:-$(dirname "$VERITY")}/tests/test_grammar_engine"
 if ! command -v curl >/dev/null 2>&1; then skip serve_tools "curl not found"; exit 0; fi
 if [ ! -x "$CHECK" ]; then skip serve_tools "$CHECK not built (make tests)"; exit 0; fi
 
