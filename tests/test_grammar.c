@@ -795,6 +795,85 @@ static void t_content_or_call(void) {
     json_vocab_free(jv);
 }
 
+/* Small schemas keep the default bounds; a request whose bounded automaton would exceed
+ * bounded_states gets the default bounds lifted (explicit maxLength still holds) and stays
+ * valid. */
+static void t_adaptive_bounds(void) {
+    jvocab *jv = json_vocab();
+    arena *a = arena_create(0, 0);
+    char long_s[200];
+    memset(long_s, 'x', sizeof long_s);
+    /* one tool with one string: bounded at 64 characters */
+    json_value *one = parse_json(
+        a,
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"s\":{\"type\":\"string\"},\"t\":{\"type\":\"string\",\"maxLength\":3}},"
+        "\"required\":[\"s\",\"t\"]}}}]");
+    grammar *g;
+    T_OK(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, one, NULL, NULL, jv->v, &g));
+    grammar_state *st;
+    T_OK(grammar_state_create(g, &st));
+    const char *pre = "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"";
+    T_CHECK(grammar_accept_bytes(st, pre, strlen(pre)));
+    T_CHECK(grammar_accept_bytes(st, long_s, 64));
+    T_CHECK(!grammar_accept_bytes(st, long_s, 1));
+    grammar_state_destroy(st);
+    int32_t small = grammar_n_dfa_states(g);
+    grammar_destroy(g);
+    /* forty tools with four strings each: over the cap, so the defaults are lifted */
+    strbuf tools;
+    strbuf_init(&tools);
+    strbuf_putc(&tools, '[');
+    for (int i = 0; i < 40; i++)
+        strbuf_printf(&tools,
+                      "%s{\"type\":\"function\",\"function\":{\"name\":\"tool%d\",\"parameters\":{"
+                      "\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{"
+                      "\"type\":\"string\"},\"c\":{\"type\":\"string\",\"maxLength\":3},\"d\":{"
+                      "\"type\":\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"a\","
+                      "\"c\"]}}}",
+                      i ? "," : "", i);
+    strbuf_putc(&tools, ']');
+    json_value *many = parse_json(a, tools.data);
+    T_OK(tool_grammar_compile_calls(CHAT_TOOL_FORMAT_HERMES, many, NULL, NULL, jv->v, &g));
+    printf("INFO grammar.adaptive_bounds: 1 tool %d DFA states; 40 tools %d DFA states (bounds "
+           "lifted)\n",
+           small, grammar_n_dfa_states(g));
+    T_CHECK(grammar_n_dfa_states(g) < 16384);
+    T_OK(grammar_state_create(g, &st));
+    pre = "<tool_call>{\"name\": \"tool7\", \"arguments\": {\"a\": \"";
+    T_CHECK(grammar_accept_bytes(st, pre, strlen(pre)));
+    T_CHECK(grammar_accept_bytes(st, long_s, sizeof long_s)); /* no default bound any more */
+    T_CHECK(grammar_accept_bytes(st, "\", \"c\": \"", 9));
+    T_CHECK(!grammar_accept_bytes(st, long_s, 4)); /* maxLength 3 still holds */
+    grammar_state_destroy(st);
+    strbuf out;
+    strbuf_init(&out);
+    int walks = (int)(20 * test_scale()) + 2;
+    for (int w = 0; w < walks; w++) {
+        random_walk(g, jv, 4000 + (uint64_t)w, GRAMMAR_NO_BUDGET, &out);
+        chat_tool_parser *p;
+        strbuf content;
+        strbuf_init(&content);
+        T_OK(chat_tool_parser_create(CHAT_TOOL_FORMAT_HERMES, &p));
+        T_OK(chat_tool_parser_feed(p, out.data, out.len, &content));
+        T_OK(chat_tool_parser_finish(p, &content));
+        T_EQ_INT(chat_tool_parser_n_calls(p), 1);
+        const chat_tool_call *call = chat_tool_parser_call(p, 0);
+        const json_value *params = tool_params(many, call->name);
+        arena *va = arena_create(0, 0);
+        T_CHECKF(params && valid(params, params, parse_json(va, call->arguments), 0), "%s(%s)",
+                 call->name, call->arguments);
+        arena_destroy(va);
+        strbuf_deinit(&content);
+        chat_tool_parser_destroy(p);
+    }
+    strbuf_deinit(&out);
+    strbuf_deinit(&tools);
+    grammar_destroy(g);
+    arena_destroy(a);
+    json_vocab_free(jv);
+}
+
 int main(void) {
     test_run("grammar.regex_basic", t_regex_basic);
     test_run("grammar.regex_repeat", t_regex_repeat);
@@ -813,5 +892,6 @@ int main(void) {
     test_run("grammar.tool_errors", t_tool_errors);
     test_run("grammar.response_format", t_response_format);
     test_run("grammar.content_or_call", t_content_or_call);
+    test_run("grammar.adaptive_bounds", t_adaptive_bounds);
     return test_summary();
 }
