@@ -608,6 +608,14 @@ static void t_schema_refusals(void) {
          ERR_UNSUPPORTED, "schema.properties.a: keyword \"pattern\""},
         {"{\"anyOf\":[{\"type\":\"string\"}],\"minLength\":2}", ERR_UNSUPPORTED, "minLength"},
         {"false", ERR_INVAL, "false"},
+        /* exponential $ref fan-out: memoized, then the NFA limit (not hours of AST building) */
+        {"{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/b\"},"
+         "\"minItems\":30,\"maxItems\":30},\"b\":{\"type\":\"array\",\"items\":{\"$ref\":"
+         "\"#/$defs/c\"},\"minItems\":30,\"maxItems\":30},\"c\":{\"type\":\"array\","
+         "\"items\":{\"type\":\"string\"},\"minItems\":30,\"maxItems\":30}},\"type\":"
+         "\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\"},\"y\":{\"$ref\":"
+         "\"#/$defs/a\"}}}",
+         ERR_TOOLARGE, "states"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         arena *a = arena_create(0, 0);
@@ -616,6 +624,10 @@ static void t_schema_refusals(void) {
         grammar_node *root;
         T_OK(grammar_ast_create(&ast));
         int rc = tool_grammar_schema(ast, schema, schema, "schema", NULL, &root);
+        grammar *g = NULL;
+        if (rc == 0)
+            rc = grammar_compile(ast, root, NULL, &g);
+        grammar_destroy(g);
         T_CHECKF(rc == cases[i].code, "%s: returned %d (%s), expected %d", cases[i].schema, rc,
                  err_detail(), cases[i].code);
         T_CHECKF(strstr(err_detail(), cases[i].needle), "%s: detail \"%s\" lacks \"%s\"",

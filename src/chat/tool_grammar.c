@@ -12,6 +12,7 @@
  * alternative per extra length), so bounds are honoured exactly without leading zeros.
  */
 #include "chat/tool_grammar.h"
+#include "base/check.h"
 #include "base/err.h"
 #include "base/strbuf.h"
 
@@ -24,6 +25,8 @@
 #define TG_MAX_DEPTH     64
 #define TG_MAX_REFS      32
 #define TG_MAX_ANY_DEPTH 8
+#define TG_MAX_MEMO      256
+#define TG_MAX_VISITS    100000
 
 typedef struct tg_ctx {
     grammar_ast *a;
@@ -31,6 +34,14 @@ typedef struct tg_ctx {
     const json_value *root;
     const json_value *refs[TG_MAX_REFS]; /* $ref targets being expanded */
     int n_refs;
+    /* $ref targets already built: a reference used again reuses the node, so a schema whose
+     * definitions refer to each other several times cannot make the AST exponential */
+    struct {
+        const json_value *target;
+        grammar_node *node;
+    } memo[TG_MAX_MEMO];
+    int n_memo;
+    int64_t visits; /* schemas walked, bounded by TG_MAX_VISITS */
     int depth;
     char path[640];
     size_t path_len;
@@ -106,6 +117,7 @@ static grammar_node *tg_str(tg_ctx *c, const char *s) {
 
 static grammar_node *tg_cat(tg_ctx *c, int n, ...) {
     grammar_node *items[8];
+    CHECK(n <= 8);
     va_list ap;
     va_start(ap, n);
     for (int i = 0; i < n && i < 8; i++)
@@ -797,6 +809,11 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
             return tg_fail(c, ERR_INVAL, "\"$ref\" must be a string");
         if ((rc = tg_resolve(c, v->str.s, v->str.len, &target)))
             return rc;
+        for (int i = 0; i < c->n_memo; i++)
+            if (c->memo[i].target == target) {
+                *out = c->memo[i].node;
+                return 0;
+            }
         for (int i = 0; i < c->n_refs; i++)
             if (c->refs[i] == target)
                 return tg_fail(c, ERR_UNSUPPORTED,
@@ -811,6 +828,10 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
         rc = tg_schema(c, target, out);
         tg_pop(c, m);
         c->n_refs--;
+        if (!rc && c->n_memo < TG_MAX_MEMO) {
+            c->memo[c->n_memo].target = target;
+            c->memo[c->n_memo++].node = *out;
+        }
         return rc;
     }
     const json_value *nullable = json_get(s, "nullable");
@@ -926,6 +947,9 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
 static int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out) {
     if (c->depth >= TG_MAX_DEPTH)
         return tg_fail(c, ERR_TOOLARGE, "schema nested deeper than %d levels", TG_MAX_DEPTH);
+    if (++c->visits > TG_MAX_VISITS)
+        return tg_fail(c, ERR_TOOLARGE, "schema has more than %d subschemas (with $ref expanded)",
+                       TG_MAX_VISITS);
     c->depth++;
     int rc = tg_schema_inner(c, s, out);
     c->depth--;
