@@ -15,7 +15,11 @@
  *
  * HERMES: <tool_call>{"name": "NAME", "arguments": {...}}</tool_call>, one call, with an optional
  * newline after <tool_call> and before </tool_call> (Qwen's templates write them, the synthetic
- * one does not; the parser accepts both). Other syntaxes plug in through a table of builders in
+ * one does not; the parser accepts both). Inside a call, strings never contain a raw '<': the
+ * parser ends a call at the first "</tool_call>", so the grammar must not let one appear inside
+ * a string; the model writes the character as \u003c (same decoded value), and literals from the
+ * schema (names, enum values) are written that way too. Parallel calls are not generated (one
+ * call satisfies "required"). Other syntaxes plug in through a table of builders in
  * tool_grammar.c (one call's text from its name and arguments, and the wrapper around it).
  *
  * Schema subset (JSON Schema 2020-12 and drafts 4-7 where they differ):
