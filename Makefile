@@ -118,16 +118,19 @@ test:
 	@tests/run.sh build/release build/asan
 
 # libFuzzer builds (clang): each target links the subsystems it exercises, built without ISA
-# flags (scalar kernels only). FUZZ_DEPS_<name> lists them; default: base only.
+# flags (scalar kernels only). FUZZ_DEPS_<name> lists them; default: base only. FUZZ_FILES_<name>
+# adds single files (from a subsystem that cannot be linked whole without ISA flags).
 FUZZ_CC := clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined
 FUZZ_DEPS_gguf := src/base src/gguf
 FUZZ_DEPS_chat_template := src/base src/chat
 FUZZ_DEPS_tokenizer := src/base src/gguf src/tokenizer
+FUZZ_DEPS_tool_grammar := src/base src/chat src/gguf src/tokenizer
+FUZZ_FILES_tool_grammar := src/sample/grammar.c src/sample/grammar_vocab.c
 build/fuzz/fuzz_%: fuzz/fuzz_%.c FORCE
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(wildcard $(addsuffix /*.c,$(or $(FUZZ_DEPS_$*),src/base))) \
-	  $(LDLIBS) -o $@
+	  $(FUZZ_FILES_$*) $(LDLIBS) -o $@
 
 FORCE:
 

@@ -7,6 +7,9 @@
  * Batches are built decoding sequences first (one token each, never starved), then prefilling
  * ones in admission order with chunks limited by `chunk` and the remaining token budget.
  * All per-request memory is allocated at submit/admission; engine_step itself does not allocate.
+ * A constrained sequence (engine.h) keeps its grammar state beside its sampler: both advance only
+ * on tokens sampled in eng_sample, and preemption keeps both, so after recompute (which re-reads
+ * known tokens without sampling them) they still describe exactly the tokens in toks.
  */
 #include "engine/engine.h"
 #include "base/check.h"
@@ -30,6 +33,7 @@ typedef struct eng_seq {
     int32_t plan;      /* tokens scheduled for the current step */
     int64_t admitted;  /* admission sequence number: preemption takes the latest first */
     sampler *smp;
+    grammar_state *gs; /* the request's constraint, or NULL */
     bool ignore_eog;
     bool want_logprobs;
     bool cancelled; /* engine_cancel: reported and reaped at the next step */
@@ -54,6 +58,7 @@ struct engine {
     fwd_seq *fs;
     eng_seq **fs_owner;
     sample_result sr;
+    float *masked; /* [n_vocab] a constrained sequence's logits row after masking */
     int64_t n_admitted;
     int64_t n_preemptions;
     int64_t n_generated;      /* tokens sampled and kept */
@@ -110,7 +115,8 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     e->running = calloc((size_t)o->max_batch, sizeof *e->running);
     e->fs = calloc((size_t)o->max_batch, sizeof *e->fs);
     e->fs_owner = calloc((size_t)o->max_batch, sizeof *e->fs_owner);
-    if (!rc && (!e->running || !e->fs || !e->fs_owner))
+    e->masked = malloc((size_t)e->n_vocab * sizeof *e->masked);
+    if (!rc && (!e->running || !e->fs || !e->fs_owner || !e->masked))
         rc = err_set(ERR_NOMEM, "engine: out of memory");
     if (rc) {
         engine_destroy(e);
@@ -131,6 +137,7 @@ static void eng_seq_free(engine *e, eng_seq *s) {
         return;
     eng_release_blocks(e, s);
     sampler_destroy(s->smp);
+    grammar_state_destroy(s->gs);
     free(s->blocks);
     free(s->toks);
     free(s);
@@ -151,6 +158,7 @@ void engine_destroy(engine *e) {
     free(e->running);
     free(e->fs);
     free(e->fs_owner);
+    free(e->masked);
     free(e);
 }
 
@@ -164,7 +172,7 @@ static int64_t eng_blocks_need(const engine *e, int64_t positions) {
     return (positions + e->o.block_size - 1) / e->o.block_size;
 }
 
-int engine_submit(engine *e, const engine_req *r) {
+static int eng_submit(engine *e, const engine_req *r) {
     if (r->n_prompt <= 0 || !r->prompt)
         return err_set(ERR_INVAL, "request %llu: empty prompt", (unsigned long long)r->id);
     if (r->max_tokens < 0)
@@ -200,6 +208,7 @@ int engine_submit(engine *e, const engine_req *r) {
     s->max_tokens = r->max_tokens;
     s->ignore_eog = r->ignore_eog;
     s->want_logprobs = r->sp.n_logprobs > 0 || r->want_logprobs;
+    s->gs = r->constraint;
     s->cb = r->cb;
     s->ud = r->ud;
     sampler_accept_prompt(s->smp, r->prompt, r->n_prompt);
@@ -210,6 +219,13 @@ int engine_submit(engine *e, const engine_req *r) {
     e->wait_tail = s;
     e->n_waiting++;
     return 0;
+}
+
+int engine_submit(engine *e, const engine_req *r) {
+    int rc = eng_submit(e, r);
+    if (rc)
+        grammar_state_destroy(r->constraint); /* owned from here on, whatever happens */
+    return rc;
 }
 
 int engine_cancel(engine *e, uint64_t id) {
@@ -378,10 +394,35 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
     }
     /* logprobs cost an extra pass over the vocabulary: only when the request asked for them */
     sample_result *sr = s->want_logprobs ? &e->sr : NULL;
-    int32_t tok = sampler_sample(s->smp, logits, s->n_gen, sr);
+    const float *row = logits;
+    if (s->gs) {
+        /* Constrained: sample from a copy with the refused tokens at -inf. The allowed set is a
+         * function of this sequence's own tokens and budget alone (P1). The budget is what may
+         * still be generated, this token included. */
+        int64_t left = s->max_tokens - s->n_gen;
+        if (e->o.n_ctx - s->n_toks < left)
+            left = e->o.n_ctx - s->n_toks;
+        memcpy(e->masked, logits, (size_t)e->n_vocab * sizeof *e->masked);
+        if (grammar_apply(s->gs, e->masked, (int32_t)e->n_vocab, !s->ignore_eog, left) == 0) {
+            /* nothing can follow (the vocabulary cannot spell the grammar's next byte) */
+            log_warn("request %llu: no token can continue its grammar; stopping",
+                     (unsigned long long)s->id);
+            eng_emit_finish(s, ENGINE_FINISH_STOP);
+            return true;
+        }
+        row = e->masked;
+    }
+    int32_t tok = sampler_sample(s->smp, row, s->n_gen, sr);
+    if (s->gs && !grammar_accept(s->gs, tok)) {
+        /* cannot happen: grammar_apply leaves the sampler only allowed tokens */
+        log_error("request %llu: sampled token %d outside its grammar; stopping",
+                  (unsigned long long)s->id, tok);
+        eng_emit_finish(s, ENGINE_FINISH_STOP);
+        return true;
+    }
     if (!s->ignore_eog && e->tok && tokenizer_is_eog(e->tok, tok)) {
         engine_event ev = {.req_id = s->id, .token = -1, .index = s->n_gen, .sr = sr,
-                           .logits = logits, .finish = ENGINE_FINISH_STOP};
+                           .logits = row, .finish = ENGINE_FINISH_STOP};
         if (s->cb)
             s->cb(s->ud, &ev);
         return true;
@@ -392,8 +433,15 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
     s->toks[s->n_toks++] = tok;
     s->n_gen++;
     bool done = s->n_gen >= s->max_tokens || s->n_toks >= e->o.n_ctx;
+    engine_finish fin = done ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_NONE;
+    /* a grammar that is complete and either cannot continue or has no tokens left ends the
+     * request as an end-of-generation token would */
+    if (s->gs && (grammar_must_end(s->gs) || (done && grammar_complete(s->gs)))) {
+        fin = ENGINE_FINISH_STOP;
+        done = true;
+    }
     engine_event ev = {.req_id = s->id, .token = tok, .index = s->n_gen - 1, .sr = sr,
-                       .logits = logits, .finish = done ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_NONE};
+                       .logits = row, .finish = fin};
     if (s->cb)
         s->cb(s->ud, &ev);
     return done;

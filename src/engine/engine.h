@@ -21,12 +21,21 @@
  * (seed, output position) (sample.h). Which requests share a step, the chunk size, max_batch and
  * the thread count change only timing.
  *
+ * Constrained decoding: a request may carry a grammar state (sample/grammar.h). Each time it
+ * samples, the engine copies the logits row into a per-engine scratch row, sets every token the
+ * grammar refuses to -inf (with the request's token budget, so the text can always be completed
+ * in the tokens left), samples from the copy and advances the grammar with the token; when the
+ * grammar says the text must end, the request finishes with ENGINE_FINISH_STOP as if an
+ * end-of-generation token had been sampled. The mask depends only on the request's own tokens,
+ * so P1 holds. Logprobs of a constrained request are those of the masked distribution.
+ *
  * Threading: an engine is driven by one thread; callbacks run on it during engine_step.
  */
 #ifndef VERITY_ENGINE_ENGINE_H
 #define VERITY_ENGINE_ENGINE_H
 
 #include "model/model.h"
+#include "sample/grammar.h"
 #include "sample/sample.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,7 +44,8 @@
 
 typedef enum engine_finish {
     ENGINE_FINISH_NONE = 0,
-    ENGINE_FINISH_STOP,      /* an end-of-generation token was sampled (not reported as text) */
+    ENGINE_FINISH_STOP,      /* an end-of-generation token was sampled (not reported as text),
+                                or the request's grammar is complete and cannot continue */
     ENGINE_FINISH_LENGTH,    /* max_tokens or the context limit was reached */
     ENGINE_FINISH_CANCELLED, /* engine_cancel */
 } engine_finish;
@@ -45,7 +55,8 @@ typedef struct engine_event {
     int32_t token;            /* the sampled token, or -1 on a finish-only event */
     int64_t index;            /* output position of token (0-based) */
     const sample_result *sr;  /* logprobs of the draw, if the request wants them; else NULL */
-    const float *logits;      /* the row the token was drawn from (n_vocab floats), or NULL */
+    const float *logits;      /* the row the token was drawn from (n_vocab floats; masked by the
+                                 request's grammar if it has one), or NULL */
     engine_finish finish;     /* set on the request's last event */
 } engine_event;
 
@@ -81,13 +92,17 @@ typedef struct engine_req {
     int32_t max_tokens;    /* >= 0 */
     bool ignore_eog;       /* keep generating past end-of-generation tokens */
     bool want_logprobs;    /* report the chosen token's logprob (also implied by sp.n_logprobs) */
+    grammar_state *constraint; /* optional: generation follows this grammar (see above). The
+                                  state must be at its start; the engine owns it from
+                                  engine_submit on, whatever that returns, and destroys it with
+                                  the request */
     engine_cb cb;
     void *ud;
 } engine_req;
 
 /* Queues a request. Returns 0, ERR_INVAL (empty prompt, bad parameters), ERR_RANGE (the prompt
  * does not fit the context, or its context could never fit the KV pool; the detail gives the
- * numbers), ERR_NOMEM. On error the callback is never called. */
+ * numbers), ERR_NOMEM. On error the callback is never called (and r->constraint is destroyed). */
 int engine_submit(engine *e, const engine_req *r);
 
 /* Cancels request id (waiting or running): its callback gets a final CANCELLED event during the

@@ -61,6 +61,7 @@ struct engine_loop {
 
 static void eloop_req_unref(eloop_req *q) {
     if (atomic_fetch_sub(&q->refs, 1) == 1) {
+        grammar_state_destroy(q->req.constraint); /* never handed to the engine */
         free(q->ev);
         free(q->prompt);
         pthread_mutex_destroy(&q->mu);
@@ -134,6 +135,7 @@ static void eloop_handle(engine_loop *l, eloop_msg *m) {
         free(q->prompt); /* the engine copied it */
         q->prompt = NULL;
         q->req.prompt = NULL;
+        q->req.constraint = NULL; /* the engine owns it now, whatever rc says */
         if (rc) {
             eloop_event ev;
             memset(&ev, 0, sizeof ev);
@@ -264,6 +266,7 @@ int engine_loop_submit(engine_loop *l, const engine_req *r, eloop_req **out) {
         free(q);
         free(m);
         free(prompt);
+        grammar_state_destroy(r->constraint);
         return err_set(ERR_NOMEM, "engine loop: out of memory");
     }
     if (r->n_prompt > 0)

@@ -60,6 +60,7 @@ void engine_loop_destroy(engine_loop *l);
 /* Queues a request (r->cb, r->ud and r->id are ignored: the loop sets them). On success *out is
  * the handle (one reference, the caller's). Validation errors of engine_submit arrive as a finish
  * event with `error` set, so the caller learns of them the same way as of everything else.
+ * r->constraint, if any, passes to the loop (and then the engine) whatever this returns.
  * Returns 0 or ERR_NOMEM. */
 int engine_loop_submit(engine_loop *l, const engine_req *r, eloop_req **out);
 

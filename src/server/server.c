@@ -493,6 +493,11 @@ int server_port(const server *s) {
 
 void server_set_ready(server *s, const server_model *sm) {
     s->sm = *sm;
+    /* built once: every constrained request's grammar shares these vocabulary tables */
+    if (sm->tok && grammar_vocab_create(sm->tok, &s->gvocab))
+        log_warn("constrained decoding is off (tool_choice required/named and json "
+                 "response_format will fail): %s",
+                 err_detail());
     s->tool_format = CHAT_TOOL_FORMAT_NONE;
     if (sm->tmpl) {
         gguf_str src;
@@ -522,6 +527,7 @@ void server_destroy(server *s) {
     else if (s->listen_fd >= 0)
         close(s->listen_fd);
     srv_metrics_destroy(s->metrics);
+    grammar_vocab_destroy(s->gvocab);
     free(s->api_key);
     free(s);
 }

@@ -86,6 +86,7 @@ static int srv_gen_copy_params(srv_gen *g, const srv_params *p) {
         return ERR_NOMEM;
     g->p.messages = NULL;
     g->p.tools = NULL;
+    g->p.response_format = NULL;
     g->p.model = NULL;
     g->p.prompts = arena_alloc(g->a, (size_t)p->n_prompts * sizeof *g->p.prompts);
     g->p.prompt_lens = arena_alloc(g->a, (size_t)p->n_prompts * sizeof *g->p.prompt_lens);
@@ -107,6 +108,7 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
     engine_loop_stats(s->sm.loop, &st);
     int64_t waiting = engine_loop_pending(s->sm.loop) - st.running;
     if (waiting + n_ch > s->o.queue_max) {
+        grammar_destroy(p->constraint);
         srv_fail(e, 429, "rate_limit_error", NULL,
                  "the server is at capacity (%lld requests waiting, queue-max %lld); retry later",
                  (long long)waiting, (long long)s->o.queue_max);
@@ -117,9 +119,11 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
         if (g)
             arena_destroy(g->a);
         free(g);
+        grammar_destroy(p->constraint);
         srv_fail(e, 500, "server_error", NULL, "out of memory");
         return NULL;
     }
+    /* g->p.constraint is g's from here on: srv_gen_free drops it */
     g->s = s;
     g->fd = fd;
     g->n_ch = n_ch;
@@ -157,7 +161,9 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
                         .ignore_eog = g->p.ignore_eos,
                         .want_logprobs = g->p.logprobs};
         r.sp.seed = g->p.sp.seed + (uint64_t)(i % p->n);
-        if (engine_loop_submit(s->sm.loop, &r, &c->q)) {
+        /* each choice follows the grammar with its own state; the engine owns it once submitted */
+        if ((g->p.constraint && grammar_state_create(g->p.constraint, &r.constraint)) ||
+            engine_loop_submit(s->sm.loop, &r, &c->q)) {
             srv_gen_free(g);
             srv_fail(e, 500, "server_error", NULL, "out of memory");
             return NULL;
@@ -187,6 +193,7 @@ void srv_gen_free(void *vg) {
     }
     if (cancelled || g->aborted)
         srv_metrics_cancelled(g->s->metrics);
+    grammar_destroy(g->p.constraint);
     strbuf_deinit(&g->out);
     arena_destroy(g->a);
     free(g);

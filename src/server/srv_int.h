@@ -10,6 +10,7 @@
 #include "base/json.h"
 #include "base/strbuf.h"
 #include "chat/chat_tools.h"
+#include "sample/grammar.h"
 #include "server/server.h"
 #include "server/srv_metrics.h"
 
@@ -34,6 +35,8 @@ struct server {
     _Atomic uint64_t next_id;
     char fingerprint[64];
     chat_tool_format tool_format;
+    grammar_vocab *gvocab; /* the tokenizer's tables for constrained decoding (NULL if they could
+                              not be built); set with sm, read-only afterwards */
 };
 
 /* An error to send: HTTP status, OpenAI error type, the offending parameter (or NULL) and a
@@ -76,21 +79,28 @@ typedef struct srv_params {
     enum srv_tool_choice tool_choice;
     const char *tool_choice_name;
     bool parallel_tool_calls;
+    const json_value *response_format; /* a json_object / json_schema response_format, or NULL */
+    /* the constraint for every choice (tool_choice required/named, or response_format json): a
+     * grammar reference owned by whoever holds the srv_params until srv_gen_start, which always
+     * takes it; NULL when generation is free */
+    grammar *constraint;
     /* the prompts, tokenized (completions may have several) */
     int32_t **prompts;
     int32_t *prompt_lens;
     int n_prompts;
 } srv_params;
 
-/* Parses and validates a request body into p (prompts tokenized, chat template rendered).
- * Returns 0 or -1 with e filled (400/404/...). */
+/* Parses and validates a request body into p (prompts tokenized, chat template rendered, the
+ * constraint compiled last). Returns 0 or -1 with e filled (400/404/...); on -1 p holds no
+ * constraint. */
 int srv_parse_generate(server *s, arena *a, const json_value *body, bool chat, srv_params *p,
                        srv_err *e);
 
 typedef struct srv_gen srv_gen;
 
-/* Starts generating for p: submits every choice to the engine loop. Returns NULL with e filled on
- * failure (429 when the wait queue is full). fd is the client socket (disconnect detection). */
+/* Starts generating for p: submits every choice to the engine loop, each with its own state of
+ * p->constraint. Takes p->constraint in every case. Returns NULL with e filled on failure (429
+ * when the wait queue is full). fd is the client socket (disconnect detection). */
 srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival_ns, srv_err *e);
 
 /* Non-streaming: waits for every choice to finish and writes the whole response body into out.

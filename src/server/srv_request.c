@@ -7,9 +7,20 @@
  * Rules: unknown fields are ignored; a known field of the wrong type or out of range is a 400
  * naming it (OpenAI's ranges: temperature 0..2, top_p (0, 1], penalties -2..2, top_logprobs
  * 0..20, completions logprobs 0..5, at most 4 stop strings); null means "not given". Fields whose
- * silent omission would change results (logit_bias, a json response_format, suffix, best_of > n)
- * are refused with a clear 400 instead of being ignored. A model name other than the served one
- * is a 404. A prompt that cannot fit the context, or prompt + max_tokens beyond it, is a 400.
+ * silent omission would change results (logit_bias, suffix, best_of > n) are refused with a
+ * clear 400 instead of being ignored. A model name other than the served one is a 404. A prompt
+ * that cannot fit the context, or prompt + max_tokens beyond it, is a 400.
+ *
+ * Constrained decoding (chat/tool_grammar.h): tool_choice "required" or a named function makes
+ * every choice one call in the model's tool-call syntax, to one of the tools (or the named one)
+ * with arguments valid under its parameters schema; response_format json_object / json_schema
+ * makes the output a JSON object / a value of the schema, or, with tool_choice "auto" and tools,
+ * either that or a tool call. With a forced call the response_format is moot (it describes
+ * content, which a forced call does not have). A schema outside the
+ * supported subset is a 400 naming the keyword and its place; so is tool_choice required/named
+ * on a model whose template has no tool-call syntax the server knows (it could not be enforced).
+ * tool_choice "auto" stays free generation, parsed afterwards. The grammar is compiled last, on
+ * the request's thread, so nothing after it can fail and leak it.
  *
  * Defaults: max_tokens 16 for completions (OpenAI's), "as many as fit" for chat; temperature 1,
  * top_p 1; seed 0 when absent (so every request is reproducible); choice i of n samples with
@@ -18,6 +29,7 @@
 #include "server/srv_int.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "chat/tool_grammar.h"
 
 #include <math.h>
 #include <string.h>
@@ -214,11 +226,15 @@ static int srv_parse_common(server *s, arena *a, const json_value *body, bool ch
         if (v->type != JSON_OBJECT || !json_as_str(json_get(v, "type"), &t, &tl))
             return srv_fail(e, 400, INV, "response_format",
                             "\"response_format\" must be an object with a \"type\" string");
-        if (!(tl == 4 && !memcmp(t, "text", 4)))
+        bool json = (tl == 11 && !memcmp(t, "json_object", 11)) ||
+                    (tl == 11 && !memcmp(t, "json_schema", 11));
+        if (!json && !(tl == 4 && !memcmp(t, "text", 4)))
             return srv_fail(e, 400, INV, "response_format",
-                            "response_format type '%.*s' is not supported yet (constrained "
-                            "decoding is not available); use \"text\"",
+                            "response_format type '%.*s' is not supported; use \"text\", "
+                            "\"json_object\" or \"json_schema\"",
                             (int)(tl > 50 ? 50 : tl), t);
+        if (json)
+            p->response_format = v; /* compiled last, by srv_constraint */
     }
     return 0;
 }
@@ -493,6 +509,40 @@ static int srv_completion_prompt(server *s, arena *a, const json_value *body, sr
     return 0;
 }
 
+/* Compiles the request's constraint, if it has one, into p->constraint. */
+static int srv_constraint(server *s, srv_params *p, srv_err *e) {
+    bool call = p->chat && (p->tool_choice == SRV_TOOLS_REQUIRED || p->tool_choice == SRV_TOOLS_NAMED);
+    if (!call && !p->response_format)
+        return 0;
+    if (call && s->tool_format == CHAT_TOOL_FORMAT_NONE)
+        return srv_fail(e, 400, INV, "tool_choice",
+                        "\"tool_choice\" %s cannot be enforced: this model's chat template has no "
+                        "tool-call syntax the server knows; use \"auto\"",
+                        p->tool_choice == SRV_TOOLS_REQUIRED ? "\"required\"" : "naming a function");
+    if (!s->gvocab)
+        return srv_fail(e, 500, "server_error", call ? "tool_choice" : "response_format",
+                        "constrained decoding is unavailable on this server (its vocabulary tables "
+                        "could not be built)");
+    tool_grammar_spec spec = {.format = s->tool_format};
+    if (call) {
+        spec.tools = p->tools;
+        spec.name = p->tool_choice == SRV_TOOLS_NAMED ? p->tool_choice_name : NULL;
+    } else {
+        spec.response_format = p->response_format;
+        /* "auto": the model may still call a tool instead of answering in JSON */
+        if (p->chat && p->tool_choice == SRV_TOOLS_AUTO && s->tool_format != CHAT_TOOL_FORMAT_NONE)
+            spec.tools = p->tools;
+    }
+    int rc = tool_grammar_compile(&spec, NULL, s->gvocab, &p->constraint);
+    if (rc == ERR_NOMEM)
+        return srv_fail(e, 500, "server_error", NULL, "%s", err_detail());
+    if (rc)
+        return srv_fail(e, 400, INV,
+                        call || !strncmp(err_detail(), "tools", 5) ? "tools" : "response_format",
+                        "%s", err_detail());
+    return 0;
+}
+
 int srv_parse_generate(server *s, arena *a, const json_value *body, bool chat, srv_params *p,
                        srv_err *e) {
     memset(p, 0, sizeof *p);
@@ -547,5 +597,5 @@ int srv_parse_generate(server *s, arena *a, const json_value *body, bool chat, s
     }
     if (sample_params_validate(&p->sp))
         return srv_fail(e, 400, INV, NULL, "%s", err_detail());
-    return 0;
+    return srv_constraint(s, p, e); /* last: nothing after it may fail */
 }
