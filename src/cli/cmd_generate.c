@@ -6,6 +6,8 @@
  *                   [--seed S] [--repeat-penalty R] [--frequency-penalty F]
  *                   [--presence-penalty P] [--ctx N] [--ignore-eos] [-t THREADS]
  *     prints only the generated continuation on stdout, streamed as it is produced.
+ *     With --chat [--system TEXT], TEXT is the user's message: the model's chat template renders
+ *     the conversation (exactly as the server does) and the assistant's answer is printed.
  *   verity generate [-m MODEL] --prompts FILE.jsonl [--max-batch B] [--chunk C] [-t THREADS]
  *                   [--logits-digest]
  *     runs every prompt through one engine with continuous batching and prints one JSON line per
@@ -26,6 +28,7 @@
 #include "base/json.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
+#include "chat/chat_prompt.h"
 #include "cli/cli_model.h"
 #include "engine/engine.h"
 
@@ -101,6 +104,57 @@ static int gen_tokenize(const char *cmd, const tokenizer *tok, const char *text,
         return cli_usage_error(cmd, "the prompt encodes to no tokens");
     it->n_prompt = (int32_t)n;
     return 0;
+}
+
+/* Renders [system?, user] through the model's chat template and tokenizes it (chat_prompt.h). */
+static int gen_chat_prompt(const cli_model *cm, const char *system_msg, const char *user,
+                           gen_item *it) {
+    gguf_str src;
+    if (gguf_get_str(model_get_gguf(cm->m), "tokenizer.chat_template", &src) != 0)
+        return cli_usage_error("generate", "--chat: the model has no tokenizer.chat_template");
+    chat_template *t;
+    int rc = chat_template_create(src.s, src.len, &t);
+    if (rc)
+        return cli_fail("generate", rc);
+    arena *a = arena_create(0, 0);
+    strbuf sb;
+    strbuf_init(&sb);
+    json_value *msgs = a ? json_new_arr(a) : NULL;
+    int status = 0;
+    if (!msgs) {
+        status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+        goto out;
+    }
+    const char *roles[2] = {"system", "user"}, *texts[2] = {system_msg, user};
+    for (int i = 0; i < 2; i++) {
+        if (!texts[i])
+            continue;
+        json_value *m = json_new_obj(a);
+        json_obj_set(a, m, "role", json_new_str(a, roles[i], strlen(roles[i])));
+        json_obj_set(a, m, "content", json_new_str(a, texts[i], strlen(texts[i])));
+        json_arr_push(a, msgs, m);
+    }
+    chat_prompt_opts po = {.messages = msgs, .add_generation_prompt = true,
+                           .now_unix = clock_wall_s()};
+    int32_t *ids;
+    int32_t n;
+    if ((rc = chat_prompt_render(t, cm->tok, a, &po, &sb)) ||
+        (rc = chat_prompt_tokenize(cm->tok, a, sb.data, sb.len, &ids, &n))) {
+        status = cli_fail("generate", rc);
+        goto out;
+    }
+    it->prompt = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!it->prompt) {
+        status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+        goto out;
+    }
+    memcpy(it->prompt, ids, (size_t)n * sizeof(int32_t));
+    it->n_prompt = n;
+out:
+    strbuf_deinit(&sb);
+    arena_destroy(a);
+    chat_template_destroy(t);
+    return status;
 }
 
 typedef struct gen_field {
@@ -255,7 +309,8 @@ static void gen_print_item(gen_ctx *g, int32_t i) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *prompts_file = NULL;
+    const char *model_path = NULL, *prompt = NULL, *prompts_file = NULL, *system_msg = NULL;
+    bool chat = false;
     int64_t n = 64;
     bool ignore_eos = false, digest = false;
     sample_params sp;
@@ -321,6 +376,11 @@ int cmd_generate(int argc, char **argv) {
             NEXT();
             if (flags_set("threads", v))
                 return cli_usage_error("generate", "%s", err_detail());
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+        } else if (!strcmp(a, "--system")) {
+            NEXT();
+            system_msg = v;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
         } else if (!strcmp(a, "--logits-digest")) {
@@ -333,6 +393,8 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!prompt == !prompts_file)
         return cli_usage_error("generate", "give exactly one of -p TEXT or --prompts FILE.jsonl");
+    if ((chat || system_msg) && !prompt)
+        return cli_usage_error("generate", "--chat and --system go with -p TEXT");
     if (sample_params_validate(&sp))
         return cli_usage_error("generate", "%s", err_detail());
 
@@ -354,8 +416,12 @@ int cmd_generate(int argc, char **argv) {
         }
         g.items[0].sp = sp;
         g.items[0].n = (int32_t)n;
-        if ((status = gen_tokenize("generate", cm.tok, prompt, strlen(prompt), &g.items[0])))
+        if (chat || system_msg) {
+            if ((status = gen_chat_prompt(&cm, system_msg, prompt, &g.items[0])))
+                goto done;
+        } else if ((status = gen_tokenize("generate", cm.tok, prompt, strlen(prompt), &g.items[0]))) {
             goto done;
+        }
         tokenizer_stream_init(&g.items[0].ts, cm.tok, true);
     } else if ((status = gen_read_prompts(prompts_file, cm.tok, &g.items, &n_items))) {
         goto done;

@@ -24,6 +24,7 @@ static const struct {
     {"synth", cmd_synth, "write a deterministic random-weight model"},
     {"convert", cmd_convert, "convert a llama2.c model to GGUF"},
     {"quantize", cmd_quantize, "requantize a GGUF model's weights (q8_0, q4_k, q4_k_m, ...)"},
+    {"chat-template", cmd_chat_template, "print the prompt a model's chat template renders"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"flags", cmd_flags, "list the toggle registry"},
 };

@@ -27,6 +27,7 @@
  * seed + i.
  */
 #include "server/srv_int.h"
+#include "chat/chat_prompt.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "chat/tool_grammar.h"
@@ -402,44 +403,31 @@ static int srv_chat_prompt(server *s, arena *a, const json_value *body, srv_para
     const json_value *msgs = NULL;
     if (srv_messages(a, body, &msgs, e) || srv_tools(body, p, e))
         return -1;
-    const json_value *norm = msgs;
-    if (chat_messages_normalize_tool_args(a, msgs, chat_template_wants_object_args(s->sm.tmpl),
-                                          &norm))
-        return srv_fail(e, 400, INV, "messages", "%s", err_detail());
-    p->messages = norm;
+    p->messages = msgs;
     const json_value *extra = json_get(body, "chat_template_kwargs");
     if (extra && extra->type != JSON_OBJECT && extra->type != JSON_NULL)
         return srv_fail(e, 400, INV, "chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
-    const tokenizer *tok = s->sm.tok;
-    size_t bl = 0, el = 0;
-    const char *bos = tokenizer_bos(tok) >= 0 ? tokenizer_token_text(tok, tokenizer_bos(tok), true, &bl) : "";
-    const char *eos = tokenizer_eos(tok) >= 0 ? tokenizer_token_text(tok, tokenizer_eos(tok), true, &el) : "";
-    char *bos_z = arena_strndup(a, bos, bl), *eos_z = arena_strndup(a, eos, el);
-    chat_render_opts ro = {.messages = norm,
+    chat_prompt_opts po = {.messages = msgs,
                            .tools = p->tools,
-                           .add_generation_prompt = true,
-                           .bos_token = bos_z,
-                           .eos_token = eos_z,
                            .extra = extra && extra->type == JSON_OBJECT ? extra : NULL,
-                           .now_unix = clock_wall_s(),
-                           .tool_args = CHAT_TOOL_ARGS_AS_GIVEN};
+                           .add_generation_prompt = true,
+                           .now_unix = clock_wall_s()};
     strbuf sb;
     strbuf_init(&sb);
-    int rc = chat_template_render(s->sm.tmpl, &ro, &sb);
+    int rc = chat_prompt_render(s->sm.tmpl, s->sm.tok, a, &po, &sb);
     if (rc) {
         strbuf_deinit(&sb);
         return srv_fail(e, 400, INV, "messages", "the chat template refused the conversation: %s",
                         err_detail());
     }
-    /* the template writes BOS itself when it wants one; add it only if it did not */
-    bool has_bos = bl && sb.len >= bl && memcmp(sb.data, bos, bl) == 0;
     p->prompts = arena_alloc(a, sizeof *p->prompts);
     p->prompt_lens = arena_alloc(a, sizeof *p->prompt_lens);
     p->n_prompts = 1;
-    rc = srv_tokenize(s, a, sb.data, sb.len, !has_bos && tokenizer_add_bos(tok), true,
-                      &p->prompts[0], &p->prompt_lens[0], "messages", e);
+    rc = chat_prompt_tokenize(s->sm.tok, a, sb.data, sb.len, &p->prompts[0], &p->prompt_lens[0]);
     strbuf_deinit(&sb);
-    return rc;
+    if (rc)
+        return srv_fail(e, rc == ERR_TOOLARGE ? 413 : 400, INV, "messages", "%s", err_detail());
+    return 0;
 }
 
 static int srv_completion_prompt(server *s, arena *a, const json_value *body, srv_params *p,
