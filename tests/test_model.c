@@ -463,10 +463,22 @@ static void inv_run(inv_case *ic, const char *path, kn_isa isa, int threads, int
 }
 
 static void t_invariance(void) {
-    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q5_1,
-                         GGUF_TYPE_Q5_K, TYPE_Q4_K_M};
-    for (int ti = 0; ti < (int)(sizeof types / sizeof *types); ti++) {
-        const char *path = synth_path("llama", types[ti], false, 21);
+    /* every weight family, and every architecture and attention variant */
+    static const struct {
+        const char *arch;
+        int type;
+        const char *rope;
+        int64_t window;
+    } vs[] = {
+        {"llama", GGUF_TYPE_F16, NULL, 0},    {"llama", GGUF_TYPE_Q8_0, NULL, 0},
+        {"llama", GGUF_TYPE_Q4_0, NULL, 0},   {"llama", GGUF_TYPE_Q5_1, NULL, 0},
+        {"llama", GGUF_TYPE_Q5_K, NULL, 0},   {"llama", TYPE_Q4_K_M, NULL, 0},
+        {"qwen2", GGUF_TYPE_F16, NULL, 0},    {"qwen3", TYPE_Q4_K_M, NULL, 0},
+        {"llama", GGUF_TYPE_F16, "llama3", 13},
+    };
+    for (int ti = 0; ti < (int)(sizeof vs / sizeof *vs); ti++) {
+        const char *path = synth_variant(vs[ti].arch, vs[ti].type, false, 21, vs[ti].rope,
+                                         vs[ti].window);
         inv_case ic;
         model *m;
         T_OK(model_load(path, KN_ISA_SCALAR, &m));

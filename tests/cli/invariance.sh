@@ -6,9 +6,14 @@
 # sanitizer builds a reduced matrix runs (VERITY_TEST_SCALE < 1).
 . "$(dirname "$0")/lib.bash"
 
-for type in f32 q8_0; do
+# f32 and q8_0 llama models, and a Qwen3 Q4_K_M-style file made the way users make them:
+# synth (F32) then quantize
+"$VERITY" synth --shape small --arch qwen3 --type f32 --seed 11 -o "$TMP/qwen3-f32.gguf" 2>"$TMP/err" &&
+    "$VERITY" quantize "$TMP/qwen3-f32.gguf" "$TMP/tiny-qwen3_q4_k_m.gguf" q4_k_m 2>>"$TMP/err" ||
+    fail invariance.qwen3_q4_k_m "synth/quantize failed: $(cat "$TMP/err")"
+for type in f32 q8_0 qwen3_q4_k_m; do
     model="$TMP/tiny-$type.gguf"
-    if ! "$VERITY" synth --shape tiny --type "$type" --seed 11 -o "$model" 2>"$TMP/err"; then
+    if [ ! -e "$model" ] && ! "$VERITY" synth --shape tiny --type "$type" --seed 11 -o "$model" 2>"$TMP/err"; then
         fail "invariance.$type" "synth failed: $(cat "$TMP/err")"; continue
     fi
     # 64 prompts from a fixed generator: lengths 1..60 words, every fourth greedy
