@@ -127,9 +127,13 @@ FUZZ_DEPS_chat_template := src/base src/chat
 FUZZ_DEPS_tokenizer := src/base src/gguf src/tokenizer
 FUZZ_DEPS_tool_grammar := src/base src/chat src/gguf src/tokenizer
 FUZZ_FILES_tool_grammar := src/sample/grammar.c src/sample/grammar_vocab.c
+# "all": every library source except the per-ISA kernel files, with scalar kernels only
+FUZZ_DEPS_request := all
+FUZZ_ALL := $(filter-out %_avx2.c %_avx512.c,$(LIB_SRCS))
 build/fuzz/fuzz_%: fuzz/fuzz_%.c FORCE
 	@mkdir -p build/fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(wildcard $(addsuffix /*.c,$(or $(FUZZ_DEPS_$*),src/base))) \
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(if $(filter all,$(FUZZ_DEPS_$*)),-DVERITY_NO_SIMD=1) $< \
+	  $(if $(filter all,$(FUZZ_DEPS_$*)),$(FUZZ_ALL),$(wildcard $(addsuffix /*.c,$(or $(FUZZ_DEPS_$*),src/base)))) \
 	  $(FUZZ_FILES_$*) $(LDLIBS) -o $@
 
 FORCE:
