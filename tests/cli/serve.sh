@@ -71,6 +71,7 @@ if start_server serve.start -m "$MODEL"; then
     nodedir="$(dirname "$0")/../node"
     if command -v node >/dev/null && { [ -d "$nodedir/node_modules/openai" ] || (cd "$nodedir" && timeout 300 npm ci --no-audit --no-fund >/dev/null 2>&1); }; then
         VERITY_URL=$SRV_URL timeout 600 node "$nodedir/conformance.mjs"
+        VERITY_URL=$SRV_URL timeout 600 node "$nodedir/detok.mjs"
         VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" record >"$TMP/p1.alone"
         VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" replay >"$TMP/p1.concurrent"
         if [ "$(grep -c '' "$TMP/p1.alone")" -eq 64 ] && ! grep -q '"error"' "$TMP/p1.alone" && cmp -s "$TMP/p1.alone" "$TMP/p1.concurrent"; then
