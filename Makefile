@@ -67,7 +67,7 @@ REPLAY_BINS := $(FUZZ_SRCS:fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
 LIB := $(BUILD)/libverity.a
 BIN := $(BUILD)/verity
 
-.PHONY: all tests test check fuzz format clean bench
+.PHONY: all tests test check fuzz format clean bench faults
 
 all: $(BIN)
 
@@ -114,6 +114,7 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=release tests
+	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=faults all
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=asan tests
 	@tests/run.sh build/release build/asan
 
@@ -137,6 +138,11 @@ build/fuzz/fuzz_%: fuzz/fuzz_%.c FORCE
 	  $(FUZZ_FILES_$*) $(LDLIBS) -o $@
 
 FORCE:
+
+# The fault-injection build (build/faults/verity): release flags plus the FAULT toggles of
+# flags.h. Never part of release builds.
+faults:
+	@$(MAKE) --no-print-directory TYPE=faults all
 
 fuzz: $(FUZZ_SRCS:fuzz/fuzz_%.c=build/fuzz/fuzz_%)
 

@@ -21,7 +21,7 @@ static const struct {
 } flag_defs[FLAG_COUNT] = {
 #define FLAG_ROW(id, name, kind, def, choices, desc)                                              \
     {name, "VERITY_" #id, kind, def, choices, desc},
-    FLAG_LIST(FLAG_ROW)
+    FLAG_LIST(FLAG_ROW) FLAG_FAULT_LIST(FLAG_ROW)
 #undef FLAG_ROW
 };
 

@@ -58,12 +58,43 @@ enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL, FLAG_KIND_STRING
       "serve: seconds a connection may stay idle or take to send its request")                    \
     X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024", "serve: largest request body in MiB")
 
+/* Fault injection (issue 5): the incident's bug classes, reproduced on purpose so that
+ * `verity hunt` and `verity bisect` can be shown to find them. They exist only in the fault
+ * build (make faults, -DVERITY_FAULTS=1), never in release builds, and are all off by default.
+ * Each needs concurrency to fire, as the originals did. */
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+#define FLAG_FAULT_LIST(X)                                                                         \
+    X(FAULT_DETOK_SHARED, "fault-detok-shared", FLAG_KIND_BOOL, "0", "0|1",                        \
+      "FAULT (a): the detokenizer applies the first request's skip_special_tokens to all requests " \
+      "in the step")                                                                              \
+    X(FAULT_ATTN_OFFSETS, "fault-attn-offsets", FLAG_KIND_BOOL, "0", "0|1",                        \
+      "FAULT (b): attention reads every sequence's keys through the first sequence's block table") \
+    X(FAULT_KV_REUSE, "fault-kv-reuse", FLAG_KIND_BOOL, "0", "0|1",                                \
+      "FAULT (c): a freed KV block is reused while a simulated transfer still writes into it")    \
+    X(FAULT_BIG_BATCH, "fault-big-batch", FLAG_KIND_BOOL, "0", "0|1",                              \
+      "FAULT (d): above batch 32 the logits of later sequences come from a stale buffer")         \
+    X(FAULT_TABLE_RACE, "fault-table-race", FLAG_KIND_BOOL, "0", "0|1",                            \
+      "FAULT (e): the scheduler rewrites a block table while the previous step still reads it")   \
+    X(FAULT_TIER_RELOAD, "fault-tier-reload", FLAG_KIND_BOOL, "0", "0|1",                          \
+      "FAULT (f): a preempted sequence's KV comes back from the host tier with K but not V")
+#else
+#define FLAG_FAULT_LIST(X)
+#endif
+
 typedef enum flag_id {
 #define FLAG_ENUM(id, name, kind, def, choices, desc) FLAG_##id,
-    FLAG_LIST(FLAG_ENUM)
+    FLAG_LIST(FLAG_ENUM) FLAG_FAULT_LIST(FLAG_ENUM)
 #undef FLAG_ENUM
         FLAG_COUNT
 } flag_id;
+
+/* True in the fault build when fault toggle id is on; always false otherwise, so release code
+ * compiles the fault branches away. */
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+#define FLAG_FAULT(id) (flags_int(FLAG_FAULT_##id) != 0)
+#else
+#define FLAG_FAULT(id) 0
+#endif
 
 typedef struct flag_info {
     const char *name;

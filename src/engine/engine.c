@@ -41,6 +41,9 @@ typedef struct eng_seq {
     engine_cb cb;
     void *ud;
     struct eng_seq *next;
+    int32_t fault_tag;
+    unsigned char *fault_host; /* FAULT (f): K/V saved to the "host tier" at preemption */
+    int32_t fault_host_done;   /* positions saved */
 } eng_seq;
 
 struct engine {
@@ -64,6 +67,14 @@ struct engine {
     int64_t n_generated;      /* tokens sampled and kept */
     int64_t n_prompt_computed; /* tokens fed while reading known tokens (prefill and recompute) */
     int64_t last_step_seqs;
+    int32_t step_first_tag;
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    bool f_kv_reuse, f_table_race, f_tier_reload;
+    int32_t *f_freed_prev; /* FAULT (c): blocks freed at the end of the previous step */
+    int64_t f_n_prev;
+    unsigned char *f_noise;              /* one block's worth of K/V noise */
+    int64_t f_steps;
+#endif
 };
 
 void engine_opts_from_flags(engine_opts *o, const model *m) {
@@ -118,6 +129,20 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     e->masked = malloc((size_t)e->n_vocab * sizeof *e->masked);
     if (!rc && (!e->running || !e->fs || !e->fs_owner || !e->masked))
         rc = err_set(ERR_NOMEM, "engine: out of memory");
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    e->f_kv_reuse = FLAG_FAULT(KV_REUSE);
+    e->f_table_race = FLAG_FAULT(TABLE_RACE);
+    e->f_tier_reload = FLAG_FAULT(TIER_RELOAD);
+    if (!rc) {
+        e->f_freed_prev = calloc((size_t)o->kv_blocks, sizeof(int32_t));
+        e->f_noise = malloc(kv_block_state_bytes(e->kv));
+        if (!e->f_freed_prev || !e->f_noise)
+            rc = err_set(ERR_NOMEM, "engine: out of memory");
+        else
+            for (size_t i = 0; i < kv_block_state_bytes(e->kv) / 2; i++)
+                ((uint16_t *)e->f_noise)[i] = (uint16_t)(0x3000 + (i * 2654435761u) % 0x1000);
+    }
+#endif
     if (rc) {
         engine_destroy(e);
         return rc;
@@ -155,6 +180,10 @@ void engine_destroy(engine *e) {
     }
     fwd_ctx_destroy(e->fc);
     kv_pool_destroy(e->kv);
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    free(e->f_freed_prev);
+    free(e->f_noise);
+#endif
     free(e->running);
     free(e->fs);
     free(e->fs_owner);
@@ -207,6 +236,7 @@ static int eng_submit(engine *e, const engine_req *r) {
     s->n_prompt = s->n_toks = r->n_prompt;
     s->max_tokens = r->max_tokens;
     s->ignore_eog = r->ignore_eog;
+    s->fault_tag = r->fault_tag;
     s->want_logprobs = r->sp.n_logprobs > 0 || r->want_logprobs;
     s->gs = r->constraint;
     s->cb = r->cb;
@@ -299,6 +329,23 @@ static void eng_admit(engine *e) {
         if (need + pending > kv_pool_n_free(e->kv))
             break; /* FIFO: the head waits for blocks; later requests do not overtake it */
         pending += need;
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+        if (s->fault_host) {
+            /* FAULT (f): reload the saved K/V from the "host tier" -- K only, V is forgotten */
+            int64_t nb = eng_blocks_need(e, s->fault_host_done);
+            size_t sb = kv_block_state_bytes(e->kv);
+            for (int64_t b = 0; b < nb; b++) {
+                s->blocks[s->n_blocks] = kv_pool_alloc(e->kv);
+                kv_block_load(e->kv, s->blocks[s->n_blocks], s->fault_host + (size_t)b * sb, true,
+                              false);
+                s->n_blocks++;
+            }
+            s->n_done = s->fault_host_done;
+            pending -= nb;
+            free(s->fault_host);
+            s->fault_host = NULL;
+        }
+#endif
         e->wait_head = s->next;
         if (!e->wait_head)
             e->wait_tail = NULL;
@@ -316,6 +363,18 @@ static void eng_admit(engine *e) {
  * after, bitwise identical to an uninterrupted run. */
 static void eng_preempt(engine *e, int32_t i) {
     eng_seq *s = e->running[i];
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    size_t sb = kv_block_state_bytes(e->kv);
+    int64_t keep = eng_blocks_need(e, s->n_done);
+    if (e->f_tier_reload && s->n_done > 0 && (s->fault_host = malloc((size_t)keep * sb))) {
+        for (int64_t b = 0; b < keep; b++) {
+            kv_block_save(e->kv, s->blocks[b], s->fault_host + (size_t)b * sb);
+            /* the device block is recycled: its V no longer holds this sequence's values */
+            kv_block_load(e->kv, s->blocks[b], e->f_noise, false, true);
+        }
+        s->fault_host_done = s->n_done;
+    }
+#endif
     eng_release_blocks(e, s);
     s->n_done = 0;
     s->plan = 0;
@@ -384,6 +443,30 @@ static void eng_fit_pool(engine *e) {
         while (s->plan && s->n_blocks < want)
             s->blocks[s->n_blocks++] = kv_pool_alloc(e->kv);
     }
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    /* FAULT (e): every fourth step with more than one sequence, the scheduler moves the newest
+     * sequence's last block to a fresh one, copying it without the slot the previous step wrote
+     * (that step was still in flight when the copy was taken) */
+    if (e->f_table_race && e->n_running > 1 && (++e->f_steps & 3) == 0 && kv_pool_n_free(e->kv)) {
+        eng_seq *s = e->running[e->n_running - 1];
+        if (s->n_done > 0 && s->n_blocks > 0 && s->n_done % e->o.block_size != 0) {
+            size_t sb = kv_block_state_bytes(e->kv), bb = kv_pool_block_bytes(e->kv);
+            unsigned char *tmp = malloc(sb);
+            if (tmp) {
+                int32_t last = s->blocks[s->n_blocks - 1], fresh = kv_pool_alloc(e->kv);
+                kv_block_save(e->kv, last, tmp);
+                size_t slot = (size_t)((s->n_done - 1) % e->o.block_size);
+                size_t per_slot = bb / (size_t)e->o.block_size;
+                for (size_t part = 0; part < sb / bb; part++)
+                    memset(tmp + part * bb + slot * per_slot, 0, per_slot);
+                kv_block_load(e->kv, fresh, tmp, true, true);
+                s->blocks[s->n_blocks - 1] = fresh;
+                kv_block_unref(e->kv, last);
+                free(tmp);
+            }
+        }
+    }
+#endif
 }
 
 /* Samples the next token of s from its logits row and reports it; returns true if s finished. */
@@ -422,7 +505,8 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
     }
     if (!s->ignore_eog && e->tok && tokenizer_is_eog(e->tok, tok)) {
         engine_event ev = {.req_id = s->id, .token = -1, .index = s->n_gen, .sr = sr,
-                           .logits = row, .finish = ENGINE_FINISH_STOP};
+                           .logits = row, .finish = ENGINE_FINISH_STOP,
+                           .fault_step_tag = e->step_first_tag};
         if (s->cb)
             s->cb(s->ud, &ev);
         return true;
@@ -441,7 +525,7 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
         done = true;
     }
     engine_event ev = {.req_id = s->id, .token = tok, .index = s->n_gen - 1, .sr = sr,
-                       .logits = row, .finish = fin};
+                       .logits = row, .finish = fin, .fault_step_tag = e->step_first_tag};
     if (s->cb)
         s->cb(s->ud, &ev);
     return done;
@@ -470,6 +554,7 @@ int engine_step(engine *e) {
         }
     }
     e->last_step_seqs = nb;
+    e->step_first_tag = nb ? e->fs_owner[0]->fault_tag : 0;
     fwd_batch b = {.seqs = e->fs, .n_seqs = nb};
     const float *logits;
     int64_t n_out;
@@ -485,11 +570,26 @@ int engine_step(engine *e) {
             o++;
         }
     }
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    /* FAULT (c): the "transfer" of blocks freed last step lands now, into blocks that may have
+     * been handed to another sequence meanwhile */
+    for (int64_t k = 0; k < e->f_n_prev; k++)
+        kv_block_load(e->kv, e->f_freed_prev[k], e->f_noise, true, true);
+    e->f_n_prev = 0;
+    int32_t running_before = e->n_running;
+#endif
     for (int32_t i = 0; i < e->n_running;) {
-        if (e->running[i]->finished)
+        if (e->running[i]->finished) {
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+            eng_seq *fs = e->running[i];
+            if (e->f_kv_reuse && running_before > 1)
+                for (int32_t k = 0; k < fs->n_blocks; k++)
+                    e->f_freed_prev[e->f_n_prev++] = fs->blocks[k];
+#endif
             eng_remove_running(e, i);
-        else
+        } else {
             i++;
+        }
     }
     return 0;
 }

@@ -58,6 +58,7 @@ typedef struct engine_event {
     const float *logits;      /* the row the token was drawn from (n_vocab floats; masked by the
                                  request's grammar if it has one), or NULL */
     engine_finish finish;     /* set on the request's last event */
+    int32_t fault_step_tag;   /* fault build only: fault_tag of the first sequence of the step */
 } engine_event;
 
 typedef void (*engine_cb)(void *ud, const engine_event *ev);
@@ -98,6 +99,7 @@ typedef struct engine_req {
                                   the request */
     engine_cb cb;
     void *ud;
+    int32_t fault_tag;     /* fault build only: echoed as fault_step_tag to its step's peers */
 } engine_req;
 
 /* Queues a request. Returns 0, ERR_INVAL (empty prompt, bad parameters), ERR_RANGE (the prompt

@@ -104,6 +104,7 @@ static void eloop_on_event(void *ud, const engine_event *e) {
     ev.token = e->token;
     ev.index = e->index;
     ev.finish = e->finish;
+    ev.fault_step_tag = e->fault_step_tag;
     if (e->sr && e->token >= 0) {
         ev.has_logprobs = true;
         ev.logprob = e->sr->logprob;

@@ -29,6 +29,7 @@ typedef struct eloop_event {
     int64_t index;        /* output position */
     engine_finish finish; /* ENGINE_FINISH_NONE until the last event */
     int error;            /* nonzero on a finish caused by a submit error (err code) */
+    int32_t fault_step_tag; /* fault build only (engine_event.fault_step_tag) */
     bool has_logprobs;
     float logprob;
     int32_t n_top;

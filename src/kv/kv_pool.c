@@ -10,6 +10,7 @@
 #include "base/mem.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 struct kv_pool {
@@ -115,6 +116,36 @@ bool kv_pool_f16(const kv_pool *p) {
 size_t kv_pool_block_bytes(const kv_pool *p) {
     return p->block_bytes;
 }
+size_t kv_block_state_bytes(const kv_pool *p) {
+    return p->block_bytes * 2 * (size_t)p->o.n_layer;
+}
+
+/* Layout of a saved block: for each layer, K then V. */
+void kv_block_save(const kv_pool *p, int32_t id, void *dst) {
+    CHECK(id >= 0 && id < p->o.n_blocks);
+    unsigned char *d = dst;
+    for (int64_t l = 0; l < p->o.n_layer; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            const unsigned char *src = p->mem + ((size_t)l * 2 + (size_t)kv) * p->layer_bytes +
+                                       (size_t)id * p->block_bytes;
+            memcpy(d, src, p->block_bytes);
+            d += p->block_bytes;
+        }
+}
+
+void kv_block_load(kv_pool *p, int32_t id, const void *src, bool k, bool v) {
+    CHECK(id >= 0 && id < p->o.n_blocks);
+    const unsigned char *s = src;
+    for (int64_t l = 0; l < p->o.n_layer; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            if (kv == 0 ? k : v)
+                memcpy(p->mem + ((size_t)l * 2 + (size_t)kv) * p->layer_bytes +
+                           (size_t)id * p->block_bytes,
+                       s, p->block_bytes);
+            s += p->block_bytes;
+        }
+}
+
 void *kv_pool_k_base(kv_pool *p, int64_t layer) {
     return p->mem + (size_t)layer * 2 * p->layer_bytes;
 }

@@ -56,6 +56,15 @@ int64_t kv_pool_block_size(const kv_pool *p);
 bool kv_pool_f16(const kv_pool *p);
 size_t kv_pool_block_bytes(const kv_pool *p);
 
+/* Bytes of one block's K and V over all layers (what kv_block_save writes). */
+size_t kv_block_state_bytes(const kv_pool *p);
+
+/* Copies block id's K and V (every layer) to dst (kv_block_state_bytes bytes). */
+void kv_block_save(const kv_pool *p, int32_t id, void *dst);
+
+/* Restores block id from src (saved by kv_block_save), K and/or V. */
+void kv_block_load(kv_pool *p, int32_t id, const void *src, bool k, bool v);
+
 /* Base of layer l's K (V) region. */
 void *kv_pool_k_base(kv_pool *p, int64_t layer);
 void *kv_pool_v_base(kv_pool *p, int64_t layer);

@@ -47,6 +47,7 @@ struct fwd_ctx {
     float *logits;
     void **mm_scratch;    /* per thread */
     float **attn_scratch; /* per thread */
+    bool fault_attn_offsets, fault_big_batch; /* FAULT (b), (d): fault build only */
     /* the step being run */
     const fwd_batch *b;
     int64_t n_tok, n_out;
@@ -123,6 +124,8 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
         return rc;
     }
     c->n_threads = n_threads;
+    c->fault_attn_offsets = FLAG_FAULT(ATTN_OFFSETS);
+    c->fault_big_batch = FLAG_FAULT(BIG_BATCH);
     *out = c;
     return 0;
 }
@@ -265,6 +268,9 @@ static void fwd_attention(fwd_ctx *c, const fwd_part *pt, int64_t layer) {
     for (int64_t pi = p0; pi < p1; pi++) {
         int64_t t = pi / hp->n_head, h = pi % hp->n_head;
         kv.table = c->b->seqs[c->tok_seq[t]].blocks;
+        if (c->fault_attn_offsets && c->b->n_seqs > 1 &&
+            c->b->seqs[0].n_blocks * kv.block_size > c->tok_pos[t])
+            kv.table = c->b->seqs[0].blocks; /* FAULT (b): the first sequence's block table */
         kn_attn_row(c->q + t * c->q_dim + h * hd, &kv, h / group, hd, (int64_t)c->tok_pos[t] + 1,
                     scale, c->attn_chunk, c->attn_scratch[pt->ith], c->att + t * c->q_dim + h * hd,
                     c->m->isa);
@@ -331,8 +337,11 @@ static void fwd_step(void *vctx, int ith, int nth) {
     if (kn_mat_wants_q8(m->output))
         fwd_quantize_rows(c, c->out_x, D, o0, o1);
     pool_barrier(P);
-    if (c->n_out > 0)
-        fwd_matmul(c, &pt, m->output, c->out_x, c->n_out, c->logits);
+    /* FAULT (d): above batch 32 only the first 32 logit rows are computed; later rows keep
+     * whatever the buffer held from an earlier step */
+    int64_t n_logit_rows = c->fault_big_batch && c->n_out > 32 ? 32 : c->n_out;
+    if (n_logit_rows > 0)
+        fwd_matmul(c, &pt, m->output, c->out_x, n_logit_rows, c->logits);
 }
 
 int fwd_run(fwd_ctx *c, const fwd_batch *b, const float **logits, int64_t *n_out) {

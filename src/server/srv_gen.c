@@ -19,6 +19,7 @@
 #include "server/srv_int.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/log.h"
 
 #include <stdio.h>
@@ -161,6 +162,7 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
                         .ignore_eog = g->p.ignore_eos,
                         .want_logprobs = g->p.logprobs};
         r.sp.seed = g->p.sp.seed + (uint64_t)(i % p->n);
+        r.fault_tag = g->p.skip_special ? 2 : 1; /* used by FAULT (a) only */
         /* each choice follows the grammar with its own state; the engine owns it once submitted */
         if ((g->p.constraint && grammar_state_create(g->p.constraint, &r.constraint)) ||
             engine_loop_submit(s->sm.loop, &r, &c->q)) {
@@ -314,6 +316,8 @@ static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
         }
         c->t_last_ns = now;
         c->n_tokens++;
+        if (FLAG_FAULT(DETOK_SHARED) && ev->fault_step_tag)
+            c->ts.skip_special = ev->fault_step_tag == 2; /* FAULT (a): the step's first flags */
         tokenizer_stream_push(&c->ts, ev->token, &c->raw);
         if (g->p.logprobs && ev->has_logprobs)
             srv_choice_logprob(g, c, ev);
