@@ -66,6 +66,14 @@ if start_server serve.start -m "$MODEL"; then
     else
         skip serve.promtool "promtool not installed (Debian package prometheus)"
     fi
+    # every series the Grafana dashboard queries exists
+    curl -s "$SRV_URL/metrics" >"$TMP/metrics.txt"
+    dash="$(dirname "$0")/../../contrib/grafana/verity.json"
+    absent=""
+    for m in $(grep -o 'verity_[a-z0-9_]*' "$dash" | sort -u); do
+        grep -q "^$m[ {]" "$TMP/metrics.txt" || absent="$absent $m"
+    done
+    [ -z "$absent" ] && pass serve.grafana_metrics_exist || fail serve.grafana_metrics_exist "not exported:$absent"
 
     # the official OpenAI client, and P1 through HTTP
     nodedir="$(dirname "$0")/../node"
