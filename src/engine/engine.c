@@ -41,6 +41,7 @@ typedef struct eng_seq {
     engine_cb cb;
     void *ud;
     struct eng_seq *next;
+    uint64_t share_group; /* requests with the same nonzero group share one prompt (n > 1) */
     int32_t fault_tag;
     unsigned char *fault_host; /* FAULT (f): K/V saved to the "host tier" at preemption */
     int32_t fault_host_done;   /* positions saved */
@@ -65,6 +66,7 @@ struct engine {
     int64_t n_admitted;
     int64_t n_preemptions;
     int64_t n_generated;      /* tokens sampled and kept */
+    int64_t n_shared_positions; /* prompt positions taken from a group peer instead of computed */
     int64_t n_prompt_computed; /* tokens fed while reading known tokens (prefill and recompute) */
     int64_t last_step_seqs;
     int32_t step_first_tag;
@@ -237,6 +239,7 @@ static int eng_submit(engine *e, const engine_req *r) {
     s->max_tokens = r->max_tokens;
     s->ignore_eog = r->ignore_eog;
     s->fault_tag = r->fault_tag;
+    s->share_group = r->share_group;
     s->want_logprobs = r->sp.n_logprobs > 0 || r->want_logprobs;
     s->gs = r->constraint;
     s->cb = r->cb;
@@ -313,6 +316,54 @@ static void eng_reap_cancelled(engine *e) {
     }
 }
 
+/* For a waiting request of a share group: the running peer whose K/V for the first
+ * n_prompt - 1 positions is complete (same prompt), or NULL. *state is 1 when a running peer
+ * exists but is still computing that prefix (the caller then waits), 0 otherwise. */
+static const eng_seq *eng_share_peer(const engine *e, const eng_seq *s, int32_t *state) {
+    *state = 0;
+    if (s->n_done > 0 || s->n_prompt < 2 || s->n_toks != s->n_prompt)
+        return NULL; /* only fresh requests share (not one re-admitted after preemption) */
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const eng_seq *r = e->running[i];
+        if (r->share_group != s->share_group || r->n_prompt != s->n_prompt ||
+            memcmp(r->toks, s->toks, (size_t)s->n_prompt * sizeof *s->toks) != 0)
+            continue;
+        if (r->n_done >= s->n_prompt - 1)
+            return r;
+        *state = 1;
+    }
+    return NULL;
+}
+
+/* Gives s the peer's K/V for positions [0, n_prompt - 1): full blocks by reference (they are
+ * never written again: both sequences write only at positions >= n_prompt - 1), the partial block
+ * by copy. The bytes are exactly those s would have computed (P1), so s's output is unchanged. */
+static void eng_share_prompt(engine *e, eng_seq *s, const eng_seq *peer) {
+    int64_t upto = s->n_prompt - 1, full = upto / e->o.block_size;
+    for (int64_t b = 0; b < full; b++) {
+        kv_block_ref(e->kv, peer->blocks[b]);
+        s->blocks[s->n_blocks++] = peer->blocks[b];
+    }
+    if (upto % e->o.block_size) {
+        size_t sb = kv_block_state_bytes(e->kv);
+        unsigned char *tmp = malloc(sb);
+        if (!tmp)
+            goto partial_failed;
+        int32_t nb = kv_pool_alloc(e->kv);
+        kv_block_save(e->kv, peer->blocks[full], tmp);
+        kv_block_load(e->kv, nb, tmp, true, true);
+        free(tmp);
+        s->blocks[s->n_blocks++] = nb;
+    }
+    s->n_done = (int32_t)upto;
+    e->n_shared_positions += upto;
+    return;
+partial_failed:
+    /* no memory for the copy: keep the full blocks, compute the rest */
+    s->n_done = (int32_t)(full * e->o.block_size);
+    e->n_shared_positions += s->n_done;
+}
+
 /* Admits waiting requests in FIFO order while a batch slot is free and the pool has blocks for
  * all of the head request's known tokens (so it can at least finish its prefill), counting the
  * blocks that running sequences still need for their own known tokens as taken. */
@@ -325,10 +376,17 @@ static void eng_admit(engine *e) {
     }
     while (e->wait_head && e->n_running < e->o.max_batch) {
         eng_seq *s = e->wait_head;
-        int64_t need = eng_blocks_need(e, s->n_toks);
+        int32_t peer_state = 0;
+        const eng_seq *peer = s->share_group ? eng_share_peer(e, s, &peer_state) : NULL;
+        if (!peer && peer_state == 1)
+            break; /* a group peer is computing the shared prompt: wait for it, in order */
+        int64_t shared = peer ? (s->n_prompt - 1) / e->o.block_size : 0;
+        int64_t need = eng_blocks_need(e, s->n_toks) - shared;
         if (need + pending > kv_pool_n_free(e->kv))
             break; /* FIFO: the head waits for blocks; later requests do not overtake it */
         pending += need;
+        if (peer)
+            eng_share_prompt(e, s, peer);
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
         if (s->fault_host) {
             /* FAULT (f): reload the saved K/V from the "host tier" -- K only, V is forgotten */
@@ -614,6 +672,9 @@ int64_t engine_n_ctx(const engine *e) {
 }
 int64_t engine_n_preemptions(const engine *e) {
     return e->n_preemptions;
+}
+int64_t engine_n_shared_positions(const engine *e) {
+    return e->n_shared_positions;
 }
 int64_t engine_n_generated(const engine *e) {
     return e->n_generated;

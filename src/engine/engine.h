@@ -100,6 +100,8 @@ typedef struct engine_req {
     engine_cb cb;
     void *ud;
     int32_t fault_tag;     /* fault build only: echoed as fault_step_tag to its step's peers */
+    uint64_t share_group;  /* nonzero: requests of the group with the same prompt share its K/V
+                              (n > 1 choices); the shared bytes equal what each would compute */
 } engine_req;
 
 /* Queues a request. Returns 0, ERR_INVAL (empty prompt, bad parameters), ERR_RANGE (the prompt
@@ -128,6 +130,8 @@ int64_t engine_n_ctx(const engine *e);
  * (prompt prefill, and recomputation after preemption); sequences in the last step. */
 int64_t engine_n_preemptions(const engine *e);
 int64_t engine_n_generated(const engine *e);
+/* Prompt positions whose K/V a request took from a share-group peer instead of computing. */
+int64_t engine_n_shared_positions(const engine *e);
 int64_t engine_n_prompt_computed(const engine *e);
 int64_t engine_last_step_seqs(const engine *e);
 

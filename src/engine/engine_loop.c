@@ -56,7 +56,7 @@ struct engine_loop {
     /* requests known to the engine thread, by id (for lookups on cancel) */
     _Atomic int64_t pending;
     _Atomic int64_t st_running, st_waiting, st_kv_used, st_kv_total, st_preempt, st_steps;
-    _Atomic int64_t st_prompt_tokens, st_gen_tokens;
+    _Atomic int64_t st_prompt_tokens, st_gen_tokens, st_shared;
 };
 
 static void eloop_req_unref(eloop_req *q) {
@@ -124,6 +124,7 @@ static void eloop_update_stats(engine_loop *l) {
     atomic_store(&l->st_kv_used, engine_kv_used(l->e));
     atomic_store(&l->st_kv_total, engine_kv_total(l->e));
     atomic_store(&l->st_preempt, engine_n_preemptions(l->e));
+    atomic_store(&l->st_shared, engine_n_shared_positions(l->e));
 }
 
 static void eloop_handle(engine_loop *l, eloop_msg *m) {
@@ -358,6 +359,7 @@ void engine_loop_stats(engine_loop *l, eloop_stats *out) {
     out->steps = atomic_load(&l->st_steps);
     out->prompt_tokens = atomic_load(&l->st_prompt_tokens);
     out->generation_tokens = atomic_load(&l->st_gen_tokens);
+    out->shared_positions = atomic_load(&l->st_shared);
 }
 
 int64_t engine_loop_pending(engine_loop *l) {

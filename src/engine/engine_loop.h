@@ -44,6 +44,7 @@ typedef struct eloop_stats {
     int64_t steps;
     int64_t prompt_tokens;     /* prompt tokens computed (recomputation after preemption included) */
     int64_t generation_tokens; /* tokens sampled */
+    int64_t shared_positions;  /* prompt positions shared between the choices of a request */
 } eloop_stats;
 
 /* Called by the engine thread after every step with the number of sequences in it (for the batch

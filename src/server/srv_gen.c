@@ -163,6 +163,8 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
                         .want_logprobs = g->p.logprobs};
         r.sp.seed = g->p.sp.seed + (uint64_t)(i % p->n);
         r.fault_tag = g->p.skip_special ? 2 : 1; /* used by FAULT (a) only */
+        if (p->n > 1) /* the n choices of a prompt share its K/V (engine.h, share_group) */
+            r.share_group = idn * SRV_MAX_CHOICES + (uint64_t)c->prompt_idx + 1;
         /* each choice follows the grammar with its own state; the engine owns it once submitted */
         if ((g->p.constraint && grammar_state_create(g->p.constraint, &r.constraint)) ||
             engine_loop_submit(s->sm.loop, &r, &c->q)) {

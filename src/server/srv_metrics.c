@@ -140,6 +140,9 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
     srv_family(sb, "verity_engine_prompt_tokens_total", "counter",
                "Known tokens the engine computed (prefill, and recomputation after preemption).");
     strbuf_printf(sb, "verity_engine_prompt_tokens_total %lld\n", (long long)st->prompt_tokens);
+    srv_family(sb, "verity_shared_prompt_tokens_total", "counter",
+               "Prompt positions the choices of an n > 1 request took from each other (not computed).");
+    strbuf_printf(sb, "verity_shared_prompt_tokens_total %lld\n", (long long)st->shared_positions);
     srv_family(sb, "verity_engine_steps_total", "counter", "Engine steps run.");
     strbuf_printf(sb, "verity_engine_steps_total %lld\n", (long long)st->steps);
     srv_family(sb, "verity_request_success_total", "counter", "Requests finished, by finish reason.");

@@ -66,6 +66,24 @@ if start_server serve.start -m "$MODEL"; then
     else
         skip serve.promtool "promtool not installed (Debian package prometheus)"
     fi
+    # n > 1: the choices share the prompt's K/V, and each equals an independent request with its
+    # seed (seed + i)
+    if command -v node >/dev/null; then
+        sh0=$(metric verity_shared_prompt_tokens_total)
+        body='"prompt":"a fairly long shared prompt for the choices to share","max_tokens":12,"temperature":0.9'
+        curl -s -H 'content-type: application/json' -d "{$body,\"n\":3,\"seed\":5}" "$SRV_URL/v1/completions" |
+            node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const c of JSON.parse(s).choices)console.log(JSON.stringify(c.text))})' >"$TMP/n3"
+        for k in 0 1 2; do
+            curl -s -H 'content-type: application/json' -d "{$body,\"seed\":$((5 + k))}" "$SRV_URL/v1/completions" |
+                node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.stringify(JSON.parse(s).choices[0].text)))'
+        done >"$TMP/n1"
+        sh1=$(metric verity_shared_prompt_tokens_total)
+        if [ "$(grep -c '' "$TMP/n3")" -eq 3 ] && cmp -s "$TMP/n3" "$TMP/n1" && [ "$sh1" -gt "${sh0:-0}" ]; then
+            pass "serve.n_choices_share_prompt($((sh1 - ${sh0:-0})) positions shared)"
+        else
+            fail serve.n_choices_share_prompt "choices differ from separate requests or nothing shared ($sh0 -> $sh1)"
+        fi
+    fi
     # every series the Grafana dashboard queries exists
     curl -s "$SRV_URL/metrics" >"$TMP/metrics.txt"
     dash="$(dirname "$0")/../../contrib/grafana/verity.json"
