@@ -3,7 +3,8 @@
 #
 #   make                  release build of build/release/verity
 #   make TYPE=debug       debug | release | asan (ASan+UBSan) | ubsan | tsan | faults
-#   make test             release and asan suites; last line "N passed, N failed"
+#   make test             release and ASan+UBSan suites, the TSan build on the concurrency
+#                         tests, and the fault build; last line "N passed, N failed"
 #   make check TYPE=tsan  one build type's suite
 #   make fuzz             libFuzzer targets (clang) into build/fuzz/
 #   make format           clang-format every C file
@@ -116,7 +117,8 @@ test:
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=release tests
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=faults all
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=asan tests
-	@tests/run.sh build/release build/asan
+	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=tsan tests
+	@tests/run.sh build/release build/asan build/tsan
 
 # libFuzzer builds (clang): each target links the subsystems it exercises, built without ISA
 # flags (scalar kernels only). FUZZ_DEPS_<name> lists them; default: base only. FUZZ_FILES_<name>

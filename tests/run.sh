@@ -52,13 +52,19 @@ for build in "$@"; do
     if [ "$name" = asan ] || [ "$name" = tsan ] || [ "$name" = ubsan ] || [ "$name" = debug ]; then
         export VERITY_TEST_SCALE=${VERITY_TEST_SCALE_SAN:-0.25}
         export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+        export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66}
     else
         unset VERITY_TEST_SCALE
     fi
+    # the TSan build runs the concurrency tests only (thread pool, threaded forward pass, engine
+    # loop, the HTTP server under concurrent load); VERITY_TSAN_ONLY overrides the selection
+    only=""
+    [ "$name" = tsan ] && only=${VERITY_TSAN_ONLY:-'^(test_base|test_model|test_grammar_engine|serve\.sh)$'}
     for t in "$build"/tests/*; do
         [ -x "$t" ] && [ -f "$t" ] || continue
         case "$t" in *.o|*.d) continue ;; esac
         b=$(basename "$t")
+        if [ -n "$only" ] && ! [[ "$b" =~ $only ]]; then continue; fi
         if [[ "$b" == replay_* ]]; then
             run_one "$name" "$b" "$t" "fuzz/corpus/${b#replay_}"
         else
@@ -67,6 +73,7 @@ for build in "$@"; do
     done
     for s in tests/cli/*.sh; do
         [ -f "$s" ] || continue
+        if [ -n "$only" ] && ! [[ "$(basename "$s")" =~ $only ]]; then continue; fi
         run_one "$name" "$(basename "$s")" bash "$s"
     done
 done
