@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+// Serving benchmark client: C concurrent streaming chat clients, each sending R requests in a row
+// (short prompts, G generated tokens, ignore_eos so every request runs to G). Reports generated
+// tokens per second over the whole run, and client-side percentiles of time to first token and
+// inter-token latency, as one JSON line.
+// Usage: VERITY_URL=... node serve_client.mjs CONCURRENCY REQUESTS_PER_CLIENT GEN
+const [C, R, G] = process.argv.slice(2).map(Number);
+const url = process.env.VERITY_URL + '/v1/chat/completions';
+const ttft = [], itl = [];
+let tokens = 0;
+
+async function one(i) {
+  const t0 = performance.now();
+  const res = await fetch(url, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: `Tell story number ${i}.` }], max_tokens: G, ignore_eos: true, temperature: 0.8, seed: i, stream: true }),
+  });
+  const dec = new TextDecoder();
+  let buf = '', last = 0;
+  for await (const chunk of res.body) {
+    buf += dec.decode(chunk, { stream: true });
+    let k;
+    while ((k = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, k); buf = buf.slice(k + 2);
+      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+      const d = JSON.parse(ev.slice(6));
+      const c = d.choices[0];
+      if (c && c.delta && c.delta.content !== undefined && c.delta.role === undefined) {
+        const now = performance.now();
+        if (!last) ttft.push(now - t0); else itl.push(now - last);
+        last = now;
+      }
+    }
+  }
+}
+
+async function client(c) { for (let r = 0; r < R; r++) await one(c * R + r); }
+const t0 = performance.now();
+await Promise.all(Array.from({ length: C }, (_, c) => client(c)));
+const secs = (performance.now() - t0) / 1000;
+tokens = C * R * G;
+const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.min(s.length - 1, Math.floor(p * s.length))] : 0; };
+console.log(JSON.stringify({
+  concurrency: C, requests: C * R, gen: G, seconds: +secs.toFixed(3), tok_s: +(tokens / secs).toFixed(2),
+  ttft_ms: { p50: +pct(ttft, 0.5).toFixed(1), p90: +pct(ttft, 0.9).toFixed(1), p99: +pct(ttft, 0.99).toFixed(1) },
+  itl_ms: { p50: +pct(itl, 0.5).toFixed(1), p90: +pct(itl, 0.9).toFixed(1), p99: +pct(itl, 0.99).toFixed(1) },
+}));
