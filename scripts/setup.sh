@@ -13,6 +13,7 @@ need=(
   "libclang-rt-14-dev:/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a"
   "python3:/usr/bin/python3"
   "libpcre2-dev:/usr/include/pcre2.h"
+  "libcurl4-openssl-dev:/usr/include/x86_64-linux-gnu/curl/curl.h"
 )
 missing=()
 for entry in "${need[@]}"; do
