@@ -24,6 +24,8 @@ static const struct {
     {"convert", cmd_convert, "convert a llama2.c model to GGUF"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"flags", cmd_flags, "list the toggle registry"},
+    {"hunt", cmd_hunt, "find concurrency-dependent corruption in an OpenAI-compatible server"},
+    {"bisect", cmd_bisect, "find the configuration toggle behind corruption that hunt measures"},
 };
 
 static void main_usage(FILE *f) {

@@ -509,11 +509,12 @@ static bool plan_fault(plan *p, int pos, unsigned fault, int max_tokens, uint64_
         return true;
     }
     if (fault & F_REPEAT) {
-        if (!is_text || pos < 3)
+        int from = pos < 3 ? 3 : pos;
+        if (!is_text || p->n < from)
             return false;
-        plan_truncate(p, pos);
-        while (p->n < max_tokens && p->n < pos + 200) {
-            const mtok *src = &p->toks[pos - 3 + (p->n - pos) % 3];
+        plan_truncate(p, from);
+        while (p->n < max_tokens && p->n < from + 200) {
+            const mtok *src = &p->toks[from - 3 + (p->n - from) % 3];
             char *t = xstrdup(src->text);
             plan_push(p, TK_CONTENT, 0, t, -0.01);
             free(t);
