@@ -103,6 +103,11 @@ static int hunt_bisect_measure(hunt_bctx *b, bool baseline, uint64_t flipped, in
         return rc;
     rc = b->ops->begin(b->ops->ud, lg, flipped);
     e = hunt_ledger_find(lg, baseline, flipped); /* begin may not touch lg, but be safe */
+    if (rc == ERR_CANCELLED) { /* interrupted while starting: resumed next time */
+        b->ops->end(b->ops->ud);
+        hunt_bsave(b);
+        return rc;
+    }
     if (rc) {
         snprintf(e->note, sizeof e->note, "could not start the target: %s", err_detail());
         snprintf(e->verdict, sizeof e->verdict, "error");

@@ -5,7 +5,7 @@
  *
  *   mock_openai [--host 127.0.0.1] [--port P | --port 0 --port-file FILE] [--step-ms MS]
  *               [--max-running N] [--fault KIND[,KIND...]] [--fault-min-batch K]
- *               [--fault-rate P] [--fault-when EXPR] [--seed S] [--error-rate P]
+ *               [--fault-rate P] [--fault-min-prompt N] [--fault-when EXPR] [--seed S] [--error-rate P]
  *               [--metrics-style verity|vllm|sglang|llamacpp] [--no-logprobs]
  *               [--random-ids] [--max-lifetime S] [--NAME VALUE ...]
  *   mock_openai --free-port      prints a free loopback port and exits
@@ -26,7 +26,9 @@
  * or tool calls whose arguments are generated from the offered tool's schema.
  *
  * Faults (each fires only in a step whose batch is larger than --fault-min-batch, for a request
- * drawn with probability --fault-rate, at the token the request is at):
+ * whose prompt has at least --fault-min-prompt tokens (estimated as bytes / 4; 0 = any), drawn
+ * with probability --fault-rate, at the token the request is at; --fault-min-batch 0
+ * --fault-min-prompt N makes a context-length bug that needs no concurrency):
  *   salad       the rest of the content becomes random character soup
  *   repeat      the rest loops over the last three tokens until max_tokens
  *   markup      tool-call markup appears in content (a tool call is written as text)
@@ -101,6 +103,7 @@ static struct {
     int max_running;
     unsigned faults;
     int fault_min_batch;
+    int fault_min_prompt;
     double fault_rate;
     const char *fault_when;
     uint64_t seed;
@@ -112,7 +115,7 @@ static struct {
     const char *toggle_name[MAX_TOGGLES];
     const char *toggle_val[MAX_TOGGLES];
     int n_toggles;
-} cfg = {"127.0.0.1", 0, NULL, 2, 4096, 0, 8, 0.3, NULL, 1, 0, "verity", false, false, 900,
+} cfg = {"127.0.0.1", 0, NULL, 2, 4096, 0, 8, 0, 0.3, NULL, 1, 0, "verity", false, false, 900,
          {0}, {0}, 0};
 
 static bool fault_enabled; /* faults configured and --fault-when holds */
@@ -1148,7 +1151,8 @@ static void engine_step(void) {
             g = next;
             continue;
         }
-        if (fault_enabled && !g->fault_decided && batch > cfg.fault_min_batch) {
+        if (fault_enabled && !g->fault_decided && batch > cfg.fault_min_batch &&
+            g->p.prompt_tokens >= cfg.fault_min_prompt) {
             g->fault_decided = true;
             if (hunt_rng_unit(&fault_rng) < cfg.fault_rate) {
                 /* state before pos, for the flip/neartie generator replay */
@@ -1265,6 +1269,8 @@ int main(int argc, char **argv) {
             faults = v;
         else if (!strcmp(a, "--fault-min-batch"))
             cfg.fault_min_batch = atoi(v);
+        else if (!strcmp(a, "--fault-min-prompt"))
+            cfg.fault_min_prompt = atoi(v);
         else if (!strcmp(a, "--fault-rate"))
             cfg.fault_rate = atof(v);
         else if (!strcmp(a, "--fault-when"))
