@@ -8,6 +8,7 @@
  *               [--fault-rate P] [--fault-min-prompt N] [--fault-when EXPR] [--seed S] [--error-rate P]
  *               [--metrics-style verity|vllm|sglang|llamacpp] [--no-logprobs]
  *               [--random-ids] [--max-lifetime S] [--NAME VALUE ...]
+ *   (tests pass "--tag UNIQUE" as a harmless toggle to find their own servers with pgrep)
  *   mock_openai --free-port      prints a free loopback port and exits
  *
  * Every option also reads an environment variable: MOCK_FAULT, MOCK_FAULT_MIN_BATCH,
