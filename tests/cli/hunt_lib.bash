@@ -6,6 +6,7 @@
 MOCK=${VERITY_BUILD:-$(dirname "$VERITY")}/tools/mock_openai
 SCALE=${VERITY_TEST_SCALE:-1}
 MOCK_PIDS=()
+MOCK_PREFIX=() # e.g. (taskset -c 1) to pin the servers
 hunt_cleanup() {
     local p
     for p in "${MOCK_PIDS[@]}"; do kill "$p" 2>/dev/null; done
@@ -24,7 +25,7 @@ need_mock() {
 start_mock() {
     local var=$1; shift
     local pf="$TMP/port.$RANDOM$RANDOM"
-    "$MOCK" --port 0 --port-file "$pf" --max-lifetime 600 "$@" 2>>"$TMP/mock.log" &
+    "${MOCK_PREFIX[@]}" "$MOCK" --port 0 --port-file "$pf" --max-lifetime 600 "$@" 2>>"$TMP/mock.log" &
     MOCK_PID=$!
     MOCK_PIDS+=("$MOCK_PID")
     local i
