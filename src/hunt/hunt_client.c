@@ -372,6 +372,11 @@ static size_t hunt_get_write(char *p, size_t size, size_t nmemb, void *ud) {
 
 int hunt_http_get(const char *url, const char *api_key, double timeout_s, long *status,
                   char *body, size_t cap) {
+    return hunt_http_fetch(url, api_key, NULL, timeout_s, status, body, cap);
+}
+
+int hunt_http_fetch(const char *url, const char *api_key, const char *post_body, double timeout_s,
+                    long *status, char *body, size_t cap) {
     if (hunt_curl_global())
         return ERR_INTERNAL;
     CURL *e = curl_easy_init();
@@ -388,6 +393,10 @@ int hunt_http_get(const char *url, const char *api_key, double timeout_s, long *
         char auth[1024];
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", api_key);
         hd = curl_slist_append(hd, auth);
+    }
+    if (post_body) {
+        hd = curl_slist_append(hd, "Content-Type: application/json");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, post_body);
     }
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);

@@ -82,4 +82,8 @@ int64_t hunt_client_bytes(const hunt_client *c);
 int hunt_http_get(const char *url, const char *api_key, double timeout_s, long *status,
                   char *body, size_t cap);
 
+/* Like hunt_http_get, but POSTs the JSON text post_body (NULL: a GET). */
+int hunt_http_fetch(const char *url, const char *api_key, const char *post_body, double timeout_s,
+                    long *status, char *body, size_t cap);
+
 #endif

@@ -891,9 +891,7 @@ static int hunt_preflight(hunt_run *r, char **model_out) {
     if (status == 401 || status == 403)
         return err_set(ERR_AUTH, "%s answered HTTP %ld: check --api-key", r->models_url, status);
     *model_out = NULL;
-    if (r->cfg.model)
-        return 0;
-    if (status == 200) {
+    if (!r->cfg.model && status == 200) {
         arena *a = arena_create(0, 0);
         json_value *v;
         const char *id;
@@ -907,6 +905,49 @@ static int hunt_preflight(hunt_run *r, char **model_out) {
         arena_destroy(a);
     }
     return 0;
+}
+
+/* One tiny chat completion: the endpoint works, and logprobs are accepted (if not, they are
+ * switched off with a warning rather than failing every session). */
+static int hunt_probe(hunt_run *r, const char *model) {
+    char body[1024], reply[2048];
+    long status = 0;
+    for (int with_lp = r->cfg.logprobs ? 1 : 0; with_lp >= 0; with_lp--) {
+        strbuf q;
+        strbuf_init(&q);
+        strbuf_puts(&q, "{\"model\":");
+        strbuf_json_str(&q, model, strlen(model), false);
+        strbuf_puts(&q, ",\"messages\":[{\"role\":\"user\",\"content\":\"ping\"}],"
+                        "\"max_tokens\":1,\"temperature\":0");
+        if (with_lp)
+            strbuf_printf(&q, ",\"logprobs\":true,\"top_logprobs\":%d", r->cfg.top_logprobs);
+        strbuf_putc(&q, '}');
+        snprintf(body, sizeof body, "%s", q.data);
+        strbuf_deinit(&q);
+        int rc = hunt_http_fetch(r->chat_url, r->cfg.api_key, body,
+                                 r->cfg.timeout_s > 0 ? r->cfg.timeout_s : 60, &status, reply,
+                                 sizeof reply);
+        if (rc)
+            return err_set(ERR_CONNECT, "cannot reach the target: %s", err_detail());
+        if (status == 401 || status == 403)
+            return err_set(ERR_AUTH, "%s answered HTTP %ld: check --api-key", r->chat_url, status);
+        if (status == 200) {
+            if (!with_lp && r->cfg.logprobs) {
+                log_warn("hunt: %s rejects logprobs; running without them (every divergence "
+                         "then counts as corruption: the near-tie oracle needs logprobs)",
+                         r->chat_url);
+                r->cfg.logprobs = false;
+            }
+            return 0;
+        }
+        if (status != 400 && status != 422)
+            break;
+    }
+    for (char *p = reply; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    return err_set(ERR_PROTOCOL, "%s answered HTTP %ld to a one-token chat completion: %.300s",
+                   r->chat_url, status, reply);
 }
 
 int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
@@ -948,13 +989,15 @@ int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
         goto fail;
     if ((rc = hunt_preflight(r, &model)))
         goto fail;
+    if ((rc = hunt_probe(r, cfg->model ? cfg->model : model ? model : "default")))
+        goto fail;
     hunt_workload_cfg wc = {
         .seed = cfg->seed,
         .turns = cfg->turns,
         .max_tokens = cfg->max_tokens,
         .temperature = cfg->temperature,
         .stream = cfg->stream,
-        .logprobs = cfg->logprobs,
+        .logprobs = r->cfg.logprobs,
         .top_logprobs = cfg->top_logprobs,
         .n_pads = cfg->n_pads,
         .model = cfg->model ? cfg->model : model ? model : "default",
@@ -985,7 +1028,7 @@ int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
     res->max_tokens = cfg->max_tokens;
     res->ref_conc = cfg->ref_conc;
     res->stream = cfg->stream;
-    res->logprobs = cfg->logprobs;
+    res->logprobs = r->cfg.logprobs;
     res->temperature = cfg->temperature;
     res->tie_threshold = cfg->tie_threshold;
     res->seed = cfg->seed;

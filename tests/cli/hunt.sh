@@ -113,6 +113,15 @@ if [ $rc -eq 0 ] && [ "$r" = True ]; then pass hunt.retries_and_json_stdout
 else fail hunt.retries_and_json_stdout "exit $rc: $(tail -n 2 "$TMP/retry.err")"; fi
 stop_mock "$MOCK_PID"
 
+# --- a server that rejects logprobs: hunt runs without them, and says so ------------------------
+start_mock URL --step-ms 1 --reject-logprobs --random-ids
+H --url "$URL" --concurrency 4 --sessions 4 --turns 2 --max-tokens 16 --json >"$TMP/nolp.json" 2>"$TMP/nolp.err"
+rc=$?
+r=$(json "$TMP/nolp.json" "d['config']['logprobs']==False and d['summary']['corrupt']==0 and d['summary']['errors']==0" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ] && grep -q "rejects logprobs" "$TMP/nolp.err"; then pass hunt.logprobs_fallback_and_random_ids
+else fail hunt.logprobs_fallback_and_random_ids "exit $rc: $(tail -n 2 "$TMP/nolp.err")"; fi
+stop_mock "$MOCK_PID"
+
 # --- SIGINT stops early and still reports ------------------------------------------------------
 start_mock URL --step-ms 5
 "$VERITY" hunt --quiet --url "$URL" --concurrency 4 --sessions 40 --turns 4 --max-tokens 32 \

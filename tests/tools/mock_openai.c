@@ -6,7 +6,7 @@
  *   mock_openai [--host 127.0.0.1] [--port P | --port 0 --port-file FILE] [--step-ms MS]
  *               [--max-running N] [--fault KIND[,KIND...]] [--fault-min-batch K]
  *               [--fault-rate P] [--fault-min-prompt N] [--fault-when EXPR] [--seed S] [--error-rate P]
- *               [--metrics-style verity|vllm|sglang|llamacpp] [--no-logprobs]
+ *               [--metrics-style verity|vllm|sglang|llamacpp] [--no-logprobs] [--reject-logprobs]
  *               [--random-ids] [--max-lifetime S] [--NAME VALUE ...]
  *   (tests pass "--tag UNIQUE" as a harmless toggle to find their own servers with pgrep)
  *   mock_openai --free-port      prints a free loopback port and exits
@@ -111,13 +111,14 @@ static struct {
     double error_rate;
     const char *metrics_style;
     bool no_logprobs;
+    bool reject_logprobs;
     bool random_ids;
     int max_lifetime_s;
     const char *toggle_name[MAX_TOGGLES];
     const char *toggle_val[MAX_TOGGLES];
     int n_toggles;
-} cfg = {"127.0.0.1", 0, NULL, 2, 4096, 0, 8, 0, 0.3, NULL, 1, 0, "verity", false, false, 900,
-         {0}, {0}, 0};
+} cfg = {"127.0.0.1", 0, NULL, 2, 4096, 0, 8, 0, 0.3, NULL, 1, 0, "verity", false, false, false,
+         900, {0}, {0}, 0};
 
 static bool fault_enabled; /* faults configured and --fault-when holds */
 
@@ -951,6 +952,13 @@ static void handle_chat(conn *c, const char *body, size_t len) {
     q->top_logprobs = json_as_int(json_get(root, "top_logprobs"), &v) ? (int)v : 0;
     if (q->top_logprobs > 5)
         q->top_logprobs = 5;
+    if (q->logprobs && cfg.reject_logprobs) {
+        http_simple(c, 400, "Bad Request", "application/json",
+                    "{\"error\":{\"message\":\"logprobs are not supported\",\"type\":"
+                    "\"invalid_request_error\"}}", NULL);
+        gen_free(g);
+        return;
+    }
     const char *s;
     size_t sl;
     q->model = json_as_str(json_get(root, "model"), &s, &sl) ? s : "mock-model";
@@ -1247,6 +1255,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-logprobs")) {
             cfg.no_logprobs = true;
+            continue;
+        }
+        if (!strcmp(a, "--reject-logprobs")) {
+            cfg.reject_logprobs = true;
             continue;
         }
         if (!strcmp(a, "--random-ids")) {
