@@ -12,10 +12,10 @@
 #include <string.h>
 
 typedef struct synth {
-    int kind;          /* 0 single culprit, 1 either of two (OR), 2 none, 3 clean baseline */
+    int kind; /* 0 single culprit, 1 either of two (OR), 2 none, 3 clean baseline */
     int culprit, other;
     double rate;
-    uint64_t flipped;  /* current configuration */
+    uint64_t flipped; /* current configuration */
     int begins;
     int rounds;
     int cancel_after_rounds; /* >0: the Nth round is interrupted half way */
@@ -78,9 +78,9 @@ static int s_save(void *ud, const hunt_ledger *lg) {
 
 static void setup(hunt_ledger *lg, int n) {
     hunt_ledger_init(lg);
-    static const char *const names[] = {"cuda-graph", "prefix-cache", "overlap-schedule",
-                                        "kv-fp8", "chunked-prefill", "detok-batch",
-                                        "host-kv-tier", "spec-decode", "t8", "t9"};
+    static const char *const names[] = {
+        "cuda-graph",  "prefix-cache", "overlap-schedule", "kv-fp8", "chunked-prefill",
+        "detok-batch", "host-kv-tier", "spec-decode",      "t8",     "t9"};
     for (int i = 0; i < n; i++) {
         lg->toggles[i].name = strdup(names[i]);
         lg->toggles[i].off = strdup("0");
@@ -93,8 +93,8 @@ static void setup(hunt_ledger *lg, int n) {
     lg->hunt = strdup("--url http://127.0.0.1:{port}");
 }
 
-static const hunt_bisect_cfg CFG = {.budget = 8, .round = 16, .baseline_sessions = 32,
-                                    .max_sessions = 400};
+static const hunt_bisect_cfg CFG = {
+    .budget = 8, .round = 16, .baseline_sessions = 32, .max_sessions = 400};
 
 static hunt_bisect_ops ops_for(synth *s) {
     return (hunt_bisect_ops){s_begin, s_round, s_end, s_save, NULL, s};
@@ -111,8 +111,7 @@ static void t_single_culprit(void) {
                  lg.conclusion);
         T_CHECKF(lg.culprit == (uint64_t)1 << c, "culprit %d: named mask %llx", c,
                  (unsigned long long)lg.culprit);
-        T_CHECKF(hunt_ledger_restarts(&lg) <= 2 * 3 + 2, "%d restarts",
-                 hunt_ledger_restarts(&lg));
+        T_CHECKF(hunt_ledger_restarts(&lg) <= 2 * 3 + 2, "%d restarts", hunt_ledger_restarts(&lg));
         T_EQ_INT(hunt_ledger_restarts(&lg), s.begins);
         hunt_ledger_deinit(&lg);
     }

@@ -103,8 +103,8 @@ static void t_near_tie_benign(void) {
 static void t_not_a_tie(void) {
     hunt_reply r = text_reply(REF, 2, " was");
     /* diverges at token 4, where the reference's runner-up was 3 nats behind */
-    hunt_reply t = text_reply("The cache is full alt the writer never flushes its buffer.", -1,
-                              NULL);
+    hunt_reply t =
+        text_reply("The cache is full alt the writer never flushes its buffer.", -1, NULL);
     hunt_eval ev = judge(&t, &r);
     T_EQ_INT(ev.verdict, HUNT_V_CORRUPT);
     T_EQ_INT(ev.neartie, HUNT_NT_NOT_TIE);
@@ -156,7 +156,8 @@ static void t_near_tie_then_degenerate(void) {
     hunt_reply r = text_reply(REF, 2, " was");
     hunt_reply t = text_reply("The cache was the cache was the cache was the cache was the cache "
                               "was the cache was the cache was the cache was the cache was the "
-                              "cache was", -1, NULL);
+                              "cache was",
+                              -1, NULL);
     hunt_eval ev = judge(&t, &r);
     T_EQ_INT(ev.neartie, HUNT_NT_BENIGN);
     T_EQ_INT(ev.verdict, HUNT_V_CORRUPT);
@@ -176,7 +177,8 @@ static void t_markup_leak(void) {
     for (size_t i = 0; i < sizeof leaks / sizeof *leaks; i++) {
         hunt_reply t = text_reply(leaks[i], -1, NULL);
         if (i == 2) { /* build the fullwidth-bar marker properly: <｜tool▁calls▁begin｜> */
-            t.content = "The cache was <\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81"
+            t.content = "The cache was <\xEF\xBD\x9Ctool\xE2\x96\x81"
+                        "calls\xE2\x96\x81"
                         "begin\xEF\xBD\x9C>";
             t.content_len = strlen(t.content);
         }
@@ -300,10 +302,16 @@ static void t_schema_subset(void) {
         const char *v;
         int want;
     } cases[] = {
-        {"{\"n\":3}", 0},          {"{\"n\":3.0}", 0},           {"{\"n\":3.5}", 2},
-        {"{\"n\":0}", 2},          {"{}", 2},                {"{\"n\":1,\"x\":1}", 2},
-        {"{\"n\":1,\"tags\":[\"a\",\"b\"]}", 0}, {"{\"n\":1,\"tags\":[\"a\",1]}", 2},
-        {"{\"n\":1,\"tags\":[\"a\",\"b\",\"c\"]}", 2}, {"{\"n\":1,\"o\":null}", 0},
+        {"{\"n\":3}", 0},
+        {"{\"n\":3.0}", 0},
+        {"{\"n\":3.5}", 2},
+        {"{\"n\":0}", 2},
+        {"{}", 2},
+        {"{\"n\":1,\"x\":1}", 2},
+        {"{\"n\":1,\"tags\":[\"a\",\"b\"]}", 0},
+        {"{\"n\":1,\"tags\":[\"a\",1]}", 2},
+        {"{\"n\":1,\"tags\":[\"a\",\"b\",\"c\"]}", 2},
+        {"{\"n\":1,\"o\":null}", 0},
         {"{\"n\":1,\"o\":5}", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

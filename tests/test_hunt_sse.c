@@ -47,18 +47,17 @@ static void sse_run(const char *text, size_t n, size_t first, size_t step, strbu
     strbuf_deinit(&l.s);
 }
 
-static const char sse_text[] =
-    "\xEF\xBB\xBF: a comment\r\n"
-    "data: one\r\n\r\n"
-    "data:two\n"
-    "data:  three\n\n"
-    "event: custom\rdata: four\r\r"
-    "id: 7\nretry: 100\nunknown\ndata\n\n"
-    "data: {\"x\":\"\xC3\xA9\"}\n"
-    "\n"
-    ": keep-alive\n\n"
-    "data: [DONE]\n\n"
-    "data: tail without blank line";
+static const char sse_text[] = "\xEF\xBB\xBF: a comment\r\n"
+                               "data: one\r\n\r\n"
+                               "data:two\n"
+                               "data:  three\n\n"
+                               "event: custom\rdata: four\r\r"
+                               "id: 7\nretry: 100\nunknown\ndata\n\n"
+                               "data: {\"x\":\"\xC3\xA9\"}\n"
+                               "\n"
+                               ": keep-alive\n\n"
+                               "data: [DONE]\n\n"
+                               "data: tail without blank line";
 
 static const char sse_expect[] = "[message|one][message|two\n three][custom|four][message|]"
                                  "[message|{\"x\":\"\xC3\xA9\"}][message|[DONE]]"

@@ -18,8 +18,14 @@
 #include <string.h>
 
 static hunt_workload *make_workload(hunt_tools *t, uint64_t seed, int pad) {
-    hunt_workload_cfg c = {.seed = seed, .turns = 4, .max_tokens = 64, .logprobs = true,
-                           .top_logprobs = 5, .n_pads = 2, .model = "m", .tools = t};
+    hunt_workload_cfg c = {.seed = seed,
+                           .turns = 4,
+                           .max_tokens = 64,
+                           .logprobs = true,
+                           .top_logprobs = 5,
+                           .n_pads = 2,
+                           .model = "m",
+                           .tools = t};
     c.pads[0] = 0;
     c.pads[1] = pad;
     hunt_workload *w;
@@ -165,7 +171,8 @@ static void t_tool_results(void) {
     FILE *f = fopen(path, "w");
     T_CHECK(f != NULL);
     fputs("[{\"name\":\"lookup\",\"parameters\":{\"type\":\"object\",\"properties\":{\"k\":"
-          "{\"type\":\"string\"}},\"required\":[\"k\"]}}]", f);
+          "{\"type\":\"string\"}},\"required\":[\"k\"]}}]",
+          f);
     fclose(f);
     T_OK(hunt_tools_load(path, &t));
     T_EQ_INT(hunt_tools_count(t), 1);
@@ -186,13 +193,23 @@ static void t_args(void) {
     T_OK(hunt_args_split("--url 'http://h:1/v1' --model \"a b\" x\\ y  ", &argc, &argv, msg,
                          sizeof msg));
     T_EQ_INT(argc, 5);
-    T_CHECK(!strcmp(argv[1], "http://h:1/v1") && !strcmp(argv[3], "a b") && !strcmp(argv[4], "x y"));
+    T_CHECK(!strcmp(argv[1], "http://h:1/v1") && !strcmp(argv[3], "a b") &&
+            !strcmp(argv[4], "x y"));
     free(argv);
     T_EQ_INT(hunt_args_split("--model 'oops", &argc, &argv, msg, sizeof msg), ERR_FORMAT);
     hunt_config c;
     hunt_config_default(&c);
-    char *a1[] = {"--url", "http://127.0.0.1:8000", "--concurrency", "1,64", "--context-pad",
-                  "0,4000", "--stream", "--tie-threshold", "0.25", "--seed", "9"};
+    char *a1[] = {"--url",
+                  "http://127.0.0.1:8000",
+                  "--concurrency",
+                  "1,64",
+                  "--context-pad",
+                  "0,4000",
+                  "--stream",
+                  "--tie-threshold",
+                  "0.25",
+                  "--seed",
+                  "9"};
     T_OK(hunt_args_parse(11, a1, &c, true, msg, sizeof msg));
     T_EQ_INT(c.n_conc, 2);
     T_EQ_INT(c.conc[1], 64);

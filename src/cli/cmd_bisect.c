@@ -157,8 +157,8 @@ static int bisect_parse_toggle(hunt_ledger *lg, const char *s) {
     for (int i = 0; i < lg->n_toggles; i++)
         if (strlen(lg->toggles[i].name) == (size_t)(eq - s) &&
             !memcmp(lg->toggles[i].name, s, (size_t)(eq - s)))
-            return cli_usage_error("bisect", "--toggle '%s': %.*s given twice", s,
-                                   (int)(eq - s), s);
+            return cli_usage_error("bisect", "--toggle '%s': %.*s given twice", s, (int)(eq - s),
+                                   s);
     hunt_toggle *t = &lg->toggles[lg->n_toggles++];
     t->name = strndup(s, (size_t)(eq - s));
     t->off = strndup(eq + 1, (size_t)(colon - eq - 1));
@@ -183,8 +183,10 @@ static int bisect_load_prior(hunt_ledger *lg, const char *path) {
     json_value *v;
     int status = 0;
     if (!a || json_parse(a, sb.data, sb.len, &v) || v->type != JSON_OBJECT) {
-        status = cli_usage_error("bisect", "--prior %s: expected a JSON object of toggle names "
-                                           "(%s)", path, err_detail());
+        status = cli_usage_error("bisect",
+                                 "--prior %s: expected a JSON object of toggle names "
+                                 "(%s)",
+                                 path, err_detail());
         goto out;
     }
     for (size_t i = 0; i < v->obj.n; i++) {
@@ -204,8 +206,10 @@ static int bisect_load_prior(hunt_ledger *lg, const char *path) {
             json_as_double(json_get(e, "cost"), &c);
         }
         if (!(l > 0) || !(c > 0)) {
-            status = cli_usage_error("bisect", "--prior %s: '%s' needs a positive likelihood "
-                                               "and cost", path, v->obj.keys[i]);
+            status = cli_usage_error("bisect",
+                                     "--prior %s: '%s' needs a positive likelihood "
+                                     "and cost",
+                                     path, v->obj.keys[i]);
             goto out;
         }
         lg->toggles[t].likelihood = l;
@@ -218,8 +222,8 @@ out:
 }
 
 int cmd_bisect(int argc, char **argv) {
-    bisect_ctx c = {.hunt_args = "", .ledger_path = "verity-bisect-ledger.json",
-                    .health_timeout = 120};
+    bisect_ctx c = {
+        .hunt_args = "", .ledger_path = "verity-bisect-ledger.json", .health_timeout = 120};
     hunt_ledger lg;
     hunt_ledger_init(&lg);
     const char *prior = NULL;
@@ -311,8 +315,10 @@ int cmd_bisect(int argc, char **argv) {
     int lrc = hunt_ledger_load(c.ledger_path, &old);
     if (lrc == 0) {
         if (hunt_ledger_check_same(&old, &lg)) {
-            status = cli_usage_error("bisect", "%s belongs to a different bisection: %s (use "
-                                               "another --ledger)", c.ledger_path, err_detail());
+            status = cli_usage_error("bisect",
+                                     "%s belongs to a different bisection: %s (use "
+                                     "another --ledger)",
+                                     c.ledger_path, err_detail());
             hunt_ledger_deinit(&old);
             goto out;
         }
@@ -353,8 +359,10 @@ int cmd_bisect(int argc, char **argv) {
     int rc = hunt_bisect_run(&lg, &bc, &ops);
     bisect_end(&c);
     if (rc == ERR_CANCELLED) {
-        fprintf(stderr, "verity bisect: interrupted; the ledger %s is saved: rerun the same "
-                        "command to resume\n", c.ledger_path);
+        fprintf(stderr,
+                "verity bisect: interrupted; the ledger %s is saved: rerun the same "
+                "command to resume\n",
+                c.ledger_path);
         status = 2;
         goto out;
     }

@@ -58,8 +58,8 @@ static void hunt_print_summary(const hunt_results *res) {
     printf("confound: %s\n", res->confound);
     int64_t reqs = res->requests + res->ref_requests;
     printf("verdict: %s; %lld requests, peak %d in flight, %.1f s, harness CPU %.3f ms/request\n",
-           res->total.corrupt ? "CORRUPTION FOUND" : "clean", (long long)reqs,
-           res->peak_in_flight, res->wall_s, reqs ? 1000.0 * res->cpu_s / (double)reqs : 0.0);
+           res->total.corrupt ? "CORRUPTION FOUND" : "clean", (long long)reqs, res->peak_in_flight,
+           res->wall_s, reqs ? 1000.0 * res->cpu_s / (double)reqs : 0.0);
 }
 
 int cmd_hunt(int argc, char **argv) {

@@ -30,7 +30,8 @@ int hunt_args_int_list(const char *s, int lo, int hi, int *out, int max) {
     }
 }
 
-static int hunt_bad(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int hunt_bad(char *msg, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int hunt_bad(char *msg, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -90,11 +91,27 @@ int hunt_args_parse(int argc, char **argv, hunt_config *c, bool require_url, cha
             c->progress = 0;
             continue;
         }
-        static const char *const with_value[] = {
-            "--url", "--api-key", "--model", "--concurrency", "--sessions", "--turns", "--tools",
-            "--tools-file", "--context-pad", "--temperature", "--seed", "--reference",
-            "--reference-concurrency", "--duration", "--out", "--max-tokens", "--timeout",
-            "--tie-threshold", "--top-logprobs", "--scrape-ms", "--retries"};
+        static const char *const with_value[] = {"--url",
+                                                 "--api-key",
+                                                 "--model",
+                                                 "--concurrency",
+                                                 "--sessions",
+                                                 "--turns",
+                                                 "--tools",
+                                                 "--tools-file",
+                                                 "--context-pad",
+                                                 "--temperature",
+                                                 "--seed",
+                                                 "--reference",
+                                                 "--reference-concurrency",
+                                                 "--duration",
+                                                 "--out",
+                                                 "--max-tokens",
+                                                 "--timeout",
+                                                 "--tie-threshold",
+                                                 "--top-logprobs",
+                                                 "--scrape-ms",
+                                                 "--retries"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(o, with_value[k]) == 0;
@@ -120,14 +137,17 @@ int hunt_args_parse(int argc, char **argv, hunt_config *c, bool require_url, cha
         else if (!strcmp(o, "--concurrency")) {
             c->n_conc = hunt_args_int_list(v, 1, 100000, c->conc, HUNT_MAX_LEVELS);
             if (c->n_conc < 1)
-                return hunt_bad(msg, cap, "--concurrency: invalid list '%s' (up to %d integers in "
-                                          "1..100000, comma-separated)", v, HUNT_MAX_LEVELS);
+                return hunt_bad(msg, cap,
+                                "--concurrency: invalid list '%s' (up to %d integers in "
+                                "1..100000, comma-separated)",
+                                v, HUNT_MAX_LEVELS);
         } else if (!strcmp(o, "--context-pad")) {
             c->n_pads = hunt_args_int_list(v, 0, 4000000, c->pads, HUNT_MAX_PADS);
             if (c->n_pads < 1)
-                return hunt_bad(msg, cap, "--context-pad: invalid list '%s' (up to %d token "
-                                          "counts in 0..4000000, comma-separated)", v,
-                                HUNT_MAX_PADS);
+                return hunt_bad(msg, cap,
+                                "--context-pad: invalid list '%s' (up to %d token "
+                                "counts in 0..4000000, comma-separated)",
+                                v, HUNT_MAX_PADS);
         } else if (!strcmp(o, "--sessions"))
             rc = hunt_int(o, v, 1, 10000000, &c->sessions, msg, cap);
         else if (!strcmp(o, "--turns"))
@@ -149,8 +169,7 @@ int hunt_args_parse(int argc, char **argv, hunt_config *c, bool require_url, cha
             errno = 0;
             unsigned long long s = strtoull(v, &end, 10);
             if (end == v || *end || errno || v[0] == '-')
-                return hunt_bad(msg, cap, "--seed: invalid value '%s' (a non-negative integer)",
-                                v);
+                return hunt_bad(msg, cap, "--seed: invalid value '%s' (a non-negative integer)", v);
             c->seed = s;
         } else if (!strcmp(o, "--temperature")) {
             rc = hunt_num(o, v, 0, 10, &d, msg, cap);

@@ -21,8 +21,7 @@
 /* Parses argv[0..argc) (options only, no command name) into c, which should hold the defaults
  * (hunt_config_default). Strings in c point into argv. Returns 0, or ERR_INVAL with a one-line
  * message in msg (naming the option and value). require_url: --url must be present. */
-int hunt_args_parse(int argc, char **argv, hunt_config *c, bool require_url, char *msg,
-                    size_t cap);
+int hunt_args_parse(int argc, char **argv, hunt_config *c, bool require_url, char *msg, size_t cap);
 
 /* Splits a command line into words the way a POSIX shell does for plain words, single and double
  * quotes and backslashes (no expansions). *argv_out is one malloc'd block holding the pointer

@@ -90,20 +90,20 @@ static int hunt_bisect_measure(hunt_bctx *b, bool baseline, uint64_t flipped, in
             snprintf(e->hypothesis, sizeof e->hypothesis,
                      "baseline: every toggle ON; how often are sessions corrupt?");
         else
-            snprintf(e->hypothesis, sizeof e->hypothesis,
-                     "flip %s OFF: does the corruption stop?", names.data);
+            snprintf(e->hypothesis, sizeof e->hypothesis, "flip %s OFF: does the corruption stop?",
+                     names.data);
     }
     int id = e->id;
     e->restarts++;
-    hunt_bnote(b, "bisect: [%d] %s (restart %d of %d)", id, e->hypothesis,
-               hunt_ledger_restarts(lg), cfg->budget);
+    hunt_bnote(b, "bisect: [%d] %s (restart %d of %d)", id, e->hypothesis, hunt_ledger_restarts(lg),
+               cfg->budget);
     strbuf_deinit(&names);
     int rc = hunt_bsave(b);
     if (rc)
         return rc;
     rc = b->ops->begin(b->ops->ud, lg, flipped);
     e = hunt_ledger_find(lg, baseline, flipped); /* begin may not touch lg, but be safe */
-    if (rc == ERR_CANCELLED) { /* interrupted while starting: resumed next time */
+    if (rc == ERR_CANCELLED) {                   /* interrupted while starting: resumed next time */
         b->ops->end(b->ops->ud);
         hunt_bsave(b);
         return rc;
@@ -196,9 +196,10 @@ static int hunt_bisect_measure(hunt_bctx *b, bool baseline, uint64_t flipped, in
         snprintf(e->verdict, sizeof e->verdict, "undecided");
         *outcome = OUT_UNDECIDED;
     }
-    hunt_bnote(b, "bisect: [%d] %s: %lld/%lld sessions corrupt (%.1f%%, Wilson 95%% [%.1f%%, "
-                  "%.1f%%]), LLR %.2f", id, e->verdict, (long long)e->corrupt,
-               (long long)e->sessions,
+    hunt_bnote(b,
+               "bisect: [%d] %s: %lld/%lld sessions corrupt (%.1f%%, Wilson 95%% [%.1f%%, "
+               "%.1f%%]), LLR %.2f",
+               id, e->verdict, (long long)e->corrupt, (long long)e->sessions,
                e->sessions ? 100.0 * (double)e->corrupt / (double)e->sessions : 0.0, 100 * lo,
                100 * hi, e->llr);
     return hunt_bsave(b);
@@ -206,8 +207,7 @@ static int hunt_bisect_measure(hunt_bctx *b, bool baseline, uint64_t flipped, in
 
 static void hunt_conclude(hunt_bctx *b, const char *state, uint64_t culprit, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void hunt_conclude(hunt_bctx *b, const char *state, uint64_t culprit, const char *fmt,
-                          ...) {
+static void hunt_conclude(hunt_bctx *b, const char *state, uint64_t culprit, const char *fmt, ...) {
     hunt_ledger *lg = b->lg;
     snprintf(lg->state, sizeof lg->state, "%s", state);
     lg->culprit = culprit;
@@ -420,7 +420,8 @@ int hunt_bisect_run(hunt_ledger *lg, const hunt_bisect_cfg *cfg, const hunt_bise
     else
         hunt_conclude(&b, "inconclusive", set,
                       "delta debugging ended at {%s} without a clean decision for it; some "
-                      "configurations were undecided (see the ledger)", s.data);
+                      "configurations were undecided (see the ledger)",
+                      s.data);
     strbuf_deinit(&s);
     return hunt_bsave(&b);
 }

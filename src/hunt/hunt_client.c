@@ -370,8 +370,8 @@ static size_t hunt_get_write(char *p, size_t size, size_t nmemb, void *ud) {
     return n;
 }
 
-int hunt_http_get(const char *url, const char *api_key, double timeout_s, long *status,
-                  char *body, size_t cap) {
+int hunt_http_get(const char *url, const char *api_key, double timeout_s, long *status, char *body,
+                  size_t cap) {
     return hunt_http_fetch(url, api_key, NULL, timeout_s, status, body, cap);
 }
 

@@ -37,12 +37,12 @@ typedef int (*hunt_http_data_fn)(void *ud, long status, const char *bytes, size_
 typedef void (*hunt_http_done_fn)(void *ud, int rc, long status, double retry_after_s);
 
 typedef struct hunt_http_req {
-    const char *url;       /* copied */
-    const char *body;      /* POST body (copied); NULL for a GET */
+    const char *url;  /* copied */
+    const char *body; /* POST body (copied); NULL for a GET */
     size_t body_len;
-    const char *api_key;   /* "Authorization: Bearer KEY" when non-NULL and non-empty */
-    bool stream;           /* sends "Accept: text/event-stream" */
-    double timeout_s;      /* whole request; 0 = 600 s */
+    const char *api_key; /* "Authorization: Bearer KEY" when non-NULL and non-empty */
+    bool stream;         /* sends "Accept: text/event-stream" */
+    double timeout_s;    /* whole request; 0 = 600 s */
     hunt_http_data_fn on_data;
     hunt_http_done_fn on_done;
     void *ud;
@@ -79,8 +79,8 @@ int64_t hunt_client_bytes(const hunt_client *c);
 
 /* A blocking GET for one-off checks (health, /v1/models): returns 0 and the status and up to
  * cap-1 bytes of body (NUL-terminated) in body, or ERR_CONNECT/ERR_TIMEOUT/ERR_PROTOCOL. */
-int hunt_http_get(const char *url, const char *api_key, double timeout_s, long *status,
-                  char *body, size_t cap);
+int hunt_http_get(const char *url, const char *api_key, double timeout_s, long *status, char *body,
+                  size_t cap);
 
 /* Like hunt_http_get, but POSTs the JSON text post_body (NULL: a GET). */
 int hunt_http_fetch(const char *url, const char *api_key, const char *post_body, double timeout_s,

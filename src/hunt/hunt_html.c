@@ -46,8 +46,10 @@ static void svg_rates(strbuf *o, const char *title, const char *xlabel, int n,
             ymax = cells[i].hi;
     ymax = hunt_nice(ymax > 0 ? ymax * 1.05 : 0.1);
     double w = PW - ML - MR, h = PH - MT - MB;
-    strbuf_printf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                     "viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n", PW, PH, PW, PH);
+    strbuf_printf(o,
+                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                  "viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n",
+                  PW, PH, PW, PH);
     svg_text(o, PW / 2, 20, "middle", "title", title);
     for (int k = 0; k <= 4; k++) {
         double v = ymax * k / 4, y = MT + h - h * k / 4;
@@ -59,8 +61,8 @@ static void svg_rates(strbuf *o, const char *title, const char *xlabel, int n,
             snprintf(t, sizeof t, "%.1f%%", 100 * v);
         svg_text(o, ML - 6, y + 4, "end", "tick", t);
     }
-    strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n",
-                  ML, MT + h, ML + w, MT + h);
+    strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n", ML,
+                  MT + h, ML + w, MT + h);
     svg_text(o, ML + w / 2, PH - 10, "middle", "label", xlabel);
     svg_text(o, 14, MT + h / 2, "middle", "label vlabel", "corrupt sessions");
     for (int i = 0; i < n; i++) {
@@ -78,8 +80,9 @@ static void svg_rates(strbuf *o, const char *title, const char *xlabel, int n,
                       x - 6, ylo, x + 6, ylo);
         strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"bar\"/>\n",
                       x - 6, yhi, x + 6, yhi);
-        strbuf_printf(o, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" class=\"%s\"><title>%lld/%lld "
-                         "corrupt, Wilson 95%% [%.3f, %.3f]</title></circle>\n",
+        strbuf_printf(o,
+                      "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" class=\"%s\"><title>%lld/%lld "
+                      "corrupt, Wilson 95%% [%.3f, %.3f]</title></circle>\n",
                       x, y, c->corrupt ? "pt bad" : "pt", (long long)c->corrupt, (long long)c->n,
                       c->lo, c->hi);
     }
@@ -100,8 +103,10 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
     }
     bmax = ceil(bmax * 1.1);
     double w = PW * 1.4 - ML - MR, h = PH - MT - MB;
-    strbuf_printf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                     "viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n", PW * 1.4, PH, PW * 1.4, PH);
+    strbuf_printf(o,
+                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                  "viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n",
+                  PW * 1.4, PH, PW * 1.4, PH);
     svg_text(o, PW * 0.7, 20, "middle", "title",
              res->metrics_flavor ? "Server batch size and corruption events over time"
                                  : "Corruption events over time (the target has no /metrics)");
@@ -126,7 +131,8 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
             double v = series ? res->samples[i].running : res->samples[i].batch;
             if (isnan(v))
                 continue;
-            strbuf_printf(o, "%.1f,%.1f ", ML + w * res->samples[i].t / tmax, MT + h - h * v / bmax);
+            strbuf_printf(o, "%.1f,%.1f ", ML + w * res->samples[i].t / tmax,
+                          MT + h - h * v / bmax);
         }
         strbuf_puts(o, "\"/>\n");
     }
@@ -135,8 +141,9 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
         if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
             continue;
         double t = r->turns[r->shown_turn].t_end, x = ML + w * t / tmax;
-        strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"event\">"
-                         "<title>session %lld corrupt at %.2fs (concurrency %d)</title></line>\n",
+        strbuf_printf(o,
+                      "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"event\">"
+                      "<title>session %lld corrupt at %.2fs (concurrency %d)</title></line>\n",
                       x, MT + h, x, MT + h - 10, (long long)r->index, t, r->conc);
     }
     strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"3\" class=\"lg-batch\"/>",
@@ -154,12 +161,12 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
 static void html_cell_row(strbuf *o, const char *label, const hunt_cell *c) {
     strbuf_puts(o, "<tr><td>");
     hunt_html_escape(o, label, strlen(label));
-    strbuf_printf(o, "</td><td>%lld</td><td class=\"%s\">%lld</td><td>%lld</td><td>%lld</td>"
-                     "<td>%lld</td><td>%.1f%%</td><td>[%.1f%%, %.1f%%]</td></tr>\n",
+    strbuf_printf(o,
+                  "</td><td>%lld</td><td class=\"%s\">%lld</td><td>%lld</td><td>%lld</td>"
+                  "<td>%lld</td><td>%.1f%%</td><td>[%.1f%%, %.1f%%]</td></tr>\n",
                   (long long)c->n, c->corrupt ? "bad" : "", (long long)c->corrupt,
                   (long long)c->benign, (long long)c->clean, (long long)c->errors,
-                  c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0, 100 * c->lo,
-                  100 * c->hi);
+                  c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0, 100 * c->lo, 100 * c->hi);
 }
 
 static const char html_head[] =
@@ -185,26 +192,27 @@ static void html_marked(strbuf *o, const char *s, size_t d) {
 
 void hunt_report_html(const hunt_results *res, strbuf *o) {
     const hunt_cell *t = &res->total;
-    strbuf_puts(o, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                   "<title>verity hunt report</title>\n<style>\n"
-                   "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;"
-                   "color:#222;padding:0 1em}\n"
-                   "table{border-collapse:collapse;margin:.5em 0 1.5em}"
-                   "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}"
-                   "th{background:#f3f3f3}td:first-child{text-align:left}\n"
-                   ".bad{color:#b00020;font-weight:600}.ok{color:#1b5e20;font-weight:600}\n"
-                   ".side{width:100%;table-layout:fixed}.side td{text-align:left;vertical-align:top;"
-                   "white-space:pre-wrap;word-break:break-all;font:12px/1.35 monospace}\n"
-                   "mark{background:#ffd6d6}\nsvg{display:block;margin:.5em 0 1.5em}\n"
-                   "svg .title{font-weight:600;font-size:14px}svg .tick{font-size:11px;fill:#444}"
-                   "svg .label{font-size:12px;fill:#222}\n"
-                   "svg .vlabel{transform-box:fill-box;transform-origin:center;transform:rotate(-90deg)}"
-                   "\nsvg .grid{stroke:#e4e4e4}svg .axis{stroke:#888}svg .bar{stroke:#333;"
-                   "stroke-width:1.5}\nsvg .pt{fill:#1b5e20}svg .pt.bad{fill:#b00020}\n"
-                   "svg .batch{fill:none;stroke:#1565c0;stroke-width:1.5}svg .running{fill:none;"
-                   "stroke:#999;stroke-dasharray:4 3}\nsvg .event{stroke:#b00020;stroke-width:2}"
-                   "svg .lg-batch{fill:#1565c0}svg .lg-run{fill:#999}svg .lg-event{fill:#b00020}\n"
-                   "code{background:#f3f3f3;padding:0 .2em}\n</style></head><body>\n");
+    strbuf_puts(
+        o, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+           "<title>verity hunt report</title>\n<style>\n"
+           "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;"
+           "color:#222;padding:0 1em}\n"
+           "table{border-collapse:collapse;margin:.5em 0 1.5em}"
+           "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}"
+           "th{background:#f3f3f3}td:first-child{text-align:left}\n"
+           ".bad{color:#b00020;font-weight:600}.ok{color:#1b5e20;font-weight:600}\n"
+           ".side{width:100%;table-layout:fixed}.side td{text-align:left;vertical-align:top;"
+           "white-space:pre-wrap;word-break:break-all;font:12px/1.35 monospace}\n"
+           "mark{background:#ffd6d6}\nsvg{display:block;margin:.5em 0 1.5em}\n"
+           "svg .title{font-weight:600;font-size:14px}svg .tick{font-size:11px;fill:#444}"
+           "svg .label{font-size:12px;fill:#222}\n"
+           "svg .vlabel{transform-box:fill-box;transform-origin:center;transform:rotate(-90deg)}"
+           "\nsvg .grid{stroke:#e4e4e4}svg .axis{stroke:#888}svg .bar{stroke:#333;"
+           "stroke-width:1.5}\nsvg .pt{fill:#1b5e20}svg .pt.bad{fill:#b00020}\n"
+           "svg .batch{fill:none;stroke:#1565c0;stroke-width:1.5}svg .running{fill:none;"
+           "stroke:#999;stroke-dasharray:4 3}\nsvg .event{stroke:#b00020;stroke-width:2}"
+           "svg .lg-batch{fill:#1565c0}svg .lg-run{fill:#999}svg .lg-event{fill:#b00020}\n"
+           "code{background:#f3f3f3;padding:0 .2em}\n</style></head><body>\n");
     strbuf_puts(o, "<h1>verity hunt report</h1>\n<p>Target <code>");
     hunt_html_escape(o, res->url, strlen(res->url));
     strbuf_puts(o, "</code>, model <code>");
@@ -217,17 +225,19 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
     } else {
         strbuf_printf(o, "the same server at concurrency %d.", res->ref_conc);
     }
-    strbuf_printf(o, " %d sessions per level, %d turns, %d tools, max_tokens %d, temperature %g, "
-                     "seed %llu, %s, logprobs %s (near-tie threshold %g nats).</p>\n",
+    strbuf_printf(o,
+                  " %d sessions per level, %d turns, %d tools, max_tokens %d, temperature %g, "
+                  "seed %llu, %s, logprobs %s (near-tie threshold %g nats).</p>\n",
                   res->sessions, res->turns, res->n_tools, res->max_tokens, res->temperature,
                   (unsigned long long)res->seed, res->stream ? "streaming" : "not streaming",
                   res->logprobs ? "on" : "off", res->tie_threshold);
-    strbuf_printf(o, "<p class=\"%s\">Verdict: %s: %lld of %lld sessions corrupt (%.1f%%, Wilson "
-                     "95%% [%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s</p>\n",
+    strbuf_printf(o,
+                  "<p class=\"%s\">Verdict: %s: %lld of %lld sessions corrupt (%.1f%%, Wilson "
+                  "95%% [%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s</p>\n",
                   t->corrupt ? "bad" : "ok", t->corrupt ? "corruption found" : "clean",
                   (long long)t->corrupt, (long long)t->n,
-                  t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0, 100 * t->lo,
-                  100 * t->hi, (long long)t->benign, (long long)t->errors,
+                  t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0, 100 * t->lo, 100 * t->hi,
+                  (long long)t->benign, (long long)t->errors,
                   res->interrupted ? " Interrupted: partial results." : "");
     /* rate vs concurrency */
     char lab[HUNT_MAX_LEVELS > HUNT_MAX_PADS ? HUNT_MAX_LEVELS : HUNT_MAX_PADS][48];
@@ -278,11 +288,12 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
                       (long long)res->finding[k]);
     strbuf_puts(o, "</table>\n");
     int64_t reqs = res->requests + res->ref_requests;
-    strbuf_printf(o, "<h2>Harness</h2>\n<p>%lld test and %lld reference requests (%lld retries) "
-                     "in %.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
-                     "request).</p>\n",
-                  (long long)res->requests, (long long)res->ref_requests,
-                  (long long)res->retries, res->wall_s, res->peak_in_flight, res->cpu_s,
+    strbuf_printf(o,
+                  "<h2>Harness</h2>\n<p>%lld test and %lld reference requests (%lld retries) "
+                  "in %.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
+                  "request).</p>\n",
+                  (long long)res->requests, (long long)res->ref_requests, (long long)res->retries,
+                  res->wall_s, res->peak_in_flight, res->cpu_s,
                   reqs ? 1000.0 * res->cpu_s / (double)reqs : 0.0);
     int shown = 0;
     for (int64_t i = 0; i < res->n_recs && shown < 50; i++) {
@@ -290,7 +301,8 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
         if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
             continue;
         if (!shown++)
-            strbuf_puts(o, "<h2>Corrupt sessions: first divergent turn beside its reference</h2>\n");
+            strbuf_puts(o,
+                        "<h2>Corrupt sessions: first divergent turn beside its reference</h2>\n");
         strbuf_printf(o, "<h3>Session %lld: concurrency %d, padding %d, turn %d</h3>\n<p>",
                       (long long)r->index, r->conc, r->pad, r->shown_turn);
         hunt_html_escape(o, r->eval.why, strlen(r->eval.why));

@@ -67,8 +67,10 @@ int hunt_launch_expand(const char *tmpl, const hunt_ledger *lg, uint64_t flipped
                 if (strlen(lg->toggles[i].name) == n && !memcmp(lg->toggles[i].name, name, n))
                     found = i;
             if (found < 0)
-                return err_set(ERR_INVAL, "unknown placeholder {%.*s} (use {flags}, {port} or a "
-                                          "toggle name)", (int)n, name);
+                return err_set(ERR_INVAL,
+                               "unknown placeholder {%.*s} (use {flags}, {port} or a "
+                               "toggle name)",
+                               (int)n, name);
             strbuf_puts(out, hunt_toggle_value(lg, found, flipped));
         }
         p = e + 1;
@@ -94,21 +96,21 @@ int hunt_free_port(void) {
     return ntohs(sa.sin_port);
 }
 
-int hunt_proc_start(const char *cmd, const hunt_ledger *lg, uint64_t flipped,
-                    const char *log_path, hunt_proc **out) {
+int hunt_proc_start(const char *cmd, const hunt_ledger *lg, uint64_t flipped, const char *log_path,
+                    hunt_proc **out) {
     hunt_proc *p = calloc(1, sizeof *p);
     if (!p)
         return err_set(ERR_NOMEM, "out of memory");
-    int fd = open(log_path ? log_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                  0644);
+    int fd =
+        open(log_path ? log_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
         free(p);
         return err_set(ERR_IO, "%s: cannot open the server log: %s", log_path, strerror(errno));
     }
     if (log_path) {
         char line[512];
-        int n = snprintf(line, sizeof line, "\n==== verity bisect: launching at %lld: ",
-                         (long long)time(NULL));
+        int n = snprintf(line, sizeof line,
+                         "\n==== verity bisect: launching at %lld: ", (long long)time(NULL));
         if (write(fd, line, (size_t)n) < 0 || write(fd, cmd, strlen(cmd)) < 0 ||
             write(fd, "\n", 1) < 0) {
             /* the log is best effort */

@@ -38,8 +38,8 @@ typedef struct hunt_proc hunt_proc;
 /* Starts `sh -c cmd` in its own process group with the environment toggles of the
  * configuration exported, stdout and stderr appended to log_path (NULL: /dev/null). Returns 0 or
  * ERR_IO (fork or log file failed; detail says why). */
-int hunt_proc_start(const char *cmd, const hunt_ledger *lg, uint64_t flipped,
-                    const char *log_path, hunt_proc **out);
+int hunt_proc_start(const char *cmd, const hunt_ledger *lg, uint64_t flipped, const char *log_path,
+                    hunt_proc **out);
 
 /* Polls url (GET, 200 means healthy) every 200 ms until it answers, the process exits, timeout_s
  * passes or *stop is set. Returns 0, ERR_STATE (the process exited; detail has its status),

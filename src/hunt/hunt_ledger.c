@@ -189,11 +189,11 @@ void hunt_ledger_md(const hunt_ledger *lg, strbuf *o) {
     hunt_md_escape(o, lg->hunt ? lg->hunt : "", lg->hunt ? strlen(lg->hunt) : 0, 2000);
     strbuf_puts(o, "`\n- toggles (baseline = every toggle ON):");
     for (int i = 0; i < lg->n_toggles; i++)
-        strbuf_printf(o, " `%s=%s:%s`", lg->toggles[i].name, lg->toggles[i].off,
-                      lg->toggles[i].on);
+        strbuf_printf(o, " `%s=%s:%s`", lg->toggles[i].name, lg->toggles[i].off, lg->toggles[i].on);
     if (lg->p1 > 0)
-        strbuf_printf(o, "\n- SPRT: H0 rate <= %.4f (clean) vs H1 rate >= %.4f (still corrupt), "
-                         "alpha = beta = 0.05; baseline rate %.3f\n",
+        strbuf_printf(o,
+                      "\n- SPRT: H0 rate <= %.4f (clean) vs H1 rate >= %.4f (still corrupt), "
+                      "alpha = beta = 0.05; baseline rate %.3f\n",
                       lg->p0, lg->p1, lg->base_rate);
     else
         strbuf_puts(o, "\n");

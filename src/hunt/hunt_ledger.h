@@ -22,21 +22,21 @@
 
 typedef struct hunt_toggle {
     char *name;
-    char *off;        /* value that disables the optimisation / path */
-    char *on;         /* value as deployed (the baseline) */
+    char *off;         /* value that disables the optimisation / path */
+    char *on;          /* value as deployed (the baseline) */
     double likelihood; /* prior probability weight (default 1) */
     double cost;       /* relative restart cost (default 1) */
 } hunt_toggle;
 
 typedef struct hunt_ledger_entry {
     int id;
-    bool baseline;          /* the all-ON measurement */
-    uint64_t flipped;       /* toggles set to OFF (bit i = toggle i) */
+    bool baseline;    /* the all-ON measurement */
+    uint64_t flipped; /* toggles set to OFF (bit i = toggle i) */
     char hypothesis[320];
     int64_t sessions, corrupt, errors;
-    int64_t next_index;     /* first session index not yet run in this configuration */
+    int64_t next_index; /* first session index not yet run in this configuration */
     double llr;
-    char verdict[16];       /* baseline, clean, corrupt, undecided, error, running */
+    char verdict[16]; /* baseline, clean, corrupt, undecided, error, running */
     double wall_s;
     int restarts;
     char note[320];
@@ -46,13 +46,13 @@ typedef struct hunt_ledger {
     char *launch, *health, *hunt; /* as given */
     hunt_toggle toggles[HUNT_MAX_TOGGLES];
     int n_toggles;
-    double p0, p1;          /* SPRT hypotheses (0 until the baseline is measured) */
+    double p0, p1; /* SPRT hypotheses (0 until the baseline is measured) */
     double base_rate;
     hunt_ledger_entry *entries;
     int n_entries, cap_entries;
-    char state[24];         /* running, culprit, culprit_set, no_culprit, baseline_clean,
-                               inconclusive, budget */
-    uint64_t culprit;       /* the toggles named (mask) */
+    char state[24];   /* running, culprit, culprit_set, no_culprit, baseline_clean,
+                         inconclusive, budget */
+    uint64_t culprit; /* the toggles named (mask) */
     char conclusion[768];
 } hunt_ledger;
 

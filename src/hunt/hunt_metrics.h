@@ -24,7 +24,7 @@ typedef struct hunt_metrics_sample {
     double t;       /* seconds since the run started (set by the caller) */
     double running; /* NAN when the server does not say */
     double waiting;
-    double batch;   /* the server's batch figure, else running */
+    double batch; /* the server's batch figure, else running */
 } hunt_metrics_sample;
 
 /* Parses Prometheus text exposition format. Fills *out (t left as is) and returns the flavour

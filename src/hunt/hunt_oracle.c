@@ -30,8 +30,8 @@
 
 const char *hunt_finding_name(int f) {
     static const char *const names[HUNT_F_COUNT] = {
-        "tool_json", "tool_schema", "tool_unknown", "markup", "finish_reason", "stream_identity",
-        "repeat",    "entropy",     "closing_tags", "salad"};
+        "tool_json",       "tool_schema", "tool_unknown", "markup",       "finish_reason",
+        "stream_identity", "repeat",      "entropy",      "closing_tags", "salad"};
     return f >= 0 && f < HUNT_F_COUNT ? names[f] : "?";
 }
 
@@ -41,12 +41,12 @@ const char *hunt_verdict_name(hunt_verdict v) {
 }
 
 const char *hunt_neartie_name(hunt_neartie n) {
-    static const char *const names[] = {"none", "benign", "not_tie", "same_tokens",
-                                        "no_logprobs"};
+    static const char *const names[] = {"none", "benign", "not_tie", "same_tokens", "no_logprobs"};
     return (unsigned)n < 5 ? names[n] : "?";
 }
 
-static void hunt_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void hunt_why(char *why, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void hunt_why(char *why, size_t cap, const char *fmt, ...) {
     if (!cap || why[0])
         return; /* keep the first finding's description */
@@ -76,8 +76,8 @@ static pcre2_code *hunt_markup(void) {
     if (!hunt_markup_tried) {
         hunt_markup_tried = true;
         static const char pat[] =
-            "<\\|[^|<>\\s]{1,40}\\|>"                       /* <|im_end|> <|eot_id|> ... */
-            "|<\xEF\xBD\x9C[^<>]{1,60}?\xEF\xBD\x9C>"       /* DeepSeek <｜tool▁calls▁begin｜> */
+            "<\\|[^|<>\\s]{1,40}\\|>"                 /* <|im_end|> <|eot_id|> ... */
+            "|<\xEF\xBD\x9C[^<>]{1,60}?\xEF\xBD\x9C>" /* DeepSeek <｜tool▁calls▁begin｜> */
             "|</?tool_calls?>|</?function_calls?>|<function=[A-Za-z_]"
             "|\\[TOOL_CALLS\\]|\\[/?INST\\]|\\[/?AVAILABLE_TOOLS\\]|\\[/?TOOL_RESULTS\\]"
             "|</s>|<s>|<start_of_turn>|<end_of_turn>"
@@ -164,8 +164,8 @@ unsigned hunt_oracle_structural(const hunt_oracle_cfg *cfg, const hunt_reply *r,
         hunt_why(why, cap, "no finish_reason");
     } else if (!ok) {
         m |= 1u << HUNT_F_FINISH;
-        hunt_why(why, cap, "unknown finish_reason '%s'", hunt_snip(r->finish, strlen(r->finish),
-                                                                   sn, sizeof sn));
+        hunt_why(why, cap, "unknown finish_reason '%s'",
+                 hunt_snip(r->finish, strlen(r->finish), sn, sizeof sn));
     } else if ((!strcmp(r->finish, "tool_calls") || !strcmp(r->finish, "function_call")) &&
                r->n_calls == 0) {
         m |= 1u << HUNT_F_FINISH;
@@ -217,8 +217,8 @@ double hunt_degen_entropy3(const char *s, size_t n) {
     if (!codes)
         return 0;
     for (size_t i = 0; i < m; i++)
-        codes[i] = ((uint32_t)(unsigned char)s[i] << 16) | ((uint32_t)(unsigned char)s[i + 1] << 8) |
-                   (unsigned char)s[i + 2];
+        codes[i] = ((uint32_t)(unsigned char)s[i] << 16) |
+                   ((uint32_t)(unsigned char)s[i + 1] << 8) | (unsigned char)s[i + 2];
     qsort(codes, m, sizeof *codes, hunt_u32_cmp);
     double h = 0;
     size_t i = 0;
@@ -350,13 +350,16 @@ unsigned hunt_oracle_degeneration(const char *text, size_t len, const char *ref,
     double st = hunt_degen_salad(text, len, &wt), sr = hunt_degen_salad(ref, ref_len, &wr);
     if (have_ref && wt >= 24 && st >= 0.3 && st >= 2 * sr + 0.1) {
         m |= 1u << HUNT_F_SALAD;
-        hunt_why(why, cap, "token salad: %.2f character-class changes per character (reference "
-                           "%.2f)", st, sr);
+        hunt_why(why, cap,
+                 "token salad: %.2f character-class changes per character (reference "
+                 "%.2f)",
+                 st, sr);
     }
     if (hunt_has_garbage(text, len) && !(have_ref && hunt_has_garbage(ref, ref_len))) {
         m |= 1u << HUNT_F_SALAD;
-        hunt_why(why, cap, "replacement characters, invalid UTF-8 or control characters in "
-                           "content");
+        hunt_why(why, cap,
+                 "replacement characters, invalid UTF-8 or control characters in "
+                 "content");
     }
     return m;
 }
@@ -388,21 +391,26 @@ hunt_neartie hunt_oracle_neartie(const hunt_reply *test, const hunt_reply *ref, 
     }
     *tok = i;
     if (i == ref->n_toks) {
-        hunt_why(why, cap, "the reference stopped after %d tokens where the test continued with "
-                           "'%s'", i,
-                 hunt_snip(test->toks[i].text, test->toks[i].len, s1, sizeof s1));
+        hunt_why(why, cap,
+                 "the reference stopped after %d tokens where the test continued with "
+                 "'%s'",
+                 i, hunt_snip(test->toks[i].text, test->toks[i].len, s1, sizeof s1));
         return HUNT_NT_NOT_TIE;
     }
     const hunt_tok *rt = &ref->toks[i];
     if (i == test->n_toks) {
-        hunt_why(why, cap, "the test stopped after %d tokens where the reference continued with "
-                           "'%s'", i, hunt_snip(rt->text, rt->len, s1, sizeof s1));
+        hunt_why(why, cap,
+                 "the test stopped after %d tokens where the reference continued with "
+                 "'%s'",
+                 i, hunt_snip(rt->text, rt->len, s1, sizeof s1));
         return HUNT_NT_NOT_TIE;
     }
     const hunt_tok *tt = &test->toks[i];
     if (rt->n_top == 0) {
-        hunt_why(why, cap, "token %d differs ('%s' vs reference '%s') and the reference has no "
-                           "top_logprobs there", i, hunt_snip(tt->text, tt->len, s1, sizeof s1),
+        hunt_why(why, cap,
+                 "token %d differs ('%s' vs reference '%s') and the reference has no "
+                 "top_logprobs there",
+                 i, hunt_snip(tt->text, tt->len, s1, sizeof s1),
                  hunt_snip(rt->text, rt->len, s2, sizeof s2));
         return HUNT_NT_NO_LOGPROBS;
     }
@@ -415,21 +423,26 @@ hunt_neartie hunt_oracle_neartie(const hunt_reply *test, const hunt_reply *ref, 
             mine = rt->top[k].logprob;
     }
     if (isnan(mine)) {
-        hunt_why(why, cap, "token %d: the test chose '%s', not among the reference's %d top "
-                           "candidates (reference chose '%s')", i,
-                 hunt_snip(tt->text, tt->len, s1, sizeof s1), rt->n_top,
+        hunt_why(why, cap,
+                 "token %d: the test chose '%s', not among the reference's %d top "
+                 "candidates (reference chose '%s')",
+                 i, hunt_snip(tt->text, tt->len, s1, sizeof s1), rt->n_top,
                  hunt_snip(rt->text, rt->len, s2, sizeof s2));
         return HUNT_NT_NOT_TIE;
     }
     *gap = best - mine;
     if (*gap <= threshold) {
-        hunt_why(why, cap, "token %d: '%s' instead of '%s', reference logprob gap %.4f <= %.4f: "
-                           "near tie", i, hunt_snip(tt->text, tt->len, s1, sizeof s1),
+        hunt_why(why, cap,
+                 "token %d: '%s' instead of '%s', reference logprob gap %.4f <= %.4f: "
+                 "near tie",
+                 i, hunt_snip(tt->text, tt->len, s1, sizeof s1),
                  hunt_snip(rt->text, rt->len, s2, sizeof s2), *gap, threshold);
         return HUNT_NT_BENIGN;
     }
-    hunt_why(why, cap, "token %d: '%s' instead of '%s', reference logprob gap %.4f > %.4f: not a "
-                       "near tie", i, hunt_snip(tt->text, tt->len, s1, sizeof s1),
+    hunt_why(why, cap,
+             "token %d: '%s' instead of '%s', reference logprob gap %.4f > %.4f: not a "
+             "near tie",
+             i, hunt_snip(tt->text, tt->len, s1, sizeof s1),
              hunt_snip(rt->text, rt->len, s2, sizeof s2), *gap, threshold);
     return HUNT_NT_NOT_TIE;
 }
@@ -491,8 +504,10 @@ void hunt_oracle_judge(const hunt_oracle_cfg *cfg, const hunt_reply *test, const
         ev->found = st & ~sr & (1u << HUNT_F_IDENTITY);
         ev->verdict = ev->found ? HUNT_V_CORRUPT : HUNT_V_CLEAN;
         if (ev->found)
-            snprintf(ev->why, sizeof ev->why, "same reply as the reference, but the stream "
-                                              "broke a tool call's identity: %s", ws);
+            snprintf(ev->why, sizeof ev->why,
+                     "same reply as the reference, but the stream "
+                     "broke a tool call's identity: %s",
+                     ws);
         return;
     }
     ev->diverged = true;
@@ -509,8 +524,8 @@ void hunt_oracle_judge(const hunt_oracle_cfg *cfg, const hunt_reply *test, const
         snprintf(at, sizeof at, "%s", ev->where);
     if (ev->neartie == HUNT_NT_BENIGN && !ev->found) {
         ev->verdict = HUNT_V_BENIGN;
-        snprintf(ev->why, sizeof ev->why, "diverges in %s; %s; continuation structurally sound",
-                 at, wn);
+        snprintf(ev->why, sizeof ev->why, "diverges in %s; %s; continuation structurally sound", at,
+                 wn);
         return;
     }
     ev->verdict = HUNT_V_CORRUPT;

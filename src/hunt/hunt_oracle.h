@@ -60,14 +60,14 @@ enum hunt_finding {
     HUNT_F_COUNT
 };
 #define HUNT_F_STRUCTURAL_MASK 0x3Fu
-#define HUNT_F_DEGEN_MASK (0xFu << HUNT_F_REPEAT)
+#define HUNT_F_DEGEN_MASK      (0xFu << HUNT_F_REPEAT)
 
 /* Short name of a finding ("tool_json", "markup", "repeat", ...). */
 const char *hunt_finding_name(int f);
 
 typedef enum hunt_verdict {
     HUNT_V_CLEAN = 0,
-    HUNT_V_BENIGN,  /* diverged at a near tie, structurally sound */
+    HUNT_V_BENIGN, /* diverged at a near tie, structurally sound */
     HUNT_V_CORRUPT,
     HUNT_V_ERROR,   /* the target failed (transport, HTTP status, not a chat completion) */
     HUNT_V_PENDING, /* no reference yet */
@@ -78,36 +78,36 @@ const char *hunt_verdict_name(hunt_verdict v);
 
 /* Near-tie oracle outcome. */
 typedef enum hunt_neartie {
-    HUNT_NT_NONE = 0,   /* no divergence */
-    HUNT_NT_BENIGN,     /* first differing token is a near tie in the reference */
-    HUNT_NT_NOT_TIE,    /* first differing token is not a near tie */
-    HUNT_NT_SAME_TOKENS,/* token streams identical but the replies differ */
-    HUNT_NT_NO_LOGPROBS,/* one side has no logprobs: cannot tell */
+    HUNT_NT_NONE = 0,    /* no divergence */
+    HUNT_NT_BENIGN,      /* first differing token is a near tie in the reference */
+    HUNT_NT_NOT_TIE,     /* first differing token is not a near tie */
+    HUNT_NT_SAME_TOKENS, /* token streams identical but the replies differ */
+    HUNT_NT_NO_LOGPROBS, /* one side has no logprobs: cannot tell */
 } hunt_neartie;
 
 /* "none", "benign", "not_tie", "same_tokens", "no_logprobs". */
 const char *hunt_neartie_name(hunt_neartie n);
 
 typedef struct hunt_oracle_cfg {
-    double tie_threshold;     /* nats; a divergence within it of the reference's best is benign */
-    const hunt_tools *tools;  /* the tools offered (may have 0) */
+    double tie_threshold;    /* nats; a divergence within it of the reference's best is benign */
+    const hunt_tools *tools; /* the tools offered (may have 0) */
 } hunt_oracle_cfg;
 
 typedef struct hunt_eval {
     hunt_verdict verdict;
     /* exact */
     bool diverged;
-    char where[64];     /* "content", "tool_calls[1].arguments", "finish_reason", ... */
-    long div_offset;    /* byte offset of the first difference within `where`, -1 if n/a */
-    int div_token;      /* token index of the first differing token, -1 if unknown */
+    char where[64];  /* "content", "tool_calls[1].arguments", "finish_reason", ... */
+    long div_offset; /* byte offset of the first difference within `where`, -1 if n/a */
+    int div_token;   /* token index of the first differing token, -1 if unknown */
     /* near-tie */
     hunt_neartie neartie;
-    double tie_gap;     /* reference logprob gap at div_token (best - test's token), or -1 */
+    double tie_gap; /* reference logprob gap at div_token (best - test's token), or -1 */
     /* structural and degeneration: findings in the test reply that the reference lacks, and
      * findings present in both (model-level, not load-dependent) */
-    unsigned found;     /* mask of enum hunt_finding */
+    unsigned found; /* mask of enum hunt_finding */
     unsigned model_level;
-    char why[640];      /* evidence for the verdict, one paragraph */
+    char why[640]; /* evidence for the verdict, one paragraph */
 } hunt_eval;
 
 /* Runs the structural checks on one reply. Returns the mask of findings; the first finding's

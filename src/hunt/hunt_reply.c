@@ -20,7 +20,7 @@
 #include <string.h>
 
 #define HUNT_MAX_CALLS 64
-#define HUNT_MAX_TOP 32
+#define HUNT_MAX_TOP   32
 
 static char *hunt_dup(arena *a, const char *s, size_t n) {
     return arena_strndup(a, s ? s : "", s ? n : 0);
@@ -210,7 +210,7 @@ typedef struct hunt_scall {
 
 struct hunt_stream {
     arena *out_arena;
-    arena *scratch; /* per-event JSON trees */
+    arena *scratch;    /* per-event JSON trees */
     arena *toks_arena; /* token strings, copied to out_arena at finish */
     hunt_sse sse;
     strbuf content;
@@ -231,7 +231,8 @@ struct hunt_stream {
     int error; /* sticky */
 };
 
-static void hunt_stream_issue(hunt_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void hunt_stream_issue(hunt_stream *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void hunt_stream_issue(hunt_stream *s, const char *fmt, ...) {
     if (s->have_issue)
         return;
@@ -271,8 +272,8 @@ static void hunt_stream_call(hunt_stream *s, const json_value *d) {
         else if (!c->id.len) {
             for (int j = 0; j < s->n_calls; j++)
                 if (j != i && hunt_sb_eq(&s->calls[j].id, p, n))
-                    hunt_stream_issue(s, "tool_calls[%d] reuses the id '%.*s' of tool_calls[%d]",
-                                      i, (int)(n > 60 ? 60 : n), p, j);
+                    hunt_stream_issue(s, "tool_calls[%d] reuses the id '%.*s' of tool_calls[%d]", i,
+                                      (int)(n > 60 ? 60 : n), p, j);
             strbuf_append(&c->id, p, n);
         }
     }
@@ -290,8 +291,8 @@ static void hunt_stream_call(hunt_stream *s, const json_value *d) {
                               i, c->name.data, (int)(n > 60 ? 60 : n), p);
         else if (!c->name.len) {
             if (!first && c->args.len)
-                hunt_stream_issue(s, "tool_calls[%d]: name '%.*s' announced after its arguments",
-                                  i, (int)(n > 60 ? 60 : n), p);
+                hunt_stream_issue(s, "tool_calls[%d]: name '%.*s' announced after its arguments", i,
+                                  (int)(n > 60 ? 60 : n), p);
             strbuf_append(&c->name, p, n);
         }
     }
@@ -444,7 +445,8 @@ int hunt_stream_finish(hunt_stream *s, hunt_reply *out) {
     if (rc)
         return s->error = rc;
     if (s->n_choice_chunks == 0)
-        return err_set(ERR_PROTOCOL, "stream ended after %d chunks without any choice", s->n_chunks);
+        return err_set(ERR_PROTOCOL, "stream ended after %d chunks without any choice",
+                       s->n_chunks);
     arena *a = s->out_arena;
     out->content = hunt_dup(a, s->content.data, s->content.len);
     out->content_len = s->content.len;

@@ -47,14 +47,14 @@ typedef struct hunt_call {
 typedef struct hunt_reply {
     const char *content; /* "" when absent or null */
     size_t content_len;
-    bool content_null;      /* the server sent null or no content */
-    hunt_call *calls;       /* [n_calls] */
+    bool content_null; /* the server sent null or no content */
+    hunt_call *calls;  /* [n_calls] */
     int n_calls;
-    const char *finish;     /* finish_reason, or "" when the server sent none */
-    hunt_tok *toks;         /* [n_toks]; only when has_logprobs */
+    const char *finish; /* finish_reason, or "" when the server sent none */
+    hunt_tok *toks;     /* [n_toks]; only when has_logprobs */
     int n_toks;
     bool has_logprobs;
-    int64_t prompt_tokens;  /* usage, -1 when not reported */
+    int64_t prompt_tokens; /* usage, -1 when not reported */
     int64_t completion_tokens;
     const char *stream_issue; /* streams: first identity change, or NULL */
     int n_chunks;             /* streams: chunks received */

@@ -17,10 +17,11 @@ static void jstr(strbuf *o, const char *s) {
 }
 
 static void jcell(strbuf *o, const hunt_cell *c) {
-    strbuf_printf(o, "\"n\":%lld,\"corrupt\":%lld,\"benign\":%lld,\"clean\":%lld,\"errors\":%lld,"
-                     "\"rate\":",
-                  (long long)c->n, (long long)c->corrupt, (long long)c->benign,
-                  (long long)c->clean, (long long)c->errors);
+    strbuf_printf(o,
+                  "\"n\":%lld,\"corrupt\":%lld,\"benign\":%lld,\"clean\":%lld,\"errors\":%lld,"
+                  "\"rate\":",
+                  (long long)c->n, (long long)c->corrupt, (long long)c->benign, (long long)c->clean,
+                  (long long)c->errors);
     strbuf_json_num(o, c->n ? (double)c->corrupt / (double)c->n : 0);
     strbuf_puts(o, ",\"wilson95\":[");
     strbuf_json_num(o, c->lo);
@@ -64,8 +65,9 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
     strbuf_puts(o, "],\"context_pad\":[");
     for (int i = 0; i < res->n_pads; i++)
         strbuf_printf(o, "%s%d", i ? "," : "", res->pads[i]);
-    strbuf_printf(o, "],\"sessions\":%d,\"turns\":%d,\"tools\":%d,\"max_tokens\":%d,"
-                     "\"temperature\":",
+    strbuf_printf(o,
+                  "],\"sessions\":%d,\"turns\":%d,\"tools\":%d,\"max_tokens\":%d,"
+                  "\"temperature\":",
                   res->sessions, res->turns, res->n_tools, res->max_tokens);
     strbuf_json_num(o, res->temperature);
     strbuf_printf(o, ",\"seed\":%llu,\"stream\":%s,\"logprobs\":%s,\"tie_threshold\":",
@@ -107,8 +109,9 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
         }
     strbuf_puts(o, "],\"confound\":");
     jstr(o, res->confound);
-    strbuf_printf(o, ",\"oracles\":{\"exact\":{\"diverged_sessions\":%lld},\"near_tie\":{"
-                     "\"threshold\":",
+    strbuf_printf(o,
+                  ",\"oracles\":{\"exact\":{\"diverged_sessions\":%lld},\"near_tie\":{"
+                  "\"threshold\":",
                   (long long)res->diverged);
     strbuf_json_num(o, res->tie_threshold);
     strbuf_printf(o, ",\"benign_sessions\":%lld,\"corrupt_sessions\":%lld},\"structural\":{",
@@ -128,8 +131,9 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
                       (long long)res->model_level[k]);
     strbuf_puts(o, "}}");
     int64_t reqs = res->requests + res->ref_requests;
-    strbuf_printf(o, ",\"client\":{\"peak_in_flight\":%d,\"requests\":%lld,"
-                     "\"reference_requests\":%lld,\"retries\":%lld,\"bytes\":%lld,\"wall_s\":",
+    strbuf_printf(o,
+                  ",\"client\":{\"peak_in_flight\":%d,\"requests\":%lld,"
+                  "\"reference_requests\":%lld,\"retries\":%lld,\"bytes\":%lld,\"wall_s\":",
                   res->peak_in_flight, (long long)res->requests, (long long)res->ref_requests,
                   (long long)res->retries, (long long)res->bytes);
     strbuf_json_num(o, res->wall_s);
@@ -168,9 +172,10 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
     strbuf_puts(o, "],\"sessions\":[");
     for (int64_t i = 0; i < res->n_recs; i++) {
         const hunt_session_rec *r = res->recs[i];
-        strbuf_printf(o, "%s\n{\"index\":%lld,\"seed\":%llu,\"concurrency\":%d,\"context_pad\":%d,"
-                         "\"verdict\":\"%s\",\"turns\":%d,\"max_prompt_tokens\":%lld,"
-                         "\"turn_verdicts\":[",
+        strbuf_printf(o,
+                      "%s\n{\"index\":%lld,\"seed\":%llu,\"concurrency\":%d,\"context_pad\":%d,"
+                      "\"verdict\":\"%s\",\"turns\":%d,\"max_prompt_tokens\":%lld,"
+                      "\"turn_verdicts\":[",
                       i ? "," : "", (long long)r->index, (unsigned long long)r->seed, r->conc,
                       r->pad, hunt_verdict_name(r->verdict), r->n_turns,
                       (long long)r->max_prompt_tokens);
@@ -213,8 +218,7 @@ static void md_cell_row(strbuf *o, const char *label, const hunt_cell *c) {
     strbuf_printf(o, "| %s | %lld | %lld | %lld | %lld | %lld | %.1f%% | [%.1f%%, %.1f%%] |\n",
                   label, (long long)c->n, (long long)c->corrupt, (long long)c->benign,
                   (long long)c->clean, (long long)c->errors,
-                  c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0, 100 * c->lo,
-                  100 * c->hi);
+                  c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0, 100 * c->lo, 100 * c->hi);
 }
 
 void hunt_report_md(const hunt_results *res, strbuf *o) {
@@ -226,16 +230,18 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
                       res->ref_conc);
     else
         strbuf_printf(o, "- reference: the same server at concurrency %d\n", res->ref_conc);
-    strbuf_printf(o, "- workload: %d sessions per level, %d turns, %d tools, max_tokens %d, "
-                     "temperature %g, seed %llu, %s, logprobs %s (near-tie threshold %g nats)\n",
+    strbuf_printf(o,
+                  "- workload: %d sessions per level, %d turns, %d tools, max_tokens %d, "
+                  "temperature %g, seed %llu, %s, logprobs %s (near-tie threshold %g nats)\n",
                   res->sessions, res->turns, res->n_tools, res->max_tokens, res->temperature,
                   (unsigned long long)res->seed, res->stream ? "streaming" : "not streaming",
                   res->logprobs ? "on" : "off", res->tie_threshold);
-    strbuf_printf(o, "\n**Verdict: %s**: %lld of %lld sessions corrupt (%.1f%%, Wilson 95%% "
-                     "[%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s\n",
-                  t->corrupt ? "corruption found" : "clean", (long long)t->corrupt,
-                  (long long)t->n, t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0,
-                  100 * t->lo, 100 * t->hi, (long long)t->benign, (long long)t->errors,
+    strbuf_printf(o,
+                  "\n**Verdict: %s**: %lld of %lld sessions corrupt (%.1f%%, Wilson 95%% "
+                  "[%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s\n",
+                  t->corrupt ? "corruption found" : "clean", (long long)t->corrupt, (long long)t->n,
+                  t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0, 100 * t->lo, 100 * t->hi,
+                  (long long)t->benign, (long long)t->errors,
                   res->interrupted ? " (interrupted: partial results)" : "");
     const char *hdr = "| sessions | corrupt | benign | clean | errors | rate | Wilson 95% |\n"
                       "|---|---|---|---|---|---|---|---|\n";
@@ -245,8 +251,10 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
         snprintf(l, sizeof l, "%d", res->conc[i]);
         md_cell_row(o, l, &res->per_level[i]);
     }
-    strbuf_printf(o, "\n## Corruption rate by context padding\n\n| padding (tokens; mean "
-                     "prompt tokens) %s", hdr);
+    strbuf_printf(o,
+                  "\n## Corruption rate by context padding\n\n| padding (tokens; mean "
+                  "prompt tokens) %s",
+                  hdr);
     for (int p = 0; p < res->n_pads; p++) {
         char l[64];
         double m = hunt_results_mean_prompt(res, p);
@@ -271,26 +279,30 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
     for (int k = 0; k < HUNT_F_COUNT; k++)
         ml += res->model_level[k];
     if (ml)
-        strbuf_printf(o, "\n%lld turn findings also appear in the reference (model behaviour, not "
-                         "load-dependent; not counted as corruption).\n", (long long)ml);
+        strbuf_printf(o,
+                      "\n%lld turn findings also appear in the reference (model behaviour, not "
+                      "load-dependent; not counted as corruption).\n",
+                      (long long)ml);
     strbuf_puts(o, "\n## Server observation\n\n");
     if (res->metrics_flavor) {
         double maxb = 0;
         for (int64_t i = 0; i < res->n_samples; i++)
             if (res->samples[i].batch > maxb)
                 maxb = res->samples[i].batch;
-        strbuf_printf(o, "/metrics (%s names): %lld samples, largest batch seen %.0f. The timeline "
-                         "is in report.html and results.json.\n",
+        strbuf_printf(o,
+                      "/metrics (%s names): %lld samples, largest batch seen %.0f. The timeline "
+                      "is in report.html and results.json.\n",
                       res->metrics_flavor, (long long)res->n_samples, maxb);
     } else {
         strbuf_puts(o, "The target exposes no known /metrics; no batch timeline.\n");
     }
     int64_t reqs = res->requests + res->ref_requests;
-    strbuf_printf(o, "\n## Harness\n\n%lld test and %lld reference requests (%lld retries) in "
-                     "%.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
-                     "request).\n",
-                  (long long)res->requests, (long long)res->ref_requests,
-                  (long long)res->retries, res->wall_s, res->peak_in_flight, res->cpu_s,
+    strbuf_printf(o,
+                  "\n## Harness\n\n%lld test and %lld reference requests (%lld retries) in "
+                  "%.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
+                  "request).\n",
+                  (long long)res->requests, (long long)res->ref_requests, (long long)res->retries,
+                  res->wall_s, res->peak_in_flight, res->cpu_s,
                   reqs ? 1000.0 * res->cpu_s / (double)reqs : 0.0);
     int shown = 0;
     for (int64_t i = 0; i < res->n_recs && shown < 50; i++) {

@@ -41,8 +41,9 @@ static void hunt_confound(hunt_results *res) {
     char *o = res->confound;
     size_t cap = sizeof res->confound;
     if (res->n_conc < 2 || res->n_pads < 2) {
-        snprintf(o, cap, "confound split not measured: run with at least two concurrency levels "
-                         "(e.g. 1,64) and two context paddings (e.g. --context-pad 0,4000)");
+        snprintf(o, cap,
+                 "confound split not measured: run with at least two concurrency levels "
+                 "(e.g. 1,64) and two context paddings (e.g. --context-pad 0,4000)");
         return;
     }
     int lo_c = 0, hi_c = 0, lo_p = 0, hi_p = 0;
@@ -70,9 +71,11 @@ static void hunt_confound(hunt_results *res) {
     if (a->n == 0 || b->n == 0)
         snprintf(o, cap, "confound split incomplete (%s; %s)", sa, sb);
     else if (a->corrupt && b->corrupt)
-        snprintf(o, cap, "both: corruption at low concurrency with long context (%s) and at high "
-                         "concurrency with short context (%s); context length matters, and the "
-                         "bug may not need concurrency at all", sa, sb);
+        snprintf(o, cap,
+                 "both: corruption at low concurrency with long context (%s) and at high "
+                 "concurrency with short context (%s); context length matters, and the "
+                 "bug may not need concurrency at all",
+                 sa, sb);
     else if (a->corrupt)
         snprintf(o, cap, "context-length dependent, not concurrency: %s; %s", sa, sb);
     else if (b->corrupt)

@@ -41,14 +41,14 @@ struct hunt_sess {
     int mode;
     int64_t index;
     hunt_history *h;
-    arena *a;              /* test replies (kept until finalize) */
-    arena *ra;             /* scratch for one reply */
-    hunt_reply *replies;   /* [turns] */
-    hunt_eval *evals;      /* [turns] */
-    int *msgs_at;          /* [turns] messages in the request of each turn */
-    uint64_t *keys;        /* [turns] request hashes */
-    int turn;              /* test/walk: the turn in progress; resolve: the turn being resolved */
-    uint64_t key;          /* current request */
+    arena *a;            /* test replies (kept until finalize) */
+    arena *ra;           /* scratch for one reply */
+    hunt_reply *replies; /* [turns] */
+    hunt_eval *evals;    /* [turns] */
+    int *msgs_at;        /* [turns] messages in the request of each turn */
+    uint64_t *keys;      /* [turns] request hashes */
+    int turn;            /* test/walk: the turn in progress; resolve: the turn being resolved */
+    uint64_t key;        /* current request */
     strbuf body;
     strbuf raw;
     hunt_stream *st;
@@ -57,7 +57,7 @@ struct hunt_sess {
     double t_start;
     double retry_at;
     bool waiting_retry;
-    bool live_corrupt; /* counted in the live corrupt figure */
+    bool live_corrupt;      /* counted in the live corrupt figure */
     hunt_sess *prev, *next; /* phase's active list */
 };
 
@@ -95,7 +95,7 @@ struct hunt_run {
     hunt_results res;
     double t0;
     double cpu0;
-    int fatal;               /* an error from inside a callback (ERR_NOMEM) */
+    int fatal; /* an error from inside a callback (ERR_NOMEM) */
     char first_error[512];
     /* metrics scraping */
     double next_scrape;
@@ -238,8 +238,9 @@ static void hunt_progress(hunt_run *r, bool force) {
     char eta[32] = "?";
     if (rate > 0)
         snprintf(eta, sizeof eta, "%.0fs", (double)left / rate);
-    fprintf(stderr, "%shunt: c=%d %-9s sessions %lld/%lld corrupt %lld (%.1f%%) in flight %d "
-                    "elapsed %.0fs eta %s%s",
+    fprintf(stderr,
+            "%shunt: c=%d %-9s sessions %lld/%lld corrupt %lld (%.1f%%) in flight %d "
+            "elapsed %.0fs eta %s%s",
             c->progress == 2 ? "\r" : "", r->level_conc, r->phase_name ? r->phase_name : "",
             (long long)r->tested, (long long)r->planned, (long long)r->live_corrupt,
             r->tested ? 100.0 * (double)r->live_corrupt / (double)r->tested : 0.0,
@@ -822,8 +823,8 @@ static void hunt_sess_finalize(hunt_run *r, hunt_session_rec *rec) {
     else
         rec->verdict = HUNT_V_CLEAN;
     if (rec->verdict == HUNT_V_ERROR && !rec->error)
-        rec->error = hunt_strdup(rec->n_turns == 0 ? "no turn completed"
-                                                   : "no reference reply for a turn");
+        rec->error =
+            hunt_strdup(rec->n_turns == 0 ? "no turn completed" : "no reference reply for a turn");
     rec->shown_turn = rec->verdict == HUNT_V_ERROR ? -1 : shown;
     if (s && shown >= 0 && rec->verdict != HUNT_V_ERROR) {
         rec->eval = s->evals[shown];
@@ -1000,7 +1001,9 @@ int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
         .logprobs = r->cfg.logprobs,
         .top_logprobs = cfg->top_logprobs,
         .n_pads = cfg->n_pads,
-        .model = cfg->model ? cfg->model : model ? model : "default",
+        .model = cfg->model ? cfg->model
+                 : model    ? model
+                            : "default",
         .tools = r->tools,
     };
     memcpy(wc.pads, cfg->pads, sizeof wc.pads);
@@ -1135,8 +1138,11 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
         rec->max_prompt_tokens = -1;
     }
     /* 1. reference walk */
-    hunt_phase walk = {.mode = S_WALK, .url = r->ref_chat_url, .conc = c->ref_conc,
-                       .first_index = first_index, .n = n};
+    hunt_phase walk = {.mode = S_WALK,
+                       .url = r->ref_chat_url,
+                       .conc = c->ref_conc,
+                       .first_index = first_index,
+                       .n = n};
     r->phase_name = "reference";
     if ((rc = hunt_phase_run(r, &walk)))
         goto out;
@@ -1146,8 +1152,8 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
         goto out;
     }
     /* 2. test */
-    hunt_phase test = {.mode = S_TEST, .url = r->chat_url, .conc = conc, .recs = recs, .n = n,
-                       .fill = c->fill};
+    hunt_phase test = {
+        .mode = S_TEST, .url = r->chat_url, .conc = conc, .recs = recs, .n = n, .fill = c->fill};
     if (c->duration_s > 0)
         test.deadline = hunt_now(r) + c->duration_s;
     r->phase_name = "test";
@@ -1157,8 +1163,8 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
     int test_rc = rc;
     /* 3. resolve */
     if (!test_rc) {
-        hunt_phase res = {.mode = S_RESOLVE, .url = r->ref_chat_url, .conc = c->ref_conc,
-                          .recs = recs, .n = n};
+        hunt_phase res = {
+            .mode = S_RESOLVE, .url = r->ref_chat_url, .conc = c->ref_conc, .recs = recs, .n = n};
         r->phase_name = "resolve";
         rc = hunt_phase_run(r, &res);
         if (rc && rc != ERR_CANCELLED)
@@ -1191,8 +1197,10 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
         goto out;
     }
     if (started > 0 && errors * 2 > started) {
-        rc = err_set(ERR_PROTOCOL, "target error: %d of %d sessions failed at concurrency %d; "
-                                   "first: %s", errors, started, conc, r->first_error);
+        rc = err_set(ERR_PROTOCOL,
+                     "target error: %d of %d sessions failed at concurrency %d; "
+                     "first: %s",
+                     errors, started, conc, r->first_error);
         goto out;
     }
 out:

@@ -40,12 +40,12 @@
 #define HUNT_MAX_LEVELS 32
 
 typedef struct hunt_config {
-    const char *url;         /* target: base URL, .../v1, or .../v1/chat/completions */
-    const char *api_key;     /* NULL: none */
-    const char *model;       /* NULL: the first of /v1/models, else "default" */
+    const char *url;     /* target: base URL, .../v1, or .../v1/chat/completions */
+    const char *api_key; /* NULL: none */
+    const char *model;   /* NULL: the first of /v1/models, else "default" */
     int conc[HUNT_MAX_LEVELS];
     int n_conc;
-    int sessions;            /* per concurrency level */
+    int sessions; /* per concurrency level */
     int turns;
     int n_tools;             /* built-in tools offered (0..12) */
     const char *tools_file;  /* replaces the built-in tools */
@@ -53,22 +53,22 @@ typedef struct hunt_config {
     int n_pads;
     double temperature;
     uint64_t seed;
-    const char *ref_url;     /* NULL: the target itself */
-    int ref_conc;            /* reference concurrency (1) */
+    const char *ref_url; /* NULL: the target itself */
+    int ref_conc;        /* reference concurrency (1) */
     bool stream;
-    double duration_s;       /* per level: no new sessions after this (0 = no limit) */
+    double duration_s; /* per level: no new sessions after this (0 = no limit) */
     int max_tokens;
-    double timeout_s;        /* per request */
-    double tie_threshold;    /* nats */
+    double timeout_s;     /* per request */
+    double tie_threshold; /* nats */
     bool logprobs;
     int top_logprobs;
-    int scrape_ms;           /* /metrics period; 0 = do not scrape */
-    bool fill;               /* filler sessions keep the concurrency up */
-    int retries;             /* per request, for 429/5xx/dropped connections */
-    int progress;            /* 0 none, 1 a line every few seconds, 2 a live \r line (a tty) */
+    int scrape_ms;               /* /metrics period; 0 = do not scrape */
+    bool fill;                   /* filler sessions keep the concurrency up */
+    int retries;                 /* per request, for 429/5xx/dropped connections */
+    int progress;                /* 0 none, 1 a line every few seconds, 2 a live \r line (a tty) */
     volatile sig_atomic_t *stop; /* set asynchronously to stop early (SIGINT); may be NULL */
-    const char *out_dir;     /* reports (the command's business; the run ignores it) */
-    bool json;               /* print the results JSON on stdout (likewise) */
+    const char *out_dir;         /* reports (the command's business; the run ignores it) */
+    bool json;                   /* print the results JSON on stdout (likewise) */
 } hunt_config;
 
 /* Fills a config with the defaults of `verity hunt`. */
@@ -76,37 +76,37 @@ void hunt_config_default(hunt_config *c);
 
 typedef struct hunt_turn_rec {
     hunt_verdict verdict;
-    double t_start, t_end;   /* seconds since the run started (test request) */
-    int64_t prompt_tokens;   /* usage, -1 unknown */
+    double t_start, t_end; /* seconds since the run started (test request) */
+    int64_t prompt_tokens; /* usage, -1 unknown */
     int64_t completion_tokens;
-    unsigned found;          /* findings (hunt_eval.found) */
-    unsigned model_level;    /* findings shared with the reference (hunt_eval.model_level) */
+    unsigned found;       /* findings (hunt_eval.found) */
+    unsigned model_level; /* findings shared with the reference (hunt_eval.model_level) */
     hunt_neartie neartie;
 } hunt_turn_rec;
 
 typedef struct hunt_session_rec {
-    int64_t index;       /* session index (seed derivation) */
-    int level;           /* index into the concurrency list (or the batch's caller tag) */
-    int conc;            /* concurrency it ran at */
-    int pad;             /* context padding, tokens */
+    int64_t index; /* session index (seed derivation) */
+    int level;     /* index into the concurrency list (or the batch's caller tag) */
+    int conc;      /* concurrency it ran at */
+    int pad;       /* context padding, tokens */
     int pad_slot;
     uint64_t seed;
     hunt_verdict verdict;
-    int n_turns;         /* turns run */
+    int n_turns;          /* turns run */
     hunt_turn_rec *turns; /* [n_turns] (malloc'd) */
-    int shown_turn;      /* the first corrupt turn, else the first benign one; -1 */
-    hunt_eval eval;      /* of shown_turn */
-    char *test_text;     /* shown turn rendered, test and reference (malloc'd) */
+    int shown_turn;       /* the first corrupt turn, else the first benign one; -1 */
+    hunt_eval eval;       /* of shown_turn */
+    char *test_text;      /* shown turn rendered, test and reference (malloc'd) */
     char *ref_text;
-    char *error;         /* what failed, for verdict error (malloc'd) */
+    char *error; /* what failed, for verdict error (malloc'd) */
     int64_t max_prompt_tokens;
-    void *priv;          /* the runner's retained state until the verdict is final */
+    void *priv; /* the runner's retained state until the verdict is final */
 } hunt_session_rec;
 
 typedef struct hunt_cell {
-    int64_t n;        /* sessions with a verdict (clean + benign + corrupt) */
+    int64_t n; /* sessions with a verdict (clean + benign + corrupt) */
     int64_t corrupt, benign, clean, errors;
-    double lo, hi;    /* Wilson 95% interval of corrupt / n */
+    double lo, hi; /* Wilson 95% interval of corrupt / n */
 } hunt_cell;
 
 typedef struct hunt_results {
@@ -128,16 +128,16 @@ typedef struct hunt_results {
     hunt_cell per_pad[HUNT_MAX_PADS];
     hunt_cell grid[HUNT_MAX_LEVELS][HUNT_MAX_PADS];
     hunt_cell total;
-    int64_t diverged;                 /* exact oracle: sessions with any divergence */
-    int64_t neartie_benign;           /* sessions whose divergences were all near ties */
-    int64_t neartie_corrupt;          /* sessions with a divergence that was not a near tie */
-    int64_t finding[HUNT_F_COUNT];    /* sessions with each finding (load-dependent) */
-    int64_t model_level[HUNT_F_COUNT];/* turns with each finding in both test and reference */
-    char confound[512];               /* the confound split's conclusion */
+    int64_t diverged;                  /* exact oracle: sessions with any divergence */
+    int64_t neartie_benign;            /* sessions whose divergences were all near ties */
+    int64_t neartie_corrupt;           /* sessions with a divergence that was not a near tie */
+    int64_t finding[HUNT_F_COUNT];     /* sessions with each finding (load-dependent) */
+    int64_t model_level[HUNT_F_COUNT]; /* turns with each finding in both test and reference */
+    char confound[512];                /* the confound split's conclusion */
     /* server observation */
     hunt_metrics_sample *samples;
     int64_t n_samples, cap_samples;
-    char *metrics_flavor;             /* NULL: no /metrics */
+    char *metrics_flavor; /* NULL: no /metrics */
     /* client figures */
     int peak_in_flight;
     int64_t requests, ref_requests, retries, bytes;

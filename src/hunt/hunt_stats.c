@@ -62,8 +62,7 @@ hunt_sprt_decision hunt_sprt_add_counts(hunt_sprt *t, int64_t n, int64_t k) {
     t->n += n;
     t->k += k;
     if (t->decision == HUNT_SPRT_CONTINUE)
-        t->llr += (double)k * log(t->p1 / t->p0) +
-                  (double)(n - k) * log((1 - t->p1) / (1 - t->p0));
+        t->llr += (double)k * log(t->p1 / t->p0) + (double)(n - k) * log((1 - t->p1) / (1 - t->p0));
     return hunt_sprt_check(t);
 }
 

@@ -35,11 +35,11 @@ typedef enum hunt_sprt_decision {
 } hunt_sprt_decision;
 
 typedef struct hunt_sprt {
-    double p0, p1;       /* hypotheses */
-    double alpha, beta;  /* error rates: P(accept H1 | H0), P(accept H0 | H1) */
-    double llr;          /* log likelihood ratio so far, log(L1/L0) */
-    double upper, lower; /* decision bounds on llr */
-    int64_t n, k;        /* sessions seen, corrupt among them */
+    double p0, p1;               /* hypotheses */
+    double alpha, beta;          /* error rates: P(accept H1 | H0), P(accept H0 | H1) */
+    double llr;                  /* log likelihood ratio so far, log(L1/L0) */
+    double upper, lower;         /* decision bounds on llr */
+    int64_t n, k;                /* sessions seen, corrupt among them */
     hunt_sprt_decision decision; /* sticky once decided */
 } hunt_sprt;
 

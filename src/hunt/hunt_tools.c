@@ -180,8 +180,8 @@ int hunt_tools_create_builtin(int n, hunt_tools **out) {
         return err_set(ERR_RANGE, "tools: %d built-in tools requested, there are %d", n,
                        HUNT_TOOLS_BUILTIN);
     hunt_tools *t;
-    int rc = hunt_tools_from_json(hunt_builtin_json, sizeof hunt_builtin_json - 1, "built-in tools",
-                                  &t);
+    int rc =
+        hunt_tools_from_json(hunt_builtin_json, sizeof hunt_builtin_json - 1, "built-in tools", &t);
     if (rc)
         return rc;
     if (n < t->n) {
@@ -345,8 +345,7 @@ static int hunt_schema_at(const json_value *sc, const json_value *v, char *path,
     if (ty && ty->type == JSON_ARRAY) {
         bool ok = false;
         for (size_t i = 0; i < ty->arr.n && !ok; i++)
-            if (ty->arr.items[i]->type == JSON_STRING &&
-                hunt_type_is(v, ty->arr.items[i]->str.s))
+            if (ty->arr.items[i]->type == JSON_STRING && hunt_type_is(v, ty->arr.items[i]->str.s))
                 ok = true;
         if (!ok)
             return hunt_schema_fail(why, cap, "%s: %s is none of the allowed types", path,
@@ -415,8 +414,8 @@ static int hunt_schema_at(const json_value *sc, const json_value *v, char *path,
         const json_value *addl = json_get(sc, "additionalProperties");
         for (size_t i = 0; i < v->obj.n; i++) {
             const char *key = v->obj.keys[i];
-            const json_value *psc = props && props->type == JSON_OBJECT ? json_get(props, key)
-                                                                         : NULL;
+            const json_value *psc =
+                props && props->type == JSON_OBJECT ? json_get(props, key) : NULL;
             snprintf(path + plen, path_cap - plen, ".%s", key);
             int r = 0;
             if (psc)
@@ -438,8 +437,8 @@ static int hunt_schema_at(const json_value *sc, const json_value *v, char *path,
         bool ok = false;
         char tmp[16];
         for (size_t i = 0; i < any->arr.n && !ok; i++)
-            ok = hunt_schema_at(any->arr.items[i], v, path, path_cap, tmp, sizeof tmp,
-                                depth + 1) == 0;
+            ok = hunt_schema_at(any->arr.items[i], v, path, path_cap, tmp, sizeof tmp, depth + 1) ==
+                 0;
         if (!ok)
             return hunt_schema_fail(why, cap, "%s: matches none of the %s alternatives", path,
                                     alts[a]);

@@ -120,16 +120,18 @@ static void hunt_task(hunt_rng *r, strbuf *out) {
         strbuf_printf(out, "Run the tests for the %s module and summarize the failures.", w1);
         break;
     case 3:
-        strbuf_printf(out, "Rename %s to %s in %s/%s.c and show me the diff.", a.data, b.data,
-                      dir, w1);
+        strbuf_printf(out, "Rename %s to %s in %s/%s.c and show me the diff.", a.data, b.data, dir,
+                      w1);
         break;
     case 4:
         strbuf_printf(out, "Show me the five most recent commits that touched %s/%s.c.", dir,
                       a.data);
         break;
     case 5:
-        strbuf_printf(out, "Check the docs for how the %s %s works and summarize it in two "
-                           "sentences.", w1, w2);
+        strbuf_printf(out,
+                      "Check the docs for how the %s %s works and summarize it in two "
+                      "sentences.",
+                      w1, w2);
         break;
     case 6:
         strbuf_printf(out, "List the files under %s and tell me which one handles the %s.", dir,
@@ -305,8 +307,7 @@ void hunt_history_body(const hunt_workload *w, const hunt_history *h, int n_msgs
     strbuf_putc(out, '}');
 }
 
-int hunt_history_add_reply(const hunt_workload *w, hunt_history *h, int turn,
-                           const hunt_reply *r) {
+int hunt_history_add_reply(const hunt_workload *w, hunt_history *h, int turn, const hunt_reply *r) {
     strbuf j;
     strbuf_init(&j);
     strbuf_puts(&j, "{\"role\":\"assistant\",\"content\":");

@@ -31,7 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define HUNT_MAX_PADS 16
+#define HUNT_MAX_PADS  16
 #define HUNT_MAX_TURNS 256
 
 typedef struct hunt_workload_cfg {
@@ -40,11 +40,11 @@ typedef struct hunt_workload_cfg {
     int max_tokens;     /* per request */
     double temperature; /* 0 = greedy */
     bool stream;
-    bool logprobs;     /* ask for logprobs */
-    int top_logprobs;  /* candidates per position (0..20) */
+    bool logprobs;           /* ask for logprobs */
+    int top_logprobs;        /* candidates per position (0..20) */
     int pads[HUNT_MAX_PADS]; /* context padding levels in tokens; session i gets pads[i % n_pads] */
-    int n_pads;        /* 1.. (a single 0 = no padding) */
-    const char *model; /* copied */
+    int n_pads;              /* 1.. (a single 0 = no padding) */
+    const char *model;       /* copied */
     const hunt_tools *tools; /* borrowed; must outlive the workload */
 } hunt_workload_cfg;
 

@@ -5,7 +5,8 @@
  *
  *   mock_openai [--host 127.0.0.1] [--port P | --port 0 --port-file FILE] [--step-ms MS]
  *               [--max-running N] [--fault KIND[,KIND...]] [--fault-min-batch K]
- *               [--fault-rate P] [--fault-min-prompt N] [--fault-when EXPR] [--seed S] [--error-rate P]
+ *               [--fault-rate P] [--fault-min-prompt N] [--fault-when EXPR] [--seed S]
+ * [--error-rate P]
  *               [--metrics-style verity|vllm|sglang|llamacpp] [--no-logprobs] [--reject-logprobs]
  *               [--random-ids] [--max-lifetime S] [--NAME VALUE ...]
  *   (tests pass "--tag UNIQUE" as a harmless toggle to find their own servers with pgrep)
@@ -86,10 +87,18 @@ static const struct {
     const char *name;
     unsigned bit;
 } fault_names[] = {
-    {"salad", F_SALAD},         {"repeat", F_REPEAT},   {"markup", F_MARKUP},
-    {"special", F_SPECIAL},     {"badjson", F_BADJSON}, {"schema", F_SCHEMA},
-    {"unknowntool", F_UNKNOWNTOOL}, {"finish", F_FINISH}, {"tags", F_TAGS},
-    {"identity", F_IDENTITY},   {"flip", F_FLIP},       {"neartie", F_NEARTIE},
+    {"salad", F_SALAD},
+    {"repeat", F_REPEAT},
+    {"markup", F_MARKUP},
+    {"special", F_SPECIAL},
+    {"badjson", F_BADJSON},
+    {"schema", F_SCHEMA},
+    {"unknowntool", F_UNKNOWNTOOL},
+    {"finish", F_FINISH},
+    {"tags", F_TAGS},
+    {"identity", F_IDENTITY},
+    {"flip", F_FLIP},
+    {"neartie", F_NEARTIE},
 };
 
 /* ---- configuration ---- */
@@ -117,8 +126,8 @@ static struct {
     const char *toggle_name[MAX_TOGGLES];
     const char *toggle_val[MAX_TOGGLES];
     int n_toggles;
-} cfg = {"127.0.0.1", 0, NULL, 2, 4096, 0, 8, 0, 0.3, NULL, 1, 0, "verity", false, false, false,
-         900, {0}, {0}, 0};
+} cfg = {"127.0.0.1", 0, NULL,     2,     4096,  0,     8,   0,   0.3, NULL,
+         1,           0, "verity", false, false, false, 900, {0}, {0}, 0};
 
 static bool fault_enabled; /* faults configured and --fault-when holds */
 
@@ -193,10 +202,10 @@ typedef enum { TK_CONTENT, TK_MARK, TK_CALL_NAME, TK_CALL_ARGS } tk_kind;
 
 typedef struct mtok {
     tk_kind kind;
-    int call;       /* tool call index for TK_CALL_* */
-    char *text;     /* token text (content text, a markup piece, the name, an args fragment) */
+    int call;   /* tool call index for TK_CALL_* */
+    char *text; /* token text (content text, a markup piece, the name, an args fragment) */
     double lp;
-    char *top[5];   /* candidate texts (top[0] is the greedy choice) */
+    char *top[5]; /* candidate texts (top[0] is the greedy choice) */
     double top_lp[5];
     int n_top;
 } mtok;
@@ -363,7 +372,8 @@ static void gen_arg_value(strbuf *out, const char *key, const json_value *ps, hu
             hi = v;
         if (hi > lo + 50)
             hi = lo + 50;
-        strbuf_printf(out, "%lld", (long long)lo + (long long)hunt_rng_below(r, (uint32_t)(hi - lo + 1)));
+        strbuf_printf(out, "%lld",
+                      (long long)lo + (long long)hunt_rng_below(r, (uint32_t)(hi - lo + 1)));
     } else if (!strcmp(t, "number")) {
         strbuf_printf(out, "%u.5", 1 + hunt_rng_below(r, 30));
     } else if (!strcmp(t, "boolean")) {
@@ -473,9 +483,11 @@ static void plan_build(plan *p, const req_info *q) {
         mcall *c = &p->calls[ci];
         snprintf(c->name, sizeof c->name, "%s", name);
         if (cfg.random_ids)
-            snprintf(c->id, sizeof c->id, "call_%llx", (unsigned long long)(++mock_id_counter * 2654435761u));
+            snprintf(c->id, sizeof c->id, "call_%llx",
+                     (unsigned long long)(++mock_id_counter * 2654435761u));
         else
-            snprintf(c->id, sizeof c->id, "call_%08llx%d", (unsigned long long)(q->hash & 0xffffffff), ci);
+            snprintf(c->id, sizeof c->id, "call_%08llx%d",
+                     (unsigned long long)(q->hash & 0xffffffff), ci);
         strbuf args;
         strbuf_init(&args);
         gen_args(&args, json_get(fn, "parameters"), &r);
@@ -531,8 +543,8 @@ static bool plan_fault(plan *p, int pos, unsigned fault, int max_tokens, uint64_
         if (is_text) {
             plan_truncate(p, pos);
             plan_push(p, TK_CONTENT, 0, " <tool_call>", -0.5);
-            plan_push(p, TK_CONTENT, 0, "{\"name\": \"read_file\", \"arguments\": {\"path\": \"a.c\"}}",
-                      -0.5);
+            plan_push(p, TK_CONTENT, 0,
+                      "{\"name\": \"read_file\", \"arguments\": {\"path\": \"a.c\"}}", -0.5);
             plan_push(p, TK_CONTENT, 0, "</tool_call>", -0.5);
             return true;
         }
@@ -593,7 +605,8 @@ static bool plan_fault(plan *p, int pos, unsigned fault, int max_tokens, uint64_
                     if (first >= pos) {
                         for (int j = first; j <= last; j++) {
                             free(p->toks[j].text);
-                            p->toks[j].text = xstrdup(j == first ? "{\"path\": 12345, \"x_bad\": [1]}" : "");
+                            p->toks[j].text =
+                                xstrdup(j == first ? "{\"path\": 12345, \"x_bad\": [1]}" : "");
                         }
                         changed = true;
                     }
@@ -667,9 +680,9 @@ struct gen {
     conn *c;
     plan p;
     req_info q;
-    arena *a;        /* request JSON */
-    char *body;      /* request body copy (q points into it) */
-    int pos;         /* tokens produced */
+    arena *a;   /* request JSON */
+    char *body; /* request body copy (q points into it) */
+    int pos;    /* tokens produced */
     bool fault_decided;
     bool faulted;
     uint64_t state_before; /* generator state before pos (for flip/neartie) */
@@ -680,7 +693,7 @@ struct gen {
 };
 
 static int ep;
-static gen *gens;       /* running and waiting */
+static gen *gens; /* running and waiting */
 static int n_gens;
 static hunt_rng fault_rng;
 static uint64_t next_gen_id;
@@ -775,8 +788,10 @@ static void stream_token(gen *g, int i) {
         strbuf_json_str(&o, t->text, strlen(t->text), false);
     } else if (t->kind == TK_CALL_NAME) {
         const mcall *mc = &g->p.calls[t->call];
-        strbuf_printf(&o, "\"tool_calls\":[{\"index\":%d,\"id\":\"%s\",\"type\":\"function\","
-                          "\"function\":{\"name\":", t->call, mc->id);
+        strbuf_printf(&o,
+                      "\"tool_calls\":[{\"index\":%d,\"id\":\"%s\",\"type\":\"function\","
+                      "\"function\":{\"name\":",
+                      t->call, mc->id);
         strbuf_json_str(&o, mc->name, strlen(mc->name), false);
         strbuf_puts(&o, ",\"arguments\":\"\"}}]");
     } else if (t->kind == TK_CALL_ARGS) {
@@ -816,8 +831,9 @@ static void stream_finish(gen *g) {
         sse_send(c, o.data, o.len);
         strbuf_reset(&o);
     }
-    strbuf_printf(&o, "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion.chunk\",\"choices\":"
-                      "[{\"index\":0,\"delta\":{},\"finish_reason\":\"%s\"}]}",
+    strbuf_printf(&o,
+                  "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion.chunk\",\"choices\":"
+                  "[{\"index\":0,\"delta\":{},\"finish_reason\":\"%s\"}]}",
                   (unsigned long long)g->id, g->p.finish);
     sse_send(c, o.data, o.len);
     if (g->q.include_usage) {
@@ -844,8 +860,10 @@ static void respond_whole(gen *g) {
             strbuf_puts(&content, p->toks[i].text);
     if (p->extra_content)
         strbuf_puts(&content, p->extra_content);
-    strbuf_printf(&o, "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion\",\"created\":0,"
-                      "\"model\":", (unsigned long long)g->id);
+    strbuf_printf(&o,
+                  "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion\",\"created\":0,"
+                  "\"model\":",
+                  (unsigned long long)g->id);
     strbuf_json_str(&o, g->q.model, strlen(g->q.model), false);
     strbuf_puts(&o, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
     if (content.len == 0 && p->n_calls)
@@ -925,7 +943,8 @@ static void handle_chat(conn *c, const char *body, size_t len) {
     if (json_parse(g->a, g->body, len, &root) != 0 || root->type != JSON_OBJECT) {
         http_simple(c, 400, "Bad Request", "application/json",
                     "{\"error\":{\"message\":\"body is not a JSON object\",\"type\":"
-                    "\"invalid_request_error\"}}", NULL);
+                    "\"invalid_request_error\"}}",
+                    NULL);
         gen_free(g);
         return;
     }
@@ -934,7 +953,8 @@ static void handle_chat(conn *c, const char *body, size_t len) {
     if (!q->messages || q->messages->type != JSON_ARRAY || q->messages->arr.n == 0) {
         http_simple(c, 400, "Bad Request", "application/json",
                     "{\"error\":{\"message\":\"messages must be a non-empty array\",\"type\":"
-                    "\"invalid_request_error\"}}", NULL);
+                    "\"invalid_request_error\"}}",
+                    NULL);
         gen_free(g);
         return;
     }
@@ -943,11 +963,13 @@ static void handle_chat(conn *c, const char *body, size_t len) {
         q->tools = NULL;
     int64_t v;
     q->max_tokens = 64;
-    if (json_as_int(json_get(root, "max_tokens"), &v) || json_as_int(json_get(root, "max_completion_tokens"), &v))
+    if (json_as_int(json_get(root, "max_tokens"), &v) ||
+        json_as_int(json_get(root, "max_completion_tokens"), &v))
         q->max_tokens = v < 1 ? 1 : v > 4096 ? 4096 : (int)v;
     bool b;
     q->stream = json_as_bool(json_get(root, "stream"), &b) && b;
-    q->include_usage = json_as_bool(json_get(json_get(root, "stream_options"), "include_usage"), &b) && b;
+    q->include_usage =
+        json_as_bool(json_get(json_get(root, "stream_options"), "include_usage"), &b) && b;
     q->logprobs = json_as_bool(json_get(root, "logprobs"), &b) && b;
     q->top_logprobs = json_as_int(json_get(root, "top_logprobs"), &v) ? (int)v : 0;
     if (q->top_logprobs > 5)
@@ -955,7 +977,8 @@ static void handle_chat(conn *c, const char *body, size_t len) {
     if (q->logprobs && cfg.reject_logprobs) {
         http_simple(c, 400, "Bad Request", "application/json",
                     "{\"error\":{\"message\":\"logprobs are not supported\",\"type\":"
-                    "\"invalid_request_error\"}}", NULL);
+                    "\"invalid_request_error\"}}",
+                    NULL);
         gen_free(g);
         return;
     }
@@ -1003,28 +1026,37 @@ static void metrics_text(strbuf *o) {
     int waiting = n_gens - running;
     const char *st = cfg.metrics_style;
     if (!strcmp(st, "vllm")) {
-        strbuf_printf(o, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-                         "# TYPE vllm:num_requests_running gauge\n"
-                         "vllm:num_requests_running{model_name=\"mock-model\"} %d\n"
-                         "vllm:num_requests_waiting{model_name=\"mock-model\"} %d\n", running, waiting);
+        strbuf_printf(
+            o,
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            "vllm:num_requests_running{model_name=\"mock-model\"} %d\n"
+            "vllm:num_requests_waiting{model_name=\"mock-model\"} %d\n",
+            running, waiting);
     } else if (!strcmp(st, "sglang")) {
-        strbuf_printf(o, "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"mock-model\"} %d\n"
-                         "sglang:num_queue_reqs{model_name=\"mock-model\"} %d\n", running, waiting);
+        strbuf_printf(o,
+                      "# TYPE sglang:num_running_reqs "
+                      "gauge\nsglang:num_running_reqs{model_name=\"mock-model\"} %d\n"
+                      "sglang:num_queue_reqs{model_name=\"mock-model\"} %d\n",
+                      running, waiting);
     } else if (!strcmp(st, "llamacpp")) {
-        strbuf_printf(o, "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n"
-                         "llamacpp:requests_deferred %d\nllamacpp:n_busy_slots_per_decode %d\n",
+        strbuf_printf(o,
+                      "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n"
+                      "llamacpp:requests_deferred %d\nllamacpp:n_busy_slots_per_decode %d\n",
                       running, waiting, stats.last_batch);
     } else {
-        strbuf_printf(o, "# HELP verity_requests_running Requests in the running batch.\n"
-                         "# TYPE verity_requests_running gauge\nverity_requests_running %d\n"
-                         "# TYPE verity_requests_waiting gauge\nverity_requests_waiting %d\n"
-                         "# TYPE verity_batch_size gauge\nverity_batch_size %d\n"
-                         "# TYPE verity_requests_total counter\nverity_requests_total %lld\n",
+        strbuf_printf(o,
+                      "# HELP verity_requests_running Requests in the running batch.\n"
+                      "# TYPE verity_requests_running gauge\nverity_requests_running %d\n"
+                      "# TYPE verity_requests_waiting gauge\nverity_requests_waiting %d\n"
+                      "# TYPE verity_batch_size gauge\nverity_batch_size %d\n"
+                      "# TYPE verity_requests_total counter\nverity_requests_total %lld\n",
                       running, waiting, stats.last_batch, (long long)stats.requests_total);
     }
-    strbuf_printf(o, "# TYPE mock_faults_injected_total counter\nmock_faults_injected_total %lld\n"
-                     "mock_max_batch %d\nmock_max_running %d\nmock_steps_total %lld\n"
-                     "mock_errors_injected_total %lld\n",
+    strbuf_printf(o,
+                  "# TYPE mock_faults_injected_total counter\nmock_faults_injected_total %lld\n"
+                  "mock_max_batch %d\nmock_max_running %d\nmock_steps_total %lld\n"
+                  "mock_errors_injected_total %lld\n",
                   (long long)stats.faults_total, stats.max_batch, stats.max_running_seen,
                   (long long)stats.steps, (long long)stats.errors_total);
 }
@@ -1036,7 +1068,8 @@ static void handle_request(conn *c, const char *method, const char *path, const 
     } else if (!strcmp(method, "GET") && !strcmp(path, "/v1/models")) {
         http_simple(c, 200, "OK", "application/json",
                     "{\"object\":\"list\",\"data\":[{\"id\":\"mock-model\",\"object\":\"model\","
-                    "\"owned_by\":\"verity-tests\"}]}", NULL);
+                    "\"owned_by\":\"verity-tests\"}]}",
+                    NULL);
     } else if (!strcmp(method, "GET") && !strcmp(path, "/metrics")) {
         strbuf o;
         strbuf_init(&o);
@@ -1047,7 +1080,8 @@ static void handle_request(conn *c, const char *method, const char *path, const 
         if (cfg.error_rate > 0 && hunt_rng_unit(&fault_rng) < cfg.error_rate) {
             stats.errors_total++;
             http_simple(c, 503, "Service Unavailable", "application/json",
-                        "{\"error\":{\"message\":\"overloaded (injected)\"}}", "Retry-After: 0\r\n");
+                        "{\"error\":{\"message\":\"overloaded (injected)\"}}",
+                        "Retry-After: 0\r\n");
             return;
         }
         handle_chat(c, body, len);
@@ -1064,7 +1098,8 @@ static void conn_parse(conn *c) {
         if (!hdr_end) {
             if (c->in.len > 65536) {
                 c->want_close = true;
-                http_simple(c, 431, "Request Header Fields Too Large", "text/plain", "too large\n", NULL);
+                http_simple(c, 431, "Request Header Fields Too Large", "text/plain", "too large\n",
+                            NULL);
             }
             return;
         }
@@ -1073,11 +1108,13 @@ static void conn_parse(conn *c) {
         sscanf(c->in.data, "%15s %255s", method, path);
         long clen = 0;
         c->want_close = false;
-        for (char *line = strstr(c->in.data, "\r\n"); line && line < hdr_end; line = strstr(line + 2, "\r\n")) {
+        for (char *line = strstr(c->in.data, "\r\n"); line && line < hdr_end;
+             line = strstr(line + 2, "\r\n")) {
             char *h = line + 2;
             if (!strncasecmp(h, "Content-Length:", 15))
                 clen = strtol(h + 15, NULL, 10);
-            else if (!strncasecmp(h, "Connection:", 11) && strstr(h, "close") && strstr(h, "close") < strstr(h, "\r\n"))
+            else if (!strncasecmp(h, "Connection:", 11) && strstr(h, "close") &&
+                     strstr(h, "close") < strstr(h, "\r\n"))
                 c->want_close = true;
         }
         if (clen < 0 || clen > 64L << 20) {
@@ -1169,7 +1206,8 @@ static void engine_step(void) {
                 for (int i = 0; i < g->pos && i < g->p.n && g->p.toks[i].kind == TK_CONTENT; i++)
                     h = gen_advance(h, g->p.toks[i].text);
                 if (plan_fault(&g->p, g->pos, cfg.faults, g->q.max_tokens,
-                               (cfg.faults & (F_FLIP | F_NEARTIE)) ? h : hunt_rng_next(&fault_rng))) {
+                               (cfg.faults & (F_FLIP | F_NEARTIE)) ? h
+                                                                   : hunt_rng_next(&fault_rng))) {
                     g->faulted = true;
                     stats.faults_total++;
                 }
@@ -1222,8 +1260,9 @@ static int64_t now_ms(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: mock_openai [--port P] [--port-file F] [--step-ms MS] [--fault KINDS] "
-                    "[--fault-min-batch K] [--fault-rate P] [--fault-when EXPR] [--NAME VALUE ...]\n");
+    fprintf(stderr,
+            "usage: mock_openai [--port P] [--port-file F] [--step-ms MS] [--fault KINDS] "
+            "[--fault-min-batch K] [--fault-rate P] [--fault-when EXPR] [--NAME VALUE ...]\n");
     exit(2);
 }
 
@@ -1247,7 +1286,8 @@ int main(int argc, char **argv) {
             struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
             sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
             socklen_t sl = sizeof sa;
-            if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof sa) || getsockname(s, (struct sockaddr *)&sa, &sl))
+            if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof sa) ||
+                getsockname(s, (struct sockaddr *)&sa, &sl))
                 return 1;
             printf("%d\n", ntohs(sa.sin_port));
             close(s);
@@ -1323,7 +1363,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 4096)) {
-        fprintf(stderr, "mock_openai: cannot listen on %s:%d: %s\n", cfg.host, cfg.port, strerror(errno));
+        fprintf(stderr, "mock_openai: cannot listen on %s:%d: %s\n", cfg.host, cfg.port,
+                strerror(errno));
         return 1;
     }
     socklen_t sl = sizeof sa;
@@ -1339,7 +1380,8 @@ int main(int argc, char **argv) {
         }
     }
     fprintf(stderr, "mock_openai: listening on %s:%d (faults 0x%x %s, min batch %d, rate %.2f)\n",
-            cfg.host, port, cfg.faults, fault_enabled ? "on" : "off", cfg.fault_min_batch, cfg.fault_rate);
+            cfg.host, port, cfg.faults, fault_enabled ? "on" : "off", cfg.fault_min_batch,
+            cfg.fault_rate);
     ep = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event lev = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(ep, EPOLL_CTL_ADD, ls, &lev);
