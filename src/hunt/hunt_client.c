@@ -329,8 +329,8 @@ int hunt_client_run(hunt_client *c, int timeout_ms) {
             break;
         if (c->in_flight == 0 && c->completed > done_before)
             break;
-        if (c->in_flight == 0 && c->timer_deadline_ns < 0)
-            break; /* nothing to wait for */
+        /* nothing in flight and no completion yet: epoll_wait above simply slept out the
+         * timeout (the caller may be waiting to retry), so the loop ends at `end` */
     }
     return c->in_flight;
 }

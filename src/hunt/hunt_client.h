@@ -64,8 +64,9 @@ int hunt_client_submit(hunt_client *c, const hunt_http_req *r, hunt_http **out);
  * on_data. */
 void hunt_client_cancel(hunt_client *c, hunt_http *h);
 
-/* Runs the event loop for up to timeout_ms (0: only what is ready now), calling callbacks.
- * Returns early, after at least one completion, when nothing is left in flight. Returns the number
+/* Runs the event loop for up to timeout_ms (0: only what is ready now), calling callbacks; with
+ * nothing in flight it just waits timeout_ms. Returns early, after at least one completion, when
+ * nothing is left in flight. Returns the number
  * of requests in flight afterwards, or a negative error code (ERR_INTERNAL) if epoll failed. */
 int hunt_client_run(hunt_client *c, int timeout_ms);
 

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { S_WALK, S_TEST, S_FILL, S_RESOLVE };
@@ -441,7 +442,9 @@ static void hunt_sess_done_cb(void *ud, int rc, long status, double retry_after)
         if (retryable && s->attempts < r->cfg.retries) {
             s->attempts++;
             r->res.retries++;
-            double delay = retry_after >= 0 ? retry_after : 0.1 * (double)(1 << s->attempts);
+            double delay = retry_after >= 0
+                               ? retry_after
+                               : 0.1 * (double)(1 << (s->attempts < 4 ? s->attempts : 4));
             if (delay > 30)
                 delay = 30;
             s->retry_at = hunt_now(r) + delay;
@@ -925,9 +928,18 @@ static int hunt_probe(hunt_run *r, const char *model) {
         strbuf_putc(&q, '}');
         snprintf(body, sizeof body, "%s", q.data);
         strbuf_deinit(&q);
-        int rc = hunt_http_fetch(r->chat_url, r->cfg.api_key, body,
+        int rc = 0;
+        for (int attempt = 0;; attempt++) {
+            rc = hunt_http_fetch(r->chat_url, r->cfg.api_key, body,
                                  r->cfg.timeout_s > 0 ? r->cfg.timeout_s : 60, &status, reply,
                                  sizeof reply);
+            bool busy = rc == 0 && (status == 429 || status == 502 || status == 503 ||
+                                    status == 504);
+            if (!busy || attempt >= r->cfg.retries)
+                break;
+            struct timespec ts = {0, 100000000L << (attempt < 3 ? attempt : 3)};
+            nanosleep(&ts, NULL);
+        }
         if (rc)
             return err_set(ERR_CONNECT, "cannot reach the target: %s", err_detail());
         if (status == 401 || status == 403)
