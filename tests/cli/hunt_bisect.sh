@@ -16,7 +16,7 @@ LAUNCH="$MOCK --port {port} --step-ms 1 --max-lifetime 300 --tag $TAG --fault sa
 HEALTH='http://127.0.0.1:{port}/health'
 HUNT='--url http://127.0.0.1:{port} --concurrency 12 --turns 2 --max-tokens 24 --scrape-ms 0'
 B() { "$VERITY" bisect --quiet --launch "$LAUNCH" --health "$HEALTH" "${TOGGLES[@]}" --hunt "$HUNT" "$@"; }
-servers_left() { pgrep -f -- "--tag $TAG" >/dev/null; }
+servers_left() { command -v pgrep >/dev/null || return 1; pgrep -f -- "--tag $TAG" >/dev/null; }
 
 # --- names the culprit within 8 restarts -------------------------------------------------------
 B --budget 8 --ledger "$TMP/l1.json" >"$TMP/l1.out" 2>"$TMP/l1.err"
