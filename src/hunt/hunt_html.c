@@ -29,6 +29,15 @@ static double hunt_nice(double v) {
     return 1.0;
 }
 
+static void svg_vtext(strbuf *o, double x, double y, const char *text) {
+    strbuf_printf(o,
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"label\" "
+                  "transform=\"rotate(-90 %.1f %.1f)\">",
+                  x, y, x, y);
+    hunt_html_escape(o, text, strlen(text));
+    strbuf_puts(o, "</text>\n");
+}
+
 static void svg_text(strbuf *o, double x, double y, const char *anchor, const char *cls,
                      const char *text) {
     strbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" class=\"%s\">", x, y, anchor,
@@ -64,7 +73,7 @@ static void svg_rates(strbuf *o, const char *title, const char *xlabel, int n,
     strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n", ML,
                   MT + h, ML + w, MT + h);
     svg_text(o, ML + w / 2, PH - 10, "middle", "label", xlabel);
-    svg_text(o, 14, MT + h / 2, "middle", "label vlabel", "corrupt sessions");
+    svg_vtext(o, 16, MT + h / 2, "corrupt sessions");
     for (int i = 0; i < n; i++) {
         double x = ML + w * (i + 0.5) / n;
         svg_text(o, x, MT + h + 18, "middle", "tick", labels[i]);
@@ -101,7 +110,7 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
         if (s->t > tmax)
             tmax = s->t;
     }
-    bmax = ceil(bmax * 1.1);
+    bmax = 4 * ceil(bmax * 1.05 / 4); /* integer ticks at quarters */
     double w = PW * 1.4 - ML - MR, h = PH - MT - MB;
     strbuf_printf(o,
                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
@@ -120,11 +129,23 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
     }
     for (int k = 0; k <= 5; k++) {
         char t[32];
-        snprintf(t, sizeof t, "%.0fs", tmax * k / 5);
+        snprintf(t, sizeof t, tmax < 10 ? "%.1fs" : "%.0fs", tmax * k / 5);
         svg_text(o, ML + w * k / 5, MT + h + 18, "middle", "tick", t);
     }
     svg_text(o, ML + w / 2, PH - 10, "middle", "label", "time since the run started");
-    svg_text(o, 14, MT + h / 2, "middle", "label vlabel", "requests");
+    svg_vtext(o, 16, MT + h / 2, "requests");
+    for (int64_t i = 0; i < res->n_spans; i++) { /* test phases, shaded */
+        const hunt_span *sp = &res->spans[i];
+        double x0 = ML + w * sp->t0 / tmax, x1 = ML + w * sp->t1 / tmax;
+        strbuf_printf(o,
+                      "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                      "class=\"span\"><title>test phase at concurrency %d, %.2f-%.2fs</title>"
+                      "</rect>\n",
+                      x0, MT, x1 - x0 > 1 ? x1 - x0 : 1, h, sp->conc, sp->t0, sp->t1);
+        char lab[32];
+        snprintf(lab, sizeof lab, "c=%d", sp->conc);
+        svg_text(o, (x0 + x1) / 2, MT + h - 4, "middle", "tick", lab);
+    }
     for (int series = 0; series < 2; series++) {
         strbuf_printf(o, "<polyline class=\"%s\" points=\"", series ? "running" : "batch");
         for (int64_t i = 0; i < res->n_samples; i++) {
@@ -154,7 +175,8 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
     svg_text(o, ML + 116, MT + 10, "start", "tick", "running requests");
     strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"3\" height=\"10\" class=\"lg-event\"/>",
                   ML + 240, MT + 1);
-    svg_text(o, ML + 248, MT + 10, "start", "tick", "corrupt session (its first corrupt turn)");
+    svg_text(o, ML + 248, MT + 10, "start", "tick",
+             "corrupt session (its first corrupt turn); shaded: test phases");
     strbuf_puts(o, "</svg>\n");
 }
 
@@ -192,27 +214,27 @@ static void html_marked(strbuf *o, const char *s, size_t d) {
 
 void hunt_report_html(const hunt_results *res, strbuf *o) {
     const hunt_cell *t = &res->total;
-    strbuf_puts(
-        o, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-           "<title>verity hunt report</title>\n<style>\n"
-           "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;"
-           "color:#222;padding:0 1em}\n"
-           "table{border-collapse:collapse;margin:.5em 0 1.5em}"
-           "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}"
-           "th{background:#f3f3f3}td:first-child{text-align:left}\n"
-           ".bad{color:#b00020;font-weight:600}.ok{color:#1b5e20;font-weight:600}\n"
-           ".side{width:100%;table-layout:fixed}.side td{text-align:left;vertical-align:top;"
-           "white-space:pre-wrap;word-break:break-all;font:12px/1.35 monospace}\n"
-           "mark{background:#ffd6d6}\nsvg{display:block;margin:.5em 0 1.5em}\n"
-           "svg .title{font-weight:600;font-size:14px}svg .tick{font-size:11px;fill:#444}"
-           "svg .label{font-size:12px;fill:#222}\n"
-           "svg .vlabel{transform-box:fill-box;transform-origin:center;transform:rotate(-90deg)}"
-           "\nsvg .grid{stroke:#e4e4e4}svg .axis{stroke:#888}svg .bar{stroke:#333;"
-           "stroke-width:1.5}\nsvg .pt{fill:#1b5e20}svg .pt.bad{fill:#b00020}\n"
-           "svg .batch{fill:none;stroke:#1565c0;stroke-width:1.5}svg .running{fill:none;"
-           "stroke:#999;stroke-dasharray:4 3}\nsvg .event{stroke:#b00020;stroke-width:2}"
-           "svg .lg-batch{fill:#1565c0}svg .lg-run{fill:#999}svg .lg-event{fill:#b00020}\n"
-           "code{background:#f3f3f3;padding:0 .2em}\n</style></head><body>\n");
+    strbuf_puts(o,
+                "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                "<title>verity hunt report</title>\n<style>\n"
+                "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;"
+                "color:#222;padding:0 1em}\n"
+                "table{border-collapse:collapse;margin:.5em 0 1.5em}"
+                "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}"
+                "th{background:#f3f3f3}td:first-child{text-align:left}\n"
+                ".bad{color:#b00020;font-weight:600}.ok{color:#1b5e20;font-weight:600}\n"
+                ".side{width:100%;table-layout:fixed}.side td{text-align:left;vertical-align:top;"
+                "white-space:pre-wrap;word-break:break-all;font:12px/1.35 monospace}\n"
+                "mark{background:#ffd6d6}\nsvg{display:block;margin:.5em 0 1.5em}\n"
+                "svg .title{font-weight:600;font-size:14px}svg .tick{font-size:11px;fill:#444}"
+                "svg .label{font-size:12px;fill:#222}\n"
+                "\nsvg .grid{stroke:#e4e4e4}svg .axis{stroke:#888}svg .bar{stroke:#333;"
+                "stroke-width:1.5}\nsvg .pt{fill:#1b5e20}svg .pt.bad{fill:#b00020}\n"
+                "svg .batch{fill:none;stroke:#1565c0;stroke-width:1.5}svg .running{fill:none;"
+                "stroke:#999;stroke-dasharray:4 3}\nsvg .event{stroke:#b00020;stroke-width:2}"
+                "svg .span{fill:#fff3c4;opacity:.7}svg .lg-batch{fill:#1565c0}svg "
+                ".lg-run{fill:#999}svg .lg-event{fill:#b00020}\n"
+                "code{background:#f3f3f3;padding:0 .2em}\n</style></head><body>\n");
     strbuf_puts(o, "<h1>verity hunt report</h1>\n<p>Target <code>");
     hunt_html_escape(o, res->url, strlen(res->url));
     strbuf_puts(o, "</code>, model <code>");

@@ -30,8 +30,9 @@
 
 const char *hunt_finding_name(int f) {
     static const char *const names[HUNT_F_COUNT] = {
-        "tool_json",       "tool_schema", "tool_unknown", "markup",       "finish_reason",
-        "stream_identity", "repeat",      "entropy",      "closing_tags", "salad"};
+        "tool_json",     "tool_schema",     "tool_unknown", "markup",
+        "finish_reason", "stream_identity", "protocol",     "repeat",
+        "entropy",       "closing_tags",    "salad"};
     return f >= 0 && f < HUNT_F_COUNT ? names[f] : "?";
 }
 

@@ -18,7 +18,8 @@
  * structural   tool calls with arguments that are not a JSON object, that violate the tool's
  *              schema, or that name an unknown tool; tool-call markup or special tokens in
  *              `content`; finish_reason inconsistent with the message; streamed deltas that
- *              change a call's identity.
+ *              change a call's identity; a response that is not parseable at all (a stream chunk
+ *              or body that is not JSON) where the reference's answer to the same request was.
  * degeneration repetition loops, collapsing character-trigram entropy, runs of closing tags and
  *              "token salad" (character-class churn, replacement or control characters), each
  *              judged relative to the reference's own statistics so a model that always rambles
@@ -53,13 +54,14 @@ enum hunt_finding {
     HUNT_F_MARKUP,        /* tool-call markup or special tokens in content */
     HUNT_F_FINISH,        /* finish_reason inconsistent with the message */
     HUNT_F_IDENTITY,      /* streamed deltas changed a call's identity */
+    HUNT_F_PROTOCOL,      /* the response was not parseable (a chunk or body not JSON) */
     HUNT_F_REPEAT,        /* repetition loop */
     HUNT_F_ENTROPY,       /* collapsing n-gram entropy */
     HUNT_F_TAGS,          /* run of closing tags */
     HUNT_F_SALAD,         /* token salad */
     HUNT_F_COUNT
 };
-#define HUNT_F_STRUCTURAL_MASK 0x3Fu
+#define HUNT_F_STRUCTURAL_MASK 0x7Fu
 #define HUNT_F_DEGEN_MASK      (0xFu << HUNT_F_REPEAT)
 
 /* Short name of a finding ("tool_json", "markup", "repeat", ...). */

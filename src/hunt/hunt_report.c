@@ -158,7 +158,15 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
         strbuf_json_num(o, s->batch);
         strbuf_putc(o, ']');
     }
-    strbuf_puts(o, "]},\"events\":[");
+    strbuf_puts(o, "]},\"test_phases\":[");
+    for (int64_t i = 0; i < res->n_spans; i++) {
+        strbuf_puts(o, i ? ",[" : "[");
+        strbuf_json_num(o, res->spans[i].t0);
+        strbuf_putc(o, ',');
+        strbuf_json_num(o, res->spans[i].t1);
+        strbuf_printf(o, ",%d]", res->spans[i].conc);
+    }
+    strbuf_puts(o, "],\"events\":[");
     int ne = 0;
     for (int64_t i = 0; i < res->n_recs; i++) {
         const hunt_session_rec *r = res->recs[i];

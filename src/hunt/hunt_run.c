@@ -417,6 +417,50 @@ static hunt_verdict hunt_sess_judge(hunt_sess *s, int t) {
     return ev->verdict;
 }
 
+/* A test reply that could not be parsed at all (a chunk or body that is not JSON) while the
+ * reference answered the same request: corruption of the response itself. Records the turn as
+ * corrupt with the parser's complaint as evidence and ends the session. Returns false (and does
+ * nothing) when there is no reference to hold it against. */
+static bool hunt_sess_malformed(hunt_sess *s, const char *why) {
+    hunt_run *r = s->r;
+    if (s->mode != S_TEST || !hunt_cache_get(&r->cache, s->key))
+        return false;
+    int t = s->turn;
+    hunt_reply *rep = &s->replies[t];
+    memset(rep, 0, sizeof *rep);
+    char text[700];
+    snprintf(text, sizeof text, "[malformed response: %s]", why);
+    rep->content = arena_strndup(s->a, text, strlen(text));
+    rep->content_len = rep->content ? strlen(text) : 0;
+    rep->finish = "";
+    rep->prompt_tokens = rep->completion_tokens = -1;
+    if (!rep->content)
+        rep->content = "";
+    hunt_eval *ev = &s->evals[t];
+    memset(ev, 0, sizeof *ev);
+    ev->verdict = HUNT_V_CORRUPT;
+    ev->diverged = true;
+    snprintf(ev->where, sizeof ev->where, "response");
+    ev->div_offset = -1;
+    ev->div_token = -1;
+    ev->tie_gap = -1;
+    ev->found = 1u << HUNT_F_PROTOCOL;
+    snprintf(ev->why, sizeof ev->why, "the response could not be parsed: %s", why);
+    hunt_turn_rec *tr = &s->rec->turns[t];
+    tr->verdict = HUNT_V_CORRUPT;
+    tr->found = ev->found;
+    tr->t_start = s->t_start;
+    tr->t_end = hunt_now(r);
+    tr->prompt_tokens = tr->completion_tokens = -1;
+    s->rec->n_turns = t + 1;
+    if (!s->live_corrupt) {
+        s->live_corrupt = true;
+        r->live_corrupt++;
+    }
+    hunt_sess_end(s);
+    return true;
+}
+
 static void hunt_sess_done_cb(void *ud, int rc, long status, double retry_after) {
     hunt_sess *s = ud;
     hunt_run *r = s->r;
@@ -435,8 +479,12 @@ static void hunt_sess_done_cb(void *ud, int rc, long status, double retry_after)
     } else if (rc) {
         snprintf(why, sizeof why, "%s", err_detail()[0] ? err_detail() : err_str(rc));
         retryable = rc == ERR_CONNECT || rc == ERR_PROTOCOL || rc == ERR_TIMEOUT;
-        if (rc == ERR_PROTOCOL && strstr(why, "not JSON"))
-            retryable = false; /* a malformed chunk is the server's answer, not a dropped line */
+        if (rc == ERR_PROTOCOL && strstr(why, "not JSON")) {
+            /* a malformed chunk is the server's answer, not a dropped line */
+            if (hunt_sess_malformed(s, why))
+                return;
+            retryable = false;
+        }
     }
     if (rc || status != 200) {
         if (retryable && s->attempts < r->cfg.retries) {
@@ -475,6 +523,8 @@ static void hunt_sess_done_cb(void *ud, int rc, long status, double retry_after)
     }
     if (prc) {
         snprintf(why, sizeof why, "%s", err_detail()[0] ? err_detail() : err_str(prc));
+        if (prc == ERR_PROTOCOL && strstr(why, "not JSON") && hunt_sess_malformed(s, why))
+            return;
         if (prc == ERR_NOMEM)
             r->fatal = ERR_NOMEM;
         hunt_sess_fail(s, why);
@@ -933,8 +983,8 @@ static int hunt_probe(hunt_run *r, const char *model) {
             rc = hunt_http_fetch(r->chat_url, r->cfg.api_key, body,
                                  r->cfg.timeout_s > 0 ? r->cfg.timeout_s : 60, &status, reply,
                                  sizeof reply);
-            bool busy = rc == 0 && (status == 429 || status == 502 || status == 503 ||
-                                    status == 504);
+            bool busy =
+                rc == 0 && (status == 429 || status == 502 || status == 503 || status == 504);
             if (!busy || attempt >= r->cfg.retries)
                 break;
             struct timespec ts = {0, 100000000L << (attempt < 3 ? attempt : 3)};
@@ -1083,6 +1133,7 @@ void hunt_run_destroy(hunt_run *r) {
         hunt_rec_free(res->recs[i]);
     free(res->recs);
     free(res->samples);
+    free(res->spans);
     free(res->metrics_flavor);
     free(res->url);
     free(res->ref_url);
@@ -1169,7 +1220,19 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
     if (c->duration_s > 0)
         test.deadline = hunt_now(r) + c->duration_s;
     r->phase_name = "test";
+    double span_t0 = hunt_now(r);
     rc = hunt_phase_run(r, &test);
+    hunt_results *rs = &r->res;
+    if (rs->n_spans == rs->cap_spans) {
+        int64_t nc = rs->cap_spans ? rs->cap_spans * 2 : 16;
+        hunt_span *ns = realloc(rs->spans, (size_t)nc * sizeof *ns);
+        if (ns) {
+            rs->spans = ns;
+            rs->cap_spans = nc;
+        }
+    }
+    if (rs->n_spans < rs->cap_spans)
+        rs->spans[rs->n_spans++] = (hunt_span){span_t0, hunt_now(r), conc};
     if (rc && rc != ERR_CANCELLED)
         goto out;
     int test_rc = rc;

@@ -109,6 +109,11 @@ typedef struct hunt_cell {
     double lo, hi; /* Wilson 95% interval of corrupt / n */
 } hunt_cell;
 
+typedef struct hunt_span {
+    double t0, t1; /* a test phase, seconds since the run started */
+    int conc;
+} hunt_span;
+
 typedef struct hunt_results {
     /* configuration as run */
     char *url, *model, *ref_url;
@@ -138,6 +143,8 @@ typedef struct hunt_results {
     hunt_metrics_sample *samples;
     int64_t n_samples, cap_samples;
     char *metrics_flavor; /* NULL: no /metrics */
+    hunt_span *spans;     /* test phases, for the timeline */
+    int64_t n_spans, cap_spans;
     /* client figures */
     int peak_in_flight;
     int64_t requests, ref_requests, retries, bytes;

@@ -74,17 +74,19 @@ for spec in "markup:structural.markup:" "special:structural.markup:" "badjson:st
             "schema:structural.tool_schema:" "unknowntool:structural.tool_unknown:" \
             "finish:structural.finish_reason:" "identity:structural.stream_identity:--stream" \
             "repeat:degeneration.repeat:" "tags:degeneration.closing_tags:" \
-            "flip:near_tie.corrupt_sessions:"; do
+            "flip:near_tie.corrupt_sessions:" "garble:structural.protocol:--stream" \
+            "garble:structural.protocol:"; do
     IFS=: read -r fault field extra <<<"$spec"
     start_mock URL --step-ms 1 --fault "$fault" --fault-min-batch 2 --fault-rate 0.9
+    name=$fault${extra:+_stream}
     # shellcheck disable=SC2086
     H --url "$URL" --concurrency 12 --sessions "$(scaled 12 6)" --turns 3 --max-tokens 32 \
-      --scrape-ms 0 $extra --out "$TMP/o_$fault" >/dev/null 2>"$TMP/o_$fault.err"
+      --scrape-ms 0 $extra --out "$TMP/o_$name" >/dev/null 2>"$TMP/o_$name.err"
     rc=$?
     grp=${field%%.*} key=${field#*.}
-    r=$(json "$TMP/o_$fault/results.json" "d['oracles']['$grp']['$key']>0 and d['summary']['corrupt']>0" 2>/dev/null)
-    if [ $rc -eq 1 ] && [ "$r" = True ]; then pass "hunt.oracle_$fault"
-    else fail "hunt.oracle_$fault" "exit $rc, $field: $(json "$TMP/o_$fault/results.json" "d['oracles']" 2>&1 | tail -n 1)"; fi
+    r=$(json "$TMP/o_$name/results.json" "d['oracles']['$grp']['$key']>0 and d['summary']['corrupt']>0" 2>/dev/null)
+    if [ $rc -eq 1 ] && [ "$r" = True ]; then pass "hunt.oracle_$name"
+    else fail "hunt.oracle_$name" "exit $rc, $field: $(json "$TMP/o_$name/results.json" "d['oracles']" 2>&1 | tail -n 1)"; fi
     stop_mock "$MOCK_PID"
 done
 

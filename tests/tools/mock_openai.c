@@ -43,6 +43,7 @@
  *   identity    a streamed tool call's name changes mid-stream
  *   flip        a token far from a tie is replaced (sound text, but not benign)
  *   neartie     at the next near-tie position the runner-up is taken: benign nondeterminism
+ *   garble      the response is cut: a stream chunk or the JSON body is not valid JSON
  *
  * Routes: POST /v1/chat/completions (streaming or not), GET /v1/models, GET /health, GET /metrics
  * (running requests, batch size, faults injected; names per --metrics-style).
@@ -81,6 +82,7 @@ enum {
     F_IDENTITY = 1 << 9,
     F_FLIP = 1 << 10,
     F_NEARTIE = 1 << 11,
+    F_GARBLE = 1 << 12,
 };
 
 static const struct {
@@ -99,6 +101,7 @@ static const struct {
     {"identity", F_IDENTITY},
     {"flip", F_FLIP},
     {"neartie", F_NEARTIE},
+    {"garble", F_GARBLE},
 };
 
 /* ---- configuration ---- */
@@ -631,6 +634,8 @@ static bool plan_fault(plan *p, int pos, unsigned fault, int max_tokens, uint64_
     }
     if (fault & F_IDENTITY)
         return !is_text; /* handled while streaming */
+    if (fault & F_GARBLE)
+        return true; /* handled when writing */
     if (fault & (F_FLIP | F_NEARTIE)) {
         if (!is_text)
             return false;
@@ -771,6 +776,11 @@ static void usage_json(strbuf *o, const gen *g) {
 static void stream_token(gen *g, int i) {
     conn *c = g->c;
     const mtok *t = &g->p.toks[i];
+    if (g->faulted && (cfg.faults & F_GARBLE)) {
+        static const char cut[] = "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x";
+        sse_send(c, cut, sizeof cut - 1);
+        return;
+    }
     strbuf o;
     strbuf_init(&o);
     strbuf_printf(&o, "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion.chunk\",\"model\":",
@@ -903,6 +913,8 @@ static void respond_whole(gen *g) {
     strbuf_printf(&o, ",\"finish_reason\":\"%s\"}],\"usage\":", p->finish);
     usage_json(&o, g);
     strbuf_putc(&o, '}');
+    if (g->faulted && (cfg.faults & F_GARBLE))
+        o.len /= 2; /* a body cut in half */
     http_head(c, 200, "OK", "application/json", (long)o.len, NULL);
     strbuf_append(&c->out, o.data, o.len);
     strbuf_deinit(&o);
