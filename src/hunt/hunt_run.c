@@ -661,7 +661,8 @@ static void hunt_sess_step(hunt_sess *s) {
             hunt_sess_submit(s);
             return;
         }
-        if (s->turn >= c->turns || (s->ph->past_deadline && s->turn > 0)) {
+        if (s->turn >= c->turns ||
+            (s->mode != S_WALK && s->ph->past_deadline && s->turn > 0)) {
             hunt_sess_end(s);
             return;
         }
@@ -1206,17 +1207,24 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
                        .conc = c->ref_conc,
                        .first_index = first_index,
                        .n = n};
+    if (c->duration_s > 0) /* a walk started is finished; no new one after the deadline */
+        walk.deadline = hunt_now(r) + c->duration_s;
     r->phase_name = "reference";
     if ((rc = hunt_phase_run(r, &walk)))
         goto out;
-    if (walk.errors == n) {
+    if (walk.errors > 0 && walk.errors == walk.next) {
         rc = err_set(ERR_PROTOCOL, "target error: every reference session failed; first: %s",
                      r->first_error);
         goto out;
     }
     /* 2. test */
-    hunt_phase test = {
-        .mode = S_TEST, .url = r->chat_url, .conc = conc, .recs = recs, .n = n, .fill = c->fill};
+    /* only sessions with a reference walk are tested (all of them unless --duration cut it) */
+    hunt_phase test = {.mode = S_TEST,
+                       .url = r->chat_url,
+                       .conc = conc,
+                       .recs = recs,
+                       .n = walk.next,
+                       .fill = c->fill};
     if (c->duration_s > 0)
         test.deadline = hunt_now(r) + c->duration_s;
     r->phase_name = "test";

@@ -56,7 +56,7 @@ typedef struct hunt_config {
     const char *ref_url; /* NULL: the target itself */
     int ref_conc;        /* reference concurrency (1) */
     bool stream;
-    double duration_s; /* per level: no new sessions after this (0 = no limit) */
+    double duration_s; /* per level and phase: no new session after this (0 = no limit) */
     int max_tokens;
     double timeout_s;     /* per request */
     double tie_threshold; /* nats */

@@ -115,6 +115,17 @@ if [ $rc -eq 0 ] && [ "$r" = True ]; then pass hunt.retries_and_json_stdout
 else fail hunt.retries_and_json_stdout "exit $rc: $(tail -n 2 "$TMP/retry.err")"; fi
 stop_mock "$MOCK_PID"
 
+# --- --duration bounds a level however many sessions are asked for ------------------------------
+start_mock URL --step-ms 2
+t0=$(date +%s)
+H --url "$URL" --concurrency 8 --sessions 100000 --turns 2 --max-tokens 16 --duration 1 --json \
+  >"$TMP/dur.json" 2>"$TMP/dur.err"
+rc=$? t1=$(date +%s)
+r=$(json "$TMP/dur.json" "0 < d['summary']['n'] < 100000" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ] && [ $((t1 - t0)) -le 20 ]; then pass hunt.duration_bounds_a_level
+else fail hunt.duration_bounds_a_level "exit $rc after $((t1 - t0)) s: $(tail -n 2 "$TMP/dur.err")"; fi
+stop_mock "$MOCK_PID"
+
 # --- a server that rejects logprobs: hunt runs without them, and says so ------------------------
 start_mock URL --step-ms 1 --reject-logprobs --random-ids
 H --url "$URL" --concurrency 4 --sessions 4 --turns 2 --max-tokens 16 --json >"$TMP/nolp.json" 2>"$TMP/nolp.err"
