@@ -36,6 +36,20 @@
 #include <string.h>
 #include <unistd.h>
 
+static const char bisect_help[] =
+    "usage: verity bisect --launch 'COMMAND WITH {flags}' --health URL --toggle NAME=OFF:ON ...\n"
+    "  --launch CMD            run by sh -c; {flags}, {NAME} and {port} are filled in\n"
+    "  --health URL            polled until it answers 200\n"
+    "  --toggle NAME=OFF:ON    baseline = every toggle ON; NAME in capitals = environment "
+    "variable\n"
+    "  --hunt 'ARGS'           verity hunt arguments (--url required; highest concurrency used)\n"
+    "  --prior FILE            {\"NAME\": {\"likelihood\": L, \"cost\": C}, ...}\n"
+    "  --budget RESTARTS       (2*ceil(log2 toggles)+4)\n"
+    "  --ledger FILE           JSON ledger, resumed when it exists (verity-bisect-ledger.json)\n"
+    "  --server-log FILE --health-timeout S --round N --baseline-sessions N --max-sessions N\n"
+    "  --p0 P --p1 P --quiet\n"
+    "exit status: 0 culprit named, 1 none named, 2 usage, launch or target error, interrupted\n";
+
 static volatile sig_atomic_t bisect_stop;
 
 static void bisect_on_signal(int s) {
@@ -232,6 +246,10 @@ int cmd_bisect(int argc, char **argv) {
     int status = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            fputs(bisect_help, stdout);
+            goto out;
+        }
         if (!strcmp(o, "--quiet")) {
             c.quiet = true;
             continue;

@@ -26,6 +26,30 @@
 #include <string.h>
 #include <unistd.h>
 
+static const char hunt_help[] =
+    "usage: verity hunt --url URL [options]\n"
+    "  --url URL                   OpenAI-compatible server (base, .../v1 or "
+    ".../chat/completions)\n"
+    "  --api-key K                 bearer token (or VERITY_API_KEY)\n"
+    "  --model M                   model name (default: the first of /v1/models)\n"
+    "  --concurrency 1,8,32,64     concurrency levels\n"
+    "  --sessions N                sessions per level (64)\n"
+    "  --turns T                   model requests per session (4)\n"
+    "  --tools N | --tools-file F  built-in tools offered (10 of 12) or your own definitions\n"
+    "  --context-pad TOKENS,...    context padding levels (0)\n"
+    "  --temperature T --seed S    sampling (0, 1)\n"
+    "  --reference URL             reference server (default: the target at concurrency 1)\n"
+    "  --reference-concurrency N   reference concurrency (1)\n"
+    "  --stream                    streaming requests\n"
+    "  --duration S                per level: no new session after S seconds\n"
+    "  --max-tokens N --timeout S  per request (128, 120)\n"
+    "  --tie-threshold NATS        near-tie threshold (0.5)\n"
+    "  --no-logprobs --top-logprobs K\n"
+    "  --scrape-ms MS              /metrics period, 0 = off (250)\n"
+    "  --no-fill --retries N       no filler sessions; retries per request (3)\n"
+    "  --out DIR --json --quiet    reports; results JSON on stdout; no progress line\n"
+    "exit status: 0 clean, 1 corruption found, 2 usage or target error\n";
+
 static volatile sig_atomic_t hunt_stop;
 
 static void hunt_on_signal(int s) {
@@ -67,6 +91,11 @@ int cmd_hunt(int argc, char **argv) {
     hunt_config_default(&cfg);
     cfg.progress = isatty(2) ? 2 : 1;
     char msg[512];
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(hunt_help, stdout);
+            return 0;
+        }
     if (hunt_args_parse(argc - 1, argv + 1, &cfg, true, msg, sizeof msg))
         return cli_usage_error("hunt", "%s", msg);
     cfg.stop = &hunt_stop;

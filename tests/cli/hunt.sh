@@ -10,6 +10,8 @@ need_mock hunt.mock || exit 0
 command -v python3 >/dev/null || { skip hunt.python3 "python3 needed to read results.json"; exit 0; }
 H() { "$VERITY" hunt --quiet "$@"; }
 
+"$VERITY" hunt --help | grep -q -- '--concurrency' && "$VERITY" bisect --help | grep -q -- '--toggle' &&
+    pass hunt.help || fail hunt.help "no usage on --help"
 expect_exit2 hunt.usage_no_url "$VERITY" hunt --sessions 3
 expect_exit2 hunt.usage_bad_concurrency "$VERITY" hunt --url http://127.0.0.1:1 --concurrency 1,x
 expect_exit2 hunt.usage_bad_url "$VERITY" hunt --url ftp://example.com
