@@ -48,7 +48,7 @@ else
 endif
 
 CFLAGS_ALL := $(BASE_CFLAGS) $(OPT) $(EXTRA_CFLAGS)
-LDLIBS := -lm -pthread -lmicrohttpd -lpcre2-8
+LDLIBS := -lm -pthread -lmicrohttpd -lpcre2-8 -lcurl
 LDFLAGS_ALL := $(filter -fsanitize%,$(OPT)) $(EXTRA_LDFLAGS)
 
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2
@@ -65,6 +65,9 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 REPLAY_BINS := $(FUZZ_SRCS:fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
+# Test-only helper programs (a mock OpenAI-compatible server for the hunt tests), one per file.
+TOOL_SRCS := $(sort $(wildcard tests/tools/*.c))
+TOOL_BINS := $(TOOL_SRCS:tests/tools/%.c=$(BUILD)/tools/%)
 LIB := $(BUILD)/libverity.a
 BIN := $(BUILD)/verity
 
@@ -104,7 +107,12 @@ $(BUILD)/tests/replay_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/replay_main.o $(LI
 	$(call SAY,LD)
 	$(Q)$(CC) $(LDFLAGS_ALL) $^ $(LDLIBS) -o $@
 
-tests: $(BIN) $(TEST_BINS) $(REPLAY_BINS)
+$(BUILD)/tools/%: $(BUILD)/tests/tools/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(call SAY,LD)
+	$(Q)$(CC) $(LDFLAGS_ALL) $< $(LIB) $(LDLIBS) -o $@
+
+tests: $(BIN) $(TEST_BINS) $(REPLAY_BINS) $(TOOL_BINS)
 
 # One build type's suite (used by `make test` and by hand: make check TYPE=tsan).
 check: tests
@@ -133,6 +141,7 @@ FUZZ_FILES_tool_grammar := src/sample/grammar.c src/sample/grammar_vocab.c
 # "all": every library source except the per-ISA kernel files, with scalar kernels only
 FUZZ_DEPS_request := all
 FUZZ_ALL := $(filter-out %_avx2.c %_avx512.c,$(LIB_SRCS))
+FUZZ_DEPS_sse := src/base src/hunt
 build/fuzz/fuzz_%: fuzz/fuzz_%.c FORCE
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(if $(filter all,$(FUZZ_DEPS_$*)),-DVERITY_NO_SIMD=1) $< \

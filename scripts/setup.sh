@@ -18,6 +18,7 @@ need=(
   "prometheus:/usr/bin/promtool"
   "nodejs:/usr/bin/node"
   "npm:/usr/bin/npm"
+  "libcurl4-openssl-dev:/usr/include/x86_64-linux-gnu/curl/curl.h"
 )
 missing=()
 for entry in "${need[@]}"; do

@@ -21,6 +21,8 @@ int cmd_convert(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
+int cmd_hunt(int argc, char **argv);
+int cmd_bisect(int argc, char **argv);
 
 /* Prints "verity <cmd>: <message>" as one line on stderr and returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

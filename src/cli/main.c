@@ -27,6 +27,8 @@ static const struct {
     {"chat-template", cmd_chat_template, "print the prompt a model's chat template renders"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"flags", cmd_flags, "list the toggle registry"},
+    {"hunt", cmd_hunt, "find concurrency-dependent corruption in an OpenAI-compatible server"},
+    {"bisect", cmd_bisect, "find the configuration toggle behind corruption that hunt measures"},
 };
 
 static void main_usage(FILE *f) {

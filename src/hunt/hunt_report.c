@@ -1,0 +1,387 @@
+/* SPDX-License-Identifier: MIT */
+/* hunt_report: results.json and report.md, and the file plumbing. See hunt_report.h. */
+#include "hunt/hunt_report.h"
+#include "base/err.h"
+#include "hunt/hunt_util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void jstr(strbuf *o, const char *s) {
+    if (s)
+        strbuf_json_str(o, s, strlen(s), false);
+    else
+        strbuf_puts(o, "null");
+}
+
+static void jcell(strbuf *o, const hunt_cell *c) {
+    strbuf_printf(o,
+                  "\"n\":%lld,\"corrupt\":%lld,\"benign\":%lld,\"clean\":%lld,\"errors\":%lld,"
+                  "\"rate\":",
+                  (long long)c->n, (long long)c->corrupt, (long long)c->benign, (long long)c->clean,
+                  (long long)c->errors);
+    strbuf_json_num(o, c->n ? (double)c->corrupt / (double)c->n : 0);
+    strbuf_puts(o, ",\"wilson95\":[");
+    strbuf_json_num(o, c->lo);
+    strbuf_putc(o, ',');
+    strbuf_json_num(o, c->hi);
+    strbuf_putc(o, ']');
+}
+
+static void jmask(strbuf *o, unsigned m) {
+    strbuf_putc(o, '[');
+    int n = 0;
+    for (int k = 0; k < HUNT_F_COUNT; k++)
+        if (m & (1u << k)) {
+            strbuf_puts(o, n++ ? "," : "");
+            jstr(o, hunt_finding_name(k));
+        }
+    strbuf_putc(o, ']');
+}
+
+double hunt_results_mean_prompt(const hunt_results *res, int p) {
+    double sum = 0;
+    int64_t n = 0;
+    for (int64_t i = 0; i < res->n_recs; i++)
+        if (res->recs[i]->pad_slot == p && res->recs[i]->max_prompt_tokens >= 0) {
+            sum += (double)res->recs[i]->max_prompt_tokens;
+            n++;
+        }
+    return n ? sum / (double)n : -1;
+}
+
+void hunt_report_json(const hunt_results *res, strbuf *o) {
+    strbuf_puts(o, "{\"verity_hunt\":1,\"config\":{\"url\":");
+    jstr(o, res->url);
+    strbuf_puts(o, ",\"model\":");
+    jstr(o, res->model);
+    strbuf_puts(o, ",\"reference\":");
+    jstr(o, res->ref_url);
+    strbuf_printf(o, ",\"reference_concurrency\":%d,\"concurrency\":[", res->ref_conc);
+    for (int i = 0; i < res->n_conc; i++)
+        strbuf_printf(o, "%s%d", i ? "," : "", res->conc[i]);
+    strbuf_puts(o, "],\"context_pad\":[");
+    for (int i = 0; i < res->n_pads; i++)
+        strbuf_printf(o, "%s%d", i ? "," : "", res->pads[i]);
+    strbuf_printf(o,
+                  "],\"sessions\":%d,\"turns\":%d,\"tools\":%d,\"max_tokens\":%d,"
+                  "\"temperature\":",
+                  res->sessions, res->turns, res->n_tools, res->max_tokens);
+    strbuf_json_num(o, res->temperature);
+    strbuf_printf(o, ",\"seed\":%llu,\"stream\":%s,\"logprobs\":%s,\"tie_threshold\":",
+                  (unsigned long long)res->seed, res->stream ? "true" : "false",
+                  res->logprobs ? "true" : "false");
+    strbuf_json_num(o, res->tie_threshold);
+    strbuf_puts(o, "},\"summary\":{");
+    jcell(o, &res->total);
+    strbuf_printf(o, ",\"verdict\":\"%s\",\"interrupted\":%s}",
+                  res->total.corrupt ? "corruption found" : "clean",
+                  res->interrupted ? "true" : "false");
+    strbuf_puts(o, ",\"per_concurrency\":[");
+    for (int i = 0; i < res->n_conc; i++) {
+        strbuf_printf(o, "%s{\"concurrency\":%d,", i ? "," : "", res->conc[i]);
+        jcell(o, &res->per_level[i]);
+        strbuf_putc(o, '}');
+    }
+    strbuf_puts(o, "],\"per_context_pad\":[");
+    for (int p = 0; p < res->n_pads; p++) {
+        strbuf_printf(o, "%s{\"context_pad\":%d,\"mean_prompt_tokens\":", p ? "," : "",
+                      res->pads[p]);
+        double m = hunt_results_mean_prompt(res, p);
+        if (m < 0)
+            strbuf_puts(o, "null");
+        else
+            strbuf_json_num(o, m);
+        strbuf_putc(o, ',');
+        jcell(o, &res->per_pad[p]);
+        strbuf_putc(o, '}');
+    }
+    strbuf_puts(o, "],\"grid\":[");
+    int g = 0;
+    for (int i = 0; i < res->n_conc; i++)
+        for (int p = 0; p < res->n_pads; p++) {
+            strbuf_printf(o, "%s{\"concurrency\":%d,\"context_pad\":%d,", g++ ? "," : "",
+                          res->conc[i], res->pads[p]);
+            jcell(o, &res->grid[i][p]);
+            strbuf_putc(o, '}');
+        }
+    strbuf_puts(o, "],\"confound\":");
+    jstr(o, res->confound);
+    strbuf_printf(o,
+                  ",\"oracles\":{\"exact\":{\"diverged_sessions\":%lld},\"near_tie\":{"
+                  "\"threshold\":",
+                  (long long)res->diverged);
+    strbuf_json_num(o, res->tie_threshold);
+    strbuf_printf(o, ",\"benign_sessions\":%lld,\"corrupt_sessions\":%lld},\"structural\":{",
+                  (long long)res->neartie_benign, (long long)res->neartie_corrupt);
+    for (int k = 0, n = 0; k < HUNT_F_COUNT; k++)
+        if ((1u << k) & HUNT_F_STRUCTURAL_MASK)
+            strbuf_printf(o, "%s\"%s\":%lld", n++ ? "," : "", hunt_finding_name(k),
+                          (long long)res->finding[k]);
+    strbuf_puts(o, "},\"degeneration\":{");
+    for (int k = 0, n = 0; k < HUNT_F_COUNT; k++)
+        if ((1u << k) & HUNT_F_DEGEN_MASK)
+            strbuf_printf(o, "%s\"%s\":%lld", n++ ? "," : "", hunt_finding_name(k),
+                          (long long)res->finding[k]);
+    strbuf_puts(o, "},\"model_level_turns\":{");
+    for (int k = 0; k < HUNT_F_COUNT; k++)
+        strbuf_printf(o, "%s\"%s\":%lld", k ? "," : "", hunt_finding_name(k),
+                      (long long)res->model_level[k]);
+    strbuf_puts(o, "}}");
+    int64_t reqs = res->requests + res->ref_requests;
+    strbuf_printf(o,
+                  ",\"client\":{\"peak_in_flight\":%d,\"requests\":%lld,"
+                  "\"reference_requests\":%lld,\"retries\":%lld,\"bytes\":%lld,\"wall_s\":",
+                  res->peak_in_flight, (long long)res->requests, (long long)res->ref_requests,
+                  (long long)res->retries, (long long)res->bytes);
+    strbuf_json_num(o, res->wall_s);
+    strbuf_puts(o, ",\"cpu_s\":");
+    strbuf_json_num(o, res->cpu_s);
+    strbuf_puts(o, ",\"cpu_ms_per_request\":");
+    strbuf_json_num(o, reqs ? 1000.0 * res->cpu_s / (double)reqs : 0);
+    strbuf_puts(o, ",\"requests_per_s\":");
+    strbuf_json_num(o, res->wall_s > 0 ? (double)reqs / res->wall_s : 0);
+    strbuf_puts(o, "},\"metrics\":{\"flavor\":");
+    jstr(o, res->metrics_flavor);
+    strbuf_puts(o, ",\"samples\":[");
+    for (int64_t i = 0; i < res->n_samples; i++) {
+        const hunt_metrics_sample *s = &res->samples[i];
+        strbuf_puts(o, i ? ",[" : "[");
+        strbuf_json_num(o, s->t);
+        strbuf_putc(o, ',');
+        strbuf_json_num(o, s->running);
+        strbuf_putc(o, ',');
+        strbuf_json_num(o, s->waiting);
+        strbuf_putc(o, ',');
+        strbuf_json_num(o, s->batch);
+        strbuf_putc(o, ']');
+    }
+    strbuf_puts(o, "]},\"test_phases\":[");
+    for (int64_t i = 0; i < res->n_spans; i++) {
+        strbuf_puts(o, i ? ",[" : "[");
+        strbuf_json_num(o, res->spans[i].t0);
+        strbuf_putc(o, ',');
+        strbuf_json_num(o, res->spans[i].t1);
+        strbuf_printf(o, ",%d]", res->spans[i].conc);
+    }
+    strbuf_puts(o, "],\"events\":[");
+    int ne = 0;
+    for (int64_t i = 0; i < res->n_recs; i++) {
+        const hunt_session_rec *r = res->recs[i];
+        if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
+            continue;
+        strbuf_puts(o, ne++ ? ",{\"t\":" : "{\"t\":");
+        strbuf_json_num(o, r->turns[r->shown_turn].t_end);
+        strbuf_printf(o, ",\"session\":%lld,\"concurrency\":%d,\"turn\":%d}", (long long)r->index,
+                      r->conc, r->shown_turn);
+    }
+    strbuf_puts(o, "],\"sessions\":[");
+    for (int64_t i = 0; i < res->n_recs; i++) {
+        const hunt_session_rec *r = res->recs[i];
+        strbuf_printf(o,
+                      "%s\n{\"index\":%lld,\"seed\":%llu,\"concurrency\":%d,\"context_pad\":%d,"
+                      "\"verdict\":\"%s\",\"turns\":%d,\"max_prompt_tokens\":%lld,"
+                      "\"turn_verdicts\":[",
+                      i ? "," : "", (long long)r->index, (unsigned long long)r->seed, r->conc,
+                      r->pad, hunt_verdict_name(r->verdict), r->n_turns,
+                      (long long)r->max_prompt_tokens);
+        for (int t = 0; t < r->n_turns; t++)
+            strbuf_printf(o, "%s\"%s\"", t ? "," : "", hunt_verdict_name(r->turns[t].verdict));
+        strbuf_putc(o, ']');
+        if (r->shown_turn >= 0) {
+            const hunt_eval *e = &r->eval;
+            strbuf_printf(o, ",\"evidence\":{\"turn\":%d,\"diverged\":%s,\"where\":", r->shown_turn,
+                          e->diverged ? "true" : "false");
+            jstr(o, e->diverged ? e->where : NULL);
+            strbuf_printf(o, ",\"offset\":%ld,\"token\":%d,\"near_tie\":\"%s\",\"tie_gap\":",
+                          e->div_offset, e->div_token, hunt_neartie_name(e->neartie));
+            if (e->tie_gap < 0)
+                strbuf_puts(o, "null");
+            else
+                strbuf_json_num(o, e->tie_gap);
+            strbuf_puts(o, ",\"findings\":");
+            jmask(o, e->found);
+            strbuf_puts(o, ",\"model_level\":");
+            jmask(o, e->model_level);
+            strbuf_puts(o, ",\"why\":");
+            jstr(o, e->why);
+            strbuf_puts(o, ",\"test\":");
+            jstr(o, r->test_text);
+            strbuf_puts(o, ",\"reference\":");
+            jstr(o, r->ref_text);
+            strbuf_putc(o, '}');
+        }
+        if (r->error) {
+            strbuf_puts(o, ",\"error\":");
+            jstr(o, r->error);
+        }
+        strbuf_putc(o, '}');
+    }
+    strbuf_puts(o, "]}\n");
+}
+
+static void md_cell_row(strbuf *o, const char *label, const hunt_cell *c) {
+    strbuf_printf(o, "| %s | %lld | %lld | %lld | %lld | %lld | %.1f%% | [%.1f%%, %.1f%%] |\n",
+                  label, (long long)c->n, (long long)c->corrupt, (long long)c->benign,
+                  (long long)c->clean, (long long)c->errors,
+                  c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0, 100 * c->lo, 100 * c->hi);
+}
+
+void hunt_report_md(const hunt_results *res, strbuf *o) {
+    const hunt_cell *t = &res->total;
+    strbuf_puts(o, "# verity hunt report\n\n");
+    strbuf_printf(o, "- target: `%s`, model `%s`\n", res->url, res->model);
+    if (res->ref_url)
+        strbuf_printf(o, "- reference: the server at `%s`, concurrency %d\n", res->ref_url,
+                      res->ref_conc);
+    else
+        strbuf_printf(o, "- reference: the same server at concurrency %d\n", res->ref_conc);
+    strbuf_printf(o,
+                  "- workload: %d sessions per level, %d turns, %d tools, max_tokens %d, "
+                  "temperature %g, seed %llu, %s, logprobs %s (near-tie threshold %g nats)\n",
+                  res->sessions, res->turns, res->n_tools, res->max_tokens, res->temperature,
+                  (unsigned long long)res->seed, res->stream ? "streaming" : "not streaming",
+                  res->logprobs ? "on" : "off", res->tie_threshold);
+    strbuf_printf(o,
+                  "\n**Verdict: %s**: %lld of %lld sessions corrupt (%.1f%%, Wilson 95%% "
+                  "[%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s\n",
+                  t->corrupt ? "corruption found" : "clean", (long long)t->corrupt, (long long)t->n,
+                  t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0, 100 * t->lo, 100 * t->hi,
+                  (long long)t->benign, (long long)t->errors,
+                  res->interrupted ? " (interrupted: partial results)" : "");
+    const char *hdr = "| sessions | corrupt | benign | clean | errors | rate | Wilson 95% |\n"
+                      "|---|---|---|---|---|---|---|---|\n";
+    strbuf_printf(o, "\n## Corruption rate by concurrency\n\n| concurrency %s", hdr);
+    for (int i = 0; i < res->n_conc; i++) {
+        char l[32];
+        snprintf(l, sizeof l, "%d", res->conc[i]);
+        md_cell_row(o, l, &res->per_level[i]);
+    }
+    strbuf_printf(o,
+                  "\n## Corruption rate by context padding\n\n| padding (tokens; mean "
+                  "prompt tokens) %s",
+                  hdr);
+    for (int p = 0; p < res->n_pads; p++) {
+        char l[64];
+        double m = hunt_results_mean_prompt(res, p);
+        if (m >= 0)
+            snprintf(l, sizeof l, "%d (%.0f)", res->pads[p], m);
+        else
+            snprintf(l, sizeof l, "%d", res->pads[p]);
+        md_cell_row(o, l, &res->per_pad[p]);
+    }
+    strbuf_printf(o, "\n## Confound split\n\n%s\n", res->confound);
+    strbuf_puts(o, "\n## Oracles\n\n| oracle | sessions |\n|---|---|\n");
+    strbuf_printf(o, "| exact: diverged from the reference | %lld |\n", (long long)res->diverged);
+    strbuf_printf(o, "| near-tie: benign divergence only | %lld |\n",
+                  (long long)res->neartie_benign);
+    strbuf_printf(o, "| near-tie: divergence not at a near tie | %lld |\n",
+                  (long long)res->neartie_corrupt);
+    for (int k = 0; k < HUNT_F_COUNT; k++)
+        strbuf_printf(o, "| %s: %s | %lld |\n",
+                      ((1u << k) & HUNT_F_STRUCTURAL_MASK) ? "structural" : "degeneration",
+                      hunt_finding_name(k), (long long)res->finding[k]);
+    int64_t ml = 0;
+    for (int k = 0; k < HUNT_F_COUNT; k++)
+        ml += res->model_level[k];
+    if (ml)
+        strbuf_printf(o,
+                      "\n%lld turn findings also appear in the reference (model behaviour, not "
+                      "load-dependent; not counted as corruption).\n",
+                      (long long)ml);
+    strbuf_puts(o, "\n## Server observation\n\n");
+    if (res->metrics_flavor) {
+        double maxb = 0;
+        for (int64_t i = 0; i < res->n_samples; i++)
+            if (res->samples[i].batch > maxb)
+                maxb = res->samples[i].batch;
+        strbuf_printf(o,
+                      "/metrics (%s names): %lld samples, largest batch seen %.0f. The timeline "
+                      "is in report.html and results.json.\n",
+                      res->metrics_flavor, (long long)res->n_samples, maxb);
+    } else {
+        strbuf_puts(o, "The target exposes no known /metrics; no batch timeline.\n");
+    }
+    int64_t reqs = res->requests + res->ref_requests;
+    strbuf_printf(o,
+                  "\n## Harness\n\n%lld test and %lld reference requests (%lld retries) in "
+                  "%.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
+                  "request).\n",
+                  (long long)res->requests, (long long)res->ref_requests, (long long)res->retries,
+                  res->wall_s, res->peak_in_flight, res->cpu_s,
+                  reqs ? 1000.0 * res->cpu_s / (double)reqs : 0.0);
+    int shown = 0;
+    for (int64_t i = 0; i < res->n_recs && shown < 50; i++) {
+        const hunt_session_rec *r = res->recs[i];
+        if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
+            continue;
+        if (!shown)
+            strbuf_puts(o, "\n## Corrupt sessions: first divergent turn\n");
+        shown++;
+        strbuf_printf(o, "\n### Session %lld (concurrency %d, padding %d), turn %d\n\n",
+                      (long long)r->index, r->conc, r->pad, r->shown_turn);
+        strbuf_puts(o, r->eval.why);
+        strbuf_puts(o, "\n\n| test | reference |\n|---|---|\n| `");
+        hunt_md_escape(o, r->test_text ? r->test_text : "", r->test_text ? strlen(r->test_text) : 0,
+                       600);
+        strbuf_puts(o, "` | `");
+        hunt_md_escape(o, r->ref_text ? r->ref_text : "", r->ref_text ? strlen(r->ref_text) : 0,
+                       600);
+        strbuf_puts(o, "` |\n");
+    }
+    if (shown == 50)
+        strbuf_puts(o, "\n(first 50 corrupt sessions shown; all are in results.json)\n");
+    int errs = 0;
+    for (int64_t i = 0; i < res->n_recs && errs < 10; i++)
+        if (res->recs[i]->verdict == HUNT_V_ERROR && res->recs[i]->error) {
+            if (!errs++)
+                strbuf_puts(o, "\n## Target errors (first 10)\n\n");
+            strbuf_printf(o, "- session %lld: ", (long long)res->recs[i]->index);
+            hunt_md_escape(o, res->recs[i]->error, strlen(res->recs[i]->error), 300);
+            strbuf_putc(o, '\n');
+        }
+}
+
+int hunt_write_file(const char *path, const char *data, size_t n) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return err_set(ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    bool ok = fwrite(data, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return err_set(ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+int hunt_report_write(const hunt_results *res, const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return err_set(ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    static const char *const names[] = {"results.json", "report.md", "report.html"};
+    for (int k = 0; k < 3; k++) {
+        strbuf sb;
+        strbuf_init(&sb);
+        if (k == 0)
+            hunt_report_json(res, &sb);
+        else if (k == 1)
+            hunt_report_md(res, &sb);
+        else
+            hunt_report_html(res, &sb);
+        if (strbuf_failed(&sb)) {
+            strbuf_deinit(&sb);
+            return err_set(ERR_NOMEM, "out of memory writing %s", names[k]);
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        int rc = hunt_write_file(path, sb.data, sb.len);
+        strbuf_deinit(&sb);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,152 @@
+# SPDX-License-Identifier: MIT
+# verity hunt end to end against the mock OpenAI-compatible server: usage and target errors, a
+# clean target reports 0 corruption at every concurrency, a fault that needs concurrency is found
+# at high concurrency (Wilson interval excluding 0) and not at concurrency 1, benign near-tie
+# divergence is not corruption, each structural and degeneration oracle fires on its fault, the
+# confound split tells a context-length bug from a concurrency bug, /metrics is scraped (verity
+# and vLLM names), 503s are retried, --json, and SIGINT still reports.
+. "$(dirname "$0")/hunt_lib.bash"
+need_mock hunt.mock || exit 0
+command -v python3 >/dev/null || { skip hunt.python3 "python3 needed to read results.json"; exit 0; }
+H() { "$VERITY" hunt --quiet "$@"; }
+
+"$VERITY" hunt --help | grep -q -- '--concurrency' && "$VERITY" bisect --help | grep -q -- '--toggle' &&
+    pass hunt.help || fail hunt.help "no usage on --help"
+expect_exit2 hunt.usage_no_url "$VERITY" hunt --sessions 3
+expect_exit2 hunt.usage_bad_concurrency "$VERITY" hunt --url http://127.0.0.1:1 --concurrency 1,x
+expect_exit2 hunt.usage_bad_url "$VERITY" hunt --url ftp://example.com
+expect_exit2 hunt.usage_unknown_option "$VERITY" hunt --url http://127.0.0.1:1 --frobnicate
+closed=$("$MOCK" --free-port)
+expect_exit2 hunt.target_unreachable "$VERITY" hunt --quiet --url "http://127.0.0.1:$closed" --sessions 2
+
+# --- a clean target: 0 corruption at every concurrency, reports written -----------------------
+N=$(scaled 24 8)
+start_mock URL --step-ms 1
+if H --url "$URL" --concurrency 1,8,24 --sessions "$N" --turns 3 --max-tokens 24 \
+     --context-pad 0,1500 --scrape-ms 20 --out "$TMP/clean" >"$TMP/clean.out" 2>"$TMP/clean.err"; then
+    r=$(json "$TMP/clean/results.json" "all(c['corrupt']==0 and c['n']>0 for c in d['per_concurrency']) and d['summary']['n']==3*$N and d['summary']['errors']==0")
+    if [ "$r" = True ]; then pass hunt.clean_target_zero_at_every_concurrency
+    else fail hunt.clean_target_zero_at_every_concurrency "$(json "$TMP/clean/results.json" "d['per_concurrency']")"; fi
+    if [ -s "$TMP/clean/report.md" ] && grep -q 'Verdict: clean' "$TMP/clean/report.md" &&
+       grep -q '<svg' "$TMP/clean/report.html" && ! grep -qiE '<script|<link|src=|href=' "$TMP/clean/report.html"; then
+        pass hunt.clean_reports_self_contained
+    else fail hunt.clean_reports_self_contained "report.md/report.html missing or not self-contained"; fi
+    r=$(json "$TMP/clean/results.json" "d['metrics']['flavor']=='verity' and len(d['metrics']['samples'])>0 and max(s[3] or 0 for s in d['metrics']['samples'])>=8")
+    [ "$r" = True ] && pass hunt.metrics_timeline_verity || fail hunt.metrics_timeline_verity "$(json "$TMP/clean/results.json" "d['metrics']['flavor'], len(d['metrics']['samples'])")"
+    r=$(json "$TMP/clean/results.json" "len(d['per_context_pad'])==2 and d['per_context_pad'][1]['mean_prompt_tokens']>d['per_context_pad'][0]['mean_prompt_tokens']+1000")
+    [ "$r" = True ] && pass hunt.context_padding_grows_prompts || fail hunt.context_padding_grows_prompts "$(json "$TMP/clean/results.json" "d['per_context_pad']")"
+else
+    fail hunt.clean_target_zero_at_every_concurrency "exit $?: $(tail -n 3 "$TMP/clean.err")"
+fi
+stop_mock "$MOCK_PID"
+
+# --- a fault that needs concurrency ------------------------------------------------------------
+N=$(scaled 24 8)
+start_mock URL --step-ms 1 --fault salad --fault-min-batch 4 --fault-rate 0.5 --metrics-style vllm
+H --url "$URL" --concurrency 1,16 --sessions "$N" --turns 3 --max-tokens 24 --stream --scrape-ms 20 \
+  --out "$TMP/salad" >"$TMP/salad.out" 2>"$TMP/salad.err"
+rc=$?
+if [ $rc -eq 1 ]; then
+    r=$(json "$TMP/salad/results.json" "d['per_concurrency'][0]['corrupt']==0 and d['per_concurrency'][1]['corrupt']>0 and d['per_concurrency'][1]['wilson95'][0]>0")
+    [ "$r" = True ] && pass hunt.concurrency_fault_found_only_under_load || fail hunt.concurrency_fault_found_only_under_load "$(json "$TMP/salad/results.json" "d['per_concurrency']")"
+    r=$(json "$TMP/salad/results.json" "d['oracles']['degeneration']['salad']>0 and len(d['events'])>0 and all(s['evidence']['test'] and s['evidence']['reference'] for s in d['sessions'] if s['verdict']=='corrupt')")
+    [ "$r" = True ] && pass hunt.evidence_and_events || fail hunt.evidence_and_events "$(json "$TMP/salad/results.json" "d['oracles']")"
+    grep -q '<mark>' "$TMP/salad/report.html" && grep -q 'first divergent turn' "$TMP/salad/report.md" &&
+        pass hunt.side_by_side_report || fail hunt.side_by_side_report "no side-by-side turn in the reports"
+    r=$(json "$TMP/salad/results.json" "d['metrics']['flavor']=='vllm' and max(s[1] or 0 for s in d['metrics']['samples'])>=8")
+    [ "$r" = True ] && pass hunt.metrics_timeline_vllm_names || fail hunt.metrics_timeline_vllm_names "$(json "$TMP/salad/results.json" "d['metrics']['flavor']")"
+else
+    fail hunt.concurrency_fault_found_only_under_load "exit $rc (expected 1): $(tail -n 3 "$TMP/salad.err")"
+fi
+stop_mock "$MOCK_PID"
+
+# --- benign near-tie divergence is not corruption ---------------------------------------------
+start_mock URL --step-ms 1 --fault neartie --fault-min-batch 4 --fault-rate 0.8
+H --url "$URL" --concurrency 16 --sessions "$(scaled 24 8)" --turns 3 --max-tokens 24 \
+  --out "$TMP/tie" >"$TMP/tie.out" 2>"$TMP/tie.err"
+rc=$?
+r=$(json "$TMP/tie/results.json" "d['summary']['corrupt']==0 and d['summary']['benign']>0 and d['oracles']['exact']['diverged_sessions']>0" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ]; then pass hunt.near_tie_divergence_is_benign
+else fail hunt.near_tie_divergence_is_benign "exit $rc: $(json "$TMP/tie/results.json" "d['summary']" 2>&1 | tail -n 1)"; fi
+stop_mock "$MOCK_PID"
+
+# --- each oracle on its fault -----------------------------------------------------------------
+# fault : field in results.json that must count it : extra hunt options
+for spec in "markup:structural.markup:" "special:structural.markup:" "badjson:structural.tool_json:" \
+            "schema:structural.tool_schema:" "unknowntool:structural.tool_unknown:" \
+            "finish:structural.finish_reason:" "identity:structural.stream_identity:--stream" \
+            "repeat:degeneration.repeat:" "tags:degeneration.closing_tags:" \
+            "flip:near_tie.corrupt_sessions:" "garble:structural.protocol:--stream" \
+            "garble:structural.protocol:"; do
+    IFS=: read -r fault field extra <<<"$spec"
+    start_mock URL --step-ms 1 --fault "$fault" --fault-min-batch 2 --fault-rate 0.9
+    name=$fault${extra:+_stream}
+    # shellcheck disable=SC2086
+    H --url "$URL" --concurrency 12 --sessions "$(scaled 12 6)" --turns 3 --max-tokens 32 \
+      --scrape-ms 0 $extra --out "$TMP/o_$name" >/dev/null 2>"$TMP/o_$name.err"
+    rc=$?
+    grp=${field%%.*} key=${field#*.}
+    r=$(json "$TMP/o_$name/results.json" "d['oracles']['$grp']['$key']>0 and d['summary']['corrupt']>0" 2>/dev/null)
+    if [ $rc -eq 1 ] && [ "$r" = True ]; then pass "hunt.oracle_$name"
+    else fail "hunt.oracle_$name" "exit $rc, $field: $(json "$TMP/o_$name/results.json" "d['oracles']" 2>&1 | tail -n 1)"; fi
+    stop_mock "$MOCK_PID"
+done
+
+# --- the confound split ------------------------------------------------------------------------
+N=$(scaled 16 8)
+start_mock URL --step-ms 1 --fault salad --fault-min-batch 0 --fault-min-prompt 2500 --fault-rate 0.9
+H --url "$URL" --concurrency 1,12 --context-pad 0,3000 --sessions "$N" --turns 2 --max-tokens 24 \
+  --scrape-ms 0 --out "$TMP/ctx" >/dev/null 2>"$TMP/ctx.err"
+c=$(json "$TMP/ctx/results.json" "d['confound']" 2>/dev/null)
+case "$c" in context-length*) pass hunt.confound_context_bug ;; *) fail hunt.confound_context_bug "$c" ;; esac
+stop_mock "$MOCK_PID"
+start_mock URL --step-ms 1 --fault salad --fault-min-batch 4 --fault-rate 0.9
+H --url "$URL" --concurrency 1,12 --context-pad 0,3000 --sessions "$N" --turns 2 --max-tokens 24 \
+  --scrape-ms 0 --out "$TMP/cc" >/dev/null 2>"$TMP/cc.err"
+c=$(json "$TMP/cc/results.json" "d['confound']" 2>/dev/null)
+case "$c" in concurrency-dependent*) pass hunt.confound_concurrency_bug ;; *) fail hunt.confound_concurrency_bug "$c" ;; esac
+stop_mock "$MOCK_PID"
+
+# --- 503s are retried, not counted; --json -----------------------------------------------------
+start_mock URL --step-ms 1 --error-rate 0.2
+H --url "$URL" --concurrency 8 --sessions "$(scaled 12 6)" --turns 2 --max-tokens 16 --json \
+  --retries 8 >"$TMP/retry.json" 2>"$TMP/retry.err"
+rc=$?
+r=$(json "$TMP/retry.json" "d['client']['retries']>0 and d['summary']['errors']==0 and d['summary']['corrupt']==0" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ]; then pass hunt.retries_and_json_stdout
+else fail hunt.retries_and_json_stdout "exit $rc: $(tail -n 2 "$TMP/retry.err")"; fi
+stop_mock "$MOCK_PID"
+
+# --- --duration bounds a level however many sessions are asked for ------------------------------
+start_mock URL --step-ms 2
+t0=$(date +%s)
+H --url "$URL" --concurrency 8 --sessions 100000 --turns 2 --max-tokens 16 --duration 1 --json \
+  >"$TMP/dur.json" 2>"$TMP/dur.err"
+rc=$? t1=$(date +%s)
+r=$(json "$TMP/dur.json" "0 < d['summary']['n'] < 100000" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ] && [ $((t1 - t0)) -le 20 ]; then pass hunt.duration_bounds_a_level
+else fail hunt.duration_bounds_a_level "exit $rc after $((t1 - t0)) s: $(tail -n 2 "$TMP/dur.err")"; fi
+stop_mock "$MOCK_PID"
+
+# --- a server that rejects logprobs: hunt runs without them, and says so ------------------------
+start_mock URL --step-ms 1 --reject-logprobs --random-ids
+H --url "$URL" --concurrency 4 --sessions 4 --turns 2 --max-tokens 16 --json >"$TMP/nolp.json" 2>"$TMP/nolp.err"
+rc=$?
+r=$(json "$TMP/nolp.json" "d['config']['logprobs']==False and d['summary']['corrupt']==0 and d['summary']['errors']==0" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ] && grep -q "rejects logprobs" "$TMP/nolp.err"; then pass hunt.logprobs_fallback_and_random_ids
+else fail hunt.logprobs_fallback_and_random_ids "exit $rc: $(tail -n 2 "$TMP/nolp.err")"; fi
+stop_mock "$MOCK_PID"
+
+# --- SIGINT stops early and still reports ------------------------------------------------------
+start_mock URL --step-ms 5
+"$VERITY" hunt --quiet --url "$URL" --concurrency 4 --sessions 40 --turns 4 --max-tokens 32 \
+  --out "$TMP/int" >/dev/null 2>"$TMP/int.err" &
+hp=$!
+sleep 1
+kill -INT "$hp"
+wait "$hp"
+rc=$?
+r=$(json "$TMP/int/results.json" "d['summary']['interrupted']" 2>/dev/null)
+if [ $rc -eq 2 ] && [ "$r" = True ] && grep -q interrupted "$TMP/int.err"; then pass hunt.sigint_reports_partial
+else fail hunt.sigint_reports_partial "exit $rc, interrupted=$r: $(tail -n 2 "$TMP/int.err")"; fi
+stop_mock "$MOCK_PID"
