@@ -156,9 +156,60 @@ static void t_pool(void) {
         pool *p;
         T_OK(pool_create(n, &p));
         pool_ctx c = {.p = p};
-        for (int r = 0; r < 20; r++)
+        for (int r = 0; r < 5; r++)
             pool_run(p, pool_job, &c);
-        T_EQ_INT(atomic_load(&c.sum), 20 * n * (n + 1) / 2);
+        T_EQ_INT(atomic_load(&c.sum), 5 * n * (n + 1) / 2);
+        pool_destroy(p);
+    }
+}
+
+static void pool_count(void *vctx, int ith, int nth) {
+    (void)ith, (void)nth;
+    atomic_fetch_add(&((pool_ctx *)vctx)->sum, 1);
+}
+
+typedef struct {
+    int n_threads;
+    uint32_t *hits; /* per chunk */
+    atomic_int bad_thread;
+} pool_for_ctx;
+
+static void pool_for_chunk(void *vctx, int64_t chunk, int64_t n_chunks, int thread) {
+    pool_for_ctx *c = vctx;
+    if (thread < 0 || thread >= c->n_threads || chunk < 0 || chunk >= n_chunks)
+        atomic_fetch_add(&c->bad_thread, 1);
+    else
+        c->hits[chunk] += 1; /* each chunk is run by exactly one thread */
+}
+
+/* pool_for runs every chunk exactly once, whatever the chunk count (including more than one job
+ * word holds) and interleaved with pool_run jobs, and passes a thread index in range. */
+static void t_pool_for(void) {
+    static const int64_t sizes[] = {0, 1, 2, 3, 7, 64, 1000, (1 << 20) + 5};
+    for (int n = 1; n <= 4; n++) {
+        pool *p;
+        T_OK(pool_create(n, &p));
+        pool_ctx rc = {.p = p};
+        int runs = 0;
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+            int64_t sz = sizes[si];
+            int rounds = sz > 100000 ? 1 : 200;
+            pool_for_ctx c = {.n_threads = n, .hits = calloc((size_t)(sz ? sz : 1), 4)};
+            T_CHECK(c.hits != NULL);
+            for (int r = 0; r < rounds; r++) {
+                pool_for(p, sz, pool_for_chunk, &c);
+                if (r % 50 == 0)
+                    pool_run(p, pool_count, &rc);
+            }
+            int64_t wrong = 0;
+            for (int64_t i = 0; i < sz; i++)
+                wrong += c.hits[i] != (uint32_t)rounds;
+            T_EQ_INT(wrong, 0);
+            T_EQ_INT(atomic_load(&c.bad_thread), 0);
+            free(c.hits);
+            runs += (rounds + 49) / 50;
+        }
+        T_EQ_INT(atomic_load(&rc.sum), runs * n);
         pool_destroy(p);
     }
 }
@@ -171,5 +222,6 @@ int main(void) {
     test_run("base.json", t_json);
     test_run("base.flags", t_flags);
     test_run("base.pool", t_pool);
+    test_run("base.pool_for", t_pool_for);
     return test_summary();
 }

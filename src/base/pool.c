@@ -2,12 +2,23 @@
 /*
  * pool: see pool.h.
  *
- * Start of a run: the owner stores fn/ctx, then increments `gen` with release order; workers that
- * see a new gen (acquire) read fn/ctx. End of a run: each worker increments `done` (release); the
- * owner waits for done == nth - 1 (acquire). The barrier is sense-reversing: the last thread to
- * arrive resets the count and bumps `bar_phase`; the others wait for the phase to change. Every
- * wait spins for up to POOL_SPIN_NS with a pause instruction and then sleeps on a futex; a waker
- * calls FUTEX_WAKE only when someone may be sleeping (the `sleepers` count).
+ * Publishing a job: the owner writes the job's descriptor (atomics, relaxed), then stores the
+ * 64-bit `job` word (release): seq (24 bits, +1 per job) | n (20 bits: chunks, 0 for a pool_run)
+ * | claimed (20 bits), then stores seq into `gen`, the 32-bit futex word workers sleep on.
+ *
+ * pool_for: a thread claims chunk c by a compare-and-swap of `job` from (seq, n, c) to
+ * (seq, n, c + 1), so a claim can only succeed on the job it read: a worker that wakes late and
+ * still holds an old word fails its CAS and moves on. The descriptor is read after a successful
+ * claim, when the job cannot be finished (its chunk is not done), so the owner is not rewriting
+ * it. Each finished chunk increments `done`; the owner waits for done == n, which only needs the
+ * chunks that were claimed, never a thread that took none.
+ *
+ * pool_run: every worker must take part, so the owner waits for done == nth - 1 and the
+ * descriptor stays put until then. The barrier is sense-reversing: the last thread to arrive
+ * resets the count and bumps `bar_phase`; the others wait for the phase to change.
+ *
+ * Every wait spins for up to POOL_SPIN_NS with a pause instruction and then sleeps on a futex; a
+ * waker calls FUTEX_WAKE only when someone may be sleeping (the `sleepers` count).
  */
 #include "base/pool.h"
 #include "base/clock.h"
@@ -24,6 +35,20 @@
 #include <unistd.h>
 
 #define POOL_SPIN_NS 200000
+#define POOL_SEQ_SHIFT 40
+#define POOL_N_SHIFT 20
+#define POOL_FIELD_MASK ((UINT64_C(1) << 20) - 1)
+#define POOL_MAX_CHUNKS ((int64_t)POOL_FIELD_MASK)
+
+static uint32_t pool_job_seq(uint64_t j) {
+    return (uint32_t)(j >> POOL_SEQ_SHIFT);
+}
+static int64_t pool_job_n(uint64_t j) {
+    return (int64_t)((j >> POOL_N_SHIFT) & POOL_FIELD_MASK);
+}
+static int64_t pool_job_claimed(uint64_t j) {
+    return (int64_t)(j & POOL_FIELD_MASK);
+}
 
 typedef struct pool_worker {
     pool *p;
@@ -35,8 +60,13 @@ struct pool {
     int n;
     bool spin;
     pool_worker *workers;
-    pool_fn fn;
-    void *ctx;
+    uint32_t seq; /* owner only: the last job's seq (24 bits) */
+    /* the job's descriptor */
+    _Atomic(pool_fn) run_fn;
+    _Atomic(pool_chunk_fn) for_fn;
+    _Atomic(void *) ctx;
+    _Atomic int64_t for_base, for_total; /* chunk c of the job is chunk base + c of total */
+    _Alignas(64) _Atomic uint64_t job;
     _Alignas(64) atomic_int gen;
     _Alignas(64) atomic_int done;
     _Alignas(64) atomic_int bar_count;
@@ -83,19 +113,74 @@ static void pool_wake(pool *p, atomic_int *addr) {
         pool_futex_wake(addr);
 }
 
+/* Claims and runs chunks of the pool_for job whose word is j until it has none left or a newer
+ * job replaced it. */
+static void pool_claim_chunks(pool *p, uint64_t j, int thread) {
+    uint32_t seq = pool_job_seq(j);
+    int64_t n = pool_job_n(j);
+    for (;;) {
+        if (pool_job_seq(j) != seq || pool_job_claimed(j) >= n)
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&p->job, &j, j + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* j now holds the current word */
+        int64_t c = pool_job_claimed(j);
+        pool_chunk_fn fn = atomic_load_explicit(&p->for_fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+        int64_t base = atomic_load_explicit(&p->for_base, memory_order_relaxed);
+        int64_t total = atomic_load_explicit(&p->for_total, memory_order_relaxed);
+        fn(ctx, base + c, total, thread);
+        if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == n)
+            pool_wake(p, &p->done);
+        j = atomic_load_explicit(&p->job, memory_order_acquire);
+    }
+}
+
 static void *pool_worker_main(void *arg) {
     pool_worker *w = arg;
     pool *p = w->p;
-    int seen = 0;
+    uint32_t last = 0;
     for (;;) {
-        pool_wait_change(p, &p->gen, seen);
-        seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+        pool_wait_change(p, &p->gen, (int)last);
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        p->fn(p->ctx, w->ith, p->n);
-        int d = atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1;
-        if (d == p->n - 1)
-            pool_wake(p, &p->done);
+        uint64_t j = atomic_load_explicit(&p->job, memory_order_acquire);
+        if (pool_job_seq(j) == last)
+            continue; /* gen not yet caught up with job */
+        last = pool_job_seq(j);
+        if (pool_job_n(j) == 0) {
+            /* pool_run: the owner waits for every worker, so the descriptor is this job's */
+            pool_fn fn = atomic_load_explicit(&p->run_fn, memory_order_relaxed);
+            fn(atomic_load_explicit(&p->ctx, memory_order_relaxed), w->ith, p->n);
+            int d = atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1;
+            if (d == p->n - 1)
+                pool_wake(p, &p->done);
+        } else {
+            pool_claim_chunks(p, j, w->ith);
+        }
+    }
+}
+
+/* Owner: publishes a job word (the descriptor already written) and wakes the workers. */
+static void pool_publish(pool *p, int64_t n) {
+    p->seq = (p->seq + 1) & 0xFFFFFF;
+    if (p->seq == 0)
+        p->seq = 1; /* 0 is the workers' initial "last seen" */
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->job,
+                          ((uint64_t)p->seq << POOL_SEQ_SHIFT) | ((uint64_t)n << POOL_N_SHIFT),
+                          memory_order_release);
+    atomic_store_explicit(&p->gen, (int)p->seq, memory_order_seq_cst);
+    pool_wake(p, &p->gen);
+}
+
+/* Owner: waits until `done` reaches target. */
+static void pool_wait_done(pool *p, int target) {
+    for (;;) {
+        int d = atomic_load_explicit(&p->done, memory_order_acquire);
+        if (d == target)
+            return;
+        pool_wait_change(p, &p->done, d);
     }
 }
 
@@ -108,6 +193,12 @@ int pool_create(int n_threads, pool **out) {
     p->n = n_threads;
     p->spin = flags_int(FLAG_POOL_SPIN) != 0;
     atomic_init(&p->gen, 0);
+    atomic_init(&p->job, 0);
+    atomic_init(&p->run_fn, NULL);
+    atomic_init(&p->for_fn, NULL);
+    atomic_init(&p->ctx, NULL);
+    atomic_init(&p->for_base, 0);
+    atomic_init(&p->for_total, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->bar_count, 0);
     atomic_init(&p->bar_phase, 0);
@@ -138,8 +229,8 @@ void pool_destroy(pool *p) {
         return;
     if (p->n > 1) {
         atomic_store_explicit(&p->stop, true, memory_order_release);
-        atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
-        pool_wake(p, &p->gen);
+        atomic_store_explicit(&p->run_fn, NULL, memory_order_relaxed);
+        pool_publish(p, 0);
         for (int i = 1; i < p->n; i++)
             pthread_join(p->workers[i].tid, NULL);
     }
@@ -156,17 +247,28 @@ void pool_run(pool *p, pool_fn fn, void *ctx) {
         fn(ctx, 0, 1);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
-    pool_wake(p, &p->gen);
+    atomic_store_explicit(&p->run_fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    pool_publish(p, 0);
     fn(ctx, 0, p->n);
-    for (;;) {
-        int d = atomic_load_explicit(&p->done, memory_order_acquire);
-        if (d == p->n - 1)
-            break;
-        pool_wait_change(p, &p->done, d);
+    pool_wait_done(p, p->n - 1);
+}
+
+void pool_for(pool *p, int64_t n_chunks, pool_chunk_fn fn, void *ctx) {
+    if (p->n == 1 || n_chunks <= 1) {
+        for (int64_t c = 0; c < n_chunks; c++)
+            fn(ctx, c, n_chunks, 0);
+        return;
+    }
+    for (int64_t base = 0; base < n_chunks; base += POOL_MAX_CHUNKS) {
+        int64_t n = n_chunks - base < POOL_MAX_CHUNKS ? n_chunks - base : POOL_MAX_CHUNKS;
+        atomic_store_explicit(&p->for_fn, fn, memory_order_relaxed);
+        atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+        atomic_store_explicit(&p->for_base, base, memory_order_relaxed);
+        atomic_store_explicit(&p->for_total, n_chunks, memory_order_relaxed);
+        pool_publish(p, n);
+        pool_claim_chunks(p, atomic_load_explicit(&p->job, memory_order_acquire), 0);
+        pool_wait_done(p, (int)n);
     }
 }
 

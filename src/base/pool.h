@@ -1,26 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pool: a fixed set of compute threads that run one function together (fork-join), with a
- * barrier for phases inside it. The forward pass is one pool_run whose phases (matmuls, attention,
- * norms) are separated by pool_barrier, so a decode step costs a handful of barrier crossings and
- * no thread creation or allocation.
+ * pool: a fixed set of compute threads, driven two ways.
  *
- * Work division is the caller's: fn(ctx, ith, nth) decides what thread ith of nth computes. verity's
- * kernels divide work so that every output element is computed by exactly the same operations
- * whichever thread gets it, which is why thread count never changes results (P1).
+ *   pool_for  - the owner hands out the chunks 0..n-1 of one phase; every thread (the owner too)
+ *               claims chunks from a shared counter until none are left, and pool_for returns
+ *               when all are finished. Nobody waits for a thread that has not claimed anything,
+ *               so a worker the OS has descheduled (a loaded or oversubscribed machine: clients,
+ *               other processes) only delays the chunk it holds, never the whole phase. The
+ *               forward pass is a sequence of pool_for phases.
+ *   pool_run  - SPMD: every thread runs fn(ctx, ith, nth) at once, with pool_barrier inside.
+ *               For code that needs all threads simultaneously (the roofline probe, benchmarks).
+ *
+ * Which thread runs which chunk varies from run to run; callers make each chunk's result depend
+ * only on the chunk (verity's kernels compute every output element with the same operations
+ * whatever the division), which is why the thread count never changes results (P1).
  *
  * Waiting: threads spin (with pause) for a short while, then sleep on a futex, so a loaded or
  * oversubscribed machine does not livelock and an idle pool uses no CPU. The spinning is the
  * `pool-spin` toggle.
  *
- * Threading: pool_run may be called by one thread at a time (the owner); pool_barrier only from
- * inside fn, by all nth threads.
+ * Threading: pool_run and pool_for may be called by one thread at a time (the owner);
+ * pool_barrier only from inside a pool_run fn, by all nth threads.
  */
 #ifndef VERITY_BASE_POOL_H
 #define VERITY_BASE_POOL_H
 
+#include <stdint.h>
+
 typedef struct pool pool;
 typedef void (*pool_fn)(void *ctx, int ith, int nth);
+/* One chunk of a pool_for: chunk of n_chunks, run by thread `thread` (0 = the owner, else
+ * 1..pool_size-1; for per-thread scratch buffers). */
+typedef void (*pool_chunk_fn)(void *ctx, int64_t chunk, int64_t n_chunks, int thread);
 
 /* Creates a pool of n_threads compute threads including the caller (so n_threads - 1 are
  * started). n_threads must be >= 1. Returns 0, ERR_INVAL, or ERR_NOMEM / ERR_INTERNAL if a thread
@@ -36,6 +47,12 @@ int pool_size(const pool *p);
 /* Runs fn(ctx, ith, nth) on every thread (the caller is ith 0) and returns when all have
  * returned. Memory written by any thread in fn is visible to the caller afterwards. */
 void pool_run(pool *p, pool_fn fn, void *ctx);
+
+/* Runs fn(ctx, c, n_chunks, thread) once for every chunk c in [0, n_chunks), spread over the
+ * threads that are free to take them, and returns when all have returned. Memory written by any
+ * chunk is visible to the caller afterwards. With one thread or one chunk everything runs on the
+ * caller. Must not be called from inside fn or a pool_run. */
+void pool_for(pool *p, int64_t n_chunks, pool_chunk_fn fn, void *ctx);
 
 /* Waits until all nth threads of the current pool_run have reached it. Writes before the barrier
  * are visible to all threads after it. */

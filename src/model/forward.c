@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * forward: see forward.h. One step is one pool_run; inside it every thread walks the same list of
- * phases separated by pool_barrier. Work inside a phase is divided three ways, each of which keeps
- * a value's computation independent of the division:
+ * forward: see forward.h. One step is a sequence of phases, each one pool_for over chunks that
+ * whichever thread is free claims (so a descheduled thread delays only the chunk it holds). A
+ * phase's work is divided three ways, each of which keeps a value's computation independent of
+ * the division:
  *   rows   - token rows [T*i/n, T*(i+1)/n): embedding, norms, RoPE, KV writes, SwiGLU, residuals,
  *            activation quantization;
- *   cols   - kn_matmul's column blocks;
+ *   cols   - kn_matmul's column blocks (Q, K and V in one phase; gate and up in one);
  *   pairs  - (token, head) pairs for attention.
+ * Chunk counts follow the work (a tiny model's phases run on the caller alone).
  * Per layer: norm+quantize | Q,K,V | bias, q/k-norm, RoPE, KV store | attention | quantize |
  * output proj | residual, norm, quantize | gate, up | SwiGLU, quantize | down, then the residual is
  * folded into the next layer's first phase. Logit rows are gathered, normed and projected last.
@@ -171,10 +173,38 @@ int fwd_ctx_n_threads(const fwd_ctx *c) {
 
 /* ---- the phases ---- */
 
-typedef struct fwd_part {
-    int64_t r0, r1; /* my token rows */
-    int ith, nth;
-} fwd_part;
+/* Work per chunk below which a phase is not split further: a chunk should cost well above a
+ * claim (tens of nanoseconds) and a wake-up; a tiny model's phases run on the caller alone. */
+#define FWD_CHUNK_WORK 32768
+#define FWD_MM_CHUNK_WORK 262144
+
+typedef enum fwd_kind {
+    FWD_PRE_ATTN, /* (layer 0: embedding and RoPE angles; else residual), attention norm */
+    FWD_QKV_POST, /* biases, Q/K norms, RoPE, K/V store */
+    FWD_ATTN,     /* attention over (token, head) pairs */
+    FWD_ATT_QUANT,
+    FWD_PRE_FFN, /* residual, FFN norm */
+    FWD_SWIGLU,
+    FWD_OUT_NORM, /* last residual and output norm of the logit rows */
+    FWD_MATMUL,
+} fwd_kind;
+
+typedef struct fwd_mm {
+    const kn_mat *w;
+    const float *x;
+    float *y;
+    int64_t rows, chunks;
+} fwd_mm;
+
+typedef struct fwd_phase {
+    fwd_ctx *c;
+    fwd_kind kind;
+    int64_t layer;
+    int64_t units; /* rows, outputs or (token, head) pairs */
+    bool quant;    /* row phases: quantize the normed rows for a Q8 matmul */
+    fwd_mm mm[3];
+    int n_mm;
+} fwd_phase;
 
 static void fwd_quantize_rows(fwd_ctx *c, const float *x, int64_t k, int64_t r0, int64_t r1) {
     kn_act a = {.x = x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs,
@@ -182,28 +212,25 @@ static void fwd_quantize_rows(fwd_ctx *c, const float *x, int64_t k, int64_t r0,
     kn_act_quantize(&a, k, r0, r1, c->m->isa);
 }
 
-/* y[n_rows][N] = x W^T over my column slice; x quantized beforehand if W wants it. */
-static void fwd_matmul(fwd_ctx *c, const fwd_part *pt, const kn_mat *w, const float *x,
-                       int64_t n_rows, float *y) {
-    int64_t k = kn_mat_k(w);
-    kn_act a = {.x = x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs,
-                .qs16 = c->aqs16};
-    kn_matmul(w, &a, n_rows, y, kn_mat_n(w), pt->ith, pt->nth, c->mm_scratch[pt->ith]);
-}
-
-static void fwd_norm_rows(fwd_ctx *c, const fwd_part *pt, const float *w, bool quant) {
+static void fwd_norm_rows(fwd_ctx *c, int64_t r0, int64_t r1, const float *w, bool quant) {
     const model_hparams *hp = &c->m->hp;
     int64_t D = hp->n_embd;
-    for (int64_t t = pt->r0; t < pt->r1; t++)
+    for (int64_t t = r0; t < r1; t++)
         kn_rmsnorm(c->x + t * D, w, hp->rms_eps, D, c->xn + t * D, c->m->isa);
     if (quant)
-        fwd_quantize_rows(c, c->xn, D, pt->r0, pt->r1);
+        fwd_quantize_rows(c, c->xn, D, r0, r1);
 }
 
-static void fwd_embed(fwd_ctx *c, const fwd_part *pt) {
+static void fwd_add_rows(fwd_ctx *c, int64_t r0, int64_t r1) {
+    int64_t D = c->m->hp.n_embd;
+    for (int64_t t = r0; t < r1; t++)
+        kn_add(c->x + t * D, c->y + t * D, D);
+}
+
+static void fwd_embed(fwd_ctx *c, int64_t r0, int64_t r1) {
     const model_hparams *hp = &c->m->hp;
     int64_t D = hp->n_embd, half = hp->n_rot / 2;
-    for (int64_t t = pt->r0; t < pt->r1; t++) {
+    for (int64_t t = r0; t < r1; t++) {
         kn_dequantize_row(c->m->tok_embd->type, c->m->tok_embd->data, c->tok_id[t], D,
                           c->x + t * D);
         float *cs = c->rope + t * hp->n_rot;
@@ -219,14 +246,15 @@ static void fwd_embed(fwd_ctx *c, const fwd_part *pt) {
     }
 }
 
-/* Biases, per-head Q/K norms, RoPE, and the K/V write into the pool, for my rows. */
-static void fwd_qkv_post(fwd_ctx *c, const fwd_part *pt, const model_layer *L, int64_t layer) {
+/* Biases, per-head Q/K norms, RoPE, and the K/V write into the pool, for rows [r0, r1). */
+static void fwd_qkv_post(fwd_ctx *c, int64_t r0, int64_t r1, const model_layer *L,
+                         int64_t layer) {
     const model_hparams *hp = &c->m->hp;
     int64_t hd = hp->head_dim, bs = kv_pool_block_size(c->kv);
     bool f16 = kv_pool_f16(c->kv);
     size_t esz = f16 ? 2 : 4, bb = kv_pool_block_bytes(c->kv);
     char *kb = kv_pool_k_base(c->kv, layer), *vb = kv_pool_v_base(c->kv, layer);
-    for (int64_t t = pt->r0; t < pt->r1; t++) {
+    for (int64_t t = r0; t < r1; t++) {
         float *q = c->q + t * c->q_dim, *k = c->k + t * c->kv_dim, *v = c->v + t * c->kv_dim;
         if (L->bq) {
             kn_add(q, L->bq, c->q_dim);
@@ -252,11 +280,10 @@ static void fwd_qkv_post(fwd_ctx *c, const fwd_part *pt, const model_layer *L, i
     }
 }
 
-static void fwd_attention(fwd_ctx *c, const fwd_part *pt, int64_t layer) {
+/* Attention for (token, head) pairs [p0, p1). */
+static void fwd_attention(fwd_ctx *c, int64_t p0, int64_t p1, int64_t layer, int thread) {
     const model_hparams *hp = &c->m->hp;
     int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    int64_t n_pairs = c->n_tok * hp->n_head;
-    int64_t p0 = n_pairs * pt->ith / pt->nth, p1 = n_pairs * (pt->ith + 1) / pt->nth;
     float scale = 1.0f / sqrtf((float)hd);
     kn_attn_kv kv = {.k_base = kv_pool_k_base(c->kv, layer),
                      .v_base = kv_pool_v_base(c->kv, layer),
@@ -272,76 +299,153 @@ static void fwd_attention(fwd_ctx *c, const fwd_part *pt, int64_t layer) {
             c->b->seqs[0].n_blocks * kv.block_size > c->tok_pos[t])
             kv.table = c->b->seqs[0].blocks; /* FAULT (b): the first sequence's block table */
         kn_attn_row(c->q + t * c->q_dim + h * hd, &kv, h / group, hd, (int64_t)c->tok_pos[t] + 1,
-                    scale, c->attn_chunk, c->attn_scratch[pt->ith], c->att + t * c->q_dim + h * hd,
+                    scale, c->attn_chunk, c->attn_scratch[thread], c->att + t * c->q_dim + h * hd,
                     c->m->isa);
     }
 }
 
-static void fwd_step(void *vctx, int ith, int nth) {
-    fwd_ctx *c = vctx;
+/* Output rows [o0, o1): the last residual of their token rows (the other rows' is never read),
+ * the output norm, and quantization if the output matrix wants it. */
+static void fwd_out_norm(fwd_ctx *c, int64_t o0, int64_t o1, bool quant) {
+    const model_hparams *hp = &c->m->hp;
+    int64_t D = hp->n_embd;
+    for (int64_t o = o0; o < o1; o++) {
+        int64_t t = c->out_row[o];
+        kn_add(c->x + t * D, c->y + t * D, D);
+        kn_rmsnorm(c->x + t * D, c->m->output_norm, hp->rms_eps, D, c->out_x + o * D,
+                   c->m->isa);
+    }
+    if (quant)
+        fwd_quantize_rows(c, c->out_x, D, o0, o1);
+}
+
+/* Runs chunk ci of n of a phase. Row-like phases take units [units*ci/n, units*(ci+1)/n). */
+static void fwd_phase_chunk(void *vph, int64_t ci, int64_t n, int thread) {
+    fwd_phase *ph = vph;
+    fwd_ctx *c = ph->c;
+    const model_layer *L = ph->layer >= 0 ? &c->m->layers[ph->layer] : NULL;
+    if (ph->kind == FWD_MATMUL) {
+        int i = 0;
+        while (ci >= ph->mm[i].chunks)
+            ci -= ph->mm[i++].chunks;
+        const fwd_mm *mm = &ph->mm[i];
+        int64_t k = kn_mat_k(mm->w);
+        kn_act a = {.x = mm->x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs,
+                    .qs16 = c->aqs16};
+        kn_matmul(mm->w, &a, mm->rows, mm->y, kn_mat_n(mm->w), (int)ci, (int)mm->chunks,
+                  c->mm_scratch[thread]);
+        return;
+    }
+    int64_t u0 = ph->units * ci / n, u1 = ph->units * (ci + 1) / n;
+    switch (ph->kind) {
+    case FWD_PRE_ATTN:
+        if (ph->layer == 0)
+            fwd_embed(c, u0, u1);
+        else
+            fwd_add_rows(c, u0, u1);
+        fwd_norm_rows(c, u0, u1, L->attn_norm, ph->quant);
+        break;
+    case FWD_QKV_POST:
+        fwd_qkv_post(c, u0, u1, L, ph->layer);
+        break;
+    case FWD_ATTN:
+        fwd_attention(c, u0, u1, ph->layer, thread);
+        break;
+    case FWD_ATT_QUANT:
+        fwd_quantize_rows(c, c->att, c->q_dim, u0, u1);
+        break;
+    case FWD_PRE_FFN:
+        fwd_add_rows(c, u0, u1);
+        fwd_norm_rows(c, u0, u1, L->ffn_norm, ph->quant);
+        break;
+    case FWD_SWIGLU: {
+        int64_t FF = c->m->hp.n_ff;
+        for (int64_t t = u0; t < u1; t++)
+            kn_swiglu(c->g + t * FF, c->u + t * FF, FF, c->g + t * FF, c->m->isa);
+        if (ph->quant)
+            fwd_quantize_rows(c, c->g, FF, u0, u1);
+        break;
+    }
+    case FWD_OUT_NORM:
+        fwd_out_norm(c, u0, u1, ph->quant);
+        break;
+    case FWD_MATMUL:
+        break;
+    }
+}
+
+/* Chunks for `units` units of `unit_work` each: enough that each costs at least `min_work`,
+ * never more than units (or max_chunks). */
+static int64_t fwd_chunks(int64_t units, int64_t unit_work, int64_t min_work, int64_t max_chunks) {
+    int64_t n = units * unit_work / min_work;
+    if (n > units)
+        n = units;
+    if (n > max_chunks)
+        n = max_chunks;
+    return n < 1 ? 1 : n;
+}
+
+static void fwd_phase_rows(fwd_ctx *c, fwd_kind kind, int64_t layer, int64_t units,
+                           int64_t unit_work, bool quant) {
+    fwd_phase ph = {.c = c, .kind = kind, .layer = layer, .units = units, .quant = quant};
+    int64_t n = fwd_chunks(units, unit_work, FWD_CHUNK_WORK, 4 * (int64_t)c->n_threads);
+    pool_for(c->threads, n, fwd_phase_chunk, &ph);
+}
+
+/* y = x W^T for up to three matrices sharing their input (quantized beforehand if wanted), one
+ * chunk per group of 64 columns at most. */
+static void fwd_phase_matmul(fwd_ctx *c, int n_mm, const fwd_mm *mm) {
+    fwd_phase ph = {.c = c, .kind = FWD_MATMUL, .layer = -1, .n_mm = n_mm};
+    int64_t total = 0;
+    for (int i = 0; i < n_mm; i++) {
+        ph.mm[i] = mm[i];
+        int64_t N = kn_mat_n(mm[i].w);
+        ph.mm[i].chunks =
+            fwd_chunks((N + 63) / 64, 64 * kn_mat_k(mm[i].w) * mm[i].rows, FWD_MM_CHUNK_WORK,
+                       (N + 63) / 64);
+        total += ph.mm[i].chunks;
+    }
+    pool_for(c->threads, total, fwd_phase_chunk, &ph);
+}
+
+static void fwd_step(fwd_ctx *c) {
     model *m = c->m;
     const model_hparams *hp = &m->hp;
     int64_t D = hp->n_embd, FF = hp->n_ff, T = c->n_tok;
-    fwd_part pt = {.r0 = T * ith / nth, .r1 = T * (ith + 1) / nth, .ith = ith, .nth = nth};
-    pool *P = c->threads;
-
-    fwd_embed(c, &pt);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        if (l > 0)
-            for (int64_t t = pt.r0; t < pt.r1; t++)
-                kn_add(c->x + t * D, c->y + t * D, D);
         /* Q, K and V (and gate and up) share their input: quantize it if any of them needs it
          * (mixed-type files, e.g. Q4_K_M, give attn_v another type than attn_q) */
-        fwd_norm_rows(c, &pt, L->attn_norm,
-                      kn_mat_wants_q8(L->wq) || kn_mat_wants_q8(L->wk) || kn_mat_wants_q8(L->wv));
-        pool_barrier(P);
-        fwd_matmul(c, &pt, L->wq, c->xn, T, c->q);
-        fwd_matmul(c, &pt, L->wk, c->xn, T, c->k);
-        fwd_matmul(c, &pt, L->wv, c->xn, T, c->v);
-        pool_barrier(P);
-        fwd_qkv_post(c, &pt, L, l);
-        pool_barrier(P);
-        fwd_attention(c, &pt, l);
-        pool_barrier(P);
-        if (kn_mat_wants_q8(L->wo)) {
-            fwd_quantize_rows(c, c->att, c->q_dim, pt.r0, pt.r1);
-            pool_barrier(P);
-        }
-        fwd_matmul(c, &pt, L->wo, c->att, T, c->y);
-        pool_barrier(P);
-        for (int64_t t = pt.r0; t < pt.r1; t++)
-            kn_add(c->x + t * D, c->y + t * D, D);
-        fwd_norm_rows(c, &pt, L->ffn_norm,
-                      kn_mat_wants_q8(L->w_gate) || kn_mat_wants_q8(L->w_up));
-        pool_barrier(P);
-        fwd_matmul(c, &pt, L->w_gate, c->xn, T, c->g);
-        fwd_matmul(c, &pt, L->w_up, c->xn, T, c->u);
-        pool_barrier(P);
-        for (int64_t t = pt.r0; t < pt.r1; t++)
-            kn_swiglu(c->g + t * FF, c->u + t * FF, FF, c->g + t * FF, m->isa);
-        if (kn_mat_wants_q8(L->w_down))
-            fwd_quantize_rows(c, c->g, FF, pt.r0, pt.r1);
-        pool_barrier(P);
-        fwd_matmul(c, &pt, L->w_down, c->g, T, c->y);
-        pool_barrier(P);
+        fwd_phase_rows(c, FWD_PRE_ATTN, l, T, l == 0 ? 4 * D : 2 * D,
+                       kn_mat_wants_q8(L->wq) || kn_mat_wants_q8(L->wk) ||
+                           kn_mat_wants_q8(L->wv));
+        fwd_mm qkv[3] = {{L->wq, c->xn, c->q, T, 0}, {L->wk, c->xn, c->k, T, 0},
+                         {L->wv, c->xn, c->v, T, 0}};
+        fwd_phase_matmul(c, 3, qkv);
+        fwd_phase_rows(c, FWD_QKV_POST, l, T, 4 * (c->q_dim + c->kv_dim), false);
+        /* a pair's work grows with its position; the mean is a fine guess for chunking */
+        int64_t mean_pos = c->tok_pos[T / 2] + 1;
+        fwd_phase_rows(c, FWD_ATTN, l, T * hp->n_head, 2 * mean_pos * hp->head_dim, false);
+        if (kn_mat_wants_q8(L->wo))
+            fwd_phase_rows(c, FWD_ATT_QUANT, l, T, 2 * c->q_dim, false);
+        fwd_mm o = {L->wo, c->att, c->y, T, 0};
+        fwd_phase_matmul(c, 1, &o);
+        fwd_phase_rows(c, FWD_PRE_FFN, l, T, 3 * D,
+                       kn_mat_wants_q8(L->w_gate) || kn_mat_wants_q8(L->w_up));
+        fwd_mm gu[2] = {{L->w_gate, c->xn, c->g, T, 0}, {L->w_up, c->xn, c->u, T, 0}};
+        fwd_phase_matmul(c, 2, gu);
+        fwd_phase_rows(c, FWD_SWIGLU, l, T, 8 * FF, kn_mat_wants_q8(L->w_down));
+        fwd_mm d = {L->w_down, c->g, c->y, T, 0};
+        fwd_phase_matmul(c, 1, &d);
     }
-    /* last residual, then the output rows */
-    for (int64_t t = pt.r0; t < pt.r1; t++)
-        kn_add(c->x + t * D, c->y + t * D, D);
-    pool_barrier(P);
-    int64_t o0 = c->n_out * ith / nth, o1 = c->n_out * (ith + 1) / nth;
-    for (int64_t o = o0; o < o1; o++)
-        kn_rmsnorm(c->x + c->out_row[o] * D, m->output_norm, hp->rms_eps, D, c->out_x + o * D,
-                   m->isa);
-    if (kn_mat_wants_q8(m->output))
-        fwd_quantize_rows(c, c->out_x, D, o0, o1);
-    pool_barrier(P);
+    fwd_phase_rows(c, FWD_OUT_NORM, -1, c->n_out, 3 * D, kn_mat_wants_q8(m->output));
     /* FAULT (d): above batch 32 only the first 32 logit rows are computed; later rows keep
      * whatever the buffer held from an earlier step */
     int64_t n_logit_rows = c->fault_big_batch && c->n_out > 32 ? 32 : c->n_out;
-    if (n_logit_rows > 0)
-        fwd_matmul(c, &pt, m->output, c->out_x, n_logit_rows, c->logits);
+    if (n_logit_rows > 0) {
+        fwd_mm out = {m->output, c->out_x, c->logits, n_logit_rows, 0};
+        fwd_phase_matmul(c, 1, &out);
+    }
 }
 
 int fwd_run(fwd_ctx *c, const fwd_batch *b, const float **logits, int64_t *n_out) {
@@ -387,7 +491,7 @@ int fwd_run(fwd_ctx *c, const fwd_batch *b, const float **logits, int64_t *n_out
     c->n_tok = n_tok;
     c->n_out = n_o;
     if (n_tok > 0)
-        pool_run(c->threads, fwd_step, c);
+        fwd_step(c);
     *logits = c->logits;
     *n_out = n_o;
     return 0;
