@@ -12,23 +12,50 @@
 #include <stdio.h>
 #include <string.h>
 
+/* usage: printed for `verity CMD --help`; NULL where the command prints its own. */
 static const struct {
     const char *name;
     int (*fn)(int, char **);
     const char *help;
+    const char *usage;
 } commands[] = {
-    {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
-    {"generate", cmd_generate, "generate text from a prompt or a JSONL file of prompts"},
-    {"tokenize", cmd_tokenize, "print the token ids of a text"},
-    {"bench", cmd_bench, "measure prefill/decode speed against the machine's roofline"},
-    {"synth", cmd_synth, "write a deterministic random-weight model"},
-    {"convert", cmd_convert, "convert a llama2.c model to GGUF"},
-    {"quantize", cmd_quantize, "requantize a GGUF model's weights (q8_0, q4_k, q4_k_m, ...)"},
-    {"chat-template", cmd_chat_template, "print the prompt a model's chat template renders"},
-    {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
-    {"flags", cmd_flags, "list the toggle registry"},
-    {"hunt", cmd_hunt, "find concurrency-dependent corruption in an OpenAI-compatible server"},
-    {"bisect", cmd_bisect, "find the configuration toggle behind corruption that hunt measures"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server",
+     "usage: verity serve [-m MODEL] [-t THREADS] [--host 127.0.0.1] [--port 8080] [--max-batch N]\n"
+     "                    [--ctx N] [--kv-mem MIB] [--chunk N] [--queue-max N]\n"
+     "                    [--api-key KEY | --api-key-file FILE] [--drain-timeout S] [--timeout S]\n"
+     "Without -m (or MODEL=path) it serves the embedded synthetic model. Endpoints: /health,\n"
+     "/v1/models, /v1/completions, /v1/chat/completions, /metrics, /tokenize, /detokenize,\n"
+     "/v1/flags.\n"},
+    {"generate", cmd_generate, "generate text from a prompt or a JSONL file of prompts",
+     "usage: verity generate [-m MODEL] (-p TEXT | --prompts FILE.jsonl) [-n N] [--temp T]\n"
+     "                       [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
+     "                       [--frequency-penalty F] [--presence-penalty P] [--seed S]\n"
+     "                       [--chat] [--system TEXT] [--ignore-eos] [--logits-digest] [-t N]\n"
+     "Prints only the continuation on stdout; with --prompts, one JSON line per prompt.\n"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text", NULL},
+    {"bench", cmd_bench, "measure prefill/decode speed against the machine's roofline",
+     "usage: verity bench [-m MODEL] [--type TYPE] [--batch 1,8,32] [--prompt 256] [--gen 64]\n"
+     "                    [--reps N] [-t N] [--json]\n"
+     "Without -m it benchmarks the synthetic 0.5b model of TYPE (default f16).\n"},
+    {"synth", cmd_synth, "write a deterministic random-weight model",
+     "usage: verity synth --shape tiny|small|0.5b --type TYPE --seed S [--arch llama|qwen2|qwen3]\n"
+     "                    [--vocab-from GGUF] [--tied|--untied]\n                    [--rope-scaling linear|llama3|llama3-tensor]\n"
+     "                    [--sliding-window W] -o OUT.gguf\n"
+     "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m\n"},
+    {"convert", cmd_convert, "convert a llama2.c model to GGUF",
+     "usage: verity convert llama2c --model MODEL.bin --tokenizer TOKENIZER.bin -o OUT.gguf\n"},
+    {"quantize", cmd_quantize, "requantize a GGUF model's weights (q8_0, q4_k, q4_k_m, ...)",
+     "usage: verity quantize IN.gguf OUT.gguf TYPE [-t N]\n"},
+    {"chat-template", cmd_chat_template, "print the prompt a model's chat template renders",
+     "usage: verity chat-template -m MODEL --messages FILE.json [--tools FILE.json]\n"
+     "                            [--template FILE] [--no-generation-prompt]\n"
+     "                            [--tool-args auto|as-given] [--now SECONDS]\n"},
+    {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table",
+     "usage: verity inspect FILE.gguf\n"},
+    {"flags", cmd_flags, "list the toggle registry", "usage: verity flags [--json]\n"},
+    {"hunt", cmd_hunt, "find concurrency-dependent corruption in an OpenAI-compatible server", NULL},
+    {"bisect", cmd_bisect, "find the configuration toggle behind corruption that hunt measures",
+     NULL},
 };
 
 static void main_usage(FILE *f) {
@@ -55,6 +82,12 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
+            if (commands[i].usage && argc >= 3 &&
+                (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) {
+                fputs(commands[i].usage, stdout);
+                printf("Every toggle of `verity flags` is also accepted as --NAME VALUE.\n");
+                return 0;
+            }
             int sub_argc = argc - 1;
             char **sub_argv = argv + 1;
             if (flags_parse_args(&sub_argc, sub_argv) != 0) {

@@ -29,3 +29,9 @@ printf '{"prompt":"ok","n":2}\n{"prompt":"x",\n' >"$TMP/bad2.jsonl"
 expect_exit2 bad.jsonl_malformed "$VERITY" generate -m "$TMP/t.gguf" --prompts "$TMP/bad2.jsonl"
 expect_exit2 bad.convert_bad_model "$VERITY" convert llama2c --model "$TMP/garbage.gguf" --tokenizer "$TMP/garbage.gguf" -o "$TMP/z.gguf"
 [ -e "$TMP/z.gguf" ] && fail bad.convert_no_output "output written" || pass bad.convert_no_output
+# every command answers --help with its usage on stdout and exit 0
+bad_help=""
+for c in serve generate tokenize bench synth convert quantize chat-template inspect flags hunt bisect; do
+    out=$("$VERITY" "$c" --help 2>/dev/null) && grep -q "usage: verity $c" <<<"$out" || bad_help="$bad_help $c"
+done
+[ -z "$bad_help" ] && pass bad.help_every_command || fail bad.help_every_command "no usage from:$bad_help"
