@@ -92,6 +92,20 @@ static void t_json(void) {
     json_write(&sb, v);
     T_CHECK(strcmp(sb.data, "{\"a\":{\"k\":\"\\u0000z\"},\"b\":\"x\xC3\xA9\xF0\x9F\x98\x80\"}") == 0);
     strbuf_deinit(&sb);
+    static const char *eq[][2] = {{"{\"a\":[1,{\"b\":null}],\"c\":\"\\u0000\"}",
+                                   "{\"c\":\"\\u0000\",\"a\":[1.0,{\"b\":null}]}"},
+                                  {"[]", "[]"}, {"{\"x\":1,\"x\":2}", "{\"x\":2}"}};
+    static const char *ne[][2] = {{"{\"a\":1}", "{\"a\":1,\"b\":1}"}, {"[1,2]", "[2,1]"},
+                                  {"{\"a\\u0000b\":1}", "{\"a\":1}"}, {"\"ab\"", "\"a\""},
+                                  {"0", "false"}, {"{\"a\":[1]}", "{\"a\":[1,1]}"}};
+    for (size_t i = 0; i < sizeof eq / sizeof *eq + sizeof ne / sizeof *ne; i++) {
+        bool want = i < sizeof eq / sizeof *eq;
+        const char *const *pr = want ? eq[i] : ne[i - sizeof eq / sizeof *eq];
+        json_value *x, *y;
+        T_OK(json_parse(a, pr[0], strlen(pr[0]), &x));
+        T_OK(json_parse(a, pr[1], strlen(pr[1]), &y));
+        T_CHECKF(json_equal(x, y) == want && json_equal(y, x) == want, "%s vs %s", pr[0], pr[1]);
+    }
     static const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\ud800\"", "\"\xFF\"",
                                 "[1] x", "tru", "\"a\nb\"", "-", "{\"a\":1,}", "\"\\x\""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

@@ -149,38 +149,6 @@ static inline size_t utf8_chars(const char *s, size_t n) {
     return c;
 }
 
-static inline bool json_equal(const json_value *a, const json_value *b) {
-    if (a->type != b->type)
-        return false;
-    switch (a->type) {
-    case JSON_NULL:
-        return true;
-    case JSON_BOOL:
-        return a->b == b->b;
-    case JSON_NUMBER:
-        return a->num.d == b->num.d;
-    case JSON_STRING:
-        return a->str.len == b->str.len && !memcmp(a->str.s, b->str.s, a->str.len);
-    case JSON_ARRAY:
-        if (a->arr.n != b->arr.n)
-            return false;
-        for (size_t i = 0; i < a->arr.n; i++)
-            if (!json_equal(a->arr.items[i], b->arr.items[i]))
-                return false;
-        return true;
-    case JSON_OBJECT:
-        if (a->obj.n != b->obj.n)
-            return false;
-        for (size_t i = 0; i < a->obj.n; i++) {
-            const json_value *o = json_get(b, a->obj.keys[i]);
-            if (!o || !json_equal(a->obj.vals[i], o))
-                return false;
-        }
-        return true;
-    }
-    return false;
-}
-
 static inline bool type_ok(const char *t, const json_value *v) {
     if (!strcmp(t, "object"))
         return v->type == JSON_OBJECT;

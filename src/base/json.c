@@ -411,6 +411,45 @@ const json_value *json_get(const json_value *v, const char *key) {
     return NULL;
 }
 
+static const json_value *json_get_n(const json_value *v, const char *key, size_t kl) {
+    for (size_t i = 0; i < v->obj.n; i++)
+        if (v->obj.key_lens[i] == kl && memcmp(v->obj.keys[i], key, kl) == 0)
+            return v->obj.vals[i];
+    return NULL;
+}
+
+bool json_equal(const json_value *a, const json_value *b) {
+    if (a->type != b->type)
+        return false;
+    switch (a->type) {
+    case JSON_NULL:
+        return true;
+    case JSON_BOOL:
+        return a->b == b->b;
+    case JSON_NUMBER:
+        return a->num.d == b->num.d;
+    case JSON_STRING:
+        return a->str.len == b->str.len && memcmp(a->str.s, b->str.s, a->str.len) == 0;
+    case JSON_ARRAY:
+        if (a->arr.n != b->arr.n)
+            return false;
+        for (size_t i = 0; i < a->arr.n; i++)
+            if (!json_equal(a->arr.items[i], b->arr.items[i]))
+                return false;
+        return true;
+    case JSON_OBJECT: /* keys are unique (json_parse keeps the last of duplicates) */
+        if (a->obj.n != b->obj.n)
+            return false;
+        for (size_t i = 0; i < a->obj.n; i++) {
+            const json_value *bv = json_get_n(b, a->obj.keys[i], a->obj.key_lens[i]);
+            if (!bv || !json_equal(a->obj.vals[i], bv))
+                return false;
+        }
+        return true;
+    }
+    return false;
+}
+
 const char *json_type_name(const json_type t) {
     switch (t) {
     case JSON_NULL:

@@ -68,6 +68,11 @@ int json_parse(arena *a, const char *text, size_t len, json_value **out);
 /* Returns the value of key in an object, or NULL if v is not an object or has no such key. */
 const json_value *json_get(const json_value *v, const char *key);
 
+/* Deep equality: same type and value, arrays element by element, objects with the same keys
+ * (compared with their lengths) mapping to equal values in any order. Numbers compare as doubles
+ * (so 1 and 1.0 are equal). Parsed objects have unique keys; built ones must too. */
+bool json_equal(const json_value *a, const json_value *b);
+
 /* Returns v's type name for messages: "null", "boolean", "number", "string", "array", "object". */
 const char *json_type_name(const json_type t);
 

@@ -283,38 +283,6 @@ static bool hunt_type_is(const json_value *v, const char *type) {
     return true; /* unknown type names are not our business */
 }
 
-static bool hunt_json_equal(const json_value *a, const json_value *b) {
-    if (a->type != b->type)
-        return false;
-    switch (a->type) {
-    case JSON_NULL:
-        return true;
-    case JSON_BOOL:
-        return a->b == b->b;
-    case JSON_NUMBER:
-        return a->num.d == b->num.d;
-    case JSON_STRING:
-        return a->str.len == b->str.len && memcmp(a->str.s, b->str.s, a->str.len) == 0;
-    case JSON_ARRAY:
-        if (a->arr.n != b->arr.n)
-            return false;
-        for (size_t i = 0; i < a->arr.n; i++)
-            if (!hunt_json_equal(a->arr.items[i], b->arr.items[i]))
-                return false;
-        return true;
-    case JSON_OBJECT:
-        if (a->obj.n != b->obj.n)
-            return false;
-        for (size_t i = 0; i < a->obj.n; i++) {
-            const json_value *o = json_get(b, a->obj.keys[i]);
-            if (!o || !hunt_json_equal(a->obj.vals[i], o))
-                return false;
-        }
-        return true;
-    }
-    return false;
-}
-
 static int hunt_schema_fail(char *why, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int hunt_schema_fail(char *why, size_t cap, const char *fmt, ...) {
@@ -355,7 +323,7 @@ static int hunt_schema_at(const json_value *sc, const json_value *v, char *path,
     if (en && en->type == JSON_ARRAY) {
         bool ok = false;
         for (size_t i = 0; i < en->arr.n && !ok; i++)
-            ok = hunt_json_equal(en->arr.items[i], v);
+            ok = json_equal(en->arr.items[i], v);
         if (!ok) {
             strbuf sb;
             strbuf_init(&sb);
@@ -367,7 +335,7 @@ static int hunt_schema_at(const json_value *sc, const json_value *v, char *path,
         }
     }
     const json_value *cn = json_get(sc, "const");
-    if (cn && !hunt_json_equal(cn, v))
+    if (cn && !json_equal(cn, v))
         return hunt_schema_fail(why, cap, "%s: differs from the schema's const", path);
     double lim;
     if (v->type == JSON_NUMBER) {
