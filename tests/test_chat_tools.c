@@ -252,6 +252,10 @@ static const tc_case tc_hermes_cases[] = {
      "<tool_call>" WEATHER_JSON "</tool_call><tool_call>{\"name\": \"x\", \"arguments\": [1]}"
      "</tool_call>after",
      EF, "", 1, {WEATHER}},
+    {H, "marker_split_around_call", "<too<tool_call>{\"name\": \"f\"}</tool_call>l_call>", EF,
+     "<too", 1, {{"f", "{}"}}},
+    {H, "partial_marker_around_call", "<too<tool_call>{\"name\": \"f\"}</tool_call>ls", 0,
+     "<tools", 1, {{"f", "{}"}}},
     {H, "xml_body_accepted",
      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
      "<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>",
@@ -347,6 +351,10 @@ static const tc_case tc_llama3_cases[] = {
     {L, "braces_in_strings",
      "{\"name\": \"run\", \"parameters\": {\"code\": \"if (a) { b(\\\"}\\\"); }\"}}", 0, "", 1,
      {{"run", "{\"code\":\"if (a) { b(\\\"}\\\"); }\"}"}}},
+    {L, "separator_then_object", "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"Bob\"}",
+     0, "; {\"name\": \"Bob\"}", 1, {{"a", "{}"}}},
+    {L, "marker_in_object", "{\"name\": \"x<|python_tag|>y\"}", EF, "{\"name\": \"x", 0,
+     {{0, 0}}},
     {L, "lone_brace", "{", 0, "{", 0, {{0, 0}}},
     {L, "partial_key", "  {\"nam", 0, "  {\"nam", 0, {{0, 0}}},
     {L, "malformed", "{\"name\": \"get_weather\", \"parameters\": {\"city\": }}", EF, "", 0,

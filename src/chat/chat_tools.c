@@ -262,6 +262,12 @@ arena *ctp_arena(void) {
 int ctp_add_call(chat_tool_parser *p, const char *name, size_t nl, const json_value *args) {
     if (nl == 0)
         return ctp_fail(p, "a tool call has an empty function name");
+    for (size_t i = 0; i < nl; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) {
+            char b[8];
+            return ctp_fail(p, "the function name \"%.*s\" contains the control byte %s",
+                            (int)(i > 64 ? 64 : i), name, ctp_byte(b, name[i]));
+        }
     if (p->n_calls == p->cap_calls) {
         int nc = p->cap_calls ? p->cap_calls * 2 : 4;
         chat_tool_call *c = realloc(p->calls, (size_t)nc * sizeof *c);
@@ -475,9 +481,59 @@ const chat_tool_call *chat_tool_parser_call(const chat_tool_parser *p, int i) {
     return i >= 0 && i < p->n_calls ? &p->calls[i] : NULL;
 }
 
+/* Length of the longest suffix of s[0..n) that is a proper prefix of a marker of p. */
+static size_t ctp_partial(const chat_tool_parser *p, const char *s, size_t n) {
+    size_t hold = 0;
+    for (int k = 0; k < p->syn->n_markers; k++) {
+        const char *m = p->syn->markers[k];
+        for (size_t h = strlen(m) - 1; h > hold; h--)
+            if (h <= n && memcmp(s + n - h, m, h) == 0) {
+                hold = h;
+                break;
+            }
+    }
+    return hold;
+}
+
+/* Releases the first n bytes of pending as content and updates the content's tail. */
 static void ctp_release(chat_tool_parser *p, strbuf *content, size_t n) {
+    if (n == 0)
+        return;
     strbuf_append(content, p->pending.data, n);
+    char buf[2 * sizeof p->tail];
+    size_t keep = n < sizeof p->tail - 1 ? n : sizeof p->tail - 1;
+    size_t old = p->tail_len + keep <= sizeof buf ? p->tail_len : 0;
+    memcpy(buf, p->tail, old);
+    memcpy(buf + old, p->pending.data + n - keep, keep);
+    size_t t = ctp_partial(p, buf, old + keep);
+    if (t >= sizeof p->tail)
+        t = 0;
+    memcpy(p->tail, buf + old + keep - t, t);
+    p->tail_len = t;
     ctp_consume(p, n);
+}
+
+/* After a call region, the content may end with the start of a marker (text released right
+ * before the region's opening marker); text after the region must not complete it, or the
+ * content would show markup. Returns 0 (no such marker), 1 (pending could still complete one)
+ * or ERR_FORMAT. */
+static int ctp_split_marker(chat_tool_parser *p, bool final) {
+    bool need = false;
+    for (int k = 0; k < p->syn->n_markers; k++) {
+        const char *m = p->syn->markers[k];
+        size_t ml = strlen(m);
+        for (size_t h = ml - 1; h > 0; h--) {
+            if (h > p->tail_len || memcmp(p->tail + p->tail_len - h, m, h))
+                continue;
+            int r = ctp_starts(p->pending.data, p->pending.len, m + h);
+            if (r == 1)
+                return ctp_fail(p, "'%s' is split around a tool call (%s format): \"%.*s\" came "
+                                   "before the call and the rest after it",
+                                m, chat_tool_format_name(p->f), (int)h, m);
+            need |= r == 0;
+        }
+    }
+    return need && !final ? 1 : 0;
 }
 
 static void ctp_enter(chat_tool_parser *p) {
@@ -493,17 +549,22 @@ static void ctp_enter(chat_tool_parser *p) {
  * starts at pending[0]) or an error. */
 static int ctp_outside(chat_tool_parser *p, strbuf *content, bool final) {
     const ctp_syntax *s = p->syn;
+    if (p->tail_len) {
+        int r = ctp_split_marker(p, final);
+        if (r)
+            return r > 0 ? CTP_NEED : r;
+    }
     if (p->lead) {
-        size_t skip = 0, drop = 0;
-        int r = s->lead(p, final, &skip, &drop);
+        size_t skip = 0, sep = 0;
+        int r = s->lead(p, final, &skip, &sep);
         if (r < 0)
             return r;
         if (r == CTP_NEED && !final)
             return CTP_NEED;
         if (r == CTP_REGION) {
             ctp_release(p, content, skip);
-            ctp_consume(p, drop);
             ctp_enter(p);
+            p->r0 = sep;
             return CTP_REGION;
         }
         p->lead = false;
@@ -527,18 +588,7 @@ static int ctp_outside(chat_tool_parser *p, strbuf *content, bool final) {
         return ctp_fail(p, "'%s' outside a tool call (%s format)", s->markers[which],
                         chat_tool_format_name(p->f));
     }
-    size_t hold = 0;
-    if (!final) {
-        for (int k = 0; k < s->n_markers; k++) {
-            size_t ml = strlen(s->markers[k]);
-            for (size_t h = ml - 1; h > hold; h--)
-                if (h <= n && memcmp(d + n - h, s->markers[k], h) == 0) {
-                    hold = h;
-                    break;
-                }
-        }
-    }
-    ctp_release(p, content, n - hold);
+    ctp_release(p, content, n - (final ? 0 : ctp_partial(p, d, n)));
     return CTP_NEED;
 }
 

@@ -15,8 +15,8 @@
  * A region function sees p->pending starting at the region (the opening marker, or the '{' the
  * lead rule found) and returns CTP_NEED (wait for more text; with final set there is none, so
  * it must finish or fail), CTP_DONE (the region is over and consumed: back outside), CTP_TEXT
- * (LLAMA3: the region was not a call after all; it released it to content and the lead rule no
- * longer applies) or a negative error (ERR_FORMAT through ctp_fail, ERR_NOMEM). It may consume
+ * (LLAMA3: the region was not a call after all; nothing is consumed, the lead rule no longer
+ * applies and the generic scanner reads the same text as content) or a negative error (ERR_FORMAT through ctp_fail, ERR_NOMEM). It may consume
  * completed calls as it goes and keeps its own state in p->sub, p->scan, p->span, p->r0, p->r1
  * and p->region_calls, which are zero when a region starts.
  */
@@ -51,9 +51,9 @@ typedef struct ctp_syntax {
     int n_open;
     int (*region)(chat_tool_parser *p, strbuf *content, bool final);
     /* Called outside a call while p->lead is set: CTP_NEED, CTP_TEXT, or CTP_REGION with *skip
-     * bytes of content (whitespace) before the region and *drop bytes of separator after them
-     * (LLAMA3's ';'). */
-    int (*lead)(chat_tool_parser *p, bool final, size_t *skip, size_t *drop);
+     * bytes of content (whitespace) before the region, which starts with *sep bytes of
+     * separator (LLAMA3's ';'): the region gets them in p->r0 and consumes them with a call. */
+    int (*lead)(chat_tool_parser *p, bool final, size_t *skip, size_t *sep);
 } ctp_syntax;
 
 enum ctp_state { CTP_OUTSIDE, CTP_INSIDE, CTP_FAILED };
@@ -70,6 +70,8 @@ struct chat_tool_parser {
     size_t r0, r1;   /* region: offsets it remembers */
     int region_calls; /* region: calls completed in it */
     strbuf pending;  /* text not yet released or consumed */
+    char tail[64];   /* the longest suffix of the content released so far that is a proper */
+    size_t tail_len; /* prefix of a marker (non-empty only right before a call region) */
     chat_tool_call *calls;
     int n_calls, cap_calls;
     arena *tools_a;           /* owns tools */

@@ -29,14 +29,14 @@
 
 static const char *const ctp_llama3_markers[] = {PYTHON_TAG};
 
-static int ctp_llama3_lead(chat_tool_parser *p, bool final, size_t *skip, size_t *drop) {
+static int ctp_llama3_lead(chat_tool_parser *p, bool final, size_t *skip, size_t *sep) {
     const char *s = p->pending.data;
     size_t n = p->pending.len, i = ctp_skip_ws(s, n, 0);
     *skip = i;
-    *drop = 0;
+    *sep = 0;
     if (p->after_call && i < n && s[i] == ';') {
         i = ctp_skip_ws(s, n, i + 1);
-        *drop = i - *skip;
+        *sep = i - *skip;
     }
     (void)final;
     if (i == n)
@@ -54,14 +54,17 @@ static int ctp_llama3_lead(chat_tool_parser *p, bool final, size_t *skip, size_t
 
 static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool final) {
     char ex[256];
+    (void)content;
+    (void)final;
     if (p->sub == 0) {
-        /* sub 1: after <|python_tag|> (markup: a non-call is an error); 2: a bare object */
+        /* sub 1: after <|python_tag|> (markup: a non-call is an error); 2: a bare object at
+         * p->r0, after the separator the lead rule found */
         bool tag = ctp_starts(p->pending.data, p->pending.len, PYTHON_TAG) == 1;
         if (tag)
             ctp_consume(p, strlen(PYTHON_TAG));
         p->sub = tag ? 1 : 2;
     }
-    if (!p->span.started) {
+    if (!p->span.started && p->sub == 1) {
         size_t i = ctp_skip_ws(p->pending.data, p->pending.len, 0);
         if (i == p->pending.len)
             return CTP_NEED;
@@ -71,26 +74,25 @@ static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool final) {
                             PYTHON_TAG, ctp_byte(ex, p->pending.data[i]));
         ctp_consume(p, i);
     }
-    size_t end;
-    int r = ctp_span_scan(&p->span, p->pending.data, p->pending.len, &end);
+    const char *s = p->pending.data + p->r0;
+    size_t n = p->pending.len - p->r0, end;
+    int r = ctp_span_scan(&p->span, s, n, &end);
     if (r == 0)
         return CTP_NEED;
     if (r < 0)
-        return ctp_fail(p, "malformed JSON tool call: \"%s\"",
-                        ctp_excerpt(ex, sizeof ex, p->pending.data, p->pending.len));
+        return ctp_fail(p, "malformed JSON tool call: \"%s\"", ctp_excerpt(ex, sizeof ex, s, n));
     arena *a = ctp_arena();
     if (!a)
         return ERR_NOMEM;
     json_value *v;
-    int rc = json_parse(a, p->pending.data, end, &v);
+    int rc = json_parse(a, s, end, &v);
     if (rc && rc != ERR_NOMEM)
         rc = ctp_fail(p, "JSON tool call is not valid JSON (%s): \"%s\"", err_detail(),
-                      ctp_excerpt(ex, sizeof ex, p->pending.data, end));
+                      ctp_excerpt(ex, sizeof ex, s, end));
     bool is_call = !rc && (json_get(v, "parameters") || json_get(v, "arguments"));
     if (!rc && !is_call && p->sub == 2) {
-        /* a JSON object that merely starts like a call: content */
-        strbuf_append(content, p->pending.data, end);
-        ctp_consume(p, end);
+        /* a JSON object that merely starts like a call: content, separator included, released
+         * by the generic scanner (which still stops at a marker inside it) */
         arena_destroy(a);
         return CTP_TEXT;
     }
@@ -99,8 +101,7 @@ static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool final) {
     arena_destroy(a);
     if (rc)
         return rc;
-    ctp_consume(p, end);
-    (void)final;
+    ctp_consume(p, p->r0 + end);
     return CTP_DONE;
 }
 
@@ -193,22 +194,21 @@ static int ctp_mistral_region(chat_tool_parser *p, strbuf *content, bool final) 
         p->sub = a == 1 ? 5 : 4;
         p->scan = p->r1;
     }
-    if (p->sub == 4) { /* the call id, up to [ARGS] */
-        size_t at = ctp_find(s, n, p->scan, M_ARGS);
-        if (at == n) {
-            size_t i = p->scan;
-            while (i < n && ctp_mistral_name_byte(s[i]))
-                i++;
-            if (i < n && ctp_starts(s + i, n - i, M_ARGS) != 0)
-                return ctp_fail(p, "the %s of %s\"%.*s\" is followed by %s, not by %s", M_CALL_ID,
-                                M_CALLS, (int)p->r0, s, ctp_byte(ex, s[i]), M_ARGS);
-            if (n - p->r1 > 128)
-                return ctp_fail(p, "%s of \"%.*s\" is longer than 128 bytes", M_CALL_ID,
-                                (int)p->r0, s);
-            p->scan = i;
+    if (p->sub == 4) { /* the call id: name bytes up to [ARGS] */
+        size_t i = p->scan;
+        while (i < n && ctp_mistral_name_byte(s[i]) && i - p->r1 <= 128)
+            i++;
+        p->scan = i;
+        if (i - p->r1 > 128)
+            return ctp_fail(p, "the %s of %s\"%.*s\" is longer than 128 bytes", M_CALL_ID,
+                            M_CALLS, (int)p->r0, s);
+        int a = i < n ? ctp_starts(s + i, n - i, M_ARGS) : 0;
+        if (a == 0)
             return CTP_NEED;
-        }
-        p->r1 = at + strlen(M_ARGS);
+        if (a < 0)
+            return ctp_fail(p, "the %s of %s\"%.*s\" is followed by %s, not by %s", M_CALL_ID,
+                            M_CALLS, (int)p->r0, s, ctp_byte(ex, s[i]), M_ARGS);
+        p->r1 = i + strlen(M_ARGS);
         p->sub = 5;
     }
     /* sub 5: the arguments from r1 */
