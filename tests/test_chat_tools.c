@@ -70,8 +70,8 @@ static void tc_check_markers(chat_tool_format f, const strbuf *content, const ch
 }
 
 /* Feeds text in the chunks given by cuts (offsets, ascending, ending at n). */
-static void tc_feed(chat_tool_format f, const char *text, size_t n, const size_t *cuts,
-                    int n_cuts, const char *label, const char *how, tc_result *r) {
+static void tc_feed(chat_tool_format f, const char *text, size_t n, const size_t *cuts, int n_cuts,
+                    const char *label, const char *how, tc_result *r) {
     chat_tool_parser *p;
     T_OK(chat_tool_parser_create(f, &p));
     memset(r, 0, sizeof *r);
@@ -92,8 +92,8 @@ static void tc_feed(chat_tool_format f, const char *text, size_t n, const size_t
     } else if (r->rc) {
         /* a failure during feed is reported again by finish, with the same detail */
         T_CHECKF(rc == r->rc && !strcmp(err_detail(), r->err),
-                 "%s (%s): finish returned %d \"%s\" after feed failed with %d \"%s\"", label,
-                 how, rc, err_detail(), r->rc, r->err);
+                 "%s (%s): finish returned %d \"%s\" after feed failed with %d \"%s\"", label, how,
+                 rc, err_detail(), r->rc, r->err);
     }
     r->n_calls = chat_tool_parser_n_calls(p);
     for (int i = 0; i < r->n_calls && i < MAX_CALLS + 2; i++) {
@@ -120,7 +120,8 @@ static void tc_same(const tc_result *want, const tc_result *got, const char *lab
     T_CHECKF(got->content.len == want->content.len &&
                  !memcmp(got->content.data, want->content.data, got->content.len),
              "%s (%s): content \"%s\", whole feed \"%s\"", label, how,
-             got->content.len ? got->content.data : "", want->content.len ? want->content.data : "");
+             got->content.len ? got->content.data : "",
+             want->content.len ? want->content.data : "");
     T_CHECKF(got->n_calls == want->n_calls, "%s (%s): %d calls, whole feed %d", label, how,
              got->n_calls, want->n_calls);
     for (int i = 0; i < got->n_calls && i < MAX_CALLS + 2; i++)
@@ -148,15 +149,14 @@ static void tc_run_case(const tc_case *c) {
     /* the expectations */
     T_CHECKF(whole.rc == c->rc, "%s: rc %d (%s), expected %d", label, whole.rc, whole.err, c->rc);
     const char *wc = whole.content.len ? whole.content.data : "";
-    T_CHECKF(!strcmp(wc, c->content), "%s: content \"%s\", expected \"%s\"", label, wc,
-             c->content);
+    T_CHECKF(!strcmp(wc, c->content), "%s: content \"%s\", expected \"%s\"", label, wc, c->content);
     T_CHECKF(whole.n_calls == c->n_calls, "%s: %d calls, expected %d", label, whole.n_calls,
              c->n_calls);
     for (int i = 0; i < c->n_calls; i++)
         T_CHECKF(!strcmp(whole.names[i], c->calls[i].name) &&
                      !strcmp(whole.args[i], c->calls[i].args),
-                 "%s: call %d is %s(%s), expected %s(%s)", label, i, whole.names[i],
-                 whole.args[i], c->calls[i].name, c->calls[i].args);
+                 "%s: call %d is %s(%s), expected %s(%s)", label, i, whole.names[i], whole.args[i],
+                 c->calls[i].name, c->calls[i].args);
     if (c->rc)
         T_CHECKF(whole.err[0], "%s: an error without a message", label);
     /* every 2-piece split */
@@ -202,187 +202,391 @@ static void tc_run_case(const tc_case *c) {
     tc_result_free(&whole);
 }
 
-#define H CHAT_TOOL_FORMAT_HERMES
-#define Q CHAT_TOOL_FORMAT_QWEN3_XML
-#define G CHAT_TOOL_FORMAT_GLM
-#define L CHAT_TOOL_FORMAT_LLAMA3
-#define M CHAT_TOOL_FORMAT_MISTRAL
-#define MA CHAT_TOOL_FORMAT_MISTRAL_ARGS
-#define D3 CHAT_TOOL_FORMAT_DEEPSEEK_V3
+#define H   CHAT_TOOL_FORMAT_HERMES
+#define Q   CHAT_TOOL_FORMAT_QWEN3_XML
+#define G   CHAT_TOOL_FORMAT_GLM
+#define L   CHAT_TOOL_FORMAT_LLAMA3
+#define M   CHAT_TOOL_FORMAT_MISTRAL
+#define MA  CHAT_TOOL_FORMAT_MISTRAL_ARGS
+#define D3  CHAT_TOOL_FORMAT_DEEPSEEK_V3
 #define D31 CHAT_TOOL_FORMAT_DEEPSEEK_V31
-#define DS CHAT_TOOL_FORMAT_DSML
+#define DS  CHAT_TOOL_FORMAT_DSML
 #define DS4 CHAT_TOOL_FORMAT_DSML_V4
-#define EF ERR_FORMAT
+#define EF  ERR_FORMAT
 
-#define WEATHER {"get_weather", "{\"city\":\"Paris\",\"unit\":\"celsius\"}"}
-#define WEATHER_JSON "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}"
-#define TIME {"get_time", "{\"tz\":\"Europe/Paris\"}"}
+#define WEATHER                                                                                    \
+    { "get_weather", "{\"city\":\"Paris\",\"unit\":\"celsius\"}" }
+#define WEATHER_JSON                                                                               \
+    "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}"
+#define TIME                                                                                       \
+    { "get_time", "{\"tz\":\"Europe/Paris\"}" }
 #define TIME_JSON "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Paris\"}}"
 
 static const tc_case tc_hermes_cases[] = {
     {H, "single", "<tool_call>\n" WEATHER_JSON "\n</tool_call>", 0, "", 1, {WEATHER}},
-    {H, "content_before",
-     "Let me check the weather for you.\n\n<tool_call>\n" WEATHER_JSON "\n</tool_call>", 0,
-     "Let me check the weather for you.\n\n", 1, {WEATHER}},
-    {H, "parallel",
-     "<tool_call>\n" WEATHER_JSON "\n</tool_call>\n<tool_call>\n" TIME_JSON "\n</tool_call>", 0,
-     "\n", 2, {WEATHER, TIME}},
-    {H, "content_after", "<tool_call>" WEATHER_JSON "</tool_call>\nI asked for the weather.", 0,
-     "\nI asked for the weather.", 1, {WEATHER}},
-    {H, "no_call", "The answer is 42; in HTML write <b>bold</b>, and a < b <tool or <tool_cal.", 0,
-     "The answer is 42; in HTML write <b>bold</b>, and a < b <tool or <tool_cal.", 0, {{0, 0}}},
+    {H,
+     "content_before",
+     "Let me check the weather for you.\n\n<tool_call>\n" WEATHER_JSON "\n</tool_call>",
+     0,
+     "Let me check the weather for you.\n\n",
+     1,
+     {WEATHER}},
+    {H,
+     "parallel",
+     "<tool_call>\n" WEATHER_JSON "\n</tool_call>\n<tool_call>\n" TIME_JSON "\n</tool_call>",
+     0,
+     "\n",
+     2,
+     {WEATHER, TIME}},
+    {H,
+     "content_after",
+     "<tool_call>" WEATHER_JSON "</tool_call>\nI asked for the weather.",
+     0,
+     "\nI asked for the weather.",
+     1,
+     {WEATHER}},
+    {H,
+     "no_call",
+     "The answer is 42; in HTML write <b>bold</b>, and a < b <tool or <tool_cal.",
+     0,
+     "The answer is 42; in HTML write <b>bold</b>, and a < b <tool or <tool_cal.",
+     0,
+     {{0, 0}}},
     {H, "partial_marker_at_end", "Fine <tool_ca", 0, "Fine <tool_ca", 0, {{0, 0}}},
-    {H, "malformed_json",
+    {H,
+     "malformed_json",
      "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }}\n</tool_call>",
-     EF, "Sure.", 0, {{0, 0}}},
+     EF,
+     "Sure.",
+     0,
+     {{0, 0}}},
     {H, "unterminated", "Sure.<tool_call>\n" WEATHER_JSON "\n", EF, "Sure.", 0, {{0, 0}}},
     {H, "no_name", "<tool_call>{\"arguments\": {}}</tool_call>", EF, "", 0, {{0, 0}}},
     {H, "stray_close", "done </tool_call> here", EF, "done ", 0, {{0, 0}}},
-    {H, "string_arguments",
-     "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}\n</tool_call>", 0, "", 1,
+    {H,
+     "string_arguments",
+     "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}\n</tool_call>",
+     0,
+     "",
+     1,
      {{"f", "{\"a\":1}"}}},
-    {H, "parameters_key", "<tool_call>{\"name\": \"f\", \"parameters\": {\"a\": [1, 2]}}</tool_call>",
-     0, "", 1, {{"f", "{\"a\":[1,2]}"}}},
+    {H,
+     "parameters_key",
+     "<tool_call>{\"name\": \"f\", \"parameters\": {\"a\": [1, 2]}}</tool_call>",
+     0,
+     "",
+     1,
+     {{"f", "{\"a\":[1,2]}"}}},
     {H, "no_arguments", "<tool_call>{\"name\": \"now\"}</tool_call>", 0, "", 1, {{"now", "{}"}}},
-    {H, "unicode",
+    {H,
+     "unicode",
      "東京の天気は？<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"東京 天気 ☀\"}}"
      "</tool_call>",
-     0, "東京の天気は？", 1, {{"search", "{\"q\":\"東京 天気 ☀\"}"}}},
-    {H, "second_call_broken",
+     0,
+     "東京の天気は？",
+     1,
+     {{"search", "{\"q\":\"東京 天気 ☀\"}"}}},
+    {H,
+     "second_call_broken",
      "<tool_call>" WEATHER_JSON "</tool_call><tool_call>{\"name\": \"x\", \"arguments\": [1]}"
      "</tool_call>after",
-     EF, "", 1, {WEATHER}},
-    {H, "marker_split_around_call", "<too<tool_call>{\"name\": \"f\"}</tool_call>l_call>", EF,
-     "<too", 1, {{"f", "{}"}}},
-    {H, "partial_marker_around_call", "<too<tool_call>{\"name\": \"f\"}</tool_call>ls", 0,
-     "<tools", 1, {{"f", "{}"}}},
-    {H, "xml_body_accepted",
+     EF,
+     "",
+     1,
+     {WEATHER}},
+    {H,
+     "marker_split_around_call",
+     "<too<tool_call>{\"name\": \"f\"}</tool_call>l_call>",
+     EF,
+     "<too",
+     1,
+     {{"f", "{}"}}},
+    {H,
+     "partial_marker_around_call",
+     "<too<tool_call>{\"name\": \"f\"}</tool_call>ls",
+     0,
+     "<tools",
+     1,
+     {{"f", "{}"}}},
+    {H,
+     "xml_body_accepted",
      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
      "<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>",
-     0, "", 1, {WEATHER}},
+     0,
+     "",
+     1,
+     {WEATHER}},
 };
 
 static const tc_case tc_qwen3_cases[] = {
-    {Q, "single",
+    {Q,
+     "single",
      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
      "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
-     0, "", 1, {{"get_weather", "{\"city\":\"Paris\",\"days\":3}"}}},
-    {Q, "content_before_parallel",
+     0,
+     "",
+     1,
+     {{"get_weather", "{\"city\":\"Paris\",\"days\":3}"}}},
+    {Q,
+     "content_before_parallel",
      "I'll check both.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
      "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n"
      "<parameter=tz>\nEurope/Paris\n</parameter>\n</function>\n</tool_call>",
-     0, "I'll check both.\n\n\n", 2,
+     0,
+     "I'll check both.\n\n\n",
+     2,
      {{"get_weather", "{\"city\":\"Paris\"}"}, TIME}},
-    {Q, "multiline_and_json_values",
+    {Q,
+     "multiline_and_json_values",
      "<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/a.py\n</parameter>\n"
      "<parameter=content>\ndef f():\n    return 1\n\n</parameter>\n<parameter=opts>\n"
      "{\"mode\": \"w\", \"flags\": [1, 2]}\n</parameter>\n<parameter=force>\ntrue\n</parameter>\n"
      "<parameter=note>\nnull-ish text\n</parameter>\n</function>\n</tool_call>",
-     0, "", 1,
+     0,
+     "",
+     1,
      {{"write_file", "{\"path\":\"/tmp/a.py\",\"content\":\"def f():\\n    return 1\\n\","
                      "\"opts\":{\"mode\":\"w\",\"flags\":[1,2]},\"force\":true,"
                      "\"note\":\"null-ish text\"}"}}},
-    {Q, "bare_function",
+    {Q,
+     "bare_function",
      "Calling now.\n<function=get_time>\n<parameter=tz>\nEurope/Paris\n</parameter>\n</function>",
-     0, "Calling now.\n", 1, {TIME}},
-    {Q, "no_parameters", "<tool_call>\n<function=now>\n</function>\n</tool_call>", 0, "", 1,
+     0,
+     "Calling now.\n",
+     1,
+     {TIME}},
+    {Q,
+     "no_parameters",
+     "<tool_call>\n<function=now>\n</function>\n</tool_call>",
+     0,
+     "",
+     1,
      {{"now", "{}"}}},
     {Q, "json_body_accepted", "<tool_call>\n" WEATHER_JSON "\n</tool_call>", 0, "", 1, {WEATHER}},
-    {Q, "unterminated_parameter",
-     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>", EF,
-     "", 0, {{0, 0}}},
-    {Q, "unterminated_call", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", EF, "",
-     0, {{0, 0}}},
-    {Q, "no_call", "Use a <function> keyword, or <tool> tags.", 0,
-     "Use a <function> keyword, or <tool> tags.", 0, {{0, 0}}},
+    {Q,
+     "unterminated_parameter",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>",
+     EF,
+     "",
+     0,
+     {{0, 0}}},
+    {Q,
+     "unterminated_call",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+     EF,
+     "",
+     0,
+     {{0, 0}}},
+    {Q,
+     "no_call",
+     "Use a <function> keyword, or <tool> tags.",
+     0,
+     "Use a <function> keyword, or <tool> tags.",
+     0,
+     {{0, 0}}},
 };
 
 static const tc_case tc_glm_cases[] = {
-    {G, "single",
+    {G,
+     "single",
      "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days"
      "</arg_key><arg_value>3</arg_value></tool_call>",
-     0, "", 1, {{"get_weather", "{\"city\":\"Paris\",\"days\":3}"}}},
-    {G, "newlines_parallel",
+     0,
+     "",
+     1,
+     {{"get_weather", "{\"city\":\"Paris\",\"days\":3}"}}},
+    {G,
+     "newlines_parallel",
      "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
      "</tool_call>\n<tool_call>get_time\n<arg_key>tz</arg_key>\n<arg_value>Europe/Paris"
      "</arg_value>\n</tool_call>",
-     0, "Checking.\n\n", 2, {{"get_weather", "{\"city\":\"Paris\"}"}, TIME}},
+     0,
+     "Checking.\n\n",
+     2,
+     {{"get_weather", "{\"city\":\"Paris\"}"}, TIME}},
     {G, "no_arguments", "<tool_call>now</tool_call>", 0, "", 1, {{"now", "{}"}}},
-    {G, "json_value",
-     "<tool_call>f<arg_key>xs</arg_key><arg_value>[1, 2, 3]</arg_value></tool_call>", 0, "", 1,
+    {G,
+     "json_value",
+     "<tool_call>f<arg_key>xs</arg_key><arg_value>[1, 2, 3]</arg_value></tool_call>",
+     0,
+     "",
+     1,
      {{"f", "{\"xs\":[1,2,3]}"}}},
-    {G, "bad_name", "<tool_call>get weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
-                    "</tool_call>",
-     EF, "", 0, {{0, 0}}},
+    {G,
+     "bad_name",
+     "<tool_call>get weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+     "</tool_call>",
+     EF,
+     "",
+     0,
+     {{0, 0}}},
     {G, "missing_value", "<tool_call>f<arg_key>city</arg_key></tool_call>", EF, "", 0, {{0, 0}}},
 };
 
 static const tc_case tc_llama3_cases[] = {
-    {L, "single", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": "
-                  "\"celsius\"}}",
-     0, "", 1, {WEATHER}},
-    {L, "python_tag", "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": "
-                      "\"Paris\", \"unit\": \"celsius\"}}",
-     0, "", 1, {WEATHER}},
-    {L, "leading_whitespace", "\n\n {\"name\": \"get_time\", \"parameters\": {\"tz\": "
-                              "\"Europe/Paris\"}}",
-     0, "\n\n ", 1, {TIME}},
-    {L, "parallel_semicolon",
+    {L,
+     "single",
+     "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": "
+     "\"celsius\"}}",
+     0,
+     "",
+     1,
+     {WEATHER}},
+    {L,
+     "python_tag",
+     "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": "
+     "\"Paris\", \"unit\": \"celsius\"}}",
+     0,
+     "",
+     1,
+     {WEATHER}},
+    {L,
+     "leading_whitespace",
+     "\n\n {\"name\": \"get_time\", \"parameters\": {\"tz\": "
+     "\"Europe/Paris\"}}",
+     0,
+     "\n\n ",
+     1,
+     {TIME}},
+    {L,
+     "parallel_semicolon",
      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}; "
      "{\"name\": \"get_time\", \"parameters\": {\"tz\": \"Europe/Paris\"}}",
-     0, "", 2, {WEATHER, TIME}},
-    {L, "parallel_newline",
+     0,
+     "",
+     2,
+     {WEATHER, TIME}},
+    {L,
+     "parallel_newline",
      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
      "{\"name\": \"get_time\", \"parameters\": {\"tz\": \"Europe/Paris\"}}",
-     0, "\n", 2, {WEATHER, TIME}},
-    {L, "type_first", "{\"type\": \"function\", \"name\": \"now\", \"parameters\": {}}", 0, "", 1,
+     0,
+     "\n",
+     2,
+     {WEATHER, TIME}},
+    {L,
+     "type_first",
+     "{\"type\": \"function\", \"name\": \"now\", \"parameters\": {}}",
+     0,
+     "",
+     1,
      {{"now", "{}"}}},
-    {L, "content_with_braces", "Use {\"name\": \"x\"} as the body; {\"name\": 1}.", 0,
-     "Use {\"name\": \"x\"} as the body; {\"name\": 1}.", 0, {{0, 0}}},
-    {L, "json_content", "{\"answer\": 42, \"name\": \"x\"}", 0, "{\"answer\": 42, \"name\": \"x\"}",
-     0, {{0, 0}}},
-    {L, "object_not_a_call", "{\"name\": \"Bob\", \"age\": 3} is a person.", 0,
-     "{\"name\": \"Bob\", \"age\": 3} is a person.", 0, {{0, 0}}},
-    {L, "content_after", "{\"name\": \"now\", \"parameters\": {}}\nDone.", 0, "\nDone.", 1,
-     {{"now", "{}"}}},
-    {L, "content_then_tag",
-     "Checking.<|python_tag|>{\"name\": \"get_time\", \"parameters\": {\"tz\": \"Europe/Paris\"}}",
-     0, "Checking.", 1, {TIME}},
-    {L, "braces_in_strings",
-     "{\"name\": \"run\", \"parameters\": {\"code\": \"if (a) { b(\\\"}\\\"); }\"}}", 0, "", 1,
-     {{"run", "{\"code\":\"if (a) { b(\\\"}\\\"); }\"}"}}},
-    {L, "separator_then_object", "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"Bob\"}",
-     0, "; {\"name\": \"Bob\"}", 1, {{"a", "{}"}}},
-    {L, "marker_in_object", "{\"name\": \"x<|python_tag|>y\"}", EF, "{\"name\": \"x", 0,
+    {L,
+     "content_with_braces",
+     "Use {\"name\": \"x\"} as the body; {\"name\": 1}.",
+     0,
+     "Use {\"name\": \"x\"} as the body; {\"name\": 1}.",
+     0,
      {{0, 0}}},
+    {L,
+     "json_content",
+     "{\"answer\": 42, \"name\": \"x\"}",
+     0,
+     "{\"answer\": 42, \"name\": \"x\"}",
+     0,
+     {{0, 0}}},
+    {L,
+     "object_not_a_call",
+     "{\"name\": \"Bob\", \"age\": 3} is a person.",
+     0,
+     "{\"name\": \"Bob\", \"age\": 3} is a person.",
+     0,
+     {{0, 0}}},
+    {L,
+     "content_after",
+     "{\"name\": \"now\", \"parameters\": {}}\nDone.",
+     0,
+     "\nDone.",
+     1,
+     {{"now", "{}"}}},
+    {L,
+     "content_then_tag",
+     "Checking.<|python_tag|>{\"name\": \"get_time\", \"parameters\": {\"tz\": \"Europe/Paris\"}}",
+     0,
+     "Checking.",
+     1,
+     {TIME}},
+    {L,
+     "braces_in_strings",
+     "{\"name\": \"run\", \"parameters\": {\"code\": \"if (a) { b(\\\"}\\\"); }\"}}",
+     0,
+     "",
+     1,
+     {{"run", "{\"code\":\"if (a) { b(\\\"}\\\"); }\"}"}}},
+    {L,
+     "separator_then_object",
+     "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"Bob\"}",
+     0,
+     "; {\"name\": \"Bob\"}",
+     1,
+     {{"a", "{}"}}},
+    {L, "marker_in_object", "{\"name\": \"x<|python_tag|>y\"}", EF, "{\"name\": \"x", 0, {{0, 0}}},
     {L, "lone_brace", "{", 0, "{", 0, {{0, 0}}},
     {L, "partial_key", "  {\"nam", 0, "  {\"nam", 0, {{0, 0}}},
-    {L, "malformed", "{\"name\": \"get_weather\", \"parameters\": {\"city\": }}", EF, "", 0,
+    {L,
+     "malformed",
+     "{\"name\": \"get_weather\", \"parameters\": {\"city\": }}",
+     EF,
+     "",
+     0,
      {{0, 0}}},
-    {L, "unterminated", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}", EF, "",
-     0, {{0, 0}}},
+    {L,
+     "unterminated",
+     "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}",
+     EF,
+     "",
+     0,
+     {{0, 0}}},
     {L, "builtin_tool", "<|python_tag|>brave_search.call(query=\"weather\")", EF, "", 0, {{0, 0}}},
     {L, "tag_not_a_call", "<|python_tag|>{\"query\": \"x\"}", EF, "", 0, {{0, 0}}},
 };
 
 static const tc_case tc_mistral_cases[] = {
     {M, "single", "[TOOL_CALLS][" WEATHER_JSON "]", 0, "", 1, {WEATHER}},
-    {M, "parallel_with_ids",
+    {M,
+     "parallel_with_ids",
      "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
      "\"celsius\"}, \"id\": \"a1b2c3d4e\"}, {\"name\": \"get_time\", \"arguments\": {\"tz\": "
      "\"Europe/Paris\"}, \"id\": \"f5g6h7i8j\"}]",
-     0, "", 2, {WEATHER, TIME}},
-    {M, "content_before", "Sure, checking.[TOOL_CALLS] [" TIME_JSON "]", 0, "Sure, checking.", 1,
+     0,
+     "",
+     2,
+     {WEATHER, TIME}},
+    {M,
+     "content_before",
+     "Sure, checking.[TOOL_CALLS] [" TIME_JSON "]",
+     0,
+     "Sure, checking.",
+     1,
      {TIME}},
-    {M, "string_arguments",
+    {M,
+     "string_arguments",
      "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": [1]}\", \"id\": \"abcdefghi\"}]",
-     0, "", 1, {{"f", "{\"a\":[1]}"}}},
+     0,
+     "",
+     1,
+     {{"f", "{\"a\":[1]}"}}},
     {M, "single_object", "[TOOL_CALLS]" TIME_JSON, 0, "", 1, {TIME}},
-    {M, "args_form_accepted", "[TOOL_CALLS]get_time[ARGS]{\"tz\": \"Europe/Paris\"}", 0, "", 1,
+    {M,
+     "args_form_accepted",
+     "[TOOL_CALLS]get_time[ARGS]{\"tz\": \"Europe/Paris\"}",
+     0,
+     "",
+     1,
      {TIME}},
-    {M, "no_call", "Arrays like [1, 2] and [TOOL] tags are content.", 0,
-     "Arrays like [1, 2] and [TOOL] tags are content.", 0, {{0, 0}}},
-    {M, "malformed", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}]", EF, "", 0,
+    {M,
+     "no_call",
+     "Arrays like [1, 2] and [TOOL] tags are content.",
+     0,
+     "Arrays like [1, 2] and [TOOL] tags are content.",
+     0,
+     {{0, 0}}},
+    {M,
+     "malformed",
+     "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}]",
+     EF,
+     "",
+     0,
      {{0, 0}}},
     {M, "unterminated", "[TOOL_CALLS][" WEATHER_JSON, EF, "", 0, {{0, 0}}},
     {M, "empty_array", "[TOOL_CALLS][]", EF, "", 0, {{0, 0}}},
@@ -390,18 +594,41 @@ static const tc_case tc_mistral_cases[] = {
 };
 
 static const tc_case tc_mistral_args_cases[] = {
-    {MA, "single", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}", 0,
-     "", 1, {WEATHER}},
-    {MA, "parallel",
+    {MA,
+     "single",
+     "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}",
+     0,
+     "",
+     1,
+     {WEATHER}},
+    {MA,
+     "parallel",
      "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}[TOOL_CALLS]"
      "get_time[ARGS]{\"tz\": \"Europe/Paris\"}",
-     0, "", 2, {WEATHER, TIME}},
-    {MA, "call_id", "[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{\"tz\": \"Europe/Paris\"}", 0,
-     "", 1, {TIME}},
-    {MA, "content_around",
-     "One moment.[TOOL_CALLS]get_time[ARGS] {\"tz\": \"Europe/Paris\"}\nAnything else?", 0,
-     "One moment.\nAnything else?", 1, {TIME}},
-    {MA, "string_arguments", "[TOOL_CALLS]f[ARGS]\"{\\\"a\\\": 1}\"", 0, "", 1,
+     0,
+     "",
+     2,
+     {WEATHER, TIME}},
+    {MA,
+     "call_id",
+     "[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{\"tz\": \"Europe/Paris\"}",
+     0,
+     "",
+     1,
+     {TIME}},
+    {MA,
+     "content_around",
+     "One moment.[TOOL_CALLS]get_time[ARGS] {\"tz\": \"Europe/Paris\"}\nAnything else?",
+     0,
+     "One moment.\nAnything else?",
+     1,
+     {TIME}},
+    {MA,
+     "string_arguments",
+     "[TOOL_CALLS]f[ARGS]\"{\\\"a\\\": 1}\"",
+     0,
+     "",
+     1,
      {{"f", "{\"a\":1}"}}},
     {MA, "array_form_accepted", "[TOOL_CALLS][" TIME_JSON "]", 0, "", 1, {TIME}},
     {MA, "bad_name", "[TOOL_CALLS]get weather[ARGS]{}", EF, "", 0, {{0, 0}}},
@@ -411,15 +638,16 @@ static const tc_case tc_mistral_args_cases[] = {
     {MA, "args_array", "[TOOL_CALLS]f[ARGS][1, 2]", EF, "", 0, {{0, 0}}},
 };
 
-#define DS_CALLS "<｜tool▁calls▁begin｜>"
-#define DS_CALL "<｜tool▁call▁begin｜>"
-#define DS_SEP "<｜tool▁sep｜>"
-#define DS_CALL_END "<｜tool▁call▁end｜>"
+#define DS_CALLS     "<｜tool▁calls▁begin｜>"
+#define DS_CALL      "<｜tool▁call▁begin｜>"
+#define DS_SEP       "<｜tool▁sep｜>"
+#define DS_CALL_END  "<｜tool▁call▁end｜>"
 #define DS_CALLS_END "<｜tool▁calls▁end｜>"
 #define V3_WEATHER                                                                                 \
-    DS_CALL "function" DS_SEP "get_weather\n```json\n{\"city\": \"Paris\", \"unit\": "              \
+    DS_CALL "function" DS_SEP "get_weather\n```json\n{\"city\": \"Paris\", \"unit\": "             \
             "\"celsius\"}\n```" DS_CALL_END
-#define V3_TIME DS_CALL "function" DS_SEP "get_time\n```json\n{\"tz\": \"Europe/Paris\"}\n```" DS_CALL_END
+#define V3_TIME                                                                                    \
+    DS_CALL "function" DS_SEP "get_time\n```json\n{\"tz\": \"Europe/Paris\"}\n```" DS_CALL_END
 #define V31_WEATHER                                                                                \
     DS_CALL "get_weather" DS_SEP "{\"city\": \"Paris\", \"unit\": \"celsius\"}" DS_CALL_END
 #define V31_TIME DS_CALL "get_time" DS_SEP "{\"tz\": \"Europe/Paris\"}" DS_CALL_END
@@ -427,81 +655,149 @@ static const tc_case tc_mistral_args_cases[] = {
 static const tc_case tc_deepseek_cases[] = {
     {D3, "single", DS_CALLS V3_WEATHER DS_CALLS_END, 0, "", 1, {WEATHER}},
     {D3, "parallel", DS_CALLS V3_WEATHER "\n" V3_TIME DS_CALLS_END, 0, "", 2, {WEATHER, TIME}},
-    {D3, "content_around", "Let me look.\n\n" DS_CALLS V3_TIME DS_CALLS_END "\n", 0,
-     "Let me look.\n\n\n", 1, {TIME}},
-    {D3, "pretty_json",
-     DS_CALLS DS_CALL "function" DS_SEP "get_time\n```json\n{\n  \"tz\": \"Europe/Paris\"\n}\n```"
-         DS_CALL_END DS_CALLS_END,
-     0, "", 1, {TIME}},
+    {D3,
+     "content_around",
+     "Let me look.\n\n" DS_CALLS V3_TIME DS_CALLS_END "\n",
+     0,
+     "Let me look.\n\n\n",
+     1,
+     {TIME}},
+    {D3,
+     "pretty_json",
+     DS_CALLS DS_CALL
+     "function" DS_SEP
+     "get_time\n```json\n{\n  \"tz\": \"Europe/Paris\"\n}\n```" DS_CALL_END DS_CALLS_END,
+     0,
+     "",
+     1,
+     {TIME}},
     {D3, "no_section_end", DS_CALLS V3_WEATHER, 0, "", 1, {WEATHER}},
     {D3, "no_section_begin", V3_TIME DS_CALLS_END, 0, "", 1, {TIME}},
     {D3, "v31_body_accepted", DS_CALLS V31_TIME DS_CALLS_END, 0, "", 1, {TIME}},
-    {D3, "malformed",
+    {D3,
+     "malformed",
      DS_CALLS DS_CALL "function" DS_SEP "f\n```json\n{\"a\": tru}\n```" DS_CALL_END DS_CALLS_END,
-     EF, "", 0, {{0, 0}}},
-    {D3, "unterminated", DS_CALLS DS_CALL "function" DS_SEP "get_time\n```json\n{\"tz\":", EF, "",
-     0, {{0, 0}}},
+     EF,
+     "",
+     0,
+     {{0, 0}}},
+    {D3,
+     "unterminated",
+     DS_CALLS DS_CALL "function" DS_SEP "get_time\n```json\n{\"tz\":",
+     EF,
+     "",
+     0,
+     {{0, 0}}},
     {D3, "empty_section", "Hmm " DS_CALLS, EF, "Hmm ", 0, {{0, 0}}},
     {D3, "text_in_section", DS_CALLS V3_TIME "and then" DS_CALLS_END, EF, "", 1, {TIME}},
     {D31, "single", DS_CALLS V31_WEATHER DS_CALLS_END, 0, "", 1, {WEATHER}},
     {D31, "parallel", DS_CALLS V31_WEATHER V31_TIME DS_CALLS_END, 0, "", 2, {WEATHER, TIME}},
     {D31, "content_before", "Sure." DS_CALLS V31_TIME DS_CALLS_END, 0, "Sure.", 1, {TIME}},
-    {D31, "string_arguments",
-     DS_CALLS DS_CALL "f" DS_SEP "\"{\\\"a\\\": 1}\"" DS_CALL_END DS_CALLS_END, 0, "", 1,
+    {D31,
+     "string_arguments",
+     DS_CALLS DS_CALL "f" DS_SEP "\"{\\\"a\\\": 1}\"" DS_CALL_END DS_CALLS_END,
+     0,
+     "",
+     1,
      {{"f", "{\"a\":1}"}}},
     {D31, "v3_body_accepted", DS_CALLS V3_TIME DS_CALLS_END, 0, "", 1, {TIME}},
     {D31, "stray_sep", "a " DS_SEP " b", EF, "a ", 0, {{0, 0}}},
     {D31, "no_sep", DS_CALLS DS_CALL "get_time{}" DS_CALL_END DS_CALLS_END, EF, "", 0, {{0, 0}}},
-    {D31, "no_call", "Plain text with ｜ bars ▁ and <｜tool ideas.", 0,
-     "Plain text with ｜ bars ▁ and <｜tool ideas.", 0, {{0, 0}}},
+    {D31,
+     "no_call",
+     "Plain text with ｜ bars ▁ and <｜tool ideas.",
+     0,
+     "Plain text with ｜ bars ▁ and <｜tool ideas.",
+     0,
+     {{0, 0}}},
 };
 
-#define DSML_T "｜DSML｜"
-#define FC_OPEN "<" DSML_T "function_calls>"
-#define FC_CLOSE "</" DSML_T "function_calls>"
-#define TC_OPEN "<" DSML_T "tool_calls>"
-#define TC_CLOSE "</" DSML_T "tool_calls>"
-#define INVOKE(n) "<" DSML_T "invoke name=\"" n "\">\n"
+#define DSML_T     "｜DSML｜"
+#define FC_OPEN    "<" DSML_T "function_calls>"
+#define FC_CLOSE   "</" DSML_T "function_calls>"
+#define TC_OPEN    "<" DSML_T "tool_calls>"
+#define TC_CLOSE   "</" DSML_T "tool_calls>"
+#define INVOKE(n)  "<" DSML_T "invoke name=\"" n "\">\n"
 #define INVOKE_END "</" DSML_T "invoke>\n"
-#define PARAM(k, s, v) "<" DSML_T "parameter name=\"" k "\" string=\"" s "\">" v "</" DSML_T "parameter>\n"
+#define PARAM(k, s, v)                                                                             \
+    "<" DSML_T "parameter name=\"" k "\" string=\"" s "\">" v "</" DSML_T "parameter>\n"
 
 static const tc_case tc_dsml_cases[] = {
-    {DS, "single",
+    {DS,
+     "single",
      "\n\n" FC_OPEN "\n" INVOKE("get_weather") PARAM("city", "true", "Paris")
          PARAM("days", "false", "3") INVOKE_END FC_CLOSE,
-     0, "\n\n", 1, {{"get_weather", "{\"city\":\"Paris\",\"days\":3}"}}},
-    {DS, "parallel_content",
+     0,
+     "\n\n",
+     1,
+     {{"get_weather", "{\"city\":\"Paris\",\"days\":3}"}}},
+    {DS,
+     "parallel_content",
      "Checking both.\n\n" FC_OPEN "\n" INVOKE("get_weather") PARAM("city", "true", "Paris")
          PARAM("unit", "true", "celsius") INVOKE_END INVOKE("get_time")
              PARAM("tz", "true", "Europe/Paris") INVOKE_END FC_CLOSE,
-     0, "Checking both.\n\n", 2, {WEATHER, TIME}},
-    {DS, "typed_values",
+     0,
+     "Checking both.\n\n",
+     2,
+     {WEATHER, TIME}},
+    {DS,
+     "typed_values",
      FC_OPEN "\n" INVOKE("f") PARAM("s", "true", "123") PARAM("n", "false", "1.5")
          PARAM("o", "false", "{\"k\": [true, null]}") PARAM("t", "true", "line1\nline2 <b>")
              INVOKE_END FC_CLOSE,
-     0, "", 1, {{"f", "{\"s\":\"123\",\"n\":1.5,\"o\":{\"k\":[true,null]},\"t\":\"line1\\nline2 <b>\"}"}}},
-    {DS, "no_parameters", FC_OPEN "\n" INVOKE("now") INVOKE_END FC_CLOSE, 0, "", 1,
+     0,
+     "",
+     1,
+     {{"f", "{\"s\":\"123\",\"n\":1.5,\"o\":{\"k\":[true,null]},\"t\":\"line1\\nline2 <b>\"}"}}},
+    {DS,
+     "no_parameters",
+     FC_OPEN "\n" INVOKE("now") INVOKE_END FC_CLOSE,
+     0,
+     "",
+     1,
      {{"now", "{}"}}},
-    {DS, "v4_wrapper_accepted",
-     TC_OPEN "\n" INVOKE("get_time") PARAM("tz", "true", "Europe/Paris") INVOKE_END TC_CLOSE, 0,
-     "", 1, {TIME}},
-    {DS, "no_block_end", FC_OPEN "\n" INVOKE("get_time") PARAM("tz", "true", "Europe/Paris")
-                             INVOKE_END,
-     0, "", 1, {TIME}},
-    {DS, "bad_json_value", FC_OPEN "\n" INVOKE("f") PARAM("n", "false", "three") INVOKE_END FC_CLOSE,
-     EF, "", 0, {{0, 0}}},
+    {DS,
+     "v4_wrapper_accepted",
+     TC_OPEN "\n" INVOKE("get_time") PARAM("tz", "true", "Europe/Paris") INVOKE_END TC_CLOSE,
+     0,
+     "",
+     1,
+     {TIME}},
+    {DS,
+     "no_block_end",
+     FC_OPEN "\n" INVOKE("get_time") PARAM("tz", "true", "Europe/Paris") INVOKE_END,
+     0,
+     "",
+     1,
+     {TIME}},
+    {DS,
+     "bad_json_value",
+     FC_OPEN "\n" INVOKE("f") PARAM("n", "false", "three") INVOKE_END FC_CLOSE,
+     EF,
+     "",
+     0,
+     {{0, 0}}},
     {DS, "unterminated", FC_OPEN "\n" INVOKE("f") PARAM("n", "false", "3"), EF, "", 0, {{0, 0}}},
     {DS, "no_name", FC_OPEN "\n<" DSML_T "invoke>\n" INVOKE_END FC_CLOSE, EF, "", 0, {{0, 0}}},
     {DS, "stray_invoke", "x " INVOKE("f") INVOKE_END, EF, "x ", 0, {{0, 0}}},
-    {DS4, "single", "\n\n" TC_OPEN "\n" INVOKE("get_time") PARAM("tz", "true", "Europe/Paris")
-                        INVOKE_END TC_CLOSE,
-     0, "\n\n", 1, {TIME}},
+    {DS4,
+     "single",
+     "\n\n" TC_OPEN "\n" INVOKE("get_time") PARAM("tz", "true", "Europe/Paris") INVOKE_END TC_CLOSE,
+     0,
+     "\n\n",
+     1,
+     {TIME}},
     {DS4, "text_in_block", TC_OPEN "\nhello" INVOKE_END TC_CLOSE, EF, "", 0, {{0, 0}}},
 };
 
 static const tc_case tc_none_cases[] = {
-    {CHAT_TOOL_FORMAT_NONE, "everything_is_content", "<tool_call>{\"name\": 1}</tool_call>", 0,
-     "<tool_call>{\"name\": 1}</tool_call>", 0, {{0, 0}}},
+    {CHAT_TOOL_FORMAT_NONE,
+     "everything_is_content",
+     "<tool_call>{\"name\": 1}</tool_call>",
+     0,
+     "<tool_call>{\"name\": 1}</tool_call>",
+     0,
+     {{0, 0}}},
 };
 
 static void tc_run_all(const tc_case *cases, size_t n) {

@@ -8,9 +8,9 @@
  *   - round trips: for every template with a format, an assistant message with tool_calls (two
  *     parallel calls where the template allows them, else one) is rendered with
  *     chat_template_render; the assistant part (what follows the longest common prefix with the
- *     generation prompt, backed off to the start of a tag) is fed to the parser whole and byte by byte, with and without the tools'
- *     schemas, and must give back the same calls (names, and arguments equal as JSON) with no
- *     marker in the content. RT_VERBOSE=1 prints each assistant part.
+ *     generation prompt, backed off to the start of a tag) is fed to the parser whole and byte by
+ * byte, with and without the tools' schemas, and must give back the same calls (names, and
+ * arguments equal as JSON) with no marker in the content. RT_VERBOSE=1 prints each assistant part.
  */
 #include "test.h"
 
@@ -32,7 +32,7 @@ typedef struct rt_template {
     const char *bos, *eos;
 } rt_template;
 
-#define N CHAT_TOOL_FORMAT_NONE
+#define N      CHAT_TOOL_FORMAT_NONE
 #define DS_BOS "<｜begin▁of▁sentence｜>"
 #define DS_EOS "<｜end▁of▁sentence｜>"
 
@@ -111,7 +111,7 @@ static const rt_template rt_templates[] = {
     {"poolside-Laguna-S-2.1.jinja", CHAT_TOOL_FORMAT_GLM, "<s>", "</s>"},
     {"poolside-Laguna-XS-2.1.jinja", CHAT_TOOL_FORMAT_GLM, "<s>", "</s>"},
     {"poolside-Laguna-XS.2.jinja", CHAT_TOOL_FORMAT_GLM, "<s>", "</s>"},
-    {"tencent-Hy3.jinja", N, "<s>", "</s>"},       /* <tool_calls〈HYTK〉> */
+    {"tencent-Hy3.jinja", N, "<s>", "</s>"},        /* <tool_calls〈HYTK〉> */
     {"unsloth-Apriel-1.5.jinja", N, "<s>", "</s>"}, /* <tool_calls>[...] */
     {"unsloth-mistral-Devstral-Small-2507.jinja", CHAT_TOOL_FORMAT_MISTRAL_ARGS, "<s>", "</s>"},
     {"upstage-Solar-Open-100B.jinja", N, "<s>", "</s>"}, /* <|tool_call:begin|> */
@@ -178,8 +178,7 @@ static void t_detect(void) {
         with_format += f != CHAT_TOOL_FORMAT_NONE;
         free(names[i]);
     }
-    printf("INFO chat_tools_rt.detect: %d templates, %d with a tool-call format\n", n,
-           with_format);
+    printf("INFO chat_tools_rt.detect: %d templates, %d with a tool-call format\n", n, with_format);
     T_CHECK(chat_tool_format_detect(NULL, 0) == CHAT_TOOL_FORMAT_NONE);
     T_CHECK(chat_tool_format_detect("", 0) == CHAT_TOOL_FORMAT_NONE);
 }
@@ -187,7 +186,8 @@ static void t_detect(void) {
 /* ---- round trips ---- */
 
 static const char *rt_tools =
-    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather "
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+    "\"Weather "
     "in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
     "\"string\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}}}, "
     "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"description\": \"Local "
@@ -208,8 +208,9 @@ static json_value *rt_messages(arena *a, int n_calls, bool content_null, bool wi
         strbuf_printf(&sb, ", {\"role\": \"assistant\", \"content\": %s, \"tool_calls\": [",
                       content_null ? "null" : "\"\"");
         for (int i = 0; i < n_calls; i++) {
-            strbuf_printf(&sb, "%s{\"id\": \"call0000%d\", \"type\": \"function\", \"function\": "
-                               "{\"name\": \"%s\", \"arguments\": ",
+            strbuf_printf(&sb,
+                          "%s{\"id\": \"call0000%d\", \"type\": \"function\", \"function\": "
+                          "{\"name\": \"%s\", \"arguments\": ",
                           i ? ", " : "", i + 1, rt_names[i]);
             strbuf_json_str(&sb, rt_args[i], strlen(rt_args[i]), false);
             strbuf_puts(&sb, "}}");
@@ -351,8 +352,8 @@ static void t_round_trip(void) {
         const char *part = full.data + common;
         size_t n = full.len - common;
         if (getenv("RT_VERBOSE"))
-            printf("--- %s (%s, %d calls)\n%.*s\n", rt->file, chat_tool_format_name(rt->f),
-                   n_calls, (int)n, part);
+            printf("--- %s (%s, %d calls)\n%.*s\n", rt->file, chat_tool_format_name(rt->f), n_calls,
+                   (int)n, part);
         for (int with_tools = 0; with_tools < 2; with_tools++)
             for (int bytes = 0; bytes < 2; bytes++)
                 rt_parse(rt->file, rt->f, with_tools ? tools : NULL, part, n, n_calls, bytes);
@@ -363,8 +364,7 @@ static void t_round_trip(void) {
         arena_destroy(a);
         chat_template_destroy(t);
     }
-    printf("INFO chat_tools_rt.round_trip: %d templates, %d with parallel calls\n", done,
-           parallel);
+    printf("INFO chat_tools_rt.round_trip: %d templates, %d with parallel calls\n", done, parallel);
 }
 
 int main(void) {

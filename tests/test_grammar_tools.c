@@ -180,11 +180,12 @@ static void content_or_call(chat_tool_format f, const char *rf_json, bool need_c
 
 static void t_content_or_call(void) {
     for (int f = CHAT_TOOL_FORMAT_NONE + 1; f < CHAT_TOOL_FORMAT_COUNT; f++)
-        content_or_call((chat_tool_format)f,
-                        "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
-                        "\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":12},"
-                        "\"e\":{\"enum\":[\"a<b\",\"[TOOL_CALLS]\"]}},\"required\":[\"s\",\"e\"]}}}",
-                        true);
+        content_or_call(
+            (chat_tool_format)f,
+            "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
+            "\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":12},"
+            "\"e\":{\"enum\":[\"a<b\",\"[TOOL_CALLS]\"]}},\"required\":[\"s\",\"e\"]}}}",
+            true);
     content_or_call(CHAT_TOOL_FORMAT_LLAMA3,
                     "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
                     "\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"

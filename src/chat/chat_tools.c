@@ -36,9 +36,9 @@ static bool ctp_has(const char *s, size_t n, const char *lit) {
 chat_tool_format chat_tool_format_detect(const char *src, size_t len) {
     if (!src)
         return CHAT_TOOL_FORMAT_NONE;
-    if (ctp_has(src, len, "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"))
+    if (ctp_has(src, len, "｜DSML｜"))
         return ctp_has(src, len, "function_calls>") ? CHAT_TOOL_FORMAT_DSML
-                                                     : CHAT_TOOL_FORMAT_DSML_V4;
+                                                    : CHAT_TOOL_FORMAT_DSML_V4;
     if (ctp_has(src, len, "<｜tool▁calls▁begin｜>") || ctp_has(src, len, "<｜tool▁call▁begin｜>"))
         return ctp_has(src, len, "```json") ? CHAT_TOOL_FORMAT_DEEPSEEK_V3
                                             : CHAT_TOOL_FORMAT_DEEPSEEK_V31;
@@ -62,8 +62,8 @@ chat_tool_format chat_tool_format_detect(const char *src, size_t len) {
 }
 
 static const char *const ctp_names[CHAT_TOOL_FORMAT_COUNT] = {
-    "none",        "hermes",       "qwen3_xml",    "glm",  "llama3", "mistral", "mistral_args",
-    "deepseek_v3", "deepseek_v31", "dsml",         "dsml_v4"};
+    "none",         "hermes",      "qwen3_xml",    "glm",  "llama3", "mistral",
+    "mistral_args", "deepseek_v3", "deepseek_v31", "dsml", "dsml_v4"};
 
 const char *chat_tool_format_name(chat_tool_format f) {
     return (unsigned)f < CHAT_TOOL_FORMAT_COUNT ? ctp_names[f] : "none";
@@ -385,11 +385,18 @@ static const json_value *ctp_param_schema(const chat_tool_parser *p, const char 
     return NULL;
 }
 
-int ctp_raw_value(chat_tool_parser *p, arena *a, const char *tool, const char *key,
-                  const char *raw, size_t n, int is_string, json_value **out) {
+int ctp_raw_value(chat_tool_parser *p, arena *a, const char *tool, const char *key, const char *raw,
+                  size_t n, int is_string, json_value **out) {
     /* strict: marked as JSON by the text itself; typed: a schema says it is not a string;
      * guess: no schema, take it as JSON only when it is a non-string JSON value */
-    enum { RAW, STRICT, TYPED, GUESS } mode = is_string == 1 ? RAW : is_string == 0 ? STRICT : GUESS;
+    enum {
+        RAW,
+        STRICT,
+        TYPED,
+        GUESS
+    } mode = is_string == 1   ? RAW
+             : is_string == 0 ? STRICT
+                              : GUESS;
     if (mode == GUESS) {
         const json_value *s = ctp_param_schema(p, tool, key);
         if (s)
@@ -517,7 +524,7 @@ static void ctp_release(chat_tool_parser *p, strbuf *content, size_t n) {
  * before the region's opening marker); text after the region must not complete it, or the
  * content would show markup. Returns 0 (no such marker), 1 (pending could still complete one)
  * or ERR_FORMAT. */
-static int ctp_split_marker(chat_tool_parser *p, bool final) {
+static int ctp_split_marker(chat_tool_parser *p, bool eof) {
     bool need = false;
     for (int k = 0; k < p->syn->n_markers; k++) {
         const char *m = p->syn->markers[k];
@@ -527,13 +534,14 @@ static int ctp_split_marker(chat_tool_parser *p, bool final) {
                 continue;
             int r = ctp_starts(p->pending.data, p->pending.len, m + h);
             if (r == 1)
-                return ctp_fail(p, "'%s' is split around a tool call (%s format): \"%.*s\" came "
-                                   "before the call and the rest after it",
+                return ctp_fail(p,
+                                "'%s' is split around a tool call (%s format): \"%.*s\" came "
+                                "before the call and the rest after it",
                                 m, chat_tool_format_name(p->f), (int)h, m);
             need |= r == 0;
         }
     }
-    return need && !final ? 1 : 0;
+    return need && !eof ? 1 : 0;
 }
 
 static void ctp_enter(chat_tool_parser *p) {
@@ -547,19 +555,19 @@ static void ctp_enter(chat_tool_parser *p) {
 
 /* Outside a call: releases content; returns CTP_NEED (the rest is held), CTP_REGION (a region
  * starts at pending[0]) or an error. */
-static int ctp_outside(chat_tool_parser *p, strbuf *content, bool final) {
+static int ctp_outside(chat_tool_parser *p, strbuf *content, bool eof) {
     const ctp_syntax *s = p->syn;
     if (p->tail_len) {
-        int r = ctp_split_marker(p, final);
+        int r = ctp_split_marker(p, eof);
         if (r)
             return r > 0 ? CTP_NEED : r;
     }
     if (p->lead) {
         size_t skip = 0, sep = 0;
-        int r = s->lead(p, final, &skip, &sep);
+        int r = s->lead(p, eof, &skip, &sep);
         if (r < 0)
             return r;
-        if (r == CTP_NEED && !final)
+        if (r == CTP_NEED && !eof)
             return CTP_NEED;
         if (r == CTP_REGION) {
             ctp_release(p, content, skip);
@@ -588,24 +596,24 @@ static int ctp_outside(chat_tool_parser *p, strbuf *content, bool final) {
         return ctp_fail(p, "'%s' outside a tool call (%s format)", s->markers[which],
                         chat_tool_format_name(p->f));
     }
-    ctp_release(p, content, n - (final ? 0 : ctp_partial(p, d, n)));
+    ctp_release(p, content, n - (eof ? 0 : ctp_partial(p, d, n)));
     return CTP_NEED;
 }
 
 /* Runs the machine over pending. */
-static int ctp_run(chat_tool_parser *p, strbuf *content, bool final) {
+static int ctp_run(chat_tool_parser *p, strbuf *content, bool eof) {
     for (;;) {
         int r;
         if (p->st == CTP_FAILED)
             return 0;
         if (p->st == CTP_OUTSIDE) {
-            r = ctp_outside(p, content, final);
+            r = ctp_outside(p, content, eof);
             if (r == CTP_NEED)
                 return strbuf_failed(content) ? err_set(ERR_NOMEM, "tool parser: out of memory")
                                               : 0;
         } else {
-            r = p->syn->region(p, content, final);
-            if (r == CTP_NEED && final) {
+            r = p->syn->region(p, content, eof);
+            if (r == CTP_NEED && eof) {
                 char ex[256];
                 r = ctp_fail(p, "a tool call was started but not completed: \"%s\"",
                              ctp_excerpt(ex, sizeof ex, p->pending.data, p->pending.len));

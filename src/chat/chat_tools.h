@@ -37,11 +37,12 @@
  *   MISTRAL_ARGS  [TOOL_CALLS]N[ARGS]{...}, optionally N[CALL_ID]ID[ARGS]{...}, repeated for
  *                 parallel calls (Mistral Small 3.2, Ministral 3, Devstral: v11+ tokenizers).
  *                 Also: the MISTRAL array form.
- *   DEEPSEEK_V3   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n
- *                 {...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (DeepSeek V3, R1 and its
- *                 distills). Also: the V31 body.
- *   DEEPSEEK_V31  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
- *                 ...<｜tool▁calls▁end｜> (DeepSeek V3.1). Also: the V3 body.
+ *   DEEPSEEK_V3   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>
+ *                 N\n```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (DeepSeek
+ *                 V3, R1 and its distills). Also: the V31 body.
+ *   DEEPSEEK_V31  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>
+ *                 {...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (DeepSeek V3.1). Also: the V3
+ *                 body.
  *   DSML          <｜DSML｜function_calls>\n<｜DSML｜invoke name="N">\n<｜DSML｜parameter name="K"
  *                 string="true|false">V</｜DSML｜parameter>\n...</｜DSML｜invoke>\n...
  *                 </｜DSML｜function_calls> (DeepSeek V3.2). V is raw text with string="true",

@@ -13,12 +13,13 @@
  * the output. The generic scanner (chat_tools.c) does everything outside calls.
  *
  * A region function sees p->pending starting at the region (the opening marker, or the '{' the
- * lead rule found) and returns CTP_NEED (wait for more text; with final set there is none, so
+ * lead rule found) and returns CTP_NEED (wait for more text; with eof set there is none, so
  * it must finish or fail), CTP_DONE (the region is over and consumed: back outside), CTP_TEXT
  * (LLAMA3: the region was not a call after all; nothing is consumed, the lead rule no longer
- * applies and the generic scanner reads the same text as content) or a negative error (ERR_FORMAT through ctp_fail, ERR_NOMEM). It may consume
- * completed calls as it goes and keeps its own state in p->sub, p->scan, p->span, p->r0, p->r1
- * and p->region_calls, which are zero when a region starts.
+ * applies and the generic scanner reads the same text as content) or a negative error (ERR_FORMAT
+ * through ctp_fail, ERR_NOMEM). It may consume completed calls as it goes and keeps its own state
+ * in p->sub, p->scan, p->span, p->r0, p->r1 and p->region_calls, which are zero when a region
+ * starts.
  */
 #ifndef VERITY_CHAT_CHAT_TOOLS_INT_H
 #define VERITY_CHAT_CHAT_TOOLS_INT_H
@@ -49,11 +50,11 @@ typedef struct ctp_syntax {
     const char *const *markers;
     int n_markers;
     int n_open;
-    int (*region)(chat_tool_parser *p, strbuf *content, bool final);
+    int (*region)(chat_tool_parser *p, strbuf *content, bool eof);
     /* Called outside a call while p->lead is set: CTP_NEED, CTP_TEXT, or CTP_REGION with *skip
      * bytes of content (whitespace) before the region, which starts with *sep bytes of
      * separator (LLAMA3's ';'): the region gets them in p->r0 and consumes them with a call. */
-    int (*lead)(chat_tool_parser *p, bool final, size_t *skip, size_t *sep);
+    int (*lead)(chat_tool_parser *p, bool eof, size_t *skip, size_t *sep);
 } ctp_syntax;
 
 enum ctp_state { CTP_OUTSIDE, CTP_INSIDE, CTP_FAILED };
@@ -62,22 +63,22 @@ struct chat_tool_parser {
     chat_tool_format f;
     const ctp_syntax *syn;
     enum ctp_state st;
-    bool lead;       /* the format's lead rule applies at the start of pending */
-    bool after_call; /* at least one call has completed */
-    int sub;         /* region state */
-    size_t scan;     /* region: bytes of pending already searched for a closing marker */
-    ctp_span span;   /* region: the JSON value being delimited */
-    size_t r0, r1;   /* region: offsets it remembers */
+    bool lead;        /* the format's lead rule applies at the start of pending */
+    bool after_call;  /* at least one call has completed */
+    int sub;          /* region state */
+    size_t scan;      /* region: bytes of pending already searched for a closing marker */
+    ctp_span span;    /* region: the JSON value being delimited */
+    size_t r0, r1;    /* region: offsets it remembers */
     int region_calls; /* region: calls completed in it */
-    strbuf pending;  /* text not yet released or consumed */
-    char tail[64];   /* the longest suffix of the content released so far that is a proper */
-    size_t tail_len; /* prefix of a marker (non-empty only right before a call region) */
+    strbuf pending;   /* text not yet released or consumed */
+    char tail[64];    /* the longest suffix of the content released so far that is a proper */
+    size_t tail_len;  /* prefix of a marker (non-empty only right before a call region) */
     chat_tool_call *calls;
     int n_calls, cap_calls;
-    arena *tools_a;           /* owns tools */
-    const json_value *tools;  /* set_tools's copy, or NULL */
-    char error[384];          /* the failure, for finish */
-    int fail_rc;              /* its code (ERR_FORMAT, ERR_NOMEM) */
+    arena *tools_a;          /* owns tools */
+    const json_value *tools; /* set_tools's copy, or NULL */
+    char error[384];         /* the failure, for finish */
+    int fail_rc;             /* its code (ERR_FORMAT, ERR_NOMEM) */
 };
 
 /* the syntaxes (chat_tools_tag.c, chat_tools_json.c) */
@@ -141,8 +142,8 @@ int ctp_parse_args(chat_tool_parser *p, arena *a, const char *name, size_t nl, c
  * JSON (ERR_FORMAT naming the parameter when it does not parse), -1 decides by the tools given to
  * set_tools or, without them, the heuristic of chat_tools.h. Returns 0 and *out, ERR_FORMAT,
  * ERR_NOMEM. */
-int ctp_raw_value(chat_tool_parser *p, arena *a, const char *tool, const char *key,
-                  const char *raw, size_t n, int is_string, json_value **out);
+int ctp_raw_value(chat_tool_parser *p, arena *a, const char *tool, const char *key, const char *raw,
+                  size_t n, int is_string, json_value **out);
 
 /* A fresh arena for one call's values. NULL when out of memory (after ctp_fail-style err_set). */
 arena *ctp_arena(void);

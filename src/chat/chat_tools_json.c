@@ -29,7 +29,7 @@
 
 static const char *const ctp_llama3_markers[] = {PYTHON_TAG};
 
-static int ctp_llama3_lead(chat_tool_parser *p, bool final, size_t *skip, size_t *sep) {
+static int ctp_llama3_lead(chat_tool_parser *p, bool eof, size_t *skip, size_t *sep) {
     const char *s = p->pending.data;
     size_t n = p->pending.len, i = ctp_skip_ws(s, n, 0);
     *skip = i;
@@ -38,7 +38,7 @@ static int ctp_llama3_lead(chat_tool_parser *p, bool final, size_t *skip, size_t
         i = ctp_skip_ws(s, n, i + 1);
         *sep = i - *skip;
     }
-    (void)final;
+    (void)eof;
     if (i == n)
         return CTP_NEED;
     if (s[i] != '{')
@@ -52,10 +52,10 @@ static int ctp_llama3_lead(chat_tool_parser *p, bool final, size_t *skip, size_t
     return a == 0 || b == 0 ? CTP_NEED : CTP_TEXT;
 }
 
-static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool final) {
+static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool eof) {
     char ex[256];
     (void)content;
-    (void)final;
+    (void)eof;
     if (p->sub == 0) {
         /* sub 1: after <|python_tag|> (markup: a non-call is an error); 2: a bare object at
          * p->r0, after the separator the lead rule found */
@@ -69,8 +69,9 @@ static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool final) {
         if (i == p->pending.len)
             return CTP_NEED;
         if (p->pending.data[i] != '{')
-            return ctp_fail(p, "%s is followed by %s, not by a JSON function call (built-in tools "
-                               "are not supported)",
+            return ctp_fail(p,
+                            "%s is followed by %s, not by a JSON function call (built-in tools "
+                            "are not supported)",
                             PYTHON_TAG, ctp_byte(ex, p->pending.data[i]));
         ctp_consume(p, i);
     }
@@ -142,10 +143,10 @@ static bool ctp_mistral_name_byte(char c) {
     return (unsigned char)c > ' ' && !strchr("{}\"<>[],", c);
 }
 
-static int ctp_mistral_region(chat_tool_parser *p, strbuf *content, bool final) {
+static int ctp_mistral_region(chat_tool_parser *p, strbuf *content, bool eof) {
     char ex[256];
     (void)content;
-    (void)final;
+    (void)eof;
     if (p->sub == 0) {
         ctp_consume(p, strlen(M_CALLS));
         p->sub = 1;
@@ -187,7 +188,8 @@ static int ctp_mistral_region(chat_tool_parser *p, strbuf *content, bool final) 
         if (i > 256)
             return ctp_fail(p, "%s is followed by a function name longer than 256 bytes", M_CALLS);
         if (i == 0 || (a != 1 && c != 1))
-            return ctp_fail(p, "%s is followed by neither a JSON array nor NAME%s: \"%.*s\" then %s",
+            return ctp_fail(p,
+                            "%s is followed by neither a JSON array nor NAME%s: \"%.*s\" then %s",
                             M_CALLS, M_ARGS, (int)i, s, ctp_byte(ex, s[i]));
         p->r0 = i;
         p->r1 = i + strlen(a == 1 ? M_ARGS : M_CALL_ID);
@@ -200,8 +202,8 @@ static int ctp_mistral_region(chat_tool_parser *p, strbuf *content, bool final) 
             i++;
         p->scan = i;
         if (i - p->r1 > 128)
-            return ctp_fail(p, "the %s of %s\"%.*s\" is longer than 128 bytes", M_CALL_ID,
-                            M_CALLS, (int)p->r0, s);
+            return ctp_fail(p, "the %s of %s\"%.*s\" is longer than 128 bytes", M_CALL_ID, M_CALLS,
+                            (int)p->r0, s);
         int a = i < n ? ctp_starts(s + i, n - i, M_ARGS) : 0;
         if (a == 0)
             return CTP_NEED;
@@ -289,7 +291,7 @@ static int ctp_deepseek_call(chat_tool_parser *p, const char *s, size_t n) {
     return rc;
 }
 
-static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool final) {
+static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool eof) {
     char ex[256];
     (void)content;
     if (p->sub == 0) {
@@ -301,7 +303,7 @@ static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool final)
         const char *s = p->pending.data;
         size_t n = p->pending.len, i = ctp_skip_ws(s, n, 0);
         if (i == n) {
-            if (!final)
+            if (!eof)
                 return CTP_NEED;
             if (p->region_calls > 0) {
                 ctp_consume(p, n);
@@ -316,9 +318,10 @@ static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool final)
             size_t at = ctp_find(s, n, p->scan > from ? p->scan : from, DS_CALL_END);
             if (at == n) {
                 p->scan = n - from >= el ? n - el + 1 : from;
-                if (final)
-                    return ctp_fail(p, "a DeepSeek tool call was started but %s never came: "
-                                       "\"%s\"",
+                if (eof)
+                    return ctp_fail(p,
+                                    "a DeepSeek tool call was started but %s never came: "
+                                    "\"%s\"",
                                     DS_CALL_END, ctp_excerpt(ex, sizeof ex, s + i, n - i));
                 return CTP_NEED;
             }
@@ -334,7 +337,7 @@ static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool final)
             ctp_consume(p, i + strlen(DS_CALLS_END));
             return CTP_DONE;
         }
-        if ((c == 0 || e == 0) && !final)
+        if ((c == 0 || e == 0) && !eof)
             return CTP_NEED;
         return ctp_fail(p, "unexpected %s in a DeepSeek tool-call section (expected %s or %s)",
                         ctp_byte(ex, s[i]), DS_CALL, DS_CALLS_END);

@@ -18,32 +18,32 @@
 
 #include <string.h>
 
-#define TAG_OPEN       "<tool_call>"
-#define TAG_CLOSE      "</tool_call>"
-#define FN_OPEN        "<function="
-#define FN_CLOSE       "</function>"
-#define PARAM_OPEN     "<parameter="
-#define PARAM_CLOSE    "</parameter>"
-#define ARG_KEY        "<arg_key>"
-#define ARG_KEY_END    "</arg_key>"
-#define ARG_VALUE      "<arg_value>"
-#define ARG_VALUE_END  "</arg_value>"
+#define TAG_OPEN      "<tool_call>"
+#define TAG_CLOSE     "</tool_call>"
+#define FN_OPEN       "<function="
+#define FN_CLOSE      "</function>"
+#define PARAM_OPEN    "<parameter="
+#define PARAM_CLOSE   "</parameter>"
+#define ARG_KEY       "<arg_key>"
+#define ARG_KEY_END   "</arg_key>"
+#define ARG_VALUE     "<arg_value>"
+#define ARG_VALUE_END "</arg_value>"
 
-#define DSML           "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c" /* ｜DSML｜ */
-#define DSML_FC        "<" DSML "function_calls>"
-#define DSML_TC        "<" DSML "tool_calls>"
-#define DSML_FC_END    "</" DSML "function_calls>"
-#define DSML_TC_END    "</" DSML "tool_calls>"
-#define DSML_INVOKE    "<" DSML "invoke"
+#define DSML            "｜DSML｜"
+#define DSML_FC         "<" DSML "function_calls>"
+#define DSML_TC         "<" DSML "tool_calls>"
+#define DSML_FC_END     "</" DSML "function_calls>"
+#define DSML_TC_END     "</" DSML "tool_calls>"
+#define DSML_INVOKE     "<" DSML "invoke"
 #define DSML_INVOKE_END "</" DSML "invoke>"
-#define DSML_PARAM     "<" DSML "parameter"
-#define DSML_PARAM_END "</" DSML "parameter>"
+#define DSML_PARAM      "<" DSML "parameter"
+#define DSML_PARAM_END  "</" DSML "parameter>"
 
 static const char *const ctp_hermes_markers[] = {TAG_OPEN, TAG_CLOSE};
 static const char *const ctp_qwen3_markers[] = {TAG_OPEN, FN_OPEN, TAG_CLOSE};
-static const char *const ctp_dsml_markers[] = {DSML_FC,         DSML_TC,    DSML_FC_END,
-                                               DSML_TC_END,     DSML_INVOKE, DSML_INVOKE_END,
-                                               DSML_PARAM,      DSML_PARAM_END};
+static const char *const ctp_dsml_markers[] = {DSML_FC,     DSML_TC,       DSML_FC_END,
+                                               DSML_TC_END, DSML_INVOKE,   DSML_INVOKE_END,
+                                               DSML_PARAM,  DSML_PARAM_END};
 
 /* ---- <tool_call> bodies ---- */
 
@@ -124,8 +124,9 @@ static int ctp_glm_call(chat_tool_parser *p, arena *a, const char *s, size_t n) 
     const char *nm;
     size_t nl = ctp_trim(s, k, &nm);
     if (!ctp_name_ok(nm, nl))
-        return ctp_fail(p, "<tool_call> body is neither JSON nor a function name with "
-                           "arguments: \"%s\"",
+        return ctp_fail(p,
+                        "<tool_call> body is neither JSON nor a function name with "
+                        "arguments: \"%s\"",
                         ctp_excerpt(ex, sizeof ex, s, n));
     char *name = arena_strndup(a, nm, nl);
     json_value *obj = json_new_obj(a);
@@ -143,8 +144,9 @@ static int ctp_glm_call(chat_tool_parser *p, arena *a, const char *s, size_t n) 
         const char *key;
         size_t kl = k1 < n ? ctp_trim(s + k0, k1 - k0, &key) : 0;
         if (v1 == n || kl == 0)
-            return ctp_fail(p, "tool call \"%s\": expected <arg_key>K</arg_key><arg_value>V"
-                               "</arg_value>: \"%s\"",
+            return ctp_fail(p,
+                            "tool call \"%s\": expected <arg_key>K</arg_key><arg_value>V"
+                            "</arg_value>: \"%s\"",
                             name, ctp_excerpt(ex, sizeof ex, s + i, n - i));
         int rc = ctp_set_raw(p, a, obj, name, key, kl, s + v0, v1 - v0, -1);
         if (rc)
@@ -169,7 +171,7 @@ static int ctp_tag_body(chat_tool_parser *p, const char *body, size_t n) {
     return rc;
 }
 
-static int ctp_tag_region(chat_tool_parser *p, strbuf *content, bool final) {
+static int ctp_tag_region(chat_tool_parser *p, strbuf *content, bool eof) {
     const char *s = p->pending.data;
     size_t n = p->pending.len;
     bool bare = ctp_starts(s, n, FN_OPEN) == 1; /* QWEN3_XML without the wrapper */
@@ -178,7 +180,7 @@ static int ctp_tag_region(chat_tool_parser *p, strbuf *content, bool final) {
     size_t at = ctp_find(s, n, p->scan > ol ? p->scan : ol, close);
     if (at == n) {
         p->scan = n >= cl ? n - cl + 1 : 0;
-        if (final)
+        if (eof)
             return ctp_fail(p, "a tool call was started (%s) but %s never came",
                             bare ? FN_OPEN : TAG_OPEN, close);
         return CTP_NEED;
@@ -259,8 +261,9 @@ static int ctp_dsml_invoke(chat_tool_parser *p, const char *s, size_t n) {
         if (ctp_starts(s + i, n - i, DSML_PARAM) != 1 ||
             ctp_dsml_attrs(s, n, &v0, &k, &kl, &is_string) || !k || kl == 0 ||
             (v1 = ctp_find(s, n, v0, DSML_PARAM_END)) == n) {
-            rc = ctp_fail(p, "tool call \"%s\": expected a DSML parameter with name=\"...\": \"%s\"",
-                          name, ctp_excerpt(ex, sizeof ex, s + i, n - i));
+            rc =
+                ctp_fail(p, "tool call \"%s\": expected a DSML parameter with name=\"...\": \"%s\"",
+                         name, ctp_excerpt(ex, sizeof ex, s + i, n - i));
             break;
         }
         rc = ctp_set_raw(p, a, obj, name, k, kl, s + v0, v1 - v0, is_string);
@@ -272,7 +275,7 @@ static int ctp_dsml_invoke(chat_tool_parser *p, const char *s, size_t n) {
     return rc;
 }
 
-static int ctp_dsml_region(chat_tool_parser *p, strbuf *content, bool final) {
+static int ctp_dsml_region(chat_tool_parser *p, strbuf *content, bool eof) {
     char ex[256];
     (void)content;
     if (p->sub == 0) {
@@ -284,7 +287,7 @@ static int ctp_dsml_region(chat_tool_parser *p, strbuf *content, bool final) {
         const char *s = p->pending.data;
         size_t n = p->pending.len, i = ctp_skip_ws(s, n, 0);
         if (i == n) {
-            if (!final)
+            if (!eof)
                 return CTP_NEED;
             if (p->region_calls > 0) {
                 ctp_consume(p, n);
@@ -299,7 +302,7 @@ static int ctp_dsml_region(chat_tool_parser *p, strbuf *content, bool final) {
             if (at == n) {
                 size_t el = strlen(DSML_INVOKE_END);
                 p->scan = n - from >= el ? n - el + 1 : from;
-                if (final)
+                if (eof)
                     return ctp_fail(p, "a DSML invoke was started but never closed: \"%s\"",
                                     ctp_excerpt(ex, sizeof ex, s + i, n - i));
                 return CTP_NEED;
@@ -316,7 +319,7 @@ static int ctp_dsml_region(chat_tool_parser *p, strbuf *content, bool final) {
             ctp_consume(p, i + strlen(e1 == 1 ? DSML_FC_END : DSML_TC_END));
             return CTP_DONE;
         }
-        if ((inv == 0 || e1 == 0 || e2 == 0) && !final)
+        if ((inv == 0 || e1 == 0 || e2 == 0) && !eof)
             return CTP_NEED;
         return ctp_fail(p, "unexpected %s in a DSML tool-call block (expected %s or its end)",
                         ctp_byte(ex, s[i]), DSML_INVOKE);

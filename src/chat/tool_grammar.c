@@ -542,8 +542,8 @@ static int tg_count(tg_ctx *c, const json_value *s, const char *kw, int64_t *v, 
 }
 
 /* [lo, hi] from min/max keywords with a default and a cap on the maximum. */
-int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *max_kw,
-                     int32_t def, int32_t cap, int32_t *lo, int32_t *hi) {
+int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *max_kw, int32_t def,
+              int32_t cap, int32_t *lo, int32_t *hi) {
     int64_t mn = 0, mx = def > 0 ? def : GRAMMAR_INF;
     bool g1, g2;
     int rc;
@@ -937,7 +937,7 @@ int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out) {
 }
 
 void tg_init(tg_ctx *c, grammar_ast *a, const json_value *root, const char *where,
-                    const tool_grammar_limits *lim) {
+             const tool_grammar_limits *lim) {
     memset(c, 0, sizeof *c);
     c->a = a;
     c->root = root;
@@ -1016,8 +1016,9 @@ static int tg_compile_once(const tool_grammar_spec *spec, const tool_grammar_lim
     if (spec->response_format)
         /* beside calls, content strings never hold the first byte of a call's markers */
         rc = tg_response_format(a, spec->response_format, lim, spec->tools != NULL,
-                                spec->tools != NULL && (spec->format == CHAT_TOOL_FORMAT_MISTRAL ||
-                                                        spec->format == CHAT_TOOL_FORMAT_MISTRAL_ARGS),
+                                spec->tools != NULL &&
+                                    (spec->format == CHAT_TOOL_FORMAT_MISTRAL ||
+                                     spec->format == CHAT_TOOL_FORMAT_MISTRAL_ARGS),
                                 &content);
     if (!rc && spec->tools)
         rc = tool_grammar_calls(a, spec->format, spec->tools, spec->name, lim, &calls);

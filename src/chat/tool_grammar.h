@@ -23,10 +23,10 @@
  *   LLAMA3        {"name": "NAME", "parameters": {...}}
  *   MISTRAL       [TOOL_CALLS][{"name": "NAME", "arguments": {...}}]
  *   MISTRAL_ARGS  [TOOL_CALLS]NAME[ARGS]{...}
- *   DEEPSEEK_V3   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}
- *                 \n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
- *   DEEPSEEK_V31  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
- *                 <｜tool▁calls▁end｜>
+ *   DEEPSEEK_V3   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>
+ *                 NAME\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+ *   DEEPSEEK_V31  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>
+ *                 {...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
  *   DSML(_V4)     <｜DSML｜function_calls>\n (DSML_V4: tool_calls) <｜DSML｜invoke name="NAME">\n
  *                 <｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>\n...
  *                 </｜DSML｜invoke>\n</｜DSML｜function_calls>

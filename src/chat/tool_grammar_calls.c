@@ -37,10 +37,10 @@ typedef struct tg_syntax {
     bool opt_nl; /* an optional newline after open and before close (HERMES) */
 } tg_syntax;
 
-#define DS_CALL "<｜tool▁call▁begin｜>"
-#define DS_SEP "<｜tool▁sep｜>"
+#define DS_CALL     "<｜tool▁call▁begin｜>"
+#define DS_SEP      "<｜tool▁sep｜>"
 #define DS_CALL_END "<｜tool▁call▁end｜>"
-#define DSML "｜DSML｜"
+#define DSML        "｜DSML｜"
 
 static const tg_syntax tg_syntaxes[] = {
     {CHAT_TOOL_FORMAT_HERMES, false, TG_PARAMS_JSON, "{\"name\": ", ", \"arguments\": ", "}",
@@ -185,7 +185,8 @@ static int tg_xml_params(tg_ctx *c, const tg_syntax *syn, const json_value *par,
         size_t m = tg_push(c, ".properties.%.*s", (int)(kl > 64 ? 64 : kl), key);
         bool required = false;
         for (size_t r = 0; req && r < req->arr.n; r++)
-            required |= req->arr.items[r]->str.len == kl && !memcmp(req->arr.items[r]->str.s, key, kl);
+            required |=
+                req->arr.items[r]->str.len == kl && !memcmp(req->arr.items[r]->str.s, key, kl);
         bool raw = chat_tool_param_is_string(ps);
         grammar_node *val = NULL;
         if (!tg_bare_ok(key, kl))

@@ -49,7 +49,6 @@ typedef struct tg_ctx {
                    calls must not start one */
 } tg_ctx;
 
-
 /* Starts a walk: limits (lim NULL: the defaults, clamped), root, and the path where. */
 void tg_init(tg_ctx *c, grammar_ast *a, const json_value *root, const char *where,
              const tool_grammar_limits *lim);
@@ -86,8 +85,8 @@ int tg_check_keywords(tg_ctx *c, const json_value *s);
 
 /* [lo, hi] from the integer keywords min_kw / max_kw of s, with def as the maximum when absent
  * and cap as the highest maximum; ERR_INVAL / ERR_UNSUPPORTED as tool_grammar.h says. */
-int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *max_kw,
-              int32_t def, int32_t cap, int32_t *lo, int32_t *hi);
+int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *max_kw, int32_t def,
+              int32_t cap, int32_t *lo, int32_t *hi);
 
 /* The expression of a JSON object valid under object schema s (keywords already checked). */
 int tg_object(tg_ctx *c, const json_value *s, grammar_node **out);
