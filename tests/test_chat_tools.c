@@ -790,6 +790,63 @@ static const tc_case tc_dsml_cases[] = {
     {DS4, "text_in_block", TC_OPEN "\nhello" INVOKE_END TC_CLOSE, EF, "", 0, {{0, 0}}},
 };
 
+#define K           CHAT_TOOL_FORMAT_KIMI_K2
+#define K_CALLS     "<|tool_calls_section_begin|>"
+#define K_CALL      "<|tool_call_begin|>"
+#define K_ARGS      "<|tool_call_argument_begin|>"
+#define K_END       "<|tool_call_end|>"
+#define K_CALLS_END "<|tool_calls_section_end|>"
+
+static const tc_case tc_kimi_cases[] = {
+    {K,
+     "single",
+     K_CALLS K_CALL "functions.get_weather:0" K_ARGS
+                    "{\"city\": \"Paris\", \"unit\": \"celsius\"}" K_END K_CALLS_END,
+     0,
+     "",
+     1,
+     {WEATHER}},
+    {K,
+     "parallel_content",
+     "Checking." K_CALLS K_CALL "functions.get_weather:0" K_ARGS
+     "{\"city\": \"Paris\", \"unit\": \"celsius\"}" K_END K_CALL "functions.get_time:1" K_ARGS
+     "{\"tz\": \"Europe/Paris\"}" K_END K_CALLS_END,
+     0,
+     "Checking.",
+     2,
+     {WEATHER, TIME}},
+    {K,
+     "bare_id",
+     K_CALLS K_CALL "get_time" K_ARGS "{\"tz\": \"Europe/Paris\"}" K_END K_CALLS_END,
+     0,
+     "",
+     1,
+     {TIME}},
+    {K,
+     "no_section_end",
+     K_CALLS K_CALL "functions.now:0" K_ARGS "{}" K_END,
+     0,
+     "",
+     1,
+     {{"now", "{}"}}},
+    {K,
+     "malformed",
+     K_CALLS K_CALL "functions.f:0" K_ARGS "{\"a\": }" K_END K_CALLS_END,
+     EF,
+     "",
+     0,
+     {{0, 0}}},
+    {K, "no_args_marker", K_CALLS K_CALL "functions.f:0{}" K_END K_CALLS_END, EF, "", 0, {{0, 0}}},
+    {K,
+     "unterminated",
+     "x" K_CALLS K_CALL "functions.f:0" K_ARGS "{\"a\": 1}",
+     EF,
+     "x",
+     0,
+     {{0, 0}}},
+    {K, "stray_end", "a " K_END, EF, "a ", 0, {{0, 0}}},
+};
+
 static const tc_case tc_none_cases[] = {
     {CHAT_TOOL_FORMAT_NONE,
      "everything_is_content",
@@ -830,6 +887,9 @@ static void t_deepseek(void) {
 }
 static void t_dsml(void) {
     RUN_CASES(tc_dsml_cases);
+}
+static void t_kimi_k2(void) {
+    RUN_CASES(tc_kimi_cases);
 }
 static void t_none(void) {
     RUN_CASES(tc_none_cases);
@@ -947,6 +1007,7 @@ int main(void) {
     test_run("chat_tools.mistral_args", t_mistral_args);
     test_run("chat_tools.deepseek", t_deepseek);
     test_run("chat_tools.dsml", t_dsml);
+    test_run("chat_tools.kimi_k2", t_kimi_k2);
     test_run("chat_tools.none", t_none);
     test_run("chat_tools.markers", t_markers);
     test_run("chat_tools.param_is_string", t_param_is_string);

@@ -50,8 +50,8 @@ static const rt_template rt_templates[] = {
     {"GLM-4.7-Flash.jinja", CHAT_TOOL_FORMAT_GLM, NULL, "<|endoftext|>"},
     {"GigaChat3-10B-A1.8B.jinja", N, "<s>", "</s>"},   /* function call role */
     {"GigaChat3.1-10B-A1.8B.jinja", N, "<s>", "</s>"}, /* function call role */
-    {"Kimi-K2-Instruct.jinja", N, "[BOS]", "[EOS]"},   /* <|tool_calls_section_begin|> */
-    {"Kimi-K3.jinja", N, "[BOS]", "[EOS]"},            /* XTML tags */
+    {"Kimi-K2-Instruct.jinja", CHAT_TOOL_FORMAT_KIMI_K2, "[BOS]", "[EOS]"},
+    {"Kimi-K3.jinja", N, "[BOS]", "[EOS]"}, /* XTML tags */
     {"LFM2-8B-A1B.jinja", N, "<|startoftext|>", "<|im_end|>"},
     {"LFM2.5-8B-A1B.jinja", N, "<|startoftext|>", "<|im_end|>"}, /* <|tool_call_start|>[f(x=1)] */
     {"LFM2.5-Instruct.jinja", N, "<|startoftext|>", "<|im_end|>"},
@@ -104,8 +104,8 @@ static const rt_template rt_templates[] = {
     {"mistralai-Ministral-3-14B-Reasoning-2512.jinja", CHAT_TOOL_FORMAT_MISTRAL_ARGS, "<s>",
      "</s>"},
     {"mistralai-Mistral-Nemo-Instruct-2407.jinja", CHAT_TOOL_FORMAT_MISTRAL, "<s>", "</s>"},
-    {"moonshotai-Kimi-K2.jinja", N, "[BOS]", "[EOS]"}, /* <|tool_calls_section_begin|> */
-    {"muse-glimmer.jinja", N, "<s>", "</s>"},          /* <|start|>assistant to=f */
+    {"moonshotai-Kimi-K2.jinja", CHAT_TOOL_FORMAT_KIMI_K2, "[BOS]", "[EOS]"},
+    {"muse-glimmer.jinja", N, "<s>", "</s>"},                          /* <|start|>assistant to=f */
     {"openai-gpt-oss-120b.jinja", N, "<|startoftext|>", "<|return|>"}, /* harmony */
     {"openbmb-MiniCPM5-1B.jinja", N, "<s>", "</s>"}, /* <function name=...><param ...> */
     {"poolside-Laguna-S-2.1.jinja", CHAT_TOOL_FORMAT_GLM, "<s>", "</s>"},
@@ -117,6 +117,14 @@ static const rt_template rt_templates[] = {
     {"upstage-Solar-Open-100B.jinja", N, "<s>", "</s>"}, /* <|tool_call:begin|> */
 };
 #define RT_N (sizeof rt_templates / sizeof *rt_templates)
+
+/* Templates with a format whose tool calls cannot be rendered, and why. */
+static const struct {
+    const char *file, *why;
+} rt_no_round_trip[] = {
+    {"Kimi-K2-Instruct.jinja", "its list.append is unsafe in jinja2's sandbox, so Hugging Face "
+                               "cannot render its tool calls either"},
+};
 
 static char *rt_read(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -314,6 +322,14 @@ static void t_round_trip(void) {
         const rt_template *rt = &rt_templates[ti];
         if (rt->f == CHAT_TOOL_FORMAT_NONE)
             continue;
+        const char *why = NULL;
+        for (size_t k = 0; k < sizeof rt_no_round_trip / sizeof *rt_no_round_trip; k++)
+            if (!strcmp(rt_no_round_trip[k].file, rt->file))
+                why = rt_no_round_trip[k].why;
+        if (why) {
+            printf("INFO chat_tools_rt.round_trip: %s not rendered: %s\n", rt->file, why);
+            continue;
+        }
         char rel[300];
         snprintf(rel, sizeof rel, "templates/%s", rt->file);
         size_t len;

@@ -42,6 +42,8 @@ chat_tool_format chat_tool_format_detect(const char *src, size_t len) {
     if (ctp_has(src, len, "<｜tool▁calls▁begin｜>") || ctp_has(src, len, "<｜tool▁call▁begin｜>"))
         return ctp_has(src, len, "```json") ? CHAT_TOOL_FORMAT_DEEPSEEK_V3
                                             : CHAT_TOOL_FORMAT_DEEPSEEK_V31;
+    if (ctp_has(src, len, "<|tool_calls_section_begin|>"))
+        return CHAT_TOOL_FORMAT_KIMI_K2;
     if (ctp_has(src, len, "[TOOL_CALLS]"))
         return ctp_has(src, len, "[ARGS]") ? CHAT_TOOL_FORMAT_MISTRAL_ARGS
                                            : CHAT_TOOL_FORMAT_MISTRAL;
@@ -62,8 +64,8 @@ chat_tool_format chat_tool_format_detect(const char *src, size_t len) {
 }
 
 static const char *const ctp_names[CHAT_TOOL_FORMAT_COUNT] = {
-    "none",         "hermes",      "qwen3_xml",    "glm",  "llama3", "mistral",
-    "mistral_args", "deepseek_v3", "deepseek_v31", "dsml", "dsml_v4"};
+    "none",         "hermes",      "qwen3_xml",    "glm",  "llama3",  "mistral",
+    "mistral_args", "deepseek_v3", "deepseek_v31", "dsml", "dsml_v4", "kimi_k2"};
 
 const char *chat_tool_format_name(chat_tool_format f) {
     return (unsigned)f < CHAT_TOOL_FORMAT_COUNT ? ctp_names[f] : "none";
@@ -88,6 +90,8 @@ static const ctp_syntax *ctp_syntax_of(chat_tool_format f) {
     case CHAT_TOOL_FORMAT_DSML:
     case CHAT_TOOL_FORMAT_DSML_V4:
         return &ctp_dsml;
+    case CHAT_TOOL_FORMAT_KIMI_K2:
+        return &ctp_kimi_k2;
     default:
         return NULL;
     }

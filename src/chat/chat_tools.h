@@ -49,8 +49,11 @@
  *                 JSON with string="false".
  *   DSML_V4       the same with <｜DSML｜tool_calls> ... </｜DSML｜tool_calls> (DeepSeek V4).
  *                 DSML and DSML_V4 accept both wrappers.
- * In the DeepSeek and DSML formats a section whose closing marker never came is accepted at the
- * end when every call in it is complete (a model stopped right after its last call).
+ *   KIMI_K2       <|tool_calls_section_begin|><|tool_call_begin|>functions.N:IDX
+ *                 <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
+ *                 (Kimi K2); the name is the id without "functions." and ":IDX".
+ * In the DeepSeek, DSML and Kimi formats a section whose closing marker never came is accepted at
+ * the end when every call in it is complete (a model stopped right after its last call).
  *
  * Raw parameter values (QWEN3_XML, GLM, DSML without a string attribute) are typed by the tool's
  * schema when chat_tool_parser_set_tools was called: a parameter whose schema is a string
@@ -86,6 +89,7 @@ typedef enum chat_tool_format {
     CHAT_TOOL_FORMAT_DEEPSEEK_V31,
     CHAT_TOOL_FORMAT_DSML,
     CHAT_TOOL_FORMAT_DSML_V4,
+    CHAT_TOOL_FORMAT_KIMI_K2,
     CHAT_TOOL_FORMAT_COUNT
 } chat_tool_format;
 
@@ -94,6 +98,7 @@ typedef enum chat_tool_format {
  *   "｜DSML｜"                                   DSML ("function_calls>" in it), else DSML_V4
  *   "<｜tool▁calls▁begin｜>" / "<｜tool▁call▁begin｜>"  DEEPSEEK_V3 with a "```json" fence, else
  *                                               DEEPSEEK_V31
+ *   "<|tool_calls_section_begin|>"              KIMI_K2
  *   "[TOOL_CALLS]"                              MISTRAL_ARGS with "[ARGS]", else MISTRAL
  *   "<tool_call>"                               GLM with "<arg_key>", QWEN3_XML with
  *                                               "<function=", NONE with "<invoke " (MiniMax) or
@@ -105,7 +110,7 @@ typedef enum chat_tool_format {
 chat_tool_format chat_tool_format_detect(const char *template_src, size_t len);
 
 /* "none", "hermes", "qwen3_xml", "glm", "llama3", "mistral", "mistral_args", "deepseek_v3",
- * "deepseek_v31", "dsml", "dsml_v4"; "none" for values out of range. */
+ * "deepseek_v31", "dsml", "dsml_v4", "kimi_k2"; "none" for values out of range. */
 const char *chat_tool_format_name(chat_tool_format f);
 
 /* The markers of format f (see the header note): *out points at a static array of n strings

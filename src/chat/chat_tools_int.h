@@ -5,7 +5,7 @@
  *   chat_tools.c        detection, the parser object, the generic outside-a-call scanner and
  *                       the helpers below (calls, JSON spans, raw-value typing, errors)
  *   chat_tools_tag.c    <tool_call> bodies (HERMES, QWEN3_XML, GLM) and DSML
- *   chat_tools_json.c   LLAMA3, MISTRAL / MISTRAL_ARGS, DEEPSEEK_V3 / V31
+ *   chat_tools_json.c   LLAMA3, MISTRAL / MISTRAL_ARGS, DEEPSEEK_V3 / V31, KIMI_K2
  *
  * How a format plugs in (ctp_syntax): its markers (the first n_open open a call), a region
  * function that consumes a call region from the start of the pending buffer, and, for LLAMA3
@@ -83,7 +83,7 @@ struct chat_tool_parser {
 
 /* the syntaxes (chat_tools_tag.c, chat_tools_json.c) */
 extern const ctp_syntax ctp_hermes, ctp_qwen3_xml, ctp_glm, ctp_dsml;
-extern const ctp_syntax ctp_llama3, ctp_mistral, ctp_deepseek;
+extern const ctp_syntax ctp_llama3, ctp_mistral, ctp_deepseek, ctp_kimi_k2;
 
 /* ---- helpers (chat_tools.c) ---- */
 

@@ -13,10 +13,13 @@
  * bracket matching, or NAME[ARGS]{...} / NAME[CALL_ID]ID[ARGS]{...}, where the name runs to the
  * first '[' and the arguments are bracket-matched.
  *
- * DEEPSEEK: a region is one <｜tool▁calls▁begin｜> section (or a call that starts without it);
- * each call is parsed when its <｜tool▁call▁end｜> arrives; the body is V3's
+ * DEEPSEEK and KIMI_K2 share one section reader (ctp_section_region). DEEPSEEK: a region is one
+ * <｜tool▁calls▁begin｜> section (or a call that starts without it); each call is parsed when its
+ * <｜tool▁call▁end｜> arrives; the body is V3's
  * TYPE<｜tool▁sep｜>NAME\n```json\n{...}\n``` or V3.1's NAME<｜tool▁sep｜>{...}, told apart by
- * what follows the separator.
+ * what follows the separator. KIMI_K2: <|tool_calls_section_begin|> sections whose calls are
+ * functions.NAME:IDX<|tool_call_argument_begin|>{...} between <|tool_call_begin|> and
+ * <|tool_call_end|>.
  */
 #include "chat/chat_tools_int.h"
 #include "base/err.h"
@@ -291,12 +294,20 @@ static int ctp_deepseek_call(chat_tool_parser *p, const char *s, size_t n) {
     return rc;
 }
 
-static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool eof) {
+/* A section of calls: [begin] (call_begin BODY call_end)* end, whitespace between; body parses
+ * one call. The section may also start with call_begin directly, and at the end of the output
+ * a section with at least one call needs no end marker. */
+typedef struct ctp_section {
+    const char *family; /* for messages */
+    const char *begin, *call_begin, *call_end, *end;
+    int (*body)(chat_tool_parser *p, const char *s, size_t n);
+} ctp_section;
+
+static int ctp_section_region(chat_tool_parser *p, bool eof, const ctp_section *sec) {
     char ex[256];
-    (void)content;
     if (p->sub == 0) {
-        if (ctp_starts(p->pending.data, p->pending.len, DS_CALLS) == 1)
-            ctp_consume(p, strlen(DS_CALLS));
+        if (ctp_starts(p->pending.data, p->pending.len, sec->begin) == 1)
+            ctp_consume(p, strlen(sec->begin));
         p->sub = 1;
     }
     for (;;) {
@@ -309,39 +320,101 @@ static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool eof) {
                 ctp_consume(p, n);
                 return CTP_DONE;
             }
-            return ctp_fail(p, "a DeepSeek tool-call section was opened but holds no complete "
-                               "call");
+            return ctp_fail(p, "a %s tool-call section was opened but holds no complete call",
+                            sec->family);
         }
-        int c = ctp_starts(s + i, n - i, DS_CALL);
+        int c = ctp_starts(s + i, n - i, sec->call_begin);
         if (c == 1) {
-            size_t from = i + strlen(DS_CALL), el = strlen(DS_CALL_END);
-            size_t at = ctp_find(s, n, p->scan > from ? p->scan : from, DS_CALL_END);
+            size_t from = i + strlen(sec->call_begin), el = strlen(sec->call_end);
+            size_t at = ctp_find(s, n, p->scan > from ? p->scan : from, sec->call_end);
             if (at == n) {
                 p->scan = n - from >= el ? n - el + 1 : from;
                 if (eof)
-                    return ctp_fail(p,
-                                    "a DeepSeek tool call was started but %s never came: "
-                                    "\"%s\"",
-                                    DS_CALL_END, ctp_excerpt(ex, sizeof ex, s + i, n - i));
+                    return ctp_fail(p, "a %s tool call was started but %s never came: \"%s\"",
+                                    sec->family, sec->call_end,
+                                    ctp_excerpt(ex, sizeof ex, s + i, n - i));
                 return CTP_NEED;
             }
-            int rc = ctp_deepseek_call(p, s + from, at - from);
+            int rc = sec->body(p, s + from, at - from);
             if (rc)
                 return rc;
             ctp_consume(p, at + el);
             p->scan = 0;
             continue;
         }
-        int e = ctp_starts(s + i, n - i, DS_CALLS_END);
+        int e = ctp_starts(s + i, n - i, sec->end);
         if (e == 1) {
-            ctp_consume(p, i + strlen(DS_CALLS_END));
+            ctp_consume(p, i + strlen(sec->end));
             return CTP_DONE;
         }
         if ((c == 0 || e == 0) && !eof)
             return CTP_NEED;
-        return ctp_fail(p, "unexpected %s in a DeepSeek tool-call section (expected %s or %s)",
-                        ctp_byte(ex, s[i]), DS_CALL, DS_CALLS_END);
+        return ctp_fail(p, "unexpected %s in a %s tool-call section (expected %s or %s)",
+                        ctp_byte(ex, s[i]), sec->family, sec->call_begin, sec->end);
     }
 }
 
+static const ctp_section ctp_deepseek_section = {"DeepSeek",  DS_CALLS,     DS_CALL,
+                                                 DS_CALL_END, DS_CALLS_END, ctp_deepseek_call};
+
+static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool eof) {
+    (void)content;
+    return ctp_section_region(p, eof, &ctp_deepseek_section);
+}
+
 const ctp_syntax ctp_deepseek = {ctp_deepseek_markers, 5, 2, ctp_deepseek_region, NULL};
+
+/* ---- KIMI_K2 ---- */
+
+#define KIMI_CALLS     "<|tool_calls_section_begin|>"
+#define KIMI_CALL      "<|tool_call_begin|>"
+#define KIMI_ARGS      "<|tool_call_argument_begin|>"
+#define KIMI_CALL_END  "<|tool_call_end|>"
+#define KIMI_CALLS_END "<|tool_calls_section_end|>"
+
+static const char *const ctp_kimi_markers[] = {KIMI_CALLS, KIMI_CALL, KIMI_ARGS, KIMI_CALL_END,
+                                               KIMI_CALLS_END};
+
+/* functions.NAME:IDX<|tool_call_argument_begin|>{...}: the name is the id without the
+ * "functions." prefix and the ":IDX" suffix. */
+static int ctp_kimi_call(chat_tool_parser *p, const char *s, size_t n) {
+    char ex[256];
+    size_t sep = ctp_find(s, n, 0, KIMI_ARGS);
+    if (sep == n)
+        return ctp_fail(p, "Kimi tool call without %s: \"%s\"", KIMI_ARGS,
+                        ctp_excerpt(ex, sizeof ex, s, n));
+    const char *nm, *js;
+    size_t nl = ctp_trim(s, sep, &nm);
+    size_t jn = ctp_trim(s + sep + strlen(KIMI_ARGS), n - sep - strlen(KIMI_ARGS), &js);
+    if (nl > 10 && !memcmp(nm, "functions.", 10)) {
+        nm += 10;
+        nl -= 10;
+    }
+    size_t d = nl;
+    while (d > 0 && nm[d - 1] >= '0' && nm[d - 1] <= '9')
+        d--;
+    if (d > 1 && d < nl && nm[d - 1] == ':')
+        nl = d - 1;
+    if (nl == 0 || jn == 0)
+        return ctp_fail(p, "Kimi tool call without a name or arguments: \"%s\"",
+                        ctp_excerpt(ex, sizeof ex, s, n));
+    arena *a = ctp_arena();
+    if (!a)
+        return ERR_NOMEM;
+    const json_value *args;
+    int rc = ctp_parse_args(p, a, nm, nl, js, jn, &args);
+    if (!rc)
+        rc = ctp_add_call(p, nm, nl, args);
+    arena_destroy(a);
+    return rc;
+}
+
+static const ctp_section ctp_kimi_section = {"Kimi",        KIMI_CALLS,     KIMI_CALL,
+                                             KIMI_CALL_END, KIMI_CALLS_END, ctp_kimi_call};
+
+static int ctp_kimi_region(chat_tool_parser *p, strbuf *content, bool eof) {
+    (void)content;
+    return ctp_section_region(p, eof, &ctp_kimi_section);
+}
+
+const ctp_syntax ctp_kimi_k2 = {ctp_kimi_markers, 5, 2, ctp_kimi_region, NULL};

@@ -30,6 +30,8 @@
  *   DSML(_V4)     <｜DSML｜function_calls>\n (DSML_V4: tool_calls) <｜DSML｜invoke name="NAME">\n
  *                 <｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>\n...
  *                 </｜DSML｜invoke>\n</｜DSML｜function_calls>
+ *   KIMI_K2       <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
+ *                 <|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>
  * In the XML-style syntaxes (QWEN3_XML, GLM, DSML) the parameters are the schema's declared
  * properties in order (required ones always, optional ones at the model's choice; top-level
  * anyOf / $ref, required names that are not properties and maps are ERR_UNSUPPORTED there), and

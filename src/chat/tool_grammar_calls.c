@@ -62,6 +62,9 @@ static const tg_syntax tg_syntaxes[] = {
      "</" DSML "invoke>\n", "<" DSML "function_calls>\n", "</" DSML "function_calls>", false},
     {CHAT_TOOL_FORMAT_DSML_V4, true, TG_PARAMS_DSML, "<" DSML "invoke name=\"", "\">\n",
      "</" DSML "invoke>\n", "<" DSML "tool_calls>\n", "</" DSML "tool_calls>", false},
+    {CHAT_TOOL_FORMAT_KIMI_K2, true, TG_PARAMS_JSON, "<|tool_call_begin|>functions.",
+     ":0<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_begin|>",
+     "<|tool_calls_section_end|>", false},
 };
 
 /* A name or key the XML-style and bare-name syntaxes can write (see the header note). */
