@@ -130,8 +130,11 @@ typedef struct chat_tool_call {
 
 typedef struct chat_tool_parser chat_tool_parser;
 
-/* Creates a parser for format f. Returns 0 or ERR_NOMEM; ERR_INVAL for f out of range. */
+/* Creates a parser for format f into *out (the caller owns it: chat_tool_parser_destroy).
+ * Returns 0 or ERR_NOMEM; ERR_INVAL for f out of range (*out is then NULL). */
 int chat_tool_parser_create(chat_tool_format f, chat_tool_parser **out);
+
+/* Frees p and its calls (pointers from chat_tool_parser_call die with it). NULL is a no-op. */
 void chat_tool_parser_destroy(chat_tool_parser *p);
 
 /* Gives the parser the request's "tools" array so raw parameter values are typed by schema (see
@@ -149,7 +152,8 @@ int chat_tool_parser_feed(chat_tool_parser *p, const char *text, size_t n, strbu
  * was started (or failed earlier) and is not a valid complete call; the detail says which. */
 int chat_tool_parser_finish(chat_tool_parser *p, strbuf *content);
 
-/* Completed calls so far, in order. */
+/* Completed calls so far, in order: their number, and call i (NULL when i is out of range),
+ * owned by p and unchanged until p is destroyed. */
 int chat_tool_parser_n_calls(const chat_tool_parser *p);
 const chat_tool_call *chat_tool_parser_call(const chat_tool_parser *p, int i);
 
