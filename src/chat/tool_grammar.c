@@ -10,8 +10,11 @@
  * usual digit-by-digit alternation (lo's first digit with the rest of lo up to 99..9, the digits
  * in between followed by any digits, hi's first digit with 00..0 up to the rest of hi; one
  * alternative per extra length), so bounds are honoured exactly without leading zeros.
+ *
+ * The tool-call syntaxes live in tool_grammar_calls.c; the walk's context and the helpers both
+ * files use are declared in tool_grammar_int.h.
  */
-#include "chat/tool_grammar.h"
+#include "chat/tool_grammar_int.h"
 #include "base/check.h"
 #include "base/err.h"
 #include "base/strbuf.h"
@@ -21,36 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define TG_MAX_DEPTH     64
-#define TG_MAX_REFS      32
-#define TG_MAX_ANY_DEPTH 8
-#define TG_MAX_MEMO      256
-#define TG_MAX_VISITS    100000
-
-typedef struct tg_ctx {
-    grammar_ast *a;
-    tool_grammar_limits lim;
-    const json_value *root;
-    const json_value *refs[TG_MAX_REFS]; /* $ref targets being expanded */
-    int n_refs;
-    /* $ref targets already built: a reference used again reuses the node, so a schema whose
-     * definitions refer to each other several times cannot make the AST exponential */
-    struct {
-        const json_value *target;
-        grammar_node *node;
-    } memo[TG_MAX_MEMO];
-    int n_memo;
-    int64_t visits; /* schemas walked, bounded by TG_MAX_VISITS */
-    int depth;
-    char path[640];
-    size_t path_len;
-    grammar_node *ch;                        /* one JSON string character */
-    grammar_node *any[TG_MAX_ANY_DEPTH + 1]; /* any value with containers nested <= d */
-    grammar_node *any_key;                   /* a key of a schema-less object */
-    bool no_lt; /* strings never contain a raw '<' (written \u003c): the call's closing tag
-                   must not appear inside a call (HERMES) */
-} tg_ctx;
 
 void tool_grammar_limits_default(tool_grammar_limits *l) {
     *l = (tool_grammar_limits){.string_chars = 64,
@@ -67,8 +40,7 @@ void tool_grammar_limits_default(tool_grammar_limits *l) {
 
 /* ---- context helpers ---- */
 
-static size_t tg_push(tg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static size_t tg_push(tg_ctx *c, const char *fmt, ...) {
+size_t tg_push(tg_ctx *c, const char *fmt, ...) {
     size_t mark = c->path_len;
     if (c->path_len < sizeof c->path - 1) {
         va_list ap;
@@ -83,13 +55,12 @@ static size_t tg_push(tg_ctx *c, const char *fmt, ...) {
     return mark;
 }
 
-static void tg_pop(tg_ctx *c, size_t mark) {
+void tg_pop(tg_ctx *c, size_t mark) {
     c->path_len = mark;
     c->path[mark] = 0;
 }
 
-static int tg_fail(tg_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int tg_fail(tg_ctx *c, int code, const char *fmt, ...) {
+int tg_fail(tg_ctx *c, int code, const char *fmt, ...) {
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
@@ -98,24 +69,24 @@ static int tg_fail(tg_ctx *c, int code, const char *fmt, ...) {
     return err_set(code, "%s: %s", c->path, msg);
 }
 
-static int tg_nomem(tg_ctx *c) {
+int tg_nomem(tg_ctx *c) {
     return tg_fail(c, ERR_NOMEM, "out of memory building the grammar");
 }
 
-static bool tg_is(const char *s, size_t n, const char *lit) {
+bool tg_is(const char *s, size_t n, const char *lit) {
     return strlen(lit) == n && !memcmp(s, lit, n);
 }
 
 /* A default bound: 0 means unbounded. */
-static int32_t tg_max(int32_t bound) {
+int32_t tg_max(int32_t bound) {
     return bound > 0 ? bound : GRAMMAR_INF;
 }
 
-static grammar_node *tg_str(tg_ctx *c, const char *s) {
+grammar_node *tg_str(tg_ctx *c, const char *s) {
     return grammar_ast_str(c->a, s);
 }
 
-static grammar_node *tg_cat(tg_ctx *c, int n, ...) {
+grammar_node *tg_cat(tg_ctx *c, int n, ...) {
     grammar_node *items[8];
     CHECK(n <= 8);
     va_list ap;
@@ -128,9 +99,10 @@ static grammar_node *tg_cat(tg_ctx *c, int n, ...) {
 
 /* ---- canonical JSON text ---- */
 
-/* A JSON string literal: strbuf_json_str's form, with '<' as \u003c when no_lt is set. */
-static void tg_json_str(const tg_ctx *c, strbuf *sb, const char *s, size_t n) {
-    if (!c->no_lt || !memchr(s, '<', n)) {
+/* A JSON string literal: strbuf_json_str's form, with '<' as \u003c when no_lt is set and '['
+ * as \u005b when no_lb is set. */
+void tg_json_str(const tg_ctx *c, strbuf *sb, const char *s, size_t n) {
+    if (!(c->no_lt && memchr(s, '<', n)) && !(c->no_lb && memchr(s, '[', n))) {
         strbuf_json_str(sb, s, n, false);
         return;
     }
@@ -138,8 +110,10 @@ static void tg_json_str(const tg_ctx *c, strbuf *sb, const char *s, size_t n) {
     strbuf_init(&tmp);
     strbuf_json_str(&tmp, s, n, false);
     for (size_t i = 0; i < tmp.len; i++) {
-        if (tmp.data[i] == '<')
+        if (tmp.data[i] == '<' && c->no_lt)
             strbuf_puts(sb, "\\u003c");
+        else if (tmp.data[i] == '[' && c->no_lb)
+            strbuf_puts(sb, "\\u005b");
         else
             strbuf_putc(sb, tmp.data[i]);
     }
@@ -221,18 +195,40 @@ static void tg_set(uint8_t set[32], const char *chars) {
         set[*p >> 3] |= (uint8_t)(1u << (*p & 7));
 }
 
+/* A well-formed multi-byte UTF-8 character (2 to 4 bytes, no surrogates, nothing above
+ * U+10FFFF), factored so that every branch needing the same number of further bytes shares those
+ * bytes' states: (lead | lead-with-restricted-second ...) cont. */
+grammar_node *tg_utf8(tg_ctx *c) {
+    grammar_ast *a = c->a;
+    grammar_node *cont = grammar_ast_range(a, 0x80, 0xbf);
+    /* two bytes still to come after a 4-byte lead and its second byte ... */
+    grammar_node *l4[3] = {
+        grammar_ast_cat2(a, tg_str(c, "\xf0"), grammar_ast_range(a, 0x90, 0xbf)),
+        grammar_ast_cat2(a, grammar_ast_range(a, 0xf1, 0xf3), cont),
+        grammar_ast_cat2(a, tg_str(c, "\xf4"), grammar_ast_range(a, 0x80, 0x8f))};
+    /* ... one byte still to come */
+    grammar_node *l3[4] = {grammar_ast_cat2(a, tg_str(c, "\xe0"), grammar_ast_range(a, 0xa0, 0xbf)),
+                           grammar_ast_cat2(a,
+                                            grammar_ast_alt2(a, grammar_ast_range(a, 0xe1, 0xec),
+                                                             grammar_ast_range(a, 0xee, 0xef)),
+                                            cont),
+                           grammar_ast_cat2(a, tg_str(c, "\xed"), grammar_ast_range(a, 0x80, 0x9f)),
+                           grammar_ast_cat2(a, grammar_ast_alt(a, l4, 3), cont)};
+    return grammar_ast_cat2(
+        a, grammar_ast_alt2(a, grammar_ast_range(a, 0xc2, 0xdf), grammar_ast_alt(a, l3, 4)), cont);
+}
+
 /* One character of a JSON string's contents (see the header for the set). The alternatives are
- * factored so that every branch needing the same number of further bytes shares those bytes'
- * states: a multi-byte sequence is (lead | lead-with-restricted-second ...) cont, and \uXXXX is
- * u (first hex digit, restricted around the surrogates) hex hex -- the subset construction then
- * makes about 16 DFA states per character position instead of 28. */
+ * factored (tg_utf8, and \uXXXX as u, a first hex digit restricted around the surrogates, hex
+ * hex) so that the subset construction makes about 16 DFA states per character position
+ * instead of 28. */
 static grammar_node *tg_char(tg_ctx *c) {
     if (c->ch)
         return c->ch;
     grammar_ast *a = c->a;
     uint8_t plain[32] = {0};
     for (int b = 0x20; b <= 0x7e; b++)
-        if (b != '"' && b != '\\' && !(b == '<' && c->no_lt))
+        if (b != '"' && b != '\\' && !(b == '<' && c->no_lt) && !(b == '[' && c->no_lb))
             plain[b >> 3] |= (uint8_t)(1u << (b & 7));
     uint8_t esc1[32], hex[32], hex_ac[32], hex_ef[32], oct[32], dd[32];
     tg_set(esc1, "\"\\/bfnrt");
@@ -249,28 +245,12 @@ static grammar_node *tg_char(tg_ctx *c) {
     grammar_node *uesc = tg_cat(c, 4, tg_str(c, "u"), grammar_ast_alt(a, u2, 3), hx, hx);
     grammar_node *esc =
         grammar_ast_cat2(a, tg_str(c, "\\"), grammar_ast_alt2(a, grammar_ast_bytes(a, esc1), uesc));
-    grammar_node *cont = grammar_ast_range(a, 0x80, 0xbf);
-    /* two bytes still to come after a 4-byte lead and its second byte ... */
-    grammar_node *l4[3] = {
-        grammar_ast_cat2(a, tg_str(c, "\xf0"), grammar_ast_range(a, 0x90, 0xbf)),
-        grammar_ast_cat2(a, grammar_ast_range(a, 0xf1, 0xf3), cont),
-        grammar_ast_cat2(a, tg_str(c, "\xf4"), grammar_ast_range(a, 0x80, 0x8f))};
-    /* ... one byte still to come */
-    grammar_node *l3[4] = {grammar_ast_cat2(a, tg_str(c, "\xe0"), grammar_ast_range(a, 0xa0, 0xbf)),
-                           grammar_ast_cat2(a,
-                                            grammar_ast_alt2(a, grammar_ast_range(a, 0xe1, 0xec),
-                                                             grammar_ast_range(a, 0xee, 0xef)),
-                                            cont),
-                           grammar_ast_cat2(a, tg_str(c, "\xed"), grammar_ast_range(a, 0x80, 0x9f)),
-                           grammar_ast_cat2(a, grammar_ast_alt(a, l4, 3), cont)};
-    grammar_node *utf8 = grammar_ast_cat2(
-        a, grammar_ast_alt2(a, grammar_ast_range(a, 0xc2, 0xdf), grammar_ast_alt(a, l3, 4)), cont);
-    grammar_node *alts[3] = {grammar_ast_bytes(a, plain), esc, utf8};
+    grammar_node *alts[3] = {grammar_ast_bytes(a, plain), esc, tg_utf8(c)};
     c->ch = grammar_ast_alt(a, alts, 3);
     return c->ch;
 }
 
-static grammar_node *tg_string(tg_ctx *c, int32_t min, int32_t max) {
+grammar_node *tg_string(tg_ctx *c, int32_t min, int32_t max) {
     return tg_cat(c, 3, tg_str(c, "\""), grammar_ast_repeat(c->a, tg_char(c), min, max),
                   tg_str(c, "\""));
 }
@@ -479,8 +459,6 @@ static grammar_node *tg_any(tg_ctx *c, int d) {
 
 /* ---- schemas ---- */
 
-static int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out);
-
 /* Keywords whose omission could admit values the schema rejects. */
 static const char *const tg_refused[] = {
     "pattern",
@@ -531,7 +509,7 @@ static const char *tg_other_keyword(const json_value *s, const char *const *allo
     return NULL;
 }
 
-static int tg_check_keywords(tg_ctx *c, const json_value *s) {
+int tg_check_keywords(tg_ctx *c, const json_value *s) {
     for (size_t i = 0; i < s->obj.n; i++) {
         const char *k = s->obj.keys[i];
         size_t kl = s->obj.key_lens[i];
@@ -564,8 +542,8 @@ static int tg_count(tg_ctx *c, const json_value *s, const char *kw, int64_t *v, 
 }
 
 /* [lo, hi] from min/max keywords with a default and a cap on the maximum. */
-static int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *max_kw,
-                     int32_t def, int32_t cap, int32_t *lo, int32_t *hi) {
+int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *max_kw, int32_t def,
+              int32_t cap, int32_t *lo, int32_t *hi) {
     int64_t mn = 0, mx = def > 0 ? def : GRAMMAR_INF;
     bool g1, g2;
     int rc;
@@ -588,7 +566,7 @@ static int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const c
     return 0;
 }
 
-static int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
+int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
     const json_value *props = json_get(s, "properties"), *req = json_get(s, "required");
     if (props && props->type == JSON_NULL)
         props = NULL;
@@ -944,7 +922,7 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
     return 0;
 }
 
-static int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out) {
+int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out) {
     if (c->depth >= TG_MAX_DEPTH)
         return tg_fail(c, ERR_TOOLARGE, "schema nested deeper than %d levels", TG_MAX_DEPTH);
     if (++c->visits > TG_MAX_VISITS)
@@ -958,8 +936,8 @@ static int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out) {
     return rc;
 }
 
-static void tg_init(tg_ctx *c, grammar_ast *a, const json_value *root, const char *where,
-                    const tool_grammar_limits *lim) {
+void tg_init(tg_ctx *c, grammar_ast *a, const json_value *root, const char *where,
+             const tool_grammar_limits *lim) {
     memset(c, 0, sizeof *c);
     c->a = a;
     c->root = root;
@@ -984,110 +962,9 @@ int tool_grammar_schema(grammar_ast *a, const json_value *schema, const json_val
     return tg_schema(&c, schema, out);
 }
 
-/* ---- tool-call syntaxes ---- */
-
-/* One tool-call syntax: the text of one call from its name (a JSON string literal node) and
- * arguments (an object node), and the whole output around the alternatives of calls. */
-typedef struct tg_syntax {
-    chat_tool_format f;
-    grammar_node *(*call)(tg_ctx *c, grammar_node *name, grammar_node *args);
-    grammar_node *(*output)(tg_ctx *c, grammar_node *calls);
-} tg_syntax;
-
-static grammar_node *tg_hermes_call(tg_ctx *c, grammar_node *name, grammar_node *args) {
-    return tg_cat(c, 4, name, tg_str(c, ", \"arguments\": "), args, tg_str(c, "}"));
-}
-
-static grammar_node *tg_hermes_output(tg_ctx *c, grammar_node *calls) {
-    grammar_node *nl = grammar_ast_opt(c->a, tg_str(c, "\n"));
-    return tg_cat(c, 6, tg_str(c, "<tool_call>"), nl, tg_str(c, "{\"name\": "), calls, nl,
-                  tg_str(c, "</tool_call>"));
-}
-
-static const tg_syntax tg_syntaxes[] = {
-    {CHAT_TOOL_FORMAT_HERMES, tg_hermes_call, tg_hermes_output},
-};
-
-int tool_grammar_calls(grammar_ast *a, chat_tool_format f, const json_value *tools,
-                       const char *name, const tool_grammar_limits *lim, grammar_node **out) {
-    *out = NULL;
-    const tg_syntax *syn = NULL;
-    for (size_t i = 0; i < sizeof tg_syntaxes / sizeof *tg_syntaxes; i++)
-        if (tg_syntaxes[i].f == f)
-            syn = &tg_syntaxes[i];
-    if (!syn)
-        return err_set(ERR_UNSUPPORTED,
-                       "tool-call format '%s' has no grammar for constrained "
-                       "decoding",
-                       chat_tool_format_name(f));
-    if (!tools || tools->type != JSON_ARRAY)
-        return err_set(ERR_INVAL, "tools: not an array");
-    grammar_node **alts = calloc(tools->arr.n ? tools->arr.n : 1, sizeof *alts);
-    if (!alts)
-        return err_set(ERR_NOMEM, "tools: out of memory building the grammar");
-    int k = 0, rc = 0;
-    for (size_t i = 0; i < tools->arr.n && !rc; i++) {
-        const json_value *fn = json_get(tools->arr.items[i], "function");
-        const char *nm;
-        size_t nl;
-        if (!json_as_str(json_get(fn, "name"), &nm, &nl))
-            continue;
-        if (name && !(strlen(name) == nl && !memcmp(name, nm, nl)))
-            continue;
-        char where[64];
-        snprintf(where, sizeof where, "tools[%zu].function.parameters", i);
-        tg_ctx c;
-        const json_value *par = json_get(fn, "parameters");
-        if (par && par->type == JSON_NULL)
-            par = NULL;
-        tg_init(&c, a, par, where, lim);
-        c.no_lt = true;
-        grammar_node *args;
-        const json_value *ty = par && par->type == JSON_OBJECT ? json_get(par, "type") : NULL;
-        if (!par) {
-            args = tg_str(&c, "{}");
-        } else if (par->type != JSON_OBJECT) {
-            rc = tg_fail(&c, ERR_INVAL, "must be an object (a JSON schema)");
-            break;
-        } else if (ty && !(ty->type == JSON_STRING && tg_is(ty->str.s, ty->str.len, "object"))) {
-            rc = tg_fail(&c, ERR_INVAL, "must describe an object (\"type\": \"object\")");
-            break;
-        } else if (ty || !(json_get(par, "anyOf") || json_get(par, "oneOf") ||
-                           json_get(par, "allOf") || json_get(par, "$ref"))) {
-            /* an object schema, "type" given or implied */
-            if (!(rc = tg_check_keywords(&c, par)))
-                rc = tg_object(&c, par, &args);
-        } else {
-            rc = tg_schema(&c, par, &args);
-        }
-        if (rc)
-            break;
-        strbuf sb;
-        strbuf_init(&sb);
-        tg_json_str(&c, &sb, nm, nl);
-        grammar_node *lit = strbuf_failed(&sb) ? NULL : grammar_ast_lit(a, sb.data, sb.len);
-        strbuf_deinit(&sb);
-        alts[k++] = syn->call(&c, lit, args);
-        if (grammar_ast_failed(a))
-            rc = tg_nomem(&c);
-    }
-    if (!rc && k == 0)
-        rc = name ? err_set(ERR_NOTFOUND, "tool_choice: no function named '%s' in tools", name)
-                  : err_set(ERR_INVAL, "tools: no function to call");
-    if (!rc) {
-        tg_ctx c;
-        tg_init(&c, a, NULL, "tools", lim);
-        *out = syn->output(&c, grammar_ast_alt(a, alts, k));
-        if (!*out)
-            rc = tg_nomem(&c);
-    }
-    free(alts);
-    return rc;
-}
-
-/* The response_format expression; no_lt: strings never contain a raw '<'. */
+/* The response_format expression; no_lt / no_lb: strings never contain a raw '<' / '['. */
 static int tg_response_format(grammar_ast *a, const json_value *rf, const tool_grammar_limits *lim,
-                              bool no_lt, grammar_node **out) {
+                              bool no_lt, bool no_lb, grammar_node **out) {
     *out = NULL;
     const char *t;
     size_t tl;
@@ -1099,6 +976,7 @@ static int tg_response_format(grammar_ast *a, const json_value *rf, const tool_g
     if (tg_is(t, tl, "json_object")) {
         tg_init(&c, a, NULL, "response_format", lim);
         c.no_lt = no_lt;
+        c.no_lb = no_lb;
         json_value obj = {.type = JSON_OBJECT}; /* {"type": "object"} without members: a map */
         int rc = tg_object(&c, &obj, out);
         if (!rc && (grammar_ast_failed(a) || !*out))
@@ -1119,12 +997,13 @@ static int tg_response_format(grammar_ast *a, const json_value *rf, const tool_g
                                   "object");
     tg_init(&c, a, schema, "response_format.json_schema.schema", lim);
     c.no_lt = no_lt;
+    c.no_lb = no_lb;
     return tg_schema(&c, schema, out);
 }
 
 int tool_grammar_response_format(grammar_ast *a, const json_value *rf,
                                  const tool_grammar_limits *lim, grammar_node **out) {
-    return tg_response_format(a, rf, lim, false, out);
+    return tg_response_format(a, rf, lim, false, false, out);
 }
 
 static int tg_compile_once(const tool_grammar_spec *spec, const tool_grammar_limits *lim,
@@ -1135,7 +1014,12 @@ static int tg_compile_once(const tool_grammar_spec *spec, const tool_grammar_lim
     if (rc)
         return rc;
     if (spec->response_format)
-        rc = tg_response_format(a, spec->response_format, lim, spec->tools != NULL, &content);
+        /* beside calls, content strings never hold the first byte of a call's markers */
+        rc = tg_response_format(a, spec->response_format, lim, spec->tools != NULL,
+                                spec->tools != NULL &&
+                                    (spec->format == CHAT_TOOL_FORMAT_MISTRAL ||
+                                     spec->format == CHAT_TOOL_FORMAT_MISTRAL_ARGS),
+                                &content);
     if (!rc && spec->tools)
         rc = tool_grammar_calls(a, spec->format, spec->tools, spec->name, lim, &calls);
     root = content && calls ? grammar_ast_alt2(a, content, calls) : content ? content : calls;

@@ -13,15 +13,39 @@
  * one); properties the schema does not declare are never generated, except for objects whose
  * schema declares none (maps: additionalProperties, or any members).
  *
- * HERMES: <tool_call>{"name": "NAME", "arguments": {...}}</tool_call>, one call, with an optional
- * newline after <tool_call> and before </tool_call> (Qwen's templates write them, the synthetic
- * one does not; the parser accepts both). Inside a call, strings never contain a raw '<': the
- * parser ends a call at the first "</tool_call>", so the grammar must not let one appear inside
- * a string; the model writes the character as \u003c (same decoded value), and literals from the
- * schema (names, enum values) are written that way too. Parallel calls are not generated (one
- * call satisfies "required"). Other syntaxes plug in through a table of builders in
- * tool_grammar.c (one call's text from its name and arguments, and the wrapper around it).
- *
+ * Call syntaxes (the text chat_tools.h parses back into exactly one call; tool_grammar_calls.c):
+ *   HERMES        <tool_call>{"name": "NAME", "arguments": {...}}</tool_call>, with an optional
+ *                 newline after <tool_call> and before </tool_call> (Qwen's templates write them,
+ *                 the synthetic one does not; the parser accepts both)
+ *   QWEN3_XML     <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n...</function>
+ *                 \n</tool_call>
+ *   GLM           <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
+ *   LLAMA3        {"name": "NAME", "parameters": {...}}
+ *   MISTRAL       [TOOL_CALLS][{"name": "NAME", "arguments": {...}}]
+ *   MISTRAL_ARGS  [TOOL_CALLS]NAME[ARGS]{...}
+ *   DEEPSEEK_V3   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>
+ *                 NAME\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+ *   DEEPSEEK_V31  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>
+ *                 {...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+ *   DSML(_V4)     <｜DSML｜function_calls>\n (DSML_V4: tool_calls) <｜DSML｜invoke name="NAME">\n
+ *                 <｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>\n...
+ *                 </｜DSML｜invoke>\n</｜DSML｜function_calls>
+ *   KIMI_K2       <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
+ *                 <|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>
+ * In the XML-style syntaxes (QWEN3_XML, GLM, DSML) the parameters are the schema's declared
+ * properties in order (required ones always, optional ones at the model's choice; top-level
+ * anyOf / $ref, required names that are not properties and maps are ERR_UNSUPPORTED there), and
+ * V is raw text for a parameter chat_tool_param_is_string calls a string (never containing '<',
+ * nor control characters but tab and newline) and the value's JSON text otherwise; the parser
+ * reads them back the same way once it has the tools (chat_tool_parser_set_tools). NAME (and K)
+ * is written bare where no JSON string holds it, which needs 1 to 256 bytes without whitespace,
+ * quotes, brackets, braces, commas or angle brackets (ERR_UNSUPPORTED otherwise).
+ * Inside a call, JSON strings never contain a raw '<': the tag-delimited parsers end a call at
+ * the first closing marker, so the grammar must not let one appear inside a string; the model
+ * writes the character as \u003c (same decoded value), and literals from the schema (names,
+ * enum values) are written that way too. Parallel calls are not generated (one call satisfies
+ * "required").
+
  * Schema subset (JSON Schema 2020-12 and drafts 4-7 where they differ):
  *   type          "object", "array", "string", "integer", "number", "boolean", "null", or an
  *                 array of them (alternatives); when absent, inferred from the keywords present
@@ -139,8 +163,9 @@ int tool_grammar_response_format(grammar_ast *a, const json_value *rf,
 /* What a request's output may be: one tool call (tools set), content following a JSON
  * response_format (response_format set), or, with both, either of them (tool_choice "auto" with
  * a JSON response_format). With both, strings in the content never contain a raw '<' (it is
- * written \u003c) so the tool-call parser, which reads that output too, cannot mistake content for
- * a call. */
+ * written \u003c), nor for MISTRAL / MISTRAL_ARGS a raw '[' (\u005b), so the tool-call parser,
+ * which reads that output too, cannot mistake content for a call (with LLAMA3, content that is
+ * an object whose first key is "name" and that has a "parameters" member would read as a call). */
 typedef struct tool_grammar_spec {
     const json_value *tools;           /* the request's tools array, or NULL: no call */
     chat_tool_format format;           /* their syntax */

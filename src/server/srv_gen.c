@@ -11,7 +11,9 @@
  *      depend on how many tokens the engine produced before it heard of the cancel;
  *   2. the tool-call parser (chat with tools): markup never reaches content; completed calls are
  *      emitted whole; a call that does not parse surfaces as finish_reason "error" with an
- *      "error" object on the choice and is counted in verity_tool_parse_failures_total.
+ *      "error" object on the choice and is counted in verity_tool_parse_failures_total. A
+ *      control token that is one of the format's markers ([TOOL_CALLS], <|python_tag|>) is
+ *      passed to the parser even when skip_special_tokens drops other control tokens.
  * Tool call ids are derived from (prompt, choice, call index, arguments) so a response is
  * reproducible byte for byte. Streams are SSE: role chunk first, content/tool-call deltas, one
  * finish chunk per choice, the usage chunk (choices: []) when asked, then [DONE].
@@ -145,7 +147,9 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
         strbuf_init(&c->raw);
         strbuf_init(&c->content);
         strbuf_init(&c->lp);
-        if (tools && chat_tool_parser_create(s->tool_format, &c->tp)) {
+        /* the tools' schemas type the raw parameter values of the XML-style formats */
+        if (tools && (chat_tool_parser_create(s->tool_format, &c->tp) ||
+                      chat_tool_parser_set_tools(c->tp, p->tools))) {
             srv_gen_free(g);
             srv_fail(e, 500, "server_error", NULL, "out of memory");
             return NULL;
@@ -257,6 +261,23 @@ static void srv_json_token_bytes(strbuf *sb, const char *t, size_t n) {
     strbuf_putc(sb, ']');
 }
 
+/* The text of token id when it is a control token whose text is one of format f's tool-call
+ * markers (Mistral's [TOOL_CALLS] / [ARGS] / [CALL_ID], Llama's <|python_tag|>), else NULL. Such
+ * a token reaches the tool parser even when the request skips special tokens: the parser keeps
+ * markup out of content either way, and without the marker it would see a call's JSON as text. */
+static const char *srv_tool_marker_token(const tokenizer *t, chat_tool_format f, int32_t id,
+                                         size_t *n) {
+    if (!tokenizer_is_control(t, id))
+        return NULL;
+    const char *text = tokenizer_token_text(t, id, true, n);
+    const char *const *m;
+    int nm = chat_tool_format_markers(f, &m);
+    for (int k = 0; text && k < nm; k++)
+        if (strlen(m[k]) == *n && !memcmp(m[k], text, *n))
+            return text;
+    return NULL;
+}
+
 /* Appends one position's logprob entry (chat shape) to c->lp. */
 static void srv_choice_logprob(srv_gen *g, srv_choice *c, const eloop_event *ev) {
     const tokenizer *tok = g->s->sm.tok;
@@ -320,7 +341,17 @@ static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
         c->n_tokens++;
         if (FLAG_FAULT(DETOK_SHARED) && ev->fault_step_tag)
             c->ts.skip_special = ev->fault_step_tag == 2; /* FAULT (a): the step's first flags */
-        tokenizer_stream_push(&c->ts, ev->token, &c->raw);
+        /* a control token that is one of the tool format's markers reaches the parser even when
+         * special tokens are skipped (else a Mistral call would lose its [TOOL_CALLS]) */
+        size_t mn;
+        const char *marker = c->tp && c->ts.skip_special && !tokenizer_stream_pending(&c->ts)
+                                 ? srv_tool_marker_token(g->s->sm.tok, g->s->tool_format,
+                                                         ev->token, &mn)
+                                 : NULL;
+        if (marker)
+            strbuf_append(&c->raw, marker, mn);
+        else
+            tokenizer_stream_push(&c->ts, ev->token, &c->raw);
         if (g->p.logprobs && ev->has_logprobs)
             srv_choice_logprob(g, c, ev);
         if (srv_choice_release(g, c, false)) {
