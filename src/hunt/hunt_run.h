@@ -62,6 +62,7 @@ typedef struct hunt_config {
     double tie_threshold; /* nats */
     bool logprobs;
     int top_logprobs;
+    bool skip_special;           /* send skip_special_tokens, alternating by session */
     int scrape_ms;               /* /metrics period; 0 = do not scrape */
     bool fill;                   /* filler sessions keep the concurrency up */
     int retries;                 /* per request, for 429/5xx/dropped connections */
@@ -91,6 +92,7 @@ typedef struct hunt_session_rec {
     int pad;       /* context padding, tokens */
     int pad_slot;
     uint64_t seed;
+    int skip_special; /* skip_special_tokens it sent: 0, 1, or -1 (not sent) */
     hunt_verdict verdict;
     int n_turns;          /* turns run */
     hunt_turn_rec *turns; /* [n_turns] (malloc'd) */
@@ -123,6 +125,7 @@ typedef struct hunt_results {
     int n_pads;
     int sessions, turns, n_tools, max_tokens, ref_conc;
     bool stream, logprobs;
+    bool skip_special; /* skip_special_tokens sent (alternating by session) */
     double temperature, tie_threshold;
     uint64_t seed;
     /* sessions, in the order they were finalised */
