@@ -42,7 +42,7 @@ H() {
     { fail hunt_faults.model "verity synth failed"; exit 1; }
 
 # --- no fault: no divergence at 1, 16 and 48 concurrent sessions -------------------------------
-if serve hunt_faults.clean -m "$TMP/m.gguf" --max-batch 64; then
+if serve hunt_faults.clean -m "$TMP/m.gguf" --threads 1 --max-batch 64; then
     H --concurrency 1,16,48 --sessions 16 --turns 2 --max-tokens 64 --scrape-ms 100 \
         >"$TMP/clean.json" 2>"$TMP/clean.err"
     rc=$?
@@ -76,16 +76,16 @@ while read -r f sopts conc hopts; do
     if [ $rc -eq 1 ] && [ "$r" = True ]; then pass "hunt_faults.$f($counts)"
     else fail "hunt_faults.$f" "exit $rc: ${counts:-no results} $(tail -n 2 "$TMP/$f.err")"; fi
 done <<'LIST'
-DETOK_SHARED --max-batch,64 16 --sessions,32,--turns,1,--max-tokens,256
-ATTN_OFFSETS --max-batch,64 16 --sessions,16,--turns,1,--max-tokens,64
-KV_REUSE --max-batch,64 16 --sessions,16,--turns,1,--max-tokens,64
-BIG_BATCH --max-batch,64 48 --sessions,16,--turns,2,--max-tokens,64
-TABLE_RACE --max-batch,64 4 --sessions,16,--turns,1,--max-tokens,64
-TIER_RELOAD --max-batch,64,--kv-blocks,90 8 --sessions,16,--turns,1,--max-tokens,64
+DETOK_SHARED --threads,1,--max-batch,64 16 --sessions,32,--turns,1,--max-tokens,256
+ATTN_OFFSETS --threads,1,--max-batch,64 16 --sessions,16,--turns,1,--max-tokens,64
+KV_REUSE --threads,1,--max-batch,64 16 --sessions,16,--turns,1,--max-tokens,64
+BIG_BATCH --threads,1,--max-batch,64 48 --sessions,16,--turns,2,--max-tokens,64
+TABLE_RACE --threads,1,--max-batch,64 2 --sessions,16,--turns,1,--max-tokens,64
+TIER_RELOAD --threads,1,--max-batch,64,--kv-blocks,90 8 --sessions,16,--turns,1,--max-tokens,64
 LIST
 
 # --- bisect names the fault among 8 toggles ---------------------------------------------------
-LAUNCH="$FB serve -m $TMP/m.gguf --port {port} --max-batch 64 {flags}"
+LAUNCH="$FB serve -m $TMP/m.gguf --port {port} --threads 1 --max-batch 64 {flags}"
 HEALTH='http://127.0.0.1:{port}/health'
 HUNT='--url http://127.0.0.1:{port} --concurrency 16 --turns 1 --tools 0 --max-tokens 64 --temperature 1 --tie-threshold 0 --scrape-ms 0'
 servers_left() { pgrep -f -- "-m $TMP/m.gguf" >/dev/null; }
