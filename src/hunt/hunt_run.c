@@ -74,6 +74,7 @@ struct hunt_phase {
     bool past_deadline;
     bool fill;
     bool in_fill;
+    bool draining; /* counted sessions done: fillers end after the request in flight */
     hunt_sess *active;
     int errors;
 };
@@ -662,7 +663,8 @@ static void hunt_sess_step(hunt_sess *s) {
             hunt_sess_submit(s);
             return;
         }
-        if (s->turn >= c->turns || (s->mode != S_WALK && s->ph->past_deadline && s->turn > 0)) {
+        if (s->turn >= c->turns || (s->mode != S_WALK && s->ph->past_deadline && s->turn > 0) ||
+            (s->mode == S_FILL && s->ph->draining)) {
             hunt_sess_end(s);
             return;
         }
@@ -844,7 +846,25 @@ static int hunt_phase_run(hunt_run *r, hunt_phase *ph) {
             return rc;
         }
     }
-    /* the counted sessions are done: stop the fillers */
+    /* The counted sessions are done. The fillers finish the requests they have in flight rather
+     * than hang up: a server that notices a closed connection only when it writes (a whole,
+     * non-streamed response) would go on generating them, and the next phase, a reference at
+     * concurrency 1, would not have the server to itself. */
+    ph->draining = true;
+    for (;;) {
+        for (hunt_sess *s = ph->active; s;) {
+            hunt_sess *next = s->next;
+            if (s->waiting_retry) /* nothing in flight */
+                hunt_sess_end(s);
+            s = next;
+        }
+        if (!ph->active || r->fatal || (r->cfg.stop && *r->cfg.stop))
+            break;
+        hunt_scrape(r);
+        hunt_progress(r, false);
+        if (hunt_client_run(r->client, 20) < 0)
+            break;
+    }
     hunt_phase_cancel(ph, r);
     return 0;
 }
