@@ -70,21 +70,21 @@ while read -r f sopts conc hopts; do
     # shellcheck disable=SC2086
     H --concurrency "1,$conc" $hopts >"$TMP/$f.json" 2>"$TMP/$f.err"
     rc=$?
+    r=$(json "$TMP/$f.json" "(lambda a, b: a['n']>0 and a['corrupt']==0 and b['corrupt']>0 and b['wilson95'][0]>0 and a['errors']+b['errors']==0)(*d['per_concurrency'])" 2>/dev/null)
+    counts=$(json "$TMP/$f.json" "'%d of %d corrupt at c=%d, %d of %d at c=1' % (d['per_concurrency'][1]['corrupt'], d['per_concurrency'][1]['n'], $conc, d['per_concurrency'][0]['corrupt'], d['per_concurrency'][0]['n'])" 2>/dev/null)
+    if [ $rc -eq 1 ] && [ "$r" = True ]; then pass "hunt_faults.$f($counts)"
+    else fail "hunt_faults.$f" "exit $rc: ${counts:-no results} $(tail -n 2 "$TMP/$f.err")"; fi
     if [ "$f" = DETOK_SHARED ]; then
         # without varying skip_special_tokens every request has the server's default, the flag
         # the fault spreads is everyone's own, and hunt cannot see the fault
         # shellcheck disable=SC2086
         H --concurrency "$conc" $hopts --no-skip-special-tokens >"$TMP/$f.off.json" 2>"$TMP/$f.off.err"
-        rc_off=$?
+        rc=$?
         r=$(json "$TMP/$f.off.json" "d['summary']['n']>0 and d['summary']['errors']==0 and d['oracles']['exact']['diverged_sessions']==0 and not d['config']['skip_special_tokens']" 2>/dev/null)
-        if [ $rc_off -eq 0 ] && [ "$r" = True ]; then pass hunt_faults.DETOK_SHARED_needs_varied_skip_special_tokens
-        else fail hunt_faults.DETOK_SHARED_needs_varied_skip_special_tokens "exit $rc_off: $(json "$TMP/$f.off.json" "d['summary']" 2>&1 | tail -n 1)"; fi
+        if [ $rc -eq 0 ] && [ "$r" = True ]; then pass hunt_faults.DETOK_SHARED_needs_varied_skip_special_tokens
+        else fail hunt_faults.DETOK_SHARED_needs_varied_skip_special_tokens "exit $rc: $(json "$TMP/$f.off.json" "d['summary']" 2>&1 | tail -n 1)"; fi
     fi
     stop_server
-    r=$(json "$TMP/$f.json" "(lambda a, b: a['n']>0 and a['corrupt']==0 and b['corrupt']>0 and b['wilson95'][0]>0 and a['errors']+b['errors']==0)(*d['per_concurrency'])" 2>/dev/null)
-    counts=$(json "$TMP/$f.json" "'%d of %d corrupt at c=%d, %d of %d at c=1' % (d['per_concurrency'][1]['corrupt'], d['per_concurrency'][1]['n'], $conc, d['per_concurrency'][0]['corrupt'], d['per_concurrency'][0]['n'])" 2>/dev/null)
-    if [ $rc -eq 1 ] && [ "$r" = True ]; then pass "hunt_faults.$f($counts)"
-    else fail "hunt_faults.$f" "exit $rc: ${counts:-no results} $(tail -n 2 "$TMP/$f.err")"; fi
 done <<'LIST'
 DETOK_SHARED --threads,1,--max-batch,64 16 --sessions,64,--turns,1,--max-tokens,256
 ATTN_OFFSETS --threads,1,--max-batch,64 16 --sessions,16,--turns,1,--max-tokens,64
