@@ -10,7 +10,9 @@
  *      FNV-1a hash of the exact request body. Sessions already walked hit the cache and cost
  *      nothing, so levels that replay the same sessions share one reference.
  *   2. test: the sessions run C at a time (with filler sessions keeping C in flight until the
- *      last counted session ends, so every counted session sees the full load). A turn whose
+ *      last counted session ends, so every counted session sees the full load; the fillers then
+ *      finish the requests they have in flight, so none still runs on the server when the next
+ *      phase starts). A turn whose
  *      request is in the cache is judged at once (hunt_oracle_judge); a turn whose history
  *      diverged from the reference's (after a benign divergence) is pending.
  *   3. resolve: pending turns are judged in order against references for the exact requests the

@@ -6,7 +6,7 @@
 # is found: corrupt sessions with a Wilson interval that excludes 0 at a concurrency that triggers
 # it, none at concurrency 1. Fault (a) is found only because hunt varies skip_special_tokens across
 # sessions. bisect names the fault's variable among 8 toggles (7 real, harmless ones) within
-# 2*log2(8)+2 = 8 restarts and leaves no server behind.
+# 2*log2(8)+2 = 8 restarts and leaves no server behind. About a minute on a loaded 2-core VM.
 #
 # Why temperature 1 and --tie-threshold 0: the synthetic model has random weights. Its greedy
 # choice barely depends on the context (it mostly repeats one token, the leader about 0.6 nats
@@ -16,6 +16,15 @@
 # position is a near tie at the default 0.5-nat threshold and a corrupted token would usually pass
 # as benign. verity is batch-invariant (P1: the same bytes at every batch), so the threshold that
 # fits it is 0: any divergence is corruption, and the fault-free runs must not diverge at all.
+#
+# Triggers: (a) needs special tokens (<s>, <unk>: about 1 in 180 sampled tokens), hence long
+# replies and many sessions; (b), (c) need a batch; (c) shows most in second turns, admitted into
+# blocks freed by others; (d) needs more than 32 sequences in a step and a session among the later
+# rows (its second turn is admitted after the fillers); (e) hits the newest sequence, which at
+# concurrency 2 every session is for half its life; (f) needs preemption, which a pool of 90
+# blocks forces for 16-token blocks and ~450-token first-turn prompts. Servers run one compute
+# thread: the tiny model gains nothing from more, and on a loaded machine thread wake-ups cost
+# more than the arithmetic.
 . "$(dirname "$0")/lib.bash"
 
 FB=${VERITY_FAULTS_BIN:-$(dirname "$0")/../../build/faults/verity}
