@@ -9,6 +9,7 @@
 #include "hunt/hunt_tools.h"
 #include "hunt/hunt_util.h"
 
+#include <math.h>
 #include <string.h>
 
 static arena *A;
@@ -98,6 +99,31 @@ static void t_near_tie_benign(void) {
     T_CHECK(ev.tie_gap >= 0 && ev.tie_gap < 0.02);
     T_CHECK(strcmp(ev.where, "content") == 0);
     T_EQ_INT(ev.div_offset, 10);
+}
+
+/* Under sampling the reference may choose a token well below its best: the tie is between the
+ * two choices. A test that took the reference's best is no tie when the reference's own choice was
+ * 1.3 nats behind it; a test that took a token 0.01 from the reference's choice is one. */
+static void t_sampled_tie_is_between_the_choices(void) {
+    hunt_reply r = text_reply(REF, -1, NULL);
+    hunt_tok *k = &r.toks[2]; /* " is", sampled below the best candidate " was" */
+    k->logprob = -1.5;
+    k->top = arena_calloc(A, 3, sizeof *k->top);
+    k->n_top = 3;
+    k->top[0] = (hunt_top){" was", 4, -0.2};
+    k->top[1] = (hunt_top){" is", 3, -1.5};
+    k->top[2] = (hunt_top){" gets", 5, -1.51};
+    hunt_reply t = text_reply("The cache was full.", -1, NULL);
+    hunt_eval ev = judge(&t, &r);
+    T_CHECKF(ev.verdict == HUNT_V_CORRUPT, "verdict %s: %s", hunt_verdict_name(ev.verdict), ev.why);
+    T_EQ_INT(ev.neartie, HUNT_NT_NOT_TIE);
+    T_CHECKF(fabs(ev.tie_gap - 1.3) < 1e-9, "gap %g", ev.tie_gap);
+    t = text_reply("The cache gets full because the writer never flushes its buffer after "
+                   "every batch.",
+                   -1, NULL);
+    ev = judge(&t, &r);
+    T_CHECKF(ev.verdict == HUNT_V_BENIGN, "verdict %s: %s", hunt_verdict_name(ev.verdict), ev.why);
+    T_CHECK(ev.tie_gap >= 0 && ev.tie_gap < 0.02);
 }
 
 static void t_not_a_tie(void) {
@@ -329,6 +355,8 @@ int main(void) {
     test_run("hunt_oracle.identical_is_clean", t_identical_clean);
     test_run("hunt_oracle.near_tie_divergence_is_benign", t_near_tie_benign);
     test_run("hunt_oracle.divergence_off_a_tie_is_corrupt", t_not_a_tie);
+    test_run("hunt_oracle.sampled_tie_is_between_the_choices",
+             t_sampled_tie_is_between_the_choices);
     test_run("hunt_oracle.divergence_without_logprobs_is_corrupt", t_no_logprobs_is_corrupt);
     test_run("hunt_oracle.early_stop_is_corrupt", t_early_stop);
     test_run("hunt_oracle.same_tokens_different_text", t_same_tokens_different_text);

@@ -186,6 +186,41 @@ static void t_tool_results(void) {
     T_EQ_INT(hunt_tools_load("/nonexistent/tools.json", &t), ERR_IO);
 }
 
+/* skip_special_tokens alternates by session (even true, odd false), is the same in every turn of
+ * a session, and is absent when switched off. */
+static void t_skip_special(void) {
+    hunt_tools *t;
+    T_OK(hunt_tools_create_builtin(2, &t));
+    hunt_workload *off = make_workload(t, 7, 0);
+    hunt_workload_cfg c = *hunt_workload_config(off);
+    c.skip_special = true;
+    hunt_workload *on;
+    T_OK(hunt_workload_create(&c, &on));
+    strbuf a;
+    strbuf_init(&a);
+    for (int64_t i = 0; i < 4; i++) {
+        strbuf_reset(&a);
+        play(on, i, &a); /* 4 turns, one body per line */
+        const char *want = i % 2 ? "\"skip_special_tokens\":false" : "\"skip_special_tokens\":true";
+        const char *other =
+            i % 2 ? "\"skip_special_tokens\":true" : "\"skip_special_tokens\":false";
+        int n = 0;
+        for (const char *p = a.data; (p = strstr(p, want)); p++)
+            n++;
+        T_CHECKF(n == 4, "session %lld: %d of 4 turns send %s", (long long)i, n, want);
+        T_CHECK(strstr(a.data, other) == NULL);
+        T_EQ_INT(hunt_workload_skip_special(on, i), i % 2 == 0);
+        strbuf_reset(&a);
+        play(off, i, &a);
+        T_CHECK(strstr(a.data, "skip_special_tokens") == NULL);
+        T_EQ_INT(hunt_workload_skip_special(off, i), -1);
+    }
+    strbuf_deinit(&a);
+    hunt_workload_destroy(on);
+    hunt_workload_destroy(off);
+    hunt_tools_destroy(t);
+}
+
 static void t_args(void) {
     int argc;
     char **argv;
@@ -215,6 +250,10 @@ static void t_args(void) {
     T_EQ_INT(c.conc[1], 64);
     T_EQ_INT(c.pads[1], 4000);
     T_CHECK(c.stream && c.tie_threshold == 0.25 && c.seed == 9);
+    T_CHECK(c.skip_special); /* sent by default */
+    char *a4[] = {"--no-skip-special-tokens"};
+    T_OK(hunt_args_parse(1, a4, &c, false, msg, sizeof msg));
+    T_CHECK(!c.skip_special);
     char *a2[] = {"--sessions", "0"};
     T_EQ_INT(hunt_args_parse(2, a2, &c, false, msg, sizeof msg), ERR_INVAL);
     T_CHECKF(strstr(msg, "--sessions") != NULL, "%s", msg);
@@ -279,6 +318,7 @@ static void t_launch_templates(void) {
 int main(void) {
     test_run("hunt_workload.same_seed_same_sessions", t_workload_determinism);
     test_run("hunt_workload.tool_results_are_functions_of_arguments", t_tool_results);
+    test_run("hunt_workload.skip_special_tokens_alternate", t_skip_special);
     test_run("hunt_workload.args_and_splitting", t_args);
     test_run("hunt_workload.metrics_names", t_metrics);
     test_run("hunt_workload.launch_templates", t_launch_templates);

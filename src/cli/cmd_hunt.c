@@ -6,8 +6,8 @@
  *               [--turns T] [--tools N | --tools-file FILE] [--context-pad TOKENS,...]
  *               [--temperature T] [--seed S] [--reference URL | --reference-concurrency 1]
  *               [--stream] [--duration S] [--out DIR] [--json] [--max-tokens N] [--timeout S]
- *               [--tie-threshold NATS] [--no-logprobs] [--top-logprobs K] [--scrape-ms MS]
- *               [--no-fill] [--retries N] [--quiet]
+ *               [--tie-threshold NATS] [--no-logprobs] [--top-logprobs K]
+ *               [--no-skip-special-tokens] [--scrape-ms MS] [--no-fill] [--retries N] [--quiet]
  *
  * Runs the sessions at every concurrency level (hunt_run.h), prints a progress line on stderr,
  * then a summary on stdout (the results JSON with --json) and, with --out, results.json,
@@ -45,6 +45,8 @@ static const char hunt_help[] =
     "  --max-tokens N --timeout S  per request (128, 120)\n"
     "  --tie-threshold NATS        near-tie threshold (0.5)\n"
     "  --no-logprobs --top-logprobs K\n"
+    "  --no-skip-special-tokens    do not send skip_special_tokens (default: true on even\n"
+    "                              sessions, false on odd ones, so batches mix the two)\n"
     "  --scrape-ms MS              /metrics period, 0 = off (250)\n"
     "  --no-fill --retries N       no filler sessions; retries per request (3)\n"
     "  --out DIR --json --quiet    reports; results JSON on stdout; no progress line\n"

@@ -83,6 +83,10 @@ int hunt_args_parse(int argc, char **argv, hunt_config *c, bool require_url, cha
             c->logprobs = false;
             continue;
         }
+        if (!strcmp(o, "--no-skip-special-tokens")) {
+            c->skip_special = false;
+            continue;
+        }
         if (!strcmp(o, "--no-fill")) {
             c->fill = false;
             continue;

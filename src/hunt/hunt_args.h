@@ -7,7 +7,7 @@
  *   --tools N  --tools-file FILE  --context-pad TOKENS,...  --temperature T  --seed S
  *   --reference URL  --reference-concurrency N  --stream  --duration S  --out DIR  --json
  *   --max-tokens N  --timeout S  --tie-threshold NATS  --no-logprobs  --top-logprobs K
- *   --scrape-ms MS  --no-fill  --retries N  --quiet
+ *   --no-skip-special-tokens  --scrape-ms MS  --no-fill  --retries N  --quiet
  *
  * The api key may also come from VERITY_API_KEY.
  */

@@ -249,10 +249,12 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
     }
     strbuf_printf(o,
                   " %d sessions per level, %d turns, %d tools, max_tokens %d, temperature %g, "
-                  "seed %llu, %s, logprobs %s (near-tie threshold %g nats).</p>\n",
+                  "seed %llu, %s, logprobs %s (near-tie threshold %g nats), "
+                  "skip_special_tokens %s.</p>\n",
                   res->sessions, res->turns, res->n_tools, res->max_tokens, res->temperature,
                   (unsigned long long)res->seed, res->stream ? "streaming" : "not streaming",
-                  res->logprobs ? "on" : "off", res->tie_threshold);
+                  res->logprobs ? "on" : "off", res->tie_threshold,
+                  res->skip_special ? "true on even sessions, false on odd ones" : "not sent");
     strbuf_printf(o,
                   "<p class=\"%s\">Verdict: %s: %lld of %lld sessions corrupt (%.1f%%, Wilson "
                   "95%% [%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s</p>\n",

@@ -415,14 +415,15 @@ hunt_neartie hunt_oracle_neartie(const hunt_reply *test, const hunt_reply *ref, 
                  hunt_snip(rt->text, rt->len, s2, sizeof s2));
         return HUNT_NT_NO_LOGPROBS;
     }
-    double best = rt->top[0].logprob, mine = NAN;
-    for (int k = 0; k < rt->n_top; k++) {
-        if (rt->top[k].logprob > best)
-            best = rt->top[k].logprob;
+    /* The gap is between the two choices, both in the reference's distribution: the token the
+     * reference chose and the one the test chose. Under greedy decoding the reference chose its
+     * best candidate, so this is the distance from the best; under sampling the reference's
+     * choice may be far from its best, and a test that lands on the best is no tie for that. */
+    double mine = NAN;
+    for (int k = 0; k < rt->n_top; k++)
         if (rt->top[k].len == tt->len && memcmp(rt->top[k].text, tt->text, tt->len) == 0 &&
             isnan(mine))
             mine = rt->top[k].logprob;
-    }
     if (isnan(mine)) {
         hunt_why(why, cap,
                  "token %d: the test chose '%s', not among the reference's %d top "
@@ -431,7 +432,7 @@ hunt_neartie hunt_oracle_neartie(const hunt_reply *test, const hunt_reply *ref, 
                  hunt_snip(rt->text, rt->len, s2, sizeof s2));
         return HUNT_NT_NOT_TIE;
     }
-    *gap = best - mine;
+    *gap = fabs(rt->logprob - mine);
     if (*gap <= threshold) {
         hunt_why(why, cap,
                  "token %d: '%s' instead of '%s', reference logprob gap %.4f <= %.4f: "

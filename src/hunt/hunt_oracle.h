@@ -9,12 +9,14 @@
  * near-tie     with logprobs on both sides, find the first token position where the two token
  *              streams differ. The divergence is benign nondeterminism when the token the test
  *              chose is among the reference's top candidates at that position and its reference
- *              logprob is within `tie_threshold` nats of the reference's best candidate: a server
- *              that is not batch-invariant computes slightly different logits under a different
- *              batch, which can only flip a choice whose two leading candidates were already that
- *              close. Anything else is corruption: a token outside the reference's near-ties,
- *              identical token streams with different text (a detokenizer or parser fault), an
- *              early or late stop, or no logprobs to tell.
+ *              logprob is within `tie_threshold` nats of the logprob of the token the reference
+ *              chose (under greedy decoding: the reference's best candidate): a server that is
+ *              not batch-invariant computes slightly different logits under a different batch,
+ *              which can only flip a choice between candidates that were already that close.
+ *              Anything else is corruption: a token outside the reference's near-ties, identical
+ *              token streams with different text (a detokenizer or parser fault), an early or
+ *              late stop, or no logprobs to tell. Threshold 0 makes every divergence but an exact
+ *              tie corruption: the setting for a batch-invariant server.
  * structural   tool calls with arguments that are not a JSON object, that violate the tool's
  *              schema, or that name an unknown tool; tool-call markup or special tokens in
  *              `content`; finish_reason inconsistent with the message; streamed deltas that
@@ -91,7 +93,7 @@ typedef enum hunt_neartie {
 const char *hunt_neartie_name(hunt_neartie n);
 
 typedef struct hunt_oracle_cfg {
-    double tie_threshold;    /* nats; a divergence within it of the reference's best is benign */
+    double tie_threshold;    /* nats; a divergence within it of the reference's choice is benign */
     const hunt_tools *tools; /* the tools offered (may have 0) */
 } hunt_oracle_cfg;
 
@@ -104,7 +106,7 @@ typedef struct hunt_eval {
     int div_token;   /* token index of the first differing token, -1 if unknown */
     /* near-tie */
     hunt_neartie neartie;
-    double tie_gap; /* reference logprob gap at div_token (best - test's token), or -1 */
+    double tie_gap; /* reference logprob gap at div_token (its choice vs the test's), or -1 */
     /* structural and degeneration: findings in the test reply that the reference lacks, and
      * findings present in both (model-level, not load-dependent) */
     unsigned found; /* mask of enum hunt_finding */
@@ -124,8 +126,9 @@ unsigned hunt_oracle_degeneration(const char *text, size_t len, const char *ref,
                                   char *why, size_t cap);
 
 /* The near-tie oracle alone: classifies the first token difference between test and ref. Sets
- * *tok (first differing token index, or -1) and *gap (reference logprob gap of the test's token,
- * or -1 when not found). Writes a description to why. */
+ * *tok (first differing token index, or -1) and *gap (the distance, in the reference's logprobs,
+ * between the reference's token and the test's, or -1 when the test's token is not among the
+ * reference's candidates). Writes a description to why. */
 hunt_neartie hunt_oracle_neartie(const hunt_reply *test, const hunt_reply *ref, double threshold,
                                  int *tok, double *gap, char *why, size_t cap);
 

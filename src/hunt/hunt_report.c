@@ -70,9 +70,11 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
                   "\"temperature\":",
                   res->sessions, res->turns, res->n_tools, res->max_tokens);
     strbuf_json_num(o, res->temperature);
-    strbuf_printf(o, ",\"seed\":%llu,\"stream\":%s,\"logprobs\":%s,\"tie_threshold\":",
+    strbuf_printf(o,
+                  ",\"seed\":%llu,\"stream\":%s,\"logprobs\":%s,\"skip_special_tokens\":%s,"
+                  "\"tie_threshold\":",
                   (unsigned long long)res->seed, res->stream ? "true" : "false",
-                  res->logprobs ? "true" : "false");
+                  res->logprobs ? "true" : "false", res->skip_special ? "true" : "false");
     strbuf_json_num(o, res->tie_threshold);
     strbuf_puts(o, "},\"summary\":{");
     jcell(o, &res->total);
@@ -182,11 +184,14 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
         const hunt_session_rec *r = res->recs[i];
         strbuf_printf(o,
                       "%s\n{\"index\":%lld,\"seed\":%llu,\"concurrency\":%d,\"context_pad\":%d,"
-                      "\"verdict\":\"%s\",\"turns\":%d,\"max_prompt_tokens\":%lld,"
-                      "\"turn_verdicts\":[",
+                      "\"skip_special_tokens\":%s,\"verdict\":\"%s\",\"turns\":%d,"
+                      "\"max_prompt_tokens\":%lld,\"turn_verdicts\":[",
                       i ? "," : "", (long long)r->index, (unsigned long long)r->seed, r->conc,
-                      r->pad, hunt_verdict_name(r->verdict), r->n_turns,
-                      (long long)r->max_prompt_tokens);
+                      r->pad,
+                      r->skip_special < 0 ? "null"
+                      : r->skip_special   ? "true"
+                                          : "false",
+                      hunt_verdict_name(r->verdict), r->n_turns, (long long)r->max_prompt_tokens);
         for (int t = 0; t < r->n_turns; t++)
             strbuf_printf(o, "%s\"%s\"", t ? "," : "", hunt_verdict_name(r->turns[t].verdict));
         strbuf_putc(o, ']');
@@ -240,10 +245,12 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
         strbuf_printf(o, "- reference: the same server at concurrency %d\n", res->ref_conc);
     strbuf_printf(o,
                   "- workload: %d sessions per level, %d turns, %d tools, max_tokens %d, "
-                  "temperature %g, seed %llu, %s, logprobs %s (near-tie threshold %g nats)\n",
+                  "temperature %g, seed %llu, %s, logprobs %s (near-tie threshold %g nats), "
+                  "skip_special_tokens %s\n",
                   res->sessions, res->turns, res->n_tools, res->max_tokens, res->temperature,
                   (unsigned long long)res->seed, res->stream ? "streaming" : "not streaming",
-                  res->logprobs ? "on" : "off", res->tie_threshold);
+                  res->logprobs ? "on" : "off", res->tie_threshold,
+                  res->skip_special ? "true on even sessions, false on odd ones" : "not sent");
     strbuf_printf(o,
                   "\n**Verdict: %s**: %lld of %lld sessions corrupt (%.1f%%, Wilson 95%% "
                   "[%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s\n",

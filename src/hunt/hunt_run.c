@@ -74,6 +74,7 @@ struct hunt_phase {
     bool past_deadline;
     bool fill;
     bool in_fill;
+    bool draining; /* counted sessions done: fillers end after the request in flight */
     hunt_sess *active;
     int errors;
 };
@@ -147,6 +148,7 @@ void hunt_config_default(hunt_config *c) {
     c->tie_threshold = 0.5;
     c->logprobs = true;
     c->top_logprobs = 5;
+    c->skip_special = true;
     c->scrape_ms = 250;
     c->fill = true;
     c->retries = 3;
@@ -661,8 +663,8 @@ static void hunt_sess_step(hunt_sess *s) {
             hunt_sess_submit(s);
             return;
         }
-        if (s->turn >= c->turns ||
-            (s->mode != S_WALK && s->ph->past_deadline && s->turn > 0)) {
+        if (s->turn >= c->turns || (s->mode != S_WALK && s->ph->past_deadline && s->turn > 0) ||
+            (s->mode == S_FILL && s->ph->draining)) {
             hunt_sess_end(s);
             return;
         }
@@ -844,7 +846,25 @@ static int hunt_phase_run(hunt_run *r, hunt_phase *ph) {
             return rc;
         }
     }
-    /* the counted sessions are done: stop the fillers */
+    /* The counted sessions are done. The fillers finish the requests they have in flight rather
+     * than hang up: a server that notices a closed connection only when it writes (a whole,
+     * non-streamed response) would go on generating them, and the next phase, a reference at
+     * concurrency 1, would not have the server to itself. */
+    ph->draining = true;
+    for (;;) {
+        for (hunt_sess *s = ph->active; s;) {
+            hunt_sess *next = s->next;
+            if (s->waiting_retry) /* nothing in flight */
+                hunt_sess_end(s);
+            s = next;
+        }
+        if (!ph->active || r->fatal || (r->cfg.stop && *r->cfg.stop))
+            break;
+        hunt_scrape(r);
+        hunt_progress(r, false);
+        if (hunt_client_run(r->client, 20) < 0)
+            break;
+    }
     hunt_phase_cancel(ph, r);
     return 0;
 }
@@ -962,45 +982,73 @@ static int hunt_preflight(hunt_run *r, char **model_out) {
     return 0;
 }
 
-/* One tiny chat completion: the endpoint works, and logprobs are accepted (if not, they are
- * switched off with a warning rather than failing every session). */
-static int hunt_probe(hunt_run *r, const char *model) {
-    char body[1024], reply[2048];
-    long status = 0;
-    for (int with_lp = r->cfg.logprobs ? 1 : 0; with_lp >= 0; with_lp--) {
-        strbuf q;
-        strbuf_init(&q);
-        strbuf_puts(&q, "{\"model\":");
-        strbuf_json_str(&q, model, strlen(model), false);
-        strbuf_puts(&q, ",\"messages\":[{\"role\":\"user\",\"content\":\"ping\"}],"
-                        "\"max_tokens\":1,\"temperature\":0");
-        if (with_lp)
-            strbuf_printf(&q, ",\"logprobs\":true,\"top_logprobs\":%d", r->cfg.top_logprobs);
-        strbuf_putc(&q, '}');
-        snprintf(body, sizeof body, "%s", q.data);
+/* Sends one probe: a one-token chat completion, with logprobs and skip_special_tokens when asked,
+ * retrying 429/502/503/504. Returns 0 with *status and the reply body, or the transport error. */
+static int hunt_probe_once(hunt_run *r, const char *model, bool lp, bool ss, long *status,
+                           char *reply, size_t cap) {
+    strbuf q;
+    strbuf_init(&q);
+    strbuf_puts(&q, "{\"model\":");
+    strbuf_json_str(&q, model, strlen(model), false);
+    strbuf_puts(&q, ",\"messages\":[{\"role\":\"user\",\"content\":\"ping\"}],"
+                    "\"max_tokens\":1,\"temperature\":0");
+    if (lp)
+        strbuf_printf(&q, ",\"logprobs\":true,\"top_logprobs\":%d", r->cfg.top_logprobs);
+    if (ss) /* the value that differs from the usual default, as half the sessions send it */
+        strbuf_puts(&q, ",\"skip_special_tokens\":false");
+    strbuf_putc(&q, '}');
+    if (strbuf_failed(&q)) {
         strbuf_deinit(&q);
-        int rc = 0;
-        for (int attempt = 0;; attempt++) {
-            rc = hunt_http_fetch(r->chat_url, r->cfg.api_key, body,
-                                 r->cfg.timeout_s > 0 ? r->cfg.timeout_s : 60, &status, reply,
-                                 sizeof reply);
-            bool busy =
-                rc == 0 && (status == 429 || status == 502 || status == 503 || status == 504);
-            if (!busy || attempt >= r->cfg.retries)
-                break;
-            struct timespec ts = {0, 100000000L << (attempt < 3 ? attempt : 3)};
-            nanosleep(&ts, NULL);
-        }
+        return err_set(ERR_NOMEM, "out of memory building the probe request");
+    }
+    int rc = 0;
+    for (int attempt = 0;; attempt++) {
+        rc = hunt_http_fetch(r->chat_url, r->cfg.api_key, q.data,
+                             r->cfg.timeout_s > 0 ? r->cfg.timeout_s : 60, status, reply, cap);
+        bool busy =
+            rc == 0 && (*status == 429 || *status == 502 || *status == 503 || *status == 504);
+        if (!busy || attempt >= r->cfg.retries)
+            break;
+        struct timespec ts = {0, 100000000L << (attempt < 3 ? attempt : 3)};
+        nanosleep(&ts, NULL);
+    }
+    strbuf_deinit(&q);
+    return rc;
+}
+
+/* One tiny chat completion: the endpoint works, and the request extensions hunt sends are
+ * accepted. A server that answers 400/422 is asked again without skip_special_tokens, then without
+ * logprobs, then without both; what it rejects is switched off with a one-line warning each rather
+ * than failing every session. */
+static int hunt_probe(hunt_run *r, const char *model) {
+    char reply[2048];
+    long status = 0;
+    bool lp0 = r->cfg.logprobs, ss0 = r->cfg.skip_special;
+    /* k = 0: as configured; 1: without skip_special_tokens; 2: without logprobs; 3: without
+     * both. Variants that drop an extension that was not asked for repeat an earlier one. */
+    for (int k = 0; k < 4; k++) {
+        if (((k & 1) && !ss0) || ((k & 2) && !lp0))
+            continue;
+        bool lp = lp0 && !(k & 2), ss = ss0 && !(k & 1);
+        int rc = hunt_probe_once(r, model, lp, ss, &status, reply, sizeof reply);
+        if (rc == ERR_NOMEM)
+            return rc;
         if (rc)
             return err_set(ERR_CONNECT, "cannot reach the target: %s", err_detail());
         if (status == 401 || status == 403)
             return err_set(ERR_AUTH, "%s answered HTTP %ld: check --api-key", r->chat_url, status);
         if (status == 200) {
-            if (!with_lp && r->cfg.logprobs) {
+            if (lp0 && !lp) {
                 log_warn("hunt: %s rejects logprobs; running without them (every divergence "
                          "then counts as corruption: the near-tie oracle needs logprobs)",
                          r->chat_url);
                 r->cfg.logprobs = false;
+            }
+            if (ss0 && !ss) {
+                log_warn("hunt: %s rejects skip_special_tokens; running without it (a "
+                         "detokenizer that shares the flag across a batch cannot be seen)",
+                         r->chat_url);
+                r->cfg.skip_special = false;
             }
             return 0;
         }
@@ -1063,6 +1111,7 @@ int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
         .stream = cfg->stream,
         .logprobs = r->cfg.logprobs,
         .top_logprobs = cfg->top_logprobs,
+        .skip_special = r->cfg.skip_special,
         .n_pads = cfg->n_pads,
         .model = cfg->model ? cfg->model
                  : model    ? model
@@ -1095,6 +1144,7 @@ int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
     res->ref_conc = cfg->ref_conc;
     res->stream = cfg->stream;
     res->logprobs = r->cfg.logprobs;
+    res->skip_special = r->cfg.skip_special;
     res->temperature = cfg->temperature;
     res->tie_threshold = cfg->tie_threshold;
     res->seed = cfg->seed;
@@ -1198,6 +1248,7 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
         rec->conc = conc;
         rec->pad = hunt_workload_pad(r->w, rec->index, &rec->pad_slot);
         rec->seed = hunt_workload_session_seed(r->w, rec->index);
+        rec->skip_special = hunt_workload_skip_special(r->w, rec->index);
         rec->shown_turn = -1;
         rec->max_prompt_tokens = -1;
     }

@@ -10,7 +10,9 @@
  *      FNV-1a hash of the exact request body. Sessions already walked hit the cache and cost
  *      nothing, so levels that replay the same sessions share one reference.
  *   2. test: the sessions run C at a time (with filler sessions keeping C in flight until the
- *      last counted session ends, so every counted session sees the full load). A turn whose
+ *      last counted session ends, so every counted session sees the full load; the fillers then
+ *      finish the requests they have in flight, so none still runs on the server when the next
+ *      phase starts). A turn whose
  *      request is in the cache is judged at once (hunt_oracle_judge); a turn whose history
  *      diverged from the reference's (after a benign divergence) is pending.
  *   3. resolve: pending turns are judged in order against references for the exact requests the
@@ -62,6 +64,7 @@ typedef struct hunt_config {
     double tie_threshold; /* nats */
     bool logprobs;
     int top_logprobs;
+    bool skip_special;           /* send skip_special_tokens, alternating by session */
     int scrape_ms;               /* /metrics period; 0 = do not scrape */
     bool fill;                   /* filler sessions keep the concurrency up */
     int retries;                 /* per request, for 429/5xx/dropped connections */
@@ -91,6 +94,7 @@ typedef struct hunt_session_rec {
     int pad;       /* context padding, tokens */
     int pad_slot;
     uint64_t seed;
+    int skip_special; /* skip_special_tokens it sent: 0, 1, or -1 (not sent) */
     hunt_verdict verdict;
     int n_turns;          /* turns run */
     hunt_turn_rec *turns; /* [n_turns] (malloc'd) */
@@ -123,6 +127,7 @@ typedef struct hunt_results {
     int n_pads;
     int sessions, turns, n_tools, max_tokens, ref_conc;
     bool stream, logprobs;
+    bool skip_special; /* skip_special_tokens sent (alternating by session) */
     double temperature, tie_threshold;
     uint64_t seed;
     /* sessions, in the order they were finalised */

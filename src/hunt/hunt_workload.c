@@ -29,8 +29,9 @@ typedef struct hunt_msg {
 
 struct hunt_history {
     arena *a;
-    uint64_t seed;   /* session seed */
-    hunt_rng script; /* draws user tasks */
+    uint64_t seed;    /* session seed */
+    int skip_special; /* skip_special_tokens sent with every turn: 0, 1, or -1 (not sent) */
+    hunt_rng script;  /* draws user tasks */
     hunt_msg *msgs;
     size_t *ends; /* [n] end offset of message i in json */
     int n, cap;
@@ -79,6 +80,12 @@ int hunt_workload_pad(const hunt_workload *w, int64_t index, int *pad_slot) {
     if (pad_slot)
         *pad_slot = slot;
     return w->cfg.pads[slot];
+}
+
+int hunt_workload_skip_special(const hunt_workload *w, int64_t index) {
+    if (!w->cfg.skip_special)
+        return -1;
+    return index % 2 == 0;
 }
 
 uint64_t hunt_workload_session_seed(const hunt_workload *w, int64_t index) {
@@ -210,6 +217,7 @@ int hunt_history_create(const hunt_workload *w, int64_t index, hunt_history **ou
     }
     strbuf_init(&h->json);
     h->seed = hunt_workload_session_seed(w, index);
+    h->skip_special = hunt_workload_skip_special(w, index);
     hunt_rng_seed(&h->script, h->seed);
     hunt_rng r;
     hunt_rng_seed(&r, hunt_mix(h->seed, 0x5157));
@@ -300,6 +308,8 @@ void hunt_history_body(const hunt_workload *w, const hunt_history *h, int n_msgs
                   (unsigned long long)(h->seed & 0x7fffffff));
     if (c->logprobs)
         strbuf_printf(out, ",\"logprobs\":true,\"top_logprobs\":%d", c->top_logprobs);
+    if (h->skip_special >= 0)
+        strbuf_printf(out, ",\"skip_special_tokens\":%s", h->skip_special ? "true" : "false");
     if (st)
         strbuf_puts(out, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
     else

@@ -16,6 +16,13 @@
  * make every later request differ from the reference's for no reason. The ids are 9 alphanumeric
  * characters, the strictest format servers accept (Mistral templates).
  *
+ * skip_special_tokens (a vLLM/SGLang/verity extension: whether control tokens are left out of the
+ * text) is sent, when enabled, with a value that alternates by session index: even sessions true
+ * (the usual default), odd sessions false. Requests that share an engine step then carry opposite
+ * values, which is what a detokenizer that applies one request's flag to the whole step needs to
+ * show itself (the incident's bug class (a)). A session keeps its value for all its turns, so its
+ * reference, asked with the byte-identical request, has the same value.
+ *
  * The history of a session lives in its own arena (hunt_history); messages are serialised once
  * when appended, so the body of turn t is assembled from stored pieces (hunt_history_body), also
  * for an earlier turn when a reference must be asked for the exact request the session sent.
@@ -41,6 +48,7 @@ typedef struct hunt_workload_cfg {
     double temperature; /* 0 = greedy */
     bool stream;
     bool logprobs;           /* ask for logprobs */
+    bool skip_special;       /* send skip_special_tokens, alternating by session index */
     int top_logprobs;        /* candidates per position (0..20) */
     int pads[HUNT_MAX_PADS]; /* context padding levels in tokens; session i gets pads[i % n_pads] */
     int n_pads;              /* 1.. (a single 0 = no padding) */
@@ -62,6 +70,10 @@ const hunt_workload_cfg *hunt_workload_config(const hunt_workload *w);
 
 /* Pad level (tokens) of session index, and its position in the pads list. */
 int hunt_workload_pad(const hunt_workload *w, int64_t index, int *pad_slot);
+
+/* The skip_special_tokens value session index sends: 1 (even index) or 0 (odd index); -1 when
+ * the workload does not send the field. */
+int hunt_workload_skip_special(const hunt_workload *w, int64_t index);
 
 /* Per-session seed derived from the workload seed and the session index. */
 uint64_t hunt_workload_session_seed(const hunt_workload *w, int64_t index);

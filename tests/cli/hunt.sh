@@ -4,7 +4,8 @@
 # at high concurrency (Wilson interval excluding 0) and not at concurrency 1, benign near-tie
 # divergence is not corruption, each structural and degeneration oracle fires on its fault, the
 # confound split tells a context-length bug from a concurrency bug, /metrics is scraped (verity
-# and vLLM names), 503s are retried, --json, and SIGINT still reports.
+# and vLLM names), 503s are retried, --json, servers that reject logprobs or skip_special_tokens
+# get requests without them (with a warning), and SIGINT still reports.
 . "$(dirname "$0")/hunt_lib.bash"
 need_mock hunt.mock || exit 0
 command -v python3 >/dev/null || { skip hunt.python3 "python3 needed to read results.json"; exit 0; }
@@ -135,6 +136,32 @@ rc=$?
 r=$(json "$TMP/nolp.json" "d['config']['logprobs']==False and d['summary']['corrupt']==0 and d['summary']['errors']==0" 2>/dev/null)
 if [ $rc -eq 0 ] && [ "$r" = True ] && grep -q "rejects logprobs" "$TMP/nolp.err"; then pass hunt.logprobs_fallback_and_random_ids
 else fail hunt.logprobs_fallback_and_random_ids "exit $rc: $(tail -n 2 "$TMP/nolp.err")"; fi
+stop_mock "$MOCK_PID"
+
+# --- a server that rejects skip_special_tokens (and logprobs): hunt drops each, says so ---------
+start_mock URL --step-ms 1 --reject-skip-special
+H --url "$URL" --concurrency 4 --sessions 4 --turns 2 --max-tokens 16 --json >"$TMP/noss.json" 2>"$TMP/noss.err"
+rc=$?
+r=$(json "$TMP/noss.json" "d['config']['skip_special_tokens']==False and d['config']['logprobs']==True and d['summary']['n']==4 and d['summary']['errors']==0" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ] && grep -q "rejects skip_special_tokens" "$TMP/noss.err" && ! grep -q "rejects logprobs" "$TMP/noss.err"; then
+    pass hunt.skip_special_tokens_fallback
+else fail hunt.skip_special_tokens_fallback "exit $rc: $(tail -n 2 "$TMP/noss.err")"; fi
+stop_mock "$MOCK_PID"
+start_mock URL --step-ms 1 --reject-skip-special --reject-logprobs
+H --url "$URL" --concurrency 4 --sessions 4 --turns 2 --max-tokens 16 --json >"$TMP/none.json" 2>"$TMP/none.err"
+rc=$?
+r=$(json "$TMP/none.json" "d['config']['skip_special_tokens']==False and d['config']['logprobs']==False and d['summary']['n']==4 and d['summary']['errors']==0" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ] && grep -q "rejects skip_special_tokens" "$TMP/none.err" && grep -q "rejects logprobs" "$TMP/none.err"; then
+    pass hunt.both_extensions_fallback
+else fail hunt.both_extensions_fallback "exit $rc: $(tail -n 2 "$TMP/none.err")"; fi
+stop_mock "$MOCK_PID"
+start_mock URL --step-ms 1 --reject-skip-special
+H --url "$URL" --concurrency 4 --sessions 2 --turns 1 --max-tokens 8 --no-skip-special-tokens --json \
+  >"$TMP/ssoff.json" 2>"$TMP/ssoff.err"
+rc=$?
+r=$(json "$TMP/ssoff.json" "d['config']['skip_special_tokens']==False and all(s['skip_special_tokens'] is None for s in d['sessions'])" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$r" = True ] && ! grep -q "rejects" "$TMP/ssoff.err"; then pass hunt.no_skip_special_tokens_option
+else fail hunt.no_skip_special_tokens_option "exit $rc: $(tail -n 2 "$TMP/ssoff.err")"; fi
 stop_mock "$MOCK_PID"
 
 # --- SIGINT stops early and still reports ------------------------------------------------------

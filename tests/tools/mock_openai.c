@@ -8,7 +8,7 @@
  *               [--fault-rate P] [--fault-min-prompt N] [--fault-when EXPR] [--seed S]
  * [--error-rate P]
  *               [--metrics-style verity|vllm|sglang|llamacpp] [--no-logprobs] [--reject-logprobs]
- *               [--random-ids] [--max-lifetime S] [--NAME VALUE ...]
+ *               [--reject-skip-special] [--random-ids] [--max-lifetime S] [--NAME VALUE ...]
  *   (tests pass "--tag UNIQUE" as a harmless toggle to find their own servers with pgrep)
  *   mock_openai --free-port      prints a free loopback port and exits
  *
@@ -124,13 +124,20 @@ static struct {
     const char *metrics_style;
     bool no_logprobs;
     bool reject_logprobs;
+    bool reject_skip_special; /* 400 for skip_special_tokens, as OpenAI's API does */
     bool random_ids;
     int max_lifetime_s;
     const char *toggle_name[MAX_TOGGLES];
     const char *toggle_val[MAX_TOGGLES];
     int n_toggles;
-} cfg = {"127.0.0.1", 0, NULL,     2,     4096,  0,     8,   0,   0.3, NULL,
-         1,           0, "verity", false, false, false, 900, {0}, {0}, 0};
+} cfg = {.host = "127.0.0.1",
+         .step_ms = 2,
+         .max_running = 4096,
+         .fault_min_batch = 8,
+         .fault_rate = 0.3,
+         .seed = 1,
+         .metrics_style = "verity",
+         .max_lifetime_s = 900};
 
 static bool fault_enabled; /* faults configured and --fault-when holds */
 
@@ -994,6 +1001,14 @@ static void handle_chat(conn *c, const char *body, size_t len) {
         gen_free(g);
         return;
     }
+    if (cfg.reject_skip_special && json_get(root, "skip_special_tokens")) {
+        http_simple(c, 400, "Bad Request", "application/json",
+                    "{\"error\":{\"message\":\"Unrecognized request argument supplied: "
+                    "skip_special_tokens\",\"type\":\"invalid_request_error\"}}",
+                    NULL);
+        gen_free(g);
+        return;
+    }
     const char *s;
     size_t sl;
     q->model = json_as_str(json_get(root, "model"), &s, &sl) ? s : "mock-model";
@@ -1311,6 +1326,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--reject-logprobs")) {
             cfg.reject_logprobs = true;
+            continue;
+        }
+        if (!strcmp(a, "--reject-skip-special")) {
+            cfg.reject_skip_special = true;
             continue;
         }
         if (!strcmp(a, "--random-ids")) {
