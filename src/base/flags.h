@@ -26,6 +26,9 @@ enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL, FLAG_KIND_STRING
       "kernel instruction set; every choice computes identical bits, only speed differs")          \
     X(MM_PREFETCH, "mm-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                      \
       "matmul kernels prefetch the next weight chunk while computing (speed only, same bits)")    \
+    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "2", "0:2",                                \
+      "F16/BF16 matmuls of at most this many rows convert weights in registers, not via a "      \
+      "panel (speed only, same bits)")                                                             \
     X(THREADS, "threads", FLAG_KIND_INT, "0", "0:256",                                             \
       "compute threads per forward pass (0 = one per online CPU)")                                 \
     X(KV_DTYPE, "kv-dtype", FLAG_KIND_ENUM, "f16", "f16|f32",                                      \

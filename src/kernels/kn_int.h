@@ -54,6 +54,7 @@ struct kn_mat {
     void *packed;         /* SIMD ISAs */
     size_t packed_bytes;
     bool prefetch;         /* the mm-prefetch toggle at creation */
+    int direct_rows;       /* the mm-direct-rows toggle at creation (AVX-512 float types) */
     int64_t n_blocks;      /* column blocks */
     size_t block_stride;   /* bytes per column block */
 };

@@ -164,6 +164,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->isa = isa;
     w->ref_data = data;
     w->prefetch = flags_int(FLAG_MM_PREFETCH) != 0;
+    w->direct_rows = (int)flags_int(FLAG_MM_DIRECT_ROWS);
     if (isa == KN_ISA_SCALAR) {
         w->packed_bytes = (size_t)gguf_type_row_bytes(type, k) * (size_t)n;
         *out = w;

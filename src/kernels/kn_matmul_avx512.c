@@ -8,7 +8,9 @@
  * accumulators, one broadcast of x[m][k] per row and 4 FMAs per row per k. The accumulators are
  * stored to y between chunks and reloaded, which is exact, so each y[m][n] is the single fma
  * chain over k = 0..K-1 that kn_matmul_ref computes. Row tails (M mod 6) use the same kernel with
- * fewer rows; column tails are masked stores.
+ * fewer rows; column tails are masked stores. With at most mm-direct-rows rows (decode at batch
+ * 1 or 2) there is no row reuse to pay for the panel: kf_tile_direct converts in registers,
+ * prefetching 4 KiB ahead, over the whole of K.
  *
  * Quantized types: 6-row x 32-column tiles; per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
  * VPDPBUSD steps accumulate exact int32 dot products (weights as the unsigned operand, offset by
@@ -78,6 +80,48 @@ static void kf_convert(int type, const uint16_t *src, int64_t kc, float *dst) {
     }
 }
 
+/* Few-row tile for F16/BF16 (rows <= KF_DIRECT_MR): converts each weight vector in registers
+ * right before its FMAs instead of through the scratch panel (with no row reuse the panel is
+ * only extra L1 traffic), over the whole of K at once. Same converted values, same fma chain
+ * per y element as kf_tile, so the same bits. pf: the weights pf_ahead bytes ahead. */
+#define KF_DIRECT_MR 2
+static inline __attribute__((always_inline)) void
+kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const uint16_t *wb,
+               int64_t K, float *y, int64_t ldy, const __mmask16 *mask, bool pf) {
+    __m512 acc[KF_DIRECT_MR][4];
+    #pragma GCC unroll 16
+    for (int m = 0; m < mr; m++)
+        #pragma GCC unroll 16
+        for (int j = 0; j < 4; j++)
+            acc[m][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const uint16_t *wk = wb + k * KN_NB_F;
+        if (pf) { /* 8 k-steps (1 KiB) ahead: two lines per k */
+            _mm_prefetch((const char *)(wk + 32 * KN_NB_F), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wk + 32 * KN_NB_F) + 64, _MM_HINT_T0);
+        }
+        __m512 w[4];
+        #pragma GCC unroll 16
+        for (int j = 0; j < 4; j++) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(wk + 16 * j));
+            w[j] = f16 ? _mm512_cvtph_ps(h)
+                       : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        }
+        #pragma GCC unroll 16
+        for (int m = 0; m < mr; m++) {
+            __m512 xb = _mm512_set1_ps(x[m * ldx + k]);
+            #pragma GCC unroll 16
+            for (int j = 0; j < 4; j++)
+                acc[m][j] = _mm512_fmadd_ps(xb, w[j], acc[m][j]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int m = 0; m < mr; m++)
+        #pragma GCC unroll 16
+        for (int j = 0; j < 4; j++)
+            _mm512_mask_storeu_ps(y + m * ldy + 16 * j, mask[j], acc[m][j]);
+}
+
 void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
                         int64_t b0, int64_t b1, float *scratch) {
     const int64_t K = w->k;
@@ -92,6 +136,17 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
             mask[j] = c >= 16 ? (__mmask16)0xFFFF : c <= 0 ? (__mmask16)0 : (__mmask16)((1u << c) - 1);
         }
         const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
+        if (w->type != GGUF_TYPE_F32 && m <= w->direct_rows) {
+            const bool f16 = w->type == GGUF_TYPE_F16;
+            if (m == 2)
+                kf_tile_direct(2, f16, xa->x, xa->ldx, (const uint16_t *)blk, K, y + jb * KN_NB_F,
+                               ldy, mask, w->prefetch);
+            else
+                for (int64_t i = 0; i < m; i++)
+                    kf_tile_direct(1, f16, xa->x + i * xa->ldx, xa->ldx, (const uint16_t *)blk, K,
+                                   y + i * ldy + jb * KN_NB_F, ldy, mask, w->prefetch);
+            continue;
+        }
         for (int64_t k0 = 0; k0 < K; k0 += KN_KC) {
             int64_t kc = K - k0 < KN_KC ? K - k0 : KN_KC;
             const float *wp;
