@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
-// Serving benchmark client: C concurrent streaming chat clients, each sending R requests in a row
-// (short prompts, G generated tokens, ignore_eos so every request runs to G). Reports generated
-// tokens per second over the whole run, and client-side percentiles of time to first token and
-// inter-token latency, as one JSON line.
+// Serving benchmark client: C concurrent streaming completion clients, each sending R requests
+// in a row: 10-token prompts ("Story N:" with BOS on the synthetic byte-level vocabulary), so the
+// run is decode as `verity bench --prompt 10` measures it, and G generated tokens (ignore_eos, so
+// every request runs to G). Reports generated tokens (from each stream's usage chunk) per second
+// over the whole run, and client-side percentiles of time to first token and inter-token latency,
+// as one JSON line. Throws (exit 1) if a request fails or a count is short.
 // Usage: VERITY_URL=... node serve_client.mjs CONCURRENCY REQUESTS_PER_CLIENT GEN
 const [C, R, G] = process.argv.slice(2).map(Number);
-const url = process.env.VERITY_URL + '/v1/chat/completions';
+const url = process.env.VERITY_URL + '/v1/completions';
 const ttft = [], itl = [];
 let tokens = 0;
 
@@ -13,8 +15,9 @@ async function one(i) {
   const t0 = performance.now();
   const res = await fetch(url, {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ messages: [{ role: 'user', content: `Tell story number ${i}.` }], max_tokens: G, ignore_eos: true, temperature: 0.8, seed: i, stream: true }),
+    body: JSON.stringify({ prompt: `Story ${i % 10}:`, max_tokens: G, ignore_eos: true, temperature: 0.8, seed: i, stream: true, stream_options: { include_usage: true } }),
   });
+  if (!res.ok) throw new Error(`request ${i}: HTTP ${res.status}: ${await res.text()}`);
   const dec = new TextDecoder();
   let buf = '', last = 0;
   for await (const chunk of res.body) {
@@ -24,8 +27,9 @@ async function one(i) {
       const ev = buf.slice(0, k); buf = buf.slice(k + 2);
       if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
       const d = JSON.parse(ev.slice(6));
+      if (d.usage) tokens += d.usage.completion_tokens;
       const c = d.choices[0];
-      if (c && c.delta && c.delta.content !== undefined && c.delta.role === undefined) {
+      if (c && c.text) {
         const now = performance.now();
         if (!last) ttft.push(now - t0); else itl.push(now - last);
         last = now;
@@ -38,7 +42,7 @@ async function client(c) { for (let r = 0; r < R; r++) await one(c * R + r); }
 const t0 = performance.now();
 await Promise.all(Array.from({ length: C }, (_, c) => client(c)));
 const secs = (performance.now() - t0) / 1000;
-tokens = C * R * G;
+if (tokens !== C * R * G) throw new Error(`generated ${tokens} tokens, expected ${C * R * G}`);
 const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.min(s.length - 1, Math.floor(p * s.length))] : 0; };
 console.log(JSON.stringify({
   concurrency: C, requests: C * R, gen: G, seconds: +secs.toFixed(3), tok_s: +(tokens / secs).toFixed(2),

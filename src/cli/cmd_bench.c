@@ -70,7 +70,7 @@ static int bench_default_model(const quant_plan *plan, char *path, size_t cap) {
     }
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return err_set(ERR_IO, "%s: cannot create cache directory: %s", dir, strerror(errno));
-    snprintf(path, cap, "%s/synth-0.5b-%s-seed1.gguf", dir, plan->name);
+    snprintf(path, cap, "%s/synth%d-0.5b-%s-seed1.gguf", dir, SYNTH_FORMAT, plan->name);
     if (access(path, R_OK) == 0)
         return 0;
     fprintf(stderr, "verity bench: making the synthetic 0.5b %s model (once) at %s\n", plan->name,
@@ -284,7 +284,10 @@ int cmd_bench(int argc, char **argv) {
         strbuf_printf(&sb, ",\"isa\":\"%s\",\"threads\":%d,\"read_gbs\":%.3f,\"read_buffer_bytes\":%zu,"
                            "\"fma_gflops\":%.3f},",
                       kn_isa_name(cm.isa), threads, bw, bw_bytes, fma);
-        strbuf_printf(&sb, "\"model\":{\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
+        const char *mpath = model_path ? model_path : getenv("MODEL") ? getenv("MODEL") : "";
+        strbuf_puts(&sb, "\"model\":{\"path\":");
+        strbuf_json_str(&sb, mpath, strlen(mpath), false);
+        strbuf_printf(&sb, ",\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
                            "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
                       hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
                       (long long)hp->n_embd, wbytes, flops_tok / 1e9);

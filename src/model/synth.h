@@ -13,6 +13,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Revision of what synth writes for given options; bumped whenever its output changes (a new
+ * metadata key, a different template), so caches of synthesized files key on it. */
+#define SYNTH_FORMAT 2
+
 typedef struct synth_opts {
     const char *shape;      /* "tiny", "small" or "0.5b" */
     const char *arch;       /* "llama" (default), "qwen2", "qwen3" */
