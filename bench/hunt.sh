@@ -10,7 +10,7 @@
 #   THREADS [0]: the server's compute threads (0 = one per CPU)
 #   SCRAPE_MS [250]: hunt's /metrics period (0 = off); against a slow server the scrapes, not the
 #   requests, are most of the harness's CPU
-# Without MODEL it synthesizes the 0.5b model once (seed 1) into ~/.cache/verity/. The model's
+# Without MODEL it uses the synthetic 0.5b Q8_0 model `verity bench` caches in ~/.cache/verity/. The model's
 # byte-level vocabulary makes prompts long: 2 built-in tools fit its 4096-token context, 10 do not.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -21,13 +21,9 @@ MODEL=${1:-}
 CONC=${CONC:-1,4} SESSIONS=${SESSIONS:-4} TURNS=${TURNS:-2} TOOLS=${TOOLS:-2}
 MAX_TOKENS=${MAX_TOKENS:-32} DURATION=${DURATION:-60} THREADS=${THREADS:-0}
 SCRAPE_MS=${SCRAPE_MS:-250}
-if [ -z "$MODEL" ]; then
-    MODEL="${XDG_CACHE_HOME:-$HOME/.cache}/verity/synth-0.5b-q8_0-seed1.gguf"
-    if [ ! -e "$MODEL" ]; then
-        mkdir -p "$(dirname "$MODEL")" &&
-            $V synth --shape 0.5b --type q8_0 --seed 1 -o "$MODEL.tmp" && mv "$MODEL.tmp" "$MODEL" ||
-            exit 2
-    fi
+if [ -z "$MODEL" ]; then # the model `verity bench --type q8_0` makes once and caches
+    MODEL=$($V bench --type q8_0 --batch 1 --prompt 1 --gen 1 --reps 1 --json |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["model"]["path"])') || exit 2
 fi
 maxc=$(tr , '\n' <<<"$CONC" | sort -n | tail -n 1)
 tmp=$(mktemp -d)
