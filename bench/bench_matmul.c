@@ -41,9 +41,8 @@ int main(int argc, char **argv) {
     double bw = kn_roofline_read_gbs(p, (size_t)1 << 30, 5, isa);
     double fl = kn_roofline_fma_gflops(p, 3, isa);
     printf("isa %s threads %d: read %.1f GB/s, fma %.1f GFLOP/s\n", kn_isa_name(isa), nt, bw, fl);
-    int types[] = {GGUF_TYPE_F16,  GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_1,
-                   GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
-                   GGUF_TYPE_Q6_K, GGUF_TYPE_F32};
+    int types[] = {GGUF_TYPE_F16,  GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0,
+                   GGUF_TYPE_Q5_1, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K, GGUF_TYPE_F32};
     int n_types = (int)(sizeof types / sizeof *types);
     /* a type name after the thread count restricts the run to that type */
     const char *only = argc > 2 ? argv[2] : NULL;
@@ -111,8 +110,9 @@ int main(int argc, char **argv) {
                     best = dt;
             }
             double gbs = bytes / best * 1e-9, gfl = flop_per_row * (double)c.m / best * 1e-9;
-            printf("  M=%4lld: %7.3f ms  %6.1f GB/s (%3.0f%% of bw)  %6.1f GFLOP/s (%3.0f%% of fma)\n",
-                   (long long)c.m, best * 1e3, gbs, 100 * gbs / bw, gfl, 100 * gfl / fl);
+            printf(
+                "  M=%4lld: %7.3f ms  %6.1f GB/s (%3.0f%% of bw)  %6.1f GFLOP/s (%3.0f%% of fma)\n",
+                (long long)c.m, best * 1e3, gbs, 100 * gbs / bw, gfl, 100 * gfl / fl);
             free((void *)c.a.x);
             free(c.y);
             free(c.a.q);

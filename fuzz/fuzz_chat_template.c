@@ -52,8 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                   .eos_token = "</s>",
                                   .extra = pass ? ex : NULL,
                                   .now_unix = 1741356309,
-                                  .tool_args = pass ? CHAT_TOOL_ARGS_AUTO
-                                                    : CHAT_TOOL_ARGS_AS_GIVEN};
+                                  .tool_args =
+                                      pass ? CHAT_TOOL_ARGS_AUTO : CHAT_TOOL_ARGS_AS_GIVEN};
             strbuf sb;
             strbuf_init(&sb);
             chat_template_render(t, &o, &sb);

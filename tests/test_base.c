@@ -26,7 +26,7 @@ static void t_utf8(void) {
     uint32_t cp;
     T_EQ_INT(utf8_decode((const unsigned char *)"\xE2\x82\xAC", 3, &cp), 3);
     T_EQ_INT(cp, 0x20AC);
-    T_EQ_INT(utf8_decode((const unsigned char *)"\xC0\x80", 2, &cp), -1); /* overlong */
+    T_EQ_INT(utf8_decode((const unsigned char *)"\xC0\x80", 2, &cp), -1);     /* overlong */
     T_EQ_INT(utf8_decode((const unsigned char *)"\xED\xA0\x80", 3, &cp), -1); /* surrogate */
     T_EQ_INT(utf8_decode((const unsigned char *)"\xF4\x90\x80\x80", 4, &cp), -1);
     T_EQ_INT(utf8_incomplete_tail("ab\xE2\x82", 4), 2);
@@ -68,7 +68,7 @@ static void t_arena(void) {
     T_CHECK(a);
     void *p = arena_alloc(a, 10);
     T_CHECK(p && ((uintptr_t)p & 15) == 0);
-    T_CHECK(arena_alloc(a, 1000)); /* oversized chunk */
+    T_CHECK(arena_alloc(a, 1000));         /* oversized chunk */
     T_CHECK(arena_alloc(a, 5000) == NULL); /* over the limit */
     arena_reset(a);
     T_EQ_INT(arena_used(a), 0);
@@ -90,14 +90,19 @@ static void t_json(void) {
     strbuf sb;
     strbuf_init(&sb);
     json_write(&sb, v);
-    T_CHECK(strcmp(sb.data, "{\"a\":{\"k\":\"\\u0000z\"},\"b\":\"x\xC3\xA9\xF0\x9F\x98\x80\"}") == 0);
+    T_CHECK(strcmp(sb.data, "{\"a\":{\"k\":\"\\u0000z\"},\"b\":\"x\xC3\xA9\xF0\x9F\x98\x80\"}") ==
+            0);
     strbuf_deinit(&sb);
     static const char *eq[][2] = {{"{\"a\":[1,{\"b\":null}],\"c\":\"\\u0000\"}",
                                    "{\"c\":\"\\u0000\",\"a\":[1.0,{\"b\":null}]}"},
-                                  {"[]", "[]"}, {"{\"x\":1,\"x\":2}", "{\"x\":2}"}};
-    static const char *ne[][2] = {{"{\"a\":1}", "{\"a\":1,\"b\":1}"}, {"[1,2]", "[2,1]"},
-                                  {"{\"a\\u0000b\":1}", "{\"a\":1}"}, {"\"ab\"", "\"a\""},
-                                  {"0", "false"}, {"{\"a\":[1]}", "{\"a\":[1,1]}"}};
+                                  {"[]", "[]"},
+                                  {"{\"x\":1,\"x\":2}", "{\"x\":2}"}};
+    static const char *ne[][2] = {{"{\"a\":1}", "{\"a\":1,\"b\":1}"},
+                                  {"[1,2]", "[2,1]"},
+                                  {"{\"a\\u0000b\":1}", "{\"a\":1}"},
+                                  {"\"ab\"", "\"a\""},
+                                  {"0", "false"},
+                                  {"{\"a\":[1]}", "{\"a\":[1,1]}"}};
     for (size_t i = 0; i < sizeof eq / sizeof *eq + sizeof ne / sizeof *ne; i++) {
         bool want = i < sizeof eq / sizeof *eq;
         const char *const *pr = want ? eq[i] : ne[i - sizeof eq / sizeof *eq];
@@ -106,8 +111,9 @@ static void t_json(void) {
         T_OK(json_parse(a, pr[1], strlen(pr[1]), &y));
         T_CHECKF(json_equal(x, y) == want && json_equal(y, x) == want, "%s vs %s", pr[0], pr[1]);
     }
-    static const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\ud800\"", "\"\xFF\"",
-                                "[1] x", "tru", "\"a\nb\"", "-", "{\"a\":1,}", "\"\\x\""};
+    static const char *bad[] = {"",         "{",           "[1,]",       "{\"a\" 1}", "01",
+                                "1.",       "\"\\ud800\"", "\"\xFF\"",   "[1] x",     "tru",
+                                "\"a\nb\"", "-",           "{\"a\":1,}", "\"\\x\""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int rc = json_parse(a, bad[i], strlen(bad[i]), &v);
         T_CHECKF(rc == ERR_FORMAT, "'%s' gave %d", bad[i], rc);

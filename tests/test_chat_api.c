@@ -66,13 +66,15 @@ static void t_create_errors(void) {
     chat_template_destroy(NULL);
     expect_error("line1\n{% if x %}\n{{ 1 + }}", ERR_FORMAT, "template line 3:");
     expect_error("{% if x %}never closed", ERR_FORMAT, "unexpected end of template");
-    expect_error("a\n\n{% include 'x' %}", ERR_UNSUPPORTED, "template line 3: unsupported tag "
+    expect_error("a\n\n{% include 'x' %}", ERR_UNSUPPORTED,
+                 "template line 3: unsupported tag "
                  "'include'");
     expect_error("{% extends 'base' %}", ERR_UNSUPPORTED, "unsupported tag 'extends'");
     expect_error("{% call m() %}x{% endcall %}", ERR_UNSUPPORTED, "unsupported tag 'call'");
     expect_error("{% for x in y recursive %}{% endfor %}", ERR_UNSUPPORTED, "recursive");
     expect_error("{% do x %}", ERR_FORMAT, "unknown tag 'do'");
-    expect_error("\n{{ x | nosuchfilter }}", ERR_FORMAT, "template line 2: No filter named "
+    expect_error("\n{{ x | nosuchfilter }}", ERR_FORMAT,
+                 "template line 2: No filter named "
                  "'nosuchfilter'");
     expect_error("{{ 'a' }}\n{{ 'x' | wordwrap(3) }}", ERR_UNSUPPORTED,
                  "template line 2: unsupported filter 'wordwrap'");
@@ -84,7 +86,8 @@ static void t_create_errors(void) {
 }
 
 static void t_runtime_errors(void) {
-    expect_error("a\nb\n{{ 'a' + 1 }}", ERR_INVAL, "template line 3: can only concatenate str "
+    expect_error("a\nb\n{{ 'a' + 1 }}", ERR_INVAL,
+                 "template line 3: can only concatenate str "
                  "(not \"int\") to str");
     expect_error("{{ x.y.z }}", ERR_INVAL, "'x' is undefined");
     expect_error("{{ [1,2].append(3) }}", ERR_INVAL,
@@ -157,18 +160,21 @@ static void t_tool_args(void) {
     json_write(&sb, objs);
     T_CHECKF(strstr(sb.data, "\"arguments\":{\"a\":[1,2]}") &&
                  strstr(sb.data, "\"arguments\":{\"b\":true}") &&
-                 strstr(sb.data, "\"arguments\":\"not json\""), "%s", sb.data);
+                 strstr(sb.data, "\"arguments\":\"not json\""),
+             "%s", sb.data);
     strbuf_reset(&sb);
     json_write(&sb, strs);
     T_CHECKF(strstr(sb.data, "\"arguments\":\"{\\\"a\\\": [1, 2]}\"") &&
-                 strstr(sb.data, "\"arguments\":\"{\\\"b\\\":true}\""), "%s", sb.data);
+                 strstr(sb.data, "\"arguments\":\"{\\\"b\\\":true}\""),
+             "%s", sb.data);
     /* the input is untouched */
     strbuf_reset(&sb);
     json_write(&sb, msgs);
     T_CHECK(strstr(sb.data, "\"arguments\":{\"b\":true}"));
     strbuf_deinit(&sb);
-    T_EQ_INT(chat_messages_normalize_tool_args(a, json_get(msgs->arr.items[0], "content"), true,
-                                               &objs), ERR_INVAL);
+    T_EQ_INT(
+        chat_messages_normalize_tool_args(a, json_get(msgs->arr.items[0], "content"), true, &objs),
+        ERR_INVAL);
     /* render-time modes */
     chat_render_opts o = {.messages = msgs, .tool_args = CHAT_TOOL_ARGS_OBJECT};
     const char *src = "{% for m in messages %}{% for c in m.tool_calls | default([]) %}"
@@ -218,7 +224,9 @@ static void expect_fails(char *src, int code) {
     free(src);
 }
 
-static const char *repeat_once_text(void) { return "((1))"; }
+static const char *repeat_once_text(void) {
+    return "((1))";
+}
 
 static void t_hostile(void) {
     expect_output(repeat_once_text(), NULL, "((1))");
@@ -259,11 +267,13 @@ static void t_hostile(void) {
     T_CHECKF(rc == ERR_TOOLARGE || rc == 0, "filters: %d %s", rc, err_detail());
     strbuf_deinit(&big);
     expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-                 "{% endfor %}", ERR_TOOLARGE, "evaluation steps");
+                 "{% endfor %}",
+                 ERR_TOOLARGE, "evaluation steps");
     expect_error("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", ERR_TOOLARGE,
                  "output exceeds");
     expect_error("{% set ns = namespace(s='x') %}{% for i in range(100) %}"
-                 "{% set ns.s = ns.s ~ ns.s %}{% endfor %}", ERR_TOOLARGE, NULL);
+                 "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                 ERR_TOOLARGE, NULL);
     /* quadratic copying: stopped by the step budget or the render arena's bound */
     rc = render_code("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
                      "{% set ns.l = ns.l + [i] %}{% endfor %}");
@@ -310,11 +320,13 @@ static void *render_thread(void *p) {
 }
 
 static void t_threads(void) {
-    const char *src = "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
-                      "<{{ m.role }}:{{ m.content | upper }}>{% endfor %}{{ ns.n }}{{ [1, 2] }}";
+    const char *src =
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+        "<{{ m.role }}:{{ m.content | upper }}>{% endfor %}{{ ns.n }}{{ [1, 2] }}";
     arena *a = arena_create(0, 0);
     json_value *msgs = NULL;
-    const char *mj = "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"}]";
+    const char *mj =
+        "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"}]";
     T_OK(json_parse(a, mj, strlen(mj), &msgs));
     chat_template *t = NULL;
     T_OK(chat_template_create(src, strlen(src), &t));

@@ -56,10 +56,12 @@ static void describe_diff(const char *exp, size_t en, const char *act, size_t an
     while (i < en && i < an && exp[i] == act[i])
         i++;
     size_t from = i > 40 ? i - 40 : 0;
-    int el = (int)((en - from) < 80 ? en - from : 80), al = (int)((an - from) < 80 ? an - from : 80);
-    snprintf(msg, cap, "first difference at byte %zu (expected %zu bytes, got %zu)\n"
-             "      expected: ...%.*s...\n      actual:   ...%.*s...", i, en, an, el, exp + from,
-             al, act + from);
+    int el = (int)((en - from) < 80 ? en - from : 80),
+        al = (int)((an - from) < 80 ? an - from : 80);
+    snprintf(msg, cap,
+             "first difference at byte %zu (expected %zu bytes, got %zu)\n"
+             "      expected: ...%.*s...\n      actual:   ...%.*s...",
+             i, en, an, el, exp + from, al, act + from);
 }
 
 static void t_golden_one(void) {
@@ -93,8 +95,10 @@ static void t_golden_one(void) {
     bool want_obj = false;
     json_as_bool(json_get(exp, "wants_object_args"), &want_obj);
     if (chat_template_wants_object_args(t) != want_obj) {
-        snprintf(first_fail, sizeof first_fail, "wants_object_args is %d, the probe under jinja2 "
-                 "says %d", !want_obj, want_obj);
+        snprintf(first_fail, sizeof first_fail,
+                 "wants_object_args is %d, the probe under jinja2 "
+                 "says %d",
+                 !want_obj, want_obj);
         fails++;
     }
     bool verbose = getenv("CT_GOLDEN_VERBOSE") != NULL;
@@ -140,8 +144,8 @@ static void t_golden_one(void) {
                 snprintf(msg, sizeof msg, "rendered, but jinja2 failed with %s: %.*s", etype,
                          (int)wn, ws);
             } else if (rc != ERR_INVAL) {
-                snprintf(msg, sizeof msg, "failed with %s (%s), jinja2 with %s: %.*s",
-                         err_name(rc), d, etype, (int)wn, ws);
+                snprintf(msg, sizeof msg, "failed with %s (%s), jinja2 with %s: %.*s", err_name(rc),
+                         d, etype, (int)wn, ws);
             } else {
                 /* raise_exception keeps its message verbatim; other errors carry a
                  * "template line N: " prefix before jinja2's message */
@@ -191,9 +195,10 @@ static void t_golden_one(void) {
                       : rc != 0;
         if (!ok) {
             if (!fails)
-                snprintf(first_fail, sizeof first_fail, "CHAT_TOOL_ARGS_AUTO on tool_call_str does "
-                         "not render like %s (rc %d: %s)", want_obj ? "tool_call_obj" :
-                         "tool_call_str", rc, rc ? err_detail() : "");
+                snprintf(first_fail, sizeof first_fail,
+                         "CHAT_TOOL_ARGS_AUTO on tool_call_str does "
+                         "not render like %s (rc %d: %s)",
+                         want_obj ? "tool_call_obj" : "tool_call_str", rc, rc ? err_detail() : "");
             fails++;
         }
         strbuf_deinit(&sb);

@@ -128,8 +128,7 @@ static void t_unit_snippets(void) {
                           ? (dn == en && memcmp(d, werr, en) == 0)
                           : (dn >= en && memcmp(d + dn - en, werr, en) == 0);
             if (!ok)
-                snprintf(msg, sizeof msg, "error '%s', jinja2 %s: '%.*s'", d, wtype, (int)en,
-                         werr);
+                snprintf(msg, sizeof msg, "error '%s', jinja2 %s: '%.*s'", d, wtype, (int)en, werr);
         }
         strbuf_deinit(&sb);
         chat_template_destroy(t);

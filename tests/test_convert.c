@@ -35,7 +35,8 @@ static void t_same_as_shipped(void) {
                  "tensor %s: type/shape differ", name);
         T_CHECKF(memcmp(ta->data, tb->data, ta->size_bytes) == 0, "tensor %s: data differ", name);
     }
-    const char *keys[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"};
+    const char *keys[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                          "tokenizer.ggml.token_type"};
     for (int k = 0; k < 3; k++) {
         gguf_arr x, y;
         T_OK(gguf_get_arr(a, keys[k], &x));
@@ -44,16 +45,19 @@ static void t_same_as_shipped(void) {
         for (uint64_t i = 0; i < x.n; i++) {
             if (x.type == GGUF_VT_STRING) {
                 gguf_str s = gguf_arr_str(&x, i), t = gguf_arr_str(&y, i);
-                T_CHECKF(s.len == t.len && memcmp(s.s, t.s, s.len) == 0, "%s[%llu] differs", keys[k],
-                         (unsigned long long)i);
+                T_CHECKF(s.len == t.len && memcmp(s.s, t.s, s.len) == 0, "%s[%llu] differs",
+                         keys[k], (unsigned long long)i);
             } else {
                 T_CHECKF(gguf_arr_f64(&x, i) == gguf_arr_f64(&y, i), "%s[%llu] differs", keys[k],
                          (unsigned long long)i);
             }
         }
     }
-    const char *hp[] = {"llama.embedding_length", "llama.feed_forward_length", "llama.block_count",
-                        "llama.attention.head_count", "llama.attention.head_count_kv",
+    const char *hp[] = {"llama.embedding_length",
+                        "llama.feed_forward_length",
+                        "llama.block_count",
+                        "llama.attention.head_count",
+                        "llama.attention.head_count_kv",
                         "llama.rope.dimension_count"};
     for (int k = 0; k < 6; k++) {
         uint32_t u, v;

@@ -412,22 +412,23 @@ static void t_dequant_known(void) {
  *     the least-squares fit may clamp the extremes, and the quantization of the sub-block scale
  *     to 6 bits (Q4_K/Q5_K) or int8 (Q6_K) against the super-block's d, which moves a code's
  *     value by at most nmax * d / 2, and of the min by dmin / 2. On average they do much better:
- *     the RMS error over all elements, relative to the RMS of x, is bounded too: a uniform quantizer with step
- *     range/nmax has RMS error step / sqrt(12); for 32 normal samples range ~ 4.1 sigma, so Q4_K
- *     ~0.079, Q5_K ~0.038; Q6_K (16-element absmax, 32 levels per side, amax ~ 2.0 sigma) ~0.018.
- *     The limits below are those with ~25% headroom (measured: VERITY_TEST_VERBOSE=1), and every
- *     element must be within 1.5 sub-block steps of its input. */
+ *     the RMS error over all elements, relative to the RMS of x, is bounded too: a uniform
+ * quantizer with step range/nmax has RMS error step / sqrt(12); for 32 normal samples range ~ 4.1
+ * sigma, so Q4_K ~0.079, Q5_K ~0.038; Q6_K (16-element absmax, 32 levels per side, amax ~ 2.0
+ * sigma) ~0.018. The limits below are those with ~25% headroom (measured: VERITY_TEST_VERBOSE=1),
+ * and every element must be within 1.5 sub-block steps of its input. */
 static void t_quant_roundtrip(void) {
     const int types[] = {GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,
                          GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
     const double rms_limit[] = {0, 0, 0, 0.10, 0.048, 0.024};
     const int64_t k = 2304, n = 48;
-    float *x = malloc((size_t)(n * k) * sizeof(float)), *y = malloc((size_t)(n * k) * sizeof(float));
+    float *x = malloc((size_t)(n * k) * sizeof(float)),
+          *y = malloc((size_t)(n * k) * sizeof(float));
     for (int64_t i = 0; i < n * k; i++)
         x[i] = rndf();
     for (int j = 0; j < 32; j++) {
-        x[j] = 0.0f;          /* zero block */
-        x[k + j] = 0.75f;     /* constant block */
+        x[j] = 0.0f;           /* zero block */
+        x[k + j] = 0.75f;      /* constant block */
         x[2 * k + j] *= 0.01f; /* tiny block with an outlier */
     }
     x[2 * k + 5] = 40.0f;
@@ -469,8 +470,8 @@ static void t_quant_roundtrip(void) {
                     double step = type == GGUF_TYPE_Q6_K ? 2 * amax / 63 : range / nmax;
                     /* the super-block's stored d and dmin (same offsets in Q4_K and Q5_K) */
                     int64_t row = b / (k / 32), sb = (b % (k / 32)) / 8;
-                    const unsigned char *blk = (const unsigned char *)d + row * rb +
-                                               sb * gguf_type_block_bytes(type);
+                    const unsigned char *blk =
+                        (const unsigned char *)d + row * rb + sb * gguf_type_block_bytes(type);
                     double dsup, dmin = 0;
                     if (type == GGUF_TYPE_Q6_K) {
                         dsup = fabs(kn_f16_to_f32(((const kn_block_q6_K *)blk)->d));
@@ -514,7 +515,8 @@ static void t_matmul_kq_large_m(void) {
     act_buf ab;
     act_make(&ab, m, k, k, true);
     kn_act_quantize(&ab.a, k, 0, m, KN_ISA_SCALAR);
-    float *yr = calloc((size_t)(m * n), sizeof(float)), *ys = calloc((size_t)(m * n), sizeof(float));
+    float *yr = calloc((size_t)(m * n), sizeof(float)),
+          *ys = calloc((size_t)(m * n), sizeof(float));
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         void *w = make_weights(types[ti], n, k, NULL);
         kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, n);
@@ -595,7 +597,8 @@ static void t_attention(void) {
             unsigned char *kpool = malloc((size_t)nb * block_bytes);
             unsigned char *vpool = malloc((size_t)nb * block_bytes);
             int32_t table[16];
-            float *kf = malloc((size_t)(n_pos * stride) * 4), *vf = malloc((size_t)(n_pos * stride) * 4);
+            float *kf = malloc((size_t)(n_pos * stride) * 4),
+                  *vf = malloc((size_t)(n_pos * stride) * 4);
             for (int64_t b = 0; b < nb; b++)
                 table[b] = (int32_t)(nb - 1 - b); /* blocks deliberately out of order */
             for (int64_t p = 0; p < n_pos; p++) {
@@ -603,7 +606,8 @@ static void t_attention(void) {
                     kf[p * stride + e] = rndf();
                     vf[p * stride + e] = rndf();
                 }
-                size_t off = (size_t)table[p / bs] * block_bytes + (size_t)((p % bs) * stride) * esz;
+                size_t off =
+                    (size_t)table[p / bs] * block_bytes + (size_t)((p % bs) * stride) * esz;
                 kn_store_kv(kpool + off, kf + p * stride, stride, f16, KN_ISA_SCALAR);
                 kn_store_kv(vpool + off, vf + p * stride, stride, f16, KN_ISA_SCALAR);
                 if (f16)
@@ -612,44 +616,50 @@ static void t_attention(void) {
                         vf[p * stride + e] = kn_f16_to_f32(kn_f32_to_f16(vf[p * stride + e]));
                     }
             }
-            kn_attn_kv kv = {.k_base = kpool, .v_base = vpool, .block_bytes = block_bytes,
-                             .table = table, .block_size = bs, .kv_stride = stride, .f16 = f16};
+            kn_attn_kv kv = {.k_base = kpool,
+                             .v_base = vpool,
+                             .block_bytes = block_bytes,
+                             .table = table,
+                             .block_size = bs,
+                             .kv_stride = stride,
+                             .f16 = f16};
             float q[128], outr[128], outs[128], scratch[64];
             for (int64_t d = 0; d < hd; d++)
                 q[d] = rndf();
             float scale = 1.0f / sqrtf((float)hd);
             for (int64_t win = 0; win <= 37; win += 37)
-            for (int64_t np = 1; np <= n_pos; np += 37) {
-                kv.window = win;
-                int64_t p_start = win && np > win ? np - win : 0;
-                kn_attn_row(q, &kv, 1, hd, np, scale, 64, scratch, outr, KN_ISA_SCALAR);
-                /* float64 reference */
-                double mx = -1e300, den = 0, num[128] = {0};
-                double sc[200];
-                for (int64_t p = p_start; p < np; p++) {
-                    double s = 0;
+                for (int64_t np = 1; np <= n_pos; np += 37) {
+                    kv.window = win;
+                    int64_t p_start = win && np > win ? np - win : 0;
+                    kn_attn_row(q, &kv, 1, hd, np, scale, 64, scratch, outr, KN_ISA_SCALAR);
+                    /* float64 reference */
+                    double mx = -1e300, den = 0, num[128] = {0};
+                    double sc[200];
+                    for (int64_t p = p_start; p < np; p++) {
+                        double s = 0;
+                        for (int64_t d = 0; d < hd; d++)
+                            s += (double)q[d] * kf[p * stride + hd + d];
+                        sc[p] = s * scale;
+                        if (sc[p] > mx)
+                            mx = sc[p];
+                    }
+                    for (int64_t p = p_start; p < np; p++) {
+                        double e = exp(sc[p] - mx);
+                        den += e;
+                        for (int64_t d = 0; d < hd; d++)
+                            num[d] += e * vf[p * stride + hd + d];
+                    }
                     for (int64_t d = 0; d < hd; d++)
-                        s += (double)q[d] * kf[p * stride + hd + d];
-                    sc[p] = s * scale;
-                    if (sc[p] > mx)
-                        mx = sc[p];
+                        T_CHECKF(fabs(outr[d] - num[d] / den) < 2e-5, "attn hd=%lld np=%lld d=%lld",
+                                 (long long)hd, (long long)np, (long long)d);
+                    for (int ii = 0; ii < n_simd; ii++) {
+                        kn_attn_row(q, &kv, 1, hd, np, scale, 64, scratch, outs, simd_isas[ii]);
+                        T_CHECKF(memcmp(outr, outs, (size_t)hd * 4) == 0,
+                                 "attention hd=%lld f16=%d n_pos=%lld window %lld isa %s",
+                                 (long long)hd, f16, (long long)np, (long long)win,
+                                 kn_isa_name(simd_isas[ii]));
+                    }
                 }
-                for (int64_t p = p_start; p < np; p++) {
-                    double e = exp(sc[p] - mx);
-                    den += e;
-                    for (int64_t d = 0; d < hd; d++)
-                        num[d] += e * vf[p * stride + hd + d];
-                }
-                for (int64_t d = 0; d < hd; d++)
-                    T_CHECKF(fabs(outr[d] - num[d] / den) < 2e-5, "attn hd=%lld np=%lld d=%lld",
-                             (long long)hd, (long long)np, (long long)d);
-                for (int ii = 0; ii < n_simd; ii++) {
-                    kn_attn_row(q, &kv, 1, hd, np, scale, 64, scratch, outs, simd_isas[ii]);
-                    T_CHECKF(memcmp(outr, outs, (size_t)hd * 4) == 0,
-                             "attention hd=%lld f16=%d n_pos=%lld window %lld isa %s", (long long)hd,
-                             f16, (long long)np, (long long)win, kn_isa_name(simd_isas[ii]));
-                }
-            }
             free(kpool);
             free(vpool);
             free(kf);

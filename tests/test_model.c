@@ -41,9 +41,15 @@ static const char *synth_variant(const char *arch, int type, bool tied, uint64_t
     snprintf(path, sizeof path, "%s/%s-%s-%d-%llu-%s-%lld.gguf", test_tmpdir(), arch,
              type_label(type), tied, (unsigned long long)seed, rope_scaling ? rope_scaling : "none",
              (long long)window);
-    synth_opts o = {.shape = k ? "small" : "tiny", .arch = arch, .type = type, .seed = seed,
-                    .tied = tied, .tied_set = true, .q4_k_m = type == TYPE_Q4_K_M,
-                    .rope_scaling = rope_scaling, .sliding_window = window};
+    synth_opts o = {.shape = k ? "small" : "tiny",
+                    .arch = arch,
+                    .type = type,
+                    .seed = seed,
+                    .tied = tied,
+                    .tied_set = true,
+                    .q4_k_m = type == TYPE_Q4_K_M,
+                    .rope_scaling = rope_scaling,
+                    .sliding_window = window};
     int rc = synth_write(&o, path);
     if (rc)
         test_fail(__FILE__, __LINE__, "synth: %s", err_detail());
@@ -98,7 +104,8 @@ static const float *ref_factors; /* the model's RoPE frequency factors, or NULL 
 
 static void ref_rope(double *x, int64_t n_rot, int64_t pos, const model_hparams *hp) {
     for (int64_t i = 0; i < n_rot / 2; i++) {
-        double th = hp->rope_freq_scale * (double)pos * pow(hp->rope_base, -2.0 * (double)i / (double)n_rot);
+        double th = hp->rope_freq_scale * (double)pos *
+                    pow(hp->rope_base, -2.0 * (double)i / (double)n_rot);
         if (ref_factors)
             th /= ref_factors[i];
         int64_t a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + n_rot / 2 : 2 * i + 1;
@@ -114,7 +121,8 @@ static double *ref_forward(const model *m, const int32_t *tok, int64_t n, bool k
     const model_hparams *hp = model_get_hparams(m);
     int64_t D = hp->n_embd, F = hp->n_ff, HD = hp->head_dim, QD = hp->n_head * HD;
     int64_t KVD = hp->n_head_kv * HD, V = hp->n_vocab;
-    double *x = calloc((size_t)(n * D), 8), *xn = malloc((size_t)D * 8), *q = malloc((size_t)QD * 8);
+    double *x = calloc((size_t)(n * D), 8), *xn = malloc((size_t)D * 8),
+           *q = malloc((size_t)QD * 8);
     double *kc = malloc((size_t)(n * KVD) * 8), *vc = malloc((size_t)(n * KVD) * 8);
     double *att = malloc((size_t)QD * 8), *tmp = malloc((size_t)(F > D ? F : D) * 8);
     double *g = malloc((size_t)F * 8), *u = malloc((size_t)F * 8), *sc = malloc((size_t)n * 8);
@@ -148,7 +156,8 @@ static double *ref_forward(const model *m, const int32_t *tok, int64_t n, bool k
             }
             for (int64_t h = 0; h < hp->n_head_kv; h++) {
                 if (L->k_norm)
-                    ref_rmsnorm(kc + t * KVD + h * HD, L->k_norm, HD, hp->rms_eps, kc + t * KVD + h * HD);
+                    ref_rmsnorm(kc + t * KVD + h * HD, L->k_norm, HD, hp->rms_eps,
+                                kc + t * KVD + h * HD);
                 ref_rope(kc + t * KVD + h * HD, hp->n_rot, t, hp);
             }
             if (kv_f16)
@@ -244,8 +253,11 @@ static void env_open(run_env *e, const char *path, kn_isa isa, bool kv_f16, int 
                      int64_t max_tokens, int64_t n_blocks) {
     T_OK(model_load(path, isa, &e->m));
     const model_hparams *hp = model_get_hparams(e->m);
-    kv_pool_opts ko = {.n_layer = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim,
-                       .block_size = 16, .n_blocks = n_blocks, .f16 = kv_f16};
+    kv_pool_opts ko = {.n_layer = hp->n_layer,
+                       .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .block_size = 16,
+                       .n_blocks = n_blocks,
+                       .f16 = kv_f16};
     T_OK(kv_pool_create(&ko, &e->kv));
     T_OK(fwd_ctx_create(e->m, e->kv, max_tokens, max_tokens, threads, 64, &e->fc));
 }
@@ -268,8 +280,12 @@ static void ref_compare(const char *path, double tol, const char *what) {
     for (int i = 0; i < n; i++)
         toks[i] = (int32_t)((i * 41 + 5) % V);
     int32_t blocks[4] = {2, 3, 0, 1};
-    fwd_seq sq = {.tokens = toks, .n_tokens = (int32_t)n, .pos0 = 0, .blocks = blocks,
-                  .n_blocks = 4, .n_logits = (int32_t)n};
+    fwd_seq sq = {.tokens = toks,
+                  .n_tokens = (int32_t)n,
+                  .pos0 = 0,
+                  .blocks = blocks,
+                  .n_blocks = 4,
+                  .n_logits = (int32_t)n};
     fwd_batch b = {.seqs = &sq, .n_seqs = 1};
     const float *lg;
     int64_t no;
@@ -290,12 +306,15 @@ static void ref_compare(const char *path, double tol, const char *what) {
 static void t_reference_rope_window(void) {
     const char *scalings[] = {"linear", "llama3", "llama3-tensor"};
     for (int i = 0; i < 3; i++)
-        ref_compare(synth_variant("llama", GGUF_TYPE_F32, true, 3, scalings[i], 0), 2e-6, scalings[i]);
+        ref_compare(synth_variant("llama", GGUF_TYPE_F32, true, 3, scalings[i], 0), 2e-6,
+                    scalings[i]);
     ref_compare(synth_variant("llama", GGUF_TYPE_F32, false, 4, NULL, 7), 2e-6, "window 7");
-    ref_compare(synth_variant("qwen2", GGUF_TYPE_F32, false, 4, "llama3", 9), 2e-6, "qwen2 llama3 window 9");
+    ref_compare(synth_variant("qwen2", GGUF_TYPE_F32, false, 4, "llama3", 9), 2e-6,
+                "qwen2 llama3 window 9");
     /* the loader really applied them */
     model *m;
-    T_OK(model_load(synth_variant("llama", GGUF_TYPE_F32, true, 3, "llama3", 0), KN_ISA_SCALAR, &m));
+    T_OK(
+        model_load(synth_variant("llama", GGUF_TYPE_F32, true, 3, "llama3", 0), KN_ISA_SCALAR, &m));
     T_CHECK(m->rope_factors && m->rope_factors[0] == 1.0f && m->rope_factors[7] > 1.0f);
     model_destroy(m);
     T_OK(model_load(synth_variant("llama", GGUF_TYPE_F32, false, 4, NULL, 7), KN_ISA_SCALAR, &m));
@@ -344,8 +363,12 @@ static void t_reference(void) {
                 for (int i = 0; i < n; i++)
                     toks[i] = (int32_t)((i * 37 + 11) % V);
                 int32_t blocks[4] = {3, 0, 2, 1};
-                fwd_seq s = {.tokens = toks, .n_tokens = (int32_t)n, .pos0 = 0, .blocks = blocks,
-                             .n_blocks = 4, .n_logits = (int32_t)n};
+                fwd_seq s = {.tokens = toks,
+                             .n_tokens = (int32_t)n,
+                             .pos0 = 0,
+                             .blocks = blocks,
+                             .n_blocks = 4,
+                             .n_logits = (int32_t)n};
                 fwd_batch b = {.seqs = &s, .n_seqs = 1};
                 const float *lg;
                 int64_t no;
@@ -362,10 +385,12 @@ static void t_reference(void) {
                 }
                 double tol = q ? 2.5e-2 : kvf ? 5e-5 : 2e-6;
                 if (getenv("VERITY_TEST_VERBOSE"))
-                    fprintf(stderr, "%s %s kv%s: rel %.3g (tol %g)\n", archs[ai], type_label(type), kvf ? "f16" : "f32", maxdiff / maxref, tol);
-                T_CHECKF(maxdiff <= tol * maxref, "%s %s kv%s: max diff %g, max |ref| %g (rel %g > %g)",
-                         archs[ai], type_label(type), kvf ? "f16" : "f32", maxdiff, maxref,
-                         maxdiff / maxref, tol);
+                    fprintf(stderr, "%s %s kv%s: rel %.3g (tol %g)\n", archs[ai], type_label(type),
+                            kvf ? "f16" : "f32", maxdiff / maxref, tol);
+                T_CHECKF(maxdiff <= tol * maxref,
+                         "%s %s kv%s: max diff %g, max |ref| %g (rel %g > %g)", archs[ai],
+                         type_label(type), kvf ? "f16" : "f32", maxdiff, maxref, maxdiff / maxref,
+                         tol);
                 free(ref);
                 env_close(&e);
             }
@@ -375,7 +400,7 @@ static void t_reference(void) {
 
 /* ---- invariance ---- */
 
-#define INV_SEQS 12
+#define INV_SEQS   12
 #define INV_MAXLEN 40
 
 typedef struct inv_case {
@@ -431,8 +456,11 @@ static void inv_run(inv_case *ic, const char *path, kn_isa isa, int threads, int
             int32_t n = ic->len[s] - done[s];
             if (n > chunk)
                 n = chunk;
-            seqs[ns] = (fwd_seq){.tokens = ic->toks[s] + done[s], .n_tokens = n,
-                                 .pos0 = done[s], .blocks = tables[s], .n_blocks = 4,
+            seqs[ns] = (fwd_seq){.tokens = ic->toks[s] + done[s],
+                                 .n_tokens = n,
+                                 .pos0 = done[s],
+                                 .blocks = tables[s],
+                                 .n_blocks = 4,
                                  .n_logits = n};
             which[ns++] = s;
         }
@@ -449,10 +477,11 @@ static void inv_run(inv_case *ic, const char *path, kn_isa isa, int threads, int
                 if (store)
                     memcpy(g, lg + o * ic->V, (size_t)ic->V * 4);
                 else
-                    T_CHECKF(memcmp(g, lg + o * ic->V, (size_t)ic->V * 4) == 0,
-                             "seq %d pos %d differs (isa %s threads %d batch %d chunk %d order %llu)",
-                             s, done[s] + k, kn_isa_name(isa), threads, batch, chunk,
-                             (unsigned long long)order_seed);
+                    T_CHECKF(
+                        memcmp(g, lg + o * ic->V, (size_t)ic->V * 4) == 0,
+                        "seq %d pos %d differs (isa %s threads %d batch %d chunk %d order %llu)", s,
+                        done[s] + k, kn_isa_name(isa), threads, batch, chunk,
+                        (unsigned long long)order_seed);
             }
             done[s] += seqs[i].n_tokens;
             if (done[s] >= ic->len[s])
@@ -470,15 +499,15 @@ static void t_invariance(void) {
         const char *rope;
         int64_t window;
     } vs[] = {
-        {"llama", GGUF_TYPE_F16, NULL, 0},    {"llama", GGUF_TYPE_Q8_0, NULL, 0},
-        {"llama", GGUF_TYPE_Q4_0, NULL, 0},   {"llama", GGUF_TYPE_Q5_1, NULL, 0},
-        {"llama", GGUF_TYPE_Q5_K, NULL, 0},   {"llama", TYPE_Q4_K_M, NULL, 0},
-        {"qwen2", GGUF_TYPE_F16, NULL, 0},    {"qwen3", TYPE_Q4_K_M, NULL, 0},
+        {"llama", GGUF_TYPE_F16, NULL, 0},      {"llama", GGUF_TYPE_Q8_0, NULL, 0},
+        {"llama", GGUF_TYPE_Q4_0, NULL, 0},     {"llama", GGUF_TYPE_Q5_1, NULL, 0},
+        {"llama", GGUF_TYPE_Q5_K, NULL, 0},     {"llama", TYPE_Q4_K_M, NULL, 0},
+        {"qwen2", GGUF_TYPE_F16, NULL, 0},      {"qwen3", TYPE_Q4_K_M, NULL, 0},
         {"llama", GGUF_TYPE_F16, "llama3", 13},
     };
     for (int ti = 0; ti < (int)(sizeof vs / sizeof *vs); ti++) {
-        const char *path = synth_variant(vs[ti].arch, vs[ti].type, false, 21, vs[ti].rope,
-                                         vs[ti].window);
+        const char *path =
+            synth_variant(vs[ti].arch, vs[ti].type, false, 21, vs[ti].rope, vs[ti].window);
         inv_case ic;
         model *m;
         T_OK(model_load(path, KN_ISA_SCALAR, &m));
@@ -503,8 +532,8 @@ static void t_invariance(void) {
         for (int bi = 0; bi < 3; bi++)
             for (int ci = 0; ci < 4; ci++)
                 for (int th = 1; th <= 2; th++)
-                    inv_run(&ic, path, best, th, batches[bi], chunks[ci], (uint64_t)(bi * 8 + ci + th),
-                            false);
+                    inv_run(&ic, path, best, th, batches[bi], chunks[ci],
+                            (uint64_t)(bi * 8 + ci + th), false);
         /* every instruction set gives the same bits */
         for (int isa = KN_ISA_SCALAR; isa <= KN_ISA_AVX512; isa++)
             if (kn_isa_available((kn_isa)isa))
@@ -519,7 +548,8 @@ static void t_bad_input(void) {
     env_open(&e, path, KN_ISA_SCALAR, false, 1, 8, 4);
     int32_t toks[2] = {1, 99999};
     int32_t blocks[1] = {0};
-    fwd_seq s = {.tokens = toks, .n_tokens = 2, .pos0 = 0, .blocks = blocks, .n_blocks = 1, .n_logits = 1};
+    fwd_seq s = {
+        .tokens = toks, .n_tokens = 2, .pos0 = 0, .blocks = blocks, .n_blocks = 1, .n_logits = 1};
     fwd_batch b = {.seqs = &s, .n_seqs = 1};
     const float *lg;
     int64_t no;

@@ -58,8 +58,9 @@ int err_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* Like err_set, from a va_list. */
 int err_vset(int code, const char *fmt, va_list ap);
 
-/* Prefixes this thread's current detail with formatted context and ": ", returning code. Use it when
- * an error passes up through a layer that knows something the lower one did not (a file name). */
+/* Prefixes this thread's current detail with formatted context and ": ", returning code. Use it
+ * when an error passes up through a layer that knows something the lower one did not (a file name).
+ */
 int err_wrap(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Returns this thread's last detail message, or the empty string if none was set since

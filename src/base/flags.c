@@ -19,7 +19,7 @@ static const struct {
     enum flag_kind kind;
     const char *def, *choices, *desc;
 } flag_defs[FLAG_COUNT] = {
-#define FLAG_ROW(id, name, kind, def, choices, desc)                                              \
+#define FLAG_ROW(id, name, kind, def, choices, desc)                                               \
     {name, "VERITY_" #id, kind, def, choices, desc},
     FLAG_LIST(FLAG_ROW) FLAG_FAULT_LIST(FLAG_ROW)
 #undef FLAG_ROW
@@ -65,8 +65,8 @@ static int flag_store(int i, const char *value) {
         else if (!strcmp(value, "0") || !strcmp(value, "off") || !strcmp(value, "false"))
             num = 0, value = "0";
         else
-            return err_set(ERR_INVAL, "flag %s: invalid value '%s' (use 0 or 1)",
-                           flag_defs[i].name, value);
+            return err_set(ERR_INVAL, "flag %s: invalid value '%s' (use 0 or 1)", flag_defs[i].name,
+                           value);
     } else if (flag_defs[i].kind == FLAG_KIND_STRING || flag_defs[i].kind == FLAG_KIND_SECRET) {
         num = 0;
     } else {

@@ -16,7 +16,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL, FLAG_KIND_STRING, FLAG_KIND_SECRET };
+enum flag_kind {
+    FLAG_KIND_INT,
+    FLAG_KIND_ENUM,
+    FLAG_KIND_BOOL,
+    FLAG_KIND_STRING,
+    FLAG_KIND_SECRET
+};
 
 /* X(ID, "name", kind, "default", "choices or min:max", "description")
  * STRING values are free text (choices: "" or a maximum length); SECRET values are strings that
@@ -25,9 +31,9 @@ enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL, FLAG_KIND_STRING
     X(ISA, "isa", FLAG_KIND_ENUM, "auto", "auto|scalar|avx2|avx512",                               \
       "kernel instruction set; every choice computes identical bits, only speed differs")          \
     X(MM_PREFETCH, "mm-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                      \
-      "matmul kernels prefetch the next weight chunk while computing (speed only, same bits)")    \
-    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "2", "0:2",                                \
-      "F16/BF16 matmuls of at most this many rows convert weights in registers, not via a "      \
+      "matmul kernels prefetch the next weight chunk while computing (speed only, same bits)")     \
+    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "2", "0:2",                                 \
+      "F16/BF16 matmuls of at most this many rows convert weights in registers, not via a "        \
       "panel (speed only, same bits)")                                                             \
     X(THREADS, "threads", FLAG_KIND_INT, "0", "0:256",                                             \
       "compute threads per forward pass (0 = one per online CPU)")                                 \
@@ -36,29 +42,28 @@ enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL, FLAG_KIND_STRING
     X(KV_BLOCK, "kv-block", FLAG_KIND_INT, "16", "1:4096", "tokens per paged KV block")            \
     X(ATTN_CHUNK, "attn-chunk", FLAG_KIND_INT, "64", "1:65536",                                    \
       "attention key chunk length; chunk boundaries are multiples of it in absolute position")     \
-    X(MAX_BATCH, "max-batch", FLAG_KIND_INT, "32", "1:4096",                                       \
-      "most sequences in one engine step")                                                         \
+    X(MAX_BATCH, "max-batch", FLAG_KIND_INT, "32", "1:4096", "most sequences in one engine step")  \
     X(CHUNK, "chunk", FLAG_KIND_INT, "512", "1:1048576",                                           \
       "most prompt tokens of one sequence prefilled in one step (chunked prefill)")                \
-    X(KV_MEM, "kv-mem", FLAG_KIND_INT, "0", "0:1048576",                                       \
-      "KV cache memory in MiB (0 = enough for max-batch full contexts)")                          \
+    X(KV_MEM, "kv-mem", FLAG_KIND_INT, "0", "0:1048576",                                           \
+      "KV cache memory in MiB (0 = enough for max-batch full contexts)")                           \
     X(KV_BLOCKS, "kv-blocks", FLAG_KIND_INT, "0", "0:1073741824",                                  \
-      "KV cache size in blocks; overrides kv-mem when set (0 = use kv-mem)")                      \
+      "KV cache size in blocks; overrides kv-mem when set (0 = use kv-mem)")                       \
     X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
-      "compute threads spin briefly between parallel regions instead of sleeping at once")        \
+      "compute threads spin briefly between parallel regions instead of sleeping at once")         \
     X(CTX, "ctx", FLAG_KIND_INT, "0", "0:16777216",                                                \
-      "context length limit per sequence (0 = the model's)")                                      \
+      "context length limit per sequence (0 = the model's)")                                       \
     X(HOST, "host", FLAG_KIND_STRING, "127.0.0.1", "", "serve: address to listen on")              \
     X(PORT, "port", FLAG_KIND_INT, "8080", "0:65535", "serve: TCP port (0 = any free port)")       \
     X(QUEUE_MAX, "queue-max", FLAG_KIND_INT, "256", "0:1000000",                                   \
-      "serve: requests allowed to wait for admission; beyond it 429 with Retry-After")            \
+      "serve: requests allowed to wait for admission; beyond it 429 with Retry-After")             \
     X(API_KEY, "api-key", FLAG_KIND_SECRET, "", "", "serve: required bearer token (empty = none)") \
     X(API_KEY_FILE, "api-key-file", FLAG_KIND_STRING, "", "",                                      \
-      "serve: file holding the bearer token (first line)")                                        \
+      "serve: file holding the bearer token (first line)")                                         \
     X(DRAIN_TIMEOUT, "drain-timeout", FLAG_KIND_INT, "30", "0:86400",                              \
-      "serve: seconds to let in-flight requests finish after SIGTERM")                            \
+      "serve: seconds to let in-flight requests finish after SIGTERM")                             \
     X(TIMEOUT, "timeout", FLAG_KIND_INT, "600", "1:86400",                                         \
-      "serve: seconds a connection may stay idle or take to send its request")                    \
+      "serve: seconds a connection may stay idle or take to send its request")                     \
     X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024", "serve: largest request body in MiB")
 
 /* Fault injection (issue 5): the incident's bug classes, reproduced on purpose so that
@@ -68,16 +73,17 @@ enum flag_kind { FLAG_KIND_INT, FLAG_KIND_ENUM, FLAG_KIND_BOOL, FLAG_KIND_STRING
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
 #define FLAG_FAULT_LIST(X)                                                                         \
     X(FAULT_DETOK_SHARED, "fault-detok-shared", FLAG_KIND_BOOL, "0", "0|1",                        \
-      "FAULT (a): the detokenizer applies the first request's skip_special_tokens to all requests " \
-      "in the step")                                                                              \
+      "FAULT (a): the detokenizer applies the first request's skip_special_tokens to all "         \
+      "requests "                                                                                  \
+      "in the step")                                                                               \
     X(FAULT_ATTN_OFFSETS, "fault-attn-offsets", FLAG_KIND_BOOL, "0", "0|1",                        \
       "FAULT (b): attention reads every sequence's keys through the first sequence's block table") \
     X(FAULT_KV_REUSE, "fault-kv-reuse", FLAG_KIND_BOOL, "0", "0|1",                                \
-      "FAULT (c): a freed KV block is reused while a simulated transfer still writes into it")    \
+      "FAULT (c): a freed KV block is reused while a simulated transfer still writes into it")     \
     X(FAULT_BIG_BATCH, "fault-big-batch", FLAG_KIND_BOOL, "0", "0|1",                              \
-      "FAULT (d): above batch 32 the logits of later sequences come from a stale buffer")         \
+      "FAULT (d): above batch 32 the logits of later sequences come from a stale buffer")          \
     X(FAULT_TABLE_RACE, "fault-table-race", FLAG_KIND_BOOL, "0", "0|1",                            \
-      "FAULT (e): the scheduler rewrites a block table while the previous step still reads it")   \
+      "FAULT (e): the scheduler rewrites a block table while the previous step still reads it")    \
     X(FAULT_TIER_RELOAD, "fault-tier-reload", FLAG_KIND_BOOL, "0", "0|1",                          \
       "FAULT (f): a preempted sequence's KV comes back from the host tier with K but not V")
 #else

@@ -16,8 +16,8 @@ void *mem_alloc_large(size_t n) {
     size_t len = mem_round(n);
     if (len < n)
         return NULL;
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void *p =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
 #ifdef MADV_HUGEPAGE

@@ -34,9 +34,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define POOL_SPIN_NS 200000
-#define POOL_SEQ_SHIFT 40
-#define POOL_N_SHIFT 20
+#define POOL_SPIN_NS    200000
+#define POOL_SEQ_SHIFT  40
+#define POOL_N_SHIFT    20
 #define POOL_FIELD_MASK ((UINT64_C(1) << 20) - 1)
 #define POOL_MAX_CHUNKS ((int64_t)POOL_FIELD_MASK)
 

@@ -98,7 +98,8 @@ void strbuf_printf(strbuf *sb, const char *fmt, ...) {
 
 static void strbuf_put_u16_escape(strbuf *sb, unsigned v) {
     static const char hex[] = "0123456789abcdef";
-    char e[6] = {'\\', 'u', hex[(v >> 12) & 15], hex[(v >> 8) & 15], hex[(v >> 4) & 15], hex[v & 15]};
+    char e[6] = {'\\',       'u', hex[(v >> 12) & 15], hex[(v >> 8) & 15], hex[(v >> 4) & 15],
+                 hex[v & 15]};
     strbuf_append(sb, e, 6);
 }
 

@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Decodes one code point from s[0..n). Returns its length in bytes (1..4) and sets *cp, or -1 if the
- * bytes are not a complete valid sequence (invalid lead, bad continuation, overlong, surrogate, above
- * U+10FFFF, or truncated). n == 0 returns -1. */
+/* Decodes one code point from s[0..n). Returns its length in bytes (1..4) and sets *cp, or -1 if
+ * the bytes are not a complete valid sequence (invalid lead, bad continuation, overlong, surrogate,
+ * above U+10FFFF, or truncated). n == 0 returns -1. */
 int utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
 
 /* Encodes cp (<= 0x10FFFF, not a surrogate) into out[0..4). Returns the length, or 0 if cp is not

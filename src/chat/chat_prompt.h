@@ -23,9 +23,9 @@ typedef struct chat_prompt_opts {
     const json_value *tools;    /* tool definitions, or NULL */
     const json_value *extra;    /* extra template variables (an object), or NULL */
     bool add_generation_prompt;
-    int64_t now_unix;           /* the instant strftime_now sees */
-    bool args_as_given;         /* pass tool-call arguments unchanged (Hugging Face's behaviour)
-                                   instead of normalising them to the template's shape */
+    int64_t now_unix;   /* the instant strftime_now sees */
+    bool args_as_given; /* pass tool-call arguments unchanged (Hugging Face's behaviour)
+                           instead of normalising them to the template's shape */
 } chat_prompt_opts;
 
 /* Renders the conversation into out. Allocations in a. Returns 0, or the template's error

@@ -30,14 +30,13 @@ static int render_impl(const chat_template *t, const chat_render_opts *opts, str
 
 /* ---- tool-call argument normalisation -------------------------------------------------------- */
 
-static json_value *obj_copy_set(arena *a, const json_value *obj, const char *key,
-                                json_value *val) {
+static json_value *obj_copy_set(arena *a, const json_value *obj, const char *key, json_value *val) {
     json_value *o = json_new_obj(a);
     if (!o)
         return NULL;
     for (size_t i = 0; i < obj->obj.n; i++) {
-        bool hit = strlen(key) == obj->obj.key_lens[i] && memcmp(obj->obj.keys[i], key,
-                                                                   obj->obj.key_lens[i]) == 0;
+        bool hit = strlen(key) == obj->obj.key_lens[i] &&
+                   memcmp(obj->obj.keys[i], key, obj->obj.key_lens[i]) == 0;
         if (json_obj_set(a, o, obj->obj.keys[i], hit ? val : obj->obj.vals[i]))
             return NULL;
     }
@@ -150,7 +149,8 @@ static bool probe_wants_object_args(const chat_template *t) {
     strbuf_init(&o);
     probe_render(t, false, &s);
     probe_render(t, true, &o);
-    bool str_as_json = strstr(s.data, "\"argument_needle\":") || strstr(s.data, "'argument_needle':");
+    bool str_as_json =
+        strstr(s.data, "\"argument_needle\":") || strstr(s.data, "'argument_needle':");
     bool obj_shown = strstr(o.data, "argument_needle") != NULL;
     strbuf_deinit(&s);
     strbuf_deinit(&o);
@@ -197,7 +197,9 @@ void chat_template_destroy(chat_template *t) {
     free(t);
 }
 
-bool chat_template_wants_object_args(const chat_template *t) { return t && t->t.object_args; }
+bool chat_template_wants_object_args(const chat_template *t) {
+    return t && t->t.object_args;
+}
 
 /* ---- render ---------------------------------------------------------------------------------- */
 

@@ -23,7 +23,9 @@
 #include <math.h>
 #include <string.h>
 
-static int nomem(ct_rt *rt) { return ct_error(rt, ERR_NOMEM, "out of memory"); }
+static int nomem(ct_rt *rt) {
+    return ct_error(rt, ERR_NOMEM, "out of memory");
+}
 
 /* ---- scopes ---------------------------------------------------------------------------------- */
 
@@ -160,13 +162,13 @@ static int loop_attr(ct_rt *rt, ct_val obj, const char *name, size_t len, ct_val
     else if (IS("depth0"))
         *out = ct_int(0);
     else if (IS("previtem"))
-        *out = l->i > 0 ? l->items[l->i - 1]
-                        : ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(),
-                                        "there is no previous item");
+        *out = l->i > 0
+                   ? l->items[l->i - 1]
+                   : ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(), "there is no previous item");
     else if (IS("nextitem"))
-        *out = l->i + 1 < l->n ? l->items[l->i + 1]
-                               : ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(),
-                                               "there is no next item");
+        *out = l->i + 1 < l->n
+                   ? l->items[l->i + 1]
+                   : ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(), "there is no next item");
     else if (IS("cycle") || IS("changed")) {
         ct_func *fn = arena_alloc(rt->a, sizeof *fn);
         if (!fn)
@@ -185,7 +187,8 @@ static int loop_attr(ct_rt *rt, ct_val obj, const char *name, size_t len, ct_val
 
 int ct_getattr(ct_rt *rt, ct_val obj, const char *name, size_t len, ct_val *out) {
     switch (obj.t) {
-    case CT_UNDEF: return ct_undef_fail(rt, obj);
+    case CT_UNDEF:
+        return ct_undef_fail(rt, obj);
     case CT_DICT: {
         bool unsafe = false;
         if (ct_method_lookup(rt, obj, name, len, out, &unsafe))
@@ -202,26 +205,28 @@ int ct_getattr(ct_rt *rt, ct_val obj, const char *name, size_t len, ct_val *out)
             return 0;
         *out = undef_attr(rt, obj, name, len);
         return 0;
-    case CT_LOOP: return loop_attr(rt, obj, name, len, out);
-    default: return method_or_undef(rt, obj, name, len, out);
+    case CT_LOOP:
+        return loop_attr(rt, obj, name, len, out);
+    default:
+        return method_or_undef(rt, obj, name, len, out);
     }
 }
 
 static ct_val undef_elem(ct_rt *rt, ct_val obj, ct_val key) {
-    return ct_undef_make(rt, key.t == CT_STR ? CT_UNDEF_ATTR : CT_UNDEF_ELEM,
-                         ct_obj_type_repr(obj), key, NULL);
+    return ct_undef_make(rt, key.t == CT_STR ? CT_UNDEF_ATTR : CT_UNDEF_ELEM, ct_obj_type_repr(obj),
+                         key, NULL);
 }
 
 int ct_getitem(ct_rt *rt, ct_val obj, ct_val key, ct_val *out) {
     if (obj.t == CT_UNDEF)
         return ct_undef_fail(rt, obj);
     if (obj.t == CT_DICT) {
-        bool hashable = !(key.t == CT_LIST && key.kind != CT_SEQ_TUPLE) && key.t != CT_DICT &&
-                        key.t != CT_NS;
+        bool hashable =
+            !(key.t == CT_LIST && key.kind != CT_SEQ_TUPLE) && key.t != CT_DICT && key.t != CT_NS;
         if (hashable && ct_dict_get(rt, obj.d, key, out))
             return 0;
-    } else if (obj.t == CT_LIST && (obj.kind == CT_SEQ_LIST || obj.kind == CT_SEQ_TUPLE ||
-                                    obj.kind == CT_SEQ_RANGE)) {
+    } else if (obj.t == CT_LIST &&
+               (obj.kind == CT_SEQ_LIST || obj.kind == CT_SEQ_TUPLE || obj.kind == CT_SEQ_RANGE)) {
         if (key.t == CT_INT || key.t == CT_BOOL) {
             int64_t i = key.t == CT_BOOL ? key.b : key.i;
             int64_t n = (int64_t)obj.l->n;
@@ -307,7 +312,8 @@ static int slice_bound(ct_rt *rt, ct_val x, int64_t *v, bool *has) {
     }
     if (x.t == CT_UNDEF)
         return ct_undef_fail(rt, x);
-    return ct_error(rt, ERR_INVAL, "slice indices must be integers or None or have an __index__ "
+    return ct_error(rt, ERR_INVAL,
+                    "slice indices must be integers or None or have an __index__ "
                     "method");
 }
 
@@ -327,9 +333,9 @@ static int eval_slice(ct_rt *rt, ct_val obj, const ct_node *sl, ct_scope *sc, ct
             return rc;
     }
     rt->line = sl->line;
-    bool seq = obj.t == CT_STR || (obj.t == CT_LIST && (obj.kind == CT_SEQ_LIST ||
-                                                        obj.kind == CT_SEQ_TUPLE ||
-                                                        obj.kind == CT_SEQ_RANGE));
+    bool seq = obj.t == CT_STR ||
+               (obj.t == CT_LIST &&
+                (obj.kind == CT_SEQ_LIST || obj.kind == CT_SEQ_TUPLE || obj.kind == CT_SEQ_RANGE));
     if (obj.t == CT_UNDEF)
         return ct_undef_fail(rt, obj);
     if (!seq && rt->const_mode) {
@@ -390,11 +396,11 @@ static int eval_slice(ct_rt *rt, ct_val obj, const ct_node *sl, ct_scope *sc, ct
         out->kind = obj.kind;
         return rc;
     }
-    if (obj.t == CT_LIST && (obj.kind == CT_SEQ_LIST || obj.kind == CT_SEQ_TUPLE ||
-                             obj.kind == CT_SEQ_RANGE)) {
+    if (obj.t == CT_LIST &&
+        (obj.kind == CT_SEQ_LIST || obj.kind == CT_SEQ_TUPLE || obj.kind == CT_SEQ_RANGE)) {
         int64_t cnt = slice_adjust((int64_t)obj.l->n, &start, &stop, step, has_a, has_b);
-        if ((rc = ct_list_new(rt, (size_t)cnt, obj.kind == CT_SEQ_TUPLE ? CT_SEQ_TUPLE
-                                                                         : CT_SEQ_LIST, out)))
+        if ((rc = ct_list_new(rt, (size_t)cnt,
+                              obj.kind == CT_SEQ_TUPLE ? CT_SEQ_TUPLE : CT_SEQ_LIST, out)))
             return rc;
         for (int64_t j = 0, ci = start; j < cnt; j++, ci += step)
             out->l->items[j] = obj.l->items[ci];
@@ -403,10 +409,15 @@ static int eval_slice(ct_rt *rt, ct_val obj, const ct_node *sl, ct_scope *sc, ct
     return ct_error(rt, ERR_INTERNAL, "unreachable slice case");
 }
 
-/* ---- operators --------------------------------------------------------------------------------- */
+/* ---- operators ---------------------------------------------------------------------------------
+ */
 
-static int64_t as_i(ct_val v) { return v.t == CT_BOOL ? v.b : v.i; }
-static double as_d(ct_val v) { return v.t == CT_FLOAT ? v.f : (double)as_i(v); }
+static int64_t as_i(ct_val v) {
+    return v.t == CT_BOOL ? v.b : v.i;
+}
+static double as_d(ct_val v) {
+    return v.t == CT_FLOAT ? v.f : (double)as_i(v);
+}
 
 static int type_err_op(ct_rt *rt, const char *op, ct_val a, ct_val b) {
     return ct_error(rt, ERR_INVAL, "unsupported operand type(s) for %s: '%s' and '%s'", op,
@@ -504,8 +515,8 @@ static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
             return 0;
         case CT_OP_DIV:
             if (dy == 0)
-                return ct_error(rt, ERR_INVAL, ints ? "division by zero"
-                                                    : "float division by zero");
+                return ct_error(rt, ERR_INVAL,
+                                ints ? "division by zero" : "float division by zero");
             *out = ct_float(dx / dy);
             return 0;
         case CT_OP_FLOORDIV:
@@ -598,10 +609,10 @@ static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
         return type_err_op(rt, "+", a, b);
     }
     if (op == CT_OP_MUL) {
-        bool seq_a = a.t == CT_STR || (a.t == CT_LIST && (a.kind == CT_SEQ_LIST ||
-                                                          a.kind == CT_SEQ_TUPLE));
-        bool seq_b = b.t == CT_STR || (b.t == CT_LIST && (b.kind == CT_SEQ_LIST ||
-                                                          b.kind == CT_SEQ_TUPLE));
+        bool seq_a =
+            a.t == CT_STR || (a.t == CT_LIST && (a.kind == CT_SEQ_LIST || a.kind == CT_SEQ_TUPLE));
+        bool seq_b =
+            b.t == CT_STR || (b.t == CT_LIST && (b.kind == CT_SEQ_LIST || b.kind == CT_SEQ_TUPLE));
         if (seq_a && (b.t == CT_INT || b.t == CT_BOOL))
             return repeat_seq(rt, a, as_i(b), out);
         if (seq_b && (a.t == CT_INT || a.t == CT_BOOL))
@@ -619,11 +630,14 @@ overflow:
 static int contains(ct_rt *rt, ct_val item, ct_val seq, bool *out) {
     *out = false;
     switch (seq.t) {
-    case CT_UNDEF: return 0;
+    case CT_UNDEF:
+        return 0;
     case CT_STR:
         if (item.t != CT_STR)
-            return ct_error(rt, ERR_INVAL, "'in <string>' requires string as left operand, not "
-                            "%s", ct_type_name(item));
+            return ct_error(rt, ERR_INVAL,
+                            "'in <string>' requires string as left operand, not "
+                            "%s",
+                            ct_type_name(item));
         *out = ct_memfind(seq.s.p, seq.s.n, item.s.p, item.s.n, 0) >= 0;
         return ct_charge(rt, seq.s.n / 64);
     case CT_LIST:
@@ -649,8 +663,7 @@ static int contains(ct_rt *rt, ct_val item, ct_val seq, bool *out) {
         return 0;
     }
     default:
-        return ct_error(rt, ERR_INVAL, "argument of type '%s' is not iterable",
-                        ct_type_name(seq));
+        return ct_error(rt, ERR_INVAL, "argument of type '%s' is not iterable", ct_type_name(seq));
     }
 }
 
@@ -680,14 +693,17 @@ static int compare_op(ct_rt *rt, int op, ct_val a, ct_val b, bool *out) {
             *out = false;
             return 0;
         }
-        *out = op == CT_CMP_LT ? c < 0 : op == CT_CMP_LE ? c <= 0 : op == CT_CMP_GT ? c > 0
-                                                                                    : c >= 0;
+        *out = op == CT_CMP_LT   ? c < 0
+               : op == CT_CMP_LE ? c <= 0
+               : op == CT_CMP_GT ? c > 0
+                                 : c >= 0;
         return 0;
     }
     }
 }
 
-/* ---- calls ------------------------------------------------------------------------------------- */
+/* ---- calls -------------------------------------------------------------------------------------
+ */
 
 static int call_macro(ct_rt *rt, const ct_macro *m, const ct_val *args, size_t n_args,
                       const char **kw_names, const size_t *kw_lens, const ct_val *kw_vals,
@@ -759,7 +775,8 @@ int ct_call_value(ct_rt *rt, ct_val fn, const ct_val *args, size_t n_args, const
         return call_macro(rt, fn.m, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
     case CT_FUNC:
         return ct_func_call(rt, fn.fn, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
-    case CT_UNDEF: return ct_undef_fail(rt, fn);
+    case CT_UNDEF:
+        return ct_undef_fail(rt, fn);
     default:
         return ct_error(rt, ERR_INVAL, "'%s' object is not callable", ct_type_name(fn));
     }
@@ -825,13 +842,16 @@ static int eval_args(ct_rt *rt, const ct_node *n, ct_scope *sc, argv *av) {
     return 0;
 }
 
-/* ---- expressions ------------------------------------------------------------------------------- */
+/* ---- expressions -------------------------------------------------------------------------------
+ */
 
 static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
     int rc;
     ct_val a, b;
     switch (n->kind) {
-    case N_CONST: *out = n->lit; return 0;
+    case N_CONST:
+        *out = n->lit;
+        return 0;
     case N_NAME:
         if (rt->const_mode)
             return ct_error(rt, ERR_INVAL, "not constant");
@@ -872,7 +892,8 @@ static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
             return rc;
         rt->line = n->line;
         return ct_getitem(rt, a, b, out);
-    case N_SLICE: return ct_error(rt, ERR_INTERNAL, "slice outside subscript");
+    case N_SLICE:
+        return ct_error(rt, ERR_INTERNAL, "slice outside subscript");
     case N_CALL: {
         if (rt->const_mode)
             return ct_error(rt, ERR_INVAL, "not constant");
@@ -1031,7 +1052,8 @@ int ct_eval(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
     return rc;
 }
 
-/* ---- statements -------------------------------------------------------------------------------- */
+/* ---- statements --------------------------------------------------------------------------------
+ */
 
 static int assign(ct_rt *rt, const ct_node *target, ct_val v, ct_scope *sc) {
     int rc;
@@ -1056,8 +1078,7 @@ static int assign(ct_rt *rt, const ct_node *target, ct_val v, ct_scope *sc) {
         return ct_error(rt, ERR_INVAL, "not enough values to unpack (expected %u, got %zu)",
                         target->n_kids, n);
     if (n > target->n_kids)
-        return ct_error(rt, ERR_INVAL, "too many values to unpack (expected %u)",
-                        target->n_kids);
+        return ct_error(rt, ERR_INVAL, "too many values to unpack (expected %u)", target->n_kids);
     for (uint32_t i = 0; i < target->n_kids; i++)
         if ((rc = assign(rt, target->kids[i], items[i], sc)))
             return rc;
@@ -1189,14 +1210,16 @@ static int exec_stmt(ct_rt *rt, const ct_node *n, ct_scope *sc) {
     ct_val v;
     rt->line = n->line;
     switch (n->kind) {
-    case N_OUTPUT: return exec_output(rt, n, sc);
+    case N_OUTPUT:
+        return exec_output(rt, n, sc);
     case N_IF:
         if ((rc = ct_eval(rt, n->a, sc, &v)))
             return rc;
         if (ct_truthy(v))
             return ct_exec_body(rt, n->kids, n->n_kids, sc);
         return ct_exec_body(rt, n->kids2, n->n_kids2, sc);
-    case N_FOR: return exec_for(rt, n, sc);
+    case N_FOR:
+        return exec_for(rt, n, sc);
     case N_SET:
         if ((rc = ct_eval(rt, n->b, sc, &v)))
             return rc;
@@ -1248,8 +1271,11 @@ static int exec_stmt(ct_rt *rt, const ct_node *n, ct_scope *sc) {
         return ct_exec_body(rt, n->kids, n->n_kids, ws);
     }
     case N_BREAK:
-    case N_CONTINUE: rt->loop_ctl = n->kind; return 0;
-    default: return ct_error(rt, ERR_INTERNAL, "node kind %d is not a statement", n->kind);
+    case N_CONTINUE:
+        rt->loop_ctl = n->kind;
+        return 0;
+    default:
+        return ct_error(rt, ERR_INTERNAL, "node kind %d is not a statement", n->kind);
     }
 }
 

@@ -23,11 +23,47 @@
 #include <string.h>
 
 enum {
-    F_ABS, F_ATTR, F_BATCH, F_CAPITALIZE, F_CENTER, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE,
-    F_FIRST, F_FLOAT, F_FORCEESCAPE, F_FORMAT, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST,
-    F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE,
-    F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM, F_TITLE,
-    F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT,
+    F_ABS,
+    F_ATTR,
+    F_BATCH,
+    F_CAPITALIZE,
+    F_CENTER,
+    F_COUNT,
+    F_DEFAULT,
+    F_DICTSORT,
+    F_ESCAPE,
+    F_FIRST,
+    F_FLOAT,
+    F_FORCEESCAPE,
+    F_FORMAT,
+    F_INDENT,
+    F_INT,
+    F_ITEMS,
+    F_JOIN,
+    F_LAST,
+    F_LENGTH,
+    F_LIST,
+    F_LOWER,
+    F_MAP,
+    F_MAX,
+    F_MIN,
+    F_REJECT,
+    F_REJECTATTR,
+    F_REPLACE,
+    F_REVERSE,
+    F_ROUND,
+    F_SAFE,
+    F_SELECT,
+    F_SELECTATTR,
+    F_SORT,
+    F_STRING,
+    F_SUM,
+    F_TITLE,
+    F_TOJSON,
+    F_TRIM,
+    F_UNIQUE,
+    F_UPPER,
+    F_WORDCOUNT,
 };
 
 static const struct {
@@ -82,8 +118,8 @@ static const struct {
 
 /* jinja2 filters this engine does not implement. */
 static const char *const unsupported_filters[] = {
-    "filesizeformat", "groupby", "pprint", "random", "slice", "striptags", "truncate",
-    "urlencode", "urlize", "wordwrap", "xmlattr", NULL,
+    "filesizeformat", "groupby",   "pprint", "random",   "slice",   "striptags",
+    "truncate",       "urlencode", "urlize", "wordwrap", "xmlattr", NULL,
 };
 
 static bool name_eq(const char *a, size_t n, const char *b) {
@@ -116,7 +152,9 @@ bool ct_filter_needs_context(int fid) {
            id == F_MAP;
 }
 
-static int nomem(ct_rt *rt) { return ct_error(rt, ERR_NOMEM, "out of memory"); }
+static int nomem(ct_rt *rt) {
+    return ct_error(rt, ERR_NOMEM, "out of memory");
+}
 
 /* ---- argument binding ------------------------------------------------------------------------ */
 
@@ -159,8 +197,7 @@ static bool arg_bool(const bound *b, int i, bool dflt) {
     return b->has[i] ? ct_truthy(b->v[i]) : dflt;
 }
 
-static int arg_int(ct_rt *rt, const bound *b, int i, int64_t dflt, const char *what,
-                   int64_t *out) {
+static int arg_int(ct_rt *rt, const bound *b, int i, int64_t dflt, const char *what, int64_t *out) {
     if (!b->has[i]) {
         *out = dflt;
         return 0;
@@ -185,7 +222,9 @@ static int new_str(ct_rt *rt, strbuf *sb, int kind, ct_val *out) {
 }
 
 /* soft_str(): str(value) keeping Markup. */
-static int soft_str(ct_rt *rt, ct_val v, ct_val *out) { return ct_stringify(rt, v, out); }
+static int soft_str(ct_rt *rt, ct_val v, ct_val *out) {
+    return ct_stringify(rt, v, out);
+}
 
 /* jinja2 make_attrgetter: dotted path, digit parts as ints, each step environment.getitem. */
 static int attr_get(ct_rt *rt, ct_val item, ct_val attr, ct_val *out) {
@@ -305,8 +344,8 @@ static int merge_sort(ct_rt *rt, size_t *idx, size_t *tmp, size_t n, const ct_va
     return ct_charge(rt, n);
 }
 
-static int sorted_values(ct_rt *rt, const ct_val *items, size_t n, const ct_val *keys,
-                         bool reverse, ct_val *out) {
+static int sorted_values(ct_rt *rt, const ct_val *items, size_t n, const ct_val *keys, bool reverse,
+                         ct_val *out) {
     size_t *idx = arena_alloc(rt->a, (n ? n : 1) * sizeof *idx);
     size_t *tmp = arena_alloc(rt->a, (n ? n : 1) * sizeof *tmp);
     if (!idx || !tmp)
@@ -438,9 +477,8 @@ static int f_replace(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
         size_t i = 0;
         int64_t done = 0;
         while (i <= s.s.n) {
-            ptrdiff_t at = (count < 0 || done < count)
-                               ? ct_memfind(s.s.p, s.s.n, old.s.p, old.s.n, i)
-                               : -1;
+            ptrdiff_t at =
+                (count < 0 || done < count) ? ct_memfind(s.s.p, s.s.n, old.s.p, old.s.n, i) : -1;
             if (at < 0) {
                 strbuf_append(&sb, s.s.p + i, s.s.n - i);
                 break;
@@ -461,8 +499,8 @@ static int f_replace(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
 }
 
 static int f_tojson(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
-    ct_dumps_opts o = {.ensure_ascii = arg_bool(b, 0, false), .sort_keys = arg_bool(b, 3, false),
-                       .indent = -1};
+    ct_dumps_opts o = {
+        .ensure_ascii = arg_bool(b, 0, false), .sort_keys = arg_bool(b, 3, false), .indent = -1};
     int rc;
     if (b->has[1] && b->v[1].t != CT_NONE) {
         ct_val ind = b->v[1];
@@ -508,8 +546,12 @@ static int f_int(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
         return rc;
     ct_val dflt = b->has[0] ? b->v[0] : ct_int(0);
     switch (v.t) {
-    case CT_INT: *out = v; return 0;
-    case CT_BOOL: *out = ct_int(v.b); return 0;
+    case CT_INT:
+        *out = v;
+        return 0;
+    case CT_BOOL:
+        *out = ct_int(v.b);
+        return 0;
     case CT_FLOAT:
         if (isnan(v.f)) {
             *out = dflt;
@@ -519,7 +561,8 @@ static int f_int(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
             return ct_error(rt, ERR_RANGE, "cannot convert float %g to integer", v.f);
         *out = ct_int((int64_t)v.f);
         return 0;
-    case CT_UNDEF: return ct_undef_fail(rt, v);
+    case CT_UNDEF:
+        return ct_undef_fail(rt, v);
     case CT_STR: {
         char buf[128];
         size_t off, len;
@@ -565,17 +608,26 @@ static int f_int(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
         *out = dflt;
         return 0;
     }
-    default: *out = dflt; return 0;
+    default:
+        *out = dflt;
+        return 0;
     }
 }
 
 static int f_float(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
     ct_val dflt = b->has[0] ? b->v[0] : ct_float(0.0);
     switch (v.t) {
-    case CT_FLOAT: *out = v; return 0;
-    case CT_INT: *out = ct_float((double)v.i); return 0;
-    case CT_BOOL: *out = ct_float(v.b); return 0;
-    case CT_UNDEF: return ct_undef_fail(rt, v);
+    case CT_FLOAT:
+        *out = v;
+        return 0;
+    case CT_INT:
+        *out = ct_float((double)v.i);
+        return 0;
+    case CT_BOOL:
+        *out = ct_float(v.b);
+        return 0;
+    case CT_UNDEF:
+        return ct_undef_fail(rt, v);
     case CT_STR: {
         char buf[128];
         size_t off, len;
@@ -596,7 +648,9 @@ static int f_float(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
         *out = dflt;
         return 0;
     }
-    default: *out = dflt; return 0;
+    default:
+        *out = dflt;
+        return 0;
     }
 }
 
@@ -616,8 +670,7 @@ static int f_round(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
             return ct_error(rt, ERR_INVAL, "method must be common, ceil or floor");
     }
     if (!ct_is_num(v))
-        return ct_error(rt, ERR_INVAL, "type %s doesn't define __round__ method",
-                        ct_type_name(v));
+        return ct_error(rt, ERR_INVAL, "type %s doesn't define __round__ method", ct_type_name(v));
     if (method[0] == 'c' && method[1] == 'o') {
         if (v.t != CT_FLOAT) {
             *out = ct_int(v.t == CT_BOOL ? v.b : v.i); /* round(int, n) stays an int */
@@ -706,8 +759,7 @@ static int f_select(ct_rt *rt, int id, ct_val v, const ct_val *args, size_t n_ar
             ct_val tn = args[off];
             if (tn.t != CT_STR)
                 return ct_error(rt, ERR_INVAL, "test name must be a string");
-            if ((rc = ct_test_by_name(rt, tn.s.p, tn.s.n, x, args + off + 1, n_args - off - 1,
-                                      &r)))
+            if ((rc = ct_test_by_name(rt, tn.s.p, tn.s.n, x, args + off + 1, n_args - off - 1, &r)))
                 return rc;
         } else {
             r = ct_truthy(x);
@@ -763,8 +815,7 @@ static int f_map(ct_rt *rt, ct_val v, const ct_val *args, size_t n_args, const c
         return ct_error(rt, ERR_INVAL, "map filter name must be a string");
     int fi = filter_index(args[0].s.p, args[0].s.n);
     if (fi < 0)
-        return ct_error(rt, ERR_INVAL, "No filter named '%.*s'.", (int)args[0].s.n,
-                        args[0].s.p);
+        return ct_error(rt, ERR_INVAL, "No filter named '%.*s'.", (int)args[0].s.n, args[0].s.p);
     for (size_t i = 0; i < n; i++)
         if ((rc = filter_call(rt, fi, items[i], args + 1, n_args - 1, kw_names, kw_lens, kw_vals,
                               n_kw, &out->l->items[i])))
@@ -980,17 +1031,23 @@ static int f_case(ct_rt *rt, int id, ct_val v, ct_val *out) {
     strbuf sb;
     strbuf_init(&sb);
     switch (id) {
-    case F_LOWER: ct_py_lower(&sb, v.s.p, v.s.n); break;
-    case F_UPPER: ct_py_upper(&sb, v.s.p, v.s.n); break;
-    case F_CAPITALIZE: ct_py_capitalize(&sb, v.s.p, v.s.n); break;
+    case F_LOWER:
+        ct_py_lower(&sb, v.s.p, v.s.n);
+        break;
+    case F_UPPER:
+        ct_py_upper(&sb, v.s.p, v.s.n);
+        break;
+    case F_CAPITALIZE:
+        ct_py_capitalize(&sb, v.s.p, v.s.n);
+        break;
     default: { /* title: split on [-\s({\[<]+ runs, first char upper, rest lower */
         size_t i = 0;
         bool start = true;
         while (i < v.s.n) {
             size_t s = i;
             uint32_t cp = ct_utf8_next(v.s.p, v.s.n, &i);
-            bool sep = ct_py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' ||
-                       cp == '<';
+            bool sep =
+                ct_py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
             if (sep) {
                 strbuf_append(&sb, v.s.p + s, i - s);
                 start = true;
@@ -1116,18 +1173,31 @@ static int filter_call(ct_rt *rt, int fi, ct_val v, const ct_val *args, size_t n
         return rc;
     const char *func = NULL, *type = "generator";
     switch (filters[fi].id) {
-    case F_SELECT: case F_REJECT: case F_SELECTATTR: case F_REJECTATTR:
+    case F_SELECT:
+    case F_REJECT:
+    case F_SELECTATTR:
+    case F_REJECTATTR:
         func = "select_or_reject";
         break;
-    case F_MAP: func = "sync_do_map"; break;
-    case F_UNIQUE: func = "sync_do_unique"; break;
-    case F_ITEMS: func = "do_items"; break;
-    case F_BATCH: func = "do_batch"; break;
-    case F_REVERSE:
-        type = v.t == CT_DICT ? "dict_reversekeyiterator"
-               : (v.t == CT_LIST && v.kind == CT_SEQ_LIST) ? "list_reverseiterator" : "reversed";
+    case F_MAP:
+        func = "sync_do_map";
         break;
-    default: break;
+    case F_UNIQUE:
+        func = "sync_do_unique";
+        break;
+    case F_ITEMS:
+        func = "do_items";
+        break;
+    case F_BATCH:
+        func = "do_batch";
+        break;
+    case F_REVERSE:
+        type = v.t == CT_DICT                              ? "dict_reversekeyiterator"
+               : (v.t == CT_LIST && v.kind == CT_SEQ_LIST) ? "list_reverseiterator"
+                                                           : "reversed";
+        break;
+    default:
+        break;
     }
     out->l->gen_type = type;
     out->l->gen_func = func;
@@ -1152,7 +1222,8 @@ static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, si
         return lazy(rt, f_map(rt, v, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out), out);
     case F_FORMAT: {
         if (n_args && n_kw)
-            return ct_error(rt, ERR_INVAL, "can't handle positional and keyword arguments at "
+            return ct_error(rt, ERR_INVAL,
+                            "can't handle positional and keyword arguments at "
                             "the same time");
         if (n_kw)
             return ct_error(rt, ERR_UNSUPPORTED, "format filter with keyword arguments");
@@ -1163,7 +1234,8 @@ static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, si
             tup.l->items[i] = args[i];
         return ct_str_percent(rt, v, tup, out);
     }
-    default: break;
+    default:
+        break;
     }
     bound b;
     if ((rc = bind(rt, fi, args, n_args, kw_names, kw_lens, kw_vals, n_kw, &b)))
@@ -1193,12 +1265,15 @@ static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, si
         *out = ct_undef_make(rt, CT_UNDEF_ATTR, ct_obj_type_repr(v), b.v[0], NULL);
         return 0;
     }
-    case F_BATCH: return lazy(rt, f_batch(rt, v, &b, out), out);
+    case F_BATCH:
+        return lazy(rt, f_batch(rt, v, &b, out), out);
     case F_CAPITALIZE:
     case F_LOWER:
     case F_UPPER:
-    case F_TITLE: return f_case(rt, id, v, out);
-    case F_CENTER: return f_center(rt, v, &b, out);
+    case F_TITLE:
+        return f_case(rt, id, v, out);
+    case F_CENTER:
+        return f_center(rt, v, &b, out);
     case F_COUNT:
     case F_LENGTH: {
         int64_t n;
@@ -1215,9 +1290,12 @@ static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, si
             *out = v;
         return 0;
     }
-    case F_DICTSORT: return f_dictsort(rt, v, &b, out);
-    case F_ESCAPE: return f_escape(rt, v, false, out);
-    case F_FORCEESCAPE: return f_escape(rt, v, true, out);
+    case F_DICTSORT:
+        return f_dictsort(rt, v, &b, out);
+    case F_ESCAPE:
+        return f_escape(rt, v, false, out);
+    case F_FORCEESCAPE:
+        return f_escape(rt, v, true, out);
     case F_FIRST:
     case F_LAST: {
         const ct_val *items;
@@ -1237,11 +1315,16 @@ static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, si
         *out = items[id == F_FIRST ? 0 : n - 1];
         return 0;
     }
-    case F_FLOAT: return f_float(rt, v, &b, out);
-    case F_INDENT: return f_indent(rt, v, &b, out);
-    case F_INT: return f_int(rt, v, &b, out);
-    case F_ITEMS: return lazy(rt, f_items(rt, v, out), out);
-    case F_JOIN: return f_join(rt, v, &b, out);
+    case F_FLOAT:
+        return f_float(rt, v, &b, out);
+    case F_INDENT:
+        return f_indent(rt, v, &b, out);
+    case F_INT:
+        return f_int(rt, v, &b, out);
+    case F_ITEMS:
+        return lazy(rt, f_items(rt, v, out), out);
+    case F_JOIN:
+        return f_join(rt, v, &b, out);
     case F_LIST: {
         const ct_val *items;
         size_t n;
@@ -1252,19 +1335,27 @@ static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, si
         return 0;
     }
     case F_MAX:
-    case F_MIN: return f_minmax(rt, v, &b, id == F_MAX, out);
-    case F_REPLACE: return f_replace(rt, v, &b, out);
-    case F_REVERSE: return f_reverse(rt, v, out);
-    case F_ROUND: return f_round(rt, v, &b, out);
+    case F_MIN:
+        return f_minmax(rt, v, &b, id == F_MAX, out);
+    case F_REPLACE:
+        return f_replace(rt, v, &b, out);
+    case F_REVERSE:
+        return f_reverse(rt, v, out);
+    case F_ROUND:
+        return f_round(rt, v, &b, out);
     case F_SAFE:
         if ((rc = ct_stringify(rt, v, out)))
             return rc;
         out->kind = 1;
         return 0;
-    case F_SORT: return f_sort(rt, v, &b, out);
-    case F_STRING: return soft_str(rt, v, out);
-    case F_SUM: return f_sum(rt, v, &b, out);
-    case F_TOJSON: return f_tojson(rt, v, &b, out);
+    case F_SORT:
+        return f_sort(rt, v, &b, out);
+    case F_STRING:
+        return soft_str(rt, v, out);
+    case F_SUM:
+        return f_sum(rt, v, &b, out);
+    case F_TOJSON:
+        return f_tojson(rt, v, &b, out);
     case F_TRIM: {
         if ((rc = soft_str(rt, v, &v)))
             return rc;
@@ -1278,9 +1369,12 @@ static int filter_call_inner(ct_rt *rt, int fi, ct_val v, const ct_val *args, si
         out->kind = v.kind;
         return 0;
     }
-    case F_UNIQUE: return lazy(rt, f_unique(rt, v, &b, out), out);
-    case F_WORDCOUNT: return f_wordcount(rt, v, out);
-    default: return ct_error(rt, ERR_INTERNAL, "filter id %d", id);
+    case F_UNIQUE:
+        return lazy(rt, f_unique(rt, v, &b, out), out);
+    case F_WORDCOUNT:
+        return f_wordcount(rt, v, out);
+    default:
+        return ct_error(rt, ERR_INTERNAL, "filter id %d", id);
     }
 }
 
@@ -1289,4 +1383,3 @@ int ct_filter_apply(ct_rt *rt, const ct_node *n, ct_val input, const ct_val *arg
                     size_t n_kw, ct_val *out) {
     return filter_call(rt, n->fid, input, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
 }
-

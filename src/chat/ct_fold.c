@@ -34,7 +34,12 @@ static bool safe_repr(ct_val v, int depth) {
     if (depth > 64)
         return false;
     switch (v.t) {
-    case CT_NONE: case CT_BOOL: case CT_INT: case CT_FLOAT: case CT_STR: return true;
+    case CT_NONE:
+    case CT_BOOL:
+    case CT_INT:
+    case CT_FLOAT:
+    case CT_STR:
+        return true;
     case CT_LIST:
         if (v.kind != CT_SEQ_LIST && v.kind != CT_SEQ_TUPLE)
             return false;
@@ -47,7 +52,8 @@ static bool safe_repr(ct_val v, int depth) {
             if (!safe_repr(v.d->keys[i], depth + 1) || !safe_repr(v.d->vals[i], depth + 1))
                 return false;
         return true;
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -93,7 +99,8 @@ static bool copy_val(arena *a, ct_val v, ct_val *out) {
         out->d = d;
         return true;
     }
-    default: return true;
+    default:
+        return true;
     }
 }
 
@@ -127,12 +134,27 @@ static bool fold_expr(folder *f, ct_node *n, int depth) {
     for (uint32_t i = 0; i < n->n_kids2; i++)
         fold_expr(f, n->kids2[i], depth + 1);
     switch (n->kind) {
-    case N_CONST: return true;
-    case N_LIST: case N_TUPLE: case N_DICT: case N_GETATTR: case N_GETITEM: case N_NOT:
-    case N_NEG: case N_POS: case N_BINOP: case N_AND: case N_OR: case N_CONCAT: case N_COMPARE:
-    case N_CONDEXPR: case N_FILTER: case N_TEST:
+    case N_CONST:
+        return true;
+    case N_LIST:
+    case N_TUPLE:
+    case N_DICT:
+    case N_GETATTR:
+    case N_GETITEM:
+    case N_NOT:
+    case N_NEG:
+    case N_POS:
+    case N_BINOP:
+    case N_AND:
+    case N_OR:
+    case N_CONCAT:
+    case N_COMPARE:
+    case N_CONDEXPR:
+    case N_FILTER:
+    case N_TEST:
         break;
-    default: return false; /* names, calls, and parts (slices, operands, keywords) */
+    default:
+        return false; /* names, calls, and parts (slices, operands, keywords) */
     }
     ct_val v;
     if (!const_eval(f, n, &v))
@@ -185,15 +207,23 @@ static void fold_stmt(folder *f, ct_node *n, int depth) {
     if (depth > FOLD_MAX_DEPTH)
         return;
     switch (n->kind) {
-    case N_OUTPUT: fold_output(f, n, depth); return;
-    case N_IF: fold_expr(f, n->a, depth + 1); break;
+    case N_OUTPUT:
+        fold_output(f, n, depth);
+        return;
+    case N_IF:
+        fold_expr(f, n->a, depth + 1);
+        break;
     case N_FOR: /* n->a is the loop target */
         fold_expr(f, n->b, depth + 1);
         fold_expr(f, n->c, depth + 1);
         break;
-    case N_SET: fold_expr(f, n->b, depth + 1); return;
+    case N_SET:
+        fold_expr(f, n->b, depth + 1);
+        return;
     case N_SETBLOCK:
-    case N_FILTERBLOCK: fold_expr(f, n->b, depth + 1); break;
+    case N_FILTERBLOCK:
+        fold_expr(f, n->b, depth + 1);
+        break;
     case N_MACRO:
         for (uint32_t i = 0; i < n->n_kids2; i++)
             fold_expr(f, n->kids2[i]->a, depth + 1);
@@ -202,7 +232,8 @@ static void fold_stmt(folder *f, ct_node *n, int depth) {
         for (uint32_t i = 0; i < n->n_kids2; i++)
             fold_expr(f, n->kids2[i]->b, depth + 1);
         break;
-    default: break;
+    default:
+        break;
     }
     fold_body(f, n->kids, n->n_kids, depth + 1);
     if (n->kind == N_IF || n->kind == N_FOR)

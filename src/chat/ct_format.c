@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int nomem(ct_rt *rt) { return ct_error(rt, ERR_NOMEM, "out of memory"); }
+static int nomem(ct_rt *rt) {
+    return ct_error(rt, ERR_NOMEM, "out of memory");
+}
 
 typedef struct spec {
     uint32_t fill;
@@ -136,10 +138,18 @@ static int format_num(ct_rt *rt, ct_val v, const spec *s, strbuf *sb) {
         switch (type) {
         case 0:
         case 'd':
-        case 'n': nd = snprintf(digits, sizeof digits, "%" PRIu64, mag); break;
-        case 'x': nd = snprintf(digits, sizeof digits, "%" PRIx64, mag); break;
-        case 'X': nd = snprintf(digits, sizeof digits, "%" PRIX64, mag); break;
-        case 'o': nd = snprintf(digits, sizeof digits, "%" PRIo64, mag); break;
+        case 'n':
+            nd = snprintf(digits, sizeof digits, "%" PRIu64, mag);
+            break;
+        case 'x':
+            nd = snprintf(digits, sizeof digits, "%" PRIx64, mag);
+            break;
+        case 'X':
+            nd = snprintf(digits, sizeof digits, "%" PRIX64, mag);
+            break;
+        case 'o':
+            nd = snprintf(digits, sizeof digits, "%" PRIo64, mag);
+            break;
         case 'b': {
             nd = 0;
             char tmp[70];
@@ -161,8 +171,8 @@ static int format_num(ct_rt *rt, ct_val v, const spec *s, strbuf *sb) {
             return 0;
         default:
             strbuf_deinit(&body);
-            return ct_error(rt, ERR_INVAL, "Unknown format code '%c' for object of type '%s'",
-                            type, ct_type_name(v));
+            return ct_error(rt, ERR_INVAL, "Unknown format code '%c' for object of type '%s'", type,
+                            ct_type_name(v));
         }
         if (s->alt && (type == 'x' || type == 'X' || type == 'o' || type == 'b')) {
             prefix[pre_n++] = '0';
@@ -204,21 +214,45 @@ static int format_num(ct_rt *rt, ct_val v, const spec *s, strbuf *sb) {
             char t = type == 'n' ? 'g' : type;
             if (s->alt) {
                 switch (t) {
-                case 'e': snprintf(buf, sizeof buf, "%#.*e", prec, d); break;
-                case 'E': snprintf(buf, sizeof buf, "%#.*E", prec, d); break;
-                case 'f': snprintf(buf, sizeof buf, "%#.*f", prec, d); break;
-                case 'F': snprintf(buf, sizeof buf, "%#.*F", prec, d); break;
-                case 'G': snprintf(buf, sizeof buf, "%#.*G", prec, d); break;
-                default: snprintf(buf, sizeof buf, "%#.*g", prec, d); break;
+                case 'e':
+                    snprintf(buf, sizeof buf, "%#.*e", prec, d);
+                    break;
+                case 'E':
+                    snprintf(buf, sizeof buf, "%#.*E", prec, d);
+                    break;
+                case 'f':
+                    snprintf(buf, sizeof buf, "%#.*f", prec, d);
+                    break;
+                case 'F':
+                    snprintf(buf, sizeof buf, "%#.*F", prec, d);
+                    break;
+                case 'G':
+                    snprintf(buf, sizeof buf, "%#.*G", prec, d);
+                    break;
+                default:
+                    snprintf(buf, sizeof buf, "%#.*g", prec, d);
+                    break;
                 }
             } else {
                 switch (t) {
-                case 'e': snprintf(buf, sizeof buf, "%.*e", prec, d); break;
-                case 'E': snprintf(buf, sizeof buf, "%.*E", prec, d); break;
-                case 'f': snprintf(buf, sizeof buf, "%.*f", prec, d); break;
-                case 'F': snprintf(buf, sizeof buf, "%.*F", prec, d); break;
-                case 'G': snprintf(buf, sizeof buf, "%.*G", prec, d); break;
-                default: snprintf(buf, sizeof buf, "%.*g", prec, d); break;
+                case 'e':
+                    snprintf(buf, sizeof buf, "%.*e", prec, d);
+                    break;
+                case 'E':
+                    snprintf(buf, sizeof buf, "%.*E", prec, d);
+                    break;
+                case 'f':
+                    snprintf(buf, sizeof buf, "%.*f", prec, d);
+                    break;
+                case 'F':
+                    snprintf(buf, sizeof buf, "%.*F", prec, d);
+                    break;
+                case 'G':
+                    snprintf(buf, sizeof buf, "%.*G", prec, d);
+                    break;
+                default:
+                    snprintf(buf, sizeof buf, "%.*g", prec, d);
+                    break;
                 }
             }
         }
@@ -324,7 +358,8 @@ int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, cons
         size_t spec_at = name_end;
         if (spec_at < fn && f[spec_at] == '!') {
             if (spec_at + 1 >= fn) {
-                rc = ct_error(rt, ERR_INVAL, "end of string while looking for conversion "
+                rc = ct_error(rt, ERR_INVAL,
+                              "end of string while looking for conversion "
                               "specifier");
                 break;
             }
@@ -352,7 +387,8 @@ int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, cons
         ct_val v;
         if (k == 0) {
             if (auto_idx < 0) {
-                rc = ct_error(rt, ERR_INVAL, "cannot switch from manual field specification to "
+                rc = ct_error(rt, ERR_INVAL,
+                              "cannot switch from manual field specification to "
                               "automatic field numbering");
                 break;
             }
@@ -364,7 +400,8 @@ int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, cons
             v = args[next++];
         } else if (f[0] >= '0' && f[0] <= '9') {
             if (auto_idx > 0) {
-                rc = ct_error(rt, ERR_INVAL, "cannot switch from automatic field numbering to "
+                rc = ct_error(rt, ERR_INVAL,
+                              "cannot switch from automatic field numbering to "
                               "manual field specification");
                 break;
             }
@@ -410,7 +447,8 @@ int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, cons
                 rc = ct_getitem(rt, v, digits ? ct_int(iv) : ct_str(f + a, k - a), &v);
                 k++;
             } else {
-                rc = ct_error(rt, ERR_INVAL, "Only '.' or '[' may follow ']' in format field "
+                rc = ct_error(rt, ERR_INVAL,
+                              "Only '.' or '[' may follow ']' in format field "
                               "specifier");
             }
         }

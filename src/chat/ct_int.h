@@ -37,17 +37,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- limits (a hostile template fails with ERR_TOOLARGE, never crashes) ----------------------- */
+/* ---- limits (a hostile template fails with ERR_TOOLARGE, never crashes) -----------------------
+ */
 
-#define CT_MAX_PARSE_DEPTH 96        /* nesting of expressions and blocks in the source */
-#define CT_MAX_CALL_DEPTH 48         /* nested macro calls at render time */
-#define CT_MAX_EVAL_DEPTH 1000       /* nested evaluation frames (bounds C stack use) */
-#define CT_MAX_OUTPUT (16u << 20)    /* bytes of rendered output (and of any one string) */
-#define CT_MAX_STEPS 20000000ull     /* evaluation steps per render (loop turns, element ops) */
-#define CT_MAX_ARENA (512u << 20)    /* bytes a render may allocate */
-#define CT_MAX_SOURCE (4u << 20)     /* bytes of template source */
+#define CT_MAX_PARSE_DEPTH 96           /* nesting of expressions and blocks in the source */
+#define CT_MAX_CALL_DEPTH  48           /* nested macro calls at render time */
+#define CT_MAX_EVAL_DEPTH  1000         /* nested evaluation frames (bounds C stack use) */
+#define CT_MAX_OUTPUT      (16u << 20)  /* bytes of rendered output (and of any one string) */
+#define CT_MAX_STEPS       20000000ull  /* evaluation steps per render (loop turns, element ops) */
+#define CT_MAX_ARENA       (512u << 20) /* bytes a render may allocate */
+#define CT_MAX_SOURCE      (4u << 20)   /* bytes of template source */
 
-/* ---- values ------------------------------------------------------------------------------------ */
+/* ---- values ------------------------------------------------------------------------------------
+ */
 
 typedef enum ct_type {
     CT_UNDEF,
@@ -56,12 +58,12 @@ typedef enum ct_type {
     CT_INT,
     CT_FLOAT,
     CT_STR,
-    CT_LIST,  /* list, tuple, generator, dict views: see ct_seq_kind */
+    CT_LIST, /* list, tuple, generator, dict views: see ct_seq_kind */
     CT_DICT,
-    CT_NS,    /* jinja2 namespace(): a mutable attribute map */
+    CT_NS, /* jinja2 namespace(): a mutable attribute map */
     CT_MACRO,
-    CT_FUNC,  /* a builtin callable: a global function or a bound method */
-    CT_LOOP,  /* the `loop` object of a for loop */
+    CT_FUNC, /* a builtin callable: a global function or a bound method */
+    CT_LOOP, /* the `loop` object of a for loop */
 } ct_type;
 
 /* Kinds of CT_LIST. They differ in repr, truthiness, len() and subscripting, as in Python. */
@@ -109,9 +111,9 @@ typedef struct ct_val {
 struct ct_list {
     ct_val *items;
     size_t n;
-    int64_t range[3];    /* CT_SEQ_RANGE: start, stop, step */
-    const char *pending; /* CT_SEQ_GEN: the error consuming this generator raises (jinja2's
-                            select/map/... are lazy: their errors surface only when iterated) */
+    int64_t range[3];     /* CT_SEQ_RANGE: start, stop, step */
+    const char *pending;  /* CT_SEQ_GEN: the error consuming this generator raises (jinja2's
+                             select/map/... are lazy: their errors surface only when iterated) */
     const char *gen_type; /* CT_SEQ_GEN: Python type name ("generator", "list_reverseiterator") */
     const char *gen_func; /* CT_SEQ_GEN of type generator: the function ("select_or_reject") */
 };
@@ -144,45 +146,46 @@ struct ct_func {
     const char *name;
 };
 
-/* ---- AST --------------------------------------------------------------------------------------- */
+/* ---- AST ---------------------------------------------------------------------------------------
+ */
 
 typedef enum ct_nkind {
     /* expressions */
-    N_CONST,   /* lit */
-    N_NAME,    /* str: name, sym */
-    N_LIST,    /* kids */
-    N_TUPLE,   /* kids */
-    N_DICT,    /* kids: keys, kids2: values */
-    N_GETATTR, /* a: object, str: attribute */
-    N_GETITEM, /* a: object, b: index (may be N_SLICE) */
-    N_SLICE,   /* a, b, c: start, stop, step (each may be NULL); d: the sliced object */
-    N_CALL,    /* a: callee, kids: args, kids2: N_KW, c: *args, d: **kwargs */
-    N_KW,      /* str: keyword, a: value */
-    N_FILTER,  /* a: input (NULL in filter/set blocks), str: name, fid, kids, kids2, c, d */
-    N_TEST,    /* a: input, str: name, fid, kids, kids2 */
-    N_NOT,     /* a */
-    N_NEG,     /* a */
-    N_POS,     /* a */
-    N_BINOP,   /* op: CT_OP_*, a, b */
-    N_AND,     /* a, b */
-    N_OR,      /* a, b */
-    N_CONCAT,  /* kids */
-    N_COMPARE, /* a: first, kids: N_OPERAND */
-    N_OPERAND, /* op: CT_CMP_*, a */
-    N_CONDEXPR,/* a: test, b: value if true, c: value if false (may be NULL) */
-    N_NSREF,   /* str: namespace name, sym, str2: attribute (assignment targets only) */
+    N_CONST,    /* lit */
+    N_NAME,     /* str: name, sym */
+    N_LIST,     /* kids */
+    N_TUPLE,    /* kids */
+    N_DICT,     /* kids: keys, kids2: values */
+    N_GETATTR,  /* a: object, str: attribute */
+    N_GETITEM,  /* a: object, b: index (may be N_SLICE) */
+    N_SLICE,    /* a, b, c: start, stop, step (each may be NULL); d: the sliced object */
+    N_CALL,     /* a: callee, kids: args, kids2: N_KW, c: *args, d: **kwargs */
+    N_KW,       /* str: keyword, a: value */
+    N_FILTER,   /* a: input (NULL in filter/set blocks), str: name, fid, kids, kids2, c, d */
+    N_TEST,     /* a: input, str: name, fid, kids, kids2 */
+    N_NOT,      /* a */
+    N_NEG,      /* a */
+    N_POS,      /* a */
+    N_BINOP,    /* op: CT_OP_*, a, b */
+    N_AND,      /* a, b */
+    N_OR,       /* a, b */
+    N_CONCAT,   /* kids */
+    N_COMPARE,  /* a: first, kids: N_OPERAND */
+    N_OPERAND,  /* op: CT_CMP_*, a */
+    N_CONDEXPR, /* a: test, b: value if true, c: value if false (may be NULL) */
+    N_NSREF,    /* str: namespace name, sym, str2: attribute (assignment targets only) */
     /* statements */
-    N_DATA,    /* str: template text */
-    N_OUTPUT,  /* kids: N_DATA or expressions */
-    N_IF,      /* a: test, kids: body, kids2: else body (an elif is an N_IF alone in it) */
-    N_FOR,     /* a: target, b: iterable, c: filter test, kids: body, kids2: else;
-                  op: 1 when the body defines a macro (frames may be captured) */
-    N_SET,     /* a: target, b: value */
-    N_SETBLOCK,/* a: target, b: filter chain or NULL, kids: body */
-    N_MACRO,   /* str: name, sym, kids: body, kids2: params (N_NAME, a: default or NULL) */
-    N_GENERATION, /* kids: body (HF's {% generation %}: rendered as a caller macro) */
+    N_DATA,        /* str: template text */
+    N_OUTPUT,      /* kids: N_DATA or expressions */
+    N_IF,          /* a: test, kids: body, kids2: else body (an elif is an N_IF alone in it) */
+    N_FOR,         /* a: target, b: iterable, c: filter test, kids: body, kids2: else;
+                      op: 1 when the body defines a macro (frames may be captured) */
+    N_SET,         /* a: target, b: value */
+    N_SETBLOCK,    /* a: target, b: filter chain or NULL, kids: body */
+    N_MACRO,       /* str: name, sym, kids: body, kids2: params (N_NAME, a: default or NULL) */
+    N_GENERATION,  /* kids: body (HF's {% generation %}: rendered as a caller macro) */
     N_FILTERBLOCK, /* b: filter chain, kids: body */
-    N_WITH,    /* kids2: N_SET assignments, kids: body */
+    N_WITH,        /* kids2: N_SET assignments, kids: body */
     N_BREAK,
     N_CONTINUE,
 } ct_nkind;
@@ -196,8 +199,8 @@ struct ct_node {
     uint8_t op;
     bool soft; /* N_FILTER/N_TEST with unknown name: jinja2 defers the error to run time */
     int line;
-    int sym;   /* N_NAME, N_NSREF, N_MACRO: symbol id */
-    int fid;   /* N_FILTER/N_TEST: builtin id, -1 unknown */
+    int sym; /* N_NAME, N_NSREF, N_MACRO: symbol id */
+    int fid; /* N_FILTER/N_TEST: builtin id, -1 unknown */
     ct_node *a, *b, *c, *d;
     ct_node **kids, **kids2;
     uint32_t n_kids, n_kids2;
@@ -206,7 +209,8 @@ struct ct_node {
     ct_val lit;
 };
 
-/* ---- tokens ------------------------------------------------------------------------------------ */
+/* ---- tokens ------------------------------------------------------------------------------------
+ */
 
 typedef enum ct_tkind {
     TK_EOF,
@@ -224,9 +228,32 @@ typedef enum ct_tkind {
 
 /* Operator token codes (TK_OP). */
 enum {
-    OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_TILDE, OP_LBRACKET,
-    OP_RBRACKET, OP_LPAREN, OP_RPAREN, OP_LBRACE, OP_RBRACE, OP_EQ, OP_NE, OP_GT, OP_GTEQ, OP_LT,
-    OP_LTEQ, OP_ASSIGN, OP_DOT, OP_COLON, OP_PIPE, OP_COMMA, OP_SEMICOLON,
+    OP_ADD = 1,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_TILDE,
+    OP_LBRACKET,
+    OP_RBRACKET,
+    OP_LPAREN,
+    OP_RPAREN,
+    OP_LBRACE,
+    OP_RBRACE,
+    OP_EQ,
+    OP_NE,
+    OP_GT,
+    OP_GTEQ,
+    OP_LT,
+    OP_LTEQ,
+    OP_ASSIGN,
+    OP_DOT,
+    OP_COLON,
+    OP_PIPE,
+    OP_COMMA,
+    OP_SEMICOLON,
 };
 
 typedef struct ct_tok {
@@ -235,8 +262,8 @@ typedef struct ct_tok {
     int line;
     const char *p; /* TK_DATA, TK_NAME: source text; TK_STRING: decoded value (arena) */
     size_t n;
-    int64_t i;    /* TK_INT */
-    double f;     /* TK_FLOAT */
+    int64_t i; /* TK_INT */
+    double f;  /* TK_FLOAT */
 } ct_tok;
 
 /* Tokenises src[0..n) (valid UTF-8) into an arena array. Returns 0, ERR_FORMAT (message names the
@@ -244,7 +271,8 @@ typedef struct ct_tok {
  * into it. */
 int ct_lex(arena *a, const char *src, size_t n, ct_tok **toks, size_t *n_toks);
 
-/* ---- the parsed template ----------------------------------------------------------------------- */
+/* ---- the parsed template -----------------------------------------------------------------------
+ */
 
 /* The names a template mentions, interned at parse time: scopes key variables by symbol id. */
 typedef struct ct_syms {
@@ -280,7 +308,8 @@ int ct_filter_id(const char *name, size_t len, bool *known_unsupported);
 bool ct_filter_needs_context(int fid);
 int ct_test_id(const char *name, size_t len, bool *known_unsupported);
 
-/* ---- render state ------------------------------------------------------------------------------ */
+/* ---- render state ------------------------------------------------------------------------------
+ */
 
 typedef struct ct_scope ct_scope;
 struct ct_scope {
@@ -309,9 +338,9 @@ typedef struct ct_rt {
     int64_t now_unix;
     uint64_t steps;
     int call_depth;
-    int eval_depth; /* nesting of ct_eval/ct_exec frames: bounds C stack use */
+    int eval_depth;     /* nesting of ct_eval/ct_exec frames: bounds C stack use */
     ct_val block_input; /* the captured body that a filter/set block's filter chain starts from */
-    int line;    /* line of the node being evaluated, for messages */
+    int line;           /* line of the node being evaluated, for messages */
     /* loop control signal while unwinding a body: 0, N_BREAK or N_CONTINUE */
     int loop_ctl;
     bool const_mode; /* folding constants at parse time (ct_fold.c) */
@@ -322,12 +351,29 @@ typedef struct ct_rt {
 int ct_error(ct_rt *rt, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int ct_charge(ct_rt *rt, uint64_t steps);
 
-/* ---- ct_value.c -------------------------------------------------------------------------------- */
+/* ---- ct_value.c --------------------------------------------------------------------------------
+ */
 
-static inline ct_val ct_undef_val(void) { ct_val v = {.t = CT_UNDEF}; v.u = NULL; return v; }
-static inline ct_val ct_none(void) { ct_val v = {.t = CT_NONE}; v.i = 0; return v; }
-static inline ct_val ct_bool(bool b) { ct_val v = {.t = CT_BOOL}; v.b = b; return v; }
-static inline ct_val ct_int(int64_t i) { ct_val v = {.t = CT_INT}; v.i = i; return v; }
+static inline ct_val ct_undef_val(void) {
+    ct_val v = {.t = CT_UNDEF};
+    v.u = NULL;
+    return v;
+}
+static inline ct_val ct_none(void) {
+    ct_val v = {.t = CT_NONE};
+    v.i = 0;
+    return v;
+}
+static inline ct_val ct_bool(bool b) {
+    ct_val v = {.t = CT_BOOL};
+    v.b = b;
+    return v;
+}
+static inline ct_val ct_int(int64_t i) {
+    ct_val v = {.t = CT_INT};
+    v.i = i;
+    return v;
+}
 static inline ct_val ct_float(double f) {
     ct_val v = {.t = CT_FLOAT};
     v.f = f;
@@ -341,11 +387,13 @@ static inline ct_val ct_str(const char *p, size_t n) {
     return v;
 }
 static inline ct_val ct_cstr(const char *p);
-static inline bool ct_is_num(ct_val v) { return v.t == CT_INT || v.t == CT_FLOAT || v.t == CT_BOOL; }
+static inline bool ct_is_num(ct_val v) {
+    return v.t == CT_INT || v.t == CT_FLOAT || v.t == CT_BOOL;
+}
 
 ct_val ct_undef_make(ct_rt *rt, int why, const char *obj_type, ct_val name, const char *hint);
 int ct_undef_fail(ct_rt *rt, ct_val u); /* raises the UndefinedError this undefined carries */
-int ct_list_new(ct_rt *rt, size_t n, int kind, ct_val *out);  /* items zeroed (undefined) */
+int ct_list_new(ct_rt *rt, size_t n, int kind, ct_val *out); /* items zeroed (undefined) */
 int ct_dict_new(ct_rt *rt, size_t cap, ct_val *out);
 /* Inserts or replaces key (Python equality). */
 int ct_dict_set(ct_rt *rt, ct_dict *d, ct_val key, ct_val val);
@@ -353,7 +401,7 @@ int ct_dict_set(ct_rt *rt, ct_dict *d, ct_val key, ct_val val);
 bool ct_dict_get(ct_rt *rt, const ct_dict *d, ct_val key, ct_val *out);
 bool ct_dict_get_str(const ct_dict *d, const char *k, size_t n, ct_val *out);
 int ct_str_new(ct_rt *rt, const char *p, size_t n, ct_val *out); /* copies into the arena */
-int ct_str_cat(ct_rt *rt, ct_val a, ct_val b, ct_val *out);     /* strings only */
+int ct_str_cat(ct_rt *rt, ct_val a, ct_val b, ct_val *out);      /* strings only */
 
 bool ct_truthy(ct_val v);
 /* Python ==. Never fails except on the step budget. */
@@ -386,7 +434,8 @@ static inline ct_val ct_cstr(const char *p) {
     return ct_str(p, n);
 }
 
-/* ---- ct_pystr.c -------------------------------------------------------------------------------- */
+/* ---- ct_pystr.c --------------------------------------------------------------------------------
+ */
 
 bool ct_py_isspace(uint32_t cp);
 size_t ct_utf8_count(const char *p, size_t n);
@@ -406,8 +455,8 @@ void ct_py_upper(strbuf *sb, const char *p, size_t n);
 void ct_py_title(strbuf *sb, const char *p, size_t n);
 void ct_py_capitalize(strbuf *sb, const char *p, size_t n);
 /* Python strip/lstrip/rstrip: chars NULL means whitespace. which: 1 left, 2 right, 3 both. */
-void ct_py_strip(const char *p, size_t n, const char *chars, size_t n_chars, int which,
-                 size_t *off, size_t *len);
+void ct_py_strip(const char *p, size_t n, const char *chars, size_t n_chars, int which, size_t *off,
+                 size_t *len);
 /* Python repr() of a str. */
 void ct_py_repr_str(strbuf *sb, const char *p, size_t n);
 /* Appends Markup-escaped text (& < > ' "). */
@@ -415,7 +464,8 @@ void ct_html_escape(strbuf *sb, const char *p, size_t n);
 /* Finds needle in hay from byte offset from; returns the byte offset or -1. */
 ptrdiff_t ct_memfind(const char *hay, size_t n, const char *needle, size_t m, size_t from);
 
-/* ---- ct_json.c --------------------------------------------------------------------------------- */
+/* ---- ct_json.c ---------------------------------------------------------------------------------
+ */
 
 /* Converts a JSON tree into values (deep, into the render arena). */
 int ct_from_json(ct_rt *rt, const json_value *j, ct_val *out);
@@ -425,8 +475,8 @@ void ct_float_repr(strbuf *sb, double d);
 typedef struct ct_dumps_opts {
     bool ensure_ascii;
     bool sort_keys;
-    int indent;            /* -1: none */
-    const char *indent_s;  /* string indent (when not NULL) */
+    int indent;           /* -1: none */
+    const char *indent_s; /* string indent (when not NULL) */
     size_t indent_n;
     const char *item_sep, *key_sep;
     size_t item_sep_n, key_sep_n;
@@ -435,7 +485,8 @@ typedef struct ct_dumps_opts {
 /* json.dumps(v, ...) into sb. TypeError for values JSON cannot hold. */
 int ct_dumps(ct_rt *rt, ct_val v, const ct_dumps_opts *o, strbuf *sb);
 
-/* ---- ct_eval.c --------------------------------------------------------------------------------- */
+/* ---- ct_eval.c ---------------------------------------------------------------------------------
+ */
 
 int ct_eval(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out);
 int ct_exec_body(ct_rt *rt, ct_node *const *body, uint32_t n, ct_scope *sc);
@@ -448,7 +499,8 @@ int ct_getitem(ct_rt *rt, ct_val obj, ct_val key, ct_val *out);
 int ct_call_value(ct_rt *rt, ct_val fn, const ct_val *args, size_t n_args, const char **kw_names,
                   const size_t *kw_lens, const ct_val *kw_vals, size_t n_kw, ct_val *out);
 
-/* ---- ct_filters.c, ct_tests.c ------------------------------------------------------------------ */
+/* ---- ct_filters.c, ct_tests.c ------------------------------------------------------------------
+ */
 
 /* Applies filter fid to input with evaluated arguments. */
 int ct_filter_apply(ct_rt *rt, const ct_node *n, ct_val input, const ct_val *args, size_t n_args,
@@ -459,7 +511,8 @@ int ct_test_apply(ct_rt *rt, int tid, const char *name, ct_val input, const ct_v
 int ct_test_by_name(ct_rt *rt, const char *name, size_t len, ct_val input, const ct_val *args,
                     size_t n_args, bool *out);
 
-/* ---- ct_methods.c ------------------------------------------------------------------------------ */
+/* ---- ct_methods.c ------------------------------------------------------------------------------
+ */
 
 /* Global function ids. */
 enum {

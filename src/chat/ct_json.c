@@ -27,8 +27,12 @@ static int from_json_rec(ct_rt *rt, const json_value *j, ct_val *out, int depth)
         return ct_error(rt, ERR_TOOLARGE, "JSON input nested deeper than %d", CT_MAX_JSON_DEPTH);
     int rc;
     switch (j->type) {
-    case JSON_NULL: *out = ct_none(); return 0;
-    case JSON_BOOL: *out = ct_bool(j->b); return 0;
+    case JSON_NULL:
+        *out = ct_none();
+        return 0;
+    case JSON_BOOL:
+        *out = ct_bool(j->b);
+        return 0;
     case JSON_NUMBER:
         *out = j->num.is_int ? ct_int(j->num.i) : ct_float(j->num.d);
         if (!j->num.is_int && j->num.raw && !strpbrk(j->num.raw, ".eE")) {
@@ -36,7 +40,9 @@ static int from_json_rec(ct_rt *rt, const json_value *j, ct_val *out, int depth)
             out->raw = j->num.raw;
         }
         return 0;
-    case JSON_STRING: *out = ct_str(j->str.s, j->str.len); return 0;
+    case JSON_STRING:
+        *out = ct_str(j->str.s, j->str.len);
+        return 0;
     case JSON_ARRAY:
         if ((rc = ct_list_new(rt, j->arr.n, CT_SEQ_LIST, out)))
             return rc;
@@ -69,7 +75,6 @@ int ct_from_json(ct_rt *rt, const json_value *j, ct_val *out) {
     }
     return from_json_rec(rt, j, out, 0);
 }
-
 
 /* ---- Python float repr ----------------------------------------------------------------------- */
 
@@ -156,15 +161,25 @@ static void dumps_newline(strbuf *sb, const ct_dumps_opts *o, int level) {
     }
 }
 
-static bool pretty(const ct_dumps_opts *o) { return o->indent_s || o->indent >= 0; }
+static bool pretty(const ct_dumps_opts *o) {
+    return o->indent_s || o->indent >= 0;
+}
 
 /* Python converts non-string dict keys: True -> "true", None -> "null", 1 -> "1", 1.5 -> "1.5". */
 static int dumps_key(ct_rt *rt, ct_val k, const ct_dumps_opts *o, strbuf *sb) {
     switch (k.t) {
-    case CT_STR: strbuf_json_str(sb, k.s.p, k.s.n, o->ensure_ascii); return 0;
-    case CT_BOOL: strbuf_puts(sb, k.b ? "\"true\"" : "\"false\""); return 0;
-    case CT_NONE: strbuf_puts(sb, "\"null\""); return 0;
-    case CT_INT: strbuf_printf(sb, "\"%" PRId64 "\"", k.i); return 0;
+    case CT_STR:
+        strbuf_json_str(sb, k.s.p, k.s.n, o->ensure_ascii);
+        return 0;
+    case CT_BOOL:
+        strbuf_puts(sb, k.b ? "\"true\"" : "\"false\"");
+        return 0;
+    case CT_NONE:
+        strbuf_puts(sb, "\"null\"");
+        return 0;
+    case CT_INT:
+        strbuf_printf(sb, "\"%" PRId64 "\"", k.i);
+        return 0;
     case CT_FLOAT:
         strbuf_putc(sb, '"');
         if (k.kind == 1)
@@ -181,8 +196,7 @@ static int dumps_key(ct_rt *rt, ct_val k, const ct_dumps_opts *o, strbuf *sb) {
 
 static int dumps_rec(ct_rt *rt, ct_val v, const ct_dumps_opts *o, strbuf *sb, int level);
 
-static int dumps_dict(ct_rt *rt, const ct_dict *d, const ct_dumps_opts *o, strbuf *sb,
-                      int level) {
+static int dumps_dict(ct_rt *rt, const ct_dict *d, const ct_dumps_opts *o, strbuf *sb, int level) {
     if (d->n == 0) {
         strbuf_append(sb, "{}", 2);
         return 0;
@@ -243,16 +257,24 @@ static int dumps_rec(ct_rt *rt, ct_val v, const ct_dumps_opts *o, strbuf *sb, in
     if (rc)
         return rc;
     switch (v.t) {
-    case CT_NONE: strbuf_append(sb, "null", 4); return 0;
-    case CT_BOOL: strbuf_puts(sb, v.b ? "true" : "false"); return 0;
-    case CT_INT: strbuf_printf(sb, "%" PRId64, v.i); return 0;
+    case CT_NONE:
+        strbuf_append(sb, "null", 4);
+        return 0;
+    case CT_BOOL:
+        strbuf_puts(sb, v.b ? "true" : "false");
+        return 0;
+    case CT_INT:
+        strbuf_printf(sb, "%" PRId64, v.i);
+        return 0;
     case CT_FLOAT:
         if (v.kind == 1)
             strbuf_puts(sb, v.raw);
         else
             dumps_float(sb, v.f);
         return 0;
-    case CT_STR: strbuf_json_str(sb, v.s.p, v.s.n, o->ensure_ascii); return 0;
+    case CT_STR:
+        strbuf_json_str(sb, v.s.p, v.s.n, o->ensure_ascii);
+        return 0;
     case CT_LIST:
         if (v.kind != CT_SEQ_LIST && v.kind != CT_SEQ_TUPLE)
             break;
@@ -276,8 +298,10 @@ static int dumps_rec(ct_rt *rt, ct_val v, const ct_dumps_opts *o, strbuf *sb, in
             dumps_newline(sb, o, level);
         strbuf_putc(sb, ']');
         return 0;
-    case CT_DICT: return dumps_dict(rt, v.d, o, sb, level);
-    default: break;
+    case CT_DICT:
+        return dumps_dict(rt, v.d, o, sb, level);
+    default:
+        break;
     }
     return ct_error(rt, ERR_INVAL, "Object of type %s is not JSON serializable", ct_type_name(v));
 }

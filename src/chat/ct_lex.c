@@ -124,7 +124,8 @@ static size_t match_raw_begin(const lexer *lx, size_t q) {
     return 0;
 }
 
-/* Matches "{%" [-+]? \s* "endraw" \s* ("+%}" | "-%}" \s* | "%}" "\n"?) at s[q]; returns end or 0. */
+/* Matches "{%" [-+]? \s* "endraw" \s* ("+%}" | "-%}" \s* | "%}" "\n"?) at s[q]; returns end or 0.
+ */
 static size_t match_raw_end(const lexer *lx, size_t q, char *sign) {
     const char *s = lx->s;
     size_t n = lx->n, i = q + 2;
@@ -176,25 +177,55 @@ static int decode_string(lexer *lx, const char *p, size_t n, int line, ct_tok *t
         unsigned char e = (unsigned char)p[i + 1];
         i += 2;
         switch (e) {
-        case '\n': break; /* line continuation */
-        case '\\': strbuf_putc(&sb, '\\'); break;
-        case '\'': strbuf_putc(&sb, '\''); break;
-        case '"': strbuf_putc(&sb, '"'); break;
-        case 'a': strbuf_putc(&sb, '\a'); break;
-        case 'b': strbuf_putc(&sb, '\b'); break;
-        case 'f': strbuf_putc(&sb, '\f'); break;
-        case 'n': strbuf_putc(&sb, '\n'); break;
-        case 'r': strbuf_putc(&sb, '\r'); break;
-        case 't': strbuf_putc(&sb, '\t'); break;
-        case 'v': strbuf_putc(&sb, '\v'); break;
-        case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': {
+        case '\n':
+            break; /* line continuation */
+        case '\\':
+            strbuf_putc(&sb, '\\');
+            break;
+        case '\'':
+            strbuf_putc(&sb, '\'');
+            break;
+        case '"':
+            strbuf_putc(&sb, '"');
+            break;
+        case 'a':
+            strbuf_putc(&sb, '\a');
+            break;
+        case 'b':
+            strbuf_putc(&sb, '\b');
+            break;
+        case 'f':
+            strbuf_putc(&sb, '\f');
+            break;
+        case 'n':
+            strbuf_putc(&sb, '\n');
+            break;
+        case 'r':
+            strbuf_putc(&sb, '\r');
+            break;
+        case 't':
+            strbuf_putc(&sb, '\t');
+            break;
+        case 'v':
+            strbuf_putc(&sb, '\v');
+            break;
+        case '0':
+        case '1':
+        case '2':
+        case '3':
+        case '4':
+        case '5':
+        case '6':
+        case '7': {
             uint32_t v = e - '0';
             for (int k = 0; k < 2 && i < n && p[i] >= '0' && p[i] <= '7'; k++)
                 v = v * 8 + (uint32_t)(p[i++] - '0');
             ct_utf8_put(&sb, v);
             break;
         }
-        case 'x': case 'u': case 'U': {
+        case 'x':
+        case 'u':
+        case 'U': {
             int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             uint32_t v = 0;
             for (int k = 0; k < digits; k++) {
@@ -208,8 +239,10 @@ static int decode_string(lexer *lx, const char *p, size_t n, int line, ct_tok *t
             }
             i += (size_t)digits;
             if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
-                rc = err_set(ERR_UNSUPPORTED, "template line %d: escape \\%c%0*X is not a valid "
-                             "code point", line, e, digits, v);
+                rc = err_set(ERR_UNSUPPORTED,
+                             "template line %d: escape \\%c%0*X is not a valid "
+                             "code point",
+                             line, e, digits, v);
                 goto out;
             }
             ct_utf8_put(&sb, v);
@@ -251,7 +284,9 @@ out:
     return rc;
 }
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 /* (\d+_)*\d+ at s[i]: returns the end or i when no match. */
 static size_t match_digits(const char *s, size_t n, size_t i) {
@@ -389,11 +424,12 @@ static const struct {
     const char *s;
     uint8_t op;
 } lex_ops[] = {
-    {"//", OP_FLOORDIV}, {"**", OP_POW}, {"==", OP_EQ}, {"!=", OP_NE}, {">=", OP_GTEQ},
-    {"<=", OP_LTEQ}, {"+", OP_ADD}, {"-", OP_SUB}, {"/", OP_DIV}, {"*", OP_MUL}, {"%", OP_MOD},
-    {"~", OP_TILDE}, {"[", OP_LBRACKET}, {"]", OP_RBRACKET}, {"(", OP_LPAREN}, {")", OP_RPAREN},
-    {"{", OP_LBRACE}, {"}", OP_RBRACE}, {">", OP_GT}, {"<", OP_LT}, {"=", OP_ASSIGN},
-    {".", OP_DOT}, {":", OP_COLON}, {"|", OP_PIPE}, {",", OP_COMMA}, {";", OP_SEMICOLON},
+    {"//", OP_FLOORDIV}, {"**", OP_POW},   {"==", OP_EQ},      {"!=", OP_NE},      {">=", OP_GTEQ},
+    {"<=", OP_LTEQ},     {"+", OP_ADD},    {"-", OP_SUB},      {"/", OP_DIV},      {"*", OP_MUL},
+    {"%", OP_MOD},       {"~", OP_TILDE},  {"[", OP_LBRACKET}, {"]", OP_RBRACKET}, {"(", OP_LPAREN},
+    {")", OP_RPAREN},    {"{", OP_LBRACE}, {"}", OP_RBRACE},   {">", OP_GT},       {"<", OP_LT},
+    {"=", OP_ASSIGN},    {".", OP_DOT},    {":", OP_COLON},    {"|", OP_PIPE},     {",", OP_COMMA},
+    {";", OP_SEMICOLON},
 };
 
 /* Tokenises the inside of a {{ }} or {% %} tag until its end. */
@@ -478,8 +514,10 @@ static int lex_tag(lexer *lx, bool is_block) {
                 uint8_t op = lex_ops[k].op;
                 if (op == OP_LBRACE || op == OP_LPAREN || op == OP_LBRACKET) {
                     if (depth >= CT_MAX_PARSE_DEPTH)
-                        return err_set(ERR_TOOLARGE, "template line %d: brackets nested deeper "
-                                       "than %d", lx->line, CT_MAX_PARSE_DEPTH);
+                        return err_set(ERR_TOOLARGE,
+                                       "template line %d: brackets nested deeper "
+                                       "than %d",
+                                       lx->line, CT_MAX_PARSE_DEPTH);
                     stack[depth++] = op == OP_LBRACE ? '}' : op == OP_LPAREN ? ')' : ']';
                 } else if (op == OP_RBRACE || op == OP_RPAREN || op == OP_RBRACKET) {
                     char want = s[i];
@@ -487,8 +525,10 @@ static int lex_tag(lexer *lx, bool is_block) {
                         return err_set(ERR_FORMAT, "template line %d: unexpected '%c'", lx->line,
                                        want);
                     if (stack[depth - 1] != want)
-                        return err_set(ERR_FORMAT, "template line %d: unexpected '%c', expected "
-                                       "'%c'", lx->line, want, stack[depth - 1]);
+                        return err_set(ERR_FORMAT,
+                                       "template line %d: unexpected '%c', expected "
+                                       "'%c'",
+                                       lx->line, want, stack[depth - 1]);
                     depth--;
                 }
                 ct_tok t = {.type = TK_OP, .op = op, .line = lx->line, .p = s + i, .n = m};
@@ -615,8 +655,7 @@ int ct_lex(arena *a, const char *src, size_t n, ct_tok **toks, size_t *n_toks) {
                 break;
             }
             if (!end)
-                return err_set(ERR_FORMAT, "template line %d: missing end of comment tag",
-                               lx.line);
+                return err_set(ERR_FORMAT, "template line %d: missing end of comment tag", lx.line);
             lx.line += count_nl(s + lx.pos, end - lx.pos);
             lx.line_starting = s[end - 1] == '\n';
             lx.pos = end;

@@ -24,40 +24,107 @@
 #include <time.h>
 
 enum {
-    M_STARTSWITH, M_ENDSWITH, M_SPLIT, M_RSPLIT, M_STRIP, M_LSTRIP, M_RSTRIP, M_LOWER, M_UPPER,
-    M_TITLE, M_CAPITALIZE, M_REPLACE, M_FIND, M_RFIND, M_INDEX, M_RINDEX, M_COUNT, M_FORMAT,
-    M_JOIN, M_SPLITLINES, M_ISDIGIT, M_ISALPHA, M_ISALNUM, M_ISSPACE, M_ISLOWER, M_ISUPPER,
-    M_ISNUMERIC, M_ISDECIMAL, M_CENTER, M_LJUST, M_RJUST, M_ZFILL, M_PARTITION, M_RPARTITION,
-    M_REMOVEPREFIX, M_REMOVESUFFIX, M_CASEFOLD, M_SWAPCASE,
+    M_STARTSWITH,
+    M_ENDSWITH,
+    M_SPLIT,
+    M_RSPLIT,
+    M_STRIP,
+    M_LSTRIP,
+    M_RSTRIP,
+    M_LOWER,
+    M_UPPER,
+    M_TITLE,
+    M_CAPITALIZE,
+    M_REPLACE,
+    M_FIND,
+    M_RFIND,
+    M_INDEX,
+    M_RINDEX,
+    M_COUNT,
+    M_FORMAT,
+    M_JOIN,
+    M_SPLITLINES,
+    M_ISDIGIT,
+    M_ISALPHA,
+    M_ISALNUM,
+    M_ISSPACE,
+    M_ISLOWER,
+    M_ISUPPER,
+    M_ISNUMERIC,
+    M_ISDECIMAL,
+    M_CENTER,
+    M_LJUST,
+    M_RJUST,
+    M_ZFILL,
+    M_PARTITION,
+    M_RPARTITION,
+    M_REMOVEPREFIX,
+    M_REMOVESUFFIX,
+    M_CASEFOLD,
+    M_SWAPCASE,
     /* dict */
-    M_GET, M_ITEMS, M_KEYS, M_VALUES, M_COPY,
+    M_GET,
+    M_ITEMS,
+    M_KEYS,
+    M_VALUES,
+    M_COPY,
     /* list / tuple (index and count are shared names with str) */
-    M_LIST_INDEX, M_LIST_COUNT, M_LIST_COPY,
+    M_LIST_INDEX,
+    M_LIST_COUNT,
+    M_LIST_COPY,
 };
 
 static const struct {
     const char *name;
     int id;
 } str_methods[] = {
-    {"startswith", M_STARTSWITH}, {"endswith", M_ENDSWITH}, {"split", M_SPLIT},
-    {"rsplit", M_RSPLIT}, {"strip", M_STRIP}, {"lstrip", M_LSTRIP}, {"rstrip", M_RSTRIP},
-    {"lower", M_LOWER}, {"upper", M_UPPER}, {"title", M_TITLE}, {"capitalize", M_CAPITALIZE},
-    {"replace", M_REPLACE}, {"find", M_FIND}, {"rfind", M_RFIND}, {"index", M_INDEX},
-    {"rindex", M_RINDEX}, {"count", M_COUNT}, {"format", M_FORMAT}, {"join", M_JOIN},
-    {"splitlines", M_SPLITLINES}, {"isdigit", M_ISDIGIT}, {"isalpha", M_ISALPHA},
-    {"isalnum", M_ISALNUM}, {"isspace", M_ISSPACE}, {"islower", M_ISLOWER},
-    {"isupper", M_ISUPPER}, {"isnumeric", M_ISNUMERIC}, {"isdecimal", M_ISDECIMAL},
-    {"center", M_CENTER}, {"ljust", M_LJUST}, {"rjust", M_RJUST}, {"zfill", M_ZFILL},
-    {"partition", M_PARTITION}, {"rpartition", M_RPARTITION},
-    {"removeprefix", M_REMOVEPREFIX}, {"removesuffix", M_REMOVESUFFIX},
-    {"casefold", M_CASEFOLD}, {"swapcase", M_SWAPCASE},
+    {"startswith", M_STARTSWITH},
+    {"endswith", M_ENDSWITH},
+    {"split", M_SPLIT},
+    {"rsplit", M_RSPLIT},
+    {"strip", M_STRIP},
+    {"lstrip", M_LSTRIP},
+    {"rstrip", M_RSTRIP},
+    {"lower", M_LOWER},
+    {"upper", M_UPPER},
+    {"title", M_TITLE},
+    {"capitalize", M_CAPITALIZE},
+    {"replace", M_REPLACE},
+    {"find", M_FIND},
+    {"rfind", M_RFIND},
+    {"index", M_INDEX},
+    {"rindex", M_RINDEX},
+    {"count", M_COUNT},
+    {"format", M_FORMAT},
+    {"join", M_JOIN},
+    {"splitlines", M_SPLITLINES},
+    {"isdigit", M_ISDIGIT},
+    {"isalpha", M_ISALPHA},
+    {"isalnum", M_ISALNUM},
+    {"isspace", M_ISSPACE},
+    {"islower", M_ISLOWER},
+    {"isupper", M_ISUPPER},
+    {"isnumeric", M_ISNUMERIC},
+    {"isdecimal", M_ISDECIMAL},
+    {"center", M_CENTER},
+    {"ljust", M_LJUST},
+    {"rjust", M_RJUST},
+    {"zfill", M_ZFILL},
+    {"partition", M_PARTITION},
+    {"rpartition", M_RPARTITION},
+    {"removeprefix", M_REMOVEPREFIX},
+    {"removesuffix", M_REMOVESUFFIX},
+    {"casefold", M_CASEFOLD},
+    {"swapcase", M_SWAPCASE},
 };
 
 static bool name_is(const char *a, size_t n, const char *b) {
     return strlen(b) == n && memcmp(a, b, n) == 0;
 }
 
-static int nomem(ct_rt *rt) { return ct_error(rt, ERR_NOMEM, "out of memory"); }
+static int nomem(ct_rt *rt) {
+    return ct_error(rt, ERR_NOMEM, "out of memory");
+}
 
 static int make_func(ct_rt *rt, int id, ct_val self, const char *name, ct_val *out) {
     ct_func *fn = arena_alloc(rt->a, sizeof *fn);
@@ -91,8 +158,8 @@ bool ct_method_lookup(ct_rt *rt, ct_val self, const char *name, size_t len, ct_v
                 id = ids[i];
                 canon = names[i];
             }
-        static const char *const bad[] = {"pop", "popitem", "setdefault", "update", "clear",
-                                          "fromkeys", NULL};
+        static const char *const bad[] = {"pop",   "popitem",  "setdefault", "update",
+                                          "clear", "fromkeys", NULL};
         for (int i = 0; bad[i]; i++)
             if (name_is(name, len, bad[i]))
                 *unsafe = true;
@@ -107,8 +174,8 @@ bool ct_method_lookup(ct_rt *rt, ct_val self, const char *name, size_t len, ct_v
             id = M_LIST_COPY;
             canon = "copy";
         } else if (self.kind == CT_SEQ_LIST) {
-            static const char *const bad[] = {"append", "extend", "insert", "pop", "remove",
-                                              "reverse", "sort", "clear", NULL};
+            static const char *const bad[] = {"append",  "extend", "insert", "pop", "remove",
+                                              "reverse", "sort",   "clear",  NULL};
             for (int i = 0; bad[i]; i++)
                 if (name_is(name, len, bad[i]))
                     *unsafe = true;
@@ -128,9 +195,14 @@ bool ct_global_lookup(ct_rt *rt, const char *name, size_t len, ct_val *out) {
         const char *name;
         int id;
     } globals[] = {
-        {"range", CT_FN_RANGE}, {"namespace", CT_FN_NAMESPACE}, {"dict", CT_FN_DICT},
-        {"raise_exception", CT_FN_RAISE}, {"strftime_now", CT_FN_STRFTIME},
-        {"lipsum", -1}, {"cycler", -1}, {"joiner", -1},
+        {"range", CT_FN_RANGE},
+        {"namespace", CT_FN_NAMESPACE},
+        {"dict", CT_FN_DICT},
+        {"raise_exception", CT_FN_RAISE},
+        {"strftime_now", CT_FN_STRFTIME},
+        {"lipsum", -1},
+        {"cycler", -1},
+        {"joiner", -1},
     };
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
         if (name_is(name, len, globals[i].name))
@@ -206,8 +278,7 @@ static int span_args(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, siz
 
 /* ---- str methods ----------------------------------------------------------------------------- */
 
-static int m_affix(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, bool ends,
-                   ct_val *out) {
+static int m_affix(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, bool ends, ct_val *out) {
     int rc;
     size_t b, e;
     if ((rc = span_args(rt, s, args, n_args, 1, &b, &e)))
@@ -283,8 +354,8 @@ static int m_split(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, const
     do {                                                                                           \
         if (n == cap) {                                                                            \
             cap *= 2;                                                                              \
-            size_t *ns = realloc(st, cap * sizeof *st), *ne = ns ? realloc(en, cap * sizeof *en)  \
-                                                                : NULL;                            \
+            size_t *ns = realloc(st, cap * sizeof *st),                                            \
+                   *ne = ns ? realloc(en, cap * sizeof *en) : NULL;                                \
             if (ns)                                                                                \
                 st = ns;                                                                           \
             if (ne)                                                                                \
@@ -408,14 +479,15 @@ done:
     return rc;
 }
 
-static int m_strip(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, int which,
-                   ct_val *out) {
+static int m_strip(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, int which, ct_val *out) {
     ct_val chars = n_args ? args[0] : ct_none();
     if (chars.t != CT_NONE && chars.t != CT_STR) {
         if (chars.t == CT_UNDEF)
             return ct_undef_fail(rt, chars);
         return ct_error(rt, ERR_INVAL, "%s arg must be None or str",
-                        which == 1 ? "lstrip" : which == 2 ? "rstrip" : "strip");
+                        which == 1   ? "lstrip"
+                        : which == 2 ? "rstrip"
+                                     : "strip");
     }
     size_t off, len;
     ct_py_strip(s.s.p, s.s.n, chars.t == CT_STR ? chars.s.p : NULL,
@@ -483,9 +555,8 @@ static int m_replace(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, ct_
         }
     } else {
         for (;;) {
-            ptrdiff_t at = (count < 0 || done < count)
-                               ? ct_memfind(s.s.p, s.s.n, old.s.p, old.s.n, i)
-                               : -1;
+            ptrdiff_t at =
+                (count < 0 || done < count) ? ct_memfind(s.s.p, s.s.n, old.s.p, old.s.n, i) : -1;
             if (at < 0 || sb.len > CT_MAX_OUTPUT) {
                 strbuf_append(&sb, s.s.p + i, s.s.n - i);
                 break;
@@ -520,8 +591,8 @@ static int m_join(ct_rt *rt, ct_val s, ct_val seq, ct_val *out) {
     for (size_t i = 0; i < n; i++) {
         if (items[i].t != CT_STR) {
             strbuf_deinit(&sb);
-            return ct_error(rt, ERR_INVAL, "sequence item %zu: expected str instance, %s found",
-                            i, ct_type_name(items[i]));
+            return ct_error(rt, ERR_INVAL, "sequence item %zu: expected str instance, %s found", i,
+                            ct_type_name(items[i]));
         }
         if (i)
             strbuf_append(&sb, s.s.p, s.s.n);
@@ -588,7 +659,8 @@ static int m_pad(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, int id,
     size_t fill_n = 1;
     if (id != M_ZFILL && n_args > 1) {
         if (args[1].t != CT_STR || ct_utf8_count(args[1].s.p, args[1].s.n) != 1)
-            return ct_error(rt, ERR_INVAL, "The fill character must be exactly one character "
+            return ct_error(rt, ERR_INVAL,
+                            "The fill character must be exactly one character "
                             "long");
         fill = args[1].s.p;
         fill_n = args[1].s.n;
@@ -681,10 +753,18 @@ static int m_is(ct_val s, int id) {
         switch (id) {
         case M_ISDIGIT:
         case M_ISNUMERIC:
-        case M_ISDECIMAL: ok = digit; break;
-        case M_ISALPHA: ok = ct_is_alpha_cp(cp); break;
-        case M_ISALNUM: ok = digit || ct_is_alpha_cp(cp); break;
-        default: ok = ct_py_isspace(cp); break;
+        case M_ISDECIMAL:
+            ok = digit;
+            break;
+        case M_ISALPHA:
+            ok = ct_is_alpha_cp(cp);
+            break;
+        case M_ISALNUM:
+            ok = digit || ct_is_alpha_cp(cp);
+            break;
+        default:
+            ok = ct_py_isspace(cp);
+            break;
         }
         if (!ok)
             return 0;
@@ -705,8 +785,7 @@ static int str_method(ct_rt *rt, int id, ct_val s, const ct_val *args, size_t n_
         return m_affix(rt, s, args, n_args, id == M_ENDSWITH, out);
     case M_SPLIT:
     case M_RSPLIT:
-        return m_split(rt, s, args, n_args, kw_names, kw_lens, kw_vals, n_kw, id == M_RSPLIT,
-                       out);
+        return m_split(rt, s, args, n_args, kw_names, kw_lens, kw_vals, n_kw, id == M_RSPLIT, out);
     case M_STRIP:
     case M_LSTRIP:
     case M_RSTRIP:
@@ -777,7 +856,8 @@ static int str_method(ct_rt *rt, int id, ct_val s, const ct_val *args, size_t n_
         *out = ct_int(c);
         return 0;
     }
-    case M_FORMAT: return ct_str_format(rt, s, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
+    case M_FORMAT:
+        return ct_str_format(rt, s, args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
     case M_JOIN:
         if ((rc = want_args(rt, fname, n_args, n_kw, 1, 1)))
             return rc;
@@ -834,7 +914,8 @@ static int str_method(ct_rt *rt, int id, ct_val s, const ct_val *args, size_t n_
         }
         return 0;
     }
-    default: return ct_error(rt, ERR_INTERNAL, "str method %d", id);
+    default:
+        return ct_error(rt, ERR_INTERNAL, "str method %d", id);
     }
 }
 
@@ -875,7 +956,9 @@ static int other_method(ct_rt *rt, int id, ct_val self, const ct_val *args, size
         if ((rc = want_args(rt, fname, n_args, n_kw, 0, 0)))
             return rc;
         return dict_view(rt, self.d,
-                         id == M_ITEMS ? CT_SEQ_ITEMS : id == M_KEYS ? CT_SEQ_KEYS : CT_SEQ_VALUES,
+                         id == M_ITEMS  ? CT_SEQ_ITEMS
+                         : id == M_KEYS ? CT_SEQ_KEYS
+                                        : CT_SEQ_VALUES,
                          out);
     case M_COPY: {
         if ((rc = want_args(rt, fname, n_args, n_kw, 0, 0)) ||
@@ -922,7 +1005,8 @@ static int other_method(ct_rt *rt, int id, ct_val self, const ct_val *args, size
         *out = ct_int(c);
         return 0;
     }
-    default: return ct_error(rt, ERR_INTERNAL, "method %d", id);
+    default:
+        return ct_error(rt, ERR_INTERNAL, "method %d", id);
     }
 }
 
@@ -950,7 +1034,8 @@ static int g_range(ct_rt *rt, const ct_val *args, size_t n_args, size_t n_kw, ct
     else if (c < 0 && a > b)
         n = (int64_t)(((uint64_t)a - (uint64_t)b - 1) / (uint64_t)(-(c + 1) + 1)) + 1;
     if (n > 100000)
-        return ct_error(rt, ERR_INVAL, "Range too big. The sandbox blocks ranges larger than "
+        return ct_error(rt, ERR_INVAL,
+                        "Range too big. The sandbox blocks ranges larger than "
                         "MAX_RANGE (100000).");
     if ((rc = ct_list_new(rt, (size_t)n, CT_SEQ_RANGE, out)))
         return rc;
@@ -987,8 +1072,10 @@ static int build_dict(ct_rt *rt, const char *fname, const ct_val *args, size_t n
                 size_t pn;
                 if (items[i].t == CT_UNDEF || items[i].t == CT_STR ||
                     ct_iterate(rt, items[i], &pair, &pn) || pn != 2)
-                    return ct_error(rt, ERR_INVAL, "dictionary update sequence element #%zu has "
-                                    "the wrong length or type", i);
+                    return ct_error(rt, ERR_INVAL,
+                                    "dictionary update sequence element #%zu has "
+                                    "the wrong length or type",
+                                    i);
                 if ((rc = ct_hash_check(rt, pair[0])) ||
                     (rc = ct_dict_set(rt, out->d, pair[0], pair[1])))
                     return rc;
@@ -1002,13 +1089,13 @@ static int build_dict(ct_rt *rt, const char *fname, const ct_val *args, size_t n
 }
 
 static const char *const wday_short[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-static const char *const wday_long[] = {"Sunday", "Monday", "Tuesday", "Wednesday",
+static const char *const wday_long[] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
                                         "Thursday", "Friday", "Saturday"};
 static const char *const mon_short[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-static const char *const mon_long[] = {"January", "February", "March", "April",
-                                       "May", "June", "July", "August",
-                                       "September", "October", "November", "December"};
+static const char *const mon_long[] = {"January",   "February", "March",    "April",
+                                       "May",       "June",     "July",     "August",
+                                       "September", "October",  "November", "December"};
 
 static int g_strftime(ct_rt *rt, const ct_val *args, size_t n_args, size_t n_kw, ct_val *out) {
     int rc;
@@ -1031,34 +1118,73 @@ static int g_strftime(ct_rt *rt, const ct_val *args, size_t n_args, size_t n_kw,
         char c = f[++i];
         int hour12 = tm.tm_hour % 12 ? tm.tm_hour % 12 : 12;
         switch (c) {
-        case 'a': strbuf_puts(&sb, wday_short[tm.tm_wday]); break;
-        case 'A': strbuf_puts(&sb, wday_long[tm.tm_wday]); break;
+        case 'a':
+            strbuf_puts(&sb, wday_short[tm.tm_wday]);
+            break;
+        case 'A':
+            strbuf_puts(&sb, wday_long[tm.tm_wday]);
+            break;
         case 'b':
-        case 'h': strbuf_puts(&sb, mon_short[tm.tm_mon]); break;
-        case 'B': strbuf_puts(&sb, mon_long[tm.tm_mon]); break;
-        case 'd': strbuf_printf(&sb, "%02d", tm.tm_mday); break;
-        case 'e': strbuf_printf(&sb, "%2d", tm.tm_mday); break;
-        case 'H': strbuf_printf(&sb, "%02d", tm.tm_hour); break;
-        case 'I': strbuf_printf(&sb, "%02d", hour12); break;
-        case 'j': strbuf_printf(&sb, "%03d", tm.tm_yday + 1); break;
-        case 'm': strbuf_printf(&sb, "%02d", tm.tm_mon + 1); break;
-        case 'M': strbuf_printf(&sb, "%02d", tm.tm_min); break;
-        case 'p': strbuf_puts(&sb, tm.tm_hour < 12 ? "AM" : "PM"); break;
-        case 'S': strbuf_printf(&sb, "%02d", tm.tm_sec); break;
-        case 'u': strbuf_printf(&sb, "%d", tm.tm_wday ? tm.tm_wday : 7); break;
-        case 'w': strbuf_printf(&sb, "%d", tm.tm_wday); break;
-        case 'y': strbuf_printf(&sb, "%02d", tm.tm_year % 100); break;
-        case 'Y': strbuf_printf(&sb, "%d", tm.tm_year + 1900); break;
+        case 'h':
+            strbuf_puts(&sb, mon_short[tm.tm_mon]);
+            break;
+        case 'B':
+            strbuf_puts(&sb, mon_long[tm.tm_mon]);
+            break;
+        case 'd':
+            strbuf_printf(&sb, "%02d", tm.tm_mday);
+            break;
+        case 'e':
+            strbuf_printf(&sb, "%2d", tm.tm_mday);
+            break;
+        case 'H':
+            strbuf_printf(&sb, "%02d", tm.tm_hour);
+            break;
+        case 'I':
+            strbuf_printf(&sb, "%02d", hour12);
+            break;
+        case 'j':
+            strbuf_printf(&sb, "%03d", tm.tm_yday + 1);
+            break;
+        case 'm':
+            strbuf_printf(&sb, "%02d", tm.tm_mon + 1);
+            break;
+        case 'M':
+            strbuf_printf(&sb, "%02d", tm.tm_min);
+            break;
+        case 'p':
+            strbuf_puts(&sb, tm.tm_hour < 12 ? "AM" : "PM");
+            break;
+        case 'S':
+            strbuf_printf(&sb, "%02d", tm.tm_sec);
+            break;
+        case 'u':
+            strbuf_printf(&sb, "%d", tm.tm_wday ? tm.tm_wday : 7);
+            break;
+        case 'w':
+            strbuf_printf(&sb, "%d", tm.tm_wday);
+            break;
+        case 'y':
+            strbuf_printf(&sb, "%02d", tm.tm_year % 100);
+            break;
+        case 'Y':
+            strbuf_printf(&sb, "%d", tm.tm_year + 1900);
+            break;
         case 'F':
             strbuf_printf(&sb, "%d-%02d-%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
             break;
-        case 'T': strbuf_printf(&sb, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec); break;
+        case 'T':
+            strbuf_printf(&sb, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
+            break;
         case 'D':
             strbuf_printf(&sb, "%02d/%02d/%02d", tm.tm_mon + 1, tm.tm_mday, tm.tm_year % 100);
             break;
         case 'Z':
-        case 'z': break; /* a naive datetime has no zone */
-        case '%': strbuf_putc(&sb, '%'); break;
+        case 'z':
+            break; /* a naive datetime has no zone */
+        case '%':
+            strbuf_putc(&sb, '%');
+            break;
         default:
             strbuf_deinit(&sb);
             return ct_error(rt, ERR_UNSUPPORTED, "unsupported strftime directive '%%%c'", c);
@@ -1072,24 +1198,27 @@ int ct_func_call(ct_rt *rt, const ct_func *fn, const ct_val *args, size_t n_args
                  ct_val *out) {
     int rc;
     switch (fn->id) {
-    case CT_FN_RANGE: return g_range(rt, args, n_args, n_kw, out);
-    case CT_FN_DICT: return build_dict(rt, "dict", args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
+    case CT_FN_RANGE:
+        return g_range(rt, args, n_args, n_kw, out);
+    case CT_FN_DICT:
+        return build_dict(rt, "dict", args, n_args, kw_names, kw_lens, kw_vals, n_kw, out);
     case CT_FN_NAMESPACE:
-        if ((rc = build_dict(rt, "namespace", args, n_args, kw_names, kw_lens, kw_vals, n_kw,
-                             out)))
+        if ((rc = build_dict(rt, "namespace", args, n_args, kw_names, kw_lens, kw_vals, n_kw, out)))
             return rc;
         out->t = CT_NS;
         return 0;
     case CT_FN_RAISE: {
         if (n_args < 1)
-            return ct_error(rt, ERR_INVAL, "raise_exception() missing 1 required positional "
+            return ct_error(rt, ERR_INVAL,
+                            "raise_exception() missing 1 required positional "
                             "argument: 'message'");
         ct_val msg;
         if ((rc = ct_stringify(rt, args[0], &msg)))
             return rc;
         return err_set(ERR_INVAL, "%.*s", (int)(msg.s.n > 900 ? 900 : msg.s.n), msg.s.p);
     }
-    case CT_FN_STRFTIME: return g_strftime(rt, args, n_args, n_kw, out);
+    case CT_FN_STRFTIME:
+        return g_strftime(rt, args, n_args, n_kw, out);
     case CT_FN_LOOP_CYCLE:
         if (n_args == 0)
             return ct_error(rt, ERR_INVAL, "no items for cycling given");
@@ -1097,7 +1226,8 @@ int ct_func_call(ct_rt *rt, const ct_func *fn, const ct_val *args, size_t n_args
         return 0;
     case CT_FN_LOOP_CHANGED:
         return ct_error(rt, ERR_UNSUPPORTED, "unsupported construct 'loop.changed'");
-    default: break;
+    default:
+        break;
     }
     if (fn->id < CT_FN_METHOD_BASE)
         return ct_error(rt, ERR_UNSUPPORTED, "unsupported global function '%s'",

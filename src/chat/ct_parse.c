@@ -33,7 +33,8 @@ typedef struct parser {
     size_t n, pos;
     int depth;
     int loop_depth;
-    int n_macros; /* macros parsed so far: a for loop whose body defines one must not reuse frames */
+    int n_macros; /* macros parsed so far: a for loop whose body defines one must not reuse frames
+                   */
     bool soft;
     vec unknown; /* N_FILTER / N_TEST nodes naming a filter/test jinja2 does not have */
     /* symbol hash (name -> id), open addressing, power-of-two size */
@@ -43,9 +44,13 @@ typedef struct parser {
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static int p_nomem(void) { return err_set(ERR_NOMEM, "template: out of memory while parsing"); }
+static int p_nomem(void) {
+    return err_set(ERR_NOMEM, "template: out of memory while parsing");
+}
 
-static const ct_tok *cur(const parser *p) { return &p->toks[p->pos]; }
+static const ct_tok *cur(const parser *p) {
+    return &p->toks[p->pos];
+}
 static const ct_tok *look(const parser *p) {
     return &p->toks[p->pos + 1 < p->n ? p->pos + 1 : p->pos];
 }
@@ -58,20 +63,32 @@ static bool tok_is_name(const ct_tok *t, const char *name) {
     size_t n = strlen(name);
     return t->type == TK_NAME && t->n == n && memcmp(t->p, name, n) == 0;
 }
-static bool tok_is_op(const ct_tok *t, int op) { return t->type == TK_OP && t->op == op; }
+static bool tok_is_op(const ct_tok *t, int op) {
+    return t->type == TK_OP && t->op == op;
+}
 
 static const char *describe(const ct_tok *t, char *buf, size_t cap) {
     switch (t->type) {
-    case TK_EOF: return "end of template";
-    case TK_DATA: return "template data / text";
-    case TK_VAR_BEGIN: return "begin of print statement";
-    case TK_VAR_END: return "end of print statement";
-    case TK_BLOCK_BEGIN: return "begin of statement block";
-    case TK_BLOCK_END: return "end of statement block";
-    case TK_STRING: return "string";
-    case TK_INT: return "integer";
-    case TK_FLOAT: return "float";
-    default: break;
+    case TK_EOF:
+        return "end of template";
+    case TK_DATA:
+        return "template data / text";
+    case TK_VAR_BEGIN:
+        return "begin of print statement";
+    case TK_VAR_END:
+        return "end of print statement";
+    case TK_BLOCK_BEGIN:
+        return "begin of statement block";
+    case TK_BLOCK_END:
+        return "end of statement block";
+    case TK_STRING:
+        return "string";
+    case TK_INT:
+        return "integer";
+    case TK_FLOAT:
+        return "float";
+    default:
+        break;
     }
     size_t n = t->n < cap - 1 ? t->n : cap - 1;
     memcpy(buf, t->p, n);
@@ -133,8 +150,8 @@ static ct_node *mk(parser *p, int kind, int line) {
 
 static int enter(parser *p) {
     if (++p->depth > CT_MAX_PARSE_DEPTH)
-        return err_set(ERR_TOOLARGE, "template line %d: nested deeper than %d levels",
-                       cur(p)->line, CT_MAX_PARSE_DEPTH);
+        return err_set(ERR_TOOLARGE, "template line %d: nested deeper than %d levels", cur(p)->line,
+                       CT_MAX_PARSE_DEPTH);
     return 0;
 }
 
@@ -403,22 +420,28 @@ static int parse_call_args(parser *p, ct_node *call) {
         }
         if (tok_is_op(cur(p), OP_MUL)) {
             if (call->c || call->d)
-                return err_set(ERR_FORMAT, "template line %d: invalid syntax for function call "
-                               "expression", line);
+                return err_set(ERR_FORMAT,
+                               "template line %d: invalid syntax for function call "
+                               "expression",
+                               line);
             advance(p);
             if ((rc = parse_expression(p, true, &call->c)))
                 return rc;
         } else if (tok_is_op(cur(p), OP_POW)) {
             if (call->d)
-                return err_set(ERR_FORMAT, "template line %d: invalid syntax for function call "
-                               "expression", line);
+                return err_set(ERR_FORMAT,
+                               "template line %d: invalid syntax for function call "
+                               "expression",
+                               line);
             advance(p);
             if ((rc = parse_expression(p, true, &call->d)))
                 return rc;
         } else if (cur(p)->type == TK_NAME && tok_is_op(look(p), OP_ASSIGN)) {
             if (call->d)
-                return err_set(ERR_FORMAT, "template line %d: invalid syntax for function call "
-                               "expression", line);
+                return err_set(ERR_FORMAT,
+                               "template line %d: invalid syntax for function call "
+                               "expression",
+                               line);
             const ct_tok *key = cur(p);
             advance(p);
             advance(p);
@@ -429,8 +452,10 @@ static int parse_call_args(parser *p, ct_node *call) {
                 return rc;
         } else {
             if (call->c || call->d || kws.n)
-                return err_set(ERR_FORMAT, "template line %d: invalid syntax for function call "
-                               "expression", line);
+                return err_set(ERR_FORMAT,
+                               "template line %d: invalid syntax for function call "
+                               "expression",
+                               line);
             ct_node *e = NULL;
             if ((rc = parse_expression(p, true, &e)) || (rc = vec_push(p, &args, e)))
                 return rc;
@@ -635,8 +660,10 @@ static int parse_test(parser *p, ct_node **node) {
                 tok_is_op(t, OP_LBRACE)) &&
                !tok_is_name(t, "else") && !tok_is_name(t, "or") && !tok_is_name(t, "and")) {
         if (tok_is_name(t, "is"))
-            return err_set(ERR_FORMAT, "template line %d: You cannot chain multiple tests with "
-                           "is", t->line);
+            return err_set(ERR_FORMAT,
+                           "template line %d: You cannot chain multiple tests with "
+                           "is",
+                           t->line);
         ct_node *arg = NULL;
         if ((rc = enter(p)) || (rc = parse_primary(p, false, &arg)) ||
             (rc = parse_postfix(p, &arg)))
@@ -737,9 +764,11 @@ static int parse_math2(parser *p, ct_node **out) {
         return rc;
     for (;;) {
         const ct_tok *t = cur(p);
-        int op = tok_is_op(t, OP_MUL) ? CT_OP_MUL : tok_is_op(t, OP_DIV) ? CT_OP_DIV
-                 : tok_is_op(t, OP_FLOORDIV) ? CT_OP_FLOORDIV : tok_is_op(t, OP_MOD) ? CT_OP_MOD
-                                                                                   : -1;
+        int op = tok_is_op(t, OP_MUL)        ? CT_OP_MUL
+                 : tok_is_op(t, OP_DIV)      ? CT_OP_DIV
+                 : tok_is_op(t, OP_FLOORDIV) ? CT_OP_FLOORDIV
+                 : tok_is_op(t, OP_MOD)      ? CT_OP_MOD
+                                             : -1;
         if (op < 0)
             break;
         advance(p);
@@ -809,13 +838,26 @@ static int parse_compare(parser *p, ct_node **out) {
         int op = -1;
         if (t->type == TK_OP) {
             switch (t->op) {
-            case OP_EQ: op = CT_CMP_EQ; break;
-            case OP_NE: op = CT_CMP_NE; break;
-            case OP_LT: op = CT_CMP_LT; break;
-            case OP_LTEQ: op = CT_CMP_LE; break;
-            case OP_GT: op = CT_CMP_GT; break;
-            case OP_GTEQ: op = CT_CMP_GE; break;
-            default: break;
+            case OP_EQ:
+                op = CT_CMP_EQ;
+                break;
+            case OP_NE:
+                op = CT_CMP_NE;
+                break;
+            case OP_LT:
+                op = CT_CMP_LT;
+                break;
+            case OP_LTEQ:
+                op = CT_CMP_LE;
+                break;
+            case OP_GT:
+                op = CT_CMP_GT;
+                break;
+            case OP_GTEQ:
+                op = CT_CMP_GE;
+                break;
+            default:
+                break;
             }
             if (op >= 0)
                 advance(p);
@@ -938,8 +980,7 @@ static int subparse(parser *p, const char *const *end_tokens, vec *body);
 
 /* Parses `[:] %}` body up to one of end_tokens; leaves the stream on the end tag's name (or past
  * it with drop_needle). */
-static int parse_statements(parser *p, const char *const *end_tokens, bool drop_needle,
-                            vec *body) {
+static int parse_statements(parser *p, const char *const *end_tokens, bool drop_needle, vec *body) {
     int rc;
     if (tok_is_op(cur(p), OP_COLON))
         advance(p);
@@ -948,8 +989,10 @@ static int parse_statements(parser *p, const char *const *end_tokens, bool drop_
     if ((rc = subparse(p, end_tokens, body)))
         return rc;
     if (cur(p)->type == TK_EOF) {
-        return err_set(ERR_FORMAT, "template line %d: unexpected end of template, expected "
-                       "'%s'", cur(p)->line, end_tokens[0]);
+        return err_set(ERR_FORMAT,
+                       "template line %d: unexpected end of template, expected "
+                       "'%s'",
+                       cur(p)->line, end_tokens[0]);
     }
     if (drop_needle)
         advance(p);
@@ -986,8 +1029,7 @@ static int parse_assign_target(parser *p, bool name_only, const char *const *ext
     if ((rc = parse_tuple(p, true, true, extra_end, false, with_namespace, out)))
         return rc;
     if (!can_assign(*out))
-        return err_set(ERR_FORMAT, "template line %d: can't assign to this target",
-                       (*out)->line);
+        return err_set(ERR_FORMAT, "template line %d: can't assign to this target", (*out)->line);
     return 0;
 }
 
@@ -1009,8 +1051,10 @@ static int parse_signature(parser *p, ct_node *n) {
                 return rc;
             defaults = true;
         } else if (defaults) {
-            return err_set(ERR_FORMAT, "template line %d: non-default argument follows default "
-                           "argument", arg->line);
+            return err_set(ERR_FORMAT,
+                           "template line %d: non-default argument follows default "
+                           "argument",
+                           arg->line);
         }
         if ((rc = vec_push(p, &params, arg)))
             return rc;
@@ -1036,8 +1080,10 @@ static int parse_for(parser *p, int line, ct_node **out) {
     if ((rc = parse_assign_target(p, false, in_end, false, &n->a)))
         return rc;
     if (n->a->kind == N_NSREF)
-        return err_set(ERR_FORMAT, "template line %d: can't assign to a namespace attribute "
-                       "in a for loop", line);
+        return err_set(ERR_FORMAT,
+                       "template line %d: can't assign to a namespace attribute "
+                       "in a for loop",
+                       line);
     if (!tok_is_name(cur(p), "in"))
         return fail_at(p, cur(p), "expected 'in'");
     advance(p);
@@ -1051,8 +1097,10 @@ static int parse_for(parser *p, int line, ct_node **out) {
             return rc;
     }
     if (tok_is_name(cur(p), "recursive"))
-        return err_set(ERR_UNSUPPORTED, "template line %d: unsupported construct 'for ... "
-                       "recursive'", line);
+        return err_set(ERR_UNSUPPORTED,
+                       "template line %d: unsupported construct 'for ... "
+                       "recursive'",
+                       line);
     vec body = {0}, els = {0};
     int macros_before = p->n_macros;
     p->loop_depth++;
@@ -1263,8 +1311,8 @@ static int parse_statement(parser *p, ct_node **out) {
         *out = n;
         return 0;
     }
-    static const char *const unsupported[] = {"call", "block", "extends", "include", "import",
-                                              "from", "autoescape", NULL};
+    static const char *const unsupported[] = {"call",   "block", "extends",    "include",
+                                              "import", "from",  "autoescape", NULL};
     for (int i = 0; unsupported[i]; i++)
         if (!strcmp(name, unsupported[i]))
             return err_set(ERR_UNSUPPORTED, "template line %d: unsupported tag '%s'", line, name);
@@ -1322,9 +1370,9 @@ static int subparse(parser *p, const char *const *end_tokens, vec *body) {
                 return 0;
             }
             if (!end_tokens || !is_end_token(p, end_tokens)) {
-                static const char *const stray[] = {"endfor", "endif", "endset", "endmacro",
-                                                    "endfilter", "endwith", "endgeneration",
-                                                    "else", "elif", "endraw", NULL};
+                static const char *const stray[] = {
+                    "endfor",        "endif", "endset", "endmacro", "endfilter", "endwith",
+                    "endgeneration", "else",  "elif",   "endraw",   NULL};
                 for (int i = 0; stray[i]; i++)
                     if (tok_is_name(cur(p), stray[i]))
                         return err_set(ERR_FORMAT, "template line %d: unexpected '%s'",

@@ -176,8 +176,12 @@ uint32_t ct_upper_cp(uint32_t cp) {
     return cp;
 }
 
-bool ct_is_upper_cp(uint32_t cp) { return ct_lower_cp(cp) != cp; }
-bool ct_is_lower_cp(uint32_t cp) { return ct_upper_cp(cp) != cp || cp == 0xDF; }
+bool ct_is_upper_cp(uint32_t cp) {
+    return ct_lower_cp(cp) != cp;
+}
+bool ct_is_lower_cp(uint32_t cp) {
+    return ct_upper_cp(cp) != cp || cp == 0xDF;
+}
 
 bool ct_is_alpha_cp(uint32_t cp) {
     if (cp < 0x80)
@@ -258,8 +262,8 @@ static bool in_chars(uint32_t cp, const char *chars, size_t n_chars) {
     return false;
 }
 
-void ct_py_strip(const char *p, size_t n, const char *chars, size_t n_chars, int which,
-                 size_t *off, size_t *len) {
+void ct_py_strip(const char *p, size_t n, const char *chars, size_t n_chars, int which, size_t *off,
+                 size_t *len) {
     size_t b = 0, e = n;
     if (which & 1) {
         while (b < e) {
@@ -295,8 +299,8 @@ static bool py_printable(uint32_t cp) {
         return true;
     if (cp <= 0xA0 || cp == 0xAD)
         return false;
-    if ((cp >= 0x600 && cp <= 0x605) || cp == 0x61C || cp == 0x6DD || cp == 0x70F ||
-        cp == 0x8E2 || cp == 0x1680 || cp == 0x180E)
+    if ((cp >= 0x600 && cp <= 0x605) || cp == 0x61C || cp == 0x6DD || cp == 0x70F || cp == 0x8E2 ||
+        cp == 0x1680 || cp == 0x180E)
         return false;
     if ((cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
         (cp >= 0x205F && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x206F) || cp == 0x3000)
@@ -347,12 +351,23 @@ void ct_html_escape(strbuf *sb, const char *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const char *rep = NULL;
         switch (p[i]) {
-        case '&': rep = "&amp;"; break;
-        case '<': rep = "&lt;"; break;
-        case '>': rep = "&gt;"; break;
-        case '\'': rep = "&#39;"; break;
-        case '"': rep = "&#34;"; break;
-        default: continue;
+        case '&':
+            rep = "&amp;";
+            break;
+        case '<':
+            rep = "&lt;";
+            break;
+        case '>':
+            rep = "&gt;";
+            break;
+        case '\'':
+            rep = "&#39;";
+            break;
+        case '"':
+            rep = "&#34;";
+            break;
+        default:
+            continue;
         }
         strbuf_append(sb, p + run, i - run);
         strbuf_puts(sb, rep);

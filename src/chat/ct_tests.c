@@ -14,24 +14,81 @@
 #include <string.h>
 
 enum {
-    T_BOOLEAN, T_CALLABLE, T_DEFINED, T_DIVISIBLEBY, T_EQ, T_ESCAPED, T_EVEN, T_FALSE, T_FILTER,
-    T_FLOAT, T_GE, T_GT, T_IN, T_INTEGER, T_ITERABLE, T_LE, T_LOWER, T_LT, T_MAPPING, T_NE,
-    T_NONE, T_NUMBER, T_ODD, T_SAMEAS, T_SEQUENCE, T_STRING, T_TEST, T_TRUE, T_UNDEFINED, T_UPPER,
+    T_BOOLEAN,
+    T_CALLABLE,
+    T_DEFINED,
+    T_DIVISIBLEBY,
+    T_EQ,
+    T_ESCAPED,
+    T_EVEN,
+    T_FALSE,
+    T_FILTER,
+    T_FLOAT,
+    T_GE,
+    T_GT,
+    T_IN,
+    T_INTEGER,
+    T_ITERABLE,
+    T_LE,
+    T_LOWER,
+    T_LT,
+    T_MAPPING,
+    T_NE,
+    T_NONE,
+    T_NUMBER,
+    T_ODD,
+    T_SAMEAS,
+    T_SEQUENCE,
+    T_STRING,
+    T_TEST,
+    T_TRUE,
+    T_UNDEFINED,
+    T_UPPER,
 };
 
 static const struct {
     const char *name;
     int id;
 } tests[] = {
-    {"boolean", T_BOOLEAN}, {"callable", T_CALLABLE}, {"defined", T_DEFINED},
-    {"divisibleby", T_DIVISIBLEBY}, {"eq", T_EQ}, {"equalto", T_EQ}, {"==", T_EQ},
-    {"escaped", T_ESCAPED}, {"even", T_EVEN}, {"false", T_FALSE}, {"filter", T_FILTER},
-    {"float", T_FLOAT}, {"ge", T_GE}, {">=", T_GE}, {"gt", T_GT}, {"greaterthan", T_GT},
-    {">", T_GT}, {"in", T_IN}, {"integer", T_INTEGER}, {"iterable", T_ITERABLE}, {"le", T_LE},
-    {"<=", T_LE}, {"lower", T_LOWER}, {"lt", T_LT}, {"lessthan", T_LT}, {"<", T_LT},
-    {"mapping", T_MAPPING}, {"ne", T_NE}, {"!=", T_NE}, {"none", T_NONE}, {"number", T_NUMBER},
-    {"odd", T_ODD}, {"sameas", T_SAMEAS}, {"sequence", T_SEQUENCE}, {"string", T_STRING},
-    {"test", T_TEST}, {"true", T_TRUE}, {"undefined", T_UNDEFINED}, {"upper", T_UPPER},
+    {"boolean", T_BOOLEAN},
+    {"callable", T_CALLABLE},
+    {"defined", T_DEFINED},
+    {"divisibleby", T_DIVISIBLEBY},
+    {"eq", T_EQ},
+    {"equalto", T_EQ},
+    {"==", T_EQ},
+    {"escaped", T_ESCAPED},
+    {"even", T_EVEN},
+    {"false", T_FALSE},
+    {"filter", T_FILTER},
+    {"float", T_FLOAT},
+    {"ge", T_GE},
+    {">=", T_GE},
+    {"gt", T_GT},
+    {"greaterthan", T_GT},
+    {">", T_GT},
+    {"in", T_IN},
+    {"integer", T_INTEGER},
+    {"iterable", T_ITERABLE},
+    {"le", T_LE},
+    {"<=", T_LE},
+    {"lower", T_LOWER},
+    {"lt", T_LT},
+    {"lessthan", T_LT},
+    {"<", T_LT},
+    {"mapping", T_MAPPING},
+    {"ne", T_NE},
+    {"!=", T_NE},
+    {"none", T_NONE},
+    {"number", T_NUMBER},
+    {"odd", T_ODD},
+    {"sameas", T_SAMEAS},
+    {"sequence", T_SEQUENCE},
+    {"string", T_STRING},
+    {"test", T_TEST},
+    {"true", T_TRUE},
+    {"undefined", T_UNDEFINED},
+    {"upper", T_UPPER},
 };
 
 static bool name_eq(const char *a, size_t n, const char *b) {
@@ -101,8 +158,8 @@ static bool str_case_test(ct_val v, bool want_lower) {
     return cased;
 }
 
-int ct_test_apply(ct_rt *rt, int tid, const char *name, ct_val v, const ct_val *args,
-                  size_t n_args, bool *out) {
+int ct_test_apply(ct_rt *rt, int tid, const char *name, ct_val v, const ct_val *args, size_t n_args,
+                  bool *out) {
     int rc;
     (void)name;
     const char *tname = "?";
@@ -116,29 +173,53 @@ int ct_test_apply(ct_rt *rt, int tid, const char *name, ct_val v, const ct_val *
     if (need_arg && n_args < 1)
         return ct_error(rt, ERR_INVAL, "test '%s' needs an argument", tname);
     switch (tid) {
-    case T_BOOLEAN: *out = v.t == CT_BOOL; return 0;
+    case T_BOOLEAN:
+        *out = v.t == CT_BOOL;
+        return 0;
     case T_CALLABLE:
         *out = v.t == CT_MACRO || v.t == CT_FUNC || v.t == CT_UNDEF;
         return 0;
-    case T_DEFINED: *out = v.t != CT_UNDEF; return 0;
-    case T_UNDEFINED: *out = v.t == CT_UNDEF; return 0;
-    case T_NONE: *out = v.t == CT_NONE; return 0;
-    case T_FALSE: *out = v.t == CT_BOOL && !v.b; return 0;
-    case T_TRUE: *out = v.t == CT_BOOL && v.b; return 0;
-    case T_INTEGER: *out = v.t == CT_INT || (v.t == CT_FLOAT && v.kind == 1); return 0;
-    case T_FLOAT: *out = v.t == CT_FLOAT && v.kind != 1; return 0;
-    case T_NUMBER: *out = ct_is_num(v); return 0;
-    case T_STRING: *out = v.t == CT_STR; return 0;
-    case T_MAPPING: *out = v.t == CT_DICT; return 0;
-    case T_ESCAPED: *out = v.t == CT_STR && v.kind; return 0;
+    case T_DEFINED:
+        *out = v.t != CT_UNDEF;
+        return 0;
+    case T_UNDEFINED:
+        *out = v.t == CT_UNDEF;
+        return 0;
+    case T_NONE:
+        *out = v.t == CT_NONE;
+        return 0;
+    case T_FALSE:
+        *out = v.t == CT_BOOL && !v.b;
+        return 0;
+    case T_TRUE:
+        *out = v.t == CT_BOOL && v.b;
+        return 0;
+    case T_INTEGER:
+        *out = v.t == CT_INT || (v.t == CT_FLOAT && v.kind == 1);
+        return 0;
+    case T_FLOAT:
+        *out = v.t == CT_FLOAT && v.kind != 1;
+        return 0;
+    case T_NUMBER:
+        *out = ct_is_num(v);
+        return 0;
+    case T_STRING:
+        *out = v.t == CT_STR;
+        return 0;
+    case T_MAPPING:
+        *out = v.t == CT_DICT;
+        return 0;
+    case T_ESCAPED:
+        *out = v.t == CT_STR && v.kind;
+        return 0;
     case T_SEQUENCE:
         *out = v.t == CT_STR || v.t == CT_DICT || v.t == CT_UNDEF ||
-               (v.t == CT_LIST && (v.kind == CT_SEQ_LIST || v.kind == CT_SEQ_TUPLE ||
-                                   v.kind == CT_SEQ_RANGE));
+               (v.t == CT_LIST &&
+                (v.kind == CT_SEQ_LIST || v.kind == CT_SEQ_TUPLE || v.kind == CT_SEQ_RANGE));
         return 0;
     case T_ITERABLE:
-        *out = v.t == CT_STR || v.t == CT_DICT || v.t == CT_UNDEF || v.t == CT_LIST ||
-               v.t == CT_LOOP;
+        *out =
+            v.t == CT_STR || v.t == CT_DICT || v.t == CT_UNDEF || v.t == CT_LIST || v.t == CT_LOOP;
         return 0;
     case T_ODD:
     case T_EVEN: {
@@ -166,21 +247,25 @@ int ct_test_apply(ct_rt *rt, int tid, const char *name, ct_val v, const ct_val *
     case T_LE:
     case T_GT:
     case T_GE: {
-        static const char *const ops[] = {[T_LT] = "<", [T_LE] = "<=", [T_GT] = ">",
-                                          [T_GE] = ">="};
+        static const char *const ops[] = {[T_LT] = "<", [T_LE] = "<=", [T_GT] = ">", [T_GE] = ">="};
         int c;
         if ((rc = ct_compare(rt, v, args[0], ops[tid], &c)))
             return rc;
-        *out = c == 2 ? false : tid == T_LT ? c < 0 : tid == T_LE ? c <= 0 : tid == T_GT ? c > 0
-                                                                                         : c >= 0;
+        *out = c == 2        ? false
+               : tid == T_LT ? c < 0
+               : tid == T_LE ? c <= 0
+               : tid == T_GT ? c > 0
+                             : c >= 0;
         return 0;
     }
     case T_IN: {
         ct_val seq = args[0];
         if (seq.t == CT_STR) {
             if (v.t != CT_STR)
-                return ct_error(rt, ERR_INVAL, "'in <string>' requires string as left operand, "
-                                "not %s", ct_type_name(v));
+                return ct_error(rt, ERR_INVAL,
+                                "'in <string>' requires string as left operand, "
+                                "not %s",
+                                ct_type_name(v));
             *out = ct_memfind(seq.s.p, seq.s.n, v.s.p, v.s.n, 0) >= 0;
             return 0;
         }
@@ -234,7 +319,8 @@ int ct_test_apply(ct_rt *rt, int tid, const char *name, ct_val v, const ct_val *
                                                  : ct_test_id(v.s.p, v.s.n, &unsupported)) >= 0;
         return 0;
     }
-    default: return ct_error(rt, ERR_INTERNAL, "test id %d", tid);
+    default:
+        return ct_error(rt, ERR_INTERNAL, "test id %d", tid);
     }
 }
 

@@ -228,14 +228,22 @@ int ct_str_from_buf(ct_rt *rt, strbuf *sb, ct_val *out) {
 bool ct_truthy(ct_val v) {
     switch (v.t) {
     case CT_UNDEF:
-    case CT_NONE: return false;
-    case CT_BOOL: return v.b;
-    case CT_INT: return v.i != 0;
-    case CT_FLOAT: return v.f != 0.0;
-    case CT_STR: return v.s.n != 0;
-    case CT_LIST: return v.kind == CT_SEQ_GEN || v.l->n != 0;
-    case CT_DICT: return v.d->n != 0;
-    default: return true;
+    case CT_NONE:
+        return false;
+    case CT_BOOL:
+        return v.b;
+    case CT_INT:
+        return v.i != 0;
+    case CT_FLOAT:
+        return v.f != 0.0;
+    case CT_STR:
+        return v.s.n != 0;
+    case CT_LIST:
+        return v.kind == CT_SEQ_GEN || v.l->n != 0;
+    case CT_DICT:
+        return v.d->n != 0;
+    default:
+        return true;
     }
 }
 
@@ -277,15 +285,18 @@ static int equal_rec(ct_rt *rt, ct_val a, ct_val b, bool *out, int depth) {
         return 0;
     switch (a.t) {
     case CT_UNDEF:
-    case CT_NONE: *out = true; return 0;
-    case CT_STR: *out = a.s.n == b.s.n && memcmp(a.s.p, b.s.p, a.s.n) == 0; return 0;
+    case CT_NONE:
+        *out = true;
+        return 0;
+    case CT_STR:
+        *out = a.s.n == b.s.n && memcmp(a.s.p, b.s.p, a.s.n) == 0;
+        return 0;
     case CT_LIST:
         if (a.l == b.l) {
             *out = true;
             return 0;
         }
-        if (!seq_kind_comparable(a.kind, b.kind) || a.kind == CT_SEQ_VALUES ||
-            a.l->n != b.l->n)
+        if (!seq_kind_comparable(a.kind, b.kind) || a.kind == CT_SEQ_VALUES || a.l->n != b.l->n)
             return 0;
         for (size_t i = 0; i < a.l->n; i++) {
             bool e;
@@ -317,15 +328,26 @@ static int equal_rec(ct_rt *rt, ct_val a, ct_val b, bool *out, int depth) {
         }
         *out = true;
         return 0;
-    case CT_NS: *out = a.d == b.d; return 0;
-    case CT_MACRO: *out = a.m == b.m; return 0;
-    case CT_FUNC: *out = a.fn == b.fn; return 0;
-    case CT_LOOP: *out = a.loop == b.loop; return 0;
-    default: return 0;
+    case CT_NS:
+        *out = a.d == b.d;
+        return 0;
+    case CT_MACRO:
+        *out = a.m == b.m;
+        return 0;
+    case CT_FUNC:
+        *out = a.fn == b.fn;
+        return 0;
+    case CT_LOOP:
+        *out = a.loop == b.loop;
+        return 0;
+    default:
+        return 0;
     }
 }
 
-int ct_equal(ct_rt *rt, ct_val a, ct_val b, bool *out) { return equal_rec(rt, a, b, out, 0); }
+int ct_equal(ct_rt *rt, ct_val a, ct_val b, bool *out) {
+    return equal_rec(rt, a, b, out, 0);
+}
 
 static int compare_rec(ct_rt *rt, ct_val a, ct_val b, const char *op, int *out, int depth) {
     if (depth > CT_MAX_VALUE_DEPTH)
@@ -385,61 +407,99 @@ int ct_hash_check(ct_rt *rt, ct_val key) {
 
 static const char *seq_type_name(int kind) {
     switch (kind) {
-    case CT_SEQ_TUPLE: return "tuple";
-    case CT_SEQ_GEN: return "generator";
-    case CT_SEQ_ITEMS: return "dict_items";
-    case CT_SEQ_KEYS: return "dict_keys";
-    case CT_SEQ_VALUES: return "dict_values";
-    case CT_SEQ_RANGE: return "range";
-    default: return "list";
+    case CT_SEQ_TUPLE:
+        return "tuple";
+    case CT_SEQ_GEN:
+        return "generator";
+    case CT_SEQ_ITEMS:
+        return "dict_items";
+    case CT_SEQ_KEYS:
+        return "dict_keys";
+    case CT_SEQ_VALUES:
+        return "dict_values";
+    case CT_SEQ_RANGE:
+        return "range";
+    default:
+        return "list";
     }
 }
 
 const char *ct_type_name(ct_val v) {
     switch (v.t) {
-    case CT_UNDEF: return "Undefined";
-    case CT_NONE: return "NoneType";
-    case CT_BOOL: return "bool";
-    case CT_INT: return "int";
-    case CT_FLOAT: return v.kind == 1 ? "int" : "float";
-    case CT_STR: return v.kind ? "Markup" : "str";
+    case CT_UNDEF:
+        return "Undefined";
+    case CT_NONE:
+        return "NoneType";
+    case CT_BOOL:
+        return "bool";
+    case CT_INT:
+        return "int";
+    case CT_FLOAT:
+        return v.kind == 1 ? "int" : "float";
+    case CT_STR:
+        return v.kind ? "Markup" : "str";
     case CT_LIST:
         if (v.kind == CT_SEQ_GEN && v.l->gen_type)
             return v.l->gen_type;
         return seq_type_name(v.kind);
-    case CT_DICT: return "dict";
-    case CT_NS: return "Namespace";
-    case CT_MACRO: return "Macro";
-    case CT_FUNC: return "builtin_function_or_method";
-    case CT_LOOP: return "LoopContext";
-    default: return "object";
+    case CT_DICT:
+        return "dict";
+    case CT_NS:
+        return "Namespace";
+    case CT_MACRO:
+        return "Macro";
+    case CT_FUNC:
+        return "builtin_function_or_method";
+    case CT_LOOP:
+        return "LoopContext";
+    default:
+        return "object";
     }
 }
 
 const char *ct_obj_type_repr(ct_val v) {
     switch (v.t) {
-    case CT_UNDEF: return "jinja2.runtime.Undefined object";
-    case CT_NONE: return "None";
-    case CT_BOOL: return "bool object";
-    case CT_INT: return "int object";
-    case CT_FLOAT: return v.kind == 1 ? "int object" : "float object";
-    case CT_STR: return v.kind ? "markupsafe.Markup object" : "str object";
+    case CT_UNDEF:
+        return "jinja2.runtime.Undefined object";
+    case CT_NONE:
+        return "None";
+    case CT_BOOL:
+        return "bool object";
+    case CT_INT:
+        return "int object";
+    case CT_FLOAT:
+        return v.kind == 1 ? "int object" : "float object";
+    case CT_STR:
+        return v.kind ? "markupsafe.Markup object" : "str object";
     case CT_LIST:
         switch (v.kind) {
-        case CT_SEQ_TUPLE: return "tuple object";
-        case CT_SEQ_GEN: return "generator object";
-        case CT_SEQ_ITEMS: return "dict_items object";
-        case CT_SEQ_KEYS: return "dict_keys object";
-        case CT_SEQ_VALUES: return "dict_values object";
-        case CT_SEQ_RANGE: return "range object";
-        default: return "list object";
+        case CT_SEQ_TUPLE:
+            return "tuple object";
+        case CT_SEQ_GEN:
+            return "generator object";
+        case CT_SEQ_ITEMS:
+            return "dict_items object";
+        case CT_SEQ_KEYS:
+            return "dict_keys object";
+        case CT_SEQ_VALUES:
+            return "dict_values object";
+        case CT_SEQ_RANGE:
+            return "range object";
+        default:
+            return "list object";
         }
-    case CT_DICT: return "dict object";
-    case CT_NS: return "jinja2.utils.Namespace object";
-    case CT_MACRO: return "jinja2.runtime.Macro object";
-    case CT_FUNC: return "builtin_function_or_method object";
-    case CT_LOOP: return "jinja2.runtime.LoopContext object";
-    default: return "object";
+    case CT_DICT:
+        return "dict object";
+    case CT_NS:
+        return "jinja2.utils.Namespace object";
+    case CT_MACRO:
+        return "jinja2.runtime.Macro object";
+    case CT_FUNC:
+        return "builtin_function_or_method object";
+    case CT_LOOP:
+        return "jinja2.runtime.LoopContext object";
+    default:
+        return "object";
     }
 }
 
@@ -477,18 +537,28 @@ static int repr_dict(ct_rt *rt, const ct_dict *d, strbuf *sb, int depth) {
 
 static int str_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
     switch (v.t) {
-    case CT_UNDEF: return 0;
-    case CT_NONE: strbuf_append(sb, "None", 4); return 0;
-    case CT_BOOL: strbuf_puts(sb, v.b ? "True" : "False"); return 0;
-    case CT_INT: strbuf_printf(sb, "%" PRId64, v.i); return 0;
+    case CT_UNDEF:
+        return 0;
+    case CT_NONE:
+        strbuf_append(sb, "None", 4);
+        return 0;
+    case CT_BOOL:
+        strbuf_puts(sb, v.b ? "True" : "False");
+        return 0;
+    case CT_INT:
+        strbuf_printf(sb, "%" PRId64, v.i);
+        return 0;
     case CT_FLOAT:
         if (v.kind == 1)
             strbuf_puts(sb, v.raw);
         else
             ct_float_repr(sb, v.f);
         return 0;
-    case CT_STR: strbuf_append(sb, v.s.p, v.s.n); return 0;
-    default: return repr_rec(rt, v, sb, depth);
+    case CT_STR:
+        strbuf_append(sb, v.s.p, v.s.n);
+        return 0;
+    default:
+        return repr_rec(rt, v, sb, depth);
     }
 }
 
@@ -497,7 +567,9 @@ static int repr_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
         return ct_error(rt, ERR_TOOLARGE, "values nested deeper than %d", CT_MAX_VALUE_DEPTH);
     int rc = 0;
     switch (v.t) {
-    case CT_UNDEF: strbuf_puts(sb, "Undefined"); return 0;
+    case CT_UNDEF:
+        strbuf_puts(sb, "Undefined");
+        return 0;
     case CT_STR:
         if (v.kind) {
             strbuf_puts(sb, "Markup(");
@@ -544,7 +616,8 @@ static int repr_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
             strbuf_putc(sb, ']');
             return rc;
         }
-    case CT_DICT: return repr_dict(rt, v.d, sb, depth);
+    case CT_DICT:
+        return repr_dict(rt, v.d, sb, depth);
     case CT_NS:
         strbuf_puts(sb, "<Namespace ");
         rc = repr_dict(rt, v.d, sb, depth);
@@ -568,12 +641,17 @@ static int repr_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
     case CT_LOOP:
         strbuf_printf(sb, "<LoopContext %zu/%zu>", v.loop->i + 1, v.loop->n);
         return 0;
-    default: return str_rec(rt, v, sb, depth);
+    default:
+        return str_rec(rt, v, sb, depth);
     }
 }
 
-int ct_to_str(ct_rt *rt, ct_val v, strbuf *sb) { return str_rec(rt, v, sb, 0); }
-int ct_to_repr(ct_rt *rt, ct_val v, strbuf *sb) { return repr_rec(rt, v, sb, 0); }
+int ct_to_str(ct_rt *rt, ct_val v, strbuf *sb) {
+    return str_rec(rt, v, sb, 0);
+}
+int ct_to_repr(ct_rt *rt, ct_val v, strbuf *sb) {
+    return repr_rec(rt, v, sb, 0);
+}
 
 int ct_stringify(ct_rt *rt, ct_val v, ct_val *out) {
     if (v.t == CT_STR) {
@@ -586,7 +664,7 @@ int ct_stringify(ct_rt *rt, ct_val v, ct_val *out) {
     }
     char tmp[64];
     if (v.t == CT_INT || v.t == CT_BOOL || v.t == CT_NONE) {
-        int n = v.t == CT_INT ? snprintf(tmp, sizeof tmp, "%" PRId64, v.i)
+        int n = v.t == CT_INT    ? snprintf(tmp, sizeof tmp, "%" PRId64, v.i)
                 : v.t == CT_NONE ? snprintf(tmp, sizeof tmp, "None")
                                  : snprintf(tmp, sizeof tmp, "%s", v.b ? "True" : "False");
         return ct_str_new(rt, tmp, (size_t)n, out);
@@ -642,15 +720,22 @@ int ct_iterate(ct_rt *rt, ct_val v, const ct_val **items, size_t *n) {
 
 int ct_length(ct_rt *rt, ct_val v, int64_t *out) {
     switch (v.t) {
-    case CT_UNDEF: *out = 0; return 0;
-    case CT_STR: *out = (int64_t)ct_utf8_count(v.s.p, v.s.n); return 0;
+    case CT_UNDEF:
+        *out = 0;
+        return 0;
+    case CT_STR:
+        *out = (int64_t)ct_utf8_count(v.s.p, v.s.n);
+        return 0;
     case CT_LIST:
         if (v.kind == CT_SEQ_GEN)
             break;
         *out = (int64_t)v.l->n;
         return 0;
-    case CT_DICT: *out = (int64_t)v.d->n; return 0;
-    default: break;
+    case CT_DICT:
+        *out = (int64_t)v.d->n;
+        return 0;
+    default:
+        break;
     }
     return ct_error(rt, ERR_INVAL, "object of type '%s' has no len()", ct_type_name(v));
 }

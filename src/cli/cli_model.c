@@ -30,7 +30,8 @@ int cli_model_open(const char *cmd, const char *path, cli_model *out) {
         if ((rc = synth_write(&o, tmp)))
             return cli_fail(cmd, rc);
         path = tmp;
-        log_info("no model given: using the embedded default (synthetic tiny model, random weights)");
+        log_info(
+            "no model given: using the embedded default (synthetic tiny model, random weights)");
         out->is_default = true;
     }
     rc = model_load(path, out->isa, &out->m);

@@ -185,9 +185,10 @@ int cmd_bench(int argc, char **argv) {
         printf("machine: %s, isa %s, %d threads\n", cpu_model_name(), kn_isa_name(cm.isa), threads);
         printf("roofline: read %.1f GB/s (%.2f GB buffer), fp32 FMA %.1f GFLOP/s\n", bw,
                (double)bw_bytes / 1e9, fma);
-        printf("model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
-               hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
-               (long long)hp->n_embd, (double)wbytes / 1e6, flops_tok / 1e9);
+        printf(
+            "model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
+            hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+            (long long)hp->n_embd, (double)wbytes / 1e6, flops_tok / 1e9);
         printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
                "of BW", "of FMA");
         fflush(stdout);
@@ -196,8 +197,10 @@ int cmd_bench(int argc, char **argv) {
     /* one KV pool and forward context for the largest batch */
     int64_t bs = flags_int(FLAG_KV_BLOCK);
     int64_t blocks_per = (P + G + bs - 1) / bs;
-    kv_pool_opts ko = {.n_layer = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim,
-                       .block_size = bs, .n_blocks = blocks_per * max_b,
+    kv_pool_opts ko = {.n_layer = hp->n_layer,
+                       .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .block_size = bs,
+                       .n_blocks = blocks_per * max_b,
                        .f16 = strcmp(flags_str(FLAG_KV_DTYPE), "f16") == 0};
     int64_t step_tokens = P > BENCH_STEP_TOKENS ? P : BENCH_STEP_TOKENS;
     if (step_tokens < max_b)
@@ -232,9 +235,12 @@ int cmd_bench(int argc, char **argv) {
             for (int s0 = 0; s0 < b && !rc; s0 += per_step) {
                 int ns = b - s0 < per_step ? b - s0 : per_step;
                 for (int s = 0; s < ns; s++)
-                    seqs[s] = (fwd_seq){.tokens = toks + (s0 + s) * P, .n_tokens = (int32_t)P,
-                                        .pos0 = 0, .blocks = blocks + (s0 + s) * blocks_per,
-                                        .n_blocks = (int32_t)blocks_per, .n_logits = 1};
+                    seqs[s] = (fwd_seq){.tokens = toks + (s0 + s) * P,
+                                        .n_tokens = (int32_t)P,
+                                        .pos0 = 0,
+                                        .blocks = blocks + (s0 + s) * blocks_per,
+                                        .n_blocks = (int32_t)blocks_per,
+                                        .n_logits = 1};
                 fwd_batch fb = {.seqs = seqs, .n_seqs = ns};
                 rc = fwd_run(fc, &fb, &lg, &no);
                 for (int s = 0; !rc && s < ns; s++)
@@ -251,9 +257,12 @@ int cmd_bench(int argc, char **argv) {
         /* decode */
         for (int64_t g = 0; g < G && !rc; g++) {
             for (int s = 0; s < b; s++)
-                seqs[s] = (fwd_seq){.tokens = &next[s], .n_tokens = 1, .pos0 = (int32_t)(P + g),
+                seqs[s] = (fwd_seq){.tokens = &next[s],
+                                    .n_tokens = 1,
+                                    .pos0 = (int32_t)(P + g),
                                     .blocks = blocks + s * blocks_per,
-                                    .n_blocks = (int32_t)blocks_per, .n_logits = 1};
+                                    .n_blocks = (int32_t)blocks_per,
+                                    .n_logits = 1};
             fwd_batch fb = {.seqs = seqs, .n_seqs = b};
             int64_t t0 = clock_now_ns();
             rc = fwd_run(fc, &fb, &lg, &no);
@@ -281,17 +290,20 @@ int cmd_bench(int argc, char **argv) {
         strbuf_init(&sb);
         strbuf_printf(&sb, "{\"machine\":{\"cpu\":");
         strbuf_json_str(&sb, cpu_model_name(), strlen(cpu_model_name()), false);
-        strbuf_printf(&sb, ",\"isa\":\"%s\",\"threads\":%d,\"read_gbs\":%.3f,\"read_buffer_bytes\":%zu,"
-                           "\"fma_gflops\":%.3f},",
+        strbuf_printf(&sb,
+                      ",\"isa\":\"%s\",\"threads\":%d,\"read_gbs\":%.3f,\"read_buffer_bytes\":%zu,"
+                      "\"fma_gflops\":%.3f},",
                       kn_isa_name(cm.isa), threads, bw, bw_bytes, fma);
         const char *mpath = model_path ? model_path : getenv("MODEL") ? getenv("MODEL") : "";
         strbuf_puts(&sb, "\"model\":{\"path\":");
         strbuf_json_str(&sb, mpath, strlen(mpath), false);
-        strbuf_printf(&sb, ",\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
-                           "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
+        strbuf_printf(&sb,
+                      ",\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
+                      "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
                       hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
                       (long long)hp->n_embd, wbytes, flops_tok / 1e9);
-        strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"results\":[", (long long)P, (long long)G);
+        strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"results\":[", (long long)P,
+                      (long long)G);
         for (int i = 0; i < n_batches; i++)
             strbuf_printf(&sb,
                           "%s{\"batch\":%d,\"prefill_tok_s\":%.3f,\"prefill_fma_frac\":%.4f,"

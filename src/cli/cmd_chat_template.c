@@ -68,10 +68,10 @@ int cmd_chat_template(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = !strcmp(a, "-m") || !strcmp(a, "--model") ? &model
-                           : !strcmp(a, "--messages")                 ? &messages
-                           : !strcmp(a, "--tools")                    ? &tools
-                           : !strcmp(a, "--template")                 ? &tmpl_file
-                                                                      : NULL;
+                           : !strcmp(a, "--messages")                ? &messages
+                           : !strcmp(a, "--tools")                   ? &tools
+                           : !strcmp(a, "--template")                ? &tmpl_file
+                                                                     : NULL;
         if (!strcmp(a, "--no-generation-prompt")) {
             gen = false;
         } else if (!strcmp(a, "--tool-args")) {
@@ -79,7 +79,8 @@ int cmd_chat_template(int argc, char **argv) {
             if (!v)
                 return 2;
             if (strcmp(v, "auto") && strcmp(v, "as-given"))
-                return cli_usage_error("chat-template", "--tool-args: '%s' is not auto or as-given", v);
+                return cli_usage_error("chat-template", "--tool-args: '%s' is not auto or as-given",
+                                       v);
             as_given = !strcmp(v, "as-given");
         } else if (!strcmp(a, "--now")) {
             const char *v = cli_next("chat-template", argc, argv, &i);
@@ -126,8 +127,8 @@ int cmd_chat_template(int argc, char **argv) {
         src = gs.s;
         src_len = gs.len;
     } else {
-        status = cli_usage_error("chat-template", "%s has no tokenizer.chat_template (give --template FILE)",
-                                 model);
+        status = cli_usage_error("chat-template",
+                                 "%s has no tokenizer.chat_template (give --template FILE)", model);
         goto done;
     }
     if ((rc = chat_template_create(src, src_len, &t))) {
@@ -139,8 +140,11 @@ int cmd_chat_template(int argc, char **argv) {
         status = 2;
         goto done;
     }
-    chat_prompt_opts po = {.messages = msgs, .tools = tl, .add_generation_prompt = gen,
-                           .now_unix = now, .args_as_given = as_given};
+    chat_prompt_opts po = {.messages = msgs,
+                           .tools = tl,
+                           .add_generation_prompt = gen,
+                           .now_unix = now,
+                           .args_as_given = as_given};
     if ((rc = chat_prompt_render(t, tok, ar, &po, &out))) {
         status = cli_fail("chat-template", rc);
         goto done;

@@ -14,10 +14,10 @@ int cmd_convert(int argc, char **argv) {
                                           "--tokenizer TOKENIZER.bin -o OUT.gguf");
     const char *model = NULL, *tok = NULL, *out = NULL;
     for (int i = 2; i < argc; i++) {
-        const char **dst = !strcmp(argv[i], "--model")       ? &model
-                           : !strcmp(argv[i], "--tokenizer") ? &tok
+        const char **dst = !strcmp(argv[i], "--model")                                ? &model
+                           : !strcmp(argv[i], "--tokenizer")                          ? &tok
                            : (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) ? &out
-                                                                                     : NULL;
+                                                                                      : NULL;
         if (!dst)
             return cli_usage_error("convert", "unknown option '%s'", argv[i]);
         if (!(*dst = cli_next("convert", argc, argv, &i)))

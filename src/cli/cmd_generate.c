@@ -134,8 +134,8 @@ static int gen_chat_prompt(const cli_model *cm, const char *system_msg, const ch
         json_obj_set(a, m, "content", json_new_str(a, texts[i], strlen(texts[i])));
         json_arr_push(a, msgs, m);
     }
-    chat_prompt_opts po = {.messages = msgs, .add_generation_prompt = true,
-                           .now_unix = clock_wall_s()};
+    chat_prompt_opts po = {
+        .messages = msgs, .add_generation_prompt = true, .now_unix = clock_wall_s()};
     int32_t *ids;
     int32_t n;
     if ((rc = chat_prompt_render(t, cm->tok, a, &po, &sb)) ||
@@ -199,12 +199,13 @@ static int gen_parse_line(const char *file, int line_no, const char *line, size_
     gen_default_params(&it->sp);
     it->n = 64;
     if (v->type != JSON_OBJECT) {
-        status = cli_usage_error("generate", "%s:%d: each line must be a JSON object", file, line_no);
+        status =
+            cli_usage_error("generate", "%s:%d: each line must be a JSON object", file, line_no);
         goto out;
     }
     if (!json_as_str(json_get(v, "prompt"), &p, &pl)) {
-        status = cli_usage_error("generate", "%s:%d: \"prompt\" (a string) is required", file,
-                                 line_no);
+        status =
+            cli_usage_error("generate", "%s:%d: \"prompt\" (a string) is required", file, line_no);
         goto out;
     }
     const json_value *f;
@@ -402,7 +403,9 @@ int cmd_generate(int argc, char **argv) {
     int status = cli_model_open("generate", model_path, &cm);
     if (status)
         return status;
-    gen_ctx g = {.tok = cm.tok, .n_vocab = model_get_hparams(cm.m)->n_vocab, .digest = digest,
+    gen_ctx g = {.tok = cm.tok,
+                 .n_vocab = model_get_hparams(cm.m)->n_vocab,
+                 .digest = digest,
                  .stream = prompt != NULL};
     strbuf_init(&g.sb);
     int32_t n_items = 0;
@@ -419,7 +422,8 @@ int cmd_generate(int argc, char **argv) {
         if (chat || system_msg) {
             if ((status = gen_chat_prompt(&cm, system_msg, prompt, &g.items[0])))
                 goto done;
-        } else if ((status = gen_tokenize("generate", cm.tok, prompt, strlen(prompt), &g.items[0]))) {
+        } else if ((status =
+                        gen_tokenize("generate", cm.tok, prompt, strlen(prompt), &g.items[0]))) {
             goto done;
         }
         tokenizer_stream_init(&g.items[0].ts, cm.tok, true);
@@ -449,9 +453,14 @@ int cmd_generate(int argc, char **argv) {
         gen_item *it = &g.items[i];
         it->out = malloc(((size_t)it->n + 1) * sizeof(int32_t));
         it->digest = 1469598103934665603ull;
-        engine_req r = {.id = (uint64_t)i, .prompt = it->prompt, .n_prompt = it->n_prompt,
-                        .sp = it->sp, .max_tokens = it->n, .ignore_eog = ignore_eos,
-                        .cb = gen_on_event, .ud = &g};
+        engine_req r = {.id = (uint64_t)i,
+                        .prompt = it->prompt,
+                        .n_prompt = it->n_prompt,
+                        .sp = it->sp,
+                        .max_tokens = it->n,
+                        .ignore_eog = ignore_eos,
+                        .cb = gen_on_event,
+                        .ud = &g};
         if (!it->out) {
             status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
             goto done;
@@ -482,8 +491,8 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr,
             "verity: %d prompt(s), %lld prompt tokens, %lld generated in %.3f s (%.1f tok/s), "
             "%lld preemptions\n",
-            n_items, (long long)n_prompt_tok, (long long)n_gen, dt, dt > 0 ? (double)n_gen / dt : 0.0,
-            (long long)engine_n_preemptions(e));
+            n_items, (long long)n_prompt_tok, (long long)n_gen, dt,
+            dt > 0 ? (double)n_gen / dt : 0.0, (long long)engine_n_preemptions(e));
 done:
     engine_destroy(e);
     for (int32_t i = 0; g.items && i < n_items; i++) {

@@ -63,8 +63,8 @@ int cmd_inspect(int argc, char **argv) {
     int rc = gguf_open(argv[1], &g);
     if (rc)
         return cli_fail("inspect", rc);
-    printf("file: %s\nversion: %u\nalignment: %u\nsize: %llu bytes\ndata offset: %llu\n",
-           argv[1], gguf_version(g), gguf_alignment(g), (unsigned long long)gguf_file_size(g),
+    printf("file: %s\nversion: %u\nalignment: %u\nsize: %llu bytes\ndata offset: %llu\n", argv[1],
+           gguf_version(g), gguf_alignment(g), (unsigned long long)gguf_file_size(g),
            (unsigned long long)gguf_data_offset(g));
     printf("metadata: %lld entries\n", (long long)gguf_n_kv(g));
     for (int64_t i = 0; i < gguf_n_kv(g); i++) {

@@ -28,11 +28,15 @@ int cmd_quantize(int argc, char **argv) {
             if (flags_set("threads", v))
                 return cli_usage_error("quantize", "%s", err_detail());
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage_error("quantize", "unknown option '%s' (usage: verity quantize "
-                                               "IN.gguf OUT.gguf TYPE [-t N])", a);
+            return cli_usage_error("quantize",
+                                   "unknown option '%s' (usage: verity quantize "
+                                   "IN.gguf OUT.gguf TYPE [-t N])",
+                                   a);
         } else if (n_pos == 3) {
-            return cli_usage_error("quantize", "unexpected argument '%s' (usage: verity quantize "
-                                               "IN.gguf OUT.gguf TYPE [-t N])", a);
+            return cli_usage_error("quantize",
+                                   "unexpected argument '%s' (usage: verity quantize "
+                                   "IN.gguf OUT.gguf TYPE [-t N])",
+                                   a);
         } else {
             pos[n_pos++] = a;
         }

@@ -66,8 +66,9 @@ int cmd_serve(int argc, char **argv) {
             if (flags_set("threads", v))
                 return cli_usage_error("serve", "%s", err_detail());
         } else {
-            return cli_usage_error("serve", "unknown option '%s' (options: -m MODEL, -t N, and the "
-                                            "toggles listed by `verity flags`)",
+            return cli_usage_error("serve",
+                                   "unknown option '%s' (options: -m MODEL, -t N, and the "
+                                   "toggles listed by `verity flags`)",
                                    a);
         }
     }
@@ -141,11 +142,16 @@ int cmd_serve(int argc, char **argv) {
     } else {
         snprintf(name, sizeof name, "verity-default");
     }
-    server_model sm = {.name = name, .m = cm.m, .tok = cm.tok, .tmpl = tmpl, .loop = loop,
+    server_model sm = {.name = name,
+                       .m = cm.m,
+                       .tok = cm.tok,
+                       .tmpl = tmpl,
+                       .loop = loop,
                        .n_ctx = engine_n_ctx(e)};
     server_set_ready(srv, &sm);
-    fprintf(stderr, "verity serve: listening on http://%s:%d (model %s, context %lld, batch %d, "
-                    "%d threads)\n",
+    fprintf(stderr,
+            "verity serve: listening on http://%s:%d (model %s, context %lld, batch %d, "
+            "%d threads)\n",
             so.host, server_port(srv), name, (long long)sm.n_ctx, eo.max_batch, eo.threads);
 
     int sig = 0;
@@ -160,7 +166,8 @@ int cmd_serve(int argc, char **argv) {
     }
     int64_t left = engine_loop_pending(loop);
     if (left)
-        fprintf(stderr, "verity serve: drain timeout: cancelling %lld request(s)\n", (long long)left);
+        fprintf(stderr, "verity serve: drain timeout: cancelling %lld request(s)\n",
+                (long long)left);
     engine_loop_destroy(loop); /* cancels what is left; their handlers finish with an error */
     server_destroy(srv);
     engine_destroy(e);

@@ -63,9 +63,12 @@ int cmd_synth(int argc, char **argv) {
             if (!(out = cli_next("synth", argc, argv, &i)))
                 return 2;
         } else {
-            return cli_usage_error("synth", "unknown option '%s' (usage: verity synth --shape "
-                                   "tiny|small|0.5b --type TYPE --seed S [--arch A] [--vocab-from GGUF] "
-                                   "-o OUT.gguf)", a);
+            return cli_usage_error(
+                "synth",
+                "unknown option '%s' (usage: verity synth --shape "
+                "tiny|small|0.5b --type TYPE --seed S [--arch A] [--vocab-from GGUF] "
+                "-o OUT.gguf)",
+                a);
         }
     }
     if (!out)

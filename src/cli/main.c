@@ -20,7 +20,8 @@ static const struct {
     const char *usage;
 } commands[] = {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server",
-     "usage: verity serve [-m MODEL] [-t THREADS] [--host 127.0.0.1] [--port 8080] [--max-batch N]\n"
+     "usage: verity serve [-m MODEL] [-t THREADS] [--host 127.0.0.1] [--port 8080] [--max-batch "
+     "N]\n"
      "                    [--ctx N] [--kv-mem MIB] [--chunk N] [--queue-max N]\n"
      "                    [--api-key KEY | --api-key-file FILE] [--drain-timeout S] [--timeout S]\n"
      "Without -m (or MODEL=path) it serves the embedded synthetic model. Endpoints: /health,\n"
@@ -39,7 +40,8 @@ static const struct {
      "Without -m it benchmarks the synthetic 0.5b model of TYPE (default f16).\n"},
     {"synth", cmd_synth, "write a deterministic random-weight model",
      "usage: verity synth --shape tiny|small|0.5b --type TYPE --seed S [--arch llama|qwen2|qwen3]\n"
-     "                    [--vocab-from GGUF] [--tied|--untied]\n                    [--rope-scaling linear|llama3|llama3-tensor]\n"
+     "                    [--vocab-from GGUF] [--tied|--untied]\n                    "
+     "[--rope-scaling linear|llama3|llama3-tensor]\n"
      "                    [--sliding-window W] -o OUT.gguf\n"
      "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m\n"},
     {"convert", cmd_convert, "convert a llama2.c model to GGUF",
@@ -53,7 +55,8 @@ static const struct {
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table",
      "usage: verity inspect FILE.gguf\n"},
     {"flags", cmd_flags, "list the toggle registry", "usage: verity flags [--json]\n"},
-    {"hunt", cmd_hunt, "find concurrency-dependent corruption in an OpenAI-compatible server", NULL},
+    {"hunt", cmd_hunt, "find concurrency-dependent corruption in an OpenAI-compatible server",
+     NULL},
     {"bisect", cmd_bisect, "find the configuration toggle behind corruption that hunt measures",
      NULL},
 };

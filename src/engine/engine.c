@@ -28,10 +28,10 @@ typedef struct eng_seq {
     int32_t *toks;
     int32_t n_prompt, n_toks, n_done, cap;
     int32_t max_tokens, n_gen;
-    int32_t *blocks;   /* capacity: blocks for the request's whole context */
-    int32_t n_blocks;  /* allocated so far (positions [0, n_blocks * block_size)) */
-    int32_t plan;      /* tokens scheduled for the current step */
-    int64_t admitted;  /* admission sequence number: preemption takes the latest first */
+    int32_t *blocks;  /* capacity: blocks for the request's whole context */
+    int32_t n_blocks; /* allocated so far (positions [0, n_blocks * block_size)) */
+    int32_t plan;     /* tokens scheduled for the current step */
+    int64_t admitted; /* admission sequence number: preemption takes the latest first */
     sampler *smp;
     grammar_state *gs; /* the request's constraint, or NULL */
     bool ignore_eog;
@@ -65,16 +65,16 @@ struct engine {
     float *masked; /* [n_vocab] a constrained sequence's logits row after masking */
     int64_t n_admitted;
     int64_t n_preemptions;
-    int64_t n_generated;      /* tokens sampled and kept */
+    int64_t n_generated;        /* tokens sampled and kept */
     int64_t n_shared_positions; /* prompt positions taken from a group peer instead of computed */
-    int64_t n_prompt_computed; /* tokens fed while reading known tokens (prefill and recompute) */
+    int64_t n_prompt_computed;  /* tokens fed while reading known tokens (prefill and recompute) */
     int64_t last_step_seqs;
     int32_t step_first_tag;
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     bool f_kv_reuse, f_table_race, f_tier_reload;
     int32_t *f_freed_prev; /* FAULT (c): blocks freed at the end of the previous step */
     int64_t f_n_prev;
-    unsigned char *f_noise;              /* one block's worth of K/V noise */
+    unsigned char *f_noise; /* one block's worth of K/V noise */
     int64_t f_steps;
 #endif
 };
@@ -107,8 +107,9 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     const model_hparams *hp = model_get_hparams(m);
     if (o->max_batch <= 0 || o->chunk <= 0 || o->block_size <= 0 || o->kv_blocks <= 0 ||
         o->threads <= 0 || o->attn_chunk <= 0 || o->n_ctx < 0)
-        return err_set(ERR_INVAL, "engine: invalid options (batch %d, chunk %d, block %d, "
-                                  "blocks %lld, threads %d)",
+        return err_set(ERR_INVAL,
+                       "engine: invalid options (batch %d, chunk %d, block %d, "
+                       "blocks %lld, threads %d)",
                        o->max_batch, o->chunk, o->block_size, (long long)o->kv_blocks, o->threads);
     engine *e = calloc(1, sizeof *e);
     if (!e)
@@ -120,8 +121,11 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
         e->o.n_ctx = hp->n_ctx_train;
     e->n_vocab = hp->n_vocab;
     e->budget = (int64_t)o->chunk + o->max_batch;
-    kv_pool_opts ko = {.n_layer = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim,
-                       .block_size = o->block_size, .n_blocks = o->kv_blocks, .f16 = o->kv_f16};
+    kv_pool_opts ko = {.n_layer = hp->n_layer,
+                       .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .block_size = o->block_size,
+                       .n_blocks = o->kv_blocks,
+                       .f16 = o->kv_f16};
     int rc = kv_pool_create(&ko, &e->kv);
     if (!rc)
         rc = fwd_ctx_create(m, e->kv, e->budget, o->max_batch, o->threads, o->attn_chunk, &e->fc);
@@ -562,8 +566,12 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
         return true;
     }
     if (!s->ignore_eog && e->tok && tokenizer_is_eog(e->tok, tok)) {
-        engine_event ev = {.req_id = s->id, .token = -1, .index = s->n_gen, .sr = sr,
-                           .logits = row, .finish = ENGINE_FINISH_STOP,
+        engine_event ev = {.req_id = s->id,
+                           .token = -1,
+                           .index = s->n_gen,
+                           .sr = sr,
+                           .logits = row,
+                           .finish = ENGINE_FINISH_STOP,
                            .fault_step_tag = e->step_first_tag};
         if (s->cb)
             s->cb(s->ud, &ev);
@@ -582,8 +590,13 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
         fin = ENGINE_FINISH_STOP;
         done = true;
     }
-    engine_event ev = {.req_id = s->id, .token = tok, .index = s->n_gen - 1, .sr = sr,
-                       .logits = row, .finish = fin, .fault_step_tag = e->step_first_tag};
+    engine_event ev = {.req_id = s->id,
+                       .token = tok,
+                       .index = s->n_gen - 1,
+                       .sr = sr,
+                       .logits = row,
+                       .finish = fin,
+                       .fault_step_tag = e->step_first_tag};
     if (s->cb)
         s->cb(s->ud, &ev);
     return done;
@@ -603,8 +616,11 @@ int engine_step(engine *e) {
             if (!s->plan || (pass == 0) != decoding)
                 continue;
             bool last = s->n_done + s->plan == s->n_toks;
-            e->fs[nb] = (fwd_seq){.tokens = s->toks + s->n_done, .n_tokens = s->plan,
-                                  .pos0 = s->n_done, .blocks = s->blocks, .n_blocks = s->n_blocks,
+            e->fs[nb] = (fwd_seq){.tokens = s->toks + s->n_done,
+                                  .n_tokens = s->plan,
+                                  .pos0 = s->n_done,
+                                  .blocks = s->blocks,
+                                  .n_blocks = s->n_blocks,
                                   .n_logits = last ? 1 : 0};
             e->fs_owner[nb++] = s;
             if (pass == 1)

@@ -52,23 +52,23 @@ typedef enum engine_finish {
 
 typedef struct engine_event {
     uint64_t req_id;
-    int32_t token;            /* the sampled token, or -1 on a finish-only event */
-    int64_t index;            /* output position of token (0-based) */
-    const sample_result *sr;  /* logprobs of the draw, if the request wants them; else NULL */
-    const float *logits;      /* the row the token was drawn from (n_vocab floats; masked by the
-                                 request's grammar if it has one), or NULL */
-    engine_finish finish;     /* set on the request's last event */
-    int32_t fault_step_tag;   /* fault build only: fault_tag of the first sequence of the step */
+    int32_t token;           /* the sampled token, or -1 on a finish-only event */
+    int64_t index;           /* output position of token (0-based) */
+    const sample_result *sr; /* logprobs of the draw, if the request wants them; else NULL */
+    const float *logits;     /* the row the token was drawn from (n_vocab floats; masked by the
+                                request's grammar if it has one), or NULL */
+    engine_finish finish;    /* set on the request's last event */
+    int32_t fault_step_tag;  /* fault build only: fault_tag of the first sequence of the step */
 } engine_event;
 
 typedef void (*engine_cb)(void *ud, const engine_event *ev);
 
 typedef struct engine_opts {
-    int32_t max_batch;   /* sequences per step */
-    int32_t chunk;       /* prompt tokens per sequence per step */
-    int64_t n_ctx;       /* context limit (prompt + generated); 0 = the model's */
-    int64_t kv_blocks;   /* KV pool size in blocks */
-    int32_t block_size;  /* positions per block */
+    int32_t max_batch;  /* sequences per step */
+    int32_t chunk;      /* prompt tokens per sequence per step */
+    int64_t n_ctx;      /* context limit (prompt + generated); 0 = the model's */
+    int64_t kv_blocks;  /* KV pool size in blocks */
+    int32_t block_size; /* positions per block */
     bool kv_f16;
     int threads;
     int64_t attn_chunk;
@@ -90,18 +90,18 @@ typedef struct engine_req {
     const int32_t *prompt; /* copied */
     int32_t n_prompt;      /* >= 1 */
     sample_params sp;
-    int32_t max_tokens;    /* >= 0 */
-    bool ignore_eog;       /* keep generating past end-of-generation tokens */
-    bool want_logprobs;    /* report the chosen token's logprob (also implied by sp.n_logprobs) */
+    int32_t max_tokens; /* >= 0 */
+    bool ignore_eog;    /* keep generating past end-of-generation tokens */
+    bool want_logprobs; /* report the chosen token's logprob (also implied by sp.n_logprobs) */
     grammar_state *constraint; /* optional: generation follows this grammar (see above). The
                                   state must be at its start; the engine owns it from
                                   engine_submit on, whatever that returns, and destroys it with
                                   the request */
     engine_cb cb;
     void *ud;
-    int32_t fault_tag;     /* fault build only: echoed as fault_step_tag to its step's peers */
-    uint64_t share_group;  /* nonzero: requests of the group with the same prompt share its K/V
-                              (n > 1 choices); the shared bytes equal what each would compute */
+    int32_t fault_tag;    /* fault build only: echoed as fault_step_tag to its step's peers */
+    uint64_t share_group; /* nonzero: requests of the group with the same prompt share its K/V
+                             (n > 1 choices); the shared bytes equal what each would compute */
 } engine_req;
 
 /* Queues a request. Returns 0, ERR_INVAL (empty prompt, bad parameters), ERR_RANGE (the prompt

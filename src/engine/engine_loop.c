@@ -27,13 +27,13 @@ struct eloop_req {
     pthread_cond_t cv;
     eloop_event *ev;
     size_t n_ev, cap_ev, next;
-    bool finished;      /* the finish event was pushed */
-    bool consumed_end;  /* the finish event was returned */
+    bool finished;     /* the finish event was pushed */
+    bool consumed_end; /* the finish event was returned */
     _Atomic int refs;
     atomic_bool cancel_sent;
     uint64_t id;
     engine_loop *loop;
-    engine_req req;     /* prompt owned by the handle until the engine copied it */
+    engine_req req; /* prompt owned by the handle until the engine copied it */
     int32_t *prompt;
 };
 
@@ -185,9 +185,9 @@ static void *eloop_main(void *arg) {
             atomic_store(&l->st_gen_tokens, engine_n_generated(l->e));
             atomic_store(&l->st_prompt_tokens, engine_n_prompt_computed(l->e));
             if (l->step_cb)
-                l->step_cb(l->step_ud, engine_last_step_seqs(l->e),
-                           (engine_n_generated(l->e) - gen0) + (engine_n_prompt_computed(l->e) - pt0),
-                           dt);
+                l->step_cb(
+                    l->step_ud, engine_last_step_seqs(l->e),
+                    (engine_n_generated(l->e) - gen0) + (engine_n_prompt_computed(l->e) - pt0), dt);
         }
         eloop_update_stats(l);
     }
@@ -332,7 +332,7 @@ void eloop_req_cancel(eloop_req *q) {
         return;
     eloop_msg *m = calloc(1, sizeof *m);
     if (!m)
-        return; /* the request runs to its end; its output is discarded */
+        return;                    /* the request runs to its end; its output is discarded */
     atomic_fetch_add(&q->refs, 1); /* the message's reference */
     m->kind = ELOOP_CANCEL;
     m->q = q;

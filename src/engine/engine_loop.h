@@ -25,10 +25,10 @@ typedef struct eloop_req eloop_req;
 
 /* What a handler receives: a copy of engine_event that outlives the step. */
 typedef struct eloop_event {
-    int32_t token;        /* -1 on a finish-only event */
-    int64_t index;        /* output position */
-    engine_finish finish; /* ENGINE_FINISH_NONE until the last event */
-    int error;            /* nonzero on a finish caused by a submit error (err code) */
+    int32_t token;          /* -1 on a finish-only event */
+    int64_t index;          /* output position */
+    engine_finish finish;   /* ENGINE_FINISH_NONE until the last event */
+    int error;              /* nonzero on a finish caused by a submit error (err code) */
     int32_t fault_step_tag; /* fault build only (engine_event.fault_step_tag) */
     bool has_logprobs;
     float logprob;
@@ -42,7 +42,7 @@ typedef struct eloop_stats {
     int64_t kv_used_blocks, kv_total_blocks;
     int64_t preemptions;
     int64_t steps;
-    int64_t prompt_tokens;     /* prompt tokens computed (recomputation after preemption included) */
+    int64_t prompt_tokens; /* prompt tokens computed (recomputation after preemption included) */
     int64_t generation_tokens; /* tokens sampled */
     int64_t shared_positions;  /* prompt positions shared between the choices of a request */
 } eloop_stats;

@@ -77,7 +77,7 @@ enum gguf_type {
     GGUF_TYPE_MAX = 40
 };
 
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_DIMS          4
 #define GGUF_DEFAULT_ALIGNMENT 32
 
 /* Elements per block and bytes per block of a tensor type; both 0 for a number that is not a known
@@ -110,12 +110,12 @@ typedef struct gguf_str {
 
 typedef struct gguf_tensor {
     gguf_str name;
-    int type;                 /* enum gguf_type */
-    uint32_t n_dims;          /* 1..GGUF_MAX_DIMS */
+    int type;                  /* enum gguf_type */
+    uint32_t n_dims;           /* 1..GGUF_MAX_DIMS */
     int64_t ne[GGUF_MAX_DIMS]; /* dims, ne[0] is the contiguous (row) dimension; unused are 1 */
-    uint64_t offset;          /* relative to the data section */
+    uint64_t offset;           /* relative to the data section */
     uint64_t size_bytes;
-    const void *data;         /* into the mapping */
+    const void *data; /* into the mapping */
 } gguf_tensor;
 
 /* Opens and validates path (mmap). Returns 0 and *out, or ERR_IO (cannot open/map; detail has the
@@ -156,11 +156,11 @@ int gguf_get_str(const gguf *g, const char *key, gguf_str *out);
 /* Arrays: element type and length, and element access. Elements of nested arrays are visited with
  * gguf_arr_get_arr. gguf_get_arr returns 0 and fills *arr for an array-valued key. */
 typedef struct gguf_arr {
-    int type;           /* element type */
-    uint64_t n;         /* element count */
-    const void *data;   /* first element (fixed-size types: packed little-endian values) */
+    int type;         /* element type */
+    uint64_t n;       /* element count */
+    const void *data; /* first element (fixed-size types: packed little-endian values) */
     const gguf *g;
-    uint64_t file_off;  /* offset of the first element, for messages */
+    uint64_t file_off; /* offset of the first element, for messages */
 } gguf_arr;
 int gguf_get_arr(const gguf *g, const char *key, gguf_arr *arr);
 int gguf_kv_arr(const gguf *g, int64_t i, gguf_arr *arr);

@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
+#define GGUF_MAGIC    0x46554747u /* "GGUF" little-endian */
 #define GGUF_MAX_NEST 16
 
 typedef struct gguf_kv {
@@ -60,22 +60,38 @@ static const struct {
     int64_t blck;
     int64_t bytes;
 } gguf_type_table[GGUF_TYPE_MAX] = {
-    [GGUF_TYPE_F32] = {"f32", 1, 4},          [GGUF_TYPE_F16] = {"f16", 1, 2},
-    [GGUF_TYPE_Q4_0] = {"q4_0", 32, 18},      [GGUF_TYPE_Q4_1] = {"q4_1", 32, 20},
-    [GGUF_TYPE_Q5_0] = {"q5_0", 32, 22},      [GGUF_TYPE_Q5_1] = {"q5_1", 32, 24},
-    [GGUF_TYPE_Q8_0] = {"q8_0", 32, 34},      [GGUF_TYPE_Q8_1] = {"q8_1", 32, 36},
-    [GGUF_TYPE_Q2_K] = {"q2_K", 256, 84},     [GGUF_TYPE_Q3_K] = {"q3_K", 256, 110},
-    [GGUF_TYPE_Q4_K] = {"q4_K", 256, 144},    [GGUF_TYPE_Q5_K] = {"q5_K", 256, 176},
-    [GGUF_TYPE_Q6_K] = {"q6_K", 256, 210},    [GGUF_TYPE_Q8_K] = {"q8_K", 256, 292},
-    [GGUF_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66}, [GGUF_TYPE_IQ2_XS] = {"iq2_xs", 256, 74},
-    [GGUF_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98}, [GGUF_TYPE_IQ1_S] = {"iq1_s", 256, 50},
-    [GGUF_TYPE_IQ4_NL] = {"iq4_nl", 32, 18},  [GGUF_TYPE_IQ3_S] = {"iq3_s", 256, 110},
-    [GGUF_TYPE_IQ2_S] = {"iq2_s", 256, 82},   [GGUF_TYPE_IQ4_XS] = {"iq4_xs", 256, 136},
-    [GGUF_TYPE_I8] = {"i8", 1, 1},            [GGUF_TYPE_I16] = {"i16", 1, 2},
-    [GGUF_TYPE_I32] = {"i32", 1, 4},          [GGUF_TYPE_I64] = {"i64", 1, 8},
-    [GGUF_TYPE_F64] = {"f64", 1, 8},          [GGUF_TYPE_IQ1_M] = {"iq1_m", 256, 56},
-    [GGUF_TYPE_BF16] = {"bf16", 1, 2},        [GGUF_TYPE_TQ1_0] = {"tq1_0", 256, 54},
-    [GGUF_TYPE_TQ2_0] = {"tq2_0", 256, 66},   [GGUF_TYPE_MXFP4] = {"mxfp4", 32, 17},
+    [GGUF_TYPE_F32] = {"f32", 1, 4},
+    [GGUF_TYPE_F16] = {"f16", 1, 2},
+    [GGUF_TYPE_Q4_0] = {"q4_0", 32, 18},
+    [GGUF_TYPE_Q4_1] = {"q4_1", 32, 20},
+    [GGUF_TYPE_Q5_0] = {"q5_0", 32, 22},
+    [GGUF_TYPE_Q5_1] = {"q5_1", 32, 24},
+    [GGUF_TYPE_Q8_0] = {"q8_0", 32, 34},
+    [GGUF_TYPE_Q8_1] = {"q8_1", 32, 36},
+    [GGUF_TYPE_Q2_K] = {"q2_K", 256, 84},
+    [GGUF_TYPE_Q3_K] = {"q3_K", 256, 110},
+    [GGUF_TYPE_Q4_K] = {"q4_K", 256, 144},
+    [GGUF_TYPE_Q5_K] = {"q5_K", 256, 176},
+    [GGUF_TYPE_Q6_K] = {"q6_K", 256, 210},
+    [GGUF_TYPE_Q8_K] = {"q8_K", 256, 292},
+    [GGUF_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66},
+    [GGUF_TYPE_IQ2_XS] = {"iq2_xs", 256, 74},
+    [GGUF_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98},
+    [GGUF_TYPE_IQ1_S] = {"iq1_s", 256, 50},
+    [GGUF_TYPE_IQ4_NL] = {"iq4_nl", 32, 18},
+    [GGUF_TYPE_IQ3_S] = {"iq3_s", 256, 110},
+    [GGUF_TYPE_IQ2_S] = {"iq2_s", 256, 82},
+    [GGUF_TYPE_IQ4_XS] = {"iq4_xs", 256, 136},
+    [GGUF_TYPE_I8] = {"i8", 1, 1},
+    [GGUF_TYPE_I16] = {"i16", 1, 2},
+    [GGUF_TYPE_I32] = {"i32", 1, 4},
+    [GGUF_TYPE_I64] = {"i64", 1, 8},
+    [GGUF_TYPE_F64] = {"f64", 1, 8},
+    [GGUF_TYPE_IQ1_M] = {"iq1_m", 256, 56},
+    [GGUF_TYPE_BF16] = {"bf16", 1, 2},
+    [GGUF_TYPE_TQ1_0] = {"tq1_0", 256, 54},
+    [GGUF_TYPE_TQ2_0] = {"tq2_0", 256, 66},
+    [GGUF_TYPE_MXFP4] = {"mxfp4", 32, 17},
 };
 
 int64_t gguf_type_block_size(int type) {
@@ -109,9 +125,9 @@ int64_t gguf_type_row_bytes(int type, int64_t n) {
 }
 
 const char *gguf_vtype_name(int vtype) {
-    static const char *names[GGUF_VT_COUNT] = {"uint8", "int8",   "uint16", "int16", "uint32",
-                                               "int32", "float32", "bool",   "string", "array",
-                                               "uint64", "int64",  "float64"};
+    static const char *names[GGUF_VT_COUNT] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                               "int32",  "float32", "bool",   "string", "array",
+                                               "uint64", "int64",   "float64"};
     return vtype >= 0 && vtype < GGUF_VT_COUNT ? names[vtype] : "?";
 }
 
@@ -145,8 +161,8 @@ typedef struct gcur {
 } gcur;
 
 static int gc_fail(gcur *c, uint64_t at, const char *field, const char *problem) {
-    return err_set(ERR_FORMAT, "%s: %s at byte %llu: %s", c->g->path, field,
-                   (unsigned long long)at, problem);
+    return err_set(ERR_FORMAT, "%s: %s at byte %llu: %s", c->g->path, field, (unsigned long long)at,
+                   problem);
 }
 
 static int gc_need(gcur *c, uint64_t n, const char *field) {

@@ -194,8 +194,8 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, int elem_type, const vo
                         uint64_t n) {
     int es = gw_vt_size(elem_type);
     if (!es)
-        return err_set(ERR_INVAL, "gguf writer: '%s': array element type %s is not fixed-size",
-                       key, gguf_vtype_name(elem_type));
+        return err_set(ERR_INVAL, "gguf writer: '%s': array element type %s is not fixed-size", key,
+                       gguf_vtype_name(elem_type));
     gw_kv *kv = gw_entry(w, key);
     if (kv) {
         gw_put_le(&kv->val, GGUF_VT_ARRAY, 4);

@@ -10,18 +10,15 @@
  *     are in the batch), on which thread computes it, or on the instruction set.
  *   - Matmul, float weights: y[m][n] = fma chain over k = 0..K-1, starting from +0.
  *     Quantized weights: activations are quantized per row per 32-block b (kn_act_quantize: codes
- *     x_i in -127..127, scale d_x, sum s = sum x_i, and the sum s_lo of the block's first 16 codes);
- *     each block's dot product with the weight codes is an exact integer isum; blocks are folded
- *     into y (starting from +0) in order b = 0..K/32-1, per block:
- *       Q8_0, Q4_0, Q5_0:  y = fma((float)isum, d_w * d_x, y)       (isum over the signed values
- *                          q, q - 8, q - 16)
- *       Q4_1, Q5_1:        y = fma((float)isum, d_w * d_x, y);  y = fma(m_w, d_x * (float)s, y)
- *                          (isum over the unsigned codes; x = d_w q + m_w)
- *       Q4_K, Q5_K:        sub-block j of super-block i is block b = 8i + j, with s_j = d * sc_j
- *                          and m_j = dmin * min_j (both exact in f32: 11-bit x 6-bit):
- *                          y = fma((float)isum, s_j * d_x, y);  y = fma(-m_j, d_x * (float)s, y)
- *       Q6_K:              the block's two 16-element sub-blocks, int8 scales a, b:
- *                          isum = a * isum_lo + b * isum_hi (integer, over the values q - 32),
+ *     x_i in -127..127, scale d_x, sum s = sum x_i, and the sum s_lo of the block's first 16
+ * codes); each block's dot product with the weight codes is an exact integer isum; blocks are
+ * folded into y (starting from +0) in order b = 0..K/32-1, per block: Q8_0, Q4_0, Q5_0:  y =
+ * fma((float)isum, d_w * d_x, y)       (isum over the signed values q, q - 8, q - 16) Q4_1, Q5_1:
+ * y = fma((float)isum, d_w * d_x, y);  y = fma(m_w, d_x * (float)s, y) (isum over the unsigned
+ * codes; x = d_w q + m_w) Q4_K, Q5_K:        sub-block j of super-block i is block b = 8i + j, with
+ * s_j = d * sc_j and m_j = dmin * min_j (both exact in f32: 11-bit x 6-bit): y = fma((float)isum,
+ * s_j * d_x, y);  y = fma(-m_j, d_x * (float)s, y) Q6_K:              the block's two 16-element
+ * sub-blocks, int8 scales a, b: isum = a * isum_lo + b * isum_hi (integer, over the values q - 32),
  *                          y = fma((float)isum, d * d_x, y)
  *     Every product of two floats above is one rounded f32 multiply, every fma one rounding.
  *     Exactness: |x_i| <= 127, so |isum| <= 32 * 32 * 127 (Q5_x) < 2^24 is exact as float; for
@@ -85,11 +82,11 @@ bool kn_mat_wants_q16(const kn_mat *w);
 typedef struct kn_act {
     const float *x; /* [M][ldx] */
     int64_t ldx;
-    int8_t *q;      /* [M][K]    quantized values, if quantized */
-    float *qd;      /* [M][K/32] block scales */
-    int32_t *qs;    /* [M][K/32] block sums of q */
-    int32_t *qs16;  /* [M][K/32] sums of the first 16 q of each block; required by Q6_K weights
-                     * (kn_mat_wants_q16), may be NULL otherwise */
+    int8_t *q;     /* [M][K]    quantized values, if quantized */
+    float *qd;     /* [M][K/32] block scales */
+    int32_t *qs;   /* [M][K/32] block sums of q */
+    int32_t *qs16; /* [M][K/32] sums of the first 16 q of each block; required by Q6_K weights
+                    * (kn_mat_wants_q16), may be NULL otherwise */
 } kn_act;
 
 /* Quantizes rows [m0, m1) of a->x into a->q/qd/qs (K a multiple of 32), per row and per block:
@@ -104,8 +101,8 @@ size_t kn_matmul_scratch_bytes(void);
  * ith of nth (a contiguous range of column blocks; every thread must call it for the whole
  * product to be computed). scratch: kn_matmul_scratch_bytes() bytes, 64-byte aligned, private to
  * the thread. */
-void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int ith,
-               int nth, void *scratch);
+void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int ith, int nth,
+               void *scratch);
 
 /* The scalar reference, straight from GGUF-layout data, for tests and the scalar ISA: computes
  * columns [n0, n1) of all M rows. For quantized types x must carry q/qd/qs (qs16 is not read). */
@@ -168,8 +165,8 @@ void kn_add(float *y, const float *x, int64_t n);
 typedef struct kn_attn_kv {
     const void *k_base;
     const void *v_base;
-    size_t block_bytes;    /* distance between consecutive blocks */
-    const int32_t *table;  /* block ids of the sequence, in position order */
+    size_t block_bytes;   /* distance between consecutive blocks */
+    const int32_t *table; /* block ids of the sequence, in position order */
     int64_t block_size;
     int64_t kv_stride; /* elements per position: n_kv_heads * head_dim */
     bool f16;          /* element type: F16 if true, else F32 */
@@ -189,8 +186,8 @@ static inline const void *kn_attn_row_ptr(const kn_attn_kv *kv, const void *base
  * in position order in chunks [c*chunk, (c+1)*chunk) (boundaries fixed in absolute position; the
  * first chunk begins at start) merged by online softmax in chunk order; the result depends on
  * (q, keys, values, chunk, window) only. scratch holds `chunk` floats. */
-void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
-                 int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out, kn_isa isa);
+void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim, int64_t n_pos,
+                 float scale, int64_t chunk, float *scratch, float *out, kn_isa isa);
 
 /* Converts n floats to F16 (kn_f32_to_f16 semantics) or copies them (f16 false). */
 void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa);

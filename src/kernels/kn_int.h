@@ -40,9 +40,9 @@
 
 #include "kernels/kn.h"
 
-#define KN_NB_F 64
-#define KN_NB_Q 32
-#define KN_KC 128
+#define KN_NB_F           64
+#define KN_NB_Q           32
+#define KN_KC             128
 #define KN_Q8_BLOCK_BYTES (64 + 8 * KN_NB_Q * 4)
 #define KN_Q4_BLOCK_BYTES (64 + 4 * KN_NB_Q * 4)
 
@@ -53,10 +53,10 @@ struct kn_mat {
     const void *ref_data; /* GGUF-layout data (scalar ISA) */
     void *packed;         /* SIMD ISAs */
     size_t packed_bytes;
-    bool prefetch;         /* the mm-prefetch toggle at creation */
-    int direct_rows;       /* the mm-direct-rows toggle at creation (AVX-512 float types) */
-    int64_t n_blocks;      /* column blocks */
-    size_t block_stride;   /* bytes per column block */
+    bool prefetch;       /* the mm-prefetch toggle at creation */
+    int direct_rows;     /* the mm-direct-rows toggle at creation (AVX-512 float types) */
+    int64_t n_blocks;    /* column blocks */
+    size_t block_stride; /* bytes per column block */
 };
 
 /* Float-type matmul over column blocks [b0, b1). scratch: KN_KC * KN_NB_F floats. */

@@ -175,8 +175,8 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
         w->block_stride = kn_kq_block_stride(type, k);
     } else if (kn_type_is_q(type)) {
         w->n_blocks = (n + KN_NB_Q - 1) / KN_NB_Q;
-        w->block_stride = (size_t)(k / KN_QK) *
-                          (type == GGUF_TYPE_Q8_0 ? KN_Q8_BLOCK_BYTES : KN_Q4_BLOCK_BYTES);
+        w->block_stride =
+            (size_t)(k / KN_QK) * (type == GGUF_TYPE_Q8_0 ? KN_Q8_BLOCK_BYTES : KN_Q4_BLOCK_BYTES);
     } else {
         w->n_blocks = (n + KN_NB_F - 1) / KN_NB_F;
         w->block_stride = (size_t)k * KN_NB_F * (size_t)kn_elem_bytes(type);
@@ -185,8 +185,8 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->packed = mem_alloc_large(w->packed_bytes);
     if (!w->packed) {
         free(w);
-        return err_set(ERR_NOMEM, "matmul: out of memory packing %lld x %lld weights",
-                       (long long)n, (long long)k);
+        return err_set(ERR_NOMEM, "matmul: out of memory packing %lld x %lld weights", (long long)n,
+                       (long long)k);
     }
     /* every byte is written by the packers (padding columns included) */
     if (kn_type_is_kq(type))
@@ -422,8 +422,8 @@ void kn_matmul_ref(int type, const void *data, int64_t k, const kn_act *x, int64
     }
 }
 
-void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int ith,
-               int nth, void *scratch) {
+void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int ith, int nth,
+               void *scratch) {
     if (w->isa == KN_ISA_SCALAR) {
         /* split columns in groups of 16 so the slices match the SIMD split in spirit */
         int64_t groups = (w->n + 15) / 16;

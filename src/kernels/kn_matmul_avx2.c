@@ -28,11 +28,12 @@ static inline __m256i kf2_mask(int64_t c) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(c < 0 ? 0 : c > 8 ? 8 : c)), idx);
 }
 
-static inline __attribute__((always_inline)) void
-kf2_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
-         int64_t ldy, __m256i mask0, __m256i mask1, bool init) {
+static inline __attribute__((always_inline)) void kf2_tile(const int mr, const float *x,
+                                                           int64_t ldx, const float *wp, int64_t kc,
+                                                           float *y, int64_t ldy, __m256i mask0,
+                                                           __m256i mask1, bool init) {
     __m256 acc[KF2_MR][2];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int m = 0; m < mr; m++) {
         acc[m][0] = init ? _mm256_setzero_ps() : _mm256_maskload_ps(y + m * ldy, mask0);
         acc[m][1] = init ? _mm256_setzero_ps() : _mm256_maskload_ps(y + m * ldy + 8, mask1);
@@ -41,14 +42,14 @@ kf2_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc,
         const float *wk = wp + k * KN_NB_F;
         __m256 w0 = _mm256_loadu_ps(wk);
         __m256 w1 = _mm256_loadu_ps(wk + 8);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int m = 0; m < mr; m++) {
             __m256 xb = _mm256_broadcast_ss(x + m * ldx + k);
             acc[m][0] = _mm256_fmadd_ps(xb, w0, acc[m][0]);
             acc[m][1] = _mm256_fmadd_ps(xb, w1, acc[m][1]);
         }
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int m = 0; m < mr; m++) {
         _mm256_maskstore_ps(y + m * ldy, mask0, acc[m][0]);
         _mm256_maskstore_ps(y + m * ldy + 8, mask1, acc[m][1]);
@@ -130,24 +131,24 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i nib = _mm256_set1_epi8(0x0F);
     __m256 facc[KQ2_MR][2];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
         facc[i][0] = facc[i][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < KB; b++) {
         const unsigned char *p = wblk + (size_t)b * bb;
         const unsigned char *qs = p + 64;
         __m256i iacc[KQ2_MR][2];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++)
             iacc[i][0] = iacc[i][1] = _mm256_setzero_si256();
         if (q8) {
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int g = 0; g < 8; g++) {
                 const unsigned char *gp = qs + ((size_t)g * KN_NB_Q + (size_t)c0) * 4;
                 __m256i s0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)gp), flip);
                 __m256i s1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gp + 32)), flip);
                 __m256i a0 = _mm256_abs_epi8(s0), a1 = _mm256_abs_epi8(s1);
-                #pragma GCC unroll 16
+#pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
                     __m256i xb = _mm256_set1_epi32(kq2_load_i32(xq + i * K + b * KN_QK + 4 * g));
                     __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, s0));
@@ -157,7 +158,7 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
                 }
             }
         } else {
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int g = 0; g < 4; g++) {
                 const unsigned char *gp = qs + ((size_t)g * KN_NB_Q + (size_t)c0) * 4;
                 __m256i v0 = _mm256_loadu_si256((const __m256i *)gp);
@@ -165,7 +166,7 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
                 __m256i lo0 = _mm256_and_si256(v0, nib), lo1 = _mm256_and_si256(v1, nib);
                 __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), nib);
                 __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), nib);
-                #pragma GCC unroll 16
+#pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
                     const int8_t *xr = xq + i * K + b * KN_QK;
                     __m256i xl = _mm256_set1_epi32(kq2_load_i32(xr + 4 * g));
@@ -182,7 +183,7 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
         const uint16_t *sc = (const uint16_t *)p + c0;
         __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
         __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 8)));
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             __m256i corr = _mm256_set1_epi32(q8 ? 0 : 8 * xs[i * KB + b]);
             __m256 dx = _mm256_set1_ps(xd[i * KB + b]);
@@ -192,7 +193,7 @@ kq2_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const i
             facc[i][1] = _mm256_fmadd_ps(f1, _mm256_mul_ps(dw1, dx), facc[i][1]);
         }
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < mr; i++) {
         _mm256_maskstore_ps(y + i * ldy, mask0, facc[i][0]);
         _mm256_maskstore_ps(y + i * ldy + 8, mask1, facc[i][1]);
@@ -217,8 +218,8 @@ void kn_matmul_q_avx2(const kn_mat *w, const kn_act *xa, int64_t m, float *y, in
                     kq2_tile(KQ2_MR, true, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk,
                              c0, yb + i * ldy, ldy, mask0, mask1);
                 else
-                    kq2_tile(KQ2_MR, false, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K,
-                             blk, c0, yb + i * ldy, ldy, mask0, mask1);
+                    kq2_tile(KQ2_MR, false, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk,
+                             c0, yb + i * ldy, ldy, mask0, mask1);
             }
             if (i < m) {
                 if (q8)
@@ -241,7 +242,7 @@ void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1) {
         for (int64_t b = 0; b < kb; b++) {
             __m256 v[4];
             __m256 mx = _mm256_setzero_ps();
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int j = 0; j < 4; j++) {
                 v[j] = _mm256_loadu_ps(x + b * KN_QK + 8 * j);
                 /* max_ps(a, mx) returns mx for NaN lanes: NaN never wins, as in the reference */
@@ -255,7 +256,7 @@ void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1) {
             float id = d != 0.0f ? 1.0f / d : 0.0f;
             __m256 vid = _mm256_set1_ps(id);
             int32_t s = 0, s16 = 0;
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int j = 0; j < 4; j++) {
                 if (j == 2)
                     s16 = s;

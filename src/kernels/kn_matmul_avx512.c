@@ -32,15 +32,17 @@ static inline int32_t kq_load_i32(const int8_t *p) {
     return v;
 }
 
-static inline __attribute__((always_inline)) void
-kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
-        int64_t ldy, const __mmask16 *mask, bool init, const char *pf, int pf_lines) {
+static inline __attribute__((always_inline)) void kf_tile(const int mr, const float *x, int64_t ldx,
+                                                          const float *wp, int64_t kc, float *y,
+                                                          int64_t ldy, const __mmask16 *mask,
+                                                          bool init, const char *pf, int pf_lines) {
     __m512 acc[KF_MR][4];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
-            acc[m][j] = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
+            acc[m][j] =
+                init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
     for (int64_t k = 0; k < kc; k++) {
         const float *wk = wp + k * KN_NB_F;
         if (pf) /* the next chunk, spread over this loop: memory stays busy while we compute */
@@ -50,7 +52,7 @@ kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, 
         __m512 w1 = _mm512_load_ps(wk + 16);
         __m512 w2 = _mm512_load_ps(wk + 32);
         __m512 w3 = _mm512_load_ps(wk + 48);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int m = 0; m < mr; m++) {
             __m512 xb = _mm512_set1_ps(x[m * ldx + k]);
             acc[m][0] = _mm512_fmadd_ps(xb, w0, acc[m][0]);
@@ -59,9 +61,9 @@ kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, 
             acc[m][3] = _mm512_fmadd_ps(xb, w3, acc[m][3]);
         }
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
             _mm512_mask_storeu_ps(y + m * ldy + 16 * j, mask[j], acc[m][j]);
 }
@@ -71,7 +73,8 @@ static void kf_convert(int type, const uint16_t *src, int64_t kc, float *dst) {
     int64_t n = kc * KN_NB_F;
     if (type == GGUF_TYPE_F16) {
         for (int64_t i = 0; i < n; i += 16)
-            _mm512_store_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+            _mm512_store_ps(dst + i,
+                            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
     } else {
         for (int64_t i = 0; i < n; i += 16) {
             __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
@@ -89,9 +92,9 @@ static inline __attribute__((always_inline)) void
 kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const uint16_t *wb,
                int64_t K, float *y, int64_t ldy, const __mmask16 *mask, bool pf) {
     __m512 acc[KF_DIRECT_MR][4];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
             acc[m][j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
@@ -101,23 +104,23 @@ kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const 
             _mm_prefetch((const char *)(wk + 32 * KN_NB_F) + 64, _MM_HINT_T0);
         }
         __m512 w[4];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
             __m256i h = _mm256_loadu_si256((const __m256i *)(wk + 16 * j));
             w[j] = f16 ? _mm512_cvtph_ps(h)
                        : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
         }
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int m = 0; m < mr; m++) {
             __m512 xb = _mm512_set1_ps(x[m * ldx + k]);
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int j = 0; j < 4; j++)
                 acc[m][j] = _mm512_fmadd_ps(xb, w[j], acc[m][j]);
         }
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
             _mm512_mask_storeu_ps(y + m * ldy + 16 * j, mask[j], acc[m][j]);
 }
@@ -130,10 +133,12 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
         if (ncols > KN_NB_F)
             ncols = KN_NB_F;
         __mmask16 mask[4];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
             int64_t c = ncols - 16 * j;
-            mask[j] = c >= 16 ? (__mmask16)0xFFFF : c <= 0 ? (__mmask16)0 : (__mmask16)((1u << c) - 1);
+            mask[j] = c >= 16  ? (__mmask16)0xFFFF
+                      : c <= 0 ? (__mmask16)0
+                               : (__mmask16)((1u << c) - 1);
         }
         const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
         if (w->type != GGUF_TYPE_F32 && m <= w->direct_rows) {
@@ -167,8 +172,8 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
             int pf_lines = esz; /* 64 elements of the row per k: esz cache lines */
             int64_t i = 0;
             for (; i + KF_MR <= m; i += KF_MR, pf = NULL)
-                kf_tile(KF_MR, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init,
-                        pf, pf_lines);
+                kf_tile(KF_MR, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
+                        pf_lines);
             switch (m - i) {
             case 5:
                 kf_tile(5, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
@@ -206,22 +211,22 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
     const __m512i corr_mul = _mm512_set1_epi32(q8 ? 128 : 8);
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512 facc[KQ_MR][2];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
         facc[i][0] = facc[i][1] = _mm512_setzero_ps();
     for (int64_t b = 0; b < KB; b++) {
         const unsigned char *p = wblk + (size_t)b * bb;
         const unsigned char *qs = p + 64;
         __m512i iacc[KQ_MR][2];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++)
             iacc[i][0] = iacc[i][1] = _mm512_setzero_si512();
         if (q8) {
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int g = 0; g < 8; g++) {
                 __m512i w0 = _mm512_loadu_si512((const void *)(qs + g * 128));
                 __m512i w1 = _mm512_loadu_si512((const void *)(qs + g * 128 + 64));
-                #pragma GCC unroll 16
+#pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
                     __m512i xb = _mm512_set1_epi32(kq_load_i32(xq + i * K + b * KN_QK + 4 * g));
                     iacc[i][0] = _mm512_dpbusd_epi32(iacc[i][0], w0, xb);
@@ -229,7 +234,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
                 }
             }
         } else {
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int g = 0; g < 4; g++) {
                 __m512i v0 = _mm512_loadu_si512((const void *)(qs + g * 128));
                 __m512i v1 = _mm512_loadu_si512((const void *)(qs + g * 128 + 64));
@@ -237,7 +242,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
                 __m512i lo1 = _mm512_and_si512(v1, nib);
                 __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), nib);
                 __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), nib);
-                #pragma GCC unroll 16
+#pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
                     const int8_t *xr = xq + i * K + b * KN_QK;
                     __m512i xl = _mm512_set1_epi32(kq_load_i32(xr + 4 * g));
@@ -251,7 +256,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
         }
         __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             __m512i corr = _mm512_mullo_epi32(_mm512_set1_epi32(xs[i * KB + b]), corr_mul);
             __m512 dx = _mm512_set1_ps(xd[i * KB + b]);
@@ -261,7 +266,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
             facc[i][1] = _mm512_fmadd_ps(f1, _mm512_mul_ps(dw1, dx), facc[i][1]);
         }
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < mr; i++) {
         _mm512_mask_storeu_ps(y + i * ldy, mask0, facc[i][0]);
         _mm512_mask_storeu_ps(y + i * ldy + 16, mask1, facc[i][1]);
@@ -269,7 +274,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
 }
 
 #define KQ_ROWS(MR, Q8)                                                                            \
-    kq_tile(MR, Q8, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk, yb + i * ldy, ldy,   \
+    kq_tile(MR, Q8, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk, yb + i * ldy, ldy,    \
             mask0, mask1)
 
 void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,

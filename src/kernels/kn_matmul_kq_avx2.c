@@ -34,7 +34,7 @@ static inline __m256i kk2_mask(int64_t c) {
 }
 
 static inline __attribute__((always_inline)) __m256i kk2_h6_shift(__m256i h, const int g) {
-    return g == 0 ? _mm256_slli_epi32(h, 4)
+    return g == 0   ? _mm256_slli_epi32(h, 4)
            : g == 1 ? _mm256_slli_epi32(h, 2)
            : g == 2 ? h
                     : _mm256_srli_epi32(h, 2);
@@ -42,8 +42,8 @@ static inline __attribute__((always_inline)) __m256i kk2_h6_shift(__m256i h, con
 
 static inline __attribute__((always_inline)) void
 kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const int32_t *xs,
-         const int32_t *xs16, int64_t K, const unsigned char *wblk, int c0, float *y,
-         int64_t ldy, __m256i mask0, __m256i mask1) {
+         const int32_t *xs16, int64_t K, const unsigned char *wblk, int c0, float *y, int64_t ldy,
+         __m256i mask0, __m256i mask1) {
     const int64_t KB = K / KN_QK;
     const bool k45 = type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K;
     const bool q6 = type == GGUF_TYPE_Q6_K;
@@ -60,13 +60,13 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
     __m256 facc[KK2_MR][2];
     __m256 dsb[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256 msb[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
         facc[i][0] = facc[i][1] = _mm256_setzero_ps();
     const unsigned char *p = wblk;
     for (int64_t b = 0; b < KB; b++) {
         if (hdr && b % 8 == 0) {
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 int c = c0 + 8 * h;
                 dsb[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * c)));
@@ -76,7 +76,7 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
             p += hdr;
         }
         __m256 sa[2], sb[2];
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             int c = c0 + 8 * h;
             if (k45) {
@@ -98,7 +98,7 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
         const unsigned char *nib = p + sc_bytes;
         const unsigned char *qh = nib + 512;
         __m256i iacc[KK2_MR][2], iacc2[KK2_MR][2];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             __m256i c = _mm256_setzero_si256(), c2 = _mm256_setzero_si256();
             if (type == GGUF_TYPE_Q5_0)
@@ -111,7 +111,7 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
             iacc2[i][0] = iacc2[i][1] = c2;
         }
         __m256i H[2], H2[2];
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             int c = c0 + 8 * h;
             H[h] = H2[h] = _mm256_setzero_si256();
@@ -121,10 +121,10 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
                 H2[h] = _mm256_loadu_si256((const __m256i *)(qh + 128 + 4 * c));
         }
         __m256i s16[KK2_MR][2], s16b[KK2_MR][2];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i lo[2], hi[2];
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(nib + 128 * g + 4 * (c0 + 8 * h)));
                 lo[h] = _mm256_and_si256(v, m0f);
@@ -132,19 +132,20 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
                 if (q5) {
                     lo[h] = _mm256_or_si256(lo[h],
                                             _mm256_and_si256(_mm256_slli_epi32(H[h], 4 - g), mhb));
-                    hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(_mm256_srli_epi32(H[h], g), mhb));
+                    hi[h] =
+                        _mm256_or_si256(hi[h], _mm256_and_si256(_mm256_srli_epi32(H[h], g), mhb));
                 }
                 if (q6) {
                     lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(kk2_h6_shift(H[h], g), mhb));
                     hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(kk2_h6_shift(H2[h], g), mhb));
                 }
             }
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
                 const int8_t *xr = xq + i * K + b * KN_QK;
                 __m256i xl = _mm256_set1_epi32(kk2_load_i32(xr + 4 * g));
                 __m256i xh = _mm256_set1_epi32(kk2_load_i32(xr + 16 + 4 * g));
-                #pragma GCC unroll 2
+#pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
                     __m256i pl = _mm256_maddubs_epi16(lo[h], xl);
                     __m256i ph = _mm256_maddubs_epi16(hi[h], xh);
@@ -165,12 +166,12 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
                 }
             }
         }
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             float dxs = xd[i * KB + b];
             __m256 dx = _mm256_set1_ps(dxs);
             __m256 mx = _mm256_set1_ps(dxs * (float)xs[i * KB + b]);
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m256 f = _mm256_cvtepi32_ps(iacc[i][h]);
                 if (q6) {
@@ -188,7 +189,7 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
         }
         p += chunk;
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < mr; i++) {
         _mm256_maskstore_ps(y + i * ldy, mask0, facc[i][0]);
         _mm256_maskstore_ps(y + i * ldy + 8, mask1, facc[i][1]);
@@ -197,7 +198,8 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
 
 #define KK2_TILE(MR)                                                                               \
     kk2_tile(MR, type, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB,                            \
-             xa->qs16 ? xa->qs16 + i * KB : NULL, K, blk, c0, yb + c0 + i * ldy, ldy, mask0, mask1)
+             xa->qs16 ? xa->qs16 + i * KB : NULL, K, blk, c0, yb + c0 + i * ldy, ldy, mask0,       \
+             mask1)
 
 static inline __attribute__((always_inline)) void kk2_run(const int type, const kn_mat *w,
                                                           const kn_act *xa, int64_t m, float *y,

@@ -40,7 +40,7 @@
 #define KK_MR_Q4_K 4
 #define KK_MR_Q5_K 4
 #define KK_MR_Q6_K 4
-#define KK_NH_Q6 2
+#define KK_NH_Q6   2
 #endif
 
 static inline int32_t kk_load_i32(const int8_t *p) {
@@ -51,7 +51,7 @@ static inline int32_t kk_load_i32(const int8_t *p) {
 
 /* Q6_K: group g's two top bits of a QH6 dword lane moved to bits 4..5 of each byte */
 static inline __attribute__((always_inline)) __m512i kk_h6_shift(__m512i h, const int g) {
-    return g == 0 ? _mm512_slli_epi32(h, 4)
+    return g == 0   ? _mm512_slli_epi32(h, 4)
            : g == 1 ? _mm512_slli_epi32(h, 2)
            : g == 2 ? h
                     : _mm512_srli_epi32(h, 2);
@@ -74,27 +74,28 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
     __m512 facc[KK_MR][2];
     __m512 dsb[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     __m512 msb[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < nh; h++)
             facc[i][h] = _mm512_setzero_ps();
     const unsigned char *p = wblk;
     for (int64_t b = 0; b < KB; b++) {
         if (hdr && b % 8 == 0) {
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int h = 0; h < nh; h++) {
                 int hh = h0 + h;
                 dsb[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * hh)));
                 if (!q6)
-                    msb[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 64 + 32 * hh)));
+                    msb[h] =
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 64 + 32 * hh)));
             }
             p += hdr;
         }
         /* per-column block scales: d and m (Q4_1/Q5_1), d (Q5_0), s_j and m_j (Q4_K/Q5_K),
          * the two int8 sub-block scales as floats (Q6_K) */
         __m512 sa[2], sb[2];
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < nh; h++) {
             int hh = h0 + h;
             if (k45) {
@@ -111,15 +112,15 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
                 sb[h] = _mm512_cvtepi32_ps(t);
             } else {
                 sa[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * hh)));
-                sb[h] = has_m ? _mm512_cvtph_ps(
-                                    _mm256_loadu_si256((const __m256i *)(p + 64 + 32 * hh)))
-                              : _mm512_setzero_ps();
+                sb[h] =
+                    has_m ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 64 + 32 * hh)))
+                          : _mm512_setzero_ps();
             }
         }
         const unsigned char *nib = p + sc_bytes;
         const unsigned char *qh = nib + 512;
         __m512i iacc[KK_MR][2], iacc2[KK_MR][2];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
             __m512i c = _mm512_setzero_si512(), c2 = _mm512_setzero_si512();
             if (type == GGUF_TYPE_Q5_0)
@@ -128,14 +129,14 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
                 c = _mm512_set1_epi32(-32 * xs16[i * KB + b]);
                 c2 = _mm512_set1_epi32(-32 * (xs[i * KB + b] - xs16[i * KB + b]));
             }
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int h = 0; h < nh; h++) {
                 iacc[i][h] = c;
                 iacc2[i][h] = c2;
             }
         }
         __m512i H[2], H2[2];
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < nh; h++) {
             int hh = h0 + h;
             H[h] = H2[h] = _mm512_setzero_si512();
@@ -144,18 +145,18 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
             if (q6)
                 H2[h] = _mm512_loadu_si512((const void *)(qh + 128 + 64 * hh));
         }
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m512i lo[2], hi[2];
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int h = 0; h < nh; h++) {
                 __m512i v = _mm512_loadu_si512((const void *)(nib + 128 * g + 64 * (h0 + h)));
                 lo[h] = _mm512_and_si512(v, m0f);
                 hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
                 /* lo |= shifted & mask (vpternlogd 0xF8 = A | (B & C)) */
                 if (q5) {
-                    lo[h] = _mm512_ternarylogic_epi32(lo[h], _mm512_slli_epi32(H[h], 4 - g), mhb,
-                                                      0xF8);
+                    lo[h] =
+                        _mm512_ternarylogic_epi32(lo[h], _mm512_slli_epi32(H[h], 4 - g), mhb, 0xF8);
                     hi[h] = _mm512_ternarylogic_epi32(hi[h], _mm512_srli_epi32(H[h], g), mhb, 0xF8);
                 }
                 if (q6) {
@@ -163,12 +164,12 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
                     hi[h] = _mm512_ternarylogic_epi32(hi[h], kk_h6_shift(H2[h], g), mhb, 0xF8);
                 }
             }
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int i = 0; i < mr; i++) {
                 const int8_t *xr = xq + i * K + b * KN_QK;
                 __m512i xl = _mm512_set1_epi32(kk_load_i32(xr + 4 * g));
                 __m512i xh = _mm512_set1_epi32(kk_load_i32(xr + 16 + 4 * g));
-                #pragma GCC unroll 2
+#pragma GCC unroll 2
                 for (int h = 0; h < nh; h++) {
                     iacc[i][h] = _mm512_dpbusd_epi32(iacc[i][h], lo[h], xl);
                     if (q6)
@@ -178,12 +179,12 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
                 }
             }
         }
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
             float dxs = xd[i * KB + b];
             __m512 dx = _mm512_set1_ps(dxs);
             __m512 mx = _mm512_set1_ps(dxs * (float)xs[i * KB + b]);
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int h = 0; h < nh; h++) {
                 __m512 f = _mm512_cvtepi32_ps(iacc[i][h]);
                 if (q6) {
@@ -201,9 +202,9 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
         }
         p += chunk;
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < nh; h++)
             _mm512_mask_storeu_ps(y + i * ldy + 16 * h, mask[h0 + h], facc[i][h]);
 }
@@ -213,10 +214,10 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
             xa->qs16 ? xa->qs16 + i * KB : NULL, K, blk, h0, yb + 16 * h0 + i * ldy, ldy, mask)
 
 /* All column blocks [b0, b1) and rows [0, m) for one type and column width (nh zmm). */
-static inline __attribute__((always_inline)) void kk_run(const int type, const int nh,
-                                                         const int mr, const kn_mat *w,
-                                                         const kn_act *xa, int64_t m, float *y,
-                                                         int64_t ldy, int64_t b0, int64_t b1) {
+static inline __attribute__((always_inline)) void kk_run(const int type, const int nh, const int mr,
+                                                         const kn_mat *w, const kn_act *xa,
+                                                         int64_t m, float *y, int64_t ldy,
+                                                         int64_t b0, int64_t b1) {
     const int64_t K = w->k, KB = K / KN_QK;
     for (int64_t r0 = 0; r0 < m; r0 += KK_RC) {
         int64_t r1 = m - r0 < KK_RC ? m : r0 + KK_RC;

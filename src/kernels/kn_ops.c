@@ -114,8 +114,8 @@ void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa) {
 }
 
 /* Reads position p's row for kv head kvh as floats into out[0..hd). */
-static void kn_attn_load(const kn_attn_kv *kv, const void *base, int64_t p, int64_t kvh,
-                         int64_t hd, float *out) {
+static void kn_attn_load(const kn_attn_kv *kv, const void *base, int64_t p, int64_t kvh, int64_t hd,
+                         float *out) {
     const void *r = kn_attn_row_ptr(kv, base, p, kvh, hd);
     if (kv->f16) {
         for (int64_t d = 0; d < hd; d++)
@@ -126,8 +126,7 @@ static void kn_attn_load(const kn_attn_kv *kv, const void *base, int64_t p, int6
 }
 
 static void kn_attn_row_ref(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
-                            int64_t n_pos, float scale, int64_t chunk, float *scratch,
-                            float *out) {
+                            int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
     float kbuf[512], vbuf[512]; /* head_dim <= 512 is checked by the model loader */
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < hd; d++)
@@ -161,9 +160,8 @@ static void kn_attn_row_ref(const float *q, const kn_attn_kv *kv, int64_t kvh, i
         out[d] = out[d] / l;
 }
 
-void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
-                 int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out,
-                 kn_isa isa) {
+void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim, int64_t n_pos,
+                 float scale, int64_t chunk, float *scratch, float *out, kn_isa isa) {
 #ifndef VERITY_NO_SIMD
     if (isa == KN_ISA_AVX512) {
         kn_attn_row_avx512(q, kv, kvh, head_dim, n_pos, scale, chunk, scratch, out);

@@ -37,8 +37,8 @@ static inline __m256 kx2_exp(__m256 x) {
     __m256i h = _mm256_srai_epi32(ni, 1);
     __m256i b127 = _mm256_set1_epi32(127);
     __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, b127), 23));
-    __m256 s2 = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), b127), 23));
+    __m256 s2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), b127), 23));
     __m256 res = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
     __m256 in_lo = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
     __m256 hi = _mm256_cmp_ps(x, _mm256_set1_ps(88.5f), _CMP_GT_OQ);
@@ -109,8 +109,8 @@ static inline __m256 kx2_load_row(const void *row, bool f16, int64_t d, int64_t 
     return _mm256_maskload_ps((const float *)row + d, kx2_mask(hd - d));
 }
 
-void kn_attn_row_avx2(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
-                      int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
+void kn_attn_row_avx2(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd, int64_t n_pos,
+                      float scale, int64_t chunk, float *scratch, float *out) {
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0.0f;

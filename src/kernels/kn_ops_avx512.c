@@ -38,8 +38,8 @@ static inline __m512 kx_exp512(__m512 x) {
     __m512i h = _mm512_srai_epi32(ni, 1);
     __m512i b127 = _mm512_set1_epi32(127);
     __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(h, b127), 23));
-    __m512 s2 = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, h), b127), 23));
+    __m512 s2 =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, h), b127), 23));
     __m512 res = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
     __mmask16 in_lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
     __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.5f), _CMP_GT_OQ);
@@ -109,7 +109,7 @@ static inline __m512 kx_load_row(const void *row, bool f16, int64_t d, __mmask16
 }
 
 static void kx_attn_generic(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
-                        int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
+                            int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0.0f;
@@ -123,8 +123,8 @@ static void kx_attn_generic(const float *q, const kn_attn_kv *kv, int64_t kvh, i
             __m512 acc = _mm512_setzero_ps();
             for (int64_t d = 0; d < hd; d += 16) {
                 __mmask16 mk = kx_tail(hd - d);
-                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + d), kx_load_row(row, kv->f16, d, mk),
-                                      acc);
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + d),
+                                      kx_load_row(row, kv->f16, d, mk), acc);
             }
             float s = kx_tree512(acc) * scale;
             scratch[p - c0] = s;
@@ -136,7 +136,8 @@ static void kx_attn_generic(const float *q, const kn_attn_kv *kv, int64_t kvh, i
         __m512 va = _mm512_set1_ps(alpha);
         for (int64_t d = 0; d < hd; d += 16) {
             __mmask16 mk = kx_tail(hd - d);
-            _mm512_mask_storeu_ps(out + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, out + d), va));
+            _mm512_mask_storeu_ps(out + d, mk,
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, out + d), va));
         }
         /* probabilities of the chunk, 16 at a time (kx_exp512 == kn_expf per lane) */
         __m512 vmn = _mm512_set1_ps(mn);

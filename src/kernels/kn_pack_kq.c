@@ -50,9 +50,7 @@ static size_t kq_chunk_bytes(int type) {
 }
 
 static size_t kq_header_bytes(int type) {
-    return type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K ? 128
-           : type == GGUF_TYPE_Q6_K                         ? 64
-                                                            : 0;
+    return type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K ? 128 : type == GGUF_TYPE_Q6_K ? 64 : 0;
 }
 
 size_t kn_kq_block_stride(int type, int64_t k) {
@@ -109,8 +107,9 @@ void kn_pack_kq(kn_mat *w, const unsigned char *src) {
                         h[c] = ((const kn_block_q6_K *)row)[b / 8].d;
                     } else {
                         /* Q4_K and Q5_K start with the same d, dmin fields */
-                        const kn_block_q4_K *kb = (const kn_block_q4_K *)(row + (size_t)(b / 8) *
-                                                       (size_t)gguf_type_block_bytes(type));
+                        const kn_block_q4_K *kb =
+                            (const kn_block_q4_K *)(row + (size_t)(b / 8) *
+                                                              (size_t)gguf_type_block_bytes(type));
                         h[c] = kb->d;
                         h[KN_NB_Q + c] = kb->dmin;
                     }

@@ -45,7 +45,7 @@ double kn_roofline_fma_avx2(int64_t iters) {
         a11 = _mm256_fmadd_ps(a11, m, c);
     }
     __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                          _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
     s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
     float t[8];
     _mm256_storeu_ps(t, s);

@@ -42,7 +42,7 @@ double kn_roofline_fma_avx512(int64_t iters) {
         a11 = _mm512_fmadd_ps(a11, m, c);
     }
     __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                          _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
     s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
     float t[16];
     _mm512_storeu_ps(t, s);

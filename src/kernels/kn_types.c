@@ -106,8 +106,8 @@ static void kn_pack_q5(const int e[KN_QK], uint8_t qh[4], uint8_t q[16]) {
 }
 
 void kn_unpack_q5(const uint8_t qh[4], const uint8_t q[16], uint8_t e[KN_QK]) {
-    uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
-                 (uint32_t)qh[3] << 24;
+    uint32_t h =
+        (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
     for (int j = 0; j < KN_QK / 2; j++) {
         e[j] = (uint8_t)((q[j] & 15) | ((h >> j) & 1) << 4);
         e[j + 16] = (uint8_t)((q[j] >> 4) | ((h >> (j + 16)) & 1) << 4);

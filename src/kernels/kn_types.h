@@ -17,19 +17,19 @@
  *   Q4_1: { f16 d, m; uint8 q[16]; }         x[j] = (q[j] & 15) * d + m,
  *                                            x[j+16] = (q[j] >> 4) * d + m        20 bytes
  *   Q5_0: { f16 d; uint8 qh[4]; uint8 q[16]; }  5-bit e[j] = nibble | bit j of qh (little-endian
- *                                            u32) << 4, nibbles as Q4_0; x = (e - 16) * d    22 bytes
- *   Q5_1: { f16 d, m; uint8 qh[4]; uint8 q[16]; }  e as Q5_0; x = e * d + m              24 bytes
- * K-quants, super-blocks of KN_QK_K = 256 elements (rows must be a multiple of 256):
- *   Q4_K: { f16 d, dmin; uint8 scales[12]; uint8 q[128]; }                            144 bytes
- *     eight 32-element sub-blocks j, each with a 6-bit scale sc_j and 6-bit min m_j packed in
- *     scales[] (kn_q4k_scale_min); q[32p + l] holds element 64p + l in its low nibble and
- *     64p + 32 + l in its high nibble; x = (d * sc_j) * e - dmin * m_j.
- *   Q5_K: { f16 d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 q[128]; }             176 bytes
- *     as Q4_K plus a fifth bit: bit 2p of qh[l] for element 64p + l, bit 2p+1 for 64p + 32 + l.
- *   Q6_K: { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d; }                    210 bytes
- *     sixteen 16-element sub-blocks with int8 scales; for each half h (128 elements) and
- *     l < 32: element 128h + 32t + l (t = 0..3) has low nibble ql[64h + l + 32(t & 1)] >> 4(t >> 1)
- *     and high bits (qh[32h + l] >> 2t) & 3; x = (d * scales[e / 16]) * (q - 32).
+ *                                            u32) << 4, nibbles as Q4_0; x = (e - 16) * d    22
+ * bytes Q5_1: { f16 d, m; uint8 qh[4]; uint8 q[16]; }  e as Q5_0; x = e * d + m              24
+ * bytes K-quants, super-blocks of KN_QK_K = 256 elements (rows must be a multiple of 256): Q4_K: {
+ * f16 d, dmin; uint8 scales[12]; uint8 q[128]; }                            144 bytes eight
+ * 32-element sub-blocks j, each with a 6-bit scale sc_j and 6-bit min m_j packed in scales[]
+ * (kn_q4k_scale_min); q[32p + l] holds element 64p + l in its low nibble and 64p + 32 + l in its
+ * high nibble; x = (d * sc_j) * e - dmin * m_j. Q5_K: { f16 d, dmin; uint8 scales[12]; uint8
+ * qh[32]; uint8 q[128]; }             176 bytes as Q4_K plus a fifth bit: bit 2p of qh[l] for
+ * element 64p + l, bit 2p+1 for 64p + 32 + l. Q6_K: { uint8 ql[128]; uint8 qh[64]; int8 scales[16];
+ * f16 d; }                    210 bytes sixteen 16-element sub-blocks with int8 scales; for each
+ * half h (128 elements) and l < 32: element 128h + 32t + l (t = 0..3) has low nibble ql[64h + l +
+ * 32(t & 1)] >> 4(t >> 1) and high bits (qh[32h + l] >> 2t) & 3; x = (d * scales[e / 16]) * (q -
+ * 32).
  */
 #ifndef VERITY_KERNELS_KN_TYPES_H
 #define VERITY_KERNELS_KN_TYPES_H
@@ -39,7 +39,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define KN_QK 32    /* elements per Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 block */
+#define KN_QK   32  /* elements per Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 block */
 #define KN_QK_K 256 /* elements per K-quant super-block */
 
 typedef struct kn_block_q8_0 {

@@ -39,7 +39,8 @@ int kv_pool_create(const kv_pool_opts *o, kv_pool **out) {
     *out = NULL;
     size_t total = kv_pool_bytes(o);
     if (!total || o->n_blocks > INT32_MAX)
-        return err_set(ERR_INVAL, "kv pool: invalid size (%lld layers, kv dim %lld, %lld blocks of %lld)",
+        return err_set(ERR_INVAL,
+                       "kv pool: invalid size (%lld layers, kv dim %lld, %lld blocks of %lld)",
                        (long long)o->n_layer, (long long)o->kv_dim, (long long)o->n_blocks,
                        (long long)o->block_size);
     kv_pool *p = calloc(1, sizeof *p);

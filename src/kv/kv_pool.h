@@ -38,7 +38,8 @@ typedef struct kv_pool_opts {
 /* Bytes a pool with these options needs (0 if the product overflows). */
 size_t kv_pool_bytes(const kv_pool_opts *o);
 
-/* Creates the pool. Returns 0, ERR_INVAL (non-positive sizes), ERR_NOMEM (detail gives the size). */
+/* Creates the pool. Returns 0, ERR_INVAL (non-positive sizes), ERR_NOMEM (detail gives the size).
+ */
 int kv_pool_create(const kv_pool_opts *o, kv_pool **out);
 void kv_pool_destroy(kv_pool *p);
 

@@ -88,8 +88,8 @@ static int cv_read_vocab(const char *path, int32_t n_vocab, cv_vocab *v) {
         float score;
         int32_t len;
         if (sz - off < 8) {
-            rc = err_set(ERR_FORMAT, "%s: token %d at byte %zu: file ends (expected %d tokens)", path,
-                         i, off, n_vocab);
+            rc = err_set(ERR_FORMAT, "%s: token %d at byte %zu: file ends (expected %d tokens)",
+                         path, i, off, n_vocab);
             break;
         }
         memcpy(&score, d + off, 4);
@@ -151,8 +151,8 @@ int convert_llama2c(const char *model_path, const char *tokenizer_path, const ch
     int32_t dim = h[0], hidden = h[1], n_layers = h[2], n_heads = h[3], n_kv = h[4];
     int32_t vocab = h[5] < 0 ? -h[5] : h[5], seq_len = h[6];
     bool shared = h[5] > 0;
-    static const char *names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
-                                   "vocab_size", "seq_len"};
+    static const char *names[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
+                                   "n_kv_heads", "vocab_size", "seq_len"};
     for (int i = 0; i < 7; i++) {
         if (h[i] == 0 || (i != 5 && h[i] < 0) || (h[i] > (1 << 24)) || (h[i] < -(1 << 24))) {
             free(d);
@@ -245,7 +245,8 @@ int convert_llama2c(const char *model_path, const char *tokenizer_path, const ch
         rc = gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     int64_t ne[2];
 #define ADD(name, ptr, a, b)                                                                       \
-    (ne[0] = (a), ne[1] = (b), gguf_writer_add_tensor(w, name, GGUF_TYPE_F32, (b) ? 2 : 1, ne, ptr, true))
+    (ne[0] = (a), ne[1] = (b),                                                                     \
+     gguf_writer_add_tensor(w, name, GGUF_TYPE_F32, (b) ? 2 : 1, ne, ptr, true))
     if (!rc)
         rc = ADD("token_embd.weight", tok, dim, vocab);
     if (!rc)

@@ -38,17 +38,17 @@ struct fwd_ctx {
     int8_t *aq;
     float *aqd;
     int32_t *aqs;
-    int32_t *aqs16; /* per-16 sums (Q6_K weights) */
-    float *rope;       /* [max_tokens][n_rot/2][2] */
-    int32_t *tok_id;   /* per token row */
+    int32_t *aqs16;  /* per-16 sums (Q6_K weights) */
+    float *rope;     /* [max_tokens][n_rot/2][2] */
+    int32_t *tok_id; /* per token row */
     int32_t *tok_pos;
     int32_t *tok_seq;
     /* [max_outputs][...] */
     int64_t *out_row;
     float *out_x;
     float *logits;
-    void **mm_scratch;    /* per thread */
-    float **attn_scratch; /* per thread */
+    void **mm_scratch;                        /* per thread */
+    float **attn_scratch;                     /* per thread */
     bool fault_attn_offsets, fault_big_batch; /* FAULT (b), (d): fault build only */
     /* the step being run */
     const fwd_batch *b;
@@ -175,7 +175,7 @@ int fwd_ctx_n_threads(const fwd_ctx *c) {
 
 /* Work per chunk below which a phase is not split further: a chunk should cost well above a
  * claim (tens of nanoseconds) and a wake-up; a tiny model's phases run on the caller alone. */
-#define FWD_CHUNK_WORK 32768
+#define FWD_CHUNK_WORK    32768
 #define FWD_MM_CHUNK_WORK 262144
 
 typedef enum fwd_kind {
@@ -207,8 +207,7 @@ typedef struct fwd_phase {
 } fwd_phase;
 
 static void fwd_quantize_rows(fwd_ctx *c, const float *x, int64_t k, int64_t r0, int64_t r1) {
-    kn_act a = {.x = x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs,
-                .qs16 = c->aqs16};
+    kn_act a = {.x = x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs, .qs16 = c->aqs16};
     kn_act_quantize(&a, k, r0, r1, c->m->isa);
 }
 
@@ -247,8 +246,7 @@ static void fwd_embed(fwd_ctx *c, int64_t r0, int64_t r1) {
 }
 
 /* Biases, per-head Q/K norms, RoPE, and the K/V write into the pool, for rows [r0, r1). */
-static void fwd_qkv_post(fwd_ctx *c, int64_t r0, int64_t r1, const model_layer *L,
-                         int64_t layer) {
+static void fwd_qkv_post(fwd_ctx *c, int64_t r0, int64_t r1, const model_layer *L, int64_t layer) {
     const model_hparams *hp = &c->m->hp;
     int64_t hd = hp->head_dim, bs = kv_pool_block_size(c->kv);
     bool f16 = kv_pool_f16(c->kv);
@@ -312,8 +310,7 @@ static void fwd_out_norm(fwd_ctx *c, int64_t o0, int64_t o1, bool quant) {
     for (int64_t o = o0; o < o1; o++) {
         int64_t t = c->out_row[o];
         kn_add(c->x + t * D, c->y + t * D, D);
-        kn_rmsnorm(c->x + t * D, c->m->output_norm, hp->rms_eps, D, c->out_x + o * D,
-                   c->m->isa);
+        kn_rmsnorm(c->x + t * D, c->m->output_norm, hp->rms_eps, D, c->out_x + o * D, c->m->isa);
     }
     if (quant)
         fwd_quantize_rows(c, c->out_x, D, o0, o1);
@@ -330,8 +327,7 @@ static void fwd_phase_chunk(void *vph, int64_t ci, int64_t n, int thread) {
             ci -= ph->mm[i++].chunks;
         const fwd_mm *mm = &ph->mm[i];
         int64_t k = kn_mat_k(mm->w);
-        kn_act a = {.x = mm->x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs,
-                    .qs16 = c->aqs16};
+        kn_act a = {.x = mm->x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs, .qs16 = c->aqs16};
         kn_matmul(mm->w, &a, mm->rows, mm->y, kn_mat_n(mm->w), (int)ci, (int)mm->chunks,
                   c->mm_scratch[thread]);
         return;
@@ -400,9 +396,8 @@ static void fwd_phase_matmul(fwd_ctx *c, int n_mm, const fwd_mm *mm) {
     for (int i = 0; i < n_mm; i++) {
         ph.mm[i] = mm[i];
         int64_t N = kn_mat_n(mm[i].w);
-        ph.mm[i].chunks =
-            fwd_chunks((N + 63) / 64, 64 * kn_mat_k(mm[i].w) * mm[i].rows, FWD_MM_CHUNK_WORK,
-                       (N + 63) / 64);
+        ph.mm[i].chunks = fwd_chunks((N + 63) / 64, 64 * kn_mat_k(mm[i].w) * mm[i].rows,
+                                     FWD_MM_CHUNK_WORK, (N + 63) / 64);
         total += ph.mm[i].chunks;
     }
     pool_for(c->threads, total, fwd_phase_chunk, &ph);
@@ -417,10 +412,9 @@ static void fwd_step(fwd_ctx *c) {
         /* Q, K and V (and gate and up) share their input: quantize it if any of them needs it
          * (mixed-type files, e.g. Q4_K_M, give attn_v another type than attn_q) */
         fwd_phase_rows(c, FWD_PRE_ATTN, l, T, l == 0 ? 4 * D : 2 * D,
-                       kn_mat_wants_q8(L->wq) || kn_mat_wants_q8(L->wk) ||
-                           kn_mat_wants_q8(L->wv));
-        fwd_mm qkv[3] = {{L->wq, c->xn, c->q, T, 0}, {L->wk, c->xn, c->k, T, 0},
-                         {L->wv, c->xn, c->v, T, 0}};
+                       kn_mat_wants_q8(L->wq) || kn_mat_wants_q8(L->wk) || kn_mat_wants_q8(L->wv));
+        fwd_mm qkv[3] = {
+            {L->wq, c->xn, c->q, T, 0}, {L->wk, c->xn, c->k, T, 0}, {L->wv, c->xn, c->v, T, 0}};
         fwd_phase_matmul(c, 3, qkv);
         fwd_phase_rows(c, FWD_QKV_POST, l, T, 4 * (c->q_dim + c->kv_dim), false);
         /* a pair's work grows with its position; the mean is a fine guess for chunking */
@@ -455,8 +449,9 @@ int fwd_run(fwd_ctx *c, const fwd_batch *b, const float **logits, int64_t *n_out
     for (int32_t s = 0; s < b->n_seqs; s++) {
         const fwd_seq *q = &b->seqs[s];
         if (q->n_tokens <= 0 || q->pos0 < 0 || q->n_logits < 0 || q->n_logits > q->n_tokens)
-            return err_set(ERR_INVAL, "forward: sequence %d: bad token count %d / position %d / logits %d",
-                           s, q->n_tokens, q->pos0, q->n_logits);
+            return err_set(ERR_INVAL,
+                           "forward: sequence %d: bad token count %d / position %d / logits %d", s,
+                           q->n_tokens, q->pos0, q->n_logits);
         int64_t end = (int64_t)q->pos0 + q->n_tokens;
         if ((end + bs - 1) / bs > q->n_blocks)
             return err_set(ERR_INVAL, "forward: sequence %d: %d blocks do not cover %lld positions",
@@ -467,15 +462,16 @@ int fwd_run(fwd_ctx *c, const fwd_batch *b, const float **logits, int64_t *n_out
                                q->blocks[i]);
         for (int32_t i = 0; i < q->n_tokens; i++)
             if (q->tokens[i] < 0 || q->tokens[i] >= hp->n_vocab)
-                return err_set(ERR_INVAL, "forward: sequence %d: token id %d outside vocabulary of %lld",
-                               s, q->tokens[i], (long long)hp->n_vocab);
+                return err_set(ERR_INVAL,
+                               "forward: sequence %d: token id %d outside vocabulary of %lld", s,
+                               q->tokens[i], (long long)hp->n_vocab);
         n_tok += q->n_tokens;
         n_o += q->n_logits;
     }
     if (n_tok > c->max_tokens || n_o > c->max_outputs)
-        return err_set(ERR_INVAL, "forward: %lld tokens / %lld outputs exceed the context's %lld / %lld",
-                       (long long)n_tok, (long long)n_o, (long long)c->max_tokens,
-                       (long long)c->max_outputs);
+        return err_set(
+            ERR_INVAL, "forward: %lld tokens / %lld outputs exceed the context's %lld / %lld",
+            (long long)n_tok, (long long)n_o, (long long)c->max_tokens, (long long)c->max_outputs);
     int64_t t = 0, o = 0;
     for (int32_t s = 0; s < b->n_seqs; s++) {
         const fwd_seq *q = &b->seqs[s];

@@ -24,12 +24,12 @@
 #include <stdint.h>
 
 typedef struct fwd_seq {
-    const int32_t *tokens;  /* the new tokens of this step */
-    int32_t n_tokens;       /* >= 1 */
-    int32_t pos0;           /* absolute position of tokens[0] */
-    const int32_t *blocks;  /* block table covering positions [0, pos0 + n_tokens) */
+    const int32_t *tokens; /* the new tokens of this step */
+    int32_t n_tokens;      /* >= 1 */
+    int32_t pos0;          /* absolute position of tokens[0] */
+    const int32_t *blocks; /* block table covering positions [0, pos0 + n_tokens) */
     int32_t n_blocks;
-    int32_t n_logits;       /* logits for the last n_logits new tokens (0..n_tokens) */
+    int32_t n_logits; /* logits for the last n_logits new tokens (0..n_tokens) */
 } fwd_seq;
 
 typedef struct fwd_batch {

@@ -59,7 +59,8 @@ static int model_tensor(const model *m, const char *name, int64_t ne0, int64_t n
                        gguf_path(m->g), name, (long long)t->ne[0],
                        (long long)(t->n_dims > 1 ? t->ne[1] : 0), (long long)ne0, (long long)ne1);
     if (!kn_type_supported(t->type))
-        return err_set(ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which verity does not support",
+        return err_set(ERR_UNSUPPORTED,
+                       "%s: tensor '%s' has type %s, which verity does not support",
                        gguf_path(m->g), name, gguf_type_name(t->type));
     *out = t;
     return 0;
@@ -112,8 +113,9 @@ static int model_llama3_factors(model *m, float factor) {
                             &orig)))
         return rc;
     if (!(lo > 0) || !(hi > lo) || orig <= 0)
-        return err_set(ERR_FORMAT, "%s: llama3 rope scaling: low %g, high %g, original context %lld "
-                                   "are inconsistent",
+        return err_set(ERR_FORMAT,
+                       "%s: llama3 rope scaling: low %g, high %g, original context %lld "
+                       "are inconsistent",
                        gguf_path(g), lo, hi, (long long)orig);
     int64_t half = hp->n_rot / 2;
     m->rope_factors = malloc((size_t)half * sizeof(float));
@@ -209,8 +211,9 @@ static int model_read_hparams(model *m) {
             if ((rc = model_llama3_factors(m, factor)))
                 return rc;
         } else {
-            return err_set(ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported (linear, "
-                                            "llama3)",
+            return err_set(ERR_UNSUPPORTED,
+                           "%s: rope scaling type '%.*s' is not supported (linear, "
+                           "llama3)",
                            gguf_path(g), (int)st.len, st.s);
         }
     }
@@ -230,9 +233,10 @@ static int model_bind(model *m) {
     if (!te)
         return err_set(ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", gguf_path(m->g));
     if (te->n_dims != 2 || te->ne[0] != hp->n_embd || te->ne[1] <= 0)
-        return err_set(ERR_INVAL, "%s: tensor 'token_embd.weight' has shape [%lld, %lld], expected [%lld, n_vocab]",
-                       gguf_path(m->g), (long long)te->ne[0], (long long)te->ne[1],
-                       (long long)hp->n_embd);
+        return err_set(
+            ERR_INVAL,
+            "%s: tensor 'token_embd.weight' has shape [%lld, %lld], expected [%lld, n_vocab]",
+            gguf_path(m->g), (long long)te->ne[0], (long long)te->ne[1], (long long)hp->n_embd);
     hp->n_vocab = te->ne[1];
     if ((rc = model_tensor(m, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd)))
         return rc;
@@ -306,10 +310,11 @@ int model_load(const char *path, kn_isa isa, model **out) {
         model_destroy(m);
         return rc;
     }
-    log_info("loaded %s: %s, %lld layers, embd %lld, heads %lld/%lld, ff %lld, vocab %lld, %s, isa %s",
-             path, m->hp.arch_name, (long long)m->hp.n_layer, (long long)m->hp.n_embd,
-             (long long)m->hp.n_head, (long long)m->hp.n_head_kv, (long long)m->hp.n_ff,
-             (long long)m->hp.n_vocab, gguf_type_name(m->hp.weight_type), kn_isa_name(isa));
+    log_info(
+        "loaded %s: %s, %lld layers, embd %lld, heads %lld/%lld, ff %lld, vocab %lld, %s, isa %s",
+        path, m->hp.arch_name, (long long)m->hp.n_layer, (long long)m->hp.n_embd,
+        (long long)m->hp.n_head, (long long)m->hp.n_head_kv, (long long)m->hp.n_ff,
+        (long long)m->hp.n_vocab, gguf_type_name(m->hp.weight_type), kn_isa_name(isa));
     *out = m;
     return 0;
 }

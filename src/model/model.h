@@ -38,8 +38,8 @@ typedef struct model_hparams {
     int64_t n_rot;       /* rotated dimensions per head */
     bool rope_neox;      /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
     float rope_base;
-    float rope_freq_scale; /* 1 / linear scaling factor */
-    bool rope_has_factors; /* per-dimension frequency factors (Llama 3.1 scaling) */
+    float rope_freq_scale;  /* 1 / linear scaling factor */
+    bool rope_has_factors;  /* per-dimension frequency factors (Llama 3.1 scaling) */
     int64_t sliding_window; /* attention sees the last sliding_window positions (0: all) */
     float rms_eps;
     bool tied_output; /* output projection is the token embedding */

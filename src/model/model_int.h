@@ -10,8 +10,8 @@
 typedef struct model_layer {
     kn_mat *wq, *wk, *wv, *wo;
     kn_mat *w_gate, *w_up, *w_down;
-    float *attn_norm; /* [n_embd] */
-    float *ffn_norm;  /* [n_embd] */
+    float *attn_norm;       /* [n_embd] */
+    float *ffn_norm;        /* [n_embd] */
     float *bq, *bk, *bv;    /* qwen2 biases, or NULL */
     float *q_norm, *k_norm; /* qwen3 per-head norms [head_dim], or NULL */
 } model_layer;

@@ -235,7 +235,8 @@ int quant_model(const char *in_path, const char *out_path, const quant_plan *p, 
         n_layer = -n_layer;
     for (int64_t i = 0; !rc && i < gguf_n_kv(g); i++) {
         gguf_str key = gguf_kv_key(g, i);
-        if (gguf_str_eq(key, "general.file_type") || gguf_str_eq(key, "general.quantization_version"))
+        if (gguf_str_eq(key, "general.file_type") ||
+            gguf_str_eq(key, "general.quantization_version"))
             continue;
         rc = gguf_writer_copy_kv(w, g, i);
     }

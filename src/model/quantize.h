@@ -25,8 +25,8 @@
 
 /* A weight-type plan: one gguf type for every matrix, or the Q4_K_M mix. */
 typedef struct quant_plan {
-    int type;     /* gguf type of the matrices (Q4_K for the mix) */
-    bool q4_k_m;  /* the Q4_K_M mix */
+    int type;      /* gguf type of the matrices (Q4_K for the mix) */
+    bool q4_k_m;   /* the Q4_K_M mix */
     char name[16]; /* "q4_k_m" or the type's name */
 } quant_plan;
 

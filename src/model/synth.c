@@ -108,7 +108,8 @@ static const char synth_chat_template[] =
     "{% if sys %}\n"
     "{% endif %}Functions you may call (JSON schemas, one per line):\n"
     "{% for t in tools %}{{ t | tojson }}\n"
-    "{% endfor %}To call a function, reply with <tool_call>{\"name\": NAME, \"arguments\": ARGS}</tool_call>.\n"
+    "{% endfor %}To call a function, reply with <tool_call>{\"name\": NAME, \"arguments\": "
+    "ARGS}</tool_call>.\n"
     "{%- endif %}<|im_end|>\n"
     "{% endif -%}\n"
     "{%- for m in messages -%}\n"
@@ -119,7 +120,8 @@ static const char synth_chat_template[] =
     "{% elif m.role == 'assistant' -%}\n"
     "<|im_start|>assistant\n"
     "{{ m.content if m.content else '' }}\n"
-    "{%- for c in (m.tool_calls or []) %}<tool_call>{\"name\": {{ c.function.name | tojson }}, \"arguments\": {{ c.function.arguments | tojson }}}</tool_call>{% endfor %}<|im_end|>\n"
+    "{%- for c in (m.tool_calls or []) %}<tool_call>{\"name\": {{ c.function.name | tojson }}, "
+    "\"arguments\": {{ c.function.arguments | tojson }}}</tool_call>{% endfor %}<|im_end|>\n"
     "{% else -%}\n"
     "<|im_start|>{{ m.role }}\n"
     "{{ m.content }}<|im_end|>\n"
@@ -162,8 +164,10 @@ static int synth_builtin_vocab(gguf_writer *w, int64_t *n_vocab) {
     int rc;
     if ((rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama", 5)) ||
         (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", ptrs, NULL, (uint64_t)n)) ||
-        (rc = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, scores, (uint64_t)n)) ||
-        (rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types, (uint64_t)n)) ||
+        (rc = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, scores,
+                                  (uint64_t)n)) ||
+        (rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types,
+                                  (uint64_t)n)) ||
         (rc = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) ||
         (rc = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
         (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)) ||
@@ -267,12 +271,13 @@ int synth_write(const synth_opts *o, const char *path) {
     if (!rc && o->rope_scaling) {
         const char *rs = o->rope_scaling;
         if (strcmp(rs, "linear") && strcmp(rs, "llama3") && strcmp(rs, "llama3-tensor"))
-            rc = err_set(ERR_INVAL, "synth: unknown rope scaling '%s' (linear, llama3, llama3-tensor)",
-                         rs);
+            rc = err_set(ERR_INVAL,
+                         "synth: unknown rope scaling '%s' (linear, llama3, llama3-tensor)", rs);
         if (!rc && strcmp(rs, "llama3-tensor")) {
             bool l3 = !strcmp(rs, "llama3");
             snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-            rc = gguf_writer_set_str(w, key, l3 ? "llama3" : "linear", strlen(l3 ? "llama3" : "linear"));
+            rc = gguf_writer_set_str(w, key, l3 ? "llama3" : "linear",
+                                     strlen(l3 ? "llama3" : "linear"));
             snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
             if (!rc)
                 rc = gguf_writer_set_f32(w, key, l3 ? 8.0f : 2.0f);
@@ -295,7 +300,9 @@ int synth_write(const synth_opts *o, const char *path) {
                 double freq = pow((double)sh->rope_base, -2.0 * (double)i / (double)hd);
                 double wl = 2.0 * 3.14159265358979323846 / freq, lo_wl = 256.0, hi_wl = 64.0;
                 double smooth = (256.0 / wl - 1.0) / 3.0;
-                f[i] = (float)(wl < hi_wl ? 1.0 : wl > lo_wl ? 8.0 : 1.0 / ((1.0 - smooth) / 8.0 + smooth));
+                f[i] = (float)(wl < hi_wl   ? 1.0
+                               : wl > lo_wl ? 8.0
+                                            : 1.0 / ((1.0 - smooth) / 8.0 + smooth));
             }
             int64_t ne[1] = {half};
             rc = gguf_writer_add_tensor(w, "rope_freqs.weight", GGUF_TYPE_F32, 1, ne, f, false);
@@ -325,9 +332,9 @@ int synth_write(const synth_opts *o, const char *path) {
             (rc = T("ffn_up.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
             (rc = T("ffn_down.weight", sh->n_ff, sh->n_embd, 0.0f)))
             break;
-        if (qwen2 && ((rc = T("attn_q.bias", q_dim, 0, 0.0f)) ||
-                      (rc = T("attn_k.bias", kv_dim, 0, 0.0f)) ||
-                      (rc = T("attn_v.bias", kv_dim, 0, 0.0f))))
+        if (qwen2 &&
+            ((rc = T("attn_q.bias", q_dim, 0, 0.0f)) || (rc = T("attn_k.bias", kv_dim, 0, 0.0f)) ||
+             (rc = T("attn_v.bias", kv_dim, 0, 0.0f))))
             break;
         if (qwen3 && ((rc = T("attn_q_norm.weight", hd, 0, 1.0f)) ||
                       (rc = T("attn_k_norm.weight", hd, 0, 1.0f))))

@@ -18,11 +18,11 @@
 #define SYNTH_FORMAT 2
 
 typedef struct synth_opts {
-    const char *shape;      /* "tiny", "small" or "0.5b" */
-    const char *arch;       /* "llama" (default), "qwen2", "qwen3" */
-    int type;               /* gguf type of the weight matrices (after the fallback of
-                             * quantize.h for rows the type's block does not divide) */
-    bool q4_k_m;            /* the Q4_K_M mix of quantize.h instead (type is then ignored) */
+    const char *shape; /* "tiny", "small" or "0.5b" */
+    const char *arch;  /* "llama" (default), "qwen2", "qwen3" */
+    int type;          /* gguf type of the weight matrices (after the fallback of
+                        * quantize.h for rows the type's block does not divide) */
+    bool q4_k_m;       /* the Q4_K_M mix of quantize.h instead (type is then ignored) */
     uint64_t seed;
     const char *vocab_from; /* GGUF to copy tokenizer.* metadata from, or NULL */
     bool tied;              /* tied output (default: tiny tied, 0.5b untied) */

@@ -66,7 +66,8 @@ bool srv_client_gone(int fd) {
 
 static enum MHD_Result srv_send(struct MHD_Connection *c, unsigned status, const char *type,
                                 const char *body, size_t len, const char *h1, const char *v1) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r)
         return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
@@ -100,7 +101,8 @@ static enum MHD_Result srv_send_error_h(struct MHD_Connection *c, const srv_err 
     else
         strbuf_printf(&sb, "%d", e->status);
     strbuf_puts(&sb, "}}");
-    enum MHD_Result rc = srv_send(c, (unsigned)e->status, "application/json", sb.data, sb.len, h1, v1);
+    enum MHD_Result rc =
+        srv_send(c, (unsigned)e->status, "application/json", sb.data, sb.len, h1, v1);
     strbuf_deinit(&sb);
     return rc;
 }
@@ -140,8 +142,9 @@ static enum MHD_Result srv_route_models(server *s, struct MHD_Connection *c) {
     strbuf_init(&sb);
     strbuf_puts(&sb, "{\"object\":\"list\",\"data\":[{\"id\":");
     strbuf_json_str(&sb, s->sm.name, strlen(s->sm.name), false);
-    strbuf_printf(&sb, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"verity\","
-                       "\"max_model_len\":%lld}]}",
+    strbuf_printf(&sb,
+                  ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"verity\","
+                  "\"max_model_len\":%lld}]}",
                   (long long)clock_wall_s(), (long long)s->sm.n_ctx);
     enum MHD_Result rc = srv_send_json(c, 200, &sb);
     strbuf_deinit(&sb);
@@ -156,8 +159,8 @@ static enum MHD_Result srv_route_metrics(server *s, struct MHD_Connection *c) {
     if (s->sm.loop)
         engine_loop_stats(s->sm.loop, &st);
     srv_metrics_write(s->metrics, &st, s->sm.name ? s->sm.name : "", &sb);
-    enum MHD_Result rc = srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", sb.data,
-                                  sb.len, NULL, NULL);
+    enum MHD_Result rc =
+        srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", sb.data, sb.len, NULL, NULL);
     strbuf_deinit(&sb);
     return rc;
 }
@@ -240,7 +243,8 @@ static enum MHD_Result srv_route_detokenize(server *s, struct MHD_Connection *c,
     srv_err e;
     const json_value *v = json_get(body, "tokens");
     if (!v || v->type != JSON_ARRAY) {
-        srv_fail(&e, 400, "invalid_request_error", "tokens", "\"tokens\" must be an array of token ids");
+        srv_fail(&e, 400, "invalid_request_error", "tokens",
+                 "\"tokens\" must be an array of token ids");
         return srv_send_error(c, &e);
     }
     int32_t *ids = malloc((v->arr.n ? v->arr.n : 1) * sizeof *ids);
@@ -285,7 +289,8 @@ static enum MHD_Result srv_route_generate(server *s, struct MHD_Connection *c, s
                                            : SRV_REJECT_INVALID);
         return srv_send_error(c, &e);
     }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
     srv_gen *g = srv_gen_start(s, &p, fd, cc->t_arrival_ns, &e);
     if (!g) {
@@ -392,8 +397,8 @@ static enum MHD_Result srv_dispatch(server *s, struct MHD_Connection *c, srv_con
 }
 
 static enum MHD_Result srv_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                   const char *method, const char *version,
-                                   const char *upload_data, size_t *upload_size, void **con_cls) {
+                                   const char *method, const char *version, const char *upload_data,
+                                   size_t *upload_size, void **con_cls) {
     (void)version;
     server *s = cls;
     srv_conn *cc = *con_cls;
@@ -466,15 +471,16 @@ int server_create(const server_opts *o, server **out) {
         bind(s->listen_fd, (struct sockaddr *)&sa, sizeof sa) || listen(s->listen_fd, 1024)) {
         int en = errno;
         server_destroy(s);
-        return err_set(ERR_IO, "server: cannot listen on %s:%d: %s", o->host, o->port, strerror(en));
+        return err_set(ERR_IO, "server: cannot listen on %s:%d: %s", o->host, o->port,
+                       strerror(en));
     }
     socklen_t sl = sizeof sa;
     getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl);
     s->port = ntohs(sa.sin_port);
     unsigned limit = (unsigned)(o->queue_max + 4 * o->max_batch + 64);
     s->d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_SUSPEND_RESUME,
-        0, NULL, NULL, srv_handler, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_SUSPEND_RESUME, 0,
+        NULL, NULL, srv_handler, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
         limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_NOTIFY_COMPLETED, srv_completed, s, MHD_OPTION_THREAD_STACK_SIZE,

@@ -63,11 +63,11 @@ struct srv_gen {
     int64_t t_arrival_ns;
     bool first_token;
     int64_t prompt_tokens;
-    strbuf out;      /* SSE bytes not yet handed to the HTTP library */
+    strbuf out; /* SSE bytes not yet handed to the HTTP library */
     size_t out_pos;
-    bool finished;   /* usage chunk and [DONE] appended */
+    bool finished; /* usage chunk and [DONE] appended */
     bool aborted;
-    arena *a;        /* copies of the parameters' strings */
+    arena *a; /* copies of the parameters' strings */
 };
 
 static uint64_t srv_fnv(uint64_t h, const void *p, size_t n) {
@@ -84,8 +84,8 @@ static int srv_gen_copy_params(srv_gen *g, const srv_params *p) {
     for (int i = 0; i < p->n_stop; i++)
         if (!(g->p.stop[i] = arena_strndup(g->a, p->stop[i], p->stop_len[i])))
             return ERR_NOMEM;
-    if (p->tool_choice_name && !(g->p.tool_choice_name = arena_strndup(g->a, p->tool_choice_name,
-                                                                        strlen(p->tool_choice_name))))
+    if (p->tool_choice_name && !(g->p.tool_choice_name = arena_strndup(
+                                     g->a, p->tool_choice_name, strlen(p->tool_choice_name))))
         return ERR_NOMEM;
     g->p.messages = NULL;
     g->p.tools = NULL;
@@ -138,7 +138,8 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
     snprintf(g->id, sizeof g->id, "%s-%016llx%08llx", p->chat ? "chatcmpl" : "cmpl",
              (unsigned long long)h, (unsigned long long)(idn & 0xffffffffu));
     strbuf_init(&g->out);
-    bool tools = p->chat && p->tool_choice != SRV_TOOLS_NONE && s->tool_format != CHAT_TOOL_FORMAT_NONE;
+    bool tools =
+        p->chat && p->tool_choice != SRV_TOOLS_NONE && s->tool_format != CHAT_TOOL_FORMAT_NONE;
     for (int i = 0; i < n_ch; i++) {
         srv_choice *c = &g->ch[i];
         c->index = i;
@@ -161,8 +162,8 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
         engine_req r = {.prompt = g->p.prompts[c->prompt_idx],
                         .n_prompt = len,
                         .sp = g->p.sp,
-                        .max_tokens = g->p.max_tokens > 0 ? g->p.max_tokens
-                                                          : (int32_t)(s->sm.n_ctx - len),
+                        .max_tokens =
+                            g->p.max_tokens > 0 ? g->p.max_tokens : (int32_t)(s->sm.n_ctx - len),
                         .ignore_eog = g->p.ignore_eos,
                         .want_logprobs = g->p.logprobs};
         r.sp.seed = g->p.sp.seed + (uint64_t)(i % p->n);
@@ -344,10 +345,10 @@ static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
         /* a control token that is one of the tool format's markers reaches the parser even when
          * special tokens are skipped (else a Mistral call would lose its [TOOL_CALLS]) */
         size_t mn;
-        const char *marker = c->tp && c->ts.skip_special && !tokenizer_stream_pending(&c->ts)
-                                 ? srv_tool_marker_token(g->s->sm.tok, g->s->tool_format,
-                                                         ev->token, &mn)
-                                 : NULL;
+        const char *marker =
+            c->tp && c->ts.skip_special && !tokenizer_stream_pending(&c->ts)
+                ? srv_tool_marker_token(g->s->sm.tok, g->s->tool_format, ev->token, &mn)
+                : NULL;
         if (marker)
             strbuf_append(&c->raw, marker, mn);
         else
@@ -366,7 +367,8 @@ static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
         c->done = true;
         c->engine_error = ev->error;
         c->finish = "error";
-        snprintf(c->error, sizeof c->error, "the engine refused the request (%s)", err_str(ev->error));
+        snprintf(c->error, sizeof c->error, "the engine refused the request (%s)",
+                 err_str(ev->error));
         return;
     }
     if (!c->stopped) {
@@ -453,7 +455,8 @@ static void srv_usage_json(strbuf *sb, const srv_gen *g) {
     for (int i = 0; i < g->n_ch; i++)
         comp += g->ch[i].n_tokens;
     strbuf_printf(sb, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld}",
-                  (long long)g->prompt_tokens, (long long)comp, (long long)(g->prompt_tokens + comp));
+                  (long long)g->prompt_tokens, (long long)comp,
+                  (long long)(g->prompt_tokens + comp));
 }
 
 static void srv_choice_error_json(strbuf *sb, const srv_choice *c) {
@@ -518,7 +521,8 @@ static bool srv_blank(const strbuf *sb) {
 static void srv_gen_head(strbuf *sb, const srv_gen *g, const char *object) {
     strbuf_puts(sb, "{\"id\":");
     strbuf_json_str(sb, g->id, strlen(g->id), false);
-    strbuf_printf(sb, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, (long long)g->created);
+    strbuf_printf(sb, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object,
+                  (long long)g->created);
     strbuf_json_str(sb, g->s->sm.name, strlen(g->s->sm.name), false);
     strbuf_puts(sb, ",\"system_fingerprint\":");
     strbuf_json_str(sb, g->s->fingerprint, strlen(g->s->fingerprint), false);
@@ -541,7 +545,8 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
         }
     }
     srv_metrics_tokens(g->s->metrics, g->prompt_tokens, 0);
-    srv_metrics_observe(g->s->metrics, SRV_H_E2E, (double)(clock_now_ns() - g->t_arrival_ns) * 1e-9);
+    srv_metrics_observe(g->s->metrics, SRV_H_E2E,
+                        (double)(clock_now_ns() - g->t_arrival_ns) * 1e-9);
     srv_gen_head(out, g, g->p.chat ? "chat.completion" : "text_completion");
     strbuf_puts(out, ",\"choices\":[");
     for (int i = 0; i < g->n_ch; i++) {
@@ -615,8 +620,9 @@ static void srv_sse_end(srv_gen *g) {
 static void srv_stream_choice(srv_gen *g, srv_choice *c) {
     if (g->p.chat && !c->role_sent) {
         srv_sse_begin(g);
-        strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"delta\":{\"role\":\"assistant\","
-                               "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]",
+        strbuf_printf(&g->out,
+                      ",\"choices\":[{\"index\":%d,\"delta\":{\"role\":\"assistant\","
+                      "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]",
                       c->index);
         srv_sse_end(g);
         c->role_sent = true;
@@ -653,8 +659,7 @@ static void srv_stream_choice(srv_gen *g, srv_choice *c) {
     int n_calls = c->tp ? chat_tool_parser_n_calls(c->tp) : 0;
     while (c->calls_sent < n_calls) {
         srv_sse_begin(g);
-        strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[",
-                      c->index);
+        strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[", c->index);
         srv_tool_call_json(&g->out, g, c, c->calls_sent, true);
         strbuf_puts(&g->out, "]},\"logprobs\":null,\"finish_reason\":null}]");
         srv_sse_end(g);
@@ -663,12 +668,14 @@ static void srv_stream_choice(srv_gen *g, srv_choice *c) {
     if (c->done && c->finish) {
         srv_sse_begin(g);
         if (g->p.chat)
-            strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"delta\":{},\"logprobs\":null,"
-                                   "\"finish_reason\":\"%s\"",
+            strbuf_printf(&g->out,
+                          ",\"choices\":[{\"index\":%d,\"delta\":{},\"logprobs\":null,"
+                          "\"finish_reason\":\"%s\"",
                           c->index, c->finish);
         else
-            strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"text\":\"\",\"logprobs\":null,"
-                                   "\"finish_reason\":\"%s\"",
+            strbuf_printf(&g->out,
+                          ",\"choices\":[{\"index\":%d,\"text\":\"\",\"logprobs\":null,"
+                          "\"finish_reason\":\"%s\"",
                           c->index, c->finish);
         srv_choice_error_json(&g->out, c);
         strbuf_puts(&g->out, "}]");

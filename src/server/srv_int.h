@@ -18,7 +18,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define SRV_MAX_STOP 4
+#define SRV_MAX_STOP    4
 #define SRV_MAX_CHOICES 16
 
 struct server {
@@ -68,8 +68,8 @@ typedef struct srv_params {
     int n_stop;
     bool stream;
     bool include_usage;
-    bool logprobs;         /* report logprobs of the chosen tokens */
-    int32_t top_logprobs;  /* alternatives per position */
+    bool logprobs;        /* report logprobs of the chosen tokens */
+    int32_t top_logprobs; /* alternatives per position */
     bool skip_special;
     bool ignore_eos;
     bool echo;

@@ -29,7 +29,8 @@ struct srv_metrics {
 
 static const char *srv_finish_names[SRV_FINISH_COUNT] = {"stop", "length", "tool_calls"};
 static const char *srv_reject_names[SRV_REJECT_COUNT] = {
-    "queue_full", "draining", "loading", "invalid_request", "too_long", "unauthorized", "too_large"};
+    "queue_full", "draining",     "loading",  "invalid_request",
+    "too_long",   "unauthorized", "too_large"};
 
 static void srv_histo_init(srv_histo *h, const char *name, const char *help, const double *b,
                            int n) {
@@ -44,12 +45,12 @@ srv_metrics *srv_metrics_create(void) {
     srv_metrics *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
-    static const double lat[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
+    static const double lat[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.25, 0.5,
                                  0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0};
-    static const double itl[] = {0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
-                                 0.05,  0.075,  0.1,   0.15, 0.2,   0.3,  0.4,   0.5,  1.0, 2.5};
-    static const double e2e[] = {0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
-                                 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
+    static const double itl[] = {0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+                                 0.075, 0.1,    0.15,  0.2,  0.3,   0.4,  0.5,   1.0,  2.5};
+    static const double e2e[] = {0.1,  0.25, 0.5,  1.0,  2.5,   5.0,   10.0,  15.0, 20.0,
+                                 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
     static const double bsz[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
     srv_histo_init(&m->h[SRV_H_TTFT], "verity_time_to_first_token_seconds",
                    "Time from request arrival to its first generated token.", lat,
@@ -60,8 +61,8 @@ srv_metrics *srv_metrics_create(void) {
     srv_histo_init(&m->h[SRV_H_E2E], "verity_e2e_request_latency_seconds",
                    "Time from request arrival to its last token.", e2e,
                    (int)(sizeof e2e / sizeof *e2e));
-    srv_histo_init(&m->h[SRV_H_BATCH], "verity_batch_size",
-                   "Sequences in one engine step.", bsz, (int)(sizeof bsz / sizeof *bsz));
+    srv_histo_init(&m->h[SRV_H_BATCH], "verity_batch_size", "Sequences in one engine step.", bsz,
+                   (int)(sizeof bsz / sizeof *bsz));
     srv_histo_init(&m->h[SRV_H_STEP], "verity_engine_step_seconds",
                    "Duration of one engine step (one forward pass and sampling).", lat,
                    (int)(sizeof lat / sizeof *lat));
@@ -121,31 +122,35 @@ static void srv_label(strbuf *sb, const char *v) {
     }
 }
 
-void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_name,
-                       strbuf *sb) {
+void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_name, strbuf *sb) {
     srv_family(sb, "verity_requests_running", "gauge", "Requests in the running batch.");
     strbuf_printf(sb, "verity_requests_running %lld\n", (long long)st->running);
     srv_family(sb, "verity_requests_waiting", "gauge", "Requests waiting for admission.");
     strbuf_printf(sb, "verity_requests_waiting %lld\n", (long long)st->waiting);
     srv_family(sb, "verity_kv_usage_ratio", "gauge", "Fraction of KV cache blocks in use.");
     strbuf_printf(sb, "verity_kv_usage_ratio %.6f\n",
-                  st->kv_total_blocks ? (double)st->kv_used_blocks / (double)st->kv_total_blocks : 0.0);
+                  st->kv_total_blocks ? (double)st->kv_used_blocks / (double)st->kv_total_blocks
+                                      : 0.0);
     srv_family(sb, "verity_kv_blocks", "gauge", "KV cache blocks in the pool.");
     strbuf_printf(sb, "verity_kv_blocks %lld\n", (long long)st->kv_total_blocks);
     srv_family(sb, "verity_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
-    strbuf_printf(sb, "verity_prompt_tokens_total %lld\n", (long long)atomic_load(&m->prompt_tokens));
+    strbuf_printf(sb, "verity_prompt_tokens_total %lld\n",
+                  (long long)atomic_load(&m->prompt_tokens));
     srv_family(sb, "verity_generation_tokens_total", "counter",
                "Generated tokens delivered to clients.");
-    strbuf_printf(sb, "verity_generation_tokens_total %lld\n", (long long)atomic_load(&m->gen_tokens));
+    strbuf_printf(sb, "verity_generation_tokens_total %lld\n",
+                  (long long)atomic_load(&m->gen_tokens));
     srv_family(sb, "verity_engine_prompt_tokens_total", "counter",
                "Known tokens the engine computed (prefill, and recomputation after preemption).");
     strbuf_printf(sb, "verity_engine_prompt_tokens_total %lld\n", (long long)st->prompt_tokens);
-    srv_family(sb, "verity_shared_prompt_tokens_total", "counter",
-               "Prompt positions the choices of an n > 1 request took from each other (not computed).");
+    srv_family(
+        sb, "verity_shared_prompt_tokens_total", "counter",
+        "Prompt positions the choices of an n > 1 request took from each other (not computed).");
     strbuf_printf(sb, "verity_shared_prompt_tokens_total %lld\n", (long long)st->shared_positions);
     srv_family(sb, "verity_engine_steps_total", "counter", "Engine steps run.");
     strbuf_printf(sb, "verity_engine_steps_total %lld\n", (long long)st->steps);
-    srv_family(sb, "verity_request_success_total", "counter", "Requests finished, by finish reason.");
+    srv_family(sb, "verity_request_success_total", "counter",
+               "Requests finished, by finish reason.");
     for (int i = 0; i < SRV_FINISH_COUNT; i++)
         strbuf_printf(sb, "verity_request_success_total{finish_reason=\"%s\"} %lld\n",
                       srv_finish_names[i], (long long)atomic_load(&m->finish[i]));
@@ -155,13 +160,15 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
                       srv_reject_names[i], (long long)atomic_load(&m->reject[i]));
     srv_family(sb, "verity_requests_cancelled_total", "counter",
                "Requests cancelled because the client went away.");
-    strbuf_printf(sb, "verity_requests_cancelled_total %lld\n", (long long)atomic_load(&m->cancelled));
+    strbuf_printf(sb, "verity_requests_cancelled_total %lld\n",
+                  (long long)atomic_load(&m->cancelled));
     srv_family(sb, "verity_preemptions_total", "counter",
                "Sequences preempted (KV freed, recomputed later).");
     strbuf_printf(sb, "verity_preemptions_total %lld\n", (long long)st->preemptions);
     srv_family(sb, "verity_tool_parse_failures_total", "counter",
                "Tool calls in model output that did not parse.");
-    strbuf_printf(sb, "verity_tool_parse_failures_total %lld\n", (long long)atomic_load(&m->tool_fail));
+    strbuf_printf(sb, "verity_tool_parse_failures_total %lld\n",
+                  (long long)atomic_load(&m->tool_fail));
     for (int i = 0; i < SRV_H_COUNT; i++) {
         srv_histo *h = &m->h[i];
         srv_family(sb, h->name, "histogram", h->help);

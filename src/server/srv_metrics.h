@@ -36,7 +36,7 @@ void srv_metrics_destroy(srv_metrics *m);
 
 void srv_metrics_finish(srv_metrics *m, enum srv_finish f);
 void srv_metrics_reject(srv_metrics *m, enum srv_reject r);
-void srv_metrics_cancelled(srv_metrics *m);       /* a client went away mid-request */
+void srv_metrics_cancelled(srv_metrics *m); /* a client went away mid-request */
 void srv_metrics_tool_parse_failure(srv_metrics *m);
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t generated);
 void srv_metrics_observe(srv_metrics *m, enum srv_hist h, double value);

@@ -152,7 +152,8 @@ static int srv_parse_common(server *s, arena *a, const json_value *body, bool ch
         if (!json_as_str(v, &mn, &ml))
             return srv_fail(e, 400, INV, "model", "\"model\" must be a string");
         if (ml && (strlen(s->sm.name) != ml || memcmp(mn, s->sm.name, ml) != 0)) {
-            srv_fail(e, 404, INV, "model", "the model '%.*s' does not exist (this server serves '%s')",
+            srv_fail(e, 404, INV, "model",
+                     "the model '%.*s' does not exist (this server serves '%s')",
                      (int)(ml > 200 ? 200 : ml), mn, s->sm.name);
             e->code = "model_not_found";
             return -1;
@@ -162,7 +163,8 @@ static int srv_parse_common(server *s, arena *a, const json_value *body, bool ch
         return -1;
     if (g)
         p->n = (int32_t)iv;
-    const char *mt = chat && json_get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const char *mt =
+        chat && json_get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (srv_int(body, mt, 1, 1 << 24, &iv, &g, e))
         return -1;
     if (g)
@@ -249,8 +251,9 @@ static int srv_content_string(arena *a, const json_value *msg, size_t idx, json_
     if (!c || c->type == JSON_NULL || c->type == JSON_STRING)
         return 0;
     if (c->type != JSON_ARRAY)
-        return srv_fail(e, 400, INV, "messages", "messages[%zu].content must be a string or an "
-                                                 "array of content parts",
+        return srv_fail(e, 400, INV, "messages",
+                        "messages[%zu].content must be a string or an "
+                        "array of content parts",
                         idx);
     strbuf sb;
     strbuf_init(&sb);
@@ -263,7 +266,8 @@ static int srv_content_string(arena *a, const json_value *msg, size_t idx, json_
             return srv_fail(e, 400, INV, "messages",
                             "messages[%zu].content[%zu] must be an object with a \"type\"", idx, i);
         }
-        if (!(tl == 4 && !memcmp(t, "text", 4)) || !json_as_str(json_get(part, "text"), &txt, &xl)) {
+        if (!(tl == 4 && !memcmp(t, "text", 4)) ||
+            !json_as_str(json_get(part, "text"), &txt, &xl)) {
             strbuf_deinit(&sb);
             return srv_fail(e, 400, INV, "messages",
                             "messages[%zu].content[%zu]: only text parts are supported", idx, i);
@@ -289,19 +293,22 @@ static int srv_messages(arena *a, const json_value *body, const json_value **out
         const char *role;
         size_t rl;
         if (msg->type != JSON_OBJECT || !json_as_str(json_get(msg, "role"), &role, &rl))
-            return srv_fail(e, 400, INV, "messages", "messages[%zu] must be an object with a "
-                                                     "\"role\" string",
+            return srv_fail(e, 400, INV, "messages",
+                            "messages[%zu] must be an object with a "
+                            "\"role\" string",
                             i);
         bool ok = false;
         for (size_t r = 0; r < sizeof roles / sizeof *roles; r++)
             ok |= strlen(roles[r]) == rl && !memcmp(roles[r], role, rl);
         if (!ok)
-            return srv_fail(e, 400, INV, "messages", "messages[%zu].role '%.*s' is not one of "
-                                                     "system, developer, user, assistant, tool",
+            return srv_fail(e, 400, INV, "messages",
+                            "messages[%zu].role '%.*s' is not one of "
+                            "system, developer, user, assistant, tool",
                             i, (int)(rl > 30 ? 30 : rl), role);
         const json_value *tc = json_get(msg, "tool_calls");
         if (tc && tc->type != JSON_NULL && tc->type != JSON_ARRAY)
-            return srv_fail(e, 400, INV, "messages", "messages[%zu].tool_calls must be an array", i);
+            return srv_fail(e, 400, INV, "messages", "messages[%zu].tool_calls must be an array",
+                            i);
         json_value *content;
         if (srv_content_string(a, msg, i, &content, e))
             return -1;
@@ -332,14 +339,16 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
             const char *ty, *nm;
             size_t tl, nl;
             if (!json_as_str(json_get(t->arr.items[i], "type"), &ty, &tl) || tl != 8 ||
-                memcmp(ty, "function", 8) || !f || !json_as_str(json_get(f, "name"), &nm, &nl) || !nl)
-                return srv_fail(e, 400, INV, "tools",
-                                "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...}}",
-                                i);
+                memcmp(ty, "function", 8) || !f || !json_as_str(json_get(f, "name"), &nm, &nl) ||
+                !nl)
+                return srv_fail(
+                    e, 400, INV, "tools",
+                    "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
             const json_value *par = json_get(f, "parameters");
             if (par && par->type != JSON_OBJECT && par->type != JSON_NULL)
-                return srv_fail(e, 400, INV, "tools", "tools[%zu].function.parameters must be an "
-                                                      "object (a JSON schema)",
+                return srv_fail(e, 400, INV, "tools",
+                                "tools[%zu].function.parameters must be an "
+                                "object (a JSON schema)",
                                 i);
         }
         if (t->arr.n)
@@ -361,18 +370,21 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
         else if (sl == 8 && !memcmp(s, "required", 8))
             p->tool_choice = SRV_TOOLS_REQUIRED;
         else
-            return srv_fail(e, 400, INV, "tool_choice", "\"tool_choice\" '%.*s' must be none, auto, "
-                                                        "required or an object naming a function",
+            return srv_fail(e, 400, INV, "tool_choice",
+                            "\"tool_choice\" '%.*s' must be none, auto, "
+                            "required or an object naming a function",
                             (int)(sl > 30 ? 30 : sl), s);
     } else if (tc->type == JSON_OBJECT) {
         const json_value *f = json_get(tc, "function");
         if (!f || !json_as_str(json_get(f, "name"), &s, &sl))
-            return srv_fail(e, 400, INV, "tool_choice", "\"tool_choice\" object must be "
-                                                        "{\"type\":\"function\",\"function\":{\"name\":...}}");
+            return srv_fail(e, 400, INV, "tool_choice",
+                            "\"tool_choice\" object must be "
+                            "{\"type\":\"function\",\"function\":{\"name\":...}}");
         p->tool_choice = SRV_TOOLS_NAMED;
         p->tool_choice_name = s;
     } else {
-        return srv_fail(e, 400, INV, "tool_choice", "\"tool_choice\" must be a string or an object");
+        return srv_fail(e, 400, INV, "tool_choice",
+                        "\"tool_choice\" must be a string or an object");
     }
     if (p->tool_choice == SRV_TOOLS_REQUIRED || p->tool_choice == SRV_TOOLS_NAMED) {
         if (!p->tools)
@@ -382,7 +394,8 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
             for (size_t i = 0; i < p->tools->arr.n && !found; i++) {
                 const char *nm;
                 size_t nl;
-                json_as_str(json_get(json_get(p->tools->arr.items[i], "function"), "name"), &nm, &nl);
+                json_as_str(json_get(json_get(p->tools->arr.items[i], "function"), "name"), &nm,
+                            &nl);
                 found = nl == strlen(p->tool_choice_name) && !memcmp(nm, p->tool_choice_name, nl);
             }
             if (!found)
@@ -394,8 +407,7 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
     return 0;
 }
 
-static int srv_chat_prompt(server *s, arena *a, const json_value *body, srv_params *p,
-                           srv_err *e) {
+static int srv_chat_prompt(server *s, arena *a, const json_value *body, srv_params *p, srv_err *e) {
     if (!s->sm.tmpl)
         return srv_fail(e, 400, INV, "messages",
                         "this model has no chat template (tokenizer.chat_template); use "
@@ -406,7 +418,8 @@ static int srv_chat_prompt(server *s, arena *a, const json_value *body, srv_para
     p->messages = msgs;
     const json_value *extra = json_get(body, "chat_template_kwargs");
     if (extra && extra->type != JSON_OBJECT && extra->type != JSON_NULL)
-        return srv_fail(e, 400, INV, "chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
+        return srv_fail(e, 400, INV, "chat_template_kwargs",
+                        "\"chat_template_kwargs\" must be an object");
     chat_prompt_opts po = {.messages = msgs,
                            .tools = p->tools,
                            .extra = extra && extra->type == JSON_OBJECT ? extra : NULL,
@@ -446,13 +459,15 @@ static int srv_completion_prompt(server *s, arena *a, const json_value *body, sr
             token_ids = true;
         } else {
             if (v->arr.n > SRV_MAX_CHOICES)
-                return srv_fail(e, 400, INV, "prompt", "at most %d prompts per request", SRV_MAX_CHOICES);
+                return srv_fail(e, 400, INV, "prompt", "at most %d prompts per request",
+                                SRV_MAX_CHOICES);
             for (size_t i = 0; i < v->arr.n; i++)
                 items[n++] = v->arr.items[i];
         }
     } else {
-        return srv_fail(e, 400, INV, "prompt", "\"prompt\" must be a string, an array of strings or "
-                                               "an array of token ids");
+        return srv_fail(e, 400, INV, "prompt",
+                        "\"prompt\" must be a string, an array of strings or "
+                        "an array of token ids");
     }
     if ((size_t)p->n * n > SRV_MAX_CHOICES)
         return srv_fail(e, 400, INV, "n", "n x prompts is %zu; at most %d choices per request",
@@ -468,8 +483,9 @@ static int srv_completion_prompt(server *s, arena *a, const json_value *body, sr
             for (size_t k = 0; k < arr->arr.n; k++) {
                 int64_t id;
                 if (!json_as_int(arr->arr.items[k], &id) || id < 0 || id >= nv)
-                    return srv_fail(e, 400, INV, "prompt", "\"prompt\"[%zu] is not a token id in "
-                                                           "0..%d",
+                    return srv_fail(e, 400, INV, "prompt",
+                                    "\"prompt\"[%zu] is not a token id in "
+                                    "0..%d",
                                     k, nv - 1);
                 p->prompts[i][k] = (int32_t)id;
             }
@@ -499,14 +515,16 @@ static int srv_completion_prompt(server *s, arena *a, const json_value *body, sr
 
 /* Compiles the request's constraint, if it has one, into p->constraint. */
 static int srv_constraint(server *s, srv_params *p, srv_err *e) {
-    bool call = p->chat && (p->tool_choice == SRV_TOOLS_REQUIRED || p->tool_choice == SRV_TOOLS_NAMED);
+    bool call =
+        p->chat && (p->tool_choice == SRV_TOOLS_REQUIRED || p->tool_choice == SRV_TOOLS_NAMED);
     if (!call && !p->response_format)
         return 0;
     if (call && s->tool_format == CHAT_TOOL_FORMAT_NONE)
         return srv_fail(e, 400, INV, "tool_choice",
                         "\"tool_choice\" %s cannot be enforced: this model's chat template has no "
                         "tool-call syntax the server knows; use \"auto\"",
-                        p->tool_choice == SRV_TOOLS_REQUIRED ? "\"required\"" : "naming a function");
+                        p->tool_choice == SRV_TOOLS_REQUIRED ? "\"required\""
+                                                             : "naming a function");
     if (!s->gvocab)
         return srv_fail(e, 500, "server_error", call ? "tool_choice" : "response_format",
                         "constrained decoding is unavailable on this server (its vocabulary tables "
