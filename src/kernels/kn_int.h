@@ -42,7 +42,7 @@
 
 #define KN_NB_F           64
 #define KN_NB_Q           32
-#define KN_KC             128
+#define KN_KC             96
 #define KN_Q8_BLOCK_BYTES (64 + 8 * KN_NB_Q * 4)
 #define KN_Q4_BLOCK_BYTES (64 + 4 * KN_NB_Q * 4)
 
