@@ -33,8 +33,8 @@ enum flag_kind {
     X(MM_PREFETCH, "mm-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                      \
       "matmul kernels prefetch the next weight chunk while computing (speed only, same bits)")     \
     X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "2", "0:2",                                 \
-      "F16/BF16 matmuls of at most this many rows convert weights in registers, not via a "        \
-      "panel (speed only, same bits)")                                                             \
+      "AVX-512 F16/BF16 matmuls of at most this many rows convert weights in registers, not "      \
+      "via a panel (speed only, same bits)")                                                       \
     X(THREADS, "threads", FLAG_KIND_INT, "0", "0:256",                                             \
       "compute threads per forward pass (0 = one per online CPU)")                                 \
     X(KV_DTYPE, "kv-dtype", FLAG_KIND_ENUM, "f16", "f16|f32",                                      \
@@ -74,8 +74,7 @@ enum flag_kind {
 #define FLAG_FAULT_LIST(X)                                                                         \
     X(FAULT_DETOK_SHARED, "fault-detok-shared", FLAG_KIND_BOOL, "0", "0|1",                        \
       "FAULT (a): the detokenizer applies the first request's skip_special_tokens to all "         \
-      "requests "                                                                                  \
-      "in the step")                                                                               \
+      "requests in the step")                                                                      \
     X(FAULT_ATTN_OFFSETS, "fault-attn-offsets", FLAG_KIND_BOOL, "0", "0|1",                        \
       "FAULT (b): attention reads every sequence's keys through the first sequence's block table") \
     X(FAULT_KV_REUSE, "fault-kv-reuse", FLAG_KIND_BOOL, "0", "0|1",                                \

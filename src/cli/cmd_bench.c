@@ -3,9 +3,11 @@
  * cmd_bench: `verity bench [-m MODEL] [--type TYPE] [--batch 1,8,32] [--prompt 256] [--gen 64]
  * [-t N] [--reps R] [--json]`.
  *
- * First measures this machine's roofline with the same threads (kn_roofline.h): the read
- * bandwidth of a buffer larger than both the last-level cache and the model (max(1 GiB, 2x the
- * weights)), and the fp32 FMA peak. Then, for each batch size b, through the real forward pass:
+ * Measures this machine's roofline with the same threads (kn_roofline.h): the read bandwidth of
+ * a buffer larger than both the last-level cache and the model (max(1 GiB, 2x the weights)), and
+ * the fp32 FMA peak, before and after the runs; fractions use the better of the two (on a shared
+ * machine a slow moment would lower the roof and inflate every fraction). In between, for each
+ * batch size b, through the real forward pass:
  *   prefill: b prompts of P tokens, whole prompts per step (as many as fit in 4096 tokens);
  *            tokens/s and the fraction of the FMA peak the matmul FLOPs reach;
  *   decode:  b sequences advancing one token per step for G steps (next token = argmax);
@@ -48,6 +50,18 @@ static int bench_cmp_double(const void *a, const void *b) {
 static double bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Measures the read bandwidth (GB/s, best of 5 passes over bw_bytes) and the fp32 FMA peak
+ * (GFLOP/s, best of 3) on a fresh pool of threads. Returns 0, or ERR_NOMEM. */
+static int bench_roofline(int threads, size_t bw_bytes, kn_isa isa, double *bw, double *fma) {
+    pool *rp;
+    if (pool_create(threads, &rp))
+        return ERR_NOMEM;
+    *bw = kn_roofline_read_gbs(rp, bw_bytes, 5, isa);
+    *fma = kn_roofline_fma_gflops(rp, 3, isa);
+    pool_destroy(rp);
+    return *bw > 0 ? 0 : ERR_NOMEM;
 }
 
 /* Path of the cached synthetic 0.5b model of plan, creating it if absent. Its K = 896 rows are not
@@ -163,36 +177,19 @@ int cmd_bench(int argc, char **argv) {
         if (batches[i] > max_b)
             max_b = batches[i];
 
-    /* roofline, on a pool of the same size as the forward pass's */
-    pool *rp;
-    if (pool_create(threads, &rp)) {
-        cli_model_close(&cm);
-        return cli_fail("bench", ERR_NOMEM);
-    }
+    /* roofline, on a pool of the same size as the forward pass's, before and after the model
+     * runs: the fractions use the better of the two (the machine's capability; a shared machine
+     * can be slow for seconds at a time, and a low roof would inflate every fraction) */
     size_t wbytes = model_weight_bytes(cm.m);
     size_t bw_bytes = (size_t)1 << 30;
     if (2 * wbytes > bw_bytes)
         bw_bytes = 2 * wbytes;
-    double bw = kn_roofline_read_gbs(rp, bw_bytes, 5, cm.isa);
-    double fma = kn_roofline_fma_gflops(rp, 3, cm.isa);
-    pool_destroy(rp);
-    if (bw <= 0) {
+    double bw0, fma0;
+    if (bench_roofline(threads, bw_bytes, cm.isa, &bw0, &fma0)) {
         cli_model_close(&cm);
         return cli_fail("bench", ERR_NOMEM);
     }
     double flops_tok = model_flops_per_token(cm.m);
-    if (!json) {
-        printf("machine: %s, isa %s, %d threads\n", cpu_model_name(), kn_isa_name(cm.isa), threads);
-        printf("roofline: read %.1f GB/s (%.2f GB buffer), fp32 FMA %.1f GFLOP/s\n", bw,
-               (double)bw_bytes / 1e9, fma);
-        printf(
-            "model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
-            hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
-            (long long)hp->n_embd, (double)wbytes / 1e6, flops_tok / 1e9);
-        printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
-               "of BW", "of FMA");
-        fflush(stdout);
-    }
 
     /* one KV pool and forward context for the largest batch */
     int64_t bs = flags_int(FLAG_KV_BLOCK);
@@ -253,7 +250,6 @@ int cmd_bench(int argc, char **argv) {
         double tp = bench_median(times, (int)reps);
         rows[bi].b = b;
         rows[bi].prefill_tok_s = (double)b * (double)P / tp;
-        rows[bi].prefill_fma = flops_tok * rows[bi].prefill_tok_s / (fma * 1e9);
         /* decode */
         for (int64_t g = 0; g < G && !rc; g++) {
             for (int s = 0; s < b; s++)
@@ -274,26 +270,45 @@ int cmd_bench(int argc, char **argv) {
             break;
         double td = bench_median(times, (int)G);
         rows[bi].decode_tok_s = (double)b / td;
-        rows[bi].decode_bw = (double)wbytes / td / (bw * 1e9);
-        rows[bi].decode_fma = flops_tok * (double)b / td / (fma * 1e9);
-        if (!json) {
-            printf("%6d %14.1f %8.1f%% %14.1f %8.1f%% %8.1f%%\n", b, rows[bi].prefill_tok_s,
-                   100 * rows[bi].prefill_fma, rows[bi].decode_tok_s, 100 * rows[bi].decode_bw,
-                   100 * rows[bi].decode_fma);
-            fflush(stdout);
-        }
+        if (!json)
+            fprintf(stderr, "verity bench: batch %d done\n", b);
+    }
+    double bw1 = 0, fma1 = 0;
+    if (!rc && bench_roofline(threads, bw_bytes, cm.isa, &bw1, &fma1))
+        rc = ERR_NOMEM;
+    double bw = bw0 > bw1 ? bw0 : bw1, fma = fma0 > fma1 ? fma0 : fma1;
+    for (int i = 0; i < n_batches; i++) {
+        rows[i].prefill_fma = flops_tok * rows[i].prefill_tok_s / (fma * 1e9);
+        rows[i].decode_bw = (double)wbytes * rows[i].decode_tok_s / rows[i].b / (bw * 1e9);
+        rows[i].decode_fma = flops_tok * rows[i].decode_tok_s / (fma * 1e9);
     }
     if (rc) {
         status = cli_fail("bench", rc);
-    } else if (json) {
+    } else if (!json) {
+        printf("machine: %s, isa %s, %d threads\n", cpu_model_name(), kn_isa_name(cm.isa), threads);
+        printf("roofline: read %.1f GB/s (%.2f GB buffer), fp32 FMA %.1f GFLOP/s: the better of "
+               "before the runs (%.1f, %.1f) and after (%.1f, %.1f)\n",
+               bw, (double)bw_bytes / 1e9, fma, bw0, fma0, bw1, fma1);
+        printf(
+            "model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
+            hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+            (long long)hp->n_embd, (double)wbytes / 1e6, flops_tok / 1e9);
+        printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
+               "of BW", "of FMA");
+        for (int i = 0; i < n_batches; i++)
+            printf("%6d %14.1f %8.1f%% %14.1f %8.1f%% %8.1f%%\n", rows[i].b, rows[i].prefill_tok_s,
+                   100 * rows[i].prefill_fma, rows[i].decode_tok_s, 100 * rows[i].decode_bw,
+                   100 * rows[i].decode_fma);
+    } else {
         strbuf sb;
         strbuf_init(&sb);
         strbuf_printf(&sb, "{\"machine\":{\"cpu\":");
         strbuf_json_str(&sb, cpu_model_name(), strlen(cpu_model_name()), false);
         strbuf_printf(&sb,
                       ",\"isa\":\"%s\",\"threads\":%d,\"read_gbs\":%.3f,\"read_buffer_bytes\":%zu,"
-                      "\"fma_gflops\":%.3f},",
-                      kn_isa_name(cm.isa), threads, bw, bw_bytes, fma);
+                      "\"fma_gflops\":%.3f,\"roofline_before\":[%.3f,%.3f],"
+                      "\"roofline_after\":[%.3f,%.3f]},",
+                      kn_isa_name(cm.isa), threads, bw, bw_bytes, fma, bw0, fma0, bw1, fma1);
         const char *mpath = model_path ? model_path : getenv("MODEL") ? getenv("MODEL") : "";
         strbuf_puts(&sb, "\"model\":{\"path\":");
         strbuf_json_str(&sb, mpath, strlen(mpath), false);

@@ -86,8 +86,10 @@ static void kf_convert(int type, const uint16_t *src, int64_t kc, float *dst) {
 /* Few-row tile for F16/BF16 (rows <= KF_DIRECT_MR): converts each weight vector in registers
  * right before its FMAs instead of through the scratch panel (with no row reuse the panel is
  * only extra L1 traffic), over the whole of K at once. Same converted values, same fma chain
- * per y element as kf_tile, so the same bits. pf: the weights pf_ahead bytes ahead. */
+ * per y element as kf_tile, so the same bits. pf: prefetch the weights KF_DIRECT_PF k-steps
+ * (4 KiB) ahead; a prefetch past the end of the weights is a hint and never faults. */
 #define KF_DIRECT_MR 2
+#define KF_DIRECT_PF 32
 static inline __attribute__((always_inline)) void
 kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const uint16_t *wb,
                int64_t K, float *y, int64_t ldy, const __mmask16 *mask, bool pf) {
@@ -99,9 +101,9 @@ kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const 
             acc[m][j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
         const uint16_t *wk = wb + k * KN_NB_F;
-        if (pf) { /* 8 k-steps (1 KiB) ahead: two lines per k */
-            _mm_prefetch((const char *)(wk + 32 * KN_NB_F), _MM_HINT_T0);
-            _mm_prefetch((const char *)(wk + 32 * KN_NB_F) + 64, _MM_HINT_T0);
+        if (pf) { /* two lines per k-step */
+            _mm_prefetch((const char *)(wk + KF_DIRECT_PF * KN_NB_F), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wk + KF_DIRECT_PF * KN_NB_F) + 64, _MM_HINT_T0);
         }
         __m512 w[4];
 #pragma GCC unroll 16
