@@ -14,6 +14,7 @@
 # byte-level vocabulary makes prompts long: 2 built-in tools fit its 4096-token context, 10 do not.
 set -u
 cd "$(dirname "$0")/.." || exit 2
+. bench/lib.bash
 V=build/release/verity
 [ -x "$V" ] || { echo "bench/hunt.sh: $V not built (make)" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "bench/hunt.sh: python3 needed to read results.json" >&2; exit 2; }
@@ -33,16 +34,8 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-$V serve -m "$MODEL" --port 0 --max-batch "$maxc" --threads "$THREADS" >"$tmp/server.log" 2>&1 &
-pid=$!
-port=""
-for _ in $(seq 1 1200); do
-    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/server.log")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-[ -n "$port" ] || { echo "bench/hunt.sh: the server did not start: $(tail -c 300 "$tmp/server.log")" >&2; exit 2; }
+bench_serve "$tmp/server.log" -m "$MODEL" --max-batch "$maxc" --threads "$THREADS" || exit 2
+pid=$BENCH_PID port=$BENCH_PORT
 $V hunt --url "http://127.0.0.1:$port" --concurrency "$CONC" --sessions "$SESSIONS" \
     --turns "$TURNS" --tools "$TOOLS" --max-tokens "$MAX_TOKENS" --duration "$DURATION" \
     --scrape-ms "$SCRAPE_MS" --out "$tmp/out" >/dev/null

@@ -11,6 +11,7 @@
 # fails or the server does not start.
 set -u
 cd "$(dirname "$0")/.." || exit 2
+. bench/lib.bash
 V=build/release/verity
 MODEL=${1:-} C=${2:-32} R=${3:-2} G=${4:-128} ROUNDS=${ROUNDS:-3}
 out=$(mktemp -d)
@@ -21,17 +22,8 @@ for round in $(seq 1 "$ROUNDS"); do
         >"$out/eng$round.json" || exit 2
     [ -n "$MODEL" ] ||
         MODEL=$(node -e "console.log(JSON.parse(require('fs').readFileSync(process.argv[1])).model.path)" "$out/eng$round.json")
-    log="$out/server.log"
-    $V serve -m "$MODEL" --port 0 --max-batch "$C" --queue-max 1024 >"$log" 2>&1 &
-    pid=$!
-    port=""
-    for _ in $(seq 1 600); do
-        port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
-        [ -n "$port" ] && break
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.1
-    done
-    [ -n "$port" ] || { echo "bench/serve.sh: the server did not start: $(tail -c 300 "$log")" >&2; exit 2; }
+    bench_serve "$out/server.log" -m "$MODEL" --max-batch "$C" --queue-max 1024 || exit 2
+    pid=$BENCH_PID port=$BENCH_PORT
     VERITY_URL="http://127.0.0.1:$port" node bench/serve_client.mjs "$C" "$R" "$G" >"$out/http$round.json" ||
         { kill -TERM $pid; exit 2; }
     curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics$round.txt"

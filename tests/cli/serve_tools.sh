@@ -14,9 +14,9 @@ CHECK="${VERITY_BUILD:-$(dirname "$VERITY")}/tests/test_grammar_engine"
 if ! command -v curl >/dev/null 2>&1; then skip serve_tools "curl not found"; exit 0; fi
 if [ ! -x "$CHECK" ]; then skip serve_tools "$CHECK not built (make tests)"; exit 0; fi
 
-SERVER_PID=
+SRV_PID=
 cleanup() {
-    if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi
+    if [ -n "$SRV_PID" ] && kill -0 "$SRV_PID" 2>/dev/null; then stop_server; fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -25,16 +25,8 @@ model="$TMP/tiny.gguf"
 if ! "$VERITY" synth --shape tiny --seed 5 -o "$model" 2>"$TMP/err"; then
     fail serve_tools "synth failed: $(cat "$TMP/err")"; exit 0
 fi
-"$VERITY" serve -m "$model" --port 0 2>"$TMP/serve.log" &
-SERVER_PID=$!
-port=
-for _ in $(seq 1 600); do
-    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/serve.log")
-    [ -n "$port" ] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$port" ]; then fail serve_tools "the server did not start: $(tail -3 "$TMP/serve.log")"; exit 0; fi
+start_server serve_tools -m "$model" || exit 0
+port=$SRV_PORT
 
 # post NAME ROUTE BODY: writes $TMP/NAME.req and $TMP/NAME.out, prints the HTTP status
 post() {
