@@ -31,16 +31,23 @@ void kn_quantize_row_q8_0(const float *x, kn_block_q8_0 *y, int64_t k) {
     }
 }
 
+/* The element of the block with the largest magnitude, sign kept (the first of equals): Q4_0 and
+ * Q5_0 scale by it so that it maps to the most negative level. */
+static float kq_max_magnitude(const float *xb) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < KN_QK; j++) {
+        if (fabsf(xb[j]) > amax) {
+            amax = fabsf(xb[j]);
+            max = xb[j];
+        }
+    }
+    return max;
+}
+
 void kn_quantize_row_q4_0(const float *x, kn_block_q4_0 *y, int64_t k) {
     for (int64_t b = 0; b < k / KN_QK; b++) {
         const float *xb = x + b * KN_QK;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < KN_QK; j++) {
-            if (fabsf(xb[j]) > amax) {
-                amax = fabsf(xb[j]);
-                max = xb[j];
-            }
-        }
+        float max = kq_max_magnitude(xb);
         float d = max / -8.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = kn_f32_to_f16(d);
@@ -117,13 +124,7 @@ void kn_unpack_q5(const uint8_t qh[4], const uint8_t q[16], uint8_t e[KN_QK]) {
 void kn_quantize_row_q5_0(const float *x, kn_block_q5_0 *y, int64_t k) {
     for (int64_t b = 0; b < k / KN_QK; b++) {
         const float *xb = x + b * KN_QK;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < KN_QK; j++) {
-            if (fabsf(xb[j]) > amax) {
-                amax = fabsf(xb[j]);
-                max = xb[j];
-            }
-        }
+        float max = kq_max_magnitude(xb);
         float d = max / -16.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = kn_f32_to_f16(d);
