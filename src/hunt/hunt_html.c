@@ -247,22 +247,13 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
     } else {
         strbuf_printf(o, "the same server at concurrency %d.", res->ref_conc);
     }
-    strbuf_printf(o,
-                  " %d sessions per level, %d turns, %d tools, max_tokens %d, temperature %g, "
-                  "seed %llu, %s, logprobs %s (near-tie threshold %g nats), "
-                  "skip_special_tokens %s.</p>\n",
-                  res->sessions, res->turns, res->n_tools, res->max_tokens, res->temperature,
-                  (unsigned long long)res->seed, res->stream ? "streaming" : "not streaming",
-                  res->logprobs ? "on" : "off", res->tie_threshold,
-                  res->skip_special ? "true on even sessions, false on odd ones" : "not sent");
-    strbuf_printf(o,
-                  "<p class=\"%s\">Verdict: %s: %lld of %lld sessions corrupt (%.1f%%, Wilson "
-                  "95%% [%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s</p>\n",
-                  t->corrupt ? "bad" : "ok", t->corrupt ? "corruption found" : "clean",
-                  (long long)t->corrupt, (long long)t->n,
-                  t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0, 100 * t->lo, 100 * t->hi,
-                  (long long)t->benign, (long long)t->errors,
-                  res->interrupted ? " Interrupted: partial results." : "");
+    strbuf_putc(o, ' ');
+    hunt_report_workload(res, o); /* numbers and fixed words: nothing to escape */
+    strbuf_puts(o, ".</p>\n");
+    strbuf_printf(o, "<p class=\"%s\">Verdict: %s: ", t->corrupt ? "bad" : "ok",
+                  t->corrupt ? "corruption found" : "clean");
+    hunt_report_verdict(res, o);
+    strbuf_printf(o, "%s</p>\n", res->interrupted ? " Interrupted: partial results." : "");
     /* rate vs concurrency */
     char lab[HUNT_MAX_LEVELS > HUNT_MAX_PADS ? HUNT_MAX_LEVELS : HUNT_MAX_PADS][48];
     const char *labels[HUNT_MAX_LEVELS > HUNT_MAX_PADS ? HUNT_MAX_LEVELS : HUNT_MAX_PADS];

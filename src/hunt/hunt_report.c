@@ -234,6 +234,26 @@ static void md_cell_row(strbuf *o, const char *label, const hunt_cell *c) {
                   c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0, 100 * c->lo, 100 * c->hi);
 }
 
+void hunt_report_workload(const hunt_results *res, strbuf *o) {
+    strbuf_printf(o,
+                  "%d sessions per level, %d turns, %d tools, max_tokens %d, temperature %g, "
+                  "seed %llu, %s, logprobs %s (near-tie threshold %g nats), skip_special_tokens %s",
+                  res->sessions, res->turns, res->n_tools, res->max_tokens, res->temperature,
+                  (unsigned long long)res->seed, res->stream ? "streaming" : "not streaming",
+                  res->logprobs ? "on" : "off", res->tie_threshold,
+                  res->skip_special ? "true on even sessions, false on odd ones" : "not sent");
+}
+
+void hunt_report_verdict(const hunt_results *res, strbuf *o) {
+    const hunt_cell *t = &res->total;
+    strbuf_printf(o,
+                  "%lld of %lld sessions corrupt (%.1f%%, Wilson 95%% [%.1f%%, %.1f%%]); %lld "
+                  "benign divergences; %lld target errors.",
+                  (long long)t->corrupt, (long long)t->n,
+                  t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0, 100 * t->lo, 100 * t->hi,
+                  (long long)t->benign, (long long)t->errors);
+}
+
 void hunt_report_md(const hunt_results *res, strbuf *o) {
     const hunt_cell *t = &res->total;
     strbuf_puts(o, "# verity hunt report\n\n");
@@ -243,21 +263,11 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
                       res->ref_conc);
     else
         strbuf_printf(o, "- reference: the same server at concurrency %d\n", res->ref_conc);
-    strbuf_printf(o,
-                  "- workload: %d sessions per level, %d turns, %d tools, max_tokens %d, "
-                  "temperature %g, seed %llu, %s, logprobs %s (near-tie threshold %g nats), "
-                  "skip_special_tokens %s\n",
-                  res->sessions, res->turns, res->n_tools, res->max_tokens, res->temperature,
-                  (unsigned long long)res->seed, res->stream ? "streaming" : "not streaming",
-                  res->logprobs ? "on" : "off", res->tie_threshold,
-                  res->skip_special ? "true on even sessions, false on odd ones" : "not sent");
-    strbuf_printf(o,
-                  "\n**Verdict: %s**: %lld of %lld sessions corrupt (%.1f%%, Wilson 95%% "
-                  "[%.1f%%, %.1f%%]); %lld benign divergences; %lld target errors.%s\n",
-                  t->corrupt ? "corruption found" : "clean", (long long)t->corrupt, (long long)t->n,
-                  t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0, 100 * t->lo, 100 * t->hi,
-                  (long long)t->benign, (long long)t->errors,
-                  res->interrupted ? " (interrupted: partial results)" : "");
+    strbuf_puts(o, "- workload: ");
+    hunt_report_workload(res, o);
+    strbuf_printf(o, "\n\n**Verdict: %s**: ", t->corrupt ? "corruption found" : "clean");
+    hunt_report_verdict(res, o);
+    strbuf_printf(o, "%s\n", res->interrupted ? " (interrupted: partial results)" : "");
     const char *hdr = "| sessions | corrupt | benign | clean | errors | rate | Wilson 95% |\n"
                       "|---|---|---|---|---|---|---|---|\n";
     strbuf_printf(o, "\n## Corruption rate by concurrency\n\n| concurrency %s", hdr);

@@ -27,6 +27,14 @@ void hunt_report_json(const hunt_results *res, strbuf *out);
 /* Appends report.md's content to out. */
 void hunt_report_md(const hunt_results *res, strbuf *out);
 
+/* Appends the workload sentence both reports share ("N sessions per level, ... skip_special_tokens
+ * ..."), plain text without markup. */
+void hunt_report_workload(const hunt_results *res, strbuf *out);
+
+/* Appends the verdict's figures both reports share ("C of N sessions corrupt (R%, Wilson 95%
+ * [lo%, hi%]); B benign divergences; E target errors."), plain text without markup. */
+void hunt_report_verdict(const hunt_results *res, strbuf *out);
+
 /* Appends report.html's content to out. */
 void hunt_report_html(const hunt_results *res, strbuf *out);
 
