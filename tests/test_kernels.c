@@ -668,6 +668,86 @@ static void t_attention(void) {
     }
 }
 
+/* kn_attn_rows: every row of every group size bitwise equals kn_attn_row's scalar reference, for
+ * head_dim with and without a fixed-size kernel, F16 and F32, chunk lengths that are and are not
+ * multiples of 16 (a last 16-position group that is partly padding), windows, and the scores of
+ * a repeated key (equal maxima in a chunk). */
+static void t_attention_rows(void) {
+    setup_isas();
+    const int64_t hds[] = {32, 64, 80, 128};
+    const int64_t gs[] = {1, 2, 3, 4, 5, 7, 16};
+    const int64_t chunks[] = {1, 7, 16, 64, 100};
+    const int64_t n_kv = 2, bs = 16, n_pos = 210, nb = (n_pos + bs - 1) / bs;
+    for (int hi = 0; hi < 4; hi++) {
+        for (int f16 = 0; f16 < 2; f16++) {
+            int64_t hd = hds[hi], stride = n_kv * hd;
+            size_t esz = f16 ? 2 : 4, block_bytes = (size_t)(bs * stride) * esz;
+            unsigned char *kpool = malloc((size_t)nb * block_bytes);
+            unsigned char *vpool = malloc((size_t)nb * block_bytes);
+            float *row = malloc((size_t)stride * 4);
+            float *q = malloc((size_t)(16 * hd) * 4), *outr = malloc((size_t)(16 * hd) * 4),
+                  *outs = malloc((size_t)(16 * hd) * 4);
+            float *scratch = malloc(kn_attn_scratch_floats(16, hd, 100) * 4);
+            int32_t table[16];
+            for (int64_t b = 0; b < nb; b++)
+                table[b] = (int32_t)((b * 5) % nb); /* nb = 14: a permutation */
+            for (int64_t p = 0; p < n_pos; p++) {
+                size_t off =
+                    (size_t)table[p / bs] * block_bytes + (size_t)((p % bs) * stride) * esz;
+                for (int64_t e = 0; e < stride; e++)
+                    row[e] = rndf();
+                if (p == 40) /* a key equal to position 39's: two equal scores */
+                    memcpy(kpool + off, kpool + off - (size_t)stride * esz, (size_t)stride * esz);
+                else
+                    kn_store_kv(kpool + off, row, stride, f16, KN_ISA_SCALAR);
+                for (int64_t e = 0; e < stride; e++)
+                    row[e] = rndf();
+                kn_store_kv(vpool + off, row, stride, f16, KN_ISA_SCALAR);
+            }
+            for (int64_t i = 0; i < 16 * hd; i++)
+                q[i] = rndf();
+            kn_attn_kv kv = {.k_base = kpool,
+                             .v_base = vpool,
+                             .block_bytes = block_bytes,
+                             .table = table,
+                             .block_size = bs,
+                             .kv_stride = stride,
+                             .f16 = f16};
+            float scale = 1.0f / sqrtf((float)hd);
+            for (int ci = 0; ci < 5; ci++)
+                for (int64_t win = 0; win <= 45; win += 45)
+                    for (int64_t np = 1; np <= n_pos; np += 19) {
+                        int64_t chunk = chunks[ci];
+                        kv.window = win;
+                        for (int64_t h = 0; h < 16; h++)
+                            kn_attn_row(q + h * hd, &kv, 1, hd, np, scale, chunk, scratch,
+                                        outr + h * hd, KN_ISA_SCALAR);
+                        for (int gi = 0; gi < 7; gi++)
+                            for (int ii = 0; ii < n_simd; ii++) {
+                                int64_t g = gs[gi], h0 = 16 - g; /* the last g heads */
+                                memset(outs, 0xFF, (size_t)(g * hd) * 4);
+                                kn_attn_rows(q + h0 * hd, g, &kv, 1, hd, np, scale, chunk, scratch,
+                                             outs, simd_isas[ii]);
+                                T_CHECKF(memcmp(outr + h0 * hd, outs, (size_t)(g * hd) * 4) == 0,
+                                         "attn rows hd=%lld f16=%d g=%lld chunk=%lld np=%lld "
+                                         "window %lld isa %s",
+                                         (long long)hd, f16, (long long)g, (long long)chunk,
+                                         (long long)np, (long long)win, kn_isa_name(simd_isas[ii]));
+                            }
+                    }
+            free(kpool);
+            free(vpool);
+            free(row);
+            free(q);
+            free(outr);
+            free(outs);
+            free(scratch);
+        }
+    }
+    if (!n_simd)
+        test_skip("no SIMD ISA on this CPU");
+}
+
 int main(void) {
     test_run("kernels.f16_conversion_matches_f16c", t_f16_conv);
     test_run("kernels.expf", t_expf);
@@ -679,5 +759,6 @@ int main(void) {
     test_run("kernels.matmul_accuracy", t_matmul_accuracy);
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);
     test_run("kernels.attention", t_attention);
+    test_run("kernels.attention_rows_eq_ref", t_attention_rows);
     return test_summary();
 }

@@ -34,14 +34,17 @@ static const char *type_label(int type) {
 /* K-quant types need rows that are multiples of 256: they use the "small" shape (tiny's rows
  * would all fall back to Q5_0 / Q5_1 / Q8_0). rope_scaling and window select the RoPE-scaling
  * and sliding-window variants (synth.h). */
-static const char *synth_variant(const char *arch, int type, bool tied, uint64_t seed,
-                                 const char *rope_scaling, int64_t window) {
+/* shape NULL: tiny, or small for K-quant types (their rows must be multiples of 256) */
+static const char *synth_shaped(const char *shape, const char *arch, int type, bool tied,
+                                uint64_t seed, const char *rope_scaling, int64_t window) {
     static char path[512];
     bool k = type == TYPE_Q4_K_M || gguf_type_block_size(type) == 256;
-    snprintf(path, sizeof path, "%s/%s-%s-%d-%llu-%s-%lld.gguf", test_tmpdir(), arch,
+    if (!shape)
+        shape = k ? "small" : "tiny";
+    snprintf(path, sizeof path, "%s/%s-%s-%s-%d-%llu-%s-%lld.gguf", test_tmpdir(), shape, arch,
              type_label(type), tied, (unsigned long long)seed, rope_scaling ? rope_scaling : "none",
              (long long)window);
-    synth_opts o = {.shape = k ? "small" : "tiny",
+    synth_opts o = {.shape = shape,
                     .arch = arch,
                     .type = type,
                     .seed = seed,
@@ -54,6 +57,11 @@ static const char *synth_variant(const char *arch, int type, bool tied, uint64_t
     if (rc)
         test_fail(__FILE__, __LINE__, "synth: %s", err_detail());
     return path;
+}
+
+static const char *synth_variant(const char *arch, int type, bool tied, uint64_t seed,
+                                 const char *rope_scaling, int64_t window) {
+    return synth_shaped(NULL, arch, type, tied, seed, rope_scaling, window);
 }
 
 static const char *synth_path(const char *arch, int type, bool tied, uint64_t seed) {
@@ -498,16 +506,18 @@ static void t_invariance(void) {
         int type;
         const char *rope;
         int64_t window;
+        const char *shape;
     } vs[] = {
-        {"llama", GGUF_TYPE_F16, NULL, 0},      {"llama", GGUF_TYPE_Q8_0, NULL, 0},
-        {"llama", GGUF_TYPE_Q4_0, NULL, 0},     {"llama", GGUF_TYPE_Q5_1, NULL, 0},
-        {"llama", GGUF_TYPE_Q5_K, NULL, 0},     {"llama", TYPE_Q4_K_M, NULL, 0},
-        {"qwen2", GGUF_TYPE_F16, NULL, 0},      {"qwen3", TYPE_Q4_K_M, NULL, 0},
-        {"llama", GGUF_TYPE_F16, "llama3", 13},
+        {"llama", GGUF_TYPE_F16, NULL, 0, NULL},      {"llama", GGUF_TYPE_Q8_0, NULL, 0, NULL},
+        {"llama", GGUF_TYPE_Q4_0, NULL, 0, NULL},     {"llama", GGUF_TYPE_Q5_1, NULL, 0, NULL},
+        {"llama", GGUF_TYPE_Q5_K, NULL, 0, NULL},     {"llama", TYPE_Q4_K_M, NULL, 0, NULL},
+        {"qwen2", GGUF_TYPE_F16, NULL, 0, NULL},      {"qwen3", TYPE_Q4_K_M, NULL, 0, NULL},
+        {"llama", GGUF_TYPE_F16, "llama3", 13, NULL}, {"llama", GGUF_TYPE_F16, NULL, 0, "gqa"},
+        {"qwen2", GGUF_TYPE_F32, NULL, 0, "gqa"},
     };
     for (int ti = 0; ti < (int)(sizeof vs / sizeof *vs); ti++) {
-        const char *path =
-            synth_variant(vs[ti].arch, vs[ti].type, false, 21, vs[ti].rope, vs[ti].window);
+        const char *path = synth_shaped(vs[ti].shape, vs[ti].arch, vs[ti].type, false, 21,
+                                        vs[ti].rope, vs[ti].window);
         inv_case ic;
         model *m;
         T_OK(model_load(path, KN_ISA_SCALAR, &m));
@@ -538,6 +548,15 @@ static void t_invariance(void) {
         for (int isa = KN_ISA_SCALAR; isa <= KN_ISA_AVX512; isa++)
             if (kn_isa_available((kn_isa)isa))
                 inv_run(&ic, path, (kn_isa)isa, 2, INV_SEQS, 7, 5, false);
+        /* and every grouping of query heads in attention (0: the per-head kernel), one thread
+         * (a single decode token then splits a group over units) or two */
+        const char *groups[] = {"0", "1", "3"};
+        for (int gi = 0; gi < 3; gi++) {
+            T_OK(flags_set("attn-group", groups[gi]));
+            inv_run(&ic, path, best, 1 + gi % 2, INV_SEQS, 5, 7, false);
+            inv_run(&ic, path, best, 2, 1, 1, 3, false);
+        }
+        T_OK(flags_set("attn-group", "16"));
         free(ic.gold);
     }
 }

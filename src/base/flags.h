@@ -42,6 +42,9 @@ enum flag_kind {
     X(KV_BLOCK, "kv-block", FLAG_KIND_INT, "16", "1:4096", "tokens per paged KV block")            \
     X(ATTN_CHUNK, "attn-chunk", FLAG_KIND_INT, "64", "1:65536",                                    \
       "attention key chunk length; chunk boundaries are multiples of it in absolute position")     \
+    X(ATTN_GROUP, "attn-group", FLAG_KIND_INT, "16", "0:16",                                       \
+      "query heads of one KV head attended together, sharing each key and value read (0: the "     \
+      "per-head kernel; speed only, same bits)")                                                   \
     X(MAX_BATCH, "max-batch", FLAG_KIND_INT, "32", "1:4096", "most sequences in one engine step")  \
     X(CHUNK, "chunk", FLAG_KIND_INT, "512", "1:1048576",                                           \
       "most prompt tokens of one sequence prefilled in one step (chunked prefill)")                \

@@ -189,6 +189,19 @@ static inline const void *kn_attn_row_ptr(const kn_attn_kv *kv, const void *base
 void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim, int64_t n_pos,
                  float scale, int64_t chunk, float *scratch, float *out, kn_isa isa);
 
+/* Most query heads kn_attn_rows takes at once. */
+#define KN_ATTN_GROUP_MAX 16
+
+/* Floats of scratch kn_attn_rows needs for up to g heads (>= the `chunk` kn_attn_row needs). */
+size_t kn_attn_scratch_floats(int64_t g, int64_t head_dim, int64_t chunk);
+
+/* kn_attn_row for g <= KN_ATTN_GROUP_MAX query heads that share kv head kvh: q and out hold g
+ * rows of head_dim; out row h is bitwise kn_attn_row(q + h * head_dim, ...)'s result (for finite
+ * scores), whatever g, while each key and value row is read and converted once for all g. */
+void kn_attn_rows(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
+                  int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out,
+                  kn_isa isa);
+
 /* Converts n floats to F16 (kn_f32_to_f16 semantics) or copies them (f16 false). */
 void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa);
 

@@ -42,7 +42,7 @@
 
 #define KN_NB_F           64
 #define KN_NB_Q           32
-#define KN_KC             96
+#define KN_KC             128
 #define KN_Q8_BLOCK_BYTES (64 + 8 * KN_NB_Q * 4)
 #define KN_Q4_BLOCK_BYTES (64 + 4 * KN_NB_Q * 4)
 
@@ -97,6 +97,9 @@ void kn_store_kv_avx512(void *dst, const float *src, int64_t n, bool f16);
 void kn_store_kv_avx2(void *dst, const float *src, int64_t n, bool f16);
 void kn_attn_row_avx512(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
                         int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out);
+void kn_attn_rows_avx512(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh,
+                         int64_t head_dim, int64_t n_pos, float scale, int64_t chunk,
+                         float *scratch, float *out);
 void kn_attn_row_avx2(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
                       int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out);
 

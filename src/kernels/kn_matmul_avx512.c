@@ -8,9 +8,14 @@
  * accumulators, one broadcast of x[m][k] per row and 4 FMAs per row per k. The accumulators are
  * stored to y between chunks and reloaded, which is exact, so each y[m][n] is the single fma
  * chain over k = 0..K-1 that kn_matmul_ref computes. Row tails (M mod 6) use the same kernel with
- * fewer rows; column tails are masked stores. With at most mm-direct-rows rows (decode at batch
- * 1 or 2) there is no row reuse to pay for the panel: kf_tile_direct converts in registers,
- * prefetching 4 KiB ahead, over the whole of K.
+ * fewer rows; column tails are masked stores. KN_KC = 128 divides the K of common shapes (896,
+ * 4864, 2048, 4096...) and its 32 KiB panel still leaves L1 room for the streaming rows. The
+ * activations of a chunk do not fit L1 at prefill sizes (256 rows x 128 floats), so each tile
+ * prefetches the next tile's activation rows and, after the first chunk, its y rows, a few lines
+ * per 16 k-steps; the first tile of a chunk also prefetches the weights' next chunk. The k loop
+ * addresses the six rows off two pointers and a stride, so it carries no other arithmetic. With at
+ * most mm-direct-rows rows (decode at batch 1 or 2) there is no row reuse to pay for the panel:
+ * kf_tile_direct converts in registers, prefetching 4 KiB ahead, over the whole of K.
  *
  * Quantized types: 6-row x 32-column tiles; per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
  * VPDPBUSD steps accumulate exact int32 dot products (weights as the unsigned operand, offset by
@@ -32,20 +37,17 @@ static inline int32_t kq_load_i32(const int8_t *p) {
     return v;
 }
 
-static inline __attribute__((always_inline)) void kf_tile(const int mr, const float *x, int64_t ldx,
-                                                          const float *wp, int64_t kc, float *y,
-                                                          int64_t ldy, const __mmask16 *mask,
-                                                          bool init, const char *pf, int pf_lines) {
-    __m512 acc[KF_MR][4];
-#pragma GCC unroll 16
-    for (int m = 0; m < mr; m++)
-#pragma GCC unroll 16
-        for (int j = 0; j < 4; j++)
-            acc[m][j] =
-                init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
-    for (int64_t k = 0; k < kc; k++) {
-        const float *wk = wp + k * KN_NB_F;
-        if (pf) /* the next chunk, spread over this loop: memory stays busy while we compute */
+/* n k-steps of the micro-kernel: row m's activations at x0 + m * ldx (rows 3-5 off a second
+ * pointer, so every broadcast is one base + index addressing mode and the loop carries no other
+ * arithmetic), the panel's rows at wk. With pfw, pf_lines cache lines at pf per k-step are
+ * prefetched. */
+static inline __attribute__((always_inline)) void
+kf_steps(const int mr, const bool pfw, const float *x0, int64_t ldx, const float *wk, int64_t n,
+         __m512 (*acc)[4], const char *pf, int pf_lines) {
+    const float *x3 = x0 + 3 * ldx;
+    const int64_t ldx2 = 2 * ldx;
+    for (int64_t k = 0; k < n; k++, x0++, x3++, wk += KN_NB_F) {
+        if (pfw)
             for (int l = 0; l < pf_lines; l++)
                 _mm_prefetch(pf + (k * pf_lines + l) * 64, _MM_HINT_T0);
         __m512 w0 = _mm512_load_ps(wk);
@@ -54,12 +56,53 @@ static inline __attribute__((always_inline)) void kf_tile(const int mr, const fl
         __m512 w3 = _mm512_load_ps(wk + 48);
 #pragma GCC unroll 16
         for (int m = 0; m < mr; m++) {
-            __m512 xb = _mm512_set1_ps(x[m * ldx + k]);
+            const float *xp = m < 3 ? x0 : x3;
+            int r = m % 3;
+            __m512 xb = _mm512_set1_ps(r == 0 ? xp[0] : r == 1 ? xp[ldx] : xp[ldx2]);
             acc[m][0] = _mm512_fmadd_ps(xb, w0, acc[m][0]);
             acc[m][1] = _mm512_fmadd_ps(xb, w1, acc[m][1]);
             acc[m][2] = _mm512_fmadd_ps(xb, w2, acc[m][2]);
             acc[m][3] = _mm512_fmadd_ps(xb, w3, acc[m][3]);
         }
+    }
+}
+
+/* One tile: mr rows (<= KF_MR) x 64 columns over kc k-steps of the panel wp, accumulating into y
+ * (or starting from zero with init). The k loop runs in blocks of 16 steps: at the top of each,
+ * a line of each of the next tile's activation rows (xn, NULL for none) is prefetched; the
+ * weight prefetch (pf, pf_lines lines per k-step), when asked for, runs in its own copy of the
+ * loop, so the common loop has no conditionals. */
+static inline __attribute__((always_inline)) void kf_tile(const int mr, const float *x, int64_t ldx,
+                                                          const float *wp, int64_t kc, float *y,
+                                                          int64_t ldy, const __mmask16 *mask,
+                                                          bool init, const char *pf, int pf_lines,
+                                                          const float *xn) {
+    __m512 acc[KF_MR][4];
+#pragma GCC unroll 16
+    for (int m = 0; m < mr; m++)
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; j++)
+            acc[m][j] =
+                init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
+    for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+        int64_t n = kc - k0 < 16 ? kc - k0 : 16;
+        if (xn) {
+#pragma GCC unroll 16
+            for (int m = 0; m < KF_MR; m++)
+                _mm_prefetch((const char *)(xn + m * ldx + k0), _MM_HINT_T0);
+            if (!init) {
+                int64_t r = k0 / 16; /* the next tile's y: a row's 4 lines per block of 16 */
+                if (r < KF_MR)
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++)
+                        _mm_prefetch((const char *)(y + (KF_MR + r) * ldy + 16 * j), _MM_HINT_T0);
+            }
+        }
+        if (pf)
+            kf_steps(mr, true, x + k0, ldx, wp + k0 * KN_NB_F, n, acc, pf + k0 * pf_lines * 64,
+                     pf_lines);
+        else
+            kf_steps(mr, false, x + k0, ldx, wp + k0 * KN_NB_F, n, acc, NULL, 0);
     }
 #pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
@@ -175,27 +218,27 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
             int64_t i = 0;
             for (; i + KF_MR <= m; i += KF_MR, pf = NULL)
                 kf_tile(KF_MR, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines);
+                        pf_lines, i + 2 * KF_MR <= m ? xb + (i + KF_MR) * xa->ldx : NULL);
             switch (m - i) {
             case 5:
                 kf_tile(5, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines);
+                        pf_lines, NULL);
                 break;
             case 4:
                 kf_tile(4, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines);
+                        pf_lines, NULL);
                 break;
             case 3:
                 kf_tile(3, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines);
+                        pf_lines, NULL);
                 break;
             case 2:
                 kf_tile(2, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines);
+                        pf_lines, NULL);
                 break;
             case 1:
                 kf_tile(1, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines);
+                        pf_lines, NULL);
                 break;
             default:
                 break;

@@ -174,3 +174,24 @@ void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head
 #endif
     kn_attn_row_ref(q, kv, kvh, head_dim, n_pos, scale, chunk, scratch, out);
 }
+
+size_t kn_attn_scratch_floats(int64_t g, int64_t head_dim, int64_t chunk) {
+    /* AVX-512 grouped kernel: the chunk's keys and values as f32 rows and g rows of scores, the
+     * chunk rounded up to 16 positions */
+    size_t cp = (size_t)(chunk + 15) & ~(size_t)15;
+    return cp * ((size_t)head_dim + (size_t)g + 2);
+}
+
+void kn_attn_rows(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
+                  int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out,
+                  kn_isa isa) {
+#ifndef VERITY_NO_SIMD
+    if (isa == KN_ISA_AVX512) {
+        kn_attn_rows_avx512(q, g, kv, kvh, head_dim, n_pos, scale, chunk, scratch, out);
+        return;
+    }
+#endif
+    for (int64_t h = 0; h < g; h++)
+        kn_attn_row(q + h * head_dim, kv, kvh, head_dim, n_pos, scale, chunk, scratch,
+                    out + h * head_dim, isa);
+}

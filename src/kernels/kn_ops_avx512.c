@@ -5,6 +5,12 @@
  * order (tails by zero-masked loads, which add +0 and change nothing because an accumulator that
  * starts at +0 can never become -0), reduced by the fixed tree 256+256, 128+128, 64+64, 32+32.
  * kx_exp512 is kn_expf lane by lane: same constants, same fma sequence, same two-step scaling.
+ *
+ * Grouped attention (kn_attn_rows) runs the query heads of one KV head together: per chunk the
+ * keys are converted once to f32 rows, each head's scores come 16 positions at a time (16
+ * accumulators reduced by one butterfly that performs kx_tree512's additions for all 16 lanes),
+ * and the value pass takes up to four heads per value row read. Each head's operations are
+ * exactly kx_attn_fixed's, so its bits do not depend on which heads share its group.
  */
 #include "kernels/kn_int.h"
 
@@ -239,5 +245,230 @@ void kn_attn_row_avx512(const float *q, const kn_attn_kv *kv, int64_t kvh, int64
         return;
     default:
         kx_attn_generic(q, kv, kvh, hd, n_pos, scale, chunk, scratch, out);
+    }
+}
+
+/* ---- grouped attention: the query heads of one KV head together (kn_attn_rows) ---- */
+
+/* kx_tree512 of 16 accumulators at once: lane i of the result is kx_tree512(a[i]), by the same
+ * additions in the same pairings (lanes i and i+8, then i and i+4 of the sums, i and i+2, 0 and
+ * 1), each stage adding the lower operands of two accumulators' pairs in one instruction. */
+static inline __m512 kx_tree512_x16(const __m512 *a) {
+    __m512 b[8], c[4], d[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) /* b[i]: 128-bit lanes [i s8 0-3, i s8 4-7, i+8 ..., i+8 ...] */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], 0x44),
+                             _mm512_shuffle_f32x4(a[i], a[i + 8], 0xEE));
+#pragma GCC unroll 4
+    for (int w = 0; w < 4; w++) /* c[w]: lanes [w s4, w+8 s4, w+4 s4, w+12 s4] */
+        c[w] = _mm512_add_ps(_mm512_shuffle_f32x4(b[w], b[w + 4], 0x88),
+                             _mm512_shuffle_f32x4(b[w], b[w + 4], 0xDD));
+#pragma GCC unroll 2
+    for (int x = 0; x < 2; x++) /* d[x]: lane L holds s2 of c[2x].L, then of c[2x+1].L */
+        d[x] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * x], c[2 * x + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(c[2 * x], c[2 * x + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lane L of e: s1 of c[0].L, c[1].L, c[2].L, c[3].L, i.e. positions 0-3, 8-11, 4-7, 12-15 */
+    __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_shuffle_f32x4(e, e, 0xD8);
+}
+
+/* Scores of the 16 f32 key rows at kf (row stride 16 * NV) against one query: lane i is
+ * (q . k_i) * scale with kx_attn_fixed's fma chain and tree. */
+static inline __attribute__((always_inline)) __m512 kx_scores16(const int NV, const __m512 *qv,
+                                                                const float *kf, __m512 scale) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        a[i] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; j++)
+            a[i] = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kf + (i * NV + j) * 16), a[i]);
+    }
+    return _mm512_mul_ps(kx_tree512_x16(a), scale);
+}
+
+/* Keys of positions [c0, c0 + n) of kv head kvh as f32 rows of 16 * NV at kf, and the addresses
+ * of their value rows at vrow, a block's run of slots at a time (the kv fields are read into
+ * locals first: the float stores could alias them). */
+static inline __attribute__((always_inline)) void kx_attn_gather(const int NV, const kn_attn_kv *kv,
+                                                                 int64_t kvh, int64_t c0, int64_t n,
+                                                                 float *kf, const void **vrow) {
+    const int64_t hd = 16 * NV, bs = kv->block_size;
+    const bool f16 = kv->f16;
+    const size_t esz = f16 ? 2 : 4, rs = (size_t)kv->kv_stride * esz, bb = kv->block_bytes;
+    const char *kb = (const char *)kv->k_base + (size_t)(kvh * hd) * esz;
+    const char *vb = (const char *)kv->v_base + (size_t)(kvh * hd) * esz;
+    const int32_t *table = kv->table;
+    int64_t blk = c0 / bs, slot = c0 % bs;
+    for (int64_t i = 0; i < n; blk++, slot = 0) {
+        int64_t cnt = bs - slot < n - i ? bs - slot : n - i;
+        size_t off = (size_t)table[blk] * bb + (size_t)slot * rs;
+        const char *kr = kb + off, *vr = vb + off;
+        float *kd = kf + i * hd;
+        for (int64_t e = 0; e < cnt; e++, vr += rs)
+            vrow[i + e] = vr;
+        if (f16) {
+            for (int64_t e = 0; e < cnt; e++, kr += rs, kd += hd)
+#pragma GCC unroll 8
+                for (int j = 0; j < NV; j++)
+                    _mm512_storeu_ps(kd + 16 * j, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                                      (const __m256i *)(const void *)kr + j)));
+        } else {
+            for (int64_t e = 0; e < cnt; e++, kr += rs, kd += hd)
+#pragma GCC unroll 8
+                for (int j = 0; j < NV; j++)
+                    _mm512_storeu_ps(kd + 16 * j, _mm512_loadu_ps((const float *)kr + 16 * j));
+        }
+        i += cnt;
+    }
+}
+
+/* The value pass of one chunk for GS heads: out rows (stride 16 * NV) are scaled by alpha[h],
+ * then for each position i in order l[h] += p[h][i] and out_h = fma(p[h][i], v_i, out_h), all
+ * GS heads sharing each value row load. p rows have stride ps. */
+static inline __attribute__((always_inline)) void
+kx_attn_values(const int NV, const int GS, const bool f16, const void *const *vrow, int64_t n,
+               const float *p, int64_t ps, const float *alpha, float *l, float *out) {
+    const int64_t hd = 16 * NV;
+    __m512 ov[4][8];
+    float lv[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < GS; h++) {
+        lv[h] = l[h];
+        __m512 va = _mm512_set1_ps(alpha[h]);
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; j++)
+            ov[h][j] = _mm512_mul_ps(_mm512_loadu_ps(out + h * hd + 16 * j), va);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        __m512 v[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; j++)
+            v[j] = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vrow[i] + j))
+                       : _mm512_loadu_ps((const float *)vrow[i] + 16 * j);
+#pragma GCC unroll 4
+        for (int h = 0; h < GS; h++) {
+            float pj = p[h * ps + i];
+            lv[h] = lv[h] + pj;
+            __m512 vp = _mm512_set1_ps(pj);
+#pragma GCC unroll 8
+            for (int j = 0; j < NV; j++)
+                ov[h][j] = _mm512_fmadd_ps(vp, v[j], ov[h][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < GS; h++) {
+        l[h] = lv[h];
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; j++)
+            _mm512_storeu_ps(out + h * hd + 16 * j, ov[h][j]);
+    }
+}
+
+/* kx_attn_fixed for g query heads (rows of q and out, stride 16 * NV) of kv head kvh: each row
+ * gets kx_attn_fixed's operations exactly, the chunk's keys and values converted once for all,
+ * the scores 16 positions at a time and the value pass over up to 4 heads at a time. */
+static inline __attribute__((always_inline)) void
+kx_attn_group(const int NV, const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh,
+              int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
+    const int64_t hd = 16 * NV, cp = (chunk + 15) & ~(int64_t)15;
+    const int GS = NV == 8 ? 2 : 4;
+    float *kf = scratch, *sc = scratch + cp * hd;
+    const void **vrow = (const void **)(void *)(sc + g * cp); /* cp pointers */
+    float m[KN_ATTN_GROUP_MAX], l[KN_ATTN_GROUP_MAX], alpha[KN_ATTN_GROUP_MAX];
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t h = 0; h < g; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+        for (int j = 0; j < NV; j++)
+            _mm512_storeu_ps(out + h * hd + 16 * j, _mm512_setzero_ps());
+    }
+    int64_t start = kv->window > 0 && n_pos > kv->window ? n_pos - kv->window : 0;
+    for (int64_t cb = start - start % chunk; cb < n_pos; cb += chunk) {
+        int64_t c0 = cb < start ? start : cb;
+        int64_t c1 = cb + chunk < n_pos ? cb + chunk : n_pos;
+        int64_t n = c1 - c0;
+        kx_attn_gather(NV, kv, kvh, c0, n, kf, vrow);
+        for (int64_t h = 0; h < g; h++) {
+            __m512 qv[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < NV; j++)
+                qv[j] = _mm512_loadu_ps(q + h * hd + 16 * j);
+            float *sh = sc + h * cp;
+            /* rows past n of the last 16 are stale or zero: their lanes are never stored */
+            __m512 vmax = _mm512_set1_ps(-INFINITY);
+            for (int64_t p = 0; p < n; p += 16) {
+                __mmask16 mk = kx_tail(n - p);
+                __m512 s = kx_scores16(NV, qv, kf + p * hd, vscale);
+                _mm512_mask_storeu_ps(sh + p, mk, s);
+                vmax = _mm512_mask_max_ps(vmax, mk, vmax, s); /* kn_maxf(running, new) */
+            }
+            float mc = _mm512_reduce_max_ps(vmax);
+            float mn = kn_maxf(m[h], mc);
+            alpha[h] = kn_expf(m[h] - mn);
+            l[h] = l[h] * alpha[h];
+            __m512 vmn = _mm512_set1_ps(mn);
+            for (int64_t p = 0; p < n; p += 16) {
+                __mmask16 mk = kx_tail(n - p);
+                __m512 e = kx_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, sh + p), vmn));
+                _mm512_mask_storeu_ps(sh + p, mk, e);
+            }
+            m[h] = mn;
+        }
+        for (int64_t h = 0; h < g; h += GS) {
+            const float *ph = sc + h * cp;
+            float *oh = out + h * hd;
+            switch (g - h < GS ? g - h : GS) {
+            case 1:
+                if (kv->f16)
+                    kx_attn_values(NV, 1, true, vrow, n, ph, cp, alpha + h, l + h, oh);
+                else
+                    kx_attn_values(NV, 1, false, vrow, n, ph, cp, alpha + h, l + h, oh);
+                break;
+            case 2:
+                if (kv->f16)
+                    kx_attn_values(NV, 2, true, vrow, n, ph, cp, alpha + h, l + h, oh);
+                else
+                    kx_attn_values(NV, 2, false, vrow, n, ph, cp, alpha + h, l + h, oh);
+                break;
+            case 3:
+                if (kv->f16)
+                    kx_attn_values(NV, 3, true, vrow, n, ph, cp, alpha + h, l + h, oh);
+                else
+                    kx_attn_values(NV, 3, false, vrow, n, ph, cp, alpha + h, l + h, oh);
+                break;
+            default:
+                if (kv->f16)
+                    kx_attn_values(NV, 4, true, vrow, n, ph, cp, alpha + h, l + h, oh);
+                else
+                    kx_attn_values(NV, 4, false, vrow, n, ph, cp, alpha + h, l + h, oh);
+                break;
+            }
+        }
+    }
+    for (int64_t h = 0; h < g; h++) {
+        __m512 vl = _mm512_set1_ps(l[h]);
+        for (int j = 0; j < NV; j++)
+            _mm512_storeu_ps(out + h * hd + 16 * j,
+                             _mm512_div_ps(_mm512_loadu_ps(out + h * hd + 16 * j), vl));
+    }
+}
+
+void kn_attn_rows_avx512(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
+                         int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
+    switch (hd) {
+    case 32:
+        kx_attn_group(2, q, g, kv, kvh, n_pos, scale, chunk, scratch, out);
+        return;
+    case 64:
+        kx_attn_group(4, q, g, kv, kvh, n_pos, scale, chunk, scratch, out);
+        return;
+    case 128:
+        kx_attn_group(8, q, g, kv, kvh, n_pos, scale, chunk, scratch, out);
+        return;
+    default:
+        for (int64_t h = 0; h < g; h++)
+            kn_attn_row_avx512(q + h * hd, kv, kvh, hd, n_pos, scale, chunk, scratch, out + h * hd);
     }
 }

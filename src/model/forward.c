@@ -7,7 +7,9 @@
  *   rows   - token rows [T*i/n, T*(i+1)/n): embedding, norms, RoPE, KV writes, SwiGLU, residuals,
  *            activation quantization;
  *   cols   - kn_matmul's column blocks (Q, K and V in one phase; gate and up in one);
- *   pairs  - (token, head) pairs for attention.
+ *   heads  - attention units: one token's query heads of one KV head (up to attn-group of them,
+ *            fewer when a step has too few units to keep every thread busy), each head's result
+ *            the same bits whichever heads share its unit (kn_attn_rows).
  * Chunk counts follow the work (a tiny model's phases run on the caller alone).
  * Per layer: norm+quantize | Q,K,V | bias, q/k-norm, RoPE, KV store | attention | quantize |
  * output proj | residual, norm, quantize | gate, up | SwiGLU, quantize | down, then the residual is
@@ -32,6 +34,9 @@ struct fwd_ctx {
     pool *threads;
     int n_threads;
     int64_t max_tokens, max_outputs, attn_chunk;
+    int64_t attn_group;    /* most query heads per attention unit (attn-group, <= the GQA group) */
+    bool attn_per_row;     /* attn-group 0: kn_attn_row per head, one head per unit */
+    int64_t attn_per_unit; /* the step being run: heads per attention unit */
     int64_t q_dim, kv_dim, act_k; /* act_k: widest matmul input */
     /* [max_tokens][...] */
     float *x, *xn, *q, *k, *v, *att, *y, *g, *u;
@@ -77,6 +82,10 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->max_tokens = max_tokens;
     c->max_outputs = max_outputs;
     c->attn_chunk = attn_chunk;
+    c->attn_group = hp->n_head / hp->n_head_kv;
+    c->attn_per_row = flags_int(FLAG_ATTN_GROUP) == 0;
+    if (c->attn_group > flags_int(FLAG_ATTN_GROUP))
+        c->attn_group = c->attn_per_row ? 1 : flags_int(FLAG_ATTN_GROUP);
     c->q_dim = hp->n_head * hp->head_dim;
     c->kv_dim = hp->n_head_kv * hp->head_dim;
     c->act_k = hp->n_embd;
@@ -113,7 +122,10 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
         fail = true;
     for (int i = 0; !fail && i < n_threads; i++) {
         c->mm_scratch[i] = fwd_alloc(kn_matmul_scratch_bytes(), &fail);
-        c->attn_scratch[i] = fwd_alloc((size_t)attn_chunk * F, &fail);
+        size_t an = kn_attn_scratch_floats(c->attn_group, hp->head_dim, attn_chunk);
+        c->attn_scratch[i] = fwd_alloc(an * F, &fail);
+        if (c->attn_scratch[i]) /* padding rows are read (never used): keep them defined */
+            memset(c->attn_scratch[i], 0, an * F);
     }
     if (fail) {
         fwd_ctx_destroy(c);
@@ -278,10 +290,12 @@ static void fwd_qkv_post(fwd_ctx *c, int64_t r0, int64_t r1, const model_layer *
     }
 }
 
-/* Attention for (token, head) pairs [p0, p1). */
+/* Attention units [p0, p1): unit u is token u / units_per_token, kv head kvh and the
+ * attn_per_unit-head slice s of its query heads (see fwd_step). */
 static void fwd_attention(fwd_ctx *c, int64_t p0, int64_t p1, int64_t layer, int thread) {
     const model_hparams *hp = &c->m->hp;
-    int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, per = c->attn_per_unit;
+    int64_t slices = (group + per - 1) / per, units_tok = hp->n_head_kv * slices;
     float scale = 1.0f / sqrtf((float)hd);
     kn_attn_kv kv = {.k_base = kv_pool_k_base(c->kv, layer),
                      .v_base = kv_pool_v_base(c->kv, layer),
@@ -291,14 +305,21 @@ static void fwd_attention(fwd_ctx *c, int64_t p0, int64_t p1, int64_t layer, int
                      .f16 = kv_pool_f16(c->kv),
                      .window = hp->sliding_window};
     for (int64_t pi = p0; pi < p1; pi++) {
-        int64_t t = pi / hp->n_head, h = pi % hp->n_head;
+        int64_t t = pi / units_tok, kvh = pi % units_tok / slices, s = pi % slices;
+        int64_t h = kvh * group + s * per, g = group - s * per < per ? group - s * per : per;
         kv.table = c->b->seqs[c->tok_seq[t]].blocks;
         if (c->fault_attn_offsets && c->b->n_seqs > 1 &&
             c->b->seqs[0].n_blocks * kv.block_size > c->tok_pos[t])
             kv.table = c->b->seqs[0].blocks; /* FAULT (b): the first sequence's block table */
-        kn_attn_row(c->q + t * c->q_dim + h * hd, &kv, h / group, hd, (int64_t)c->tok_pos[t] + 1,
-                    scale, c->attn_chunk, c->attn_scratch[thread], c->att + t * c->q_dim + h * hd,
-                    c->m->isa);
+        const float *q = c->q + t * c->q_dim + h * hd;
+        float *o = c->att + t * c->q_dim + h * hd;
+        int64_t n_pos = (int64_t)c->tok_pos[t] + 1;
+        if (c->attn_per_row)
+            kn_attn_row(q, &kv, kvh, hd, n_pos, scale, c->attn_chunk, c->attn_scratch[thread], o,
+                        c->m->isa);
+        else
+            kn_attn_rows(q, g, &kv, kvh, hd, n_pos, scale, c->attn_chunk, c->attn_scratch[thread],
+                         o, c->m->isa);
     }
 }
 
@@ -332,6 +353,8 @@ static void fwd_phase_chunk(void *vph, int64_t ci, int64_t n, int thread) {
                   c->mm_scratch[thread]);
         return;
     }
+    if (ph->kind == FWD_ATTN) /* later tokens attend to more keys: claim the heaviest first */
+        ci = n - 1 - ci;
     int64_t u0 = ph->units * ci / n, u1 = ph->units * (ci + 1) / n;
     switch (ph->kind) {
     case FWD_PRE_ATTN:
@@ -384,7 +407,9 @@ static int64_t fwd_chunks(int64_t units, int64_t unit_work, int64_t min_work, in
 static void fwd_phase_rows(fwd_ctx *c, fwd_kind kind, int64_t layer, int64_t units,
                            int64_t unit_work, bool quant) {
     fwd_phase ph = {.c = c, .kind = kind, .layer = layer, .units = units, .quant = quant};
-    int64_t n = fwd_chunks(units, unit_work, FWD_CHUNK_WORK, 4 * (int64_t)c->n_threads);
+    /* attention's units differ in work (a token's keys): more, smaller chunks even it out */
+    int64_t per_thread = kind == FWD_ATTN ? 16 : 4;
+    int64_t n = fwd_chunks(units, unit_work, FWD_CHUNK_WORK, per_thread * (int64_t)c->n_threads);
     pool_for(c->threads, n, fwd_phase_chunk, &ph);
 }
 
@@ -407,6 +432,13 @@ static void fwd_step(fwd_ctx *c) {
     model *m = c->m;
     const model_hparams *hp = &m->hp;
     int64_t D = hp->n_embd, FF = hp->n_ff, T = c->n_tok;
+    /* heads per attention unit: attn-group, halved while the step would have fewer units than
+     * threads (a decode step of one sequence of an MQA model); the bits do not depend on it */
+    int64_t group = hp->n_head / hp->n_head_kv;
+    c->attn_per_unit = c->attn_group;
+    while (c->attn_per_unit > 1 &&
+           T * hp->n_head_kv * ((group + c->attn_per_unit - 1) / c->attn_per_unit) < c->n_threads)
+        c->attn_per_unit = (c->attn_per_unit + 1) / 2;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const model_layer *L = &m->layers[l];
         /* Q, K and V (and gate and up) share their input: quantize it if any of them needs it
@@ -417,9 +449,10 @@ static void fwd_step(fwd_ctx *c) {
             {L->wq, c->xn, c->q, T, 0}, {L->wk, c->xn, c->k, T, 0}, {L->wv, c->xn, c->v, T, 0}};
         fwd_phase_matmul(c, 3, qkv);
         fwd_phase_rows(c, FWD_QKV_POST, l, T, 4 * (c->q_dim + c->kv_dim), false);
-        /* a pair's work grows with its position; the mean is a fine guess for chunking */
-        int64_t mean_pos = c->tok_pos[T / 2] + 1;
-        fwd_phase_rows(c, FWD_ATTN, l, T * hp->n_head, 2 * mean_pos * hp->head_dim, false);
+        /* a unit's work grows with its position; the mean is a fine guess for chunking */
+        int64_t mean_pos = c->tok_pos[T / 2] + 1, per = c->attn_per_unit;
+        int64_t units = T * hp->n_head_kv * ((hp->n_head / hp->n_head_kv + per - 1) / per);
+        fwd_phase_rows(c, FWD_ATTN, l, units, 2 * mean_pos * hp->head_dim * per, false);
         if (kn_mat_wants_q8(L->wo))
             fwd_phase_rows(c, FWD_ATT_QUANT, l, T, 2 * c->q_dim, false);
         fwd_mm o = {L->wo, c->att, c->y, T, 0};

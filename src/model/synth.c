@@ -8,6 +8,9 @@
  *         K-quant types are used as such (tiny's rows fall back, see quantize.h).
  *   0.5b: embd 896, 24 layers, 14 heads, 2 KV heads (head 64), FFN 4864, context 4096,
  *         rope base 1e6, untied output.
+ *   gqa: embd 224, 2 layers, 7 heads, 1 KV head (head 32), FFN 448, context 4096, rope base 1e4,
+ *         tied output: 0.5b's seven query heads per KV head in a tiny model (grouped attention
+ *         and its split of a group into units, in the invariance tests).
  */
 #include "model/synth.h"
 #include "base/cpu.h"
@@ -32,6 +35,7 @@ static const synth_shape synth_shapes[] = {
     {"tiny", 64, 2, 4, 2, 128, 4096, 10000.0f, true},
     {"small", 256, 2, 4, 2, 512, 4096, 10000.0f, true},
     {"0.5b", 896, 24, 14, 2, 4864, 4096, 1000000.0f, false},
+    {"gqa", 224, 2, 7, 1, 448, 4096, 10000.0f, true},
 };
 
 uint64_t synth_key(const char *s) {
@@ -213,7 +217,7 @@ int synth_write(const synth_opts *o, const char *path) {
         if (o->shape && strcmp(o->shape, synth_shapes[i].name) == 0)
             sh = &synth_shapes[i];
     if (!sh)
-        return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny, small or 0.5b)",
+        return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny, small, 0.5b or gqa)",
                        o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
