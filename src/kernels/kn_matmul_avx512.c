@@ -170,81 +170,92 @@ kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const 
             _mm512_mask_storeu_ps(y + m * ldy + 16 * j, mask[j], acc[m][j]);
 }
 
+/* Column masks of block jb (columns past N masked off). */
+static void kf_masks(const kn_mat *w, int64_t jb, __mmask16 *mask) {
+    int64_t ncols = w->n - jb * KN_NB_F;
+    if (ncols > KN_NB_F)
+        ncols = KN_NB_F;
+    for (int j = 0; j < 4; j++) {
+        int64_t c = ncols - 16 * j;
+        mask[j] = c >= 16 ? (__mmask16)0xFFFF : c <= 0 ? (__mmask16)0 : (__mmask16)((1u << c) - 1);
+    }
+}
+
+/* The k-chunk [k0, k0 + KN_KC) of column block jb for all m rows: converts the panel (F16/BF16)
+ * and runs the row tiles; the first tile prefetches pf (the weights this thread converts next;
+ * NULL for none). */
+static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
+                           int64_t jb, int64_t k0, float *scratch, const char *pf) {
+    const int64_t K = w->k, kc = K - k0 < KN_KC ? K - k0 : KN_KC;
+    __mmask16 mask[4];
+    kf_masks(w, jb, mask);
+    const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
+    const float *wp;
+    if (w->type == GGUF_TYPE_F32) {
+        wp = (const float *)blk + k0 * KN_NB_F;
+    } else {
+        kf_convert(w->type, (const uint16_t *)blk + k0 * KN_NB_F, kc, scratch);
+        wp = scratch;
+    }
+    float *yb = y + jb * KN_NB_F;
+    const float *xb = xa->x + k0;
+    const int64_t ldx = xa->ldx;
+    bool init = k0 == 0;
+    int pf_lines = w->type == GGUF_TYPE_F32 ? 4 : 2; /* 64 elements of a k-step: cache lines */
+    int64_t i = 0;
+    for (; i + KF_MR <= m; i += KF_MR, pf = NULL)
+        kf_tile(KF_MR, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines,
+                i + 2 * KF_MR <= m ? xb + (i + KF_MR) * ldx : NULL);
+    switch (m - i) {
+    case 5:
+        kf_tile(5, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
+        break;
+    case 4:
+        kf_tile(4, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
+        break;
+    case 3:
+        kf_tile(3, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
+        break;
+    case 2:
+        kf_tile(2, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
+        break;
+    case 1:
+        kf_tile(1, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
+        break;
+    default:
+        break;
+    }
+}
+
 void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
                         int64_t b0, int64_t b1, float *scratch) {
     const int64_t K = w->k;
-    for (int64_t jb = b0; jb < b1; jb++) {
-        int64_t ncols = w->n - jb * KN_NB_F;
-        if (ncols > KN_NB_F)
-            ncols = KN_NB_F;
-        __mmask16 mask[4];
-#pragma GCC unroll 16
-        for (int j = 0; j < 4; j++) {
-            int64_t c = ncols - 16 * j;
-            mask[j] = c >= 16  ? (__mmask16)0xFFFF
-                      : c <= 0 ? (__mmask16)0
-                               : (__mmask16)((1u << c) - 1);
-        }
-        const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
-        if (w->type != GGUF_TYPE_F32 && m <= w->direct_rows) {
-            const bool f16 = w->type == GGUF_TYPE_F16;
+    const size_t esz = w->type == GGUF_TYPE_F32 ? 4 : 2;
+    /* address of the weights of (block jb, k-step k) */
+    const unsigned char *wb = (const unsigned char *)w->packed;
+#define KF_W(jb, k) (wb + (size_t)(jb)*w->block_stride + (size_t)(k)*KN_NB_F * esz)
+    if (w->type != GGUF_TYPE_F32 && m <= w->direct_rows) {
+        const bool f16 = w->type == GGUF_TYPE_F16;
+        for (int64_t jb = b0; jb < b1; jb++) {
+            __mmask16 mask[4];
+            kf_masks(w, jb, mask);
+            const uint16_t *blk = (const uint16_t *)KF_W(jb, 0);
             if (m == 2)
-                kf_tile_direct(2, f16, xa->x, xa->ldx, (const uint16_t *)blk, K, y + jb * KN_NB_F,
-                               ldy, mask, w->prefetch);
+                kf_tile_direct(2, f16, xa->x, xa->ldx, blk, K, y + jb * KN_NB_F, ldy, mask,
+                               w->prefetch);
             else
                 for (int64_t i = 0; i < m; i++)
-                    kf_tile_direct(1, f16, xa->x + i * xa->ldx, xa->ldx, (const uint16_t *)blk, K,
+                    kf_tile_direct(1, f16, xa->x + i * xa->ldx, xa->ldx, blk, K,
                                    y + i * ldy + jb * KN_NB_F, ldy, mask, w->prefetch);
-            continue;
         }
-        for (int64_t k0 = 0; k0 < K; k0 += KN_KC) {
-            int64_t kc = K - k0 < KN_KC ? K - k0 : KN_KC;
-            const float *wp;
-            if (w->type == GGUF_TYPE_F32) {
-                wp = (const float *)blk + k0 * KN_NB_F;
-            } else {
-                kf_convert(w->type, (const uint16_t *)blk + k0 * KN_NB_F, kc, scratch);
-                wp = scratch;
-            }
-            float *yb = y + jb * KN_NB_F;
-            const float *xb = xa->x + k0;
-            bool init = k0 == 0;
-            /* the first row tile prefetches the weights' next chunk (the next k chunk of this
-             * block, or the first of the next block: they are contiguous) */
-            int esz = w->type == GGUF_TYPE_F32 ? 4 : 2;
-            const char *pf =
-                w->prefetch ? (const char *)blk + (size_t)(k0 + kc) * KN_NB_F * (size_t)esz : NULL;
-            int pf_lines = esz; /* 64 elements of the row per k: esz cache lines */
-            int64_t i = 0;
-            for (; i + KF_MR <= m; i += KF_MR, pf = NULL)
-                kf_tile(KF_MR, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines, i + 2 * KF_MR <= m ? xb + (i + KF_MR) * xa->ldx : NULL);
-            switch (m - i) {
-            case 5:
-                kf_tile(5, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines, NULL);
-                break;
-            case 4:
-                kf_tile(4, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines, NULL);
-                break;
-            case 3:
-                kf_tile(3, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines, NULL);
-                break;
-            case 2:
-                kf_tile(2, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines, NULL);
-                break;
-            case 1:
-                kf_tile(1, xb + i * xa->ldx, xa->ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf,
-                        pf_lines, NULL);
-                break;
-            default:
-                break;
-            }
-        }
+        return;
     }
+    for (int64_t jb = b0; jb < b1; jb++)
+        for (int64_t k0 = 0; k0 < K; k0 += KN_KC) /* next: this block's next chunk or the next
+                                                   * block's first, contiguous in memory */
+            kf_block_chunk(w, xa, m, y, ldy, jb, k0, scratch,
+                           w->prefetch ? (const char *)KF_W(jb, k0 + KN_KC) : NULL);
+#undef KF_W
 }
 
 static inline __attribute__((always_inline)) void
