@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) void kf_tile(const int mr, const fl
                 if (r < KF_MR)
 #pragma GCC unroll 4
                     for (int j = 0; j < 4; j++)
-                        _mm_prefetch((const char *)(y + (KF_MR + r) * ldy + 16 * j), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(y + (mr + r) * ldy + 16 * j), _MM_HINT_T0);
             }
         }
         if (pf)
@@ -202,28 +202,34 @@ static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *
     const int64_t ldx = xa->ldx;
     bool init = k0 == 0;
     int pf_lines = w->type == GGUF_TYPE_F32 ? 4 : 2; /* 64 elements of a k-step: cache lines */
-    int64_t i = 0;
-    for (; i + KF_MR <= m; i += KF_MR, pf = NULL)
-        kf_tile(KF_MR, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines,
-                i + 2 * KF_MR <= m ? xb + (i + KF_MR) * ldx : NULL);
-    switch (m - i) {
-    case 5:
-        kf_tile(5, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
-        break;
-    case 4:
-        kf_tile(4, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
-        break;
-    case 3:
-        kf_tile(3, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
-        break;
-    case 2:
-        kf_tile(2, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
-        break;
-    case 1:
-        kf_tile(1, xb + i * ldx, ldx, wp, kc, yb + i * ldy, ldy, mask, init, pf, pf_lines, NULL);
-        break;
-    default:
-        break;
+    /* ceil(m / 6) tiles of as equal a height as can be (32 rows: 6, 6, 5, 5, 5, 5; never a
+     * thin last tile): the row count of a tile does not change a row's operations */
+    const int64_t nt = (m + KF_MR - 1) / KF_MR, base = m / nt, extra = m % nt;
+    for (int64_t t = 0, i = 0; t < nt; t++, pf = NULL) {
+        int64_t r = base + (t < extra);
+        const float *xt = xb + i * ldx, *xn = t + 1 < nt ? xt + r * ldx : NULL;
+        float *yt = yb + i * ldy;
+        switch (r) {
+        case 6:
+            kf_tile(6, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            break;
+        case 5:
+            kf_tile(5, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            break;
+        case 4:
+            kf_tile(4, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            break;
+        case 3:
+            kf_tile(3, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            break;
+        case 2:
+            kf_tile(2, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            break;
+        default:
+            kf_tile(1, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            break;
+        }
+        i += r;
     }
 }
 
