@@ -12,7 +12,7 @@
  * 4864, 2048, 4096...) and its 32 KiB panel still leaves L1 room for the streaming rows. The
  * activations of a chunk do not fit L1 at prefill sizes (256 rows x 128 floats), so each tile
  * prefetches the next tile's activation rows and, after the first chunk, its y rows, a few lines
- * per 16 k-steps; the first tile of a chunk also prefetches the weights' next chunk. The k loop
+ * per 16 k-steps, and its share of the weights' next chunk (spread over all tiles). The k loop
  * addresses the six rows off two pointers and a stride, so it carries no other arithmetic. With at
  * most mm-direct-rows rows (decode at batch 1 or 2) there is no row reuse to pay for the panel:
  * kf_tile_direct converts in registers, prefetching 4 KiB ahead, over the whole of K.
@@ -39,17 +39,12 @@ static inline int32_t kq_load_i32(const int8_t *p) {
 
 /* n k-steps of the micro-kernel: row m's activations at x0 + m * ldx (rows 3-5 off a second
  * pointer, so every broadcast is one base + index addressing mode and the loop carries no other
- * arithmetic), the panel's rows at wk. With pfw, pf_lines cache lines at pf per k-step are
- * prefetched. */
+ * arithmetic), the panel's rows at wk. */
 static inline __attribute__((always_inline)) void
-kf_steps(const int mr, const bool pfw, const float *x0, int64_t ldx, const float *wk, int64_t n,
-         __m512 (*acc)[4], const char *pf, int pf_lines) {
+kf_steps(const int mr, const float *x0, int64_t ldx, const float *wk, int64_t n, __m512 (*acc)[4]) {
     const float *x3 = x0 + 3 * ldx;
     const int64_t ldx2 = 2 * ldx;
     for (int64_t k = 0; k < n; k++, x0++, x3++, wk += KN_NB_F) {
-        if (pfw)
-            for (int l = 0; l < pf_lines; l++)
-                _mm_prefetch(pf + (k * pf_lines + l) * 64, _MM_HINT_T0);
         __m512 w0 = _mm512_load_ps(wk);
         __m512 w1 = _mm512_load_ps(wk + 16);
         __m512 w2 = _mm512_load_ps(wk + 32);
@@ -68,15 +63,16 @@ kf_steps(const int mr, const bool pfw, const float *x0, int64_t ldx, const float
 }
 
 /* One tile: mr rows (<= KF_MR) x 64 columns over kc k-steps of the panel wp, accumulating into y
- * (or starting from zero with init). The k loop runs in blocks of 16 steps: at the top of each,
- * a line of each of the next tile's activation rows (xn, NULL for none) is prefetched; the
- * weight prefetch (pf, pf_lines lines per k-step), when asked for, runs in its own copy of the
- * loop, so the common loop has no conditionals. */
+ * (or starting from zero with init). The k loop runs in blocks of 16 steps; at the top of each,
+ * a line of each of the next tile's activation rows (xn, NULL for none) and, after the first
+ * chunk, a row of its y are prefetched, and this tile's share of the weight prefetch: pf_n
+ * lines from pf, spread over the blocks. */
 static inline __attribute__((always_inline)) void kf_tile(const int mr, const float *x, int64_t ldx,
                                                           const float *wp, int64_t kc, float *y,
                                                           int64_t ldy, const __mmask16 *mask,
-                                                          bool init, const char *pf, int pf_lines,
+                                                          bool init, const char *pf, int64_t pf_n,
                                                           const float *xn) {
+    const int64_t nb = (kc + 15) / 16;
     __m512 acc[KF_MR][4];
 #pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
@@ -98,11 +94,9 @@ static inline __attribute__((always_inline)) void kf_tile(const int mr, const fl
                         _mm_prefetch((const char *)(y + (mr + r) * ldy + 16 * j), _MM_HINT_T0);
             }
         }
-        if (pf)
-            kf_steps(mr, true, x + k0, ldx, wp + k0 * KN_NB_F, n, acc, pf + k0 * pf_lines * 64,
-                     pf_lines);
-        else
-            kf_steps(mr, false, x + k0, ldx, wp + k0 * KN_NB_F, n, acc, NULL, 0);
+        for (int64_t l = k0 / 16 * pf_n / nb; l < (k0 / 16 + 1) * pf_n / nb; l++)
+            _mm_prefetch(pf + l * 64, _MM_HINT_T0);
+        kf_steps(mr, x + k0, ldx, wp + k0 * KN_NB_F, n, acc);
     }
 #pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
@@ -201,32 +195,39 @@ static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *
     const float *xb = xa->x + k0;
     const int64_t ldx = xa->ldx;
     bool init = k0 == 0;
-    int pf_lines = w->type == GGUF_TYPE_F32 ? 4 : 2; /* 64 elements of a k-step: cache lines */
+    /* the weights converted next, this panel's size in lines, shared evenly among the tiles: the
+     * first tile alone would ask for a chunk in a few microseconds, more than the fill buffers
+     * and memory give one core, and the rest would ask for nothing (decode at batch 32: a
+     * fifth faster spread) */
+    const int64_t pf_total = pf ? kc * (w->type == GGUF_TYPE_F32 ? 4 : 2) : 0;
     /* ceil(m / 6) tiles of as equal a height as can be (32 rows: 6, 6, 5, 5, 5, 5; never a
      * thin last tile): the row count of a tile does not change a row's operations */
     const int64_t nt = (m + KF_MR - 1) / KF_MR, base = m / nt, extra = m % nt;
-    for (int64_t t = 0, i = 0; t < nt; t++, pf = NULL) {
+    for (int64_t t = 0, i = 0; t < nt; t++) {
         int64_t r = base + (t < extra);
+        int64_t l0 = pf_total * t / nt, l1 = pf_total * (t + 1) / nt;
+        const char *pft = pf ? pf + l0 * 64 : NULL;
+        int64_t pf_lines = l1 - l0;
         const float *xt = xb + i * ldx, *xn = t + 1 < nt ? xt + r * ldx : NULL;
         float *yt = yb + i * ldy;
         switch (r) {
         case 6:
-            kf_tile(6, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            kf_tile(6, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
             break;
         case 5:
-            kf_tile(5, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            kf_tile(5, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
             break;
         case 4:
-            kf_tile(4, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            kf_tile(4, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
             break;
         case 3:
-            kf_tile(3, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            kf_tile(3, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
             break;
         case 2:
-            kf_tile(2, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            kf_tile(2, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
             break;
         default:
-            kf_tile(1, xt, ldx, wp, kc, yt, ldy, mask, init, pf, pf_lines, xn);
+            kf_tile(1, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
             break;
         }
         i += r;
