@@ -7,17 +7,18 @@
  * and then every 6-row tile of the M rows runs the register-blocked micro-kernel: 6 x 4 zmm
  * accumulators, one broadcast of x[m][k] per row and 4 FMAs per row per k. The accumulators are
  * stored to y between chunks and reloaded, which is exact, so each y[m][n] is the single fma
- * chain over k = 0..K-1 that kn_matmul_ref computes. Row tails (M mod 6) use the same kernel with
- * fewer rows; column tails are masked stores. KN_KC = 128 divides the K of common shapes (896,
- * 4864, 2048, 4096...) and its 32 KiB panel still leaves L1 room for the streaming rows. The
- * activations of a chunk do not fit L1 at prefill sizes (256 rows x 128 floats), so each tile
- * prefetches the next tile's activation rows and, after the first chunk, its y rows, a few lines
- * per 16 k-steps, and its share of the weights' next chunk (spread over all tiles). The k loop
- * addresses the six rows off two pointers and a stride, so it carries no other arithmetic. With at
- * most mm-direct-rows rows (decode at batch 1 or 2) there is no row reuse to pay for the panel:
- * kf_tile_direct converts in registers, prefetching 4 KiB ahead, over the whole of K.
+ * chain over k = 0..K-1 that kn_matmul_ref computes. The M rows are cut into ceil(M/6) tiles of
+ * equal height give or take one (the same kernel with fewer rows); column tails are masked stores.
+ * KN_KC = 128 divides the K of common shapes (896, 4864, 2048, 4096...) and its 32 KiB panel still
+ * leaves L1 room for the streaming rows. The activations of a chunk do not fit L1 at prefill sizes
+ * (256 rows x 128 floats), so each tile prefetches the next tile's activation rows and, after the
+ * first chunk, its y rows, a few lines per 16 k-steps, and its share of the weights' next chunk
+ * (spread over all tiles). The k loop addresses the six rows off two pointers and a stride, so it
+ * carries no other arithmetic. With at most mm-direct-rows rows (decode at batch 1 or 2) there is
+ * no row reuse to pay for the panel: kf_tile_direct converts in registers, prefetching 4 KiB ahead,
+ * over the whole of K.
  *
- * Quantized types: 6-row x 32-column tiles; per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
+ * Quantized types: 4-row x 32-column tiles; per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
  * VPDPBUSD steps accumulate exact int32 dot products (weights as the unsigned operand, offset by
  * 128 or stored as nibbles 0..15, activations broadcast as the signed operand), the offset is
  * removed with the activation block sum, and the block is folded into the float accumulator with
