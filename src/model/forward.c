@@ -189,6 +189,11 @@ int fwd_ctx_n_threads(const fwd_ctx *c) {
  * claim (tens of nanoseconds) and a wake-up; a tiny model's phases run on the caller alone. */
 #define FWD_CHUNK_WORK    32768
 #define FWD_MM_CHUNK_WORK 262144
+/* Matmuls over more rows than this run panel by panel, every thread sweeping the columns of one
+ * panel before the next: a panel's activations (under 1 MiB at K = 896) stay in the L2 across
+ * the sweep, where a whole 4096-row prefill step's would stream from L3 for every column block;
+ * each panel converts the weights again, a cost amortised over its 256 rows as at batch 1. */
+#define FWD_MM_PANEL 256
 
 typedef enum fwd_kind {
     FWD_PRE_ATTN, /* (layer 0: embedding and RoPE angles; else residual), attention norm */
@@ -205,7 +210,8 @@ typedef struct fwd_mm {
     const kn_mat *w;
     const float *x;
     float *y;
-    int64_t rows, chunks;
+    int64_t rows, chunks; /* chunks: column chunks per row panel */
+    int64_t panels;       /* row panels of FWD_MM_PANEL rows (the last one shorter) */
 } fwd_mm;
 
 typedef struct fwd_phase {
@@ -344,12 +350,22 @@ static void fwd_phase_chunk(void *vph, int64_t ci, int64_t n, int thread) {
     const model_layer *L = ph->layer >= 0 ? &c->m->layers[ph->layer] : NULL;
     if (ph->kind == FWD_MATMUL) {
         int i = 0;
-        while (ci >= ph->mm[i].chunks)
-            ci -= ph->mm[i++].chunks;
+        while (ci >= ph->mm[i].chunks * ph->mm[i].panels)
+            ci -= ph->mm[i].chunks * ph->mm[i].panels, i++;
         const fwd_mm *mm = &ph->mm[i];
-        int64_t k = kn_mat_k(mm->w);
-        kn_act a = {.x = mm->x, .ldx = k, .q = c->aq, .qd = c->aqd, .qs = c->aqs, .qs16 = c->aqs16};
-        kn_matmul(mm->w, &a, mm->rows, mm->y, kn_mat_n(mm->w), (int)ci, (int)mm->chunks,
+        int64_t k = kn_mat_k(mm->w), kb = k / 32, ldy = kn_mat_n(mm->w);
+        int64_t r0 = ci / mm->chunks * FWD_MM_PANEL, r1 = r0 + FWD_MM_PANEL;
+        if (r1 > mm->rows)
+            r1 = mm->rows;
+        ci %= mm->chunks;
+        /* rows [r0, r1): the activation rows and their quantized forms start r0 rows in */
+        kn_act a = {.x = mm->x + r0 * k,
+                    .ldx = k,
+                    .q = c->aq + r0 * k,
+                    .qd = c->aqd + r0 * kb,
+                    .qs = c->aqs + r0 * kb,
+                    .qs16 = c->aqs16 + r0 * kb};
+        kn_matmul(mm->w, &a, r1 - r0, mm->y + r0 * ldy, ldy, (int)ci, (int)mm->chunks,
                   c->mm_scratch[thread]);
         return;
     }
@@ -421,9 +437,11 @@ static void fwd_phase_matmul(fwd_ctx *c, int n_mm, const fwd_mm *mm) {
     for (int i = 0; i < n_mm; i++) {
         ph.mm[i] = mm[i];
         int64_t N = kn_mat_n(mm[i].w);
-        ph.mm[i].chunks = fwd_chunks((N + 63) / 64, 64 * kn_mat_k(mm[i].w) * mm[i].rows,
+        ph.mm[i].panels = (mm[i].rows + FWD_MM_PANEL - 1) / FWD_MM_PANEL;
+        int64_t rows = mm[i].rows < FWD_MM_PANEL ? mm[i].rows : FWD_MM_PANEL;
+        ph.mm[i].chunks = fwd_chunks((N + 63) / 64, 64 * kn_mat_k(mm[i].w) * rows,
                                      FWD_MM_CHUNK_WORK, (N + 63) / 64);
-        total += ph.mm[i].chunks;
+        total += ph.mm[i].chunks * ph.mm[i].panels;
     }
     pool_for(c->threads, total, fwd_phase_chunk, &ph);
 }
@@ -445,8 +463,9 @@ static void fwd_step(fwd_ctx *c) {
          * (mixed-type files, e.g. Q4_K_M, give attn_v another type than attn_q) */
         fwd_phase_rows(c, FWD_PRE_ATTN, l, T, l == 0 ? 4 * D : 2 * D,
                        kn_mat_wants_q8(L->wq) || kn_mat_wants_q8(L->wk) || kn_mat_wants_q8(L->wv));
-        fwd_mm qkv[3] = {
-            {L->wq, c->xn, c->q, T, 0}, {L->wk, c->xn, c->k, T, 0}, {L->wv, c->xn, c->v, T, 0}};
+        fwd_mm qkv[3] = {{L->wq, c->xn, c->q, T, 0, 0},
+                         {L->wk, c->xn, c->k, T, 0, 0},
+                         {L->wv, c->xn, c->v, T, 0, 0}};
         fwd_phase_matmul(c, 3, qkv);
         fwd_phase_rows(c, FWD_QKV_POST, l, T, 4 * (c->q_dim + c->kv_dim), false);
         /* a unit's work grows with its position; the mean is a fine guess for chunking */
@@ -455,14 +474,14 @@ static void fwd_step(fwd_ctx *c) {
         fwd_phase_rows(c, FWD_ATTN, l, units, 2 * mean_pos * hp->head_dim * per, false);
         if (kn_mat_wants_q8(L->wo))
             fwd_phase_rows(c, FWD_ATT_QUANT, l, T, 2 * c->q_dim, false);
-        fwd_mm o = {L->wo, c->att, c->y, T, 0};
+        fwd_mm o = {L->wo, c->att, c->y, T, 0, 0};
         fwd_phase_matmul(c, 1, &o);
         fwd_phase_rows(c, FWD_PRE_FFN, l, T, 3 * D,
                        kn_mat_wants_q8(L->w_gate) || kn_mat_wants_q8(L->w_up));
-        fwd_mm gu[2] = {{L->w_gate, c->xn, c->g, T, 0}, {L->w_up, c->xn, c->u, T, 0}};
+        fwd_mm gu[2] = {{L->w_gate, c->xn, c->g, T, 0, 0}, {L->w_up, c->xn, c->u, T, 0, 0}};
         fwd_phase_matmul(c, 2, gu);
         fwd_phase_rows(c, FWD_SWIGLU, l, T, 8 * FF, kn_mat_wants_q8(L->w_down));
-        fwd_mm d = {L->w_down, c->g, c->y, T, 0};
+        fwd_mm d = {L->w_down, c->g, c->y, T, 0, 0};
         fwd_phase_matmul(c, 1, &d);
     }
     fwd_phase_rows(c, FWD_OUT_NORM, -1, c->n_out, 3 * D, kn_mat_wants_q8(m->output));
@@ -470,7 +489,7 @@ static void fwd_step(fwd_ctx *c) {
      * whatever the buffer held from an earlier step */
     int64_t n_logit_rows = c->fault_big_batch && c->n_out > 32 ? 32 : c->n_out;
     if (n_logit_rows > 0) {
-        fwd_mm out = {m->output, c->out_x, c->logits, n_logit_rows, 0};
+        fwd_mm out = {m->output, c->out_x, c->logits, n_logit_rows, 0, 0};
         fwd_phase_matmul(c, 1, &out);
     }
 }
