@@ -675,7 +675,7 @@ static void t_attention(void) {
 static void t_attention_rows(void) {
     setup_isas();
     const int64_t hds[] = {32, 64, 80, 128};
-    const int64_t gs[] = {1, 2, 3, 4, 5, 7, 16};
+    const int64_t gs[] = {1, 2, 3, 4, 5, 7, 16, 20}; /* 20: more than one piece */
     const int64_t chunks[] = {1, 7, 16, 64, 100};
     const int64_t n_kv = 2, bs = 16, n_pos = 210, nb = (n_pos + bs - 1) / bs;
     for (int hi = 0; hi < 4; hi++) {
@@ -685,8 +685,8 @@ static void t_attention_rows(void) {
             unsigned char *kpool = malloc((size_t)nb * block_bytes);
             unsigned char *vpool = malloc((size_t)nb * block_bytes);
             float *row = malloc((size_t)stride * 4);
-            float *q = malloc((size_t)(16 * hd) * 4), *outr = malloc((size_t)(16 * hd) * 4),
-                  *outs = malloc((size_t)(16 * hd) * 4);
+            float *q = malloc((size_t)(20 * hd) * 4), *outr = malloc((size_t)(20 * hd) * 4),
+                  *outs = malloc((size_t)(20 * hd) * 4);
             float *scratch = malloc(kn_attn_scratch_floats(16, hd, 100) * 4);
             int32_t table[16];
             for (int64_t b = 0; b < nb; b++)
@@ -704,7 +704,7 @@ static void t_attention_rows(void) {
                     row[e] = rndf();
                 kn_store_kv(vpool + off, row, stride, f16, KN_ISA_SCALAR);
             }
-            for (int64_t i = 0; i < 16 * hd; i++)
+            for (int64_t i = 0; i < 20 * hd; i++)
                 q[i] = rndf();
             kn_attn_kv kv = {.k_base = kpool,
                              .v_base = vpool,
@@ -719,12 +719,12 @@ static void t_attention_rows(void) {
                     for (int64_t np = 1; np <= n_pos; np += 19) {
                         int64_t chunk = chunks[ci];
                         kv.window = win;
-                        for (int64_t h = 0; h < 16; h++)
+                        for (int64_t h = 0; h < 20; h++)
                             kn_attn_row(q + h * hd, &kv, 1, hd, np, scale, chunk, scratch,
                                         outr + h * hd, KN_ISA_SCALAR);
-                        for (int gi = 0; gi < 7; gi++)
+                        for (int gi = 0; gi < 8; gi++)
                             for (int ii = 0; ii < n_simd; ii++) {
-                                int64_t g = gs[gi], h0 = 16 - g; /* the last g heads */
+                                int64_t g = gs[gi], h0 = 20 - g; /* the last g heads */
                                 memset(outs, 0xFF, (size_t)(g * hd) * 4);
                                 kn_attn_rows(q + h0 * hd, g, &kv, 1, hd, np, scale, chunk, scratch,
                                              outs, simd_isas[ii]);

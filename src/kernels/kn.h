@@ -195,9 +195,10 @@ void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head
 /* Floats of scratch kn_attn_rows needs for up to g heads (>= the `chunk` kn_attn_row needs). */
 size_t kn_attn_scratch_floats(int64_t g, int64_t head_dim, int64_t chunk);
 
-/* kn_attn_row for g <= KN_ATTN_GROUP_MAX query heads that share kv head kvh: q and out hold g
- * rows of head_dim; out row h is bitwise kn_attn_row(q + h * head_dim, ...)'s result (for finite
- * scores), whatever g, while each key and value row is read and converted once for all g. */
+/* kn_attn_row for g query heads that share kv head kvh: q and out hold g rows of head_dim; out
+ * row h is bitwise kn_attn_row(q + h * head_dim, ...)'s result (for finite scores), whatever g,
+ * while each key row is read and converted once per KN_ATTN_GROUP_MAX heads. scratch:
+ * kn_attn_scratch_floats(min(g, KN_ATTN_GROUP_MAX), head_dim, chunk) floats. */
 void kn_attn_rows(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
                   int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out,
                   kn_isa isa);

@@ -187,7 +187,10 @@ void kn_attn_rows(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh, 
                   kn_isa isa) {
 #ifndef VERITY_NO_SIMD
     if (isa == KN_ISA_AVX512) {
-        kn_attn_rows_avx512(q, g, kv, kvh, head_dim, n_pos, scale, chunk, scratch, out);
+        for (int64_t h = 0; h < g; h += KN_ATTN_GROUP_MAX) /* one piece unless g is too many */
+            kn_attn_rows_avx512(q + h * head_dim,
+                                g - h < KN_ATTN_GROUP_MAX ? g - h : KN_ATTN_GROUP_MAX, kv, kvh,
+                                head_dim, n_pos, scale, chunk, scratch, out + h * head_dim);
         return;
     }
 #endif
