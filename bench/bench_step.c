@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_step: times forward-pass steps of one model through the library's public API only
+ * (model_load, kv_pool_create, fwd_ctx_create, fwd_run), so the same file builds against any
+ * revision of libverity; bench/ab.sh alternates two revisions' builds of it to compare them on a
+ * noisy machine. Not a test.
+ *
+ *   bench_step MODEL.gguf prefill|decode BATCH PROMPT REPS [THREADS]
+ *
+ * prefill: each repetition prefills BATCH sequences of PROMPT tokens, as many whole sequences per
+ * step as fit in 4096 tokens; decode: after one untimed prefill, each repetition is one step of
+ * BATCH sequences advancing one token. Prints the median and best repetition, in ms and in GFLOP/s
+ * of the weight matrices (2 x parameters per token, as `verity bench` counts).
+ */
+#include "base/clock.h"
+#include "kernels/kn.h"
+#include "kv/kv_pool.h"
+#include "model/forward.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BS_STEP_TOKENS 4096
+#define BS_MAX_REPS    1000
+
+static int bs_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Runs sequences [s0, s0 + ns) of the batch through one step: their whole prompts (n = P) or one
+ * token at position pos (decode). */
+static int bs_step(fwd_ctx *fc, fwd_seq *seqs, int s0, int ns, const int32_t *toks, int P,
+                   int32_t *blocks, int per, bool decode, int pos) {
+    for (int s = 0; s < ns; s++)
+        seqs[s] = (fwd_seq){.tokens = toks + (s0 + s) * P,
+                            .n_tokens = decode ? 1 : P,
+                            .pos0 = decode ? pos : 0,
+                            .blocks = blocks + (s0 + s) * per,
+                            .n_blocks = per,
+                            .n_logits = 1};
+    fwd_batch fb = {.seqs = seqs, .n_seqs = ns};
+    const float *lg;
+    int64_t no;
+    return fwd_run(fc, &fb, &lg, &no);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 6) {
+        fprintf(stderr, "usage: bench_step MODEL prefill|decode BATCH PROMPT REPS [THREADS]\n");
+        return 2;
+    }
+    const char *path = argv[1];
+    bool decode = strcmp(argv[2], "decode") == 0;
+    int B = atoi(argv[3]), P = atoi(argv[4]), reps = atoi(argv[5]);
+    int threads = argc > 6 ? atoi(argv[6]) : 2;
+    if ((!decode && strcmp(argv[2], "prefill") != 0) || B < 1 || B > 256 || P < 1 ||
+        P > BS_STEP_TOKENS || reps < 1 || reps > BS_MAX_REPS || threads < 1) {
+        fprintf(stderr, "bench_step: bad arguments\n");
+        return 2;
+    }
+    kn_isa isa;
+    model *m;
+    if (kn_isa_select(&isa) || model_load(path, isa, &m)) {
+        fprintf(stderr, "bench_step: cannot load %s\n", path);
+        return 2;
+    }
+    const model_hparams *hp = model_get_hparams(m);
+    int per = (P + 64 + 15) / 16; /* blocks of 16 positions per sequence, room for decode */
+    kv_pool_opts ko = {.n_layer = hp->n_layer,
+                       .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .block_size = 16,
+                       .n_blocks = (int64_t)per * B,
+                       .f16 = true};
+    kv_pool *kv;
+    fwd_ctx *fc;
+    int32_t *blocks = malloc((size_t)per * (size_t)B * sizeof(int32_t));
+    int32_t *toks = malloc((size_t)P * (size_t)B * sizeof(int32_t));
+    fwd_seq *seqs = malloc((size_t)B * sizeof(fwd_seq));
+    double *t = malloc(BS_MAX_REPS * sizeof(double));
+    if (!blocks || !toks || !seqs || !t || kv_pool_create(&ko, &kv) ||
+        fwd_ctx_create(m, kv, BS_STEP_TOKENS, B, threads, 64, &fc)) {
+        fprintf(stderr, "bench_step: out of memory\n");
+        return 2;
+    }
+    for (int i = 0; i < per * B; i++)
+        blocks[i] = i;
+    for (int i = 0; i < P * B; i++)
+        toks[i] = (int32_t)(((int64_t)i * 7919 + 13) % hp->n_vocab);
+    int fit = BS_STEP_TOKENS / P; /* whole prompts per prefill step */
+    int rc = 0;
+    if (decode) /* the prompts, once */
+        for (int s0 = 0; s0 < B && !rc; s0 += fit)
+            rc = bs_step(fc, seqs, s0, B - s0 < fit ? B - s0 : fit, toks, P, blocks, per, false, 0);
+    for (int r = 0; r < reps && !rc; r++) {
+        int64_t t0 = clock_now_ns();
+        if (decode)
+            rc = bs_step(fc, seqs, 0, B, toks, P, blocks, per, true, P + r % 64);
+        else
+            for (int s0 = 0; s0 < B && !rc; s0 += fit)
+                rc = bs_step(fc, seqs, s0, B - s0 < fit ? B - s0 : fit, toks, P, blocks, per, false,
+                             0);
+        t[r] = (double)(clock_now_ns() - t0) * 1e-9;
+    }
+    if (rc) {
+        fprintf(stderr, "bench_step: forward pass failed (%d)\n", rc);
+        return 1;
+    }
+    qsort(t, (size_t)reps, sizeof *t, bs_cmp);
+    double tokens = decode ? B : (double)B * P;
+    double flop = model_flops_per_token(m) * tokens;
+    printf("%s batch %d prompt %d: median %.2f ms (%.1f GFLOP/s), best %.2f ms (%.1f GFLOP/s)\n",
+           decode ? "decode" : "prefill", B, P, t[reps / 2] * 1e3, flop / t[reps / 2] * 1e-9,
+           t[0] * 1e3, flop / t[0] * 1e-9);
+    fwd_ctx_destroy(fc);
+    kv_pool_destroy(kv);
+    model_destroy(m);
+    free(blocks);
+    free(toks);
+    free(seqs);
+    free(t);
+    return 0;
+}
