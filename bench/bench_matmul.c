@@ -5,6 +5,8 @@
  * fraction of the measured roofline.
  *   make && cc -O2 -Isrc bench/bench_matmul.c build/release/libverity.a -lm -pthread -o /tmp/bm
  *   /tmp/bm [threads [type]]
+ * BM_05B=1: the forward pass's own matrices instead (Q+K+V 1152 x 896, O 896 x 896, gate+up
+ * 9728 x 896, down 896 x 4864, activation rows K apart), for F16/F32/BF16 only.
  */
 #include "base/clock.h"
 #include "base/pool.h"
@@ -19,6 +21,7 @@
 typedef struct {
     kn_mat *w[64];
     int nw;
+    bool own_ldx; /* activation rows K apart (BM_05B) rather than 4864 */
     kn_act a;
     int64_t m;
     float *y;
@@ -28,8 +31,12 @@ typedef struct {
 
 static void bm_run(void *vctx, int ith, int nth) {
     bm_ctx *c = vctx;
-    for (int i = 0; i < c->nw; i++)
-        kn_matmul(c->w[i], &c->a, c->m, c->y, kn_mat_n(c->w[i]), ith, nth, c->scratch[ith]);
+    for (int i = 0; i < c->nw; i++) {
+        kn_act a = c->a;
+        if (c->own_ldx)
+            a.ldx = kn_mat_k(c->w[i]);
+        kn_matmul(c->w[i], &a, c->m, c->y, kn_mat_n(c->w[i]), ith, nth, c->scratch[ith]);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -49,7 +56,14 @@ int main(int argc, char **argv) {
     /* K-quant rows must be multiples of 256: the 0.5b shapes with K = 896 become K = 1024 for
      * every type, so all types run the same shapes (qwen2-0.5b's K = 896 uses the Q5_0 / Q8_0
      * fallback in real files) */
-    int64_t shapes[3][2] = {{4864, 1024}, {1024, 4864}, {1024, 1024}};
+    int64_t shapes[4][2] = {{4864, 1024}, {1024, 4864}, {1024, 1024}, {0, 0}};
+    int n_shapes = 3;
+    bool own = getenv("BM_05B") != NULL;
+    if (own) {
+        int64_t s05[4][2] = {{1152, 896}, {896, 896}, {9728, 896}, {896, 4864}};
+        memcpy(shapes, s05, sizeof shapes);
+        n_shapes = 4;
+    }
     for (int ti = 0; ti < n_types; ti++) {
         if (only && gguf_type_from_name(only) != types[ti])
             continue;
@@ -60,11 +74,15 @@ int main(int argc, char **argv) {
         double flop_per_row = 0;
         /* BM_MATS matrices (default 4, L3-resident on this machine class; 36 or more exceed its
          * 260 MB L3, which is what decode at batch 1 sees) */
+        if (own && types[ti] != GGUF_TYPE_F16 && types[ti] != GGUF_TYPE_F32 &&
+            types[ti] != GGUF_TYPE_BF16)
+            continue;
+        c.own_ldx = own;
         int n_mats = getenv("BM_MATS") ? atoi(getenv("BM_MATS")) : 4;
         if (n_mats < 1 || n_mats > 64)
             n_mats = 4;
         for (int l = 0; l < n_mats; l++) {
-            int64_t n = shapes[l % 3][0], k = shapes[l % 3][1];
+            int64_t n = shapes[l % n_shapes][0], k = shapes[l % n_shapes][1];
             int64_t rb = gguf_type_row_bytes(types[ti], k);
             void *d = calloc((size_t)(rb * n), 1);
             float *f = malloc((size_t)k * 4);
@@ -85,7 +103,7 @@ int main(int argc, char **argv) {
         int n_ms = getenv("BM_M1") ? 1 : 3;
         for (int mi = 0; mi < n_ms; mi++) {
             c.m = ms[mi];
-            int64_t kmax = 4864, nmax = 4864;
+            int64_t kmax = 4864, nmax = own ? 9728 : 4864; /* widest K and N */
             c.a.x = calloc((size_t)(c.m * kmax), 4);
             for (int64_t i = 0; i < c.m * kmax; i++)
                 ((float *)c.a.x)[i] = (float)(i % 13) * 0.1f;

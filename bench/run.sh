@@ -15,7 +15,8 @@ done
 echo "== bench/bench_matmul.c (matrices beyond the L3: BM_MATS=60 BM_M1=1)"
 cc -O2 -Isrc bench/bench_matmul.c build/release/libverity.a -lm -pthread -o build/release/bench_matmul ||
     exit 2
-build/release/bench_matmul 2 f16 && BM_MATS=60 BM_M1=1 build/release/bench_matmul 2 f16 &&
+build/release/bench_matmul 2 f16 && BM_05B=1 build/release/bench_matmul 2 f16 &&
+    BM_MATS=60 BM_M1=1 build/release/bench_matmul 2 f16 &&
     BM_MATS=60 BM_M1=1 build/release/bench_matmul 2 q8_0 || exit 2
 echo "== bench/serve.sh"
 bench/serve.sh || exit 2
