@@ -421,28 +421,16 @@ kx_attn_group(const int NV, const float *q, int64_t g, const kn_attn_kv *kv, int
             float *oh = out + h * hd;
             switch (g - h < GS ? g - h : GS) {
             case 1:
-                if (kv->f16)
-                    kx_attn_values(NV, 1, true, vrow, n, ph, cp, alpha + h, l + h, oh);
-                else
-                    kx_attn_values(NV, 1, false, vrow, n, ph, cp, alpha + h, l + h, oh);
+                kx_attn_values(NV, 1, kv->f16, vrow, n, ph, cp, alpha + h, l + h, oh);
                 break;
             case 2:
-                if (kv->f16)
-                    kx_attn_values(NV, 2, true, vrow, n, ph, cp, alpha + h, l + h, oh);
-                else
-                    kx_attn_values(NV, 2, false, vrow, n, ph, cp, alpha + h, l + h, oh);
+                kx_attn_values(NV, 2, kv->f16, vrow, n, ph, cp, alpha + h, l + h, oh);
                 break;
             case 3:
-                if (kv->f16)
-                    kx_attn_values(NV, 3, true, vrow, n, ph, cp, alpha + h, l + h, oh);
-                else
-                    kx_attn_values(NV, 3, false, vrow, n, ph, cp, alpha + h, l + h, oh);
+                kx_attn_values(NV, 3, kv->f16, vrow, n, ph, cp, alpha + h, l + h, oh);
                 break;
             default:
-                if (kv->f16)
-                    kx_attn_values(NV, 4, true, vrow, n, ph, cp, alpha + h, l + h, oh);
-                else
-                    kx_attn_values(NV, 4, false, vrow, n, ph, cp, alpha + h, l + h, oh);
+                kx_attn_values(NV, 4, kv->f16, vrow, n, ph, cp, alpha + h, l + h, oh);
                 break;
             }
         }
