@@ -566,6 +566,12 @@ static void t_invariance(void) {
             inv_run(&ic, path, best, 2, 1, 1, 3, false);
         }
         T_OK(flags_set("attn-group", "16"));
+        /* matmuls by row panels of 7 (tiles of 4 and 3 rows), or all rows at once */
+        T_OK(flags_set("mm-panel", "7"));
+        inv_run(&ic, path, best, 2, INV_SEQS, 16, 9, false);
+        T_OK(flags_set("mm-panel", "0"));
+        inv_run(&ic, path, best, 2, INV_SEQS, INV_MAXLEN, 4, false);
+        T_OK(flags_set("mm-panel", "256"));
         free(ic.gold);
     }
 }

@@ -31,10 +31,14 @@ enum flag_kind {
     X(ISA, "isa", FLAG_KIND_ENUM, "auto", "auto|scalar|avx2|avx512",                               \
       "kernel instruction set; every choice computes identical bits, only speed differs")          \
     X(MM_PREFETCH, "mm-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                      \
-      "matmul kernels prefetch the next weight chunk while computing (speed only, same bits)")     \
+      "matmul kernels prefetch the next weights, and activation rows, while computing (speed "     \
+      "only, same bits)")                                                                          \
     X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "2", "0:2",                                 \
       "AVX-512 F16/BF16 matmuls of at most this many rows convert weights in registers, not "      \
       "via a panel (speed only, same bits)")                                                       \
+    X(MM_PANEL, "mm-panel", FLAG_KIND_INT, "256", "0:1048576",                                     \
+      "matmuls over more rows run panel by panel, each panel's columns swept before the next "     \
+      "(0 = all rows at once; speed only, same bits)")                                             \
     X(THREADS, "threads", FLAG_KIND_INT, "0", "0:256",                                             \
       "compute threads per forward pass (0 = one per online CPU)")                                 \
     X(KV_DTYPE, "kv-dtype", FLAG_KIND_ENUM, "f16", "f16|f32",                                      \

@@ -209,7 +209,7 @@ static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *
         int64_t l0 = pf_total * t / nt, l1 = pf_total * (t + 1) / nt;
         const char *pft = pf ? pf + l0 * 64 : NULL;
         int64_t pf_lines = l1 - l0;
-        const float *xt = xb + i * ldx, *xn = t + 1 < nt ? xt + r * ldx : NULL;
+        const float *xt = xb + i * ldx, *xn = t + 1 < nt && w->prefetch ? xt + r * ldx : NULL;
         float *yt = yb + i * ldy;
         switch (r) {
         case 6:

@@ -34,6 +34,12 @@ struct fwd_ctx {
     pool *threads;
     int n_threads;
     int64_t max_tokens, max_outputs, attn_chunk;
+    /* mm-panel: matmuls over more rows run panel by panel, every thread sweeping the columns of
+     * one panel before the next: a panel's activations (under 1 MiB at K = 896) stay in the L2
+     * across the sweep, where a whole 4096-row prefill step's would stream from L3 for every
+     * column block; each panel converts the weights again, a cost amortised over its 256 rows as
+     * at batch 1. 0: one panel of all rows. */
+    int64_t mm_panel;
     int64_t attn_group;    /* most query heads per attention unit (attn-group, <= the GQA group) */
     bool attn_per_row;     /* attn-group 0: kn_attn_row per head, one head per unit */
     int64_t attn_per_unit; /* the step being run: heads per attention unit */
@@ -82,6 +88,7 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->max_tokens = max_tokens;
     c->max_outputs = max_outputs;
     c->attn_chunk = attn_chunk;
+    c->mm_panel = flags_int(FLAG_MM_PANEL) > 0 ? flags_int(FLAG_MM_PANEL) : max_tokens;
     c->attn_group = hp->n_head / hp->n_head_kv;
     c->attn_per_row = flags_int(FLAG_ATTN_GROUP) == 0;
     if (c->attn_group > flags_int(FLAG_ATTN_GROUP))
@@ -189,11 +196,6 @@ int fwd_ctx_n_threads(const fwd_ctx *c) {
  * claim (tens of nanoseconds) and a wake-up; a tiny model's phases run on the caller alone. */
 #define FWD_CHUNK_WORK    32768
 #define FWD_MM_CHUNK_WORK 262144
-/* Matmuls over more rows than this run panel by panel, every thread sweeping the columns of one
- * panel before the next: a panel's activations (under 1 MiB at K = 896) stay in the L2 across
- * the sweep, where a whole 4096-row prefill step's would stream from L3 for every column block;
- * each panel converts the weights again, a cost amortised over its 256 rows as at batch 1. */
-#define FWD_MM_PANEL 256
 
 typedef enum fwd_kind {
     FWD_PRE_ATTN, /* (layer 0: embedding and RoPE angles; else residual), attention norm */
@@ -211,7 +213,7 @@ typedef struct fwd_mm {
     const float *x;
     float *y;
     int64_t rows, chunks; /* chunks: column chunks per row panel */
-    int64_t panels;       /* row panels of FWD_MM_PANEL rows (the last one shorter) */
+    int64_t panels;       /* row panels of fwd_ctx.mm_panel rows (the last one shorter) */
 } fwd_mm;
 
 typedef struct fwd_phase {
@@ -354,7 +356,7 @@ static void fwd_phase_chunk(void *vph, int64_t ci, int64_t n, int thread) {
             ci -= ph->mm[i].chunks * ph->mm[i].panels, i++;
         const fwd_mm *mm = &ph->mm[i];
         int64_t k = kn_mat_k(mm->w), kb = k / 32, ldy = kn_mat_n(mm->w);
-        int64_t r0 = ci / mm->chunks * FWD_MM_PANEL, r1 = r0 + FWD_MM_PANEL;
+        int64_t r0 = ci / mm->chunks * c->mm_panel, r1 = r0 + c->mm_panel;
         if (r1 > mm->rows)
             r1 = mm->rows;
         ci %= mm->chunks;
@@ -437,8 +439,8 @@ static void fwd_phase_matmul(fwd_ctx *c, int n_mm, const fwd_mm *mm) {
     for (int i = 0; i < n_mm; i++) {
         ph.mm[i] = mm[i];
         int64_t N = kn_mat_n(mm[i].w);
-        ph.mm[i].panels = (mm[i].rows + FWD_MM_PANEL - 1) / FWD_MM_PANEL;
-        int64_t rows = mm[i].rows < FWD_MM_PANEL ? mm[i].rows : FWD_MM_PANEL;
+        ph.mm[i].panels = (mm[i].rows + c->mm_panel - 1) / c->mm_panel;
+        int64_t rows = mm[i].rows < c->mm_panel ? mm[i].rows : c->mm_panel;
         ph.mm[i].chunks = fwd_chunks((N + 63) / 64, 64 * kn_mat_k(mm[i].w) * rows,
                                      FWD_MM_CHUNK_WORK, (N + 63) / 64);
         total += ph.mm[i].chunks * ph.mm[i].panels;
