@@ -148,14 +148,20 @@ if start_server serve.overload -m "$MODEL" --queue-max 2 --max-batch 1; then
 fi
 
 # SIGTERM drain: in-flight requests finish, new ones get 503, exit 0. Three long requests on a
-# batch of one keep the server busy for a while whatever the machine's speed.
+# batch of one keep the server busy for a while whatever the machine's speed; the signal goes
+# once the server holds all three (running + waiting), not after a guessed delay (under TSan
+# the third one could still be on its way in).
 if start_server serve.drain -m "$MODEL" --drain-timeout 60 --max-batch 1; then
     dp=""
     for k in 1 2 3; do
         curl -s -o "$TMP/drain.body.$k" -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":3000,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/drain.code.$k" &
         dp="$dp $!"
     done
-    sleep 0.3
+    for i in $(seq 1 300); do
+        r=$(metric verity_requests_running) w=$(metric verity_requests_waiting)
+        [ $((${r:-0} + ${w:-0})) -ge 3 ] && break
+        sleep 0.1
+    done
     kill -TERM "$SRV_PID"
     sleep 0.1
     late=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}')
