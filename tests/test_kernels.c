@@ -584,6 +584,18 @@ static void t_row_ops(void) {
         test_skip("no SIMD ISA on this CPU");
 }
 
+/* The kn_attn_kv of a test's paged pools (no sliding window). */
+static kn_attn_kv paged_kv(const void *k, const void *v, size_t block_bytes, const int32_t *table,
+                           int64_t block_size, int64_t stride, bool f16) {
+    return (kn_attn_kv){.k_base = k,
+                        .v_base = v,
+                        .block_bytes = block_bytes,
+                        .table = table,
+                        .block_size = block_size,
+                        .kv_stride = stride,
+                        .f16 = f16};
+}
+
 /* A paged KV with shuffled block order, head_dim 8/64/80/128, F16 and F32. */
 static void t_attention(void) {
     setup_isas();
@@ -616,13 +628,7 @@ static void t_attention(void) {
                         vf[p * stride + e] = kn_f16_to_f32(kn_f32_to_f16(vf[p * stride + e]));
                     }
             }
-            kn_attn_kv kv = {.k_base = kpool,
-                             .v_base = vpool,
-                             .block_bytes = block_bytes,
-                             .table = table,
-                             .block_size = bs,
-                             .kv_stride = stride,
-                             .f16 = f16};
+            kn_attn_kv kv = paged_kv(kpool, vpool, block_bytes, table, bs, stride, f16);
             float q[128], outr[128], outs[128], scratch[64];
             for (int64_t d = 0; d < hd; d++)
                 q[d] = rndf();
@@ -706,13 +712,7 @@ static void t_attention_rows(void) {
             }
             for (int64_t i = 0; i < 20 * hd; i++)
                 q[i] = rndf();
-            kn_attn_kv kv = {.k_base = kpool,
-                             .v_base = vpool,
-                             .block_bytes = block_bytes,
-                             .table = table,
-                             .block_size = bs,
-                             .kv_stride = stride,
-                             .f16 = f16};
+            kn_attn_kv kv = paged_kv(kpool, vpool, block_bytes, table, bs, stride, f16);
             float scale = 1.0f / sqrtf((float)hd);
             for (int ci = 0; ci < 5; ci++)
                 for (int64_t win = 0; win <= 45; win += 45)
