@@ -208,27 +208,27 @@ static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *
         int64_t r = base + (t < extra);
         int64_t l0 = pf_total * t / nt, l1 = pf_total * (t + 1) / nt;
         const char *pft = pf ? pf + l0 * 64 : NULL;
-        int64_t pf_lines = l1 - l0;
+        int64_t pf_n = l1 - l0;
         const float *xt = xb + i * ldx, *xn = t + 1 < nt && w->prefetch ? xt + r * ldx : NULL;
         float *yt = yb + i * ldy;
         switch (r) {
         case 6:
-            kf_tile(6, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
+            kf_tile(6, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn);
             break;
         case 5:
-            kf_tile(5, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
+            kf_tile(5, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn);
             break;
         case 4:
-            kf_tile(4, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
+            kf_tile(4, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn);
             break;
         case 3:
-            kf_tile(3, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
+            kf_tile(3, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn);
             break;
         case 2:
-            kf_tile(2, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
+            kf_tile(2, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn);
             break;
         default:
-            kf_tile(1, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_lines, xn);
+            kf_tile(1, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn);
             break;
         }
         i += r;

@@ -6,7 +6,9 @@
  * The references define the canonical operation order (kn.h): lane-16 reductions with a fixed
  * tree, kn_expf, and for attention an online softmax over position chunks whose boundaries are
  * multiples of `chunk` in absolute position. The SIMD versions perform the same IEEE operations
- * in the same order and are tested against these with memcmp.
+ * in the same order and are tested against these with memcmp. kn_attn_rows (the query heads of
+ * one KV head) is kn_attn_row per head here and for AVX2; AVX-512 runs the heads as a group
+ * (kn_ops_avx512.c) with each head's operations unchanged.
  */
 #include "kernels/kn_int.h"
 
