@@ -71,7 +71,10 @@ enum flag_kind {
       "serve: seconds to let in-flight requests finish after SIGTERM")                             \
     X(TIMEOUT, "timeout", FLAG_KIND_INT, "600", "1:86400",                                         \
       "serve: seconds a connection may stay idle or take to send its request")                     \
-    X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024", "serve: largest request body in MiB")
+    X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024", "serve: largest request body in MiB")    \
+    X(ADMIN_API, "admin-api", FLAG_KIND_BOOL, "0", "0|1",                                          \
+      "serve: POST /admin/pause, /admin/resume and /admin/step hold the engine between steps, "    \
+      "release it, or step it (tests, maintenance; behind --api-key like every route)")
 
 /* Fault injection (issue 5): the incident's bug classes, reproduced on purpose so that
  * `verity hunt` and `verity bisect` can be shown to find them. They exist only in the fault

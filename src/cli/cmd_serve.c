@@ -98,7 +98,8 @@ int cmd_serve(int argc, char **argv) {
                       .api_key = key,
                       .timeout_s = (int)flags_int(FLAG_TIMEOUT),
                       .max_body_bytes = (size_t)flags_int(FLAG_MAX_BODY) << 20,
-                      .max_batch = flags_int(FLAG_MAX_BATCH)};
+                      .max_batch = flags_int(FLAG_MAX_BATCH),
+                      .admin_api = flags_int(FLAG_ADMIN_API) != 0};
     server *srv;
     int rc = server_create(&so, &srv);
     if (rc)

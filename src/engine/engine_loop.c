@@ -9,6 +9,12 @@
  * into the request's queue under the request's lock and signals it.
  *
  * Statistics are written by the engine thread into atomics after each step and read by anyone.
+ *
+ * Pausing (engine_loop_pause): the engine thread finishes the step it is in, then parks under the
+ * loop's mutex and tells the pauser so, which is what makes a pause a synchronisation point: once
+ * engine_loop_pause returns, no step runs until engine_loop_resume (or engine_loop_step grants
+ * some). A parked loop still takes messages, so submitted requests join the engine's waiting
+ * queue and cancels are recorded; what they change happens at the next step.
  */
 #include "engine/engine_loop.h"
 #include "base/clock.h"
@@ -48,13 +54,20 @@ struct engine_loop {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t park_cv; /* signalled when the thread parks or finishes a granted step */
     eloop_msg *head, *tail;
     bool stop;
+    bool pause;        /* asked to pause (engine_loop_pause) */
+    bool parked;       /* the thread has seen the pause and takes no step */
+    int64_t grant;     /* steps a paused loop may still take (engine_loop_step) */
+    int64_t n_granted; /* steps taken on grant so far */
+    bool stepping;     /* a granted step is running */
     uint64_t next_id;
     eloop_step_cb step_cb;
     void *step_ud;
     /* requests known to the engine thread, by id (for lookups on cancel) */
     _Atomic int64_t pending;
+    atomic_bool st_paused;
     _Atomic int64_t st_running, st_waiting, st_kv_used, st_kv_total, st_preempt, st_steps;
     _Atomic int64_t st_prompt_tokens, st_gen_tokens, st_shared;
 };
@@ -157,12 +170,29 @@ static void eloop_handle(engine_loop *l, eloop_msg *m) {
     free(m);
 }
 
+/* Under l->mu: may the thread take a step now? (Otherwise it waits, or handles messages.) */
+static bool eloop_may_step(engine_loop *l) {
+    return (!l->pause || l->grant > 0) && engine_busy(l->e);
+}
+
 static void *eloop_main(void *arg) {
     engine_loop *l = arg;
     for (;;) {
         pthread_mutex_lock(&l->mu);
-        while (!l->head && !l->stop && !engine_busy(l->e))
+        for (;;) {
+            if (l->pause && !l->parked) {
+                l->parked = true;
+                atomic_store(&l->st_paused, true);
+                pthread_cond_broadcast(&l->park_cv);
+            }
+            if (l->head || l->stop || eloop_may_step(l))
+                break;
+            if (l->pause && l->grant > 0) { /* idle: the grant lapses, the stepper returns */
+                l->grant = 0;
+                pthread_cond_broadcast(&l->park_cv);
+            }
             pthread_cond_wait(&l->cv, &l->mu);
+        }
         eloop_msg *m = l->head;
         l->head = l->tail = NULL;
         bool stop = l->stop;
@@ -174,7 +204,15 @@ static void *eloop_main(void *arg) {
         }
         if (stop)
             break;
-        if (engine_busy(l->e)) {
+        pthread_mutex_lock(&l->mu);
+        bool step = eloop_may_step(l);
+        bool granted = step && l->pause;
+        if (granted) {
+            l->grant--;
+            l->stepping = true;
+        }
+        pthread_mutex_unlock(&l->mu);
+        if (step) {
             int64_t gen0 = engine_n_generated(l->e), pt0 = engine_n_prompt_computed(l->e);
             int64_t t0 = clock_now_ns();
             int rc = engine_step(l->e);
@@ -190,12 +228,22 @@ static void *eloop_main(void *arg) {
                     (engine_n_generated(l->e) - gen0) + (engine_n_prompt_computed(l->e) - pt0), dt);
         }
         eloop_update_stats(l);
+        if (granted) {
+            pthread_mutex_lock(&l->mu);
+            l->n_granted++;
+            l->stepping = false;
+            pthread_cond_broadcast(&l->park_cv);
+            pthread_mutex_unlock(&l->mu);
+        }
     }
     /* cancel everything still known to the engine and let it report */
     engine_cancel_all(l->e);
     while (engine_busy(l->e))
         engine_step(l->e);
     eloop_update_stats(l);
+    pthread_mutex_lock(&l->mu);
+    pthread_cond_broadcast(&l->park_cv); /* a pauser or stepper waiting on a stopped loop */
+    pthread_mutex_unlock(&l->mu);
     return NULL;
 }
 
@@ -209,10 +257,12 @@ int engine_loop_create(engine *e, eloop_step_cb step_cb, void *step_ud, engine_l
     l->step_ud = step_ud;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
+    pthread_cond_init(&l->park_cv, NULL);
     eloop_update_stats(l);
     if (pthread_create(&l->thread, NULL, eloop_main, l) != 0) {
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);
+        pthread_cond_destroy(&l->park_cv);
         free(l);
         return err_set(ERR_INTERNAL, "engine loop: cannot start thread");
     }
@@ -245,7 +295,46 @@ void engine_loop_destroy(engine_loop *l) {
     }
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
+    pthread_cond_destroy(&l->park_cv);
     free(l);
+}
+
+void engine_loop_pause(engine_loop *l) {
+    pthread_mutex_lock(&l->mu);
+    l->pause = true;
+    pthread_cond_signal(&l->cv);
+    while (!l->parked && !l->stop)
+        pthread_cond_wait(&l->park_cv, &l->mu);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void engine_loop_resume(engine_loop *l) {
+    pthread_mutex_lock(&l->mu);
+    l->pause = false;
+    l->parked = false;
+    l->grant = 0;
+    atomic_store(&l->st_paused, false);
+    pthread_cond_signal(&l->cv);
+    pthread_cond_broadcast(&l->park_cv); /* a stepper waiting on the paused loop */
+    pthread_mutex_unlock(&l->mu);
+}
+
+int engine_loop_step(engine_loop *l, int64_t n_steps, int64_t *n_taken) {
+    *n_taken = 0;
+    pthread_mutex_lock(&l->mu);
+    if (!l->pause) {
+        pthread_mutex_unlock(&l->mu);
+        return err_set(ERR_STATE, "engine loop: not paused (pause it before stepping it)");
+    }
+    int64_t start = l->n_granted;
+    l->grant += n_steps;
+    pthread_cond_signal(&l->cv);
+    while ((l->grant > 0 || l->stepping) && l->pause && !l->stop)
+        pthread_cond_wait(&l->park_cv, &l->mu);
+    l->grant = 0;
+    *n_taken = l->n_granted - start;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
 }
 
 static void eloop_post(engine_loop *l, eloop_msg *m) {
@@ -360,6 +449,7 @@ void engine_loop_stats(engine_loop *l, eloop_stats *out) {
     out->prompt_tokens = atomic_load(&l->st_prompt_tokens);
     out->generation_tokens = atomic_load(&l->st_gen_tokens);
     out->shared_positions = atomic_load(&l->st_shared);
+    out->paused = atomic_load(&l->st_paused);
 }
 
 int64_t engine_loop_pending(engine_loop *l) {

@@ -45,6 +45,7 @@ typedef struct eloop_stats {
     int64_t prompt_tokens; /* prompt tokens computed (recomputation after preemption included) */
     int64_t generation_tokens; /* tokens sampled */
     int64_t shared_positions;  /* prompt positions shared between the choices of a request */
+    bool paused;               /* engine_loop_pause took effect and no resume followed */
 } eloop_stats;
 
 /* Called by the engine thread after every step with the number of sequences in it (for the batch
@@ -76,6 +77,23 @@ void eloop_req_cancel(eloop_req *q);
 
 /* Drops the caller's reference. Cancels the request first if it has not finished. */
 void eloop_req_release(eloop_req *q);
+
+/* Holds the engine between steps: waits for the step in progress (if any) to end, and returns
+ * once the engine thread has parked. Until engine_loop_resume no step runs, except those granted
+ * by engine_loop_step; submissions and cancels are still taken in (submitted requests wait,
+ * cancelled ones are freed at the next step). Pausing a paused loop is a no-op. For tests that
+ * must create a state (a full queue, a batch of N, a request holding KV) without racing the
+ * engine, and for maintenance. */
+void engine_loop_pause(engine_loop *l);
+
+/* Lets a paused loop step again (a no-op when not paused). */
+void engine_loop_resume(engine_loop *l);
+
+/* On a paused loop: runs up to n_steps steps, fewer if the engine runs out of work first, and
+ * returns when they are done (the statistics and the step hook already reflect them); the loop
+ * stays paused. *n_taken is the number of steps run. Returns 0, or ERR_STATE when the loop is not
+ * paused. */
+int engine_loop_step(engine_loop *l, int64_t n_steps, int64_t *n_taken);
 
 /* Current state (lock-free snapshot, possibly one step old). */
 void engine_loop_stats(engine_loop *l, eloop_stats *out);

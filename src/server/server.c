@@ -190,6 +190,53 @@ static enum MHD_Result srv_route_flags(struct MHD_Connection *c) {
     return rc;
 }
 
+/* POST /admin/pause, /admin/resume, /admin/step (only with --admin-api): hold the engine between
+ * steps, release it, or run N steps of a held engine ({"steps":N}, default 1). Each answers once
+ * the engine is in the state asked for, so a client can build a state (a full queue, a batch of
+ * N, a request holding KV) without racing the engine. */
+static enum MHD_Result srv_route_admin(server *s, struct MHD_Connection *c, srv_conn *cc,
+                                       const char *url) {
+    srv_err e;
+    strbuf sb;
+    strbuf_init(&sb);
+    if (!strcmp(url, "/admin/pause")) {
+        engine_loop_pause(s->sm.loop);
+        strbuf_puts(&sb, "{\"paused\":true}");
+    } else if (!strcmp(url, "/admin/resume")) {
+        engine_loop_resume(s->sm.loop);
+        strbuf_puts(&sb, "{\"paused\":false}");
+    } else {
+        int64_t n = 1, taken = 0;
+        arena *a = arena_create(4096, 1 << 20);
+        json_value *body = NULL;
+        const json_value *v;
+        int rc = !a             ? ERR_NOMEM
+                 : cc->body.len ? json_parse(a, cc->body.data, cc->body.len, &body)
+                                : 0;
+        if (rc == 0 && body && body->type != JSON_OBJECT)
+            rc = ERR_INVAL;
+        if (rc == 0 && body && (v = json_get(body, "steps")) && (!json_as_int(v, &n) || n < 1))
+            rc = ERR_INVAL;
+        arena_destroy(a);
+        if (rc) {
+            strbuf_deinit(&sb);
+            srv_fail(&e, 400, "invalid_request_error", "steps",
+                     "/admin/step takes a JSON object {\"steps\": N} with N a positive integer");
+            return srv_send_error(c, &e);
+        }
+        if (engine_loop_step(s->sm.loop, n, &taken)) {
+            strbuf_deinit(&sb);
+            srv_fail(&e, 409, "invalid_request_error", NULL,
+                     "/admin/step needs a paused engine (POST /admin/pause first)");
+            return srv_send_error(c, &e);
+        }
+        strbuf_printf(&sb, "{\"steps\":%lld}", (long long)taken);
+    }
+    enum MHD_Result r = srv_send_json(c, 200, &sb);
+    strbuf_deinit(&sb);
+    return r;
+}
+
 static enum MHD_Result srv_route_tokenize(server *s, struct MHD_Connection *c,
                                           const json_value *body) {
     srv_err e;
@@ -347,6 +394,15 @@ static enum MHD_Result srv_dispatch(server *s, struct MHD_Connection *c, srv_con
     }
     if (get && !strcmp(url, "/metrics"))
         return srv_route_metrics(s, c);
+    /* before the drain check: a drained server's held engine must still be releasable */
+    if (s->o.admin_api && !strncmp(url, "/admin/", 7) &&
+        (!strcmp(url + 7, "pause") || !strcmp(url + 7, "resume") || !strcmp(url + 7, "step"))) {
+        if (!post) {
+            srv_fail(&e, 405, "invalid_request_error", NULL, "%s needs POST, not %s", url, method);
+            return srv_send_error_h(c, &e, "Allow", "POST");
+        }
+        return srv_route_admin(s, c, cc, url);
+    }
     if (atomic_load(&s->draining)) {
         srv_metrics_reject(s->metrics, SRV_REJECT_DRAINING);
         srv_fail(&e, 503, "server_error", NULL, "the server is shutting down");

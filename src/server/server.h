@@ -12,7 +12,8 @@
  * in-flight ones finish; server_destroy closes everything.
  *
  * Routes: GET /health, GET /v1/models, GET /metrics, GET /v1/flags, POST /tokenize,
- * POST /detokenize, POST /v1/completions, POST /v1/chat/completions. Errors are OpenAI-shaped:
+ * POST /detokenize, POST /v1/completions, POST /v1/chat/completions, and with admin_api
+ * POST /admin/pause, /admin/resume, /admin/step (engine_loop_pause). Errors are OpenAI-shaped:
  * {"error":{"message","type","param","code"}} with the field named in message and param.
  */
 #ifndef VERITY_SERVER_SERVER_H
@@ -34,6 +35,7 @@ typedef struct server_opts {
     int timeout_s;         /* connection idle / read timeout */
     size_t max_body_bytes; /* larger request bodies get 413 */
     int64_t max_batch;     /* the engine's batch size (sizes the connection limit) */
+    bool admin_api;        /* POST /admin/pause, /admin/resume, /admin/step (off: 404) */
 } server_opts;
 
 typedef struct server server;

@@ -127,6 +127,9 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
     strbuf_printf(sb, "verity_requests_running %lld\n", (long long)st->running);
     srv_family(sb, "verity_requests_waiting", "gauge", "Requests waiting for admission.");
     strbuf_printf(sb, "verity_requests_waiting %lld\n", (long long)st->waiting);
+    srv_family(sb, "verity_engine_paused", "gauge",
+               "1 while the engine is held between steps (POST /admin/pause).");
+    strbuf_printf(sb, "verity_engine_paused %d\n", st->paused ? 1 : 0);
     srv_family(sb, "verity_kv_usage_ratio", "gauge", "Fraction of KV cache blocks in use.");
     strbuf_printf(sb, "verity_kv_usage_ratio %.6f\n",
                   st->kv_total_blocks ? (double)st->kv_used_blocks / (double)st->kv_total_blocks
