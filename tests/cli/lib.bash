@@ -77,3 +77,63 @@ http_code() {
 metric() {
     curl -s "$SRV_URL/metrics" | awk -v n="$1" '$1 == n { print $2 }'
 }
+
+# metric_sum NAME: the sum of every series of NAME (labels ignored), 0 when absent
+metric_sum() {
+    curl -s "$SRV_URL/metrics" | awk -v n="$1" '{ k = $1; sub(/\{.*/, "", k) } k == n { s += $2 } END { print s + 0 }'
+}
+
+# wait_metric NAME OP VALUE: polls /metrics until `NAME OP VALUE` holds (OP: -eq -ge -le -gt
+# -lt, integers; or = for the text of a value); returns 1 if it still does not after 300 s. The
+# limit is only a backstop for a hung server: the loop ends as soon as the state exists, so the
+# test does not depend on the machine's speed.
+wait_metric() {
+    local n=$1 op=$2 want=$3 v i
+    for i in $(seq 1 3000); do
+        v=$(metric "$n")
+        if [ "$op" = = ]; then [ "$v" = "$want" ] && return 0
+        else [ -n "$v" ] && [ "${v%.*}" "$op" "$want" ] && return 0; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# admin pause|resume|step [N]: the server's admin API (needs --admin-api 1); prints the body,
+# returns 1 on a status other than 200
+admin() {
+    local code
+    if [ "$1" = step ]; then code=$(http_code POST /admin/step "{\"steps\":${2:-1}}")
+    else code=$(http_code POST "/admin/$1"); fi
+    cat "$TMP/body"
+    [ "$code" = 200 ]
+}
+
+# batch_hist: "STEPS STEPS_OVER_1 STEPS_OVER_8" from the verity_batch_size histogram (steps
+# since start, steps with more than one sequence, steps with more than eight)
+batch_hist() {
+    curl -s "$SRV_URL/metrics" | awk '
+        $1 == "verity_batch_size_count" { c = $2 }
+        $1 == "verity_batch_size_bucket{le=\"1\"}" { b1 = $2 }
+        $1 == "verity_batch_size_bucket{le=\"8\"}" { b8 = $2 }
+        END { print c + 0, c - b1, c - b8 }'
+}
+
+# run_node NAME [-o FILE] SCRIPT ARGS...: runs a node test script; its output passes through
+# (PASS/FAIL lines), or with -o goes to FILE (data for the caller). A missing node binary, or a
+# nonzero exit without a FAIL line of the script's own, prints FAIL NAME: a test client that
+# cannot run is a failure, never silence or a skip. Returns node's exit status (127: no node).
+run_node() {
+    local name=$1 out_file=""; shift
+    if [ "$1" = -o ]; then out_file=$2; shift 2; fi
+    if ! command -v node >/dev/null; then
+        fail "$name" "node not found (scripts/setup.sh installs nodejs)"; return 127
+    fi
+    local out rc
+    out=$(timeout 600 node "$@" 2>"$TMP/node.err"); rc=$?
+    if [ -n "$out_file" ]; then printf '%s\n' "$out" >"$out_file"
+    elif [ -n "$out" ]; then printf '%s\n' "$out"; fi
+    if [ $rc -ne 0 ] && { [ -n "$out_file" ] || ! grep -q '^FAIL ' <<<"$out"; }; then
+        fail "$name" "node $(basename "$1") exited $rc: $(tail -c 300 "$TMP/node.err" | tr '\n' ' ')"
+    fi
+    return $rc
+}

@@ -4,13 +4,66 @@
 # a client disconnecting mid-stream (its KV freed), SIGTERM drain, promtool on /metrics, and the
 # official OpenAI client (conformance) plus P1 through HTTP (64 requests alone vs concurrent, and
 # again with a KV pool small enough to force preemption).
+#
+# Nothing here races the engine: the servers run with --admin-api 1, and a test that needs a
+# state (a full queue, 64 requests in one batch, a request holding KV, requests in flight at
+# SIGTERM) holds the engine (POST /admin/pause), builds the state, checks it through /metrics,
+# and only then releases or steps the engine. Waits poll for a state, never for a time.
+#
+# P1 through HTTP: the reference answers come from a server that runs one sequence per step
+# (--max-batch 1, whole-prompt prefill, one thread), each request alone; the compared servers
+# batch up to 64 sequences, prefill in chunks of 8 tokens (so most prompts span several chunks)
+# and use 2 threads, and get all 64 requests at once, held until every choice waits. The test
+# fails unless the batch-size histogram shows steps with more than 8 sequences in that phase,
+# so a server that serialised the requests would fail it.
 . "$(dirname "$0")/lib.bash"
 
 MODEL="$TMP/tiny.gguf"
 "$VERITY" synth --shape tiny --type q8_0 --seed 5 -o "$MODEL" 2>/dev/null || { fail serve.synth "synth failed"; exit 0; }
 scale=${VERITY_TEST_SCALE:-1}
 
-if start_server serve.start -m "$MODEL"; then
+nodedir="$(dirname "$0")/../node"
+have_node=""
+if ! command -v node >/dev/null; then fail serve.node "node not found (scripts/setup.sh installs nodejs)"
+elif [ ! -d "$nodedir/node_modules/openai" ] && ! (cd "$nodedir" && timeout 300 npm ci --no-audit --no-fund >"$TMP/npm.log" 2>&1); then
+    fail serve.node "npm ci in tests/node failed (the openai package is needed): $(tail -c 300 "$TMP/npm.log")"
+else have_node=1; fi
+
+# the reference: every P1 request alone on a server that never batches
+if [ -n "$have_node" ] && start_server serve.p1_reference -m "$MODEL" --max-batch 1 --chunk 512 -t 1; then
+    VERITY_URL=$SRV_URL run_node serve.p1_record -o "$TMP/p1.alone" "$nodedir/p1.mjs" record
+    h=$(batch_hist)
+    [ "${h#* }" = "0 0" ] || fail serve.p1_reference "the reference server batched: steps/over 1/over 8 = $h"
+    stop_server
+fi
+# p1_replay NAME [MIN_OVER_8]: replays the 64 requests at once against $SRV_URL, held until all
+# wait, and compares with the reference; fails unless steps with more than one sequence ran
+# meanwhile (and at least MIN_OVER_8 steps with more than 8, default 1) and most prompts were
+# longer than the server's prefill chunk (8)
+p1_replay() {
+    local name=$1 min8=${2:-1} h0 h1 multi big
+    h0=$(batch_hist)
+    VERITY_P1_HOLD=1 VERITY_URL=$SRV_URL run_node "$name" -o "$TMP/p1.$name" "$nodedir/p1.mjs" replay || return 1
+    h1=$(batch_hist)
+    read -r s0 m0 b0 <<<"$h0"; read -r s1 m1 b1 <<<"$h1"
+    multi=$((m1 - m0)); big=$((b1 - b0))
+    chunked=$(grep -o '"prompt_tokens":[0-9]*' "$TMP/p1.$name" | awk -F: '$2 > 8' | wc -l)
+    if [ "$(grep -c '' "$TMP/p1.alone")" -ne 64 ] || grep -q '"error"' "$TMP/p1.alone"; then
+        fail "$name" "the reference run is incomplete: $(grep -m1 '"error"' "$TMP/p1.alone" | head -c 300)"
+    elif ! cmp -s "$TMP/p1.alone" "$TMP/p1.$name"; then
+        fail "$name" "responses differ from the reference: $(diff "$TMP/p1.alone" "$TMP/p1.$name" | head -c 300)"
+    elif [ "$multi" -le 0 ] || [ "$big" -lt "$min8" ]; then
+        fail "$name" "$((s1 - s0)) steps, $multi with more than one sequence, $big with more than 8 (at least $min8 needed): the requests were not batched"
+    elif [ "$chunked" -lt 32 ]; then
+        fail "$name" "only $chunked prompts longer than the prefill chunk: chunking not exercised"
+    else
+        P1_NOTE="$((s1 - s0)) steps, $multi with >1 sequences, $big with >8; $chunked prompts chunked"
+        return 0
+    fi
+    return 1
+}
+
+if start_server serve.start -m "$MODEL" --admin-api 1 --max-batch 64 --chunk 8 -t 2; then
     [ "$(http_code GET /health)" = 200 ] && pass serve.health || fail serve.health "$(cat "$TMP/body")"
     c=$(http_code GET /v1/models); grep -q '"object":"list"' "$TMP/body" && [ "$c" = 200 ] && pass serve.models || fail serve.models "$c $(cat "$TMP/body")"
     c=$(http_code GET /v1/flags); grep -q '"name":"kv-dtype"' "$TMP/body" && [ "$c" = 200 ] && pass serve.flags || fail serve.flags "$c"
@@ -47,16 +100,23 @@ if start_server serve.start -m "$MODEL"; then
     [ "$got" = 413 ] && pass serve.bad.oversized_body || fail serve.bad.oversized_body "status $got"
     [ "$(http_code GET /health)" = 200 ] && pass serve.keeps_serving_after_bad_input || fail serve.keeps_serving_after_bad_input "health failed"
 
-    # a client that goes away mid-stream: its request is cancelled and its KV freed
-    # (head closes the pipe after the first chunk; curl dies on SIGPIPE and the socket closes)
-    curl -sN -H 'content-type: application/json' -d '{"prompt":"go on","max_tokens":4000,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" 2>/dev/null | head -c 100 >/dev/null
-    freed=""
-    for i in $(seq 1 50); do
-        r=$(metric verity_kv_usage_ratio); cn=$(metric verity_requests_cancelled_total)
-        if [ "$r" = "0.000000" ] && [ "${cn:-0}" -ge 1 ]; then freed=1; break; fi
-        sleep 0.1
-    done
-    [ -n "$freed" ] && pass serve.disconnect_frees_kv || fail serve.disconnect_frees_kv "kv_usage_ratio $r, cancelled $cn"
+    # a client that goes away mid-stream: its request is cancelled and its KV freed. The engine
+    # is held; one granted step admits the request, prefills it and sends its first token, so it
+    # holds KV; the client then goes away while the engine is still held (the request cannot
+    # finish meanwhile), the server notices (cancelled_total), and the next step frees the KV.
+    c0=$(metric verity_requests_cancelled_total)
+    admin pause >/dev/null
+    curl -sN -H 'content-type: application/json' -d '{"prompt":"go on","max_tokens":200,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/dc.out" 2>/dev/null &
+    dc=$!
+    why=""
+    if ! wait_metric verity_requests_waiting -eq 1; then why="the request never reached the engine"
+    elif ! admin step 1 >/dev/null || [ "$(metric verity_kv_usage_ratio)" = 0.000000 ]; then why="no KV held after one step"
+    fi
+    kill "$dc" 2>/dev/null; wait "$dc" 2>/dev/null
+    if [ -z "$why" ] && ! wait_metric verity_requests_cancelled_total -ge $((${c0:-0} + 1)); then why="the disconnect was not noticed"; fi
+    admin resume >/dev/null
+    if [ -z "$why" ] && ! wait_metric verity_kv_usage_ratio = 0.000000; then why="KV not freed: $(metric verity_kv_usage_ratio)"; fi
+    [ -z "$why" ] && pass serve.disconnect_frees_kv || fail serve.disconnect_frees_kv "$why"
 
     # promtool on a live /metrics
     if command -v promtool >/dev/null; then
@@ -68,7 +128,7 @@ if start_server serve.start -m "$MODEL"; then
     fi
     # n > 1: the choices share the prompt's K/V, and each equals an independent request with its
     # seed (seed + i)
-    if command -v node >/dev/null; then
+    if [ -n "$have_node" ]; then
         sh0=$(metric verity_shared_prompt_tokens_total)
         body='"prompt":"a fairly long shared prompt for the choices to share","max_tokens":12,"temperature":0.9'
         curl -s -H 'content-type: application/json' -d "{$body,\"n\":3,\"seed\":5}" "$SRV_URL/v1/completions" |
@@ -94,21 +154,11 @@ if start_server serve.start -m "$MODEL"; then
     [ -z "$absent" ] && pass serve.grafana_metrics_exist || fail serve.grafana_metrics_exist "not exported:$absent"
 
     # the official OpenAI client, and P1 through HTTP
-    nodedir="$(dirname "$0")/../node"
-    if command -v node >/dev/null && { [ -d "$nodedir/node_modules/openai" ] || (cd "$nodedir" && timeout 300 npm ci --no-audit --no-fund >/dev/null 2>&1); }; then
-        VERITY_URL=$SRV_URL timeout 600 node "$nodedir/conformance.mjs"
-        VERITY_URL=$SRV_URL timeout 600 node "$nodedir/detok.mjs"
-        VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" record >"$TMP/p1.alone"
-        VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" replay >"$TMP/p1.concurrent"
-        if [ "$(grep -c '' "$TMP/p1.alone")" -eq 64 ] && ! grep -q '"error"' "$TMP/p1.alone" && cmp -s "$TMP/p1.alone" "$TMP/p1.concurrent"; then
-            pass serve.p1_http_alone_vs_64_concurrent
-        else
-            fail serve.p1_http_alone_vs_64_concurrent "responses differ: $(diff "$TMP/p1.alone" "$TMP/p1.concurrent" | head -c 300)"
-        fi
-        have_node=1
-    else
-        skip serve.node "node or the openai npm package unavailable"
-        have_node=""
+    if [ -n "$have_node" ]; then
+        VERITY_URL=$SRV_URL run_node serve.conformance "$nodedir/conformance.mjs"
+        VERITY_URL=$SRV_URL run_node serve.detok "$nodedir/detok.mjs"
+        [ -s "$TMP/p1.alone" ] && p1_replay serve.p1_http_alone_vs_64_concurrent &&
+            pass "serve.p1_http_alone_vs_64_concurrent($P1_NOTE)"
     fi
     stop_server
     [ "$SRV_STATUS" = 0 ] && pass serve.sigterm_exit_0 || fail serve.sigterm_exit_0 "exit status $SRV_STATUS"
@@ -116,61 +166,94 @@ fi
 
 # P1 again with a KV pool small enough to force preemption: 48 blocks of 16 positions hold the
 # largest of these requests (about 25 blocks) but not two of them growing at once
-if [ -n "${have_node:-}" ] && start_server serve.preempt -m "$MODEL" --kv-blocks 48 --max-batch 64; then
-    VERITY_URL=$SRV_URL timeout 600 node "$nodedir/p1.mjs" replay >"$TMP/p1.preempt"
-    pre=$(metric verity_preemptions_total)
-    if ! cmp -s "$TMP/p1.alone" "$TMP/p1.preempt"; then fail serve.p1_http_preemption "responses differ under preemption"
-    elif [ "${pre:-0}" -eq 0 ]; then fail serve.p1_http_preemption "no preemption happened"
-    else pass "serve.p1_http_preemption($pre preemptions)"; fi
-    stop_server
-fi
-
-# overload: a queue of 2 and a batch of 1; far more concurrent requests than that
-if start_server serve.overload -m "$MODEL" --queue-max 2 --max-batch 1; then
-    rss0=$(awk '/VmRSS/ {print $2}' /proc/"$SRV_PID"/status)
-    n=$(awk -v s="$scale" 'BEGIN { print int(40 * s) + 8 }')
-    pids=""
-    for i in $(seq 1 "$n"); do
-        curl -s -m 120 -o /dev/null -D "$TMP/h.$i" -w '%{http_code}\n' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":64,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/code.$i" &
-        pids="$pids $!"
-    done
-    wait $pids   # not a bare wait: the server is a background child of this shell too
-    n429=$(cat "$TMP"/code.* | grep -c '^429$'); n200=$(cat "$TMP"/code.* | grep -c '^200$')
-    retry=$(grep -il '^retry-after:' "$TMP"/h.* | wc -l)
-    rss1=$(awk '/VmRSS/ {print $2}' /proc/"$SRV_PID"/status)
-    if [ "$n429" -gt 0 ] && [ "$n200" -gt 0 ] && [ $((n429 + n200)) -eq "$n" ] && [ "$retry" -ge "$n429" ] && [ "$(http_code GET /health)" = 200 ]; then
-        pass "serve.overload_429($n200 ok, $n429 rejected with Retry-After)"
-    else
-        fail serve.overload_429 "200: $n200, 429: $n429, Retry-After: $retry of $n"
+if [ -n "$have_node" ] && [ -s "$TMP/p1.alone" ] &&
+    start_server serve.preempt -m "$MODEL" --admin-api 1 --kv-blocks 48 --max-batch 64 --chunk 8 -t 2; then
+    # (a pool this small holds about 8 sequences at once: batches above 8 are not expected)
+    if p1_replay serve.p1_http_preemption 0; then
+        pre=$(metric verity_preemptions_total)
+        if [ "${pre:-0}" -eq 0 ]; then fail serve.p1_http_preemption "no preemption happened"
+        else pass "serve.p1_http_preemption($pre preemptions; $P1_NOTE)"; fi
     fi
-    [ "$rss1" -lt $((rss0 + 200000)) ] && pass "serve.overload_memory_bounded(${rss0}->${rss1} kB)" || fail serve.overload_memory_bounded "RSS ${rss0} -> ${rss1} kB"
     stop_server
 fi
 
-# SIGTERM drain: in-flight requests finish, new ones get 503, exit 0. Three long requests on a
-# batch of one keep the server busy for a while whatever the machine's speed; the signal goes
-# once the server holds all three (running + waiting), not after a guessed delay (under TSan
-# the third one could still be on its way in).
-if start_server serve.drain -m "$MODEL" --drain-timeout 60 --max-batch 1; then
+# overload: a queue of 2 and a batch of 1, the engine held. Two requests fill the queue (and wait
+# there while the engine is held), so every further request must get 429 with Retry-After, and
+# the two must then complete. Memory: rounds of rejected requests with 256 KiB bodies; after the
+# first round RSS may not grow by more than 16 MiB over four more (a leak of one body per
+# rejected request would add 64 MiB).
+if start_server serve.overload -m "$MODEL" --admin-api 1 --queue-max 2 --max-batch 1; then
+    admin pause >/dev/null
+    hp=""
+    for k in 1 2; do
+        curl -s -m 300 -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":8,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/hold.$k" &
+        hp="$hp $!"
+    done
+    if ! wait_metric verity_requests_waiting -eq 2; then
+        fail serve.overload_429 "the two holding requests never reached the queue"
+    else
+        n=$(awk -v s="$scale" 'BEGIN { print int(40 * s) + 8 }')
+        pids=""
+        for i in $(seq 1 "$n"); do
+            curl -s -m 60 -o /dev/null -D "$TMP/h.$i" -w '%{http_code}\n' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":64,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/code.$i" &
+            pids="$pids $!"
+        done
+        wait $pids # not a bare wait: the server is a background child of this shell too
+        n429=$(cat "$TMP"/code.* | grep -c '^429$')
+        retry=$(grep -il '^retry-after:' "$TMP"/h.* | wc -l)
+        # memory: rejected requests with large bodies (a padding field the parser must read)
+        head -c $((256 * 1024)) /dev/zero | tr '\0' 'a' | awk '{ printf("{\"prompt\":\"x\",\"max_tokens\":4,\"user\":\"%s\"}", $0) }' >"$TMP/bigreq"
+        round() {
+            local i p=""
+            for i in $(seq 1 64); do
+                curl -s -m 60 -o /dev/null -w '%{http_code}\n' -H 'content-type: application/json' --data-binary @"$TMP/bigreq" "$SRV_URL/v1/completions" >>"$TMP/mem.codes" &
+                p="$p $!"
+            done
+            wait $p
+        }
+        round
+        rss0=$(awk '/VmRSS/ {print $2}' /proc/"$SRV_PID"/status)
+        round; round; round; round
+        rss1=$(awk '/VmRSS/ {print $2}' /proc/"$SRV_PID"/status)
+        nmem=$(grep -c '^429$' "$TMP/mem.codes")
+        admin resume >/dev/null
+        wait $hp
+        held=$(cat "$TMP"/hold.* | tr -d '\n')
+        if [ "$n429" -eq "$n" ] && [ "$retry" -eq "$n" ] && [ "$held" = 200200 ] && [ "$(http_code GET /health)" = 200 ]; then
+            pass "serve.overload_429($n of $n rejected with Retry-After, the 2 queued ones completed)"
+        else
+            fail serve.overload_429 "429: $n429 of $n, Retry-After: $retry, queued ones: $held"
+        fi
+        if [ "$nmem" -ne 320 ]; then fail serve.overload_memory_bounded "$nmem of 320 large requests got 429"
+        elif [ "$rss1" -lt $((rss0 + 16384)) ]; then pass "serve.overload_memory_bounded(${rss0}->${rss1} kB over 256 rejected 256 KiB requests)"
+        else fail serve.overload_memory_bounded "RSS ${rss0} -> ${rss1} kB over 256 rejected 256 KiB requests"; fi
+    fi
+    stop_server
+fi
+
+# SIGTERM drain: in-flight requests finish, new ones get 503, exit 0. Three requests wait in a
+# held engine (batch of one); the signal goes once all three are there, the late request once
+# /health says draining; then the engine is released and all three must complete.
+if start_server serve.drain -m "$MODEL" --admin-api 1 --drain-timeout 600 --max-batch 1; then
+    admin pause >/dev/null
     dp=""
     for k in 1 2 3; do
-        curl -s -o "$TMP/drain.body.$k" -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":3000,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/drain.code.$k" &
+        curl -s -m 300 -o "$TMP/drain.body.$k" -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":40,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/drain.code.$k" &
         dp="$dp $!"
     done
-    for i in $(seq 1 300); do
-        r=$(metric verity_requests_running) w=$(metric verity_requests_waiting)
-        [ $((${r:-0} + ${w:-0})) -ge 3 ] && break
-        sleep 0.1
-    done
-    kill -TERM "$SRV_PID"
-    sleep 0.1
-    late=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}')
+    late="" st=""
+    if wait_metric verity_requests_waiting -eq 3; then
+        kill -TERM "$SRV_PID"
+        for i in $(seq 1 3000); do [ "$(http_code GET /health)" = 503 ] && break; sleep 0.1; done
+        late=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}')
+        admin resume >/dev/null
+    fi
     wait $dp
-    for i in $(seq 1 600); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
+    for i in $(seq 1 3000); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
     wait "$SRV_PID"; st=$?
     ok=0
     for k in 1 2 3; do
-        [ "$(cat "$TMP/drain.code.$k")" = 200 ] && grep -q '"completion_tokens":3000' "$TMP/drain.body.$k" && ok=$((ok + 1))
+        [ "$(cat "$TMP/drain.code.$k")" = 200 ] && grep -q '"completion_tokens":40' "$TMP/drain.body.$k" && ok=$((ok + 1))
     done
     if [ $ok -eq 3 ] && [ "$late" = 503 ] && [ $st -eq 0 ]; then
         pass serve.sigterm_drain

@@ -4,6 +4,10 @@
 // other. Mode "replay": all 64 at once, every other one streamed (the stream is assembled). Each
 // response is normalized (id and created removed; a stream assembled into the non-streamed
 // shape) and printed as one JSON line, so the caller can compare the two runs byte for byte.
+// With VERITY_P1_HOLD=1 (a server started with --admin-api 1) replay holds the engine
+// (POST /admin/pause) until every choice of the 64 requests waits in the engine, then releases it,
+// so they really are scheduled together whatever the machine's speed; the caller checks the batch
+// size histogram to prove it.
 // Usage: VERITY_URL=http://127.0.0.1:PORT node p1.mjs record|replay > out.jsonl
 const base = process.env.VERITY_URL;
 const mode = process.argv[2];
@@ -85,7 +89,27 @@ const results = new Array(reqs.length);
 if (mode === 'record') {
   for (let i = 0; i < reqs.length; i++) results[i] = await send(reqs[i], false);
 } else {
-  await Promise.all(reqs.map(async (r, i) => { results[i] = await send(r, i % 2 === 1 && !(r.body.logprobs && !r.chat)); }));
+  const hold = process.env.VERITY_P1_HOLD === '1';
+  const admin = async (what) => {
+    const res = await fetch(base + '/admin/' + what, { method: 'POST' });
+    if (!res.ok) throw new Error(`POST /admin/${what}: HTTP ${res.status} ${await res.text()}`);
+  };
+  if (hold) await admin('pause');
+  const all = Promise.all(reqs.map(async (r, i) => { results[i] = await send(r, i % 2 === 1 && !(r.body.logprobs && !r.chat)); }));
+  if (hold) {
+    // every choice is one engine request: wait until all of them wait (a backstop of 300 s for
+    // a hung server; the loop ends as soon as the state exists)
+    const want = reqs.reduce((s, r) => s + (r.body.n || 1), 0);
+    let waiting = -1;
+    for (let k = 0; k < 3000 && waiting !== want; k++) {
+      const m = await (await fetch(base + '/metrics')).text();
+      waiting = Number((m.match(/^verity_requests_waiting (\d+)$/m) || [])[1]);
+      if (waiting !== want) await new Promise((ok) => setTimeout(ok, 100));
+    }
+    await admin('resume');
+    if (waiting !== want) throw new Error(`only ${waiting} of ${want} choices reached the engine's queue`);
+  }
+  await all;
 }
 for (let i = 0; i < reqs.length; i++) {
   const res = results[i];
