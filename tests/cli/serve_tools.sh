@@ -25,7 +25,7 @@ model="$TMP/tiny.gguf"
 if ! "$VERITY" synth --shape tiny --seed 5 -o "$model" 2>"$TMP/err"; then
     fail serve_tools "synth failed: $(cat "$TMP/err")"; exit 0
 fi
-start_server serve_tools -m "$model" || exit 0
+start_server serve_tools -m "$model" --admin-api 1 || exit 0
 port=$SRV_PORT
 
 # post NAME ROUTE BODY: writes $TMP/NAME.req and $TMP/NAME.out, prints the HTTP status
@@ -78,9 +78,13 @@ else
     fail serve_tools.refused_keyword "HTTP $code: $(head -c 300 "$TMP/refused.out")"
 fi
 
-# P1: the same constrained request alone and beside four others gives the same choices
+# P1: the same constrained request alone and beside four others gives the same choices. The
+# engine is held until all five requests (six choices beside the others' four) wait, so they
+# are scheduled together; the batch-size histogram must show steps with more than one sequence.
 body="{\"messages\":$MSG,\"tools\":$TOOLS,\"tool_choice\":\"required\",\"seed\":9,\"n\":2}"
 post alone /v1/chat/completions "$body" >/dev/null
+h0=$(batch_hist)
+admin pause >/dev/null
 others=()
 for i in 1 2 3 4; do
     other="{\"messages\":$MSG,\"tools\":$TOOLS,\"tool_choice\":\"auto\",\"seed\":$i,\"max_tokens\":$((200 * i))}"
@@ -88,13 +92,22 @@ for i in 1 2 3 4; do
     post "other$i" /v1/chat/completions "$other" >/dev/null &
     others+=($!)
 done
-sleep 0.1
-post beside /v1/chat/completions "$body" >/dev/null
+post beside /v1/chat/completions "$body" >/dev/null &
+others+=($!)
+held=1
+wait_metric verity_requests_waiting -eq 6 || held=""
+admin resume >/dev/null
 wait "${others[@]}" 2>/dev/null
+h1=$(batch_hist)
+multi=$(( $(cut -d' ' -f2 <<<"$h1") - $(cut -d' ' -f2 <<<"$h0") ))
 a=$(sed 's/.*"choices"://' "$TMP/alone.out")
 b=$(sed 's/.*"choices"://' "$TMP/beside.out")
-if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q tool_calls "$TMP/alone.out"; then
-    pass serve_tools.invariance
+if [ -z "$held" ]; then
+    fail serve_tools.invariance "the six choices never waited together: $(metric verity_requests_waiting) waiting"
+elif [ "$multi" -le 0 ]; then
+    fail serve_tools.invariance "no step ran more than one sequence: the requests did not overlap"
+elif [ -n "$a" ] && [ "$a" = "$b" ] && grep -q tool_calls "$TMP/alone.out"; then
+    pass "serve_tools.invariance($multi steps with more than one sequence)"
 else
     fail serve_tools.invariance "choices differ: $(head -c 200 "$TMP/alone.out") vs $(head -c 200 "$TMP/beside.out")"
 fi
