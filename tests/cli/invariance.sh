@@ -2,8 +2,9 @@
 # P1 at the engine level: 64 prompts (greedy and sampled, random lengths) through
 # `generate --prompts`, for every combination of batch size {1,2,7,32,64}, prefill chunk
 # {1,16,512} and threads {1,2}: the output (tokens, text and a digest of every logits row a token
-# was drawn from) must be byte-identical to the batch-1/chunk-512/1-thread run. Under the
-# sanitizer builds a reduced matrix runs (VERITY_TEST_SCALE < 1).
+# was drawn from) must be byte-identical to the batch-1/chunk-512/1-thread run, the reference,
+# which is not itself among the 29 compared configurations (comparing it with itself proves
+# nothing). Under the sanitizer builds a reduced matrix of 3 runs (VERITY_TEST_SCALE < 1).
 . "$(dirname "$0")/lib.bash"
 
 # f32 and q8_0 llama models, and a Qwen3 Q4_K_M-style file made the way users make them:
@@ -24,10 +25,12 @@ for type in f32 q8_0 qwen3_q4_k_m; do
             printf("{\"prompt\":\"%s\",\"n\":%d,\"seed\":%d,\"temperature\":%s,\"top_k\":%d}\n", p, 4 + int(rand() * 20), i, t, (i % 3) * 5) } }' > "$TMP/prompts.jsonl"
     scale=${VERITY_TEST_SCALE:-1}
     if awk -v s="$scale" 'BEGIN { exit !(s < 1) }'; then
-        combos="1:512:1 7:16:2 64:1:2"
+        combos="1:16:2 7:16:2 64:1:2"
     else
         combos=""
-        for b in 1 2 7 32 64; do for c in 1 16 512; do for t in 1 2; do combos="$combos $b:$c:$t"; done; done; done
+        for b in 1 2 7 32 64; do for c in 1 16 512; do for t in 1 2; do
+            [ "$b:$c:$t" = 1:512:1 ] || combos="$combos $b:$c:$t"
+        done; done; done
     fi
     "$VERITY" generate -m "$model" --prompts "$TMP/prompts.jsonl" --max-batch 1 --chunk 512 -t 1 --logits-digest >"$TMP/gold" 2>"$TMP/err"
     if [ $? -ne 0 ] || [ "$(grep -c '' "$TMP/gold")" -ne 64 ]; then
