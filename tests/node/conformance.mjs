@@ -3,11 +3,37 @@
 // streaming (chunk sequence, same id, role first, usage chunk), logprobs, usage, tools with
 // tool_choice "required" through the client's stream helper, and error mapping.
 // Usage: VERITY_URL=http://127.0.0.1:PORT node conformance.mjs   (prints PASS/FAIL lines)
-import OpenAI from 'openai';
+// Whatever goes wrong outside a case (no server, a bad /v1/models, an uncaught error or rejection)
+// prints "FAIL node.conformance: why" and exits 1, so no case vanishes silently.
+const brief = (e) => (e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ');
+function die(e) {
+  console.log(`FAIL node.conformance: ${brief(e)}`);
+  process.exit(1);
+}
+process.on('uncaughtException', die);
+process.on('unhandledRejection', die);
+// a signal (the caller's timeout) ends the script with a FAIL line too, not silently
+for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => die(new Error(`killed by ${sig} before finishing`)));
 
 const base = process.env.VERITY_URL;
+if (!base) die(new Error('VERITY_URL is not set'));
+// imported here, after the handlers, so that a missing package or a signal during the import
+// also ends in a FAIL line
+let OpenAI;
+try {
+  OpenAI = (await import('openai')).default;
+} catch (e) {
+  die(e);
+}
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: process.env.VERITY_KEY || 'none', maxRetries: 0, timeout: 60000 });
-const model = (await client.models.list()).data[0].id;
+let model;
+try {
+  const models = await client.models.list();
+  model = models.data[0].id;
+  if (typeof model !== 'string' || !model) throw new Error(`no model id in /v1/models: ${JSON.stringify(models.data)}`);
+} catch (e) {
+  die(e);
+}
 let failed = 0;
 
 async function check(name, fn) {
@@ -16,7 +42,7 @@ async function check(name, fn) {
     console.log(`PASS node.${name}`);
   } catch (e) {
     failed++;
-    console.log(`FAIL node.${name}: ${(e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ')}`);
+    console.log(`FAIL node.${name}: ${brief(e)}`);
   }
 }
 function assert(cond, msg) { if (!cond) throw new Error(msg); }
