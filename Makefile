@@ -65,7 +65,8 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 REPLAY_BINS := $(FUZZ_SRCS:fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
-# Test-only helper programs (a mock OpenAI-compatible server for the hunt tests), one per file.
+# Test-only helper programs (a mock OpenAI-compatible server for the hunt tests, an independent
+# dequantizer for the quantize tests), one per file.
 TOOL_SRCS := $(sort $(wildcard tests/tools/*.c))
 TOOL_BINS := $(TOOL_SRCS:tests/tools/%.c=$(BUILD)/tools/%)
 LIB := $(BUILD)/libverity.a

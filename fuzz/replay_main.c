@@ -5,6 +5,8 @@
  * LLVMFuzzerTestOneInput once per regular file in the directory argv[1] (sorted by name, so runs
  * are reproducible) and prints one line: "PASS replay_<name>: N inputs", or "FAIL replay_<name>:
  * reason". A crash in the target is a crash of this binary, which run.sh reports as a failure.
+ * A corpus that is missing, empty or unreadable is a failure, not a pass: a replay that ran no
+ * input checked nothing (a renamed or emptied corpus directory would otherwise go unnoticed).
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -31,6 +33,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     size_t n = 0, cap = 64;
+    int oom = 0;
     char **names = malloc(cap * sizeof *names);
     struct dirent *e;
     while (names && (e = readdir(d))) {
@@ -38,15 +41,24 @@ int main(int argc, char **argv) {
             continue;
         if (n == cap) {
             char **nn = realloc(names, (cap *= 2) * sizeof *names);
-            if (!nn)
+            if (!nn) {
+                oom = 1;
                 break;
+            }
             names = nn;
         }
-        names[n++] = strdup(e->d_name);
+        if (!(names[n] = strdup(e->d_name))) {
+            oom = 1;
+            break;
+        }
+        n++;
     }
     closedir(d);
-    if (!names) {
-        printf("FAIL %s: out of memory\n", prog);
+    if (!names || oom) {
+        printf("FAIL %s: out of memory listing %s\n", prog, argv[1]);
+        for (size_t i = 0; names && i < n; i++)
+            free(names[i]);
+        free(names);
         return 1;
     }
     qsort(names, n, sizeof *names, cmp_names);
@@ -74,6 +86,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
+    if (!rc && ran == 0) {
+        printf("FAIL %s: no input in corpus directory %s (an empty corpus checks nothing)\n", prog,
+               argv[1]);
+        rc = 1;
+    }
     if (!rc)
         printf("PASS %s: %zu inputs\n", prog, ran);
     return rc;

@@ -3,7 +3,10 @@
  * Golden tests for the chat-template engine: every template in ../shared/templates, rendered
  * against every conversation in tests/data/chat/cases.json, must produce exactly the bytes
  * jinja2 produced (tests/data/chat/expected/NAME.json, written by scripts/gen_chat_cases.py), or
- * fail where jinja2 failed, with the same message. One PASS/FAIL line per template.
+ * fail where jinja2 failed, with the same message. One PASS/FAIL line per template. The golden
+ * file and cases.json must agree on the conversations: a conversation without a golden entry, a
+ * golden entry for no conversation, or a golden file with nothing compared is a failure, and so is
+ * a run that finds no golden file at all.
  *
  * CT_GOLDEN_ONLY=substring limits the run to matching template names; CT_GOLDEN_VERBOSE=1 prints
  * the full expected and actual text of the first mismatch.
@@ -102,13 +105,40 @@ static void t_golden_one(void) {
         fails++;
     }
     bool verbose = getenv("CT_GOLDEN_VERBOSE") != NULL;
+    T_CHECKF(cases && cases->type == JSON_OBJECT, "%s: no \"cases\" object", g_expected_path);
+    /* every golden entry must be a conversation of cases.json (a stale or misspelled entry would
+     * otherwise never be compared) */
+    for (size_t gi = 0; gi < cases->obj.n; gi++) {
+        const char *gname = cases->obj.keys[gi];
+        bool known = false;
+        for (size_t ci = 0; ci < g_cases->arr.n && !known; ci++) {
+            const char *cname;
+            known = json_as_str(json_get(g_cases->arr.items[ci], "name"), &cname, &n) &&
+                    strcmp(cname, gname) == 0;
+        }
+        if (!known) {
+            if (!fails)
+                snprintf(first_fail, sizeof first_fail,
+                         "golden entry '%s' matches no conversation of cases.json", gname);
+            fails++;
+        }
+    }
+    int compared = 0;
     for (size_t ci = 0; ci < g_cases->arr.n; ci++) {
         const json_value *c = g_cases->arr.items[ci];
         const char *cname;
         json_as_str(json_get(c, "name"), &cname, &n);
         const json_value *want = json_get(cases, cname);
-        if (!want)
+        if (!want) {
+            if (!fails)
+                snprintf(first_fail, sizeof first_fail,
+                         "conversation '%s' has no golden entry (regenerate with "
+                         "scripts/gen_chat_cases.py)",
+                         cname);
+            fails++;
             continue;
+        }
+        compared++;
         chat_render_opts o = {0};
         o.messages = json_get(c, "messages");
         const json_value *tools = json_get(c, "tools");
@@ -204,6 +234,8 @@ static void t_golden_one(void) {
         strbuf_deinit(&sb);
     }
     chat_template_destroy(t);
+    T_CHECKF(compared > 0, "%s: nothing compared (no conversation of cases.json has a golden entry)",
+             tname);
     T_CHECKF(fails == 0, "%s: %d case(s) differ; first: %s", tname, fails, first_fail);
 }
 
@@ -222,6 +254,11 @@ int main(void) {
     }
     free(text);
     g_cases = json_get(root, "cases");
+    if (!g_cases || g_cases->type != JSON_ARRAY || g_cases->arr.n == 0) {
+        printf("FAIL chat_golden_cases: %s/cases.json holds no conversation\n", DATA_DIR);
+        arena_destroy(g_arena);
+        return 1;
+    }
     json_as_int(json_get(root, "now_unix"), &g_now);
     DIR *d = opendir(DATA_DIR "/expected");
     if (!d) {
@@ -239,8 +276,10 @@ int main(void) {
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], cmp_str);
     const char *only = getenv("CT_GOLDEN_ONLY");
+    int ran = 0;
     for (int i = 0; i < n; i++) {
         if (!only || strstr(names[i], only)) {
+            ran++;
             char tname[300];
             snprintf(g_expected_path, sizeof g_expected_path, DATA_DIR "/expected/%s", names[i]);
             snprintf(tname, sizeof tname, "chat_golden_%.*s", (int)(strlen(names[i]) - 5),
@@ -248,6 +287,12 @@ int main(void) {
             test_run(tname, t_golden_one);
         }
         free(names[i]);
+    }
+    if (ran == 0) {
+        printf("FAIL chat_golden: no golden file in %s/expected%s%s\n", DATA_DIR,
+               only ? " matches CT_GOLDEN_ONLY=" : "", only ? only : "");
+        arena_destroy(g_arena);
+        return 1;
     }
     fprintf(stderr, "chat golden: %d of %d template x case renders match jinja2\n", g_matched,
             g_total);

@@ -2,9 +2,11 @@
 /*
  * Tokenizer tests on small vocabularies written in the test (gguf writer -> temporary file), so
  * they need no ../shared data: every loader error names its key; every supported pre-tokenizer
- * type compiles, round-trips varied text and stays fast on pathological input (long runs of one
- * character class, the inputs that make backtracking regexes quadratic); SPM fallbacks without
- * byte tokens; LSTRIP/RSTRIP special tokens; the gguf may be closed after loading.
+ * type compiles, round-trips varied text and stays linear on pathological input (long runs of one
+ * character class, the inputs that make backtracking regexes quadratic): the work counted by
+ * tokenizer_encode_counted (regex steps, merge steps, bytes scanned) at most 2.5 times as large
+ * for twice the input, where a quadratic cost would quadruple it; no clock is read. SPM fallbacks
+ * without byte tokens; LSTRIP/RSTRIP special tokens; the gguf may be closed after loading.
  */
 #include "test.h"
 #include "base/err.h"
@@ -16,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- building vocabularies ---- */
 
@@ -297,25 +298,34 @@ static const char *const pre_texts[] = {
     "",
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+static uint64_t work_total(const tokenizer_work *w) {
+    return w->rx_steps + w->merge_steps + w->special_bytes;
 }
 
 static void t_pre_all(void) {
     vb v;
     vb_bpe(&v);
-    size_t big = (size_t)(20000 * test_scale());
+    /* big: the length the plain encoder must handle within PCRE2's limits; small: the length
+     * whose counted work is compared with twice as much */
+    size_t big = (size_t)(20000 * test_scale()), small = (size_t)(2000 * test_scale());
+    T_CHECK(2 * small <= big);
     char *patho = malloc(big + 8);
     T_CHECK(patho);
     const char fill[] = {' ', 'A', 'a', '1', '\n', '!', '\t'};
-    int32_t *ids = malloc(tokenizer_max_tokens(big + 8) * sizeof *ids);
-    T_CHECK(ids);
+    /* what ends the run: a letter then a CJK character (each pre-tokenizer's letter rule splits
+     * the run off), a CJK character alone (the run stays in the piece of what follows it, where
+     * an end-anchored whitespace rule such as deepseek-llm's once rescanned it from every start),
+     * punctuation, and nothing */
+    static const char *const suffix[] = {"x\xe4\xb8\xad", "\xe4\xb8\xad", "!", ""};
+    size_t cap = tokenizer_max_tokens(big + 8);
+    int32_t *ids = malloc(cap * sizeof *ids), *ref = malloc(cap * sizeof *ref);
+    T_CHECK(ids && ref);
     strbuf sb;
     strbuf_init(&sb);
     double worst = 0;
     const char *worst_name = "";
+    char worst_fill = ' ';
+    const char *worst_suffix = "";
     for (size_t p = 0; p < sizeof pre_names / sizeof *pre_names; p++) {
         tokenizer *t = vb_load_ok(
             &v, &SPEC(.model = "gpt2", .pre = pre_names[p], .bos = 256, .set_bos = true));
@@ -327,28 +337,60 @@ static void t_pre_all(void) {
             T_CHECKF(sb.len == len && memcmp(sb.data, pre_texts[i], len) == 0,
                      "pre '%s': '%s' decodes to '%s'", pre_names[p], pre_texts[i], sb.data);
         }
-        /* long runs of one class, then something else: linear time, no regex limit hit */
+        /* long runs of one class, then something else: no regex limit hit (at big bytes), and
+         * linear work (counted at small and twice small bytes) */
         for (size_t f = 0; f < sizeof fill; f++) {
-            memset(patho, fill[f], big);
-            memcpy(patho + big, "x\xe4\xb8\xad", 4);
-            size_t n;
-            double t0 = now_s();
-            T_OK(tokenizer_encode(t, patho, big + 4, false, false, ids,
-                                  tokenizer_max_tokens(big + 8), &n));
-            double dt = now_s() - t0;
-            if (dt > worst) {
-                worst = dt;
-                worst_name = pre_names[p];
+            for (size_t x = 0; x < sizeof suffix / sizeof *suffix; x++) {
+                size_t sl = strlen(suffix[x]), n, n1;
+                memset(patho, fill[f], big);
+                memcpy(patho + big, suffix[x], sl);
+                T_OK(tokenizer_encode(t, patho, big + sl, false, false, ids, cap, &n));
+                tokenizer_work w1, w2;
+                memset(patho, fill[f], small);
+                memcpy(patho + small, suffix[x], sl);
+                T_OK(tokenizer_encode(t, patho, small + sl, false, false, ref, cap, &n));
+                T_OK(tokenizer_encode_counted(t, patho, small + sl, false, false, ids, cap, &n1,
+                                              &w1));
+                T_CHECKF(n1 == n && memcmp(ids, ref, n * sizeof *ids) == 0,
+                         "pre '%s': the counted encode of %zu x '%c' + '%s' differs from the "
+                         "plain one",
+                         pre_names[p], small, fill[f], suffix[x]);
+                /* the counter is live: every byte is passed over at least once */
+                T_CHECKF(w1.rx_steps >= small && w1.rx_calls > 0,
+                         "pre '%s': %zu x '%c' + '%s' counted only %llu regex steps in %llu calls",
+                         pre_names[p], small, fill[f], suffix[x], (unsigned long long)w1.rx_steps,
+                         (unsigned long long)w1.rx_calls);
+                memset(patho, fill[f], 2 * small);
+                memcpy(patho + 2 * small, suffix[x], sl);
+                T_OK(tokenizer_encode_counted(t, patho, 2 * small + sl, false, false, ids, cap, &n,
+                                              &w2));
+                double ratio = (double)work_total(&w2) / (double)work_total(&w1);
+                if (ratio > worst) {
+                    worst = ratio;
+                    worst_name = pre_names[p];
+                    worst_fill = fill[f];
+                    worst_suffix = suffix[x];
+                }
+                T_CHECKF(ratio <= 2.5,
+                         "pre '%s': %zu x '%c' + '%s' costs %llu steps (regex %llu, merge %llu, "
+                         "special %llu), twice as many %llu (regex %llu, merge %llu, special "
+                         "%llu): %.2fx, not linear",
+                         pre_names[p], small, fill[f], suffix[x],
+                         (unsigned long long)work_total(&w1), (unsigned long long)w1.rx_steps,
+                         (unsigned long long)w1.merge_steps, (unsigned long long)w1.special_bytes,
+                         (unsigned long long)work_total(&w2), (unsigned long long)w2.rx_steps,
+                         (unsigned long long)w2.merge_steps, (unsigned long long)w2.special_bytes,
+                         ratio);
             }
-            T_CHECKF(dt < 2.0 / test_scale(), "pre '%s': %zu x '%c' took %.2f s", pre_names[p], big,
-                     fill[f], dt);
         }
         tokenizer_destroy(t);
     }
-    printf("pre-tokenizers: %zu types ok; slowest pathological input %.1f ms (%s)\n",
-           sizeof pre_names / sizeof *pre_names, worst * 1e3, worst_name);
+    printf("pre-tokenizers: %zu types ok; largest work ratio for twice the pathological input "
+           "%.2f (%s, '%c' + '%s')\n",
+           sizeof pre_names / sizeof *pre_names, worst, worst_name, worst_fill, worst_suffix);
     strbuf_deinit(&sb);
     free(ids);
+    free(ref);
     free(patho);
     vb_free(&v);
 }

@@ -22,6 +22,9 @@
  * from step 1.
  *
  * All working memory belongs to one call (tok_sess); nothing is shared, so calls are reentrant.
+ * tokenizer_encode_counted runs the same code with a tokenizer_work in the session: the bigram
+ * queue counts its pushes and pops, the partition the bytes it scans, the pre-tokenizer its
+ * regex steps (tok_pre.c).
  */
 #include "base/err.h"
 #include "base/utf8.h"
@@ -64,6 +67,7 @@ typedef struct tok_sess {
     tok_bigram *heap;
     size_t n_heap, cap_heap;
     tok_spans words, scratch;
+    tokenizer_work *work; /* NULL unless counting (tokenizer_encode_counted) */
 } tok_sess;
 
 static int tok_grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -100,6 +104,8 @@ static int tok_heap_push(tok_sess *s, tok_bigram b) {
     int rc = tok_grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof *s->heap);
     if (rc)
         return rc;
+    if (s->work)
+        s->work->merge_steps++;
     size_t i = s->n_heap++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -113,6 +119,8 @@ static int tok_heap_push(tok_sess *s, tok_bigram b) {
 }
 
 static tok_bigram tok_heap_pop(tok_sess *s) {
+    if (s->work)
+        s->work->merge_steps++;
     tok_bigram top = s->heap[0], last = s->heap[--s->n_heap];
     size_t i = 0, n = s->n_heap;
     for (;;) {
@@ -327,7 +335,7 @@ static int tok_bpe_fragment(tok_sess *s, const char *text, size_t len) {
             i++;
         }
     }
-    if ((rc = tok_pre_split(s->t, s->buf, n, &s->words, &s->scratch)))
+    if ((rc = tok_pre_split(s->t, s->buf, n, &s->words, &s->scratch, s->work)))
         return rc;
     for (size_t w = 0; w < s->words.n; w++)
         if ((rc = tok_bpe_word(s, s->buf + s->words.v[w].off, s->words.v[w].len)))
@@ -392,6 +400,8 @@ static int tok_partition(tok_sess *s, const char *text, size_t len, bool parse_s
     if (!pairs)
         return err_set(ERR_NOMEM, "tokenizer: out of memory");
     tok_pairs_build(pairs, (const unsigned char *)text, len);
+    if (s->work)
+        s->work->special_bytes += len;
     for (size_t k = 0; k < t->n_specials && rc == 0; k++) {
         int32_t id = t->specials[k];
         const tok_token *tk = &t->tok[id];
@@ -412,6 +422,8 @@ static int tok_partition(tok_sess *s, const char *text, size_t len, bool parse_s
             size_t off = fr.off, flen = fr.len;
             while (flen > 0 && rc == 0) {
                 const char *m = memmem(text + off, flen, p, pn);
+                if (s->work) /* memmem looked at most up to the end of the match */
+                    s->work->special_bytes += m ? (size_t)(m - (text + off)) + pn : flen;
                 if (!m) {
                     rc = tok_frag_push(&s->frags2, &n2, &s->cap_frags2,
                                        (tok_frag){TOKENIZER_NULL, (uint32_t)off, (uint32_t)flen});
@@ -473,15 +485,16 @@ static void tok_sess_free(tok_sess *s) {
     free(s->scratch.v);
 }
 
-int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
-                     bool parse_special, int32_t *out, size_t cap, size_t *n_out) {
+static int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *out, size_t cap, size_t *n_out,
+                      tokenizer_work *work) {
     *n_out = 0;
     if (len > TOK_MAX_TEXT)
         return err_set(ERR_TOOLARGE, "tokenizer: text of %zu bytes exceeds the limit of %zu", len,
                        TOK_MAX_TEXT);
     if (len && !text)
         return err_set(ERR_INVAL, "tokenizer: NULL text with length %zu", len);
-    tok_sess s = {.t = t};
+    tok_sess s = {.t = t, .work = work};
     int rc = tok_partition(&s, text, len, parse_special);
     bool bos = add_special && t->add_bos && t->special[TOKENIZER_SPECIAL_BOS] != TOKENIZER_NULL;
     bool eos = add_special && t->add_eos && t->special[TOKENIZER_SPECIAL_EOS] != TOKENIZER_NULL;
@@ -513,4 +526,16 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
     }
     tok_sess_free(&s);
     return rc;
+}
+
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
+                     bool parse_special, int32_t *out, size_t cap, size_t *n_out) {
+    return tok_encode(t, text, len, add_special, parse_special, out, cap, n_out, NULL);
+}
+
+int tokenizer_encode_counted(const tokenizer *t, const char *text, size_t len, bool add_special,
+                             bool parse_special, int32_t *out, size_t cap, size_t *n_out,
+                             tokenizer_work *work) {
+    *work = (tokenizer_work){0};
+    return tok_encode(t, text, len, add_special, parse_special, out, cap, n_out, work);
 }

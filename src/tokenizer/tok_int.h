@@ -123,9 +123,11 @@ typedef struct tok_spans {
 int tok_spans_push(tok_spans *s, uint32_t off, uint32_t len);
 
 /* Splits text[0..len) (valid UTF-8) into words with t's pre-tokenizer regexes; replaces the
- * contents of *words with spans relative to text. scratch is working space. Returns 0, ERR_NOMEM,
- * or ERR_TOOLARGE (PCRE2 match limit). */
+ * contents of *words with spans relative to text. scratch is working space. With work (NULL
+ * normally) the split runs on instrumented copies of the regexes and adds its rx_steps and
+ * rx_calls to *work (tokenizer_encode_counted). Returns 0, ERR_NOMEM, ERR_TOOLARGE (PCRE2 match
+ * limit), or ERR_INTERNAL (an instrumented copy failed to compile). */
 int tok_pre_split(const tokenizer *t, const char *text, size_t len, tok_spans *words,
-                  tok_spans *scratch);
+                  tok_spans *scratch, tokenizer_work *work);
 
 #endif

@@ -20,6 +20,13 @@
  *
  * Compiled codes are immutable and shared by every thread; match data, the match context and the
  * JIT stack are per call. A regex that exceeds PCRE2's backtracking limits gives ERR_TOOLARGE.
+ *
+ * Counting (tokenizer_encode_counted): the same patterns are compiled again for the call with
+ * PCRE2_AUTO_CALLOUT (a callout before every pattern item) and PCRE2_NO_START_OPTIMIZE (every
+ * start position is tried by the matcher itself), and run on the interpreter. The callout adds
+ * one per item plus the distance the subject position moved since the previous callout of the
+ * same attempt (from the attempt's start for its first), so a possessive or auto-possessified
+ * repeat over n characters, which makes a single callout, still counts its n bytes.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -273,15 +280,18 @@ const tok_pre *tok_pre_find(const char *name, size_t len, bool *known) {
     return NULL;
 }
 
+/* The compile options of every pre-tokenizer regex. */
+#define TOK_RX_OPTIONS (PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C)
+/* ...and of their instrumented copies (see the top of the file). */
+#define TOK_RX_COUNT_OPTIONS (TOK_RX_OPTIONS | PCRE2_AUTO_CALLOUT | PCRE2_NO_START_OPTIMIZE)
+
 int tok_pre_compile(tokenizer *t) {
     t->n_rx = 0;
     for (int i = 0; i < TOK_PRE_MAX_RX && t->pre->rx[i]; i++) {
         int code;
         PCRE2_SIZE at;
-        pcre2_code *re =
-            pcre2_compile((PCRE2_SPTR)t->pre->rx[i], PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C,
-                          &code, &at, NULL);
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)t->pre->rx[i], PCRE2_ZERO_TERMINATED,
+                                       TOK_RX_OPTIONS, &code, &at, NULL);
         if (!re) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(code, msg, sizeof msg);
@@ -321,7 +331,7 @@ int tok_spans_push(tok_spans *s, uint32_t off, uint32_t len) {
  * one character (pcre2demo's rule, which is also std::regex_iterator's). */
 static int tok_pre_split_one(const tokenizer *t, int ri, const pcre2_code *re, const char *text,
                              const tok_spans *in, tok_spans *out, pcre2_match_data *md,
-                             pcre2_match_context *mc) {
+                             pcre2_match_context *mc, uint64_t *n_calls) {
     int rc = 0;
     out->n = 0;
     for (size_t w = 0; w < in->n && rc == 0; w++) {
@@ -330,6 +340,8 @@ static int tok_pre_split_one(const tokenizer *t, int ri, const pcre2_code *re, c
         uint32_t opts = 0;
         while (start <= n) {
             int m = pcre2_match(re, (PCRE2_SPTR)subj, n, start, opts | PCRE2_NO_UTF_CHECK, md, mc);
+            if (n_calls)
+                (*n_calls)++;
             if (m == PCRE2_ERROR_NOMATCH) {
                 if (!opts)
                     break;
@@ -373,14 +385,31 @@ static int tok_pre_split_one(const tokenizer *t, int ri, const pcre2_code *re, c
     return rc;
 }
 
+/* The counting callout: see the top of the file. */
+typedef struct tok_rx_count {
+    uint64_t steps;
+    size_t last; /* subject position at the previous callout of this attempt */
+} tok_rx_count;
+
+static int tok_rx_callout(pcre2_callout_block *cb, void *data) {
+    tok_rx_count *c = data;
+    size_t from = (cb->callout_flags & PCRE2_CALLOUT_STARTMATCH) ? cb->start_match : c->last;
+    size_t pos = cb->current_position;
+    c->steps += 1 + (pos > from ? pos - from : from - pos);
+    c->last = pos;
+    return 0; /* carry on matching */
+}
+
 int tok_pre_split(const tokenizer *t, const char *text, size_t len, tok_spans *words,
-                  tok_spans *scratch) {
+                  tok_spans *scratch, tokenizer_work *work) {
     words->n = 0;
     if (len == 0)
         return 0;
     int rc = tok_spans_push(words, 0, (uint32_t)len);
     if (rc)
         return rc;
+    pcre2_code *counted[TOK_PRE_MAX_RX] = {0};
+    tok_rx_count count = {0};
     pcre2_match_data *md = pcre2_match_data_create(32, NULL);
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
     pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
@@ -389,15 +418,37 @@ int tok_pre_split(const tokenizer *t, const char *text, size_t len, tok_spans *w
         goto done;
     }
     pcre2_jit_stack_assign(mc, NULL, js);
+    if (work) {
+        for (int i = 0; i < t->n_rx; i++) {
+            int code;
+            PCRE2_SIZE at;
+            counted[i] = pcre2_compile((PCRE2_SPTR)t->pre->rx[i], PCRE2_ZERO_TERMINATED,
+                                       TOK_RX_COUNT_OPTIONS, &code, &at, NULL);
+            if (!counted[i]) {
+                rc = err_set(code == PCRE2_ERROR_NOMEMORY ? ERR_NOMEM : ERR_INTERNAL,
+                             "tokenizer: pre-tokenizer '%s' regex %d: the counting copy does "
+                             "not compile (error %d at offset %zu)",
+                             t->pre->name, i, code, (size_t)at);
+                goto done;
+            }
+        }
+        pcre2_set_callout(mc, tok_rx_callout, &count);
+    }
     for (int i = 0; i < t->n_rx && rc == 0; i++) {
-        rc = tok_pre_split_one(t, i, t->rx[i], text, words, scratch, md, mc);
+        const pcre2_code *re = work ? counted[i] : t->rx[i];
+        rc = tok_pre_split_one(t, i, re, text, words, scratch, md, mc,
+                               work ? &work->rx_calls : NULL);
         if (rc == 0) {
             tok_spans tmp = *words;
             *words = *scratch;
             *scratch = tmp;
         }
     }
+    if (work)
+        work->rx_steps += count.steps;
 done:
+    for (int i = 0; i < t->n_rx; i++)
+        pcre2_code_free(counted[i]);
     pcre2_jit_stack_free(js);
     pcre2_match_context_free(mc);
     pcre2_match_data_free(md);

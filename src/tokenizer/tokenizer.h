@@ -129,6 +129,29 @@ void tokenizer_destroy(tokenizer *t);
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t *out, size_t cap, size_t *n_out);
 
+/* What one encode did, in counts that depend only on the tokenizer and the input, never on the
+ * machine or its load, so that tests can check how the cost of encoding grows with the input
+ * (linearly, not quadratically, on pathological text) without a clock. */
+typedef struct tokenizer_work {
+    uint64_t rx_steps;      /* pre-tokenizer regex work (BPE): for every PCRE2 match attempt,
+                             * one per pattern item visited plus the distance in bytes the subject
+                             * position moved to reach it, so a scan over n bytes counts about n
+                             * and a backtrack counts its way back */
+    uint64_t rx_calls;      /* pcre2_match calls */
+    uint64_t merge_steps;   /* bigram queue pushes and pops (SPM and BPE merging) */
+    uint64_t special_bytes; /* bytes scanned to find special tokens written in the text */
+} tokenizer_work;
+
+/* tokenizer_encode, also counting its work into *work (zeroed first). The pre-tokenizer regexes
+ * run on a second copy compiled for this call with PCRE2 auto-callouts and without its
+ * start-of-match optimisations, on the interpreter rather than the JIT, so that every step of the
+ * backtracking matcher is seen: much slower than tokenizer_encode, for tests and benchmarks only.
+ * Same ids, *n_out and errors as tokenizer_encode, except that PCRE2's limits (ERR_TOOLARGE) apply
+ * to the interpreter; also ERR_INTERNAL if the instrumented copy does not compile. */
+int tokenizer_encode_counted(const tokenizer *t, const char *text, size_t len, bool add_special,
+                             bool parse_special, int32_t *out, size_t cap, size_t *n_out,
+                             tokenizer_work *work);
+
 /* An upper bound on the ids tokenizer_encode can produce for len bytes of text: a buffer of this
  * many ids never gets ERR_FULL. */
 size_t tokenizer_max_tokens(size_t len);

@@ -1,12 +1,21 @@
 # SPDX-License-Identifier: MIT
 # The chat front ends: `verity chat-template` against committed jinja2 renderings, its bad input,
 # and `generate --chat` answering exactly what the server's chat endpoint answers.
+# node is a required dependency (scripts/setup.sh installs it): without it the node cases FAIL.
 . "$(dirname "$0")/lib.bash"
 
 if command -v node >/dev/null; then
-    SHARED="$SHARED" node "$(dirname "$0")/../node/chat_cli.mjs"
+    out=$(SHARED="$SHARED" node "$(dirname "$0")/../node/chat_cli.mjs" 2>"$TMP/node.err")
+    rc=$?
+    [ -n "$out" ] && printf '%s\n' "$out"
+    # node's own verdict stands; a crash or an exit without a verdict line is a FAIL here
+    if [ $rc -ne 0 ] && ! grep -q '^FAIL chat_template_cli' <<<"$out"; then
+        fail chat_template_cli "node exited with status $rc without a FAIL line: $(tail -c 300 "$TMP/node.err" | tr '\n' ' ')"
+    elif [ $rc -eq 0 ] && ! grep -Eq '^(PASS|SKIP) chat_template_cli' <<<"$out"; then
+        fail chat_template_cli "node exited 0 without a PASS or SKIP line: $(tail -c 300 "$TMP/node.err" | tr '\n' ' ')"
+    fi
 else
-    skip chat_template_cli "node unavailable"
+    fail chat_template_cli "node not found (a required dependency; scripts/setup.sh installs it)"
 fi
 echo '[{"role":"user","content":"x"}]' >"$TMP/m.json"
 echo '{"not":"an array"}' >"$TMP/bad.json"
@@ -20,7 +29,9 @@ if need_shared chat_template.no_template_in_vocab vocab/ggml-vocab-gpt-2.gguf; t
 fi
 
 # generate --chat and the server render and decode the same way
-if command -v node >/dev/null && start_server chat.server -m "$TMP/t.gguf"; then
+if ! command -v node >/dev/null; then
+    fail chat.generate_chat_equals_server "node not found (a required dependency; scripts/setup.sh installs it)"
+elif start_server chat.server -m "$TMP/t.gguf"; then
     # seeded sampling (not greedy) so the sampler path is compared too; trailing newlines kept
     a=$("$VERITY" generate -m "$TMP/t.gguf" --chat --system "Be brief." -p "Hello there" -n 12 --temp 0.9 --top-p 1 --min-p 0 --seed 7 2>/dev/null; printf x)
     b=$(curl -s -H 'content-type: application/json' -d '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello there"}],"max_tokens":12,"temperature":0.9,"seed":7}' "$SRV_URL/v1/chat/completions" |

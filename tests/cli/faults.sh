@@ -52,8 +52,11 @@ if command -v node >/dev/null; then
             r=$(VERITY_URL=$SRV_URL node "$(dirname "$0")/../node/detok.mjs")
             stop_server
             if [ $on = 0 ]; then [[ "$r" == PASS* ]] && pass faults.DETOK_SHARED_off || fail faults.DETOK_SHARED_off "$r"
-            else [[ "$r" == FAIL* ]] && pass faults.DETOK_SHARED_detected || fail faults.DETOK_SHARED_detected "not detected: $r"; fi
+            # detected means a detokenization difference ("seed N: ..."), not a failed request
+            else [[ "$r" == "FAIL serve.detok_per_request: seed "* ]] && pass faults.DETOK_SHARED_detected || fail faults.DETOK_SHARED_detected "not detected: $r"; fi
         fi
     done
     VERITY=$VERITY_SAVE
+else
+    fail faults.DETOK_SHARED "node not found (a required dependency; scripts/setup.sh installs it)"
 fi

@@ -1,12 +1,38 @@
 # SPDX-License-Identifier: MIT
 # verity quantize: a synthetic F32 model requantized to every supported type (plain and the
-# q4_k_m mix) inspects with the expected tensor types, generates, and is deterministic; requantizing
-# the small F32 model to q4_k_m gives the same logits as synthesizing q4_k_m directly (the same
-# weights through the same quantizers); a quantized model passes the invariance harness (same bytes
-# across batch size, prefill chunk and threads); bad input exits 2 with one line and no output file.
+# q4_k_m mix) inspects with the expected tensor types, is correct against an independent reference,
+# generates, and is deterministic; requantizing the small F32 model to q4_k_m gives the same logits
+# as synthesizing q4_k_m directly (the same weights through the same quantizers); a quantized model
+# passes the invariance harness (same bytes across batch size, prefill chunk and threads); bad input
+# exits 2 with one line and no output file.
+#
+# The reference is tests/tools/quant_ref (built with the tests), which dequantizes with its own code
+# written from the block formats: (1) every element of the quantized file is where the format's
+# rounding rule puts it (the nearest point of its block's grid, F16/BF16 the nearest value, F32
+# unchanged); (2) a source whose values are already exactly representable in each tensor's type
+# (quant_ref grid) quantizes back to exactly those values, which checks the scale rules too.
 . "$(dirname "$0")/lib.bash"
 
 V="$VERITY"
+QR="${VERITY_BUILD:-$(dirname "$V")}/tools/quant_ref"
+if [ ! -x "$QR" ]; then
+    fail quantize.setup "$QR not built (make tests)"; exit 0
+fi
+# ref_check NAME SOURCE QUANTIZED TYPE: both reference checks; prints FAIL and returns 1 on a miss
+ref_check() {
+    local name=$1 src=$2 q=$3 type=$4
+    if ! "$QR" compare "$src" "$q" >"$TMP/qr" 2>&1; then
+        fail "$name" "not where the format's rounding rule puts it: $(head -c 400 "$TMP/qr" | tr '\n' ' ')"
+        return 1
+    fi
+    if ! "$QR" grid "$src" "$q" "$TMP/grid.gguf" >"$TMP/qr" 2>&1 ||
+       ! "$V" quantize "$TMP/grid.gguf" "$TMP/grid-q.gguf" "$type" 2>>"$TMP/qr" ||
+       ! "$QR" compare --exact "$TMP/grid.gguf" "$TMP/grid-q.gguf" >>"$TMP/qr" 2>&1; then
+        fail "$name" "exactly representable values do not come back exactly: $(head -c 400 "$TMP/qr" | tr '\n' ' ')"
+        return 1
+    fi
+    return 0
+}
 if ! "$V" synth --shape tiny --type f32 --seed 5 -o "$TMP/tiny.gguf" 2>"$TMP/err" ||
    ! "$V" synth --shape small --type f32 --seed 5 -o "$TMP/small.gguf" 2>>"$TMP/err"; then
     fail quantize.setup "synth failed: $(cat "$TMP/err")"; exit 0
@@ -35,6 +61,7 @@ for c in $cases; do
         fail "$name" "types attn_q=$got_q ffn_down=$got_down attn_norm=$got_norm, want $want_q $want_down f32"
         continue
     fi
+    ref_check "$name" "$TMP/$shape.gguf" "$out" "$type" || continue
     if ! "$V" generate -m "$out" -p "Hello world" -n 6 --temp 0 >"$TMP/a" 2>"$TMP/err" ||
        ! "$V" generate -m "$out" -p "Hello world" -n 6 --temp 0 >"$TMP/b" 2>>"$TMP/err" ||
        ! cmp -s "$TMP/a" "$TMP/b"; then
@@ -57,7 +84,9 @@ fi
 if "$V" quantize "$TMP/tiny-q8_0.gguf" "$TMP/tiny-q8-q4k.gguf" q4_k 2>"$TMP/err" &&
    "$V" quantize "$TMP/small-q6_k.gguf" "$TMP/small-q6-q4k.gguf" q4_k 2>>"$TMP/err"; then
     if [ "$(tensor_type "$TMP/small-q6-q4k.gguf" blk.0.attn_q.weight)" = q4_K ] &&
-       "$V" generate -m "$TMP/small-q6-q4k.gguf" -p "Hi" -n 4 >/dev/null 2>>"$TMP/err"; then
+       "$V" generate -m "$TMP/small-q6-q4k.gguf" -p "Hi" -n 4 >/dev/null 2>>"$TMP/err" &&
+       "$QR" compare "$TMP/small-q6_k.gguf" "$TMP/small-q6-q4k.gguf" >>"$TMP/err" 2>&1 &&
+       "$QR" compare "$TMP/tiny-q8_0.gguf" "$TMP/tiny-q8-q4k.gguf" >>"$TMP/err" 2>&1; then
         pass quantize.requantize
     else
         fail quantize.requantize "$(head -c 300 "$TMP/err")"
@@ -90,6 +119,7 @@ if need_shared quantize.stories260K models/stories260K.gguf; then
     if "$V" quantize "$SHARED/models/stories260K.gguf" "$TMP/st-q8.gguf" q8_0 2>"$TMP/err" &&
        [ "$(tensor_type "$TMP/st-q8.gguf" blk.0.ffn_down.weight)" = f16 ] &&
        [ "$(tensor_type "$TMP/st-q8.gguf" blk.0.ffn_gate.weight)" = q8_0 ] &&
+       "$QR" compare "$SHARED/models/stories260K.gguf" "$TMP/st-q8.gguf" >>"$TMP/err" 2>&1 &&
        out=$("$V" generate -m "$TMP/st-q8.gguf" -p "Once upon a time" -n 16 --temp 0 2>>"$TMP/err") &&
        [ -n "$out" ]; then
         pass quantize.stories260K

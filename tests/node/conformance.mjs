@@ -3,11 +3,37 @@
 // streaming (chunk sequence, same id, role first, usage chunk), logprobs, usage, tools with
 // tool_choice "required" through the client's stream helper, and error mapping.
 // Usage: VERITY_URL=http://127.0.0.1:PORT node conformance.mjs   (prints PASS/FAIL lines)
-import OpenAI from 'openai';
+// Whatever goes wrong outside a case (no server, a bad /v1/models, an uncaught error or rejection)
+// prints "FAIL node.conformance: why" and exits 1, so no case vanishes silently.
+const brief = (e) => (e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ');
+function die(e) {
+  console.log(`FAIL node.conformance: ${brief(e)}`);
+  process.exit(1);
+}
+process.on('uncaughtException', die);
+process.on('unhandledRejection', die);
+// a signal (the caller's timeout) ends the script with a FAIL line too, not silently
+for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => die(new Error(`killed by ${sig} before finishing`)));
 
 const base = process.env.VERITY_URL;
+if (!base) die(new Error('VERITY_URL is not set'));
+// imported here, after the handlers, so that a missing package or a signal during the import
+// also ends in a FAIL line
+let OpenAI;
+try {
+  OpenAI = (await import('openai')).default;
+} catch (e) {
+  die(e);
+}
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: process.env.VERITY_KEY || 'none', maxRetries: 0, timeout: 60000 });
-const model = (await client.models.list()).data[0].id;
+let model;
+try {
+  const models = await client.models.list();
+  model = models.data[0].id;
+  if (typeof model !== 'string' || !model) throw new Error(`no model id in /v1/models: ${JSON.stringify(models.data)}`);
+} catch (e) {
+  die(e);
+}
 let failed = 0;
 
 async function check(name, fn) {
@@ -16,7 +42,7 @@ async function check(name, fn) {
     console.log(`PASS node.${name}`);
   } catch (e) {
     failed++;
-    console.log(`FAIL node.${name}: ${(e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ')}`);
+    console.log(`FAIL node.${name}: ${brief(e)}`);
   }
 }
 function assert(cond, msg) { if (!cond) throw new Error(msg); }
@@ -67,11 +93,32 @@ await check('chat_content_parts_and_n', async () => {
 });
 
 await check('chat_logprobs', async () => {
-  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 2 });
+  // greedy and ignore_eos: exactly 5 tokens, each the most likely one, so each entry's token is
+  // the first of its top_logprobs (the list is sorted, most likely first) with the same logprob
+  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 2, ignore_eos: true });
   const lp = r.choices[0].logprobs.content;
-  assert(lp.length === r.usage.completion_tokens, 'one entry per token');
-  assert(lp.every((e) => e.top_logprobs.length === 2 && Array.isArray(e.bytes)), 'top_logprobs/bytes');
-  assert(lp.every((e) => e.logprob >= e.top_logprobs[0].logprob - 1e-6 || true), 'shape');
+  assert(r.usage.completion_tokens === 5 && lp.length === 5, `one entry per token: ${lp.length} entries, ${r.usage.completion_tokens} tokens, expected 5`);
+  lp.forEach((e, i) => {
+    const at = `entry ${i} (${JSON.stringify(e)})`;
+    assert(typeof e.token === 'string' && Number.isFinite(e.logprob) && e.logprob <= 0, `${at}: token and a finite logprob <= 0`);
+    assert(Array.isArray(e.bytes) && e.bytes.every((b) => Number.isInteger(b) && b >= 0 && b <= 255), `${at}: bytes`);
+    if (!e.token.includes('\uFFFD'))
+      assert(Buffer.from(e.bytes).equals(Buffer.from(e.token, 'utf8')), `${at}: bytes are not the token's UTF-8`);
+    const top = e.top_logprobs;
+    assert(Array.isArray(top) && top.length === 2, `${at}: top_logprobs has ${top && top.length} entries, expected 2`);
+    for (const t of top)
+      assert(typeof t.token === 'string' && Number.isFinite(t.logprob) && t.logprob <= 0 && Array.isArray(t.bytes), `${at}: top entry ${JSON.stringify(t)}`);
+    for (let k = 1; k < top.length; k++)
+      assert(top[k - 1].logprob >= top[k].logprob, `${at}: top_logprobs not sorted descending`);
+    assert(top[0].token !== top[1].token || JSON.stringify(top[0].bytes) !== JSON.stringify(top[1].bytes), `${at}: the same token twice in top_logprobs`);
+    assert(top.reduce((a, t) => a + Math.exp(t.logprob), 0) <= 1 + 1e-5, `${at}: top probabilities sum above 1`);
+    const same = top.find((t) => t.token === e.token && JSON.stringify(t.bytes) === JSON.stringify(e.bytes));
+    assert(same, `${at}: the greedy token is not among top_logprobs`);
+    assert(same.logprob === e.logprob, `${at}: logprob ${e.logprob} differs from its top_logprobs entry ${same.logprob}`);
+    assert(e.logprob === top[0].logprob, `${at}: greedy token's logprob ${e.logprob} is not the largest ${top[0].logprob}`);
+  });
+  const text = Buffer.concat(lp.map((e) => Buffer.from(e.bytes))).toString('utf8');
+  assert(text === r.choices[0].message.content, `content ${JSON.stringify(r.choices[0].message.content)} differs from its tokens' bytes ${JSON.stringify(text)}`);
 });
 
 await check('chat_stream', async () => {
@@ -94,17 +141,25 @@ await check('chat_stream', async () => {
 });
 
 await check('completions_stream_stop', async () => {
-  const full = await client.completions.create({ model, prompt: 'abc', max_tokens: 12, temperature: 0 });
+  // seeded sampling (deterministic) with ignore_eos: always 24 tokens of varied text. The stop
+  // string is the first ASCII letter or digit that did not occur before it, so its first
+  // occurrence is where the text is cut, and the cut keeps a non-empty prefix.
+  const params = { model, prompt: 'abc', max_tokens: 24, temperature: 1, seed: 11, ignore_eos: true };
+  const full = await client.completions.create(params);
   const t = full.choices[0].text;
-  if (t.length < 4) return; // nothing to cut
-  const stop = t.slice(2, 4);
-  const r = await client.completions.create({ model, prompt: 'abc', max_tokens: 12, temperature: 0, stop: [stop] });
-  assert(r.choices[0].text === t.slice(0, t.indexOf(stop)), 'cut before the stop string, which is not returned');
-  assert(r.choices[0].finish_reason === 'stop', 'finish stop');
+  assert(full.usage.completion_tokens === 24 && full.choices[0].finish_reason === 'length', `24 tokens and finish length, got ${full.usage.completion_tokens}, ${full.choices[0].finish_reason}`);
+  let at = -1;
+  for (let i = 1; i < t.length && at < 0; i++)
+    if (/[A-Za-z0-9]/.test(t[i]) && !t.slice(0, i).includes(t[i])) at = i;
+  assert(at > 0, `no usable stop character in ${JSON.stringify(t)} (needs an ASCII letter or digit after the first character that did not occur before it)`);
+  const stop = t[at];
+  const r = await client.completions.create({ ...params, stop: [stop] });
+  assert(r.choices[0].text === t.slice(0, at), `cut before the stop string ${JSON.stringify(stop)}, which is not returned: got ${JSON.stringify(r.choices[0].text)}, expected ${JSON.stringify(t.slice(0, at))}`);
+  assert(r.choices[0].finish_reason === 'stop', 'finish stop, got ' + r.choices[0].finish_reason);
   let s = '';
-  for await (const c of await client.completions.create({ model, prompt: 'abc', max_tokens: 12, temperature: 0, stop, stream: true }))
+  for await (const c of await client.completions.create({ ...params, stop, stream: true }))
     s += c.choices[0]?.text || '';
-  assert(s === r.choices[0].text, 'streamed stop cut equals non-streamed');
+  assert(s === r.choices[0].text, `streamed stop cut ${JSON.stringify(s)} equals non-streamed ${JSON.stringify(r.choices[0].text)}`);
 });
 
 await check('tools_required_stream_helper', async () => {
