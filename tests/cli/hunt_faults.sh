@@ -107,7 +107,6 @@ LIST
 LAUNCH="$FB serve -m $TMP/m.gguf --port {port} --threads 1 --max-batch 64 {flags}"
 HEALTH='http://127.0.0.1:{port}/health'
 HUNT='--url http://127.0.0.1:{port} --concurrency 16 --turns 1 --tools 0 --max-tokens 64 --temperature 1 --tie-threshold 0 --scrape-ms 0'
-servers_left() { pgrep -f -- "-m $TMP/m.gguf" >/dev/null; }
 "$VERITY" bisect --quiet --launch "$LAUNCH" --health "$HEALTH" --hunt "$HUNT" --budget 8 \
     --toggle isa=scalar:auto --toggle mm-prefetch=0:1 --toggle pool-spin=0:1 \
     --toggle kv-block=32:16 --toggle attn-chunk=32:64 --toggle chunk=256:512 \
@@ -118,6 +117,4 @@ r=$(json "$TMP/bisect.json" "d['summary']['culprit']==['VERITY_FAULT_ATTN_OFFSET
 if [ $rc -eq 0 ] && [ "$r" = True ]; then
     pass "hunt_faults.bisect_names_fault_among_8_in_$(json "$TMP/bisect.json" "d['summary']['restarts']")_restarts"
 else fail hunt_faults.bisect_names_fault_among_8 "exit $rc: $(json "$TMP/bisect.json" "d['summary']" 2>&1 | tail -n 1) $(tail -n 2 "$TMP/bisect.err")"; fi
-if command -v pgrep >/dev/null; then
-    servers_left && fail hunt_faults.bisect_no_server_left "a server outlived bisect" || pass hunt_faults.bisect_no_server_left
-fi
+expect_procs_gone hunt_faults.bisect_no_server_left "-m $TMP/m.gguf"
