@@ -97,7 +97,7 @@ while read -r f sopts conc hopts; do
         rc=$?
         r=$(json "$TMP/$f.off.json" "d['summary']['n']>0 and d['summary']['errors']==0 and d['oracles']['exact']['diverged_sessions']==0 and not d['config']['skip_special_tokens']" 2>/dev/null)
         if [ $rc -eq 0 ] && [ "$r" = True ]; then pass hunt_faults.DETOK_SHARED_needs_varied_skip_special_tokens
-        else fail hunt_faults.DETOK_SHARED_needs_varied_skip_special_tokens "exit $rc: $(json "$TMP/$f.off.json" "d['summary']" 2>&1 | tail -n 1)"; fi
+        else fail hunt_faults.DETOK_SHARED_needs_varied_skip_special_tokens "exit $rc: $(json "$TMP/$f.off.json" "d['summary']" 2>&1 | tail -n 1) $(tail -n 2 "$TMP/$f.off.err")"; fi
     fi
     stop_server
 done <<'LIST'
