@@ -4,6 +4,7 @@
  * case; a case fails at its first failed T_CHECK (the harness longjmps out of it) and may skip
  * itself with test_skip() (missing ../shared data). Each case prints one line:
  *   PASS name | FAIL name: file:line: message | SKIP name: reason
+ * and before it one "SKIP name[part]: reason" line per part it could not run (test_skip_part).
  * tests/run.sh counts those lines over every binary and script and prints "N passed, N failed".
  */
 #ifndef VERITY_TESTS_TEST_H
@@ -21,6 +22,11 @@ _Noreturn void test_fail(const char *file, int line, const char *fmt, ...)
 
 /* Marks the current case skipped with a one-line reason and leaves it. */
 _Noreturn void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Reports a part of the current case that cannot run here (an instruction set this CPU lacks) as
+ * its own line, "SKIP <case>[<part>]: reason", without leaving the case: the rest of it runs and
+ * its PASS/FAIL line follows. */
+void test_skip_part(const char *part, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Returns the process exit status for main: 1 if any case failed. */
 int test_summary(void);

@@ -6,6 +6,7 @@
  * a float64 softmax; and thread splits of the matmul (any slicing gives the same bytes).
  */
 #include "test.h"
+#include "test_isa.h"
 #include "base/err.h"
 #include "gguf/gguf.h"
 #include "kernels/kn.h"
@@ -34,7 +35,9 @@ static float rndf(void) { /* roughly N(0,1)-ish: sum of uniforms */
 static kn_isa simd_isas[2];
 static int n_simd;
 
+/* The SIMD ISAs to compare with the scalar reference; each one missing prints its SKIP line. */
 static void setup_isas(void) {
+    test_skip_missing_isas();
     n_simd = 0;
     if (kn_isa_available(KN_ISA_AVX2))
         simd_isas[n_simd++] = KN_ISA_AVX2;

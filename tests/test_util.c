@@ -17,8 +17,10 @@ static int test_failed_count;
 static int test_state; /* 0 pass, 1 fail, 2 skip */
 static char test_msg[2048];
 static char test_tmp[256];
+static const char *test_name; /* the case running */
 
 void test_run(const char *name, void (*fn)(void)) {
+    test_name = name;
     test_state = 0;
     test_msg[0] = 0;
     err_clear();
@@ -51,6 +53,16 @@ void test_skip(const char *fmt, ...) {
     va_end(ap);
     test_state = 2;
     longjmp(test_jmp, 1);
+}
+
+void test_skip_part(const char *part, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    printf("SKIP %s[%s]: %s\n", test_name ? test_name : "?", part, msg);
+    fflush(stdout);
 }
 
 static int test_rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {

@@ -1348,7 +1348,27 @@ out:
     return rc;
 }
 
+/* The timeline's last sample: once the traffic is over, one more scrape, awaited (the client has
+ * nothing else in flight by now; a scrape times out after 5 s). Every run that scrapes then ends
+ * with the server's state after its last request, however short the run or long the period.
+ * Not after an interruption: SIGINT means stop now. */
+static void hunt_scrape_final(hunt_run *r) {
+    bool *busy = &r->scrape_busy;
+    volatile sig_atomic_t *stop = r->cfg.stop;
+    if (r->cfg.scrape_ms <= 0)
+        return;
+    while (*busy && !(stop && *stop) && hunt_client_run(r->client, 20) >= 0)
+        ; /* a periodic scrape still in flight */
+    if (r->scrape_off || *busy || (stop && *stop))
+        return;
+    r->next_scrape = 0;
+    hunt_scrape(r);
+    while (*busy && !(stop && *stop) && hunt_client_run(r->client, 20) >= 0)
+        ;
+}
+
 void hunt_run_finish(hunt_run *r) {
+    hunt_scrape_final(r);
     hunt_results *res = &r->res;
     res->wall_s = hunt_now(r);
     res->cpu_s = hunt_cpu_s() - r->cpu0;

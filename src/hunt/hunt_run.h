@@ -22,8 +22,9 @@
  * clean; error if the target failed it (after retries of 429/502/503/504 and dropped
  * connections). Sessions end at their first corrupt turn.
  *
- * While a batch runs, the target's /metrics is scraped (hunt_metrics.h) and a progress line is
- * printed on stderr. Everything is single-threaded and event-driven (hunt_client).
+ * While a batch runs, the target's /metrics is scraped (hunt_metrics.h), and once more after the
+ * run (hunt_run_finish); a progress line is printed on stderr. Everything is single-threaded and
+ * event-driven (hunt_client).
  *
  * The results (hunt_results) keep every session's verdict and evidence and are what the report
  * writers read (hunt_report.h).
@@ -181,7 +182,8 @@ void hunt_run_set_plan(hunt_run *r, int64_t sessions_total);
 /* The results so far (owned by the run). Call hunt_results_aggregate before reading aggregates. */
 hunt_results *hunt_run_results(hunt_run *r);
 
-/* Stops the clocks: wall and CPU time, client figures. */
+/* Ends the run: unless it was interrupted, takes one last /metrics sample (when scraping is on)
+ * after all traffic, then stops the clocks: wall and CPU time, client figures. */
 void hunt_run_finish(hunt_run *r);
 
 /* Computes the aggregates and the confound conclusion from the records. */

@@ -3,7 +3,8 @@
 # `verity flags --json` with its environment variable, off by default and absent from the release
 # build; each one, switched on by its variable, leaves output identical at batch 1 and corrupts it
 # when requests share steps (the property hunt relies on). Fault (a) (the detokenizer) is checked
-# through the server.
+# through the server. Every run is checked (exit status 0, all 64 lines, each well formed) before
+# anything is compared with it: two crashed runs must fail, not compare equal.
 . "$(dirname "$0")/lib.bash"
 
 FB=${VERITY_FAULTS_BIN:-$(dirname "$0")/../../build/faults/verity}
@@ -11,28 +12,53 @@ if [ ! -x "$FB" ]; then skip faults "no fault build at $FB (make faults)"; exit 
 case "$VERITY" in *"/build/release/"*) ;; *) skip faults "runs once, with the release suite"; exit 0 ;; esac
 
 j=$("$FB" flags --json)
+rc=$?
 missing=""
 for f in fault-detok-shared fault-attn-offsets fault-kv-reuse fault-big-batch fault-table-race fault-tier-reload; do
     env=VERITY_$(echo "${f}" | tr 'a-z-' 'A-Z_')
     grep -q "\"name\":\"$f\",\"env\":\"$env\",\"kind\":\"bool\",\"default\":\"0\",\"value\":\"0\"" <<<"$j" || missing="$missing $f"
 done
-[ -z "$missing" ] && pass faults.listed_off_by_default || fail faults.listed_off_by_default "missing or not off:$missing"
-"$VERITY" flags --json | grep -q fault- && fail faults.absent_from_release "release build lists fault toggles" || pass faults.absent_from_release
+[ $rc -eq 0 ] && [ -z "$missing" ] && pass faults.listed_off_by_default ||
+    fail faults.listed_off_by_default "exit $rc; missing or not off:$missing"
+jr=$("$VERITY" flags --json)
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q '"name":"isa"' <<<"$jr"; then
+    fail faults.absent_from_release "release 'flags --json' exited $rc without the toggle list"
+elif grep -q fault- <<<"$jr"; then fail faults.absent_from_release "release build lists fault toggles"
+else pass faults.absent_from_release; fi
 
-"$FB" synth --shape tiny --type q8_0 --seed 11 -o "$TMP/m.gguf" 2>/dev/null
+"$FB" synth --shape tiny --type q8_0 --seed 11 -o "$TMP/m.gguf" 2>"$TMP/synth.err" ||
+    { fail faults.model "verity synth failed: $(tail -n 2 "$TMP/synth.err")"; exit 0; }
 awk -v n=64 'BEGIN { srand(1234); split("the a little girl dog ran over hill sky blue green said and then it was happy sad big small red ball tree", w, " ");
     for (i = 0; i < n; i++) { len = 1 + int(rand() * 60); p = "";
         for (j = 0; j < len; j++) p = p (j ? " " : "") w[1 + int(rand() * 24)];
         printf("{\"prompt\":\"%s\",\"n\":%d,\"seed\":%d,\"temperature\":0}\n", p, 4 + int(rand() * 30), i) } }' >"$TMP/p.jsonl"
-gen() { "$FB" generate -m "$TMP/m.gguf" --prompts "$TMP/p.jsonl" --logits-digest "$@" 2>/dev/null; }
-gen --max-batch 1 >"$TMP/gold"
-gen --max-batch 16 >"$TMP/clean"
+# gen NAME OUT [VAR=VALUE ...] -- OPTIONS...: runs the fault build's generate over the 64 prompts
+# (with the environment variables given) into OUT and checks the run: exit status 0 and exactly
+# 64 lines, line i being prompt i's with a logits digest. A bad run prints FAIL NAME and returns 1.
+gen() {
+    local name=$1 out=$2; shift 2
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    env "${envs[@]}" "$FB" generate -m "$TMP/m.gguf" --prompts "$TMP/p.jsonl" --logits-digest "$@" \
+        >"$out" 2>"$out.err"
+    local rc=$? n bad
+    n=$(grep -c '' "$out")
+    bad=$(awk 'index($0, "{\"index\":" (NR - 1) ",") != 1 || $0 !~ /"logits_digest":"[0-9a-f]+"/ { b++ } END { print b + 0 }' "$out")
+    if [ $rc -ne 0 ] || [ "$n" -ne 64 ] || [ "$bad" -ne 0 ]; then
+        fail "$name" "generate${envs[*]:+ ${envs[*]}} $* exited $rc with $n of 64 lines ($bad malformed): $(tail -n 1 "$out.err")"
+        return 1
+    fi
+}
+gen faults.off_is_invariant "$TMP/gold" -- --max-batch 1 &&
+    gen faults.off_is_invariant "$TMP/clean" -- --max-batch 16 || exit 0
 cmp -s "$TMP/gold" "$TMP/clean" && pass faults.off_is_invariant || fail faults.off_is_invariant "the fault build without faults is not batch-invariant"
 # FAULT ... batched options
 while read -r f opts; do
     VAR=VERITY_FAULT_$f
-    env "$VAR=1" "$FB" generate -m "$TMP/m.gguf" --prompts "$TMP/p.jsonl" --logits-digest --max-batch 1 >"$TMP/b1" 2>/dev/null
-    env "$VAR=1" "$FB" generate -m "$TMP/m.gguf" --prompts "$TMP/p.jsonl" --logits-digest $opts >"$TMP/bn" 2>/dev/null
+    # shellcheck disable=SC2086
+    gen "faults.$f" "$TMP/b1" "$VAR=1" -- --max-batch 1 && gen "faults.$f" "$TMP/bn" "$VAR=1" -- $opts || continue
     d1=$(diff "$TMP/gold" "$TMP/b1" | grep -c '^<'); dn=$(diff "$TMP/gold" "$TMP/bn" | grep -c '^<')
     if [ "$d1" -eq 0 ] && [ "$dn" -gt 0 ]; then pass "faults.$f($dn of 64 corrupted when batched, 0 alone)"
     else fail "faults.$f" "alone: $d1 corrupted, batched ($opts): $dn corrupted"; fi
@@ -44,16 +70,24 @@ TABLE_RACE --max-batch 16
 TIER_RELOAD --max-batch 64 --kv-blocks 60
 LIST
 
-# fault (a): the per-request detokenization test must fail with it and pass without it
+# fault (a): the per-request detokenization test must fail with it and pass without it; "detected"
+# means detok.mjs ran to the end and found the fault's mismatch (not that it could not run, nor its
+# "no special token was produced" vacuity failure)
 if command -v node >/dev/null; then
     VERITY_SAVE=$VERITY; VERITY=$FB
     for on in 0 1; do
         if VERITY_FAULT_DETOK_SHARED=$on start_server faults.detok_server -m "$TMP/m.gguf"; then
-            r=$(VERITY_URL=$SRV_URL node "$(dirname "$0")/../node/detok.mjs")
+            r=$(VERITY_URL=$SRV_URL node "$(dirname "$0")/../node/detok.mjs" 2>"$TMP/detok.err")
+            nrc=$?
             stop_server
-            if [ $on = 0 ]; then [[ "$r" == PASS* ]] && pass faults.DETOK_SHARED_off || fail faults.DETOK_SHARED_off "$r"
-            # detected means a detokenization difference ("seed N: ..."), not a failed request
-            else [[ "$r" == "FAIL serve.detok_per_request: seed "* ]] && pass faults.DETOK_SHARED_detected || fail faults.DETOK_SHARED_detected "not detected: $r"; fi
+            if [ $on = 0 ]; then
+                [ $nrc -eq 0 ] && [[ "$r" == "PASS serve.detok_per_request("* ]] && pass faults.DETOK_SHARED_off ||
+                    fail faults.DETOK_SHARED_off "node exit $nrc: $r $(tail -n 1 "$TMP/detok.err")"
+            else
+                # detected: a detokenization difference ("seed N: ..."), not a failed request
+                [[ "$r" == "FAIL serve.detok_per_request: seed "* ]] && pass faults.DETOK_SHARED_detected ||
+                    fail faults.DETOK_SHARED_detected "not detected (node exit $nrc): $r $(tail -n 1 "$TMP/detok.err")"
+            fi
         fi
     done
     VERITY=$VERITY_SAVE

@@ -16,7 +16,6 @@ LAUNCH="$MOCK --port {port} --step-ms 1 --max-lifetime 300 --tag $TAG --fault sa
 HEALTH='http://127.0.0.1:{port}/health'
 HUNT='--url http://127.0.0.1:{port} --concurrency 12 --turns 2 --max-tokens 24 --scrape-ms 0'
 B() { "$VERITY" bisect --quiet --launch "$LAUNCH" --health "$HEALTH" "${TOGGLES[@]}" --hunt "$HUNT" "$@"; }
-servers_left() { command -v pgrep >/dev/null || return 1; pgrep -f -- "--tag $TAG" >/dev/null; }
 
 # --- names the culprit within 8 restarts -------------------------------------------------------
 B --budget 8 --ledger "$TMP/l1.json" >"$TMP/l1.out" 2>"$TMP/l1.err"
@@ -27,7 +26,7 @@ if [ $rc -eq 0 ] && [ "$r" = True ]; then
 else fail bisect.names_culprit_among_8 "exit $rc: $(json "$TMP/l1.json" "d['summary']" 2>&1 | tail -n 1) $(tail -n 2 "$TMP/l1.err")"; fi
 [ -s "$TMP/l1.md" ] && grep -q 'culprit: detok-batch' "$TMP/l1.md" && grep -q 'culprit: detok-batch' "$TMP/l1.out" &&
     pass bisect.ledger_markdown || fail bisect.ledger_markdown "l1.md or stdout lacks the culprit"
-servers_left && fail bisect.no_server_left "a mock server outlived bisect" || pass bisect.no_server_left
+expect_procs_gone bisect.no_server_left "--tag $TAG"
 
 # --- resume after running out of budget --------------------------------------------------------
 B --budget 3 --ledger "$TMP/l2.json" >/dev/null 2>"$TMP/l2.err"
@@ -45,21 +44,23 @@ else fail bisect.resumes_after_budget "first exit $rc1 ($s1), second exit $rc2: 
 "$VERITY" bisect --quiet --launch "$LAUNCH" --health "$HEALTH" "${TOGGLES[@]}" --hunt "$HUNT" --budget 8 \
     --ledger "$TMP/l3.json" >/dev/null 2>"$TMP/l3.err" &
 bp=$!
-for i in $(seq 1 200); do
+# mid-run: once the ledger holds two entries (polled, up to 120 s, while bisect runs)
+n=0
+for i in $(seq 1 1200); do
     n=$(json "$TMP/l3.json" "len(d['entries'])" 2>/dev/null || echo 0)
     [ "${n:-0}" -ge 2 ] && break
-    sleep 0.05
+    kill -0 "$bp" 2>/dev/null || break
+    sleep 0.1
 done
 kill -TERM "$bp"
 wait "$bp"
 rc1=$?
-sleep 0.2
-left=no; servers_left && left=yes
+left=no; procs_gone "--tag $TAG" || left="yes: pids $(echo $LEFT_PIDS)"
 B --budget 9 --ledger "$TMP/l3.json" >/dev/null 2>"$TMP/l3b.err"
 rc2=$?
 r=$(json "$TMP/l3.json" "d['summary']['culprit']==['detok-batch'] and d['summary']['restarts']<=9" 2>/dev/null)
-if [ $rc1 -eq 2 ] && [ $left = no ] && [ $rc2 -eq 0 ] && [ "$r" = True ]; then pass bisect.resumes_after_sigterm
-else fail bisect.resumes_after_sigterm "first exit $rc1 (server left: $left), second exit $rc2: $(json "$TMP/l3.json" "d['summary']" 2>&1 | tail -n 1)"; fi
+if [ "${n:-0}" -ge 2 ] && [ $rc1 -eq 2 ] && [ "$left" = no ] && [ $rc2 -eq 0 ] && [ "$r" = True ]; then pass bisect.resumes_after_sigterm
+else fail bisect.resumes_after_sigterm "signalled at ${n:-0} ledger entries, first exit $rc1 (server left: $left), second exit $rc2: $(json "$TMP/l3.json" "d['summary']" 2>&1 | tail -n 1)"; fi
 
 # --- environment-variable toggles --------------------------------------------------------------
 "$VERITY" bisect --quiet --launch "$MOCK --port {port} --step-ms 1 --max-lifetime 300 --tag $TAG --fault-min-batch 4 --fault-rate 0.6 {flags}" \
@@ -76,4 +77,4 @@ expect_exit2 bisect.usage_bad_placeholder "$VERITY" bisect --launch 'x {nope}' -
 expect_exit2 bisect.usage_hunt_args "$VERITY" bisect --launch x --health "$HEALTH" --toggle a=0:1 --hunt '--concurrency x'
 expect_exit2 bisect.ledger_of_another_bisection "$VERITY" bisect --launch "$LAUNCH" --health "$HEALTH" --toggle other=0:1 --hunt "$HUNT" --ledger "$TMP/l1.json"
 expect_exit2 bisect.launch_fails "$VERITY" bisect --quiet --launch 'exit 3' --health "$HEALTH" --toggle a=0:1 --hunt "$HUNT" --ledger "$TMP/l5.json" --health-timeout 5
-servers_left && fail bisect.no_server_left_at_end "a mock server outlived the tests" || pass bisect.no_server_left_at_end
+expect_procs_gone bisect.no_server_left_at_end "--tag $TAG"

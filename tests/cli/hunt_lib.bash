@@ -29,7 +29,12 @@ start_mock() {
     MOCK_PID=$!
     MOCK_PIDS+=("$MOCK_PID")
     local i
-    for i in $(seq 1 100); do [ -s "$pf" ] && break; sleep 0.05; done
+    # polled until the port file appears (it is written once the socket listens), up to 60 s
+    for i in $(seq 1 1200); do
+        [ -s "$pf" ] && break
+        kill -0 "$MOCK_PID" 2>/dev/null || break
+        sleep 0.05
+    done
     if [ ! -s "$pf" ]; then printf -v "$var" '%s' ""; return 1; fi
     printf -v "$var" 'http://127.0.0.1:%s' "$(cat "$pf")"
 }

@@ -137,3 +137,39 @@ run_node() {
     fi
     return $rc
 }
+
+# procs_matching TEXT: prints the pids of live processes whose command line contains TEXT, read
+# from /proc (no pgrep needed; a zombie's command line is empty, so the dead are not listed).
+# Returns 2, printing nothing, when /proc cannot be read: a check built on it then fails.
+procs_matching() {
+    [ -r /proc/self/cmdline ] || return 2
+    local d args
+    for d in /proc/[0-9]*; do
+        mapfile -d '' args 2>/dev/null <"$d/cmdline" || continue
+        [ ${#args[@]} -gt 0 ] && [[ "${args[*]}" == *"$1"* ]] && echo "${d#/proc/}"
+    done
+    return 0
+}
+
+# procs_gone TEXT: returns 0 as soon as no live process's command line contains TEXT, 1 if some
+# still do after 30 s (one killed a moment ago may take that moment to die; a leaked server never
+# goes), 2 if /proc cannot be read. LEFT_PIDS holds what was left.
+procs_gone() {
+    local i
+    for i in $(seq 1 300); do
+        LEFT_PIDS=$(procs_matching "$1") || return 2
+        [ -z "$LEFT_PIDS" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# expect_procs_gone NAME TEXT: PASS NAME if procs_gone TEXT, else FAIL NAME naming what was left
+expect_procs_gone() {
+    procs_gone "$2"
+    case $? in
+        0) pass "$1" ;;
+        1) fail "$1" "still running after 30 s: pids $(echo $LEFT_PIDS) (command line contains '$2')" ;;
+        *) fail "$1" "cannot read /proc to look for processes" ;;
+    esac
+}

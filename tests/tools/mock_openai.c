@@ -6,10 +6,10 @@
  *   mock_openai [--host 127.0.0.1] [--port P | --port 0 --port-file FILE] [--step-ms MS]
  *               [--max-running N] [--fault KIND[,KIND...]] [--fault-min-batch K]
  *               [--fault-rate P] [--fault-min-prompt N] [--fault-when EXPR] [--seed S]
- * [--error-rate P]
- *               [--metrics-style verity|vllm|sglang|llamacpp] [--no-logprobs] [--reject-logprobs]
+ *               [--error-rate P] [--metrics-style verity|vllm|sglang|llamacpp] [--metrics-peak]
+ *               [--no-logprobs] [--reject-logprobs]
  *               [--reject-skip-special] [--random-ids] [--max-lifetime S] [--NAME VALUE ...]
- *   (tests pass "--tag UNIQUE" as a harmless toggle to find their own servers with pgrep)
+ *   (tests pass "--tag UNIQUE" as a harmless toggle to find their own servers in /proc)
  *   mock_openai --free-port      prints a free loopback port and exits
  *
  * Every option also reads an environment variable: MOCK_FAULT, MOCK_FAULT_MIN_BATCH,
@@ -45,8 +45,14 @@
  *   neartie     at the next near-tie position the runner-up is taken: benign nondeterminism
  *   garble      the response is cut: a stream chunk or the JSON body is not valid JSON
  *
+ * Fault and error draws come from one generator seeded by --seed alone (default 1), never by the
+ * process id or the time: the same requests in the same steps get the same faults in every run.
+ *
  * Routes: POST /v1/chat/completions (streaming or not), GET /v1/models, GET /health, GET /metrics
- * (running requests, batch size, faults injected; names per --metrics-style).
+ * (running requests, batch size, faults injected; names per --metrics-style). With
+ * --metrics-peak the running and batch gauges report the largest value so far instead of the
+ * current one, so a test can check a scraper's last sample against the peak however few
+ * scrapes landed while the load was on.
  */
 #include "base/arena.h"
 #include "base/json.h"
@@ -122,6 +128,7 @@ static struct {
     uint64_t seed;
     double error_rate;
     const char *metrics_style;
+    bool metrics_peak; /* running/batch gauges report the peak so far */
     bool no_logprobs;
     bool reject_logprobs;
     bool reject_skip_special; /* 400 for skip_special_tokens, as OpenAI's API does */
@@ -1051,6 +1058,12 @@ static void handle_chat(conn *c, const char *body, size_t len) {
 static void metrics_text(strbuf *o) {
     int running = n_gens < cfg.max_running ? n_gens : cfg.max_running;
     int waiting = n_gens - running;
+    int batch = stats.last_batch;
+    if (cfg.metrics_peak) {
+        running = stats.max_running_seen < cfg.max_running ? stats.max_running_seen
+                                                           : cfg.max_running;
+        batch = stats.max_batch;
+    }
     const char *st = cfg.metrics_style;
     if (!strcmp(st, "vllm")) {
         strbuf_printf(
@@ -1070,7 +1083,7 @@ static void metrics_text(strbuf *o) {
         strbuf_printf(o,
                       "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n"
                       "llamacpp:requests_deferred %d\nllamacpp:n_busy_slots_per_decode %d\n",
-                      running, waiting, stats.last_batch);
+                      running, waiting, batch);
     } else {
         strbuf_printf(o,
                       "# HELP verity_requests_running Requests in the running batch.\n"
@@ -1078,7 +1091,7 @@ static void metrics_text(strbuf *o) {
                       "# TYPE verity_requests_waiting gauge\nverity_requests_waiting %d\n"
                       "# TYPE verity_batch_size gauge\nverity_batch_size %d\n"
                       "# TYPE verity_requests_total counter\nverity_requests_total %lld\n",
-                      running, waiting, stats.last_batch, (long long)stats.requests_total);
+                      running, waiting, batch, (long long)stats.requests_total);
     }
     strbuf_printf(o,
                   "# TYPE mock_faults_injected_total counter\nmock_faults_injected_total %lld\n"
@@ -1320,6 +1333,10 @@ int main(int argc, char **argv) {
             close(s);
             return 0;
         }
+        if (!strcmp(a, "--metrics-peak")) {
+            cfg.metrics_peak = true;
+            continue;
+        }
         if (!strcmp(a, "--no-logprobs")) {
             cfg.no_logprobs = true;
             continue;
@@ -1376,7 +1393,7 @@ int main(int argc, char **argv) {
     if (faults)
         cfg.faults = parse_faults(faults);
     fault_enabled = cfg.faults && when_holds(cfg.fault_when);
-    hunt_rng_seed(&fault_rng, cfg.seed * 0x9e3779b97f4a7c15ull + (uint64_t)getpid());
+    hunt_rng_seed(&fault_rng, cfg.seed * 0x9e3779b97f4a7c15ull);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
