@@ -4,19 +4,10 @@
 # node is a required dependency (scripts/setup.sh installs it): without it the node cases FAIL.
 . "$(dirname "$0")/lib.bash"
 
-if command -v node >/dev/null; then
-    out=$(SHARED="$SHARED" node "$(dirname "$0")/../node/chat_cli.mjs" 2>"$TMP/node.err")
-    rc=$?
-    [ -n "$out" ] && printf '%s\n' "$out"
-    # node's own verdict stands; a crash or an exit without a verdict line is a FAIL here
-    if [ $rc -ne 0 ] && ! grep -q '^FAIL chat_template_cli' <<<"$out"; then
-        fail chat_template_cli "node exited with status $rc without a FAIL line: $(tail -c 300 "$TMP/node.err" | tr '\n' ' ')"
-    elif [ $rc -eq 0 ] && ! grep -Eq '^(PASS|SKIP) chat_template_cli' <<<"$out"; then
-        fail chat_template_cli "node exited 0 without a PASS or SKIP line: $(tail -c 300 "$TMP/node.err" | tr '\n' ' ')"
-    fi
-else
-    fail chat_template_cli "node not found (a required dependency; scripts/setup.sh installs it)"
-fi
+# node's own verdict stands; a missing node, or an exit without a verdict line, is a FAIL
+out=$(SHARED="$SHARED" run_node chat_template_cli "$(dirname "$0")/../node/chat_cli.mjs")
+printf '%s\n' "$out"
+grep -Eq '^(PASS|SKIP|FAIL) chat_template_cli' <<<"$out" || fail chat_template_cli "chat_cli.mjs printed no verdict"
 echo '[{"role":"user","content":"x"}]' >"$TMP/m.json"
 echo '{"not":"an array"}' >"$TMP/bad.json"
 "$VERITY" synth --shape tiny --type f32 --seed 2 -o "$TMP/t.gguf" 2>/dev/null

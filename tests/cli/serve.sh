@@ -67,8 +67,14 @@ if start_server serve.start -m "$MODEL" --admin-api 1 --max-batch 64 --chunk 8 -
     [ "$(http_code GET /health)" = 200 ] && pass serve.health || fail serve.health "$(cat "$TMP/body")"
     c=$(http_code GET /v1/models); grep -q '"object":"list"' "$TMP/body" && [ "$c" = 200 ] && pass serve.models || fail serve.models "$c $(cat "$TMP/body")"
     c=$(http_code GET /v1/flags); grep -q '"name":"kv-dtype"' "$TMP/body" && [ "$c" = 200 ] && pass serve.flags || fail serve.flags "$c"
-    c=$(http_code POST /tokenize '{"prompt":"hello"}'); grep -q '"tokens":\[1,' "$TMP/body" && pass serve.tokenize || fail serve.tokenize "$c $(cat "$TMP/body")"
-    c=$(http_code POST /detokenize '{"tokens":[104,105]}'); [ "$c" = 200 ] && pass serve.detokenize || fail serve.detokenize "$c $(cat "$TMP/body")"
+    # /tokenize gives exactly `verity tokenize`'s ids for the same model (BOS included), and
+    # /detokenize of them gives the text back: after the one space SentencePiece prefixes
+    tk='Hello, world! héllo 😀 "q"' tk_json='Hello, world! héllo 😀 \"q\"'
+    want=$("$VERITY" tokenize -m "$MODEL" "$tk" | tr -d ' ')
+    c=$(http_code POST /tokenize "{\"prompt\":\"$tk_json\"}"); ids=$(sed -n 's/^{"tokens":\(\[[0-9,]*\]\),.*/\1/p' "$TMP/body")
+    [ "$c" = 200 ] && [ "${#want}" -gt 20 ] && [ "$ids" = "$want" ] && pass serve.tokenize || fail serve.tokenize "$c $(head -c 300 "$TMP/body"), verity tokenize: $want"
+    c=$(http_code POST /detokenize "{\"tokens\":${ids:-[]}}")
+    [ "$c" = 200 ] && [ "$(cat "$TMP/body")" = "{\"prompt\":\" $tk_json\"}" ] && pass serve.detokenize || fail serve.detokenize "$c $(head -c 300 "$TMP/body")"
 
     # bad input: status, and the error names the field
     bad() { # NAME EXPECTED_STATUS EXPECTED_SUBSTRING PATH DATA [CURL ARGS]
