@@ -29,6 +29,17 @@ static double hunt_nice(double v) {
     return 1.0;
 }
 
+/* Formats v (a fraction) as a percentage with as few decimals as show it exactly (up to 3):
+ * 0.125 -> "12.5%", 0.25 -> "25%", 0.0625 -> "6.25%". A tick label never rounds to a value the
+ * tick is not at. */
+static void hunt_pct_label(char *t, size_t cap, double v) {
+    double p = 100 * v;
+    int d = 0;
+    while (d < 3 && fabs(p * pow(10, d) - round(p * pow(10, d))) > 1e-6)
+        d++;
+    snprintf(t, cap, "%.*f%%", d, p);
+}
+
 static void svg_vtext(strbuf *o, double x, double y, const char *text) {
     strbuf_printf(o,
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"label\" "
@@ -65,9 +76,7 @@ static void svg_rates(strbuf *o, const char *title, const char *xlabel, int n,
         strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>\n",
                       ML, y, ML + w, y);
         char t[32];
-        snprintf(t, sizeof t, "%.0f%%", 100 * v);
-        if (ymax < 0.05)
-            snprintf(t, sizeof t, "%.1f%%", 100 * v);
+        hunt_pct_label(t, sizeof t, v);
         svg_text(o, ML - 6, y + 4, "end", "tick", t);
     }
     strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n", ML,
@@ -101,8 +110,11 @@ static void svg_rates(strbuf *o, const char *title, const char *xlabel, int n,
 /* The batch-size timeline with corruption events. */
 static void svg_timeline(strbuf *o, const hunt_results *res) {
     double tmax = res->wall_s > 0 ? res->wall_s : 1, bmax = 1;
+    bool have[2] = {false, false}; /* batch, running: measured in at least one sample */
     for (int64_t i = 0; i < res->n_samples; i++) {
         const hunt_metrics_sample *s = &res->samples[i];
+        have[0] |= !isnan(s->batch);
+        have[1] |= !isnan(s->running);
         if (!isnan(s->batch) && s->batch > bmax)
             bmax = s->batch;
         if (!isnan(s->running) && s->running > bmax)
@@ -147,6 +159,8 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
         svg_text(o, (x0 + x1) / 2, MT + h - 4, "middle", "tick", lab);
     }
     for (int series = 0; series < 2; series++) {
+        if (!have[series])
+            continue; /* not measured: no line at all, the legend says so */
         strbuf_printf(o, "<polyline class=\"%s\" points=\"", series ? "running" : "batch");
         for (int64_t i = 0; i < res->n_samples; i++) {
             double v = series ? res->samples[i].running : res->samples[i].batch;
@@ -167,16 +181,22 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
                       "<title>session %lld corrupt at %.2fs (concurrency %d)</title></line>\n",
                       x, MT + h, x, MT + h - 10, (long long)r->index, t, r->conc);
     }
-    strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"3\" class=\"lg-batch\"/>",
-                  ML + 10, MT + 6);
-    svg_text(o, ML + 26, MT + 10, "start", "tick", "batch size");
-    strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"3\" class=\"lg-run\"/>",
-                  ML + 100, MT + 6);
-    svg_text(o, ML + 116, MT + 10, "start", "tick", "running requests");
-    strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"3\" height=\"10\" class=\"lg-event\"/>",
-                  ML + 240, MT + 1);
-    svg_text(o, ML + 248, MT + 10, "start", "tick",
-             "corrupt session (its first corrupt turn); shaded: test phases");
+    /* legend: each entry's text is followed by the next at about 6 px per character */
+    const char *lg_text[3] = {have[0] ? "batch size" : "batch size: not measured",
+                              have[1] ? "running requests" : "running requests: not measured",
+                              "corrupt session (its first corrupt turn); shaded: test phases"};
+    static const char *const lg_cls[3] = {"lg-batch", "lg-run", "lg-event"};
+    double lx = ML + 10;
+    for (int k = 0; k < 3; k++) {
+        if (k < 2)
+            strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"3\" class=\"%s\"/>",
+                          lx, MT + 6, lg_cls[k]);
+        else
+            strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"3\" height=\"10\" class=\"%s\"/>",
+                          lx, MT + 1, lg_cls[k]);
+        svg_text(o, lx + (k < 2 ? 16 : 8), MT + 10, "start", "tick", lg_text[k]);
+        lx += (k < 2 ? 16 : 8) + 6.0 * (double)strlen(lg_text[k]) + 18;
+    }
     strbuf_puts(o, "</svg>\n");
 }
 

@@ -5,6 +5,7 @@
 #include "hunt/hunt_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -76,6 +77,8 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
                   (unsigned long long)res->seed, res->stream ? "true" : "false",
                   res->logprobs ? "true" : "false", res->skip_special ? "true" : "false");
     strbuf_json_num(o, res->tie_threshold);
+    strbuf_puts(o, ",\"context_pad_bytes_per_token\":");
+    strbuf_json_num(o, res->pad_bytes_per_token > 0 ? res->pad_bytes_per_token : NAN);
     strbuf_puts(o, "},\"summary\":{");
     jcell(o, &res->total);
     strbuf_printf(o, ",\"verdict\":\"%s\",\"interrupted\":%s}",
@@ -310,14 +313,25 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
                       (long long)ml);
     strbuf_puts(o, "\n## Server observation\n\n");
     if (res->metrics_flavor) {
-        double maxb = 0;
-        for (int64_t i = 0; i < res->n_samples; i++)
-            if (res->samples[i].batch > maxb)
+        double maxb = NAN, maxr = NAN;
+        for (int64_t i = 0; i < res->n_samples; i++) {
+            if (!isnan(res->samples[i].batch) && !(res->samples[i].batch <= maxb))
                 maxb = res->samples[i].batch;
-        strbuf_printf(o,
-                      "/metrics (%s names): %lld samples, largest batch seen %.0f. The timeline "
-                      "is in report.html and results.json.\n",
-                      res->metrics_flavor, (long long)res->n_samples, maxb);
+            if (!isnan(res->samples[i].running) && !(res->samples[i].running <= maxr))
+                maxr = res->samples[i].running;
+        }
+        strbuf_printf(o, "/metrics (%s names): %lld samples; largest batch seen: ",
+                      res->metrics_flavor, (long long)res->n_samples);
+        if (isnan(maxb))
+            strbuf_puts(o, "not measured (the target has no batch-size metric)");
+        else
+            strbuf_printf(o, "%.0f", maxb);
+        strbuf_puts(o, "; most running requests: ");
+        if (isnan(maxr))
+            strbuf_puts(o, "not measured");
+        else
+            strbuf_printf(o, "%.0f", maxr);
+        strbuf_puts(o, ". The timeline is in report.html and results.json.\n");
     } else {
         strbuf_puts(o, "The target exposes no known /metrics; no batch timeline.\n");
     }

@@ -15,6 +15,7 @@
  * the life of the run.
  */
 #include "hunt/hunt_run.h"
+#include "hunt/hunt_calib.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -1062,6 +1063,35 @@ static int hunt_probe(hunt_run *r, const char *model) {
                    r->chat_url, status, reply);
 }
 
+/* With any padding asked for, measures the target's bytes per token (hunt_calib) so a pad of N
+ * tokens adds about N to usage.prompt_tokens; a target that reports no usage keeps 4 bytes per
+ * token, with a warning. Returns 0 or ERR_NOMEM. */
+static int hunt_run_calibrate(hunt_run *r, hunt_workload_cfg *wc) {
+    bool padded = false;
+    for (int i = 0; i < wc->n_pads; i++)
+        padded |= wc->pads[i] > 0;
+    if (!padded)
+        return 0;
+    hunt_calib_target t = {.chat_url = r->chat_url,
+                           .api_key = r->cfg.api_key,
+                           .model = wc->model,
+                           .timeout_s = r->cfg.timeout_s > 0 ? r->cfg.timeout_s : 60,
+                           .seed = wc->seed};
+    double bpt = 4;
+    int rc = hunt_calib_pad(&t, &bpt);
+    if (rc == ERR_NOMEM)
+        return rc;
+    if (rc)
+        log_warn("hunt: cannot measure the target's bytes per token (%s); context padding "
+                 "assumes 4",
+                 err_detail());
+    else
+        log_info("hunt: context padding at %.2f bytes per token (measured)", bpt);
+    wc->pad_bytes_per_token = bpt;
+    r->res.pad_bytes_per_token = bpt;
+    return 0;
+}
+
 int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
     if (cfg->n_conc < 1 || cfg->n_conc > HUNT_MAX_LEVELS)
         return err_set(ERR_RANGE, "%d concurrency levels, expected 1..%d", cfg->n_conc,
@@ -1119,6 +1149,8 @@ int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
         .tools = r->tools,
     };
     memcpy(wc.pads, cfg->pads, sizeof wc.pads);
+    if ((rc = hunt_run_calibrate(r, &wc)))
+        goto fail;
     if ((rc = hunt_workload_create(&wc, &r->w)))
         goto fail;
     r->ocfg.tie_threshold = cfg->tie_threshold;

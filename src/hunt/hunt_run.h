@@ -131,6 +131,7 @@ typedef struct hunt_results {
     bool skip_special; /* skip_special_tokens sent (alternating by session) */
     double temperature, tie_threshold;
     uint64_t seed;
+    double pad_bytes_per_token; /* padding bytes per token (measured, else 4; 0: no padding) */
     /* sessions, in the order they were finalised */
     hunt_session_rec **recs;
     int64_t n_recs, cap_recs;
