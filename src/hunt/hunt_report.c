@@ -53,7 +53,33 @@ double hunt_results_mean_prompt(const hunt_results *res, int p) {
     return n ? sum / (double)n : -1;
 }
 
-void hunt_report_json(const hunt_results *res, strbuf *o) {
+/* "evidence" of session record r: the turn shown, what diverged where, and both texts. */
+static void report_json_evidence(strbuf *o, const hunt_session_rec *r) {
+    const hunt_eval *e = &r->eval;
+    strbuf_printf(o, ",\"evidence\":{\"turn\":%d,\"diverged\":%s,\"where\":", r->shown_turn,
+                  e->diverged ? "true" : "false");
+    jstr(o, e->diverged ? e->where : NULL);
+    strbuf_printf(o, ",\"offset\":%ld,\"token\":%d,\"near_tie\":\"%s\",\"tie_gap\":",
+                  e->div_offset, e->div_token, hunt_neartie_name(e->neartie));
+    if (e->tie_gap < 0)
+        strbuf_puts(o, "null");
+    else
+        strbuf_json_num(o, e->tie_gap);
+    strbuf_puts(o, ",\"findings\":");
+    jmask(o, e->found);
+    strbuf_puts(o, ",\"model_level\":");
+    jmask(o, e->model_level);
+    strbuf_puts(o, ",\"why\":");
+    jstr(o, e->why);
+    strbuf_puts(o, ",\"test\":");
+    jstr(o, r->test_text);
+    strbuf_puts(o, ",\"reference\":");
+    jstr(o, r->ref_text);
+    strbuf_putc(o, '}');
+}
+
+/* "config": what the run was asked to do (opens the report object). */
+static void report_json_config(const hunt_results *res, strbuf *o) {
     strbuf_puts(o, "{\"verity_hunt\":1,\"config\":{\"url\":");
     jstr(o, res->url);
     strbuf_puts(o, ",\"model\":");
@@ -79,7 +105,12 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
     strbuf_json_num(o, res->tie_threshold);
     strbuf_puts(o, ",\"context_pad_bytes_per_token\":");
     strbuf_json_num(o, res->pad_bytes_per_token > 0 ? res->pad_bytes_per_token : NAN);
-    strbuf_puts(o, "},\"summary\":{");
+    strbuf_putc(o, '}');
+}
+
+/* "summary", "per_concurrency", "per_context_pad" and "grid": the verdict counts and intervals. */
+static void report_json_breakdowns(const hunt_results *res, strbuf *o) {
+    strbuf_puts(o, ",\"summary\":{");
     jcell(o, &res->total);
     strbuf_printf(o, ",\"verdict\":\"%s\",\"interrupted\":%s}",
                   res->total.corrupt ? "corruption found" : "clean",
@@ -112,7 +143,12 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
             jcell(o, &res->grid[i][p]);
             strbuf_putc(o, '}');
         }
-    strbuf_puts(o, "],\"confound\":");
+    strbuf_putc(o, ']');
+}
+
+/* "confound" and "oracles": what each oracle counted. */
+static void report_json_oracles(const hunt_results *res, strbuf *o) {
+    strbuf_puts(o, ",\"confound\":");
     jstr(o, res->confound);
     strbuf_printf(o,
                   ",\"oracles\":{\"exact\":{\"diverged_sessions\":%lld},\"near_tie\":{"
@@ -135,6 +171,10 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
         strbuf_printf(o, "%s\"%s\":%lld", k ? "," : "", hunt_finding_name(k),
                       (long long)res->model_level[k]);
     strbuf_puts(o, "}}");
+}
+
+/* "client": the load generator's own counters and costs. */
+static void report_json_client(const hunt_results *res, strbuf *o) {
     int64_t reqs = res->requests + res->ref_requests;
     strbuf_printf(o,
                   ",\"client\":{\"peak_in_flight\":%d,\"requests\":%lld,"
@@ -148,7 +188,13 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
     strbuf_json_num(o, reqs ? 1000.0 * res->cpu_s / (double)reqs : 0);
     strbuf_puts(o, ",\"requests_per_s\":");
     strbuf_json_num(o, res->wall_s > 0 ? (double)reqs / res->wall_s : 0);
-    strbuf_puts(o, "},\"metrics\":{\"flavor\":");
+    strbuf_putc(o, '}');
+}
+
+/* "metrics", "test_phases" and "events": the server's samples, the phases of the test, and the
+ * corruptions over time. */
+static void report_json_timeline(const hunt_results *res, strbuf *o) {
+    strbuf_puts(o, ",\"metrics\":{\"flavor\":");
     jstr(o, res->metrics_flavor);
     strbuf_puts(o, ",\"samples\":[");
     for (int64_t i = 0; i < res->n_samples; i++) {
@@ -181,8 +227,12 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
         strbuf_json_num(o, r->turns[r->shown_turn].t_end);
         strbuf_printf(o, ",\"session\":%lld,\"concurrency\":%d,\"turn\":%d}", (long long)r->index,
                       r->conc, r->shown_turn);
-    }
-    strbuf_puts(o, "],\"sessions\":[");
+    }    strbuf_putc(o, ']');
+}
+
+/* "sessions": one object per record, and the closing of the report object. */
+static void report_json_sessions(const hunt_results *res, strbuf *o) {
+    strbuf_puts(o, ",\"sessions\":[");
     for (int64_t i = 0; i < res->n_recs; i++) {
         const hunt_session_rec *r = res->recs[i];
         strbuf_printf(o,
@@ -198,29 +248,8 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
         for (int t = 0; t < r->n_turns; t++)
             strbuf_printf(o, "%s\"%s\"", t ? "," : "", hunt_verdict_name(r->turns[t].verdict));
         strbuf_putc(o, ']');
-        if (r->shown_turn >= 0) {
-            const hunt_eval *e = &r->eval;
-            strbuf_printf(o, ",\"evidence\":{\"turn\":%d,\"diverged\":%s,\"where\":", r->shown_turn,
-                          e->diverged ? "true" : "false");
-            jstr(o, e->diverged ? e->where : NULL);
-            strbuf_printf(o, ",\"offset\":%ld,\"token\":%d,\"near_tie\":\"%s\",\"tie_gap\":",
-                          e->div_offset, e->div_token, hunt_neartie_name(e->neartie));
-            if (e->tie_gap < 0)
-                strbuf_puts(o, "null");
-            else
-                strbuf_json_num(o, e->tie_gap);
-            strbuf_puts(o, ",\"findings\":");
-            jmask(o, e->found);
-            strbuf_puts(o, ",\"model_level\":");
-            jmask(o, e->model_level);
-            strbuf_puts(o, ",\"why\":");
-            jstr(o, e->why);
-            strbuf_puts(o, ",\"test\":");
-            jstr(o, r->test_text);
-            strbuf_puts(o, ",\"reference\":");
-            jstr(o, r->ref_text);
-            strbuf_putc(o, '}');
-        }
+        if (r->shown_turn >= 0)
+            report_json_evidence(o, r);
         if (r->error) {
             strbuf_puts(o, ",\"error\":");
             jstr(o, r->error);
@@ -228,6 +257,15 @@ void hunt_report_json(const hunt_results *res, strbuf *o) {
         strbuf_putc(o, '}');
     }
     strbuf_puts(o, "]}\n");
+}
+
+void hunt_report_json(const hunt_results *res, strbuf *o) {
+    report_json_config(res, o);
+    report_json_breakdowns(res, o);
+    report_json_oracles(res, o);
+    report_json_client(res, o);
+    report_json_timeline(res, o);
+    report_json_sessions(res, o);
 }
 
 static void md_cell_row(strbuf *o, const char *label, const hunt_cell *c) {
