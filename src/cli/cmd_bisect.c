@@ -140,11 +140,11 @@ static int bisect_begin(void *ud, const hunt_ledger *lg, uint64_t flipped) {
 static int bisect_round(void *ud, int64_t first, int n, hunt_verdict *out, int *n_out) {
     bisect_ctx *c = ud;
     hunt_results *res = hunt_run_results(c->run);
-    int64_t before = res->n_recs;
+    int64_t before = res->records.n_recs;
     int rc = hunt_run_batch(c->run, 0, c->conc, first, n);
     int k = 0;
-    for (int64_t i = before; i < res->n_recs && k < n; i++)
-        out[k++] = res->recs[i]->verdict;
+    for (int64_t i = before; i < res->records.n_recs && k < n; i++)
+        out[k++] = res->records.recs[i]->verdict;
     *n_out = k;
     return rc;
 }
