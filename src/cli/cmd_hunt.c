@@ -74,8 +74,8 @@ static void hunt_print_summary(const hunt_results *res) {
         printf("%12s\n", "by padding:");
         for (int p = 0; p < res->cfg.n_pads; p++) {
             const hunt_cell *c = &res->agg.per_pad[p];
-            printf("%12d %9lld %8lld %7lld %7lld %7lld %7.1f%%  [%.1f%%, %.1f%%]\n", res->cfg.pads[p],
-                   (long long)c->n, (long long)c->corrupt, (long long)c->benign,
+            printf("%12d %9lld %8lld %7lld %7lld %7lld %7.1f%%  [%.1f%%, %.1f%%]\n",
+                   res->cfg.pads[p], (long long)c->n, (long long)c->corrupt, (long long)c->benign,
                    (long long)c->clean, (long long)c->errors,
                    c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0, 100 * c->lo,
                    100 * c->hi);
@@ -84,8 +84,9 @@ static void hunt_print_summary(const hunt_results *res) {
     printf("confound: %s\n", res->agg.confound);
     int64_t reqs = res->client.requests + res->client.ref_requests;
     printf("verdict: %s; %lld requests, peak %d in flight, %.1f s, harness CPU %.3f ms/request\n",
-           res->agg.total.corrupt ? "CORRUPTION FOUND" : "clean", (long long)reqs, res->client.peak_in_flight,
-           res->client.wall_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
+           res->agg.total.corrupt ? "CORRUPTION FOUND" : "clean", (long long)reqs,
+           res->client.peak_in_flight, res->client.wall_s,
+           reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
 }
 
 int cmd_hunt(int argc, char **argv) {

@@ -327,9 +327,9 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
                   "<h2>Harness</h2>\n<p>%lld test and %lld reference requests (%lld retries) "
                   "in %.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
                   "request).</p>\n",
-                  (long long)res->client.requests, (long long)res->client.ref_requests, (long long)res->client.retries,
-                  res->client.wall_s, res->client.peak_in_flight, res->client.cpu_s,
-                  reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
+                  (long long)res->client.requests, (long long)res->client.ref_requests,
+                  (long long)res->client.retries, res->client.wall_s, res->client.peak_in_flight,
+                  res->client.cpu_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
     int shown = 0;
     for (int64_t i = 0; i < res->records.n_recs && shown < 50; i++) {
         const hunt_session_rec *r = res->records.recs[i];

@@ -179,8 +179,9 @@ static void report_json_client(const hunt_results *res, strbuf *o) {
     strbuf_printf(o,
                   ",\"client\":{\"peak_in_flight\":%d,\"requests\":%lld,"
                   "\"reference_requests\":%lld,\"retries\":%lld,\"bytes\":%lld,\"wall_s\":",
-                  res->client.peak_in_flight, (long long)res->client.requests, (long long)res->client.ref_requests,
-                  (long long)res->client.retries, (long long)res->client.bytes);
+                  res->client.peak_in_flight, (long long)res->client.requests,
+                  (long long)res->client.ref_requests, (long long)res->client.retries,
+                  (long long)res->client.bytes);
     strbuf_json_num(o, res->client.wall_s);
     strbuf_puts(o, ",\"cpu_s\":");
     strbuf_json_num(o, res->client.cpu_s);
@@ -279,9 +280,10 @@ void hunt_report_workload(const hunt_results *res, strbuf *o) {
     strbuf_printf(o,
                   "%d sessions per level, %d turns, %d tools, max_tokens %d, temperature %g, "
                   "seed %llu, %s, logprobs %s (near-tie threshold %g nats), skip_special_tokens %s",
-                  res->cfg.sessions, res->cfg.turns, res->cfg.n_tools, res->cfg.max_tokens, res->cfg.temperature,
-                  (unsigned long long)res->cfg.seed, res->cfg.stream ? "streaming" : "not streaming",
-                  res->cfg.logprobs ? "on" : "off", res->cfg.tie_threshold,
+                  res->cfg.sessions, res->cfg.turns, res->cfg.n_tools, res->cfg.max_tokens,
+                  res->cfg.temperature, (unsigned long long)res->cfg.seed,
+                  res->cfg.stream ? "streaming" : "not streaming", res->cfg.logprobs ? "on" : "off",
+                  res->cfg.tie_threshold,
                   res->cfg.skip_special ? "true on even sessions, false on odd ones" : "not sent");
 }
 
@@ -332,7 +334,8 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
     }
     strbuf_printf(o, "\n## Confound split\n\n%s\n", res->agg.confound);
     strbuf_puts(o, "\n## Oracles\n\n| oracle | sessions |\n|---|---|\n");
-    strbuf_printf(o, "| exact: diverged from the reference | %lld |\n", (long long)res->agg.diverged);
+    strbuf_printf(o, "| exact: diverged from the reference | %lld |\n",
+                  (long long)res->agg.diverged);
     strbuf_printf(o, "| near-tie: benign divergence only | %lld |\n",
                   (long long)res->agg.neartie_benign);
     strbuf_printf(o, "| near-tie: divergence not at a near tie | %lld |\n",
@@ -378,9 +381,9 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
                   "\n## Harness\n\n%lld test and %lld reference requests (%lld retries) in "
                   "%.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
                   "request).\n",
-                  (long long)res->client.requests, (long long)res->client.ref_requests, (long long)res->client.retries,
-                  res->client.wall_s, res->client.peak_in_flight, res->client.cpu_s,
-                  reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
+                  (long long)res->client.requests, (long long)res->client.ref_requests,
+                  (long long)res->client.retries, res->client.wall_s, res->client.peak_in_flight,
+                  res->client.cpu_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
     int shown = 0;
     for (int64_t i = 0; i < res->records.n_recs && shown < 50; i++) {
         const hunt_session_rec *r = res->records.recs[i];
@@ -408,7 +411,8 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
             if (!errs++)
                 strbuf_puts(o, "\n## Target errors (first 10)\n\n");
             strbuf_printf(o, "- session %lld: ", (long long)res->records.recs[i]->index);
-            hunt_md_escape(o, res->records.recs[i]->error, strlen(res->records.recs[i]->error), 300);
+            hunt_md_escape(o, res->records.recs[i]->error, strlen(res->records.recs[i]->error),
+                           300);
             strbuf_putc(o, '\n');
         }
 }

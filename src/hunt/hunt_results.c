@@ -63,11 +63,11 @@ static void hunt_confound(hunt_results *res) {
     const hunt_cell *b = &res->agg.grid[hi_c][lo_p]; /* high concurrency, short context */
     char sa[160], sb[160];
     snprintf(sa, sizeof sa, "concurrency %d at context pad %d: %lld/%lld corrupt [%.3f, %.3f]",
-             res->cfg.conc[lo_c], res->cfg.pads[hi_p], (long long)a->corrupt, (long long)a->n, a->lo,
-             a->hi);
+             res->cfg.conc[lo_c], res->cfg.pads[hi_p], (long long)a->corrupt, (long long)a->n,
+             a->lo, a->hi);
     snprintf(sb, sizeof sb, "concurrency %d at context pad %d: %lld/%lld corrupt [%.3f, %.3f]",
-             res->cfg.conc[hi_c], res->cfg.pads[lo_p], (long long)b->corrupt, (long long)b->n, b->lo,
-             b->hi);
+             res->cfg.conc[hi_c], res->cfg.pads[lo_p], (long long)b->corrupt, (long long)b->n,
+             b->lo, b->hi);
     if (a->n == 0 || b->n == 0)
         snprintf(o, cap, "confound split incomplete (%s; %s)", sa, sb);
     else if (a->corrupt && b->corrupt)
