@@ -8,6 +8,9 @@
 #   make check TYPE=tsan  one build type's suite
 #   make fuzz             libFuzzer targets (clang) into build/fuzz/
 #   make format           clang-format every C file
+#   make install          PREFIX=/usr/local DESTDIR= : build/<type>/verity, verity(1), the Grafana
+#                         dashboard, the systemd unit and an example environment file
+#   make uninstall        removes exactly what install put there (same PREFIX and DESTDIR)
 #
 # ISA flags are applied only to kernel files named *_avx2.c / *_avx512.c; everything else is
 # built for baseline x86-64 and the kernels are picked at start-up (src/kernels/kn_dispatch.c).
@@ -72,9 +75,11 @@ TOOL_BINS := $(TOOL_SRCS:tests/tools/%.c=$(BUILD)/tools/%)
 LIB := $(BUILD)/libverity.a
 BIN := $(BUILD)/verity
 
-.PHONY: all tests test check fuzz format clean bench faults
+MAN := $(BUILD)/verity.1
 
-all: $(BIN)
+.PHONY: all tests test check fuzz format clean bench faults install uninstall
+
+all: $(BIN) $(MAN)
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -113,7 +118,12 @@ $(BUILD)/tools/%: $(BUILD)/tests/tools/%.o $(LIB)
 	$(call SAY,LD)
 	$(Q)$(CC) $(LDFLAGS_ALL) $< $(LIB) $(LDLIBS) -o $@
 
-tests: $(BIN) $(TEST_BINS) $(REPLAY_BINS) $(TOOL_BINS)
+# The man page comes from the built binary, from the same tables as --help and `verity flags`.
+$(MAN): $(BIN)
+	$(call SAY,MAN)
+	$(Q)$(BIN) flags --man > $@.tmp && mv $@.tmp $@
+
+tests: $(BIN) $(MAN) $(TEST_BINS) $(REPLAY_BINS) $(TOOL_BINS)
 
 # One build type's suite (used by `make test` and by hand: make check TYPE=tsan).
 check: tests
@@ -163,6 +173,31 @@ fuzz: $(FUZZ_SRCS:fuzz/fuzz_%.c=build/fuzz/fuzz_%)
 
 bench: $(BIN)
 	@bench/run.sh
+
+# Installs the TYPE build as it is (never rebuilding another type): DESTDIR stages, PREFIX is
+# where it runs from (also written into the unit's ExecStart).
+PREFIX ?= /usr/local
+BINDIR := $(PREFIX)/bin
+MANDIR := $(PREFIX)/share/man/man1
+DATADIR := $(PREFIX)/share/verity
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+INSTALLED := $(BINDIR)/verity $(MANDIR)/verity.1 $(DATADIR)/grafana/verity.json \
+             $(DATADIR)/verity.env.example $(UNITDIR)/verity.service
+
+install: $(BIN) $(MAN)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(DATADIR)/grafana \
+	  $(DESTDIR)$(UNITDIR)
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/verity
+	install -m 644 $(MAN) $(DESTDIR)$(MANDIR)/verity.1
+	install -m 644 contrib/grafana/verity.json $(DESTDIR)$(DATADIR)/grafana/verity.json
+	install -m 644 contrib/systemd/verity.env.example $(DESTDIR)$(DATADIR)/verity.env.example
+	sed 's|/usr/local/bin/verity|$(BINDIR)/verity|' contrib/systemd/verity.service \
+	  > $(DESTDIR)$(UNITDIR)/verity.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/verity.service
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(DATADIR)/grafana $(DESTDIR)$(DATADIR) 2>/dev/null
 
 format:
 	clang-format -i $$(find src tests fuzz bench -name '*.[ch]')

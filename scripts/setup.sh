@@ -19,6 +19,7 @@ need=(
   "nodejs:/usr/bin/node"
   "npm:/usr/bin/npm"
   "libcurl4-openssl-dev:/usr/include/x86_64-linux-gnu/curl/curl.h"
+  "chromium:/usr/bin/chromium"
 )
 missing=()
 for entry in "${need[@]}"; do

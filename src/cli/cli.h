@@ -24,6 +24,23 @@ int cmd_chat_template(int argc, char **argv);
 int cmd_hunt(int argc, char **argv);
 int cmd_bisect(int argc, char **argv);
 
+/* One sub-command: its name, entry point, one-line summary, and the usage text `verity NAME
+ * --help` prints (NULL where the command prints its own). */
+typedef struct cli_command {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+    const char *usage;
+} cli_command;
+
+/* The sub-command table of main.c (static storage, never freed); sets *n to its length. Read by
+ * main's dispatch and --help and by the man page generator, so both show the same commands. */
+const cli_command *cli_command_table(int *n);
+
+/* Writes the verity(1) man page (roff) on stdout, built from cli_command_table() and the flags.h
+ * registry (cli_man.c). Returns 0, or 1 if stdout could not be written. */
+int cli_man_write(void);
+
 /* Prints "verity <cmd>: <message>" as one line on stderr and returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -107,235 +107,338 @@ typedef struct bench_row {
     double decode_tok_s, decode_bw, decode_fma;
 } bench_row;
 
-int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL;
-    quant_plan plan;
-    quant_plan_parse("f16", &plan);
-    int batches[BENCH_MAX_BATCHES] = {1, 8, 32};
-    int n_batches = 3;
-    int64_t P = 256, G = 64, reps = 3;
-    bool json = false;
+/* What the command line asked for. */
+typedef struct bench_opts {
+    const char *model_path; /* -m, or NULL: $MODEL, else the cached synthetic model */
+    quant_plan plan;        /* --type of the synthetic model */
+    int batches[BENCH_MAX_BATCHES];
+    int n_batches;
+    int64_t P, G, reps; /* --prompt, --gen, --reps */
+    bool json;
+} bench_opts;
+
+/* The machine's roofline before and after the runs, and the model's per-token costs. */
+typedef struct bench_roof {
+    size_t bw_bytes, wbytes;
+    double bw0, fma0, bw1, fma1; /* before / after */
+    double bw, fma;              /* the better of the two */
+    double flops_tok;
+} bench_roof;
+
+/* One KV pool, forward context and set of buffers sized for the largest batch. */
+typedef struct bench_run {
+    const model_hparams *hp;
+    int64_t blocks_per, step_tokens;
+    kv_pool *kv;
+    fwd_ctx *fc;
+    int32_t *blocks; /* [max_b * blocks_per] */
+    int32_t *toks;   /* [max_b, P] */
+    fwd_seq *seqs;   /* [max_b] */
+    int32_t *next;   /* [max_b] */
+    double *times;   /* [max(G, reps)] */
+} bench_run;
+
+/* Parses --batch's comma list into o. Returns 0, or the exit status 2. */
+static int bench_parse_batches(const char *v, bench_opts *o) {
+    o->n_batches = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int64_t b;
+        if (o->n_batches == BENCH_MAX_BATCHES ||
+            cli_parse_i64("bench", "--batch", tok, 1, 1024, &b))
+            return 2;
+        o->batches[o->n_batches++] = (int)b;
+    }
+    if (!o->n_batches)
+        return cli_usage_error("bench", "--batch: empty list");
+    return 0;
+}
+
+/* Parses one option a with value v into o. Returns 0, or the exit status 2. */
+static int bench_parse_option(const char *a, const char *v, bench_opts *o) {
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        o->model_path = v;
+    } else if (!strcmp(a, "--type")) {
+        if (quant_plan_parse(v, &o->plan))
+            return cli_usage_error("bench", "--type: %s", err_detail());
+    } else if (!strcmp(a, "--batch")) {
+        return bench_parse_batches(v, o);
+    } else if (!strcmp(a, "--prompt")) {
+        if (cli_parse_i64("bench", a, v, 1, BENCH_STEP_TOKENS, &o->P))
+            return 2;
+    } else if (!strcmp(a, "--gen")) {
+        if (cli_parse_i64("bench", a, v, 1, 100000, &o->G))
+            return 2;
+    } else if (!strcmp(a, "--reps")) {
+        if (cli_parse_i64("bench", a, v, 1, 100, &o->reps))
+            return 2;
+    } else if (!strcmp(a, "-t")) {
+        if (flags_set("threads", v))
+            return cli_usage_error("bench", "%s", err_detail());
+    } else {
+        return cli_usage_error("bench", "unknown option '%s'", a);
+    }
+    return 0;
+}
+
+/* Parses the command line into o (defaults first). Returns 0, or the exit status 2. */
+static int bench_parse_args(int argc, char **argv, bench_opts *o) {
+    *o = (bench_opts){.batches = {1, 8, 32}, .n_batches = 3, .P = 256, .G = 64, .reps = 3};
+    quant_plan_parse("f16", &o->plan);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--json")) {
-            json = true;
+            o->json = true;
             continue;
         }
         if (!(v = cli_next("bench", argc, argv, &i)))
             return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            model_path = v;
-        } else if (!strcmp(a, "--type")) {
-            if (quant_plan_parse(v, &plan))
-                return cli_usage_error("bench", "--type: %s", err_detail());
-        } else if (!strcmp(a, "--batch")) {
-            n_batches = 0;
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int64_t b;
-                if (n_batches == BENCH_MAX_BATCHES ||
-                    cli_parse_i64("bench", "--batch", tok, 1, 1024, &b))
-                    return 2;
-                batches[n_batches++] = (int)b;
-            }
-            if (!n_batches)
-                return cli_usage_error("bench", "--batch: empty list");
-        } else if (!strcmp(a, "--prompt")) {
-            if (cli_parse_i64("bench", a, v, 1, BENCH_STEP_TOKENS, &P))
-                return 2;
-        } else if (!strcmp(a, "--gen")) {
-            if (cli_parse_i64("bench", a, v, 1, 100000, &G))
-                return 2;
-        } else if (!strcmp(a, "--reps")) {
-            if (cli_parse_i64("bench", a, v, 1, 100, &reps))
-                return 2;
-        } else if (!strcmp(a, "-t")) {
-            if (flags_set("threads", v))
-                return cli_usage_error("bench", "%s", err_detail());
-        } else {
-            return cli_usage_error("bench", "unknown option '%s'", a);
-        }
+        int status = bench_parse_option(a, v, o);
+        if (status)
+            return status;
     }
-    char cached[1024];
-    if (!model_path && !getenv("MODEL")) {
-        int rc = bench_default_model(&plan, cached, sizeof cached);
-        if (rc)
-            return cli_fail("bench", rc);
-        model_path = cached;
-    }
-    cli_model cm;
-    int status = cli_model_open("bench", model_path, &cm);
-    if (status)
-        return status;
-    const model_hparams *hp = model_get_hparams(cm.m);
-    int threads = (int)flags_int(FLAG_THREADS);
-    if (threads <= 0)
-        threads = cpu_count_online();
-    int max_b = 1;
-    for (int i = 0; i < n_batches; i++)
-        if (batches[i] > max_b)
-            max_b = batches[i];
+    return 0;
+}
 
-    /* roofline, on a pool of the same size as the forward pass's, before and after the model
-     * runs: the fractions use the better of the two (the machine's capability; a shared machine
-     * can be slow for seconds at a time, and a low roof would inflate every fraction) */
-    size_t wbytes = model_weight_bytes(cm.m);
-    size_t bw_bytes = (size_t)1 << 30;
-    if (2 * wbytes > bw_bytes)
-        bw_bytes = 2 * wbytes;
-    double bw0, fma0;
-    if (bench_roofline(threads, bw_bytes, cm.isa, &bw0, &fma0)) {
-        cli_model_close(&cm);
-        return cli_fail("bench", ERR_NOMEM);
-    }
-    double flops_tok = model_flops_per_token(cm.m);
+/* Frees what bench_run_create made (any part may be NULL). */
+static void bench_run_destroy(bench_run *r) {
+    free(r->blocks);
+    free(r->toks);
+    free(r->seqs);
+    free(r->next);
+    free(r->times);
+    fwd_ctx_destroy(r->fc);
+    kv_pool_destroy(r->kv);
+}
 
-    /* one KV pool and forward context for the largest batch */
+/* Makes the KV pool, forward context and buffers for batches up to max_b, and fills the prompts.
+ * Returns 0 or a negative error code; r is to be destroyed either way. */
+static int bench_run_create(const cli_model *cm, const bench_opts *o, int max_b, int threads,
+                            bench_run *r) {
+    const model_hparams *hp = model_get_hparams(cm->m);
+    int64_t P = o->P, G = o->G;
     int64_t bs = flags_int(FLAG_KV_BLOCK);
-    int64_t blocks_per = (P + G + bs - 1) / bs;
+    *r = (bench_run){.hp = hp, .blocks_per = (P + G + bs - 1) / bs};
     kv_pool_opts ko = {.n_layer = hp->n_layer,
                        .kv_dim = hp->n_head_kv * hp->head_dim,
                        .block_size = bs,
-                       .n_blocks = blocks_per * max_b,
+                       .n_blocks = r->blocks_per * max_b,
                        .f16 = strcmp(flags_str(FLAG_KV_DTYPE), "f16") == 0};
-    int64_t step_tokens = P > BENCH_STEP_TOKENS ? P : BENCH_STEP_TOKENS;
-    if (step_tokens < max_b)
-        step_tokens = max_b;
-    kv_pool *kv = NULL;
-    fwd_ctx *fc = NULL;
-    int rc = kv_pool_create(&ko, &kv);
+    r->step_tokens = P > BENCH_STEP_TOKENS ? P : BENCH_STEP_TOKENS;
+    if (r->step_tokens < max_b)
+        r->step_tokens = max_b;
+    int rc = kv_pool_create(&ko, &r->kv);
     if (!rc)
-        rc = fwd_ctx_create(cm.m, kv, step_tokens, max_b, threads, flags_int(FLAG_ATTN_CHUNK), &fc);
-    int32_t *blocks = malloc((size_t)(blocks_per * max_b) * sizeof(int32_t));
-    int32_t *toks = malloc((size_t)(P * max_b) * sizeof(int32_t));
-    fwd_seq *seqs = malloc((size_t)max_b * sizeof(fwd_seq));
-    int32_t *next = malloc((size_t)max_b * sizeof(int32_t));
-    double *times = malloc((size_t)(G > reps ? G : reps) * sizeof(double));
-    bench_row rows[BENCH_MAX_BATCHES];
-    if (!rc && (!blocks || !toks || !seqs || !next || !times))
+        rc = fwd_ctx_create(cm->m, r->kv, r->step_tokens, max_b, threads,
+                            flags_int(FLAG_ATTN_CHUNK), &r->fc);
+    r->blocks = malloc((size_t)(r->blocks_per * max_b) * sizeof(int32_t));
+    r->toks = malloc((size_t)(P * max_b) * sizeof(int32_t));
+    r->seqs = malloc((size_t)max_b * sizeof(fwd_seq));
+    r->next = malloc((size_t)max_b * sizeof(int32_t));
+    r->times = malloc((size_t)(G > o->reps ? G : o->reps) * sizeof(double));
+    if (!rc && (!r->blocks || !r->toks || !r->seqs || !r->next || !r->times))
         rc = err_set(ERR_NOMEM, "bench: out of memory");
-    for (int64_t i = 0; !rc && i < blocks_per * max_b; i++)
-        blocks[i] = (int32_t)i;
+    for (int64_t i = 0; !rc && i < r->blocks_per * max_b; i++)
+        r->blocks[i] = (int32_t)i;
     for (int64_t i = 0; !rc && i < P * max_b; i++)
-        toks[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
-    for (int bi = 0; !rc && bi < n_batches; bi++) {
-        int b = batches[bi];
-        const float *lg;
-        int64_t no;
-        /* prefill: whole prompts per step */
-        int per_step = (int)(step_tokens / P);
-        if (per_step > b)
-            per_step = b;
-        for (int64_t r = 0; r < reps && !rc; r++) {
-            int64_t t0 = clock_now_ns();
-            for (int s0 = 0; s0 < b && !rc; s0 += per_step) {
-                int ns = b - s0 < per_step ? b - s0 : per_step;
-                for (int s = 0; s < ns; s++)
-                    seqs[s] = (fwd_seq){.tokens = toks + (s0 + s) * P,
-                                        .n_tokens = (int32_t)P,
-                                        .pos0 = 0,
-                                        .blocks = blocks + (s0 + s) * blocks_per,
-                                        .n_blocks = (int32_t)blocks_per,
-                                        .n_logits = 1};
-                fwd_batch fb = {.seqs = seqs, .n_seqs = ns};
-                rc = fwd_run(fc, &fb, &lg, &no);
-                for (int s = 0; !rc && s < ns; s++)
-                    next[s0 + s] = bench_argmax(lg + s * hp->n_vocab, hp->n_vocab);
-            }
-            times[r] = (double)(clock_now_ns() - t0) * 1e-9;
+        r->toks[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
+    return rc;
+}
+
+/* Prefills b prompts of P tokens, whole prompts per step, reps times; sets *tok_s from the median
+ * time and the first generated tokens in r->next. Returns 0 or a negative error code. */
+static int bench_prefill(bench_run *r, int b, int64_t P, int64_t reps, double *tok_s) {
+    const model_hparams *hp = r->hp;
+    const float *lg;
+    int64_t no;
+    int rc = 0;
+    int per_step = (int)(r->step_tokens / P);
+    if (per_step > b)
+        per_step = b;
+    for (int64_t rep = 0; rep < reps && !rc; rep++) {
+        int64_t t0 = clock_now_ns();
+        for (int s0 = 0; s0 < b && !rc; s0 += per_step) {
+            int ns = b - s0 < per_step ? b - s0 : per_step;
+            for (int s = 0; s < ns; s++)
+                r->seqs[s] = (fwd_seq){.tokens = r->toks + (s0 + s) * P,
+                                       .n_tokens = (int32_t)P,
+                                       .pos0 = 0,
+                                       .blocks = r->blocks + (s0 + s) * r->blocks_per,
+                                       .n_blocks = (int32_t)r->blocks_per,
+                                       .n_logits = 1};
+            fwd_batch fb = {.seqs = r->seqs, .n_seqs = ns};
+            rc = fwd_run(r->fc, &fb, &lg, &no);
+            for (int s = 0; !rc && s < ns; s++)
+                r->next[s0 + s] = bench_argmax(lg + s * hp->n_vocab, hp->n_vocab);
         }
-        if (rc)
-            break;
-        double tp = bench_median(times, (int)reps);
+        r->times[rep] = (double)(clock_now_ns() - t0) * 1e-9;
+    }
+    if (!rc)
+        *tok_s = (double)b * (double)P / bench_median(r->times, (int)reps);
+    return rc;
+}
+
+/* Advances b sequences one token per step for G steps after their P-token prompts; sets *tok_s
+ * from the median step time. Returns 0 or a negative error code. */
+static int bench_decode(bench_run *r, int b, int64_t P, int64_t G, double *tok_s) {
+    const model_hparams *hp = r->hp;
+    const float *lg;
+    int64_t no;
+    int rc = 0;
+    for (int64_t g = 0; g < G && !rc; g++) {
+        for (int s = 0; s < b; s++)
+            r->seqs[s] = (fwd_seq){.tokens = &r->next[s],
+                                   .n_tokens = 1,
+                                   .pos0 = (int32_t)(P + g),
+                                   .blocks = r->blocks + s * r->blocks_per,
+                                   .n_blocks = (int32_t)r->blocks_per,
+                                   .n_logits = 1};
+        fwd_batch fb = {.seqs = r->seqs, .n_seqs = b};
+        int64_t t0 = clock_now_ns();
+        rc = fwd_run(r->fc, &fb, &lg, &no);
+        r->times[g] = (double)(clock_now_ns() - t0) * 1e-9;
+        for (int s = 0; !rc && s < b; s++)
+            r->next[s] = bench_argmax(lg + s * hp->n_vocab, hp->n_vocab);
+    }
+    if (!rc)
+        *tok_s = (double)b / bench_median(r->times, (int)G);
+    return rc;
+}
+
+/* Runs prefill and decode for every batch size into rows. Returns 0 or a negative error code. */
+static int bench_measure(const cli_model *cm, const bench_opts *o, int threads, bench_row *rows) {
+    int max_b = 1;
+    for (int i = 0; i < o->n_batches; i++)
+        if (o->batches[i] > max_b)
+            max_b = o->batches[i];
+    bench_run r;
+    int rc = bench_run_create(cm, o, max_b, threads, &r);
+    for (int bi = 0; !rc && bi < o->n_batches; bi++) {
+        int b = o->batches[bi];
         rows[bi].b = b;
-        rows[bi].prefill_tok_s = (double)b * (double)P / tp;
-        /* decode */
-        for (int64_t g = 0; g < G && !rc; g++) {
-            for (int s = 0; s < b; s++)
-                seqs[s] = (fwd_seq){.tokens = &next[s],
-                                    .n_tokens = 1,
-                                    .pos0 = (int32_t)(P + g),
-                                    .blocks = blocks + s * blocks_per,
-                                    .n_blocks = (int32_t)blocks_per,
-                                    .n_logits = 1};
-            fwd_batch fb = {.seqs = seqs, .n_seqs = b};
-            int64_t t0 = clock_now_ns();
-            rc = fwd_run(fc, &fb, &lg, &no);
-            times[g] = (double)(clock_now_ns() - t0) * 1e-9;
-            for (int s = 0; !rc && s < b; s++)
-                next[s] = bench_argmax(lg + s * hp->n_vocab, hp->n_vocab);
-        }
-        if (rc)
-            break;
-        double td = bench_median(times, (int)G);
-        rows[bi].decode_tok_s = (double)b / td;
-        if (!json)
+        rc = bench_prefill(&r, b, o->P, o->reps, &rows[bi].prefill_tok_s);
+        if (!rc)
+            rc = bench_decode(&r, b, o->P, o->G, &rows[bi].decode_tok_s);
+        if (!rc && !o->json)
             fprintf(stderr, "verity bench: batch %d done\n", b);
     }
-    double bw1 = 0, fma1 = 0;
-    if (!rc && bench_roofline(threads, bw_bytes, cm.isa, &bw1, &fma1))
+    bench_run_destroy(&r);
+    return rc;
+}
+
+/* Sets each row's fractions of the roofline. */
+static void bench_rows_fractions(const bench_roof *rf, bench_row *rows, int n) {
+    for (int i = 0; i < n; i++) {
+        rows[i].prefill_fma = rf->flops_tok * rows[i].prefill_tok_s / (rf->fma * 1e9);
+        rows[i].decode_bw =
+            (double)rf->wbytes * rows[i].decode_tok_s / rows[i].b / (rf->bw * 1e9);
+        rows[i].decode_fma = rf->flops_tok * rows[i].decode_tok_s / (rf->fma * 1e9);
+    }
+}
+
+/* Prints the table. */
+static void bench_print_text(const cli_model *cm, int threads, const bench_roof *rf,
+                             const bench_row *rows, int n) {
+    const model_hparams *hp = model_get_hparams(cm->m);
+    printf("machine: %s, isa %s, %d threads\n", cpu_model_name(), kn_isa_name(cm->isa), threads);
+    printf("roofline: read %.1f GB/s (%.2f GB buffer), fp32 FMA %.1f GFLOP/s: the better of "
+           "before the runs (%.1f, %.1f) and after (%.1f, %.1f)\n",
+           rf->bw, (double)rf->bw_bytes / 1e9, rf->fma, rf->bw0, rf->fma0, rf->bw1, rf->fma1);
+    printf("model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
+           hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+           (long long)hp->n_embd, (double)rf->wbytes / 1e6, rf->flops_tok / 1e9);
+    printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
+           "of BW", "of FMA");
+    for (int i = 0; i < n; i++)
+        printf("%6d %14.1f %8.1f%% %14.1f %8.1f%% %8.1f%%\n", rows[i].b, rows[i].prefill_tok_s,
+               100 * rows[i].prefill_fma, rows[i].decode_tok_s, 100 * rows[i].decode_bw,
+               100 * rows[i].decode_fma);
+}
+
+/* Prints the JSON report. */
+static void bench_print_json(const cli_model *cm, const bench_opts *o, int threads,
+                             const bench_roof *rf, const bench_row *rows) {
+    const model_hparams *hp = model_get_hparams(cm->m);
+    strbuf sb;
+    strbuf_init(&sb);
+    strbuf_printf(&sb, "{\"machine\":{\"cpu\":");
+    strbuf_json_str(&sb, cpu_model_name(), strlen(cpu_model_name()), false);
+    strbuf_printf(&sb,
+                  ",\"isa\":\"%s\",\"threads\":%d,\"read_gbs\":%.3f,\"read_buffer_bytes\":%zu,"
+                  "\"fma_gflops\":%.3f,\"roofline_before\":[%.3f,%.3f],"
+                  "\"roofline_after\":[%.3f,%.3f]},",
+                  kn_isa_name(cm->isa), threads, rf->bw, rf->bw_bytes, rf->fma, rf->bw0, rf->fma0,
+                  rf->bw1, rf->fma1);
+    const char *mpath = o->model_path ? o->model_path : getenv("MODEL") ? getenv("MODEL") : "";
+    strbuf_puts(&sb, "\"model\":{\"path\":");
+    strbuf_json_str(&sb, mpath, strlen(mpath), false);
+    strbuf_printf(&sb,
+                  ",\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
+                  "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
+                  hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+                  (long long)hp->n_embd, rf->wbytes, rf->flops_tok / 1e9);
+    strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"results\":[", (long long)o->P,
+                  (long long)o->G);
+    for (int i = 0; i < o->n_batches; i++)
+        strbuf_printf(&sb,
+                      "%s{\"batch\":%d,\"prefill_tok_s\":%.3f,\"prefill_fma_frac\":%.4f,"
+                      "\"decode_tok_s\":%.3f,\"decode_bw_frac\":%.4f,\"decode_fma_frac\":%.4f}",
+                      i ? "," : "", rows[i].b, rows[i].prefill_tok_s, rows[i].prefill_fma,
+                      rows[i].decode_tok_s, rows[i].decode_bw, rows[i].decode_fma);
+    strbuf_puts(&sb, "]}\n");
+    fwrite(sb.data, 1, sb.len, stdout);
+    strbuf_deinit(&sb);
+}
+
+/* Measures the roofline, runs every batch, measures the roofline again, and prints. Returns the
+ * exit status. */
+static int bench_model(const cli_model *cm, const bench_opts *o) {
+    int threads = (int)flags_int(FLAG_THREADS);
+    if (threads <= 0)
+        threads = cpu_count_online();
+    /* roofline, on a pool of the same size as the forward pass's, before and after the model
+     * runs: the fractions use the better of the two (the machine's capability; a shared machine
+     * can be slow for seconds at a time, and a low roof would inflate every fraction) */
+    bench_roof rf = {.wbytes = model_weight_bytes(cm->m), .bw_bytes = (size_t)1 << 30};
+    if (2 * rf.wbytes > rf.bw_bytes)
+        rf.bw_bytes = 2 * rf.wbytes;
+    if (bench_roofline(threads, rf.bw_bytes, cm->isa, &rf.bw0, &rf.fma0))
+        return cli_fail("bench", ERR_NOMEM);
+    rf.flops_tok = model_flops_per_token(cm->m);
+    bench_row rows[BENCH_MAX_BATCHES];
+    int rc = bench_measure(cm, o, threads, rows);
+    if (!rc && bench_roofline(threads, rf.bw_bytes, cm->isa, &rf.bw1, &rf.fma1))
         rc = ERR_NOMEM;
-    double bw = bw0 > bw1 ? bw0 : bw1, fma = fma0 > fma1 ? fma0 : fma1;
-    for (int i = 0; i < n_batches; i++) {
-        rows[i].prefill_fma = flops_tok * rows[i].prefill_tok_s / (fma * 1e9);
-        rows[i].decode_bw = (double)wbytes * rows[i].decode_tok_s / rows[i].b / (bw * 1e9);
-        rows[i].decode_fma = flops_tok * rows[i].decode_tok_s / (fma * 1e9);
+    if (rc)
+        return cli_fail("bench", rc);
+    rf.bw = rf.bw0 > rf.bw1 ? rf.bw0 : rf.bw1;
+    rf.fma = rf.fma0 > rf.fma1 ? rf.fma0 : rf.fma1;
+    bench_rows_fractions(&rf, rows, o->n_batches);
+    if (o->json)
+        bench_print_json(cm, o, threads, &rf, rows);
+    else
+        bench_print_text(cm, threads, &rf, rows, o->n_batches);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o;
+    int status = bench_parse_args(argc, argv, &o);
+    if (status)
+        return status;
+    char cached[1024];
+    if (!o.model_path && !getenv("MODEL")) {
+        int rc = bench_default_model(&o.plan, cached, sizeof cached);
+        if (rc)
+            return cli_fail("bench", rc);
+        o.model_path = cached;
     }
-    if (rc) {
-        status = cli_fail("bench", rc);
-    } else if (!json) {
-        printf("machine: %s, isa %s, %d threads\n", cpu_model_name(), kn_isa_name(cm.isa), threads);
-        printf("roofline: read %.1f GB/s (%.2f GB buffer), fp32 FMA %.1f GFLOP/s: the better of "
-               "before the runs (%.1f, %.1f) and after (%.1f, %.1f)\n",
-               bw, (double)bw_bytes / 1e9, fma, bw0, fma0, bw1, fma1);
-        printf(
-            "model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
-            hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
-            (long long)hp->n_embd, (double)wbytes / 1e6, flops_tok / 1e9);
-        printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
-               "of BW", "of FMA");
-        for (int i = 0; i < n_batches; i++)
-            printf("%6d %14.1f %8.1f%% %14.1f %8.1f%% %8.1f%%\n", rows[i].b, rows[i].prefill_tok_s,
-                   100 * rows[i].prefill_fma, rows[i].decode_tok_s, 100 * rows[i].decode_bw,
-                   100 * rows[i].decode_fma);
-    } else {
-        strbuf sb;
-        strbuf_init(&sb);
-        strbuf_printf(&sb, "{\"machine\":{\"cpu\":");
-        strbuf_json_str(&sb, cpu_model_name(), strlen(cpu_model_name()), false);
-        strbuf_printf(&sb,
-                      ",\"isa\":\"%s\",\"threads\":%d,\"read_gbs\":%.3f,\"read_buffer_bytes\":%zu,"
-                      "\"fma_gflops\":%.3f,\"roofline_before\":[%.3f,%.3f],"
-                      "\"roofline_after\":[%.3f,%.3f]},",
-                      kn_isa_name(cm.isa), threads, bw, bw_bytes, fma, bw0, fma0, bw1, fma1);
-        const char *mpath = model_path ? model_path : getenv("MODEL") ? getenv("MODEL") : "";
-        strbuf_puts(&sb, "\"model\":{\"path\":");
-        strbuf_json_str(&sb, mpath, strlen(mpath), false);
-        strbuf_printf(&sb,
-                      ",\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
-                      "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
-                      hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
-                      (long long)hp->n_embd, wbytes, flops_tok / 1e9);
-        strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"results\":[", (long long)P,
-                      (long long)G);
-        for (int i = 0; i < n_batches; i++)
-            strbuf_printf(&sb,
-                          "%s{\"batch\":%d,\"prefill_tok_s\":%.3f,\"prefill_fma_frac\":%.4f,"
-                          "\"decode_tok_s\":%.3f,\"decode_bw_frac\":%.4f,\"decode_fma_frac\":%.4f}",
-                          i ? "," : "", rows[i].b, rows[i].prefill_tok_s, rows[i].prefill_fma,
-                          rows[i].decode_tok_s, rows[i].decode_bw, rows[i].decode_fma);
-        strbuf_puts(&sb, "]}\n");
-        fwrite(sb.data, 1, sb.len, stdout);
-        strbuf_deinit(&sb);
-    }
-    free(blocks);
-    free(toks);
-    free(seqs);
-    free(next);
-    free(times);
-    fwd_ctx_destroy(fc);
-    kv_pool_destroy(kv);
+    cli_model cm;
+    status = cli_model_open("bench", o.model_path, &cm);
+    if (status)
+        return status;
+    status = bench_model(&cm, &o);
     cli_model_close(&cm);
     return status;
 }

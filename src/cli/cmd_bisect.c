@@ -140,11 +140,11 @@ static int bisect_begin(void *ud, const hunt_ledger *lg, uint64_t flipped) {
 static int bisect_round(void *ud, int64_t first, int n, hunt_verdict *out, int *n_out) {
     bisect_ctx *c = ud;
     hunt_results *res = hunt_run_results(c->run);
-    int64_t before = res->n_recs;
+    int64_t before = res->records.n_recs;
     int rc = hunt_run_batch(c->run, 0, c->conc, first, n);
     int k = 0;
-    for (int64_t i = before; i < res->n_recs && k < n; i++)
-        out[k++] = res->recs[i]->verdict;
+    for (int64_t i = before; i < res->records.n_recs && k < n; i++)
+        out[k++] = res->records.recs[i]->verdict;
     *n_out = k;
     return rc;
 }
@@ -235,167 +235,202 @@ out:
     return status;
 }
 
-int cmd_bisect(int argc, char **argv) {
-    bisect_ctx c = {
-        .hunt_args = "", .ledger_path = "verity-bisect-ledger.json", .health_timeout = 120};
-    hunt_ledger lg;
-    hunt_ledger_init(&lg);
-    const char *prior = NULL;
-    int64_t budget = -1, round = 0, baseline = 0, maxs = 0;
-    double p0 = 0, p1 = 0;
-    int status = 0;
+/* The search's own options; 0 (or -1 for budget) means "derive from the rest". */
+typedef struct bisect_opts {
+    const char *prior; /* --prior FILE, or NULL */
+    int64_t budget, round, baseline, maxs;
+    double p0, p1;
+} bisect_opts;
+
+/* Parses one option o with value v into c, lg and bo. Returns 0, or the exit status 2. */
+static int bisect_parse_option(const char *o, const char *v, bisect_ctx *c, hunt_ledger *lg,
+                               bisect_opts *bo) {
+    if (!strcmp(o, "--launch"))
+        c->launch = v;
+    else if (!strcmp(o, "--health"))
+        c->health = v;
+    else if (!strcmp(o, "--toggle"))
+        return bisect_parse_toggle(lg, v);
+    else if (!strcmp(o, "--prior"))
+        bo->prior = v;
+    else if (!strcmp(o, "--budget"))
+        return cli_parse_i64("bisect", o, v, 1, 10000, &bo->budget);
+    else if (!strcmp(o, "--hunt"))
+        c->hunt_args = v;
+    else if (!strcmp(o, "--ledger"))
+        c->ledger_path = v;
+    else if (!strcmp(o, "--server-log"))
+        c->server_log = v;
+    else if (!strcmp(o, "--health-timeout"))
+        return cli_parse_f64("bisect", o, v, 0.1, 86400, &c->health_timeout);
+    else if (!strcmp(o, "--round"))
+        return cli_parse_i64("bisect", o, v, 1, 1000000, &bo->round);
+    else if (!strcmp(o, "--baseline-sessions"))
+        return cli_parse_i64("bisect", o, v, 1, 10000000, &bo->baseline);
+    else if (!strcmp(o, "--max-sessions"))
+        return cli_parse_i64("bisect", o, v, 1, 10000000, &bo->maxs);
+    else if (!strcmp(o, "--p0"))
+        return cli_parse_f64("bisect", o, v, 1e-9, 0.999, &bo->p0);
+    else if (!strcmp(o, "--p1"))
+        return cli_parse_f64("bisect", o, v, 1e-9, 0.999, &bo->p1);
+    else
+        return cli_usage_error("bisect", "unknown option '%s'", o);
+    return 0;
+}
+
+/* Parses the command line into c, lg (the toggles) and bo; on -h prints the help and sets *help.
+ * Returns 0, or the exit status 2. */
+static int bisect_parse_args(int argc, char **argv, bisect_ctx *c, hunt_ledger *lg,
+                             bisect_opts *bo, bool *help) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             fputs(bisect_help, stdout);
-            goto out;
+            *help = true;
+            return 0;
         }
         if (!strcmp(o, "--quiet")) {
-            c.quiet = true;
+            c->quiet = true;
             continue;
         }
-        if (!(v = cli_next("bisect", argc, argv, &i))) {
-            status = 2;
-            goto out;
-        }
-        if (!strcmp(o, "--launch"))
-            c.launch = v;
-        else if (!strcmp(o, "--health"))
-            c.health = v;
-        else if (!strcmp(o, "--toggle"))
-            status = bisect_parse_toggle(&lg, v);
-        else if (!strcmp(o, "--prior"))
-            prior = v;
-        else if (!strcmp(o, "--budget"))
-            status = cli_parse_i64("bisect", o, v, 1, 10000, &budget);
-        else if (!strcmp(o, "--hunt"))
-            c.hunt_args = v;
-        else if (!strcmp(o, "--ledger"))
-            c.ledger_path = v;
-        else if (!strcmp(o, "--server-log"))
-            c.server_log = v;
-        else if (!strcmp(o, "--health-timeout"))
-            status = cli_parse_f64("bisect", o, v, 0.1, 86400, &c.health_timeout);
-        else if (!strcmp(o, "--round"))
-            status = cli_parse_i64("bisect", o, v, 1, 1000000, &round);
-        else if (!strcmp(o, "--baseline-sessions"))
-            status = cli_parse_i64("bisect", o, v, 1, 10000000, &baseline);
-        else if (!strcmp(o, "--max-sessions"))
-            status = cli_parse_i64("bisect", o, v, 1, 10000000, &maxs);
-        else if (!strcmp(o, "--p0"))
-            status = cli_parse_f64("bisect", o, v, 1e-9, 0.999, &p0);
-        else if (!strcmp(o, "--p1"))
-            status = cli_parse_f64("bisect", o, v, 1e-9, 0.999, &p1);
-        else
-            status = cli_usage_error("bisect", "unknown option '%s'", o);
+        if (!(v = cli_next("bisect", argc, argv, &i)))
+            return 2;
+        int status = bisect_parse_option(o, v, c, lg, bo);
         if (status)
-            goto out;
+            return status;
     }
-    if (!c.launch || !c.health || lg.n_toggles == 0) {
-        status = cli_usage_error("bisect", "--launch, --health and at least one --toggle are "
-                                           "required");
-        goto out;
-    }
-    if (prior && (status = bisect_load_prior(&lg, prior)))
-        goto out;
-    /* validate the templates and hunt arguments before starting anything */
-    {
-        strbuf s;
-        strbuf_init(&s);
-        int rc = hunt_launch_expand(c.launch, &lg, 0, 1, &s);
-        if (!rc)
-            rc = hunt_launch_expand(c.health, &lg, 0, 1, &s);
-        strbuf_deinit(&s);
-        if (rc) {
-            status = cli_usage_error("bisect", "%s", err_detail());
-            goto out;
-        }
-        hunt_config cfg;
-        char msg[512];
-        if (bisect_hunt_config(&c, &lg, 0, 1, &cfg, msg, sizeof msg)) {
-            status = cli_usage_error("bisect", "--hunt: %s", msg);
-            goto out;
-        }
-        c.uses_port = strstr(c.launch, "{port}") || strstr(c.health, "{port}") ||
-                      strstr(c.hunt_args, "{port}");
-    }
-    lg.launch = strdup(c.launch);
-    lg.health = strdup(c.health);
-    lg.hunt = strdup(c.hunt_args);
-    char logbuf[4200];
-    if (!c.server_log) {
-        snprintf(logbuf, sizeof logbuf, "%s.server.log", c.ledger_path);
-        c.server_log = logbuf;
-    }
-    /* resume */
+    return 0;
+}
+
+/* Checks the required options, the templates and the hunt arguments before starting anything;
+ * loads the prior into lg and sets c->uses_port. Returns 0, or the exit status 2. */
+static int bisect_validate(bisect_ctx *c, hunt_ledger *lg, const char *prior) {
+    if (!c->launch || !c->health || lg->n_toggles == 0)
+        return cli_usage_error("bisect", "--launch, --health and at least one --toggle are "
+                                         "required");
+    int status;
+    if (prior && (status = bisect_load_prior(lg, prior)))
+        return status;
+    strbuf s;
+    strbuf_init(&s);
+    int rc = hunt_launch_expand(c->launch, lg, 0, 1, &s);
+    if (!rc)
+        rc = hunt_launch_expand(c->health, lg, 0, 1, &s);
+    strbuf_deinit(&s);
+    if (rc)
+        return cli_usage_error("bisect", "%s", err_detail());
+    hunt_config cfg;
+    char msg[512];
+    if (bisect_hunt_config(c, lg, 0, 1, &cfg, msg, sizeof msg))
+        return cli_usage_error("bisect", "--hunt: %s", msg);
+    c->uses_port = strstr(c->launch, "{port}") || strstr(c->health, "{port}") ||
+                   strstr(c->hunt_args, "{port}");
+    return 0;
+}
+
+/* Resumes from the ledger at c->ledger_path when there is one for this same bisection (the prior
+ * given now wins), replacing *lg. Returns 0, or the exit status 2. */
+static int bisect_resume(const bisect_ctx *c, hunt_ledger *lg) {
     hunt_ledger old;
     hunt_ledger_init(&old);
-    int lrc = hunt_ledger_load(c.ledger_path, &old);
-    if (lrc == 0) {
-        if (hunt_ledger_check_same(&old, &lg)) {
-            status = cli_usage_error("bisect",
+    int lrc = hunt_ledger_load(c->ledger_path, &old);
+    if (lrc != 0) {
+        hunt_ledger_deinit(&old);
+        return lrc != ERR_NOTFOUND ? cli_usage_error("bisect", "%s", err_detail()) : 0;
+    }
+    if (hunt_ledger_check_same(&old, lg)) {
+        int status = cli_usage_error("bisect",
                                      "%s belongs to a different bisection: %s (use "
                                      "another --ledger)",
-                                     c.ledger_path, err_detail());
-            hunt_ledger_deinit(&old);
-            goto out;
-        }
-        for (int i = 0; i < lg.n_toggles; i++) { /* the prior given now wins */
-            old.toggles[i].likelihood = lg.toggles[i].likelihood;
-            old.toggles[i].cost = lg.toggles[i].cost;
-        }
-        hunt_ledger_deinit(&lg);
-        lg = old;
-        if (!c.quiet)
-            fprintf(stderr, "bisect: resuming from %s (%d entries, %d restarts used)\n",
-                    c.ledger_path, lg.n_entries, hunt_ledger_restarts(&lg));
-    } else {
+                                     c->ledger_path, err_detail());
         hunt_ledger_deinit(&old);
-        if (lrc != ERR_NOTFOUND) {
-            status = cli_usage_error("bisect", "%s", err_detail());
-            goto out;
-        }
+        return status;
     }
-    int n = lg.n_toggles;
+    for (int i = 0; i < lg->n_toggles; i++) { /* the prior given now wins */
+        old.toggles[i].likelihood = lg->toggles[i].likelihood;
+        old.toggles[i].cost = lg->toggles[i].cost;
+    }
+    hunt_ledger_deinit(lg);
+    *lg = old;
+    if (!c->quiet)
+        fprintf(stderr, "bisect: resuming from %s (%d entries, %d restarts used)\n",
+                c->ledger_path, lg->n_entries, hunt_ledger_restarts(lg));
+    return 0;
+}
+
+/* The search's configuration: the options given, else a budget of 2 log2(toggles) + 4 restarts,
+ * rounds of max(8, the hunt's concurrency) sessions, a baseline of 2 rounds and 25 at most. */
+static hunt_bisect_cfg bisect_cfg_make(const bisect_ctx *c, const hunt_ledger *lg,
+                                       const bisect_opts *bo) {
     int lg2 = 0;
-    while ((1 << lg2) < n)
+    while ((1 << lg2) < lg->n_toggles)
         lg2++;
     hunt_bisect_cfg bc = {
-        .budget = budget > 0 ? (int)budget : 2 * lg2 + 4,
-        .round = round > 0 ? (int)round : (c.conc > 8 ? c.conc : 8),
+        .budget = bo->budget > 0 ? (int)bo->budget : 2 * lg2 + 4,
+        .round = bo->round > 0 ? (int)bo->round : (c->conc > 8 ? c->conc : 8),
     };
-    bc.baseline_sessions = baseline > 0 ? (int)baseline : 2 * bc.round;
-    bc.max_sessions = maxs > 0 ? (int)maxs : 25 * bc.round;
-    bc.p0 = p0;
-    bc.p1 = p1;
+    bc.baseline_sessions = bo->baseline > 0 ? (int)bo->baseline : 2 * bc.round;
+    bc.max_sessions = bo->maxs > 0 ? (int)bo->maxs : 25 * bc.round;
+    bc.p0 = bo->p0;
+    bc.p1 = bo->p1;
+    return bc;
+}
+
+/* Runs the search with SIGINT/SIGTERM stopping it between rounds, and prints the ledger. Returns
+ * the exit status: 0 culprit found, 1 none, 2 interrupted or failed. */
+static int bisect_search(bisect_ctx *c, hunt_ledger *lg, const hunt_bisect_cfg *bc) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = bisect_on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    hunt_bisect_ops ops = {bisect_begin, bisect_round, bisect_end, bisect_save, bisect_note, &c};
-    int rc = hunt_bisect_run(&lg, &bc, &ops);
-    bisect_end(&c);
+    hunt_bisect_ops ops = {bisect_begin, bisect_round, bisect_end, bisect_save, bisect_note, c};
+    int rc = hunt_bisect_run(lg, bc, &ops);
+    bisect_end(c);
     if (rc == ERR_CANCELLED) {
         fprintf(stderr,
                 "verity bisect: interrupted; the ledger %s is saved: rerun the same "
                 "command to resume\n",
-                c.ledger_path);
-        status = 2;
-        goto out;
+                c->ledger_path);
+        return 2;
     }
     if (rc) {
         fprintf(stderr, "verity bisect: %s\n", err_detail()[0] ? err_detail() : err_str(rc));
-        status = 2;
-        goto out;
+        return 2;
     }
     strbuf md;
     strbuf_init(&md);
-    hunt_ledger_md(&lg, &md);
+    hunt_ledger_md(lg, &md);
     fwrite(md.data, 1, md.len, stdout);
     strbuf_deinit(&md);
-    status = !strcmp(lg.state, "culprit") || !strcmp(lg.state, "culprit_set") ? 0 : 1;
-out:
+    return !strcmp(lg->state, "culprit") || !strcmp(lg->state, "culprit_set") ? 0 : 1;
+}
+
+int cmd_bisect(int argc, char **argv) {
+    bisect_ctx c = {
+        .hunt_args = "", .ledger_path = "verity-bisect-ledger.json", .health_timeout = 120};
+    hunt_ledger lg;
+    hunt_ledger_init(&lg);
+    bisect_opts bo = {.budget = -1};
+    bool help = false;
+    int status = bisect_parse_args(argc, argv, &c, &lg, &bo, &help);
+    if (!status && !help)
+        status = bisect_validate(&c, &lg, bo.prior);
+    char logbuf[4200];
+    if (!status && !help) {
+        lg.launch = strdup(c.launch);
+        lg.health = strdup(c.health);
+        lg.hunt = strdup(c.hunt_args);
+        if (!c.server_log) {
+            snprintf(logbuf, sizeof logbuf, "%s.server.log", c.ledger_path);
+            c.server_log = logbuf;
+        }
+        status = bisect_resume(&c, &lg);
+    }
+    if (!status && !help) {
+        hunt_bisect_cfg bc = bisect_cfg_make(&c, &lg, &bo);
+        status = bisect_search(&c, &lg, &bc);
+    }
     free(c.hunt_argv);
     hunt_ledger_deinit(&lg);
     return status;

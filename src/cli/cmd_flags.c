@@ -2,7 +2,7 @@
 /*
  * cmd_flags: `verity flags [--json]` lists the toggle registry (P4) with each toggle's name,
  * environment variable, default, current value (after environment and command line) and
- * description.
+ * description. `verity flags --man` prints the verity(1) man page instead (cli_man.c).
  */
 #include "base/flags.h"
 #include "base/strbuf.h"
@@ -16,6 +16,8 @@ int cmd_flags(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = true;
+        else if (!strcmp(argv[i], "--man"))
+            return cli_man_write();
         else
             return cli_usage_error("flags", "unknown option '%s' (usage: verity flags [--json])",
                                    argv[i]);

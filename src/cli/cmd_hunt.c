@@ -60,32 +60,33 @@ static void hunt_on_signal(int s) {
 }
 
 static void hunt_print_summary(const hunt_results *res) {
-    printf("verity hunt: %s (model %s)\n", res->url, res->model);
+    printf("verity hunt: %s (model %s)\n", res->cfg.url, res->cfg.model);
     printf("%12s %9s %8s %7s %7s %7s %8s  %s\n", "concurrency", "sessions", "corrupt", "benign",
            "clean", "errors", "rate", "Wilson 95%");
-    for (int i = 0; i < res->n_conc; i++) {
-        const hunt_cell *c = &res->per_level[i];
-        printf("%12d %9lld %8lld %7lld %7lld %7lld %7.1f%%  [%.1f%%, %.1f%%]\n", res->conc[i],
+    for (int i = 0; i < res->cfg.n_conc; i++) {
+        const hunt_cell *c = &res->agg.per_level[i];
+        printf("%12d %9lld %8lld %7lld %7lld %7lld %7.1f%%  [%.1f%%, %.1f%%]\n", res->cfg.conc[i],
                (long long)c->n, (long long)c->corrupt, (long long)c->benign, (long long)c->clean,
                (long long)c->errors, c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0,
                100 * c->lo, 100 * c->hi);
     }
-    if (res->n_pads > 1) {
+    if (res->cfg.n_pads > 1) {
         printf("%12s\n", "by padding:");
-        for (int p = 0; p < res->n_pads; p++) {
-            const hunt_cell *c = &res->per_pad[p];
-            printf("%12d %9lld %8lld %7lld %7lld %7lld %7.1f%%  [%.1f%%, %.1f%%]\n", res->pads[p],
-                   (long long)c->n, (long long)c->corrupt, (long long)c->benign,
+        for (int p = 0; p < res->cfg.n_pads; p++) {
+            const hunt_cell *c = &res->agg.per_pad[p];
+            printf("%12d %9lld %8lld %7lld %7lld %7lld %7.1f%%  [%.1f%%, %.1f%%]\n",
+                   res->cfg.pads[p], (long long)c->n, (long long)c->corrupt, (long long)c->benign,
                    (long long)c->clean, (long long)c->errors,
                    c->n ? 100.0 * (double)c->corrupt / (double)c->n : 0.0, 100 * c->lo,
                    100 * c->hi);
         }
     }
-    printf("confound: %s\n", res->confound);
-    int64_t reqs = res->requests + res->ref_requests;
+    printf("confound: %s\n", res->agg.confound);
+    int64_t reqs = res->client.requests + res->client.ref_requests;
     printf("verdict: %s; %lld requests, peak %d in flight, %.1f s, harness CPU %.3f ms/request\n",
-           res->total.corrupt ? "CORRUPTION FOUND" : "clean", (long long)reqs, res->peak_in_flight,
-           res->wall_s, reqs ? 1000.0 * res->cpu_s / (double)reqs : 0.0);
+           res->agg.total.corrupt ? "CORRUPTION FOUND" : "clean", (long long)reqs,
+           res->client.peak_in_flight, res->client.wall_s,
+           reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
 }
 
 int cmd_hunt(int argc, char **argv) {
@@ -135,10 +136,10 @@ int cmd_hunt(int argc, char **argv) {
         hunt_report_json(res, &sb);
         fwrite(sb.data, 1, sb.len, stdout);
         strbuf_deinit(&sb);
-    } else if (res->n_recs) {
+    } else if (res->records.n_recs) {
         hunt_print_summary(res);
     }
-    if (res->total.corrupt)
+    if (res->agg.total.corrupt)
         status = 1;
     else if (rc)
         status = 2;

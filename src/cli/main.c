@@ -12,13 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* usage: printed for `verity CMD --help`; NULL where the command prints its own. */
-static const struct {
-    const char *name;
-    int (*fn)(int, char **);
-    const char *help;
-    const char *usage;
-} commands[] = {
+/* usage: printed for `verity CMD --help`; NULL where the command prints its own. The same table
+ * feeds the man page (`verity flags --man`), so --help and verity(1) cannot disagree. */
+static const cli_command commands[] = {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server",
      "usage: verity serve [-m MODEL] [-t THREADS] [--host 127.0.0.1] [--port 8080] [--max-batch "
      "N]\n"
@@ -61,6 +57,11 @@ static const struct {
     {"bisect", cmd_bisect, "find the configuration toggle behind corruption that hunt measures",
      NULL},
 };
+
+const cli_command *cli_command_table(int *n) {
+    *n = (int)(sizeof commands / sizeof *commands);
+    return commands;
+}
 
 static void main_usage(FILE *f) {
     fprintf(f, "usage: verity <command> [options]\n\ncommands:\n");

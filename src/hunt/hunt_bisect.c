@@ -252,46 +252,56 @@ static void hunt_budget_conclusion(hunt_bctx *b) {
                   b->cfg->budget);
 }
 
-int hunt_bisect_run(hunt_ledger *lg, const hunt_bisect_cfg *cfg, const hunt_bisect_ops *ops) {
-    hunt_bctx b = {.lg = lg, .cfg = cfg, .ops = ops, .n = lg->n_toggles};
-    if (b.n < 1 || b.n > HUNT_MAX_TOGGLES)
-        return err_set(ERR_RANGE, "%d toggles; bisect needs 1..%d", b.n, HUNT_MAX_TOGGLES);
-    if (cfg->round < 1 || cfg->budget < 1 || cfg->max_sessions < 1 || cfg->baseline_sessions < 1)
-        return err_set(ERR_RANGE, "round, budget and session limits must be positive");
-    for (int i = 0; i < b.n; i++)
-        b.order[i] = i;
-    for (int i = 1; i < b.n; i++) { /* stable insertion sort by weight, descending */
-        int x = b.order[i], j = i;
-        while (j > 0 && hunt_weight(&lg->toggles[b.order[j - 1]]) < hunt_weight(&lg->toggles[x])) {
-            b.order[j] = b.order[j - 1];
+/* Orders b->order by prior weight (likelihood / cost), most likely first, ties in ledger order. */
+static void hunt_bisect_order(hunt_bctx *b) {
+    const hunt_ledger *lg = b->lg;
+    for (int i = 0; i < b->n; i++)
+        b->order[i] = i;
+    for (int i = 1; i < b->n; i++) { /* stable insertion sort by weight, descending */
+        int x = b->order[i], j = i;
+        while (j > 0 &&
+               hunt_weight(&lg->toggles[b->order[j - 1]]) < hunt_weight(&lg->toggles[x])) {
+            b->order[j] = b->order[j - 1];
             j--;
         }
-        b.order[j] = x;
+        b->order[j] = x;
     }
-    snprintf(lg->state, sizeof lg->state, "running");
-    lg->culprit = 0;
-    lg->conclusion[0] = 0;
+}
+
+/* Measures the baseline (baseline true) or the configuration flipping mask; when the restart budget
+ * runs out, writes the budget conclusion and sets *done. Returns 0 or a negative error code. */
+static int hunt_bisect_try(hunt_bctx *b, bool baseline, uint64_t mask, int *out, bool *done) {
+    int rc = hunt_bisect_measure(b, baseline, mask, out);
+    if (!rc && *out == OUT_BUDGET) {
+        hunt_budget_conclusion(b);
+        *done = true;
+    }
+    return rc;
+}
+
+/* Phase 1: measures the baseline and picks the SPRT rates from it. Sets *done with a conclusion
+ * when there is nothing to bisect (error, clean baseline, no budget). Returns 0 or an error. */
+static int hunt_bisect_baseline(hunt_bctx *b, bool *done) {
+    hunt_ledger *lg = b->lg;
+    const hunt_bisect_cfg *cfg = b->cfg;
     int out, rc;
-    /* 1. baseline */
-    if ((rc = hunt_bisect_measure(&b, true, 0, &out)))
+    if ((rc = hunt_bisect_try(b, true, 0, &out, done)) || *done)
         return rc;
-    if (out == OUT_BUDGET) {
-        hunt_budget_conclusion(&b);
-        return hunt_bsave(&b);
-    }
     hunt_ledger_entry *base = hunt_ledger_find(lg, true, 0);
     if (!strcmp(base->verdict, "error")) {
-        hunt_conclude(&b, "inconclusive", 0, "the baseline could not be measured: %s", base->note);
-        return hunt_bsave(&b);
+        hunt_conclude(b, "inconclusive", 0, "the baseline could not be measured: %s", base->note);
+        *done = true;
+        return 0;
     }
     if (base->corrupt == 0) {
         double lo, hi;
         hunt_wilson(0, base->sessions, HUNT_Z95, &lo, &hi);
-        hunt_conclude(&b, "baseline_clean", 0,
+        hunt_conclude(b, "baseline_clean", 0,
                       "the baseline showed no corruption in %lld sessions (Wilson 95%% upper bound "
                       "%.1f%%): nothing to bisect; raise the load or the session count",
                       (long long)base->sessions, 100 * hi);
-        return hunt_bsave(&b);
+        *done = true;
+        return 0;
     }
     lg->base_rate = (double)base->corrupt / (double)base->sessions;
     hunt_sprt_pick(lg->base_rate, &lg->p0, &lg->p1);
@@ -301,127 +311,149 @@ int hunt_bisect_run(hunt_ledger *lg, const hunt_bisect_cfg *cfg, const hunt_bise
         lg->p0 = cfg->p0;
     if (!(lg->p0 < lg->p1))
         return err_set(ERR_RANGE, "SPRT needs p0 < p1, got %g and %g", lg->p0, lg->p1);
-    hunt_bnote(&b, "bisect: baseline rate %.3f; SPRT H0 rate <= %.4f vs H1 rate >= %.4f",
+    hunt_bnote(b, "bisect: baseline rate %.3f; SPRT H0 rate <= %.4f vs H1 rate >= %.4f",
                lg->base_rate, lg->p0, lg->p1);
-    if ((rc = hunt_bsave(&b)))
+    return hunt_bsave(b);
+}
+
+/* Phase 2: the premise, every toggle flipped OFF must be clean. Sets *done with a conclusion when
+ * it is not (or undecided, or no budget). Returns 0 or a negative error code. */
+static int hunt_bisect_premise(hunt_bctx *b, bool *done) {
+    int out, rc;
+    uint64_t all = hunt_mask(b, b->order, b->n);
+    if ((rc = hunt_bisect_try(b, false, all, &out, done)) || *done)
         return rc;
-    /* 2. premise: everything flipped */
-    uint64_t all = hunt_mask(&b, b.order, b.n);
-    if ((rc = hunt_bisect_measure(&b, false, all, &out)))
-        return rc;
-    if (out == OUT_BUDGET) {
-        hunt_budget_conclusion(&b);
-        return hunt_bsave(&b);
-    }
     if (out == OUT_CORRUPT) {
-        hunt_conclude(&b, "no_culprit", 0,
+        hunt_conclude(b, "no_culprit", 0,
                       "flipping every toggle OFF still corrupts sessions: the cause is not among "
                       "these toggles (or needs a value other than OFF); all are ruled out");
-        return hunt_bsave(&b);
-    }
-    if (out == OUT_UNDECIDED) {
-        hunt_conclude(&b, "inconclusive", 0,
+        *done = true;
+    } else if (out == OUT_UNDECIDED) {
+        hunt_conclude(b, "inconclusive", 0,
                       "flipping every toggle OFF gave no decision (see the ledger); raise "
                       "--max-sessions or check the target");
-        return hunt_bsave(&b);
+        *done = true;
     }
-    /* 3. single culprit: weighted bisection */
-    int cand[HUNT_MAX_TOGGLES], m = b.n;
-    memcpy(cand, b.order, sizeof cand);
-    bool inconclusive = false;
-    while (m > 1) {
+    return 0;
+}
+
+/* Phase 3a: weighted bisection of the candidates cand[0..*m) down to one, each step flipping the
+ * prefix holding about half the prior weight (and the other half when that is undecided). Sets
+ * *inconclusive when neither half decides, *done when the budget ran out. Returns 0 or an error. */
+static int hunt_bisect_halve(hunt_bctx *b, int *cand, int *m, bool *inconclusive, bool *done) {
+    const hunt_ledger *lg = b->lg;
+    int out, rc;
+    while (*m > 1) {
         double total = 0, acc = 0;
-        for (int i = 0; i < m; i++)
+        for (int i = 0; i < *m; i++)
             total += hunt_weight(&lg->toggles[cand[i]]);
         int k = 0; /* the prefix holding about half the prior weight, 1..m-1 toggles */
-        while (k < m - 1) {
+        while (k < *m - 1) {
             acc += hunt_weight(&lg->toggles[cand[k]]);
             k++;
             if (acc >= total / 2)
                 break;
         }
-        uint64_t ma = hunt_mask(&b, cand, k), mb = hunt_mask(&b, cand + k, m - k);
-        if ((rc = hunt_bisect_measure(&b, false, ma, &out)))
+        uint64_t ma = hunt_mask(b, cand, k), mb = hunt_mask(b, cand + k, *m - k);
+        if ((rc = hunt_bisect_try(b, false, ma, &out, done)) || *done)
             return rc;
-        if (out == OUT_BUDGET) {
-            hunt_budget_conclusion(&b);
-            return hunt_bsave(&b);
+        if (out == OUT_UNDECIDED) { /* ask the other half */
+            if ((rc = hunt_bisect_try(b, false, mb, &out, done)) || *done)
+                return rc;
+            if (out == OUT_UNDECIDED) {
+                *inconclusive = true;
+                return 0;
+            }
+            out = out == OUT_CLEAN ? OUT_CORRUPT : OUT_CLEAN; /* as if asked of the first half */
         }
         if (out == OUT_CLEAN) {
-            m = k;
-            continue;
-        }
-        if (out == OUT_CORRUPT) {
-            memmove(cand, cand + k, (size_t)(m - k) * sizeof *cand);
-            m -= k;
-            continue;
-        }
-        /* undecided: ask the other half */
-        if ((rc = hunt_bisect_measure(&b, false, mb, &out)))
-            return rc;
-        if (out == OUT_BUDGET) {
-            hunt_budget_conclusion(&b);
-            return hunt_bsave(&b);
-        }
-        if (out == OUT_CLEAN) {
-            memmove(cand, cand + k, (size_t)(m - k) * sizeof *cand);
-            m -= k;
-        } else if (out == OUT_CORRUPT) {
-            m = k;
+            *m = k;
         } else {
-            inconclusive = true;
-            break;
+            memmove(cand, cand + k, (size_t)(*m - k) * sizeof *cand);
+            *m -= k;
         }
     }
-    if (!inconclusive) {
-        uint64_t one = (uint64_t)1 << cand[0];
-        if ((rc = hunt_bisect_measure(&b, false, one, &out)))
-            return rc;
-        if (out == OUT_BUDGET) {
-            hunt_budget_conclusion(&b);
-            return hunt_bsave(&b);
-        }
-        if (out == OUT_CLEAN) {
-            hunt_ledger_entry *e = hunt_ledger_find(lg, false, one);
-            hunt_conclude(&b, "culprit", one,
-                          "culprit: %s. Flipping it to %s alone stops the corruption (%lld/%lld "
-                          "sessions corrupt) that the baseline shows in %.1f%% of sessions; %d "
-                          "restarts",
-                          lg->toggles[cand[0]].name, lg->toggles[cand[0]].off,
-                          (long long)e->corrupt, (long long)e->sessions, 100 * lg->base_rate,
-                          hunt_ledger_restarts(lg));
-            return hunt_bsave(&b);
-        }
+    return 0;
+}
+
+/* Phase 3: a single culprit by weighted bisection, confirmed by flipping it alone. Sets *done with
+ * a conclusion when found (or no budget). Returns 0 or a negative error code. */
+static int hunt_bisect_single(hunt_bctx *b, bool *done) {
+    hunt_ledger *lg = b->lg;
+    int cand[HUNT_MAX_TOGGLES], m = b->n, out, rc;
+    memcpy(cand, b->order, sizeof cand);
+    bool inconclusive = false;
+    if ((rc = hunt_bisect_halve(b, cand, &m, &inconclusive, done)) || *done || inconclusive)
+        return rc;
+    uint64_t one = (uint64_t)1 << cand[0];
+    if ((rc = hunt_bisect_try(b, false, one, &out, done)) || *done)
+        return rc;
+    if (out == OUT_CLEAN) {
+        hunt_ledger_entry *e = hunt_ledger_find(lg, false, one);
+        hunt_conclude(b, "culprit", one,
+                      "culprit: %s. Flipping it to %s alone stops the corruption (%lld/%lld "
+                      "sessions corrupt) that the baseline shows in %.1f%% of sessions; %d "
+                      "restarts",
+                      lg->toggles[cand[0]].name, lg->toggles[cand[0]].off, (long long)e->corrupt,
+                      (long long)e->sessions, 100 * lg->base_rate, hunt_ledger_restarts(lg));
+        *done = true;
     }
-    /* 4. no single toggle: ddmin */
-    hunt_bnote(&b, "bisect: no single toggle decides it; delta debugging over all %d", b.n);
-    hunt_ddctx d = {&b, 0};
+    return 0;
+}
+
+/* Phase 4: no single toggle decides it: a 1-minimal culprit set by delta debugging over all the
+ * toggles. Always concludes. Returns 0 or a negative error code. */
+static int hunt_bisect_set(hunt_bctx *b) {
+    hunt_ledger *lg = b->lg;
+    hunt_bnote(b, "bisect: no single toggle decides it; delta debugging over all %d", b->n);
+    hunt_ddctx d = {b, 0};
     int res[HUNT_MAX_TOGGLES], n_res = 0;
-    rc = hunt_ddmin(b.n, hunt_dd_test, &d, res, &n_res);
+    int rc = hunt_ddmin(b->n, hunt_dd_test, &d, res, &n_res);
     if (rc && d.budget_hit) {
-        hunt_budget_conclusion(&b);
-        return hunt_bsave(&b);
+        hunt_budget_conclusion(b);
+        return 0;
     }
     if (rc)
         return rc;
     int idx[HUNT_MAX_TOGGLES];
     for (int i = 0; i < n_res; i++)
-        idx[i] = b.order[res[i]];
-    uint64_t set = hunt_mask(&b, idx, n_res);
+        idx[i] = b->order[res[i]];
+    uint64_t set = hunt_mask(b, idx, n_res);
     strbuf s;
     strbuf_init(&s);
     hunt_ledger_names(lg, set, &s);
     hunt_ledger_entry *e = hunt_ledger_find(lg, false, set);
     if (e && !strcmp(e->verdict, "clean"))
-        hunt_conclude(&b, n_res == 1 ? "culprit" : "culprit_set", set,
+        hunt_conclude(b, n_res == 1 ? "culprit" : "culprit_set", set,
                       "culprit set: {%s}. Flipping these together stops the corruption; flipping "
                       "any one of them back keeps it (1-minimal by delta debugging); %d restarts",
                       s.data, hunt_ledger_restarts(lg));
     else
-        hunt_conclude(&b, "inconclusive", set,
+        hunt_conclude(b, "inconclusive", set,
                       "delta debugging ended at {%s} without a clean decision for it; some "
                       "configurations were undecided (see the ledger)",
                       s.data);
     strbuf_deinit(&s);
-    return hunt_bsave(&b);
+    return 0;
+}
+
+int hunt_bisect_run(hunt_ledger *lg, const hunt_bisect_cfg *cfg, const hunt_bisect_ops *ops) {
+    hunt_bctx b = {.lg = lg, .cfg = cfg, .ops = ops, .n = lg->n_toggles};
+    if (b.n < 1 || b.n > HUNT_MAX_TOGGLES)
+        return err_set(ERR_RANGE, "%d toggles; bisect needs 1..%d", b.n, HUNT_MAX_TOGGLES);
+    if (cfg->round < 1 || cfg->budget < 1 || cfg->max_sessions < 1 || cfg->baseline_sessions < 1)
+        return err_set(ERR_RANGE, "round, budget and session limits must be positive");
+    hunt_bisect_order(&b);
+    snprintf(lg->state, sizeof lg->state, "running");
+    lg->culprit = 0;
+    lg->conclusion[0] = 0;
+    bool done = false;
+    int rc = hunt_bisect_baseline(&b, &done);
+    if (!rc && !done)
+        rc = hunt_bisect_premise(&b, &done);
+    if (!rc && !done)
+        rc = hunt_bisect_single(&b, &done);
+    if (!rc && !done)
+        rc = hunt_bisect_set(&b);
+    return rc ? rc : hunt_bsave(&b);
 }

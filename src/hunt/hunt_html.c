@@ -29,6 +29,17 @@ static double hunt_nice(double v) {
     return 1.0;
 }
 
+/* Formats v (a fraction) as a percentage with as few decimals as show it exactly (up to 3):
+ * 0.125 -> "12.5%", 0.25 -> "25%", 0.0625 -> "6.25%". A tick label never rounds to a value the
+ * tick is not at. */
+static void hunt_pct_label(char *t, size_t cap, double v) {
+    double p = 100 * v;
+    int d = 0;
+    while (d < 3 && fabs(p * pow(10, d) - round(p * pow(10, d))) > 1e-6)
+        d++;
+    snprintf(t, cap, "%.*f%%", d, p);
+}
+
 static void svg_vtext(strbuf *o, double x, double y, const char *text) {
     strbuf_printf(o,
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"label\" "
@@ -65,9 +76,7 @@ static void svg_rates(strbuf *o, const char *title, const char *xlabel, int n,
         strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>\n",
                       ML, y, ML + w, y);
         char t[32];
-        snprintf(t, sizeof t, "%.0f%%", 100 * v);
-        if (ymax < 0.05)
-            snprintf(t, sizeof t, "%.1f%%", 100 * v);
+        hunt_pct_label(t, sizeof t, v);
         svg_text(o, ML - 6, y + 4, "end", "tick", t);
     }
     strbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n", ML,
@@ -100,9 +109,12 @@ static void svg_rates(strbuf *o, const char *title, const char *xlabel, int n,
 
 /* The batch-size timeline with corruption events. */
 static void svg_timeline(strbuf *o, const hunt_results *res) {
-    double tmax = res->wall_s > 0 ? res->wall_s : 1, bmax = 1;
-    for (int64_t i = 0; i < res->n_samples; i++) {
-        const hunt_metrics_sample *s = &res->samples[i];
+    double tmax = res->client.wall_s > 0 ? res->client.wall_s : 1, bmax = 1;
+    bool have[2] = {false, false}; /* batch, running: measured in at least one sample */
+    for (int64_t i = 0; i < res->obs.n_samples; i++) {
+        const hunt_metrics_sample *s = &res->obs.samples[i];
+        have[0] |= !isnan(s->batch);
+        have[1] |= !isnan(s->running);
         if (!isnan(s->batch) && s->batch > bmax)
             bmax = s->batch;
         if (!isnan(s->running) && s->running > bmax)
@@ -117,7 +129,7 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
                   "viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n",
                   PW * 1.4, PH, PW * 1.4, PH);
     svg_text(o, PW * 0.7, 20, "middle", "title",
-             res->metrics_flavor ? "Server batch size and corruption events over time"
+             res->obs.metrics_flavor ? "Server batch size and corruption events over time"
                                  : "Corruption events over time (the target has no /metrics)");
     for (int k = 0; k <= 4; k++) {
         double y = MT + h - h * k / 4;
@@ -134,8 +146,8 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
     }
     svg_text(o, ML + w / 2, PH - 10, "middle", "label", "time since the run started");
     svg_vtext(o, 16, MT + h / 2, "requests");
-    for (int64_t i = 0; i < res->n_spans; i++) { /* test phases, shaded */
-        const hunt_span *sp = &res->spans[i];
+    for (int64_t i = 0; i < res->obs.n_spans; i++) { /* test phases, shaded */
+        const hunt_span *sp = &res->obs.spans[i];
         double x0 = ML + w * sp->t0 / tmax, x1 = ML + w * sp->t1 / tmax;
         strbuf_printf(o,
                       "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
@@ -147,18 +159,20 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
         svg_text(o, (x0 + x1) / 2, MT + h - 4, "middle", "tick", lab);
     }
     for (int series = 0; series < 2; series++) {
+        if (!have[series])
+            continue; /* not measured: no line at all, the legend says so */
         strbuf_printf(o, "<polyline class=\"%s\" points=\"", series ? "running" : "batch");
-        for (int64_t i = 0; i < res->n_samples; i++) {
-            double v = series ? res->samples[i].running : res->samples[i].batch;
+        for (int64_t i = 0; i < res->obs.n_samples; i++) {
+            double v = series ? res->obs.samples[i].running : res->obs.samples[i].batch;
             if (isnan(v))
                 continue;
-            strbuf_printf(o, "%.1f,%.1f ", ML + w * res->samples[i].t / tmax,
+            strbuf_printf(o, "%.1f,%.1f ", ML + w * res->obs.samples[i].t / tmax,
                           MT + h - h * v / bmax);
         }
         strbuf_puts(o, "\"/>\n");
     }
-    for (int64_t i = 0; i < res->n_recs; i++) {
-        const hunt_session_rec *r = res->recs[i];
+    for (int64_t i = 0; i < res->records.n_recs; i++) {
+        const hunt_session_rec *r = res->records.recs[i];
         if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
             continue;
         double t = r->turns[r->shown_turn].t_end, x = ML + w * t / tmax;
@@ -167,16 +181,22 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
                       "<title>session %lld corrupt at %.2fs (concurrency %d)</title></line>\n",
                       x, MT + h, x, MT + h - 10, (long long)r->index, t, r->conc);
     }
-    strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"3\" class=\"lg-batch\"/>",
-                  ML + 10, MT + 6);
-    svg_text(o, ML + 26, MT + 10, "start", "tick", "batch size");
-    strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"3\" class=\"lg-run\"/>",
-                  ML + 100, MT + 6);
-    svg_text(o, ML + 116, MT + 10, "start", "tick", "running requests");
-    strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"3\" height=\"10\" class=\"lg-event\"/>",
-                  ML + 240, MT + 1);
-    svg_text(o, ML + 248, MT + 10, "start", "tick",
-             "corrupt session (its first corrupt turn); shaded: test phases");
+    /* legend: each entry's text is followed by the next at about 6 px per character */
+    const char *lg_text[3] = {have[0] ? "batch size" : "batch size: not measured",
+                              have[1] ? "running requests" : "running requests: not measured",
+                              "corrupt session (its first corrupt turn); shaded: test phases"};
+    static const char *const lg_cls[3] = {"lg-batch", "lg-run", "lg-event"};
+    double lx = ML + 10;
+    for (int k = 0; k < 3; k++) {
+        if (k < 2)
+            strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"3\" class=\"%s\"/>",
+                          lx, MT + 6, lg_cls[k]);
+        else
+            strbuf_printf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"3\" height=\"10\" class=\"%s\"/>",
+                          lx, MT + 1, lg_cls[k]);
+        svg_text(o, lx + (k < 2 ? 16 : 8), MT + 10, "start", "tick", lg_text[k]);
+        lx += (k < 2 ? 16 : 8) + 6.0 * (double)strlen(lg_text[k]) + 18;
+    }
     strbuf_puts(o, "</svg>\n");
 }
 
@@ -213,7 +233,7 @@ static void html_marked(strbuf *o, const char *s, size_t d) {
 }
 
 void hunt_report_html(const hunt_results *res, strbuf *o) {
-    const hunt_cell *t = &res->total;
+    const hunt_cell *t = &res->agg.total;
     strbuf_puts(o,
                 "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 "<title>verity hunt report</title>\n<style>\n"
@@ -236,16 +256,16 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
                 ".lg-run{fill:#999}svg .lg-event{fill:#b00020}\n"
                 "code{background:#f3f3f3;padding:0 .2em}\n</style></head><body>\n");
     strbuf_puts(o, "<h1>verity hunt report</h1>\n<p>Target <code>");
-    hunt_html_escape(o, res->url, strlen(res->url));
+    hunt_html_escape(o, res->cfg.url, strlen(res->cfg.url));
     strbuf_puts(o, "</code>, model <code>");
-    hunt_html_escape(o, res->model, strlen(res->model));
+    hunt_html_escape(o, res->cfg.model, strlen(res->cfg.model));
     strbuf_puts(o, "</code>; reference: ");
-    if (res->ref_url) {
+    if (res->cfg.ref_url) {
         strbuf_puts(o, "the server at <code>");
-        hunt_html_escape(o, res->ref_url, strlen(res->ref_url));
-        strbuf_printf(o, "</code>, concurrency %d.", res->ref_conc);
+        hunt_html_escape(o, res->cfg.ref_url, strlen(res->cfg.ref_url));
+        strbuf_printf(o, "</code>, concurrency %d.", res->cfg.ref_conc);
     } else {
-        strbuf_printf(o, "the same server at concurrency %d.", res->ref_conc);
+        strbuf_printf(o, "the same server at concurrency %d.", res->cfg.ref_conc);
     }
     strbuf_putc(o, ' ');
     hunt_report_workload(res, o); /* numbers and fixed words: nothing to escape */
@@ -253,66 +273,66 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
     strbuf_printf(o, "<p class=\"%s\">Verdict: %s: ", t->corrupt ? "bad" : "ok",
                   t->corrupt ? "corruption found" : "clean");
     hunt_report_verdict(res, o);
-    strbuf_printf(o, "%s</p>\n", res->interrupted ? " Interrupted: partial results." : "");
+    strbuf_printf(o, "%s</p>\n", res->client.interrupted ? " Interrupted: partial results." : "");
     /* rate vs concurrency */
     char lab[HUNT_MAX_LEVELS > HUNT_MAX_PADS ? HUNT_MAX_LEVELS : HUNT_MAX_PADS][48];
     const char *labels[HUNT_MAX_LEVELS > HUNT_MAX_PADS ? HUNT_MAX_LEVELS : HUNT_MAX_PADS];
-    for (int i = 0; i < res->n_conc; i++) {
-        snprintf(lab[i], sizeof lab[i], "%d", res->conc[i]);
+    for (int i = 0; i < res->cfg.n_conc; i++) {
+        snprintf(lab[i], sizeof lab[i], "%d", res->cfg.conc[i]);
         labels[i] = lab[i];
     }
     strbuf_puts(o, "<h2>Corruption rate by concurrency</h2>\n");
     svg_rates(o, "Corrupt sessions by concurrency (Wilson 95% intervals)", "concurrent sessions",
-              res->n_conc, labels, res->per_level);
+              res->cfg.n_conc, labels, res->agg.per_level);
     strbuf_printf(o, "<table>");
     strbuf_printf(o, html_head, "concurrency");
-    for (int i = 0; i < res->n_conc; i++)
-        html_cell_row(o, labels[i], &res->per_level[i]);
+    for (int i = 0; i < res->cfg.n_conc; i++)
+        html_cell_row(o, labels[i], &res->agg.per_level[i]);
     strbuf_puts(o, "</table>\n<h2>Corruption rate by context length</h2>\n");
-    for (int p = 0; p < res->n_pads; p++) {
+    for (int p = 0; p < res->cfg.n_pads; p++) {
         double m = hunt_results_mean_prompt(res, p);
         if (m >= 0)
-            snprintf(lab[p], sizeof lab[p], "pad %d (~%.0f tok)", res->pads[p], m);
+            snprintf(lab[p], sizeof lab[p], "pad %d (~%.0f tok)", res->cfg.pads[p], m);
         else
-            snprintf(lab[p], sizeof lab[p], "pad %d", res->pads[p]);
+            snprintf(lab[p], sizeof lab[p], "pad %d", res->cfg.pads[p]);
         labels[p] = lab[p];
     }
     svg_rates(o, "Corrupt sessions by context padding (Wilson 95% intervals)",
-              "context padding (mean prompt tokens in parentheses)", res->n_pads, labels,
-              res->per_pad);
+              "context padding (mean prompt tokens in parentheses)", res->cfg.n_pads, labels,
+              res->agg.per_pad);
     strbuf_printf(o, "<table>");
     strbuf_printf(o, html_head, "padding");
-    for (int p = 0; p < res->n_pads; p++)
-        html_cell_row(o, labels[p], &res->per_pad[p]);
+    for (int p = 0; p < res->cfg.n_pads; p++)
+        html_cell_row(o, labels[p], &res->agg.per_pad[p]);
     strbuf_puts(o, "</table>\n<h2>Confound split</h2>\n<p>");
-    hunt_html_escape(o, res->confound, strlen(res->confound));
+    hunt_html_escape(o, res->agg.confound, strlen(res->agg.confound));
     strbuf_puts(o, "</p>\n<h2>Server observation</h2>\n");
     svg_timeline(o, res);
     strbuf_puts(o, "<h2>Oracles</h2>\n<table><thead><tr><th>oracle</th><th>sessions</th></tr>"
                    "</thead>\n");
     strbuf_printf(o, "<tr><td>exact: diverged from the reference</td><td>%lld</td></tr>\n",
-                  (long long)res->diverged);
+                  (long long)res->agg.diverged);
     strbuf_printf(o, "<tr><td>near-tie: benign divergence only</td><td>%lld</td></tr>\n",
-                  (long long)res->neartie_benign);
+                  (long long)res->agg.neartie_benign);
     strbuf_printf(o, "<tr><td>near-tie: divergence not at a near tie</td><td>%lld</td></tr>\n",
-                  (long long)res->neartie_corrupt);
+                  (long long)res->agg.neartie_corrupt);
     for (int k = 0; k < HUNT_F_COUNT; k++)
         strbuf_printf(o, "<tr><td>%s: %s</td><td class=\"%s\">%lld</td></tr>\n",
                       ((1u << k) & HUNT_F_STRUCTURAL_MASK) ? "structural" : "degeneration",
-                      hunt_finding_name(k), res->finding[k] ? "bad" : "",
-                      (long long)res->finding[k]);
+                      hunt_finding_name(k), res->agg.finding[k] ? "bad" : "",
+                      (long long)res->agg.finding[k]);
     strbuf_puts(o, "</table>\n");
-    int64_t reqs = res->requests + res->ref_requests;
+    int64_t reqs = res->client.requests + res->client.ref_requests;
     strbuf_printf(o,
                   "<h2>Harness</h2>\n<p>%lld test and %lld reference requests (%lld retries) "
                   "in %.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
                   "request).</p>\n",
-                  (long long)res->requests, (long long)res->ref_requests, (long long)res->retries,
-                  res->wall_s, res->peak_in_flight, res->cpu_s,
-                  reqs ? 1000.0 * res->cpu_s / (double)reqs : 0.0);
+                  (long long)res->client.requests, (long long)res->client.ref_requests,
+                  (long long)res->client.retries, res->client.wall_s, res->client.peak_in_flight,
+                  res->client.cpu_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
     int shown = 0;
-    for (int64_t i = 0; i < res->n_recs && shown < 50; i++) {
-        const hunt_session_rec *r = res->recs[i];
+    for (int64_t i = 0; i < res->records.n_recs && shown < 50; i++) {
+        const hunt_session_rec *r = res->records.recs[i];
         if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
             continue;
         if (!shown++)

@@ -82,6 +82,6 @@ const char *hunt_metrics_parse(const char *text, size_t n, hunt_metrics_sample *
     }
     out->running = v[M_RUNNING];
     out->waiting = v[M_WAITING];
-    out->batch = isnan(v[M_BATCH]) ? v[M_RUNNING] : v[M_BATCH];
+    out->batch = v[M_BATCH]; /* NaN when the server has no batch figure: not measured */
     return flavor;
 }

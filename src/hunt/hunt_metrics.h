@@ -8,8 +8,9 @@
  *            llamacpp:requests_processing
  *   waiting  verity_requests_waiting, vllm:num_requests_waiting, sglang:num_queue_reqs,
  *            llamacpp:requests_deferred
- *   batch    verity_batch_size, llamacpp:n_busy_slots_per_decode (servers without a batch figure
- *            report running requests, which is the decode batch under continuous batching)
+ *   batch    verity_batch_size, llamacpp:n_busy_slots_per_decode (NaN, "not measured", for
+ *            servers without a batch figure: reports say so rather than draw running requests
+ *            as if they were the batch)
  *
  * Values of the same name with different labels (one per model, say) are summed. Unknown names,
  * comments, timestamps and malformed lines are skipped: a scrape never fails on content.
@@ -24,7 +25,7 @@ typedef struct hunt_metrics_sample {
     double t;       /* seconds since the run started (set by the caller) */
     double running; /* NAN when the server does not say */
     double waiting;
-    double batch; /* the server's batch figure, else running */
+    double batch; /* the server's batch figure, NaN when it has none */
 } hunt_metrics_sample;
 
 /* Parses Prometheus text exposition format. Fills *out (t left as is) and returns the flavour

@@ -15,6 +15,7 @@
  * the life of the run.
  */
 #include "hunt/hunt_run.h"
+#include "hunt/hunt_calib.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -268,25 +269,25 @@ static void hunt_scrape_done(void *ud, int rc, long status, double retry_after) 
                          ? hunt_metrics_parse(r->scrape_buf.data, r->scrape_buf.len, &s)
                          : NULL;
     if (!fl) {
-        if (!r->res.metrics_flavor) {
+        if (!r->res.obs.metrics_flavor) {
             r->scrape_off = true; /* no usable /metrics: stop asking */
             log_info("hunt: %s has no known metrics; no batch timeline", r->metrics_url);
         }
         return;
     }
-    if (!r->res.metrics_flavor)
-        r->res.metrics_flavor = hunt_strdup(fl);
+    if (!r->res.obs.metrics_flavor)
+        r->res.obs.metrics_flavor = hunt_strdup(fl);
     s.t = hunt_now(r);
     hunt_results *res = &r->res;
-    if (res->n_samples == res->cap_samples) {
-        int64_t nc = res->cap_samples ? res->cap_samples * 2 : 1024;
-        hunt_metrics_sample *ns = realloc(res->samples, (size_t)nc * sizeof *ns);
+    if (res->obs.n_samples == res->obs.cap_samples) {
+        int64_t nc = res->obs.cap_samples ? res->obs.cap_samples * 2 : 1024;
+        hunt_metrics_sample *ns = realloc(res->obs.samples, (size_t)nc * sizeof *ns);
         if (!ns)
             return;
-        res->samples = ns;
-        res->cap_samples = nc;
+        res->obs.samples = ns;
+        res->obs.cap_samples = nc;
     }
-    res->samples[res->n_samples++] = s;
+    res->obs.samples[res->obs.n_samples++] = s;
 }
 
 static void hunt_scrape(hunt_run *r) {
@@ -491,7 +492,7 @@ static void hunt_sess_done_cb(void *ud, int rc, long status, double retry_after)
     if (rc || status != 200) {
         if (retryable && s->attempts < r->cfg.retries) {
             s->attempts++;
-            r->res.retries++;
+            r->res.client.retries++;
             double delay = retry_after >= 0
                                ? retry_after
                                : 0.1 * (double)(1 << (s->attempts < 4 ? s->attempts : 4));
@@ -542,7 +543,7 @@ static void hunt_sess_done_cb(void *ud, int rc, long status, double retry_after)
             hunt_sess_fail(s, "out of memory caching a reference reply");
             return;
         }
-        r->res.ref_requests++;
+        r->res.client.ref_requests++;
         if (s->mode == S_WALK) {
             if (hunt_history_add_reply(r->w, s->h, s->turn, keep)) {
                 r->fatal = ERR_NOMEM;
@@ -561,7 +562,7 @@ static void hunt_sess_done_cb(void *ud, int rc, long status, double retry_after)
         hunt_sess_step(s);
         return;
     }
-    r->res.requests++;
+    r->res.client.requests++;
     if (s->mode == S_FILL) {
         if (hunt_history_add_reply(r->w, s->h, s->turn, &rep)) {
             r->fatal = ERR_NOMEM;
@@ -1062,6 +1063,35 @@ static int hunt_probe(hunt_run *r, const char *model) {
                    r->chat_url, status, reply);
 }
 
+/* With any padding asked for, measures the target's bytes per token (hunt_calib) so a pad of N
+ * tokens adds about N to usage.prompt_tokens; a target that reports no usage keeps 4 bytes per
+ * token, with a warning. Returns 0 or ERR_NOMEM. */
+static int hunt_run_calibrate(hunt_run *r, hunt_workload_cfg *wc) {
+    bool padded = false;
+    for (int i = 0; i < wc->n_pads; i++)
+        padded |= wc->pads[i] > 0;
+    if (!padded)
+        return 0;
+    hunt_calib_target t = {.chat_url = r->chat_url,
+                           .api_key = r->cfg.api_key,
+                           .model = wc->model,
+                           .timeout_s = r->cfg.timeout_s > 0 ? r->cfg.timeout_s : 60,
+                           .seed = wc->seed};
+    double bpt = 4;
+    int rc = hunt_calib_pad(&t, &bpt);
+    if (rc == ERR_NOMEM)
+        return rc;
+    if (rc)
+        log_warn("hunt: cannot measure the target's bytes per token (%s); context padding "
+                 "assumes 4",
+                 err_detail());
+    else
+        log_info("hunt: context padding at %.2f bytes per token (measured)", bpt);
+    wc->pad_bytes_per_token = bpt;
+    r->res.cfg.pad_bytes_per_token = bpt;
+    return 0;
+}
+
 int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
     if (cfg->n_conc < 1 || cfg->n_conc > HUNT_MAX_LEVELS)
         return err_set(ERR_RANGE, "%d concurrency levels, expected 1..%d", cfg->n_conc,
@@ -1119,6 +1149,8 @@ int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
         .tools = r->tools,
     };
     memcpy(wc.pads, cfg->pads, sizeof wc.pads);
+    if ((rc = hunt_run_calibrate(r, &wc)))
+        goto fail;
     if ((rc = hunt_workload_create(&wc, &r->w)))
         goto fail;
     r->ocfg.tie_threshold = cfg->tie_threshold;
@@ -1130,25 +1162,25 @@ int hunt_run_create(const hunt_config *cfg, hunt_run **out) {
     if ((rc = hunt_client_create(maxc + 4, &r->client)))
         goto fail;
     hunt_results *res = &r->res;
-    res->url = hunt_strdup(cfg->url);
-    res->ref_url = hunt_strdup(cfg->ref_url);
-    res->model = hunt_strdup(wc.model);
-    memcpy(res->conc, cfg->conc, sizeof res->conc);
-    res->n_conc = cfg->n_conc;
-    memcpy(res->pads, cfg->pads, sizeof res->pads);
-    res->n_pads = cfg->n_pads;
-    res->sessions = cfg->sessions;
-    res->turns = cfg->turns;
-    res->n_tools = hunt_tools_count(r->tools);
-    res->max_tokens = cfg->max_tokens;
-    res->ref_conc = cfg->ref_conc;
-    res->stream = cfg->stream;
-    res->logprobs = r->cfg.logprobs;
-    res->skip_special = r->cfg.skip_special;
-    res->temperature = cfg->temperature;
-    res->tie_threshold = cfg->tie_threshold;
-    res->seed = cfg->seed;
-    if (!res->url || !res->model) {
+    res->cfg.url = hunt_strdup(cfg->url);
+    res->cfg.ref_url = hunt_strdup(cfg->ref_url);
+    res->cfg.model = hunt_strdup(wc.model);
+    memcpy(res->cfg.conc, cfg->conc, sizeof res->cfg.conc);
+    res->cfg.n_conc = cfg->n_conc;
+    memcpy(res->cfg.pads, cfg->pads, sizeof res->cfg.pads);
+    res->cfg.n_pads = cfg->n_pads;
+    res->cfg.sessions = cfg->sessions;
+    res->cfg.turns = cfg->turns;
+    res->cfg.n_tools = hunt_tools_count(r->tools);
+    res->cfg.max_tokens = cfg->max_tokens;
+    res->cfg.ref_conc = cfg->ref_conc;
+    res->cfg.stream = cfg->stream;
+    res->cfg.logprobs = r->cfg.logprobs;
+    res->cfg.skip_special = r->cfg.skip_special;
+    res->cfg.temperature = cfg->temperature;
+    res->cfg.tie_threshold = cfg->tie_threshold;
+    res->cfg.seed = cfg->seed;
+    if (!res->cfg.url || !res->cfg.model) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -1180,15 +1212,15 @@ void hunt_run_destroy(hunt_run *r) {
     if (!r)
         return;
     hunt_results *res = &r->res;
-    for (int64_t i = 0; i < res->n_recs; i++)
-        hunt_rec_free(res->recs[i]);
-    free(res->recs);
-    free(res->samples);
-    free(res->spans);
-    free(res->metrics_flavor);
-    free(res->url);
-    free(res->ref_url);
-    free(res->model);
+    for (int64_t i = 0; i < res->records.n_recs; i++)
+        hunt_rec_free(res->records.recs[i]);
+    free(res->records.recs);
+    free(res->obs.samples);
+    free(res->obs.spans);
+    free(res->obs.metrics_flavor);
+    free(res->cfg.url);
+    free(res->cfg.ref_url);
+    free(res->cfg.model);
     hunt_client_destroy(r->client);
     hunt_workload_destroy(r->w);
     hunt_tools_destroy(r->tools);
@@ -1212,15 +1244,15 @@ hunt_results *hunt_run_results(hunt_run *r) {
 }
 
 static int hunt_results_push(hunt_results *res, hunt_session_rec *rec) {
-    if (res->n_recs == res->cap_recs) {
-        int64_t nc = res->cap_recs ? res->cap_recs * 2 : 256;
-        hunt_session_rec **nr = realloc(res->recs, (size_t)nc * sizeof *nr);
+    if (res->records.n_recs == res->records.cap_recs) {
+        int64_t nc = res->records.cap_recs ? res->records.cap_recs * 2 : 256;
+        hunt_session_rec **nr = realloc(res->records.recs, (size_t)nc * sizeof *nr);
         if (!nr)
             return err_set(ERR_NOMEM, "out of memory keeping session records");
-        res->recs = nr;
-        res->cap_recs = nc;
+        res->records.recs = nr;
+        res->records.cap_recs = nc;
     }
-    res->recs[res->n_recs++] = rec;
+    res->records.recs[res->records.n_recs++] = rec;
     return 0;
 }
 
@@ -1282,16 +1314,16 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
     double span_t0 = hunt_now(r);
     rc = hunt_phase_run(r, &test);
     hunt_results *rs = &r->res;
-    if (rs->n_spans == rs->cap_spans) {
-        int64_t nc = rs->cap_spans ? rs->cap_spans * 2 : 16;
-        hunt_span *ns = realloc(rs->spans, (size_t)nc * sizeof *ns);
+    if (rs->obs.n_spans == rs->obs.cap_spans) {
+        int64_t nc = rs->obs.cap_spans ? rs->obs.cap_spans * 2 : 16;
+        hunt_span *ns = realloc(rs->obs.spans, (size_t)nc * sizeof *ns);
         if (ns) {
-            rs->spans = ns;
-            rs->cap_spans = nc;
+            rs->obs.spans = ns;
+            rs->obs.cap_spans = nc;
         }
     }
-    if (rs->n_spans < rs->cap_spans)
-        rs->spans[rs->n_spans++] = (hunt_span){span_t0, hunt_now(r), conc};
+    if (rs->obs.n_spans < rs->obs.cap_spans)
+        rs->obs.spans[rs->obs.n_spans++] = (hunt_span){span_t0, hunt_now(r), conc};
     if (rc && rc != ERR_CANCELLED)
         goto out;
     int test_rc = rc;
@@ -1370,9 +1402,9 @@ static void hunt_scrape_final(hunt_run *r) {
 void hunt_run_finish(hunt_run *r) {
     hunt_scrape_final(r);
     hunt_results *res = &r->res;
-    res->wall_s = hunt_now(r);
-    res->cpu_s = hunt_cpu_s() - r->cpu0;
-    res->peak_in_flight = r->sess_peak;
-    res->bytes = hunt_client_bytes(r->client);
-    res->interrupted = r->cfg.stop && *r->cfg.stop;
+    res->client.wall_s = hunt_now(r);
+    res->client.cpu_s = hunt_cpu_s() - r->cpu0;
+    res->client.peak_in_flight = r->sess_peak;
+    res->client.bytes = hunt_client_bytes(r->client);
+    res->client.interrupted = r->cfg.stop && *r->cfg.stop;
 }

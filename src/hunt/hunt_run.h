@@ -119,8 +119,10 @@ typedef struct hunt_span {
     int conc;
 } hunt_span;
 
-typedef struct hunt_results {
-    /* configuration as run */
+/* What the run was asked to do, as run. Written once by hunt_run_create (copied from the
+ * hunt_config, with logprobs and skip_special as the target's probe left them, the model as the
+ * target named it, and pad_bytes_per_token from the calibration); read-only afterwards. */
+typedef struct hunt_results_config {
     char *url, *model, *ref_url;
     int conc[HUNT_MAX_LEVELS];
     int n_conc;
@@ -131,10 +133,19 @@ typedef struct hunt_results {
     bool skip_special; /* skip_special_tokens sent (alternating by session) */
     double temperature, tie_threshold;
     uint64_t seed;
-    /* sessions, in the order they were finalised */
-    hunt_session_rec **recs;
+    double pad_bytes_per_token; /* padding bytes per token (measured, else 4; 0: no padding) */
+} hunt_results_config;
+
+/* The per-session records (verdicts and evidence), in the order they were finalised. Appended by
+ * hunt_run_batch as each session's verdict becomes final; the records are owned here. */
+typedef struct hunt_results_records {
+    hunt_session_rec **recs; /* [n_recs] (malloc'd, each malloc'd) */
     int64_t n_recs, cap_recs;
-    /* aggregates (hunt_results_aggregate) */
+} hunt_results_records;
+
+/* Figures computed from the records. Written only by hunt_results_aggregate (which recomputes
+ * them all); stale until it is called after the last batch. */
+typedef struct hunt_aggregates {
     hunt_cell per_level[HUNT_MAX_LEVELS];
     hunt_cell per_pad[HUNT_MAX_PADS];
     hunt_cell grid[HUNT_MAX_LEVELS][HUNT_MAX_PADS];
@@ -145,17 +156,33 @@ typedef struct hunt_results {
     int64_t finding[HUNT_F_COUNT];     /* sessions with each finding (load-dependent) */
     int64_t model_level[HUNT_F_COUNT]; /* turns with each finding in both test and reference */
     char confound[512];                /* the confound split's conclusion */
-    /* server observation */
-    hunt_metrics_sample *samples;
+} hunt_aggregates;
+
+/* What was seen of the server over time. Samples are appended by the run's /metrics scraper
+ * while batches run (and once more by hunt_run_finish); spans by hunt_run_batch, one per batch. */
+typedef struct hunt_results_observed {
+    hunt_metrics_sample *samples; /* [n_samples] (malloc'd) */
     int64_t n_samples, cap_samples;
-    char *metrics_flavor; /* NULL: no /metrics */
-    hunt_span *spans;     /* test phases, for the timeline */
+    char *metrics_flavor; /* NULL: no /metrics (malloc'd) */
+    hunt_span *spans;     /* test phases, for the timeline [n_spans] (malloc'd) */
     int64_t n_spans, cap_spans;
-    /* client figures */
+} hunt_results_observed;
+
+/* The load generator's own figures. requests, ref_requests and retries are counted by the run as
+ * requests complete; the rest are set once by hunt_run_finish. */
+typedef struct hunt_results_client {
     int peak_in_flight;
     int64_t requests, ref_requests, retries, bytes;
     double wall_s, cpu_s;
     bool interrupted;
+} hunt_results_client;
+
+typedef struct hunt_results {
+    hunt_results_config cfg;
+    hunt_results_records records;
+    hunt_aggregates agg;
+    hunt_results_observed obs;
+    hunt_results_client client;
 } hunt_results;
 
 typedef struct hunt_run hunt_run;

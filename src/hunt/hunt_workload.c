@@ -209,6 +209,28 @@ static int hunt_history_push_text(hunt_history *h, int role, const char *text, s
     return rc;
 }
 
+/* Appends padding documents to out until it holds about target_bytes bytes more. */
+static void hunt_pad_docs(hunt_rng *r, size_t target_bytes, strbuf *out) {
+    size_t target = out->len + target_bytes;
+    strbuf_puts(out, "Here are documents from the repository for context.\n\n");
+    while (out->len < target) {
+        strbuf_puts(out, "<document path=\"docs/");
+        hunt_text_ident(r, out);
+        strbuf_puts(out, ".md\">\n");
+        /* ~6 bytes per word; documents of up to ~400 words */
+        size_t left = target > out->len ? target - out->len : 0;
+        int words = (int)(left / 6) + 1;
+        hunt_text_prose(r, words < 400 ? words : 400, out);
+        strbuf_puts(out, "\n</document>\n\n");
+    }
+}
+
+void hunt_workload_pad_text(uint64_t seed, size_t target_bytes, strbuf *out) {
+    hunt_rng r;
+    hunt_rng_seed(&r, hunt_mix(seed, 0x5157));
+    hunt_pad_docs(&r, target_bytes, out);
+}
+
 int hunt_history_create(const hunt_workload *w, int64_t index, hunt_history **out) {
     hunt_history *h = calloc(1, sizeof *h);
     if (!h || !(h->a = arena_create(16 * 1024, 0))) {
@@ -237,18 +259,8 @@ int hunt_history_create(const hunt_workload *w, int64_t index, hunt_history **ou
     strbuf_reset(&sb);
     int pad = hunt_workload_pad(w, index, NULL);
     if (!rc && pad > 0) {
-        size_t target = (size_t)pad * 4;
-        strbuf_puts(&sb, "Here are documents from the repository for context.\n\n");
-        while (sb.len < target) {
-            strbuf_puts(&sb, "<document path=\"docs/");
-            hunt_text_ident(&r, &sb);
-            strbuf_puts(&sb, ".md\">\n");
-            /* ~6 bytes per word; documents of up to ~400 words */
-            size_t left = target > sb.len ? target - sb.len : 0;
-            int words = (int)(left / 6) + 1;
-            hunt_text_prose(&r, words < 400 ? words : 400, &sb);
-            strbuf_puts(&sb, "\n</document>\n\n");
-        }
+        double bpt = w->cfg.pad_bytes_per_token > 0 ? w->cfg.pad_bytes_per_token : 4;
+        hunt_pad_docs(&r, (size_t)((double)pad * bpt + 0.5), &sb);
     }
     hunt_task(&h->script, &sb);
     if (!rc)

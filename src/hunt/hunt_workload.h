@@ -3,9 +3,9 @@
  * hunt_workload: multi-turn agentic sessions like a coding agent's, reproducible from a seed.
  *
  * A session (seed, index) has a system prompt, the tool set, scripted user tasks and optional
- * context padding: documents in the first user message sized to about pad_tokens tokens (4 bytes
- * of English-like text per token, the usual ratio; the server's usage.prompt_tokens reports the
- * real figure). One "turn" is one model request. After a reply the harness acts as the agent: it
+ * context padding: documents in the first user message sized to about pad_tokens tokens
+ * (pad_bytes_per_token bytes each: 4, the usual ratio for English-like text, unless hunt_calib
+ * measured the server's own ratio from usage.prompt_tokens). One "turn" is one model request. After a reply the harness acts as the agent: it
  * appends the assistant message, then either the result of every tool call (hunt_tools_execute,
  * a pure function of the arguments) or, when the model answered without calling a tool, the next
  * scripted user task. A session is therefore a deterministic function of (seed, index, the
@@ -52,6 +52,7 @@ typedef struct hunt_workload_cfg {
     int top_logprobs;        /* candidates per position (0..20) */
     int pads[HUNT_MAX_PADS]; /* context padding levels in tokens; session i gets pads[i % n_pads] */
     int n_pads;              /* 1.. (a single 0 = no padding) */
+    double pad_bytes_per_token; /* padding bytes per target token; 0: 4 (measured: hunt_calib) */
     const char *model;       /* copied */
     const hunt_tools *tools; /* borrowed; must outlive the workload */
 } hunt_workload_cfg;
@@ -67,6 +68,10 @@ void hunt_workload_destroy(hunt_workload *w);
 
 /* The configuration as given (model string owned by the workload). */
 const hunt_workload_cfg *hunt_workload_config(const hunt_workload *w);
+
+/* Appends about target_bytes bytes of padding documents to out, drawn from seed: the same text
+ * sessions carry as context padding (for calibrating bytes per token against a server). */
+void hunt_workload_pad_text(uint64_t seed, size_t target_bytes, strbuf *out);
 
 /* Pad level (tokens) of session index, and its position in the pads list. */
 int hunt_workload_pad(const hunt_workload *w, int64_t index, int *pad_slot);

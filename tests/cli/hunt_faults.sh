@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 # verity hunt and verity bisect against the real thing: `build/faults/verity serve` on a tiny
 # synthetic model. With no fault, hunt finds no divergence at all at concurrency 1, 16 and 48 (a
-# batch above 32 with --max-batch 64). Each FAULT toggle of the fault build (docs/issue5-hunt.md,
-# "Proving it"), switched on by its environment variable with the server options that trigger it,
+# batch above 32 with --max-batch 64). Each FAULT toggle of the fault build (docs/hunt.md,
+# "Against verity"), switched on by its environment variable with the server options that trigger it,
 # is found: corrupt sessions with a Wilson interval that excludes 0 at a concurrency that triggers
 # it, none at concurrency 1. Fault (a) is found only because hunt varies skip_special_tokens across
 # sessions. bisect names the fault's variable among 8 toggles (7 real, harmless ones) within
