@@ -135,12 +135,11 @@ test:
 FUZZ_CC := clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined
 FUZZ_DEPS_gguf := src/base src/gguf
-FUZZ_DEPS_chat_template := src/base src/chat src/gguf src/tokenizer
-FUZZ_FILES_chat_template := src/sample/grammar.c src/sample/grammar_vocab.c
-FUZZ_DEPS_chat_tools := src/base src/chat src/gguf src/tokenizer
+FUZZ_DEPS_chat_template := src/base src/template src/gguf src/tokenizer
+FUZZ_DEPS_chat_tools := src/base src/toolcall src/gguf src/tokenizer
 FUZZ_FILES_chat_tools := src/sample/grammar.c src/sample/grammar_vocab.c
 FUZZ_DEPS_tokenizer := src/base src/gguf src/tokenizer
-FUZZ_DEPS_tool_grammar := src/base src/chat src/gguf src/tokenizer
+FUZZ_DEPS_tool_grammar := src/base src/toolcall src/gguf src/tokenizer
 FUZZ_FILES_tool_grammar := src/sample/grammar.c src/sample/grammar_vocab.c
 # "all": every library source except the per-ISA kernel files, with scalar kernels only
 FUZZ_DEPS_request := all

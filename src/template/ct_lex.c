@@ -17,7 +17,7 @@
  * jinja2, so "{{ {'a': 1}}}" works. Tokens point into a normalised copy of the source kept in the
  * template's arena.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * chat_tools_int: declarations shared by the tool-call parser's files inside src/chat.
+ * chat_tools_int: declarations shared by the tool-call parser's files inside src/toolcall.
  *
  *   chat_tools.c        detection, the parser object, the generic outside-a-call scanner and
  *                       the helpers below (calls, JSON spans, raw-value typing, errors)
@@ -21,13 +21,13 @@
  * in p->sub, p->scan, p->span, p->r0, p->r1 and p->region_calls, which are zero when a region
  * starts.
  */
-#ifndef VERITY_CHAT_CHAT_TOOLS_INT_H
-#define VERITY_CHAT_CHAT_TOOLS_INT_H
+#ifndef VERITY_TOOLCALL_CHAT_TOOLS_INT_H
+#define VERITY_TOOLCALL_CHAT_TOOLS_INT_H
 
 #include "base/arena.h"
 #include "base/json.h"
 #include "base/strbuf.h"
-#include "chat/chat_tools.h"
+#include "toolcall/chat_tools.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* chat_prompt: see chat_prompt.h. */
-#include "chat/chat_prompt.h"
+#include "template/chat_prompt.h"
 #include "base/err.h"
 
 #include <string.h>

@@ -15,7 +15,7 @@
  * CT_MAX_STEPS, and output against CT_MAX_OUTPUT, so no template can exhaust the stack, loop
  * forever or fill memory.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

@@ -13,7 +13,7 @@
  * parsed one by one as each </｜DSML｜invoke> arrives, so calls become visible before the block
  * closes. Between invokes only whitespace is allowed.
  */
-#include "chat/chat_tools_int.h"
+#include "toolcall/chat_tools_int.h"
 #include "base/err.h"
 
 #include <string.h>

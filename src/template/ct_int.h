@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ct_int: declarations shared by the files of the chat-template engine (src/chat/ct_*.c) and by
+ * ct_int: declarations shared by the files of the chat-template engine (src/template/ct_*.c) and by
  * nothing else. The public contract is chat_template.h.
  *
  * The engine is a tree-walking interpreter for the subset of Jinja2 that chat templates use, with
@@ -26,8 +26,8 @@
  * passed by value; strings point either into the template, into the caller's JSON tree or into
  * the render arena, and are never mutated.
  */
-#ifndef VERITY_CHAT_CT_INT_H
-#define VERITY_CHAT_CT_INT_H
+#ifndef VERITY_TEMPLATE_CT_INT_H
+#define VERITY_TEMPLATE_CT_INT_H
 
 #include "base/arena.h"
 #include "base/json.h"

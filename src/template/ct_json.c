@@ -10,7 +10,7 @@
  * indent), Python's float repr (1.0, 1e+16, NaN, Infinity), dict keys coerced the way Python does
  * (True -> "true", 1 -> "1"), and the same TypeError for values JSON cannot hold.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

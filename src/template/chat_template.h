@@ -21,7 +21,7 @@
  *   the variables above
  * and the globals range, namespace, dict, raise_exception and strftime_now.
  *
- * Supported Jinja: everything the templates in ../shared/templates use (see src/chat/ct_int.h for
+ * Supported Jinja: everything the templates in ../shared/templates use (see src/template/ct_int.h for
  * the engine's layout). Not supported, reported as ERR_UNSUPPORTED naming the construct and line:
  * template inheritance and includes ({% extends/block/include/import %}), {% call %} blocks,
  * recursive loops, loop.changed, and the filters groupby, wordwrap, urlize, truncate, slice,
@@ -33,8 +33,8 @@
  * unassigned code points as printable; reprs of generators and methods carry a fixed fake
  * address.
  */
-#ifndef VERITY_CHAT_CHAT_TEMPLATE_H
-#define VERITY_CHAT_CHAT_TEMPLATE_H
+#ifndef VERITY_TEMPLATE_CHAT_TEMPLATE_H
+#define VERITY_TEMPLATE_CHAT_TEMPLATE_H
 
 #include "base/arena.h"
 #include "base/json.h"

@@ -1,18 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tool_grammar_int: declarations shared by tool_grammar.c (schemas, response formats, compiling)
- * and tool_grammar_calls.c (the tool-call syntaxes), inside src/chat only.
+ * and tool_grammar_calls.c (the tool-call syntaxes), inside src/toolcall only.
  *
  * A tg_ctx is one walk's state: the AST being built, the limits, the root for $ref, the $ref
  * stack and memo, the path named in errors (tg_push / tg_pop around each step down), cached
  * nodes, and the bytes JSON strings must not contain raw. It lives on the caller's stack for one
  * builder call; nothing in it outlives the AST.
  */
-#ifndef VERITY_CHAT_TOOL_GRAMMAR_INT_H
-#define VERITY_CHAT_TOOL_GRAMMAR_INT_H
+#ifndef VERITY_TOOLCALL_TOOL_GRAMMAR_INT_H
+#define VERITY_TOOLCALL_TOOL_GRAMMAR_INT_H
 
 #include "base/strbuf.h"
-#include "chat/tool_grammar.h"
+#include "toolcall/tool_grammar.h"
 
 #include <stdbool.h>
 #include <stdint.h>

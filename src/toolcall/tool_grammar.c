@@ -14,7 +14,7 @@
  * The tool-call syntaxes live in tool_grammar_calls.c; the walk's context and the helpers both
  * files use are declared in tool_grammar_int.h.
  */
-#include "chat/tool_grammar_int.h"
+#include "toolcall/tool_grammar_int.h"
 #include "base/check.h"
 #include "base/err.h"
 #include "base/strbuf.h"

@@ -96,11 +96,11 @@
  * \"pattern\" is not supported by constrained decoding". Threading: none (plain functions over
  * the caller's AST).
  */
-#ifndef VERITY_CHAT_TOOL_GRAMMAR_H
-#define VERITY_CHAT_TOOL_GRAMMAR_H
+#ifndef VERITY_TOOLCALL_TOOL_GRAMMAR_H
+#define VERITY_TOOLCALL_TOOL_GRAMMAR_H
 
 #include "base/json.h"
-#include "chat/chat_tools.h"
+#include "toolcall/chat_tools.h"
 #include "sample/grammar.h"
 
 #include <stdint.h>

@@ -12,11 +12,11 @@
  * arguments for those templates alone, and passes arguments as given (HF's behaviour) to all
  * others.
  */
-#include "chat/chat_template.h"
+#include "template/chat_template.h"
 
 #include "base/err.h"
 #include "base/utf8.h"
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

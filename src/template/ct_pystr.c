@@ -14,7 +14,7 @@
  * printable (Python escapes them). Both gaps only matter for unusual text printed inside a
  * list/dict repr or case-mapped.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include <string.h>
 

@@ -17,7 +17,7 @@
  * Folding evaluates with a private runtime in const mode over a scratch arena; results are deep
  * copied into the template's arena, so the folded AST stays read-only and shareable by threads.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

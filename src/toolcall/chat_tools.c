@@ -19,7 +19,7 @@
  * Every decision depends only on the bytes seen, never on where the chunks ended, so content,
  * calls and errors are the same for any split of the same text (the tests feed every split).
  */
-#include "chat/chat_tools_int.h"
+#include "toolcall/chat_tools_int.h"
 #include "base/err.h"
 
 #include <stdarg.h>

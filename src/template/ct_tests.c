@@ -6,7 +6,7 @@
  * `odd`/`divisibleby` on a string run Python's "%" formatting, and so on. select/reject reach
  * them by name through ct_test_by_name.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

@@ -12,7 +12,7 @@
  * strftime_now formats the render's fixed instant (chat_render_opts.now_unix) in UTC with the C
  * locale's English names.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

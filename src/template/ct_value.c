@@ -9,7 +9,7 @@
  * namespaces (CT_NS), which `{% set ns.attr = ... %}` updates in place. Namespaces are the only way
  * to build a cycle, so every recursive walk (repr, ==) carries a depth bound.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

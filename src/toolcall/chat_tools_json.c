@@ -21,7 +21,7 @@
  * functions.NAME:IDX<|tool_call_argument_begin|>{...} between <|tool_call_begin|> and
  * <|tool_call_end|>.
  */
-#include "chat/chat_tools_int.h"
+#include "toolcall/chat_tools_int.h"
 #include "base/err.h"
 
 #include <string.h>

@@ -18,8 +18,8 @@
  * Every output is exactly the text chat_tools parses back into one call with those arguments
  * (tests/test_grammar_tools.c walks every syntax through its parser).
  */
-#include "chat/chat_tools.h"
-#include "chat/tool_grammar_int.h"
+#include "toolcall/chat_tools.h"
+#include "toolcall/tool_grammar_int.h"
 #include "base/err.h"
 
 #include <stdio.h>

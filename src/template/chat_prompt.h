@@ -6,13 +6,13 @@
  * the vocabulary's BOS/EOS token texts, and the text is tokenized with special tokens parsed,
  * adding BOS only if the vocabulary wants one and the template did not already write it.
  */
-#ifndef VERITY_CHAT_CHAT_PROMPT_H
-#define VERITY_CHAT_CHAT_PROMPT_H
+#ifndef VERITY_TEMPLATE_CHAT_PROMPT_H
+#define VERITY_TEMPLATE_CHAT_PROMPT_H
 
 #include "base/arena.h"
 #include "base/json.h"
 #include "base/strbuf.h"
-#include "chat/chat_template.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdbool.h>

@@ -68,8 +68,8 @@
  * content.
  * Threading: a parser belongs to one request.
  */
-#ifndef VERITY_CHAT_CHAT_TOOLS_H
-#define VERITY_CHAT_CHAT_TOOLS_H
+#ifndef VERITY_TOOLCALL_CHAT_TOOLS_H
+#define VERITY_TOOLCALL_CHAT_TOOLS_H
 
 #include "base/json.h"
 #include "base/strbuf.h"

@@ -11,7 +11,7 @@
  * or by the parameter names jinja2 uses. Filters that jinja2 has but this engine does not
  * (groupby, wordwrap, urlize, ...) fail with ERR_UNSUPPORTED naming the filter when evaluated.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

@@ -15,7 +15,7 @@
  * error to the moment it is evaluated. Nesting is bounded (CT_MAX_PARSE_DEPTH) so hostile input
  * cannot exhaust the stack.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 

@@ -10,7 +10,7 @@
  * s r d i u f F e E g G x X o c % conversions. Nested replacement fields inside a format spec and
  * '*' widths are reported as ERR_UNSUPPORTED.
  */
-#include "chat/ct_int.h"
+#include "template/ct_int.h"
 
 #include "base/err.h"
 
