@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * chat_tools: see chat_tools.h. This file holds format detection, the parser object and the
- * generic scanner outside calls; the formats' call regions live in chat_tools_tag.c and
- * chat_tools_json.c (chat_tools_int.h explains how they plug in).
+ * chat_tools: see chat_tools.h. This file holds the parser object and the
+ * generic scanner outside calls; detection and names are tc_registry.c's, and each family's
+ * call regions live in its tc_<family>.c (chat_tools_int.h explains how they plug in).
  *
  * The parser is a three-state machine over one pending buffer, the text not yet released:
  *   OUTSIDE  (LLAMA3 first: while the lead rule is undecided, everything is held.) The earliest
@@ -19,7 +19,7 @@
  * Every decision depends only on the bytes seen, never on where the chunks ended, so content,
  * calls and errors are the same for any split of the same text (the tests feed every split).
  */
-#include "toolcall/chat_tools_int.h"
+#include "toolcall/tc_registry.h"
 #include "base/err.h"
 
 #include <stdarg.h>
@@ -27,83 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- detection ---- */
-
-static bool ctp_has(const char *s, size_t n, const char *lit) {
-    return memmem(s, n, lit, strlen(lit)) != NULL;
-}
-
-chat_tool_format chat_tool_format_detect(const char *src, size_t len) {
-    if (!src)
-        return CHAT_TOOL_FORMAT_NONE;
-    if (ctp_has(src, len, "｜DSML｜"))
-        return ctp_has(src, len, "function_calls>") ? CHAT_TOOL_FORMAT_DSML
-                                                    : CHAT_TOOL_FORMAT_DSML_V4;
-    if (ctp_has(src, len, "<｜tool▁calls▁begin｜>") || ctp_has(src, len, "<｜tool▁call▁begin｜>"))
-        return ctp_has(src, len, "```json") ? CHAT_TOOL_FORMAT_DEEPSEEK_V3
-                                            : CHAT_TOOL_FORMAT_DEEPSEEK_V31;
-    if (ctp_has(src, len, "<|tool_calls_section_begin|>"))
-        return CHAT_TOOL_FORMAT_KIMI_K2;
-    if (ctp_has(src, len, "[TOOL_CALLS]"))
-        return ctp_has(src, len, "[ARGS]") ? CHAT_TOOL_FORMAT_MISTRAL_ARGS
-                                           : CHAT_TOOL_FORMAT_MISTRAL;
-    if (ctp_has(src, len, "<tool_call>")) {
-        if (ctp_has(src, len, "<arg_key>"))
-            return CHAT_TOOL_FORMAT_GLM;
-        if (ctp_has(src, len, "<function="))
-            return CHAT_TOOL_FORMAT_QWEN3_XML;
-        if (ctp_has(src, len, "<invoke ") || ctp_has(src, len, "<tool_calls>["))
-            return CHAT_TOOL_FORMAT_NONE;
-        return CHAT_TOOL_FORMAT_HERMES;
-    }
-    if (ctp_has(src, len, "<|start_header_id|>") && ctp_has(src, len, "\"parameters\": ") &&
-        ctp_has(src, len, "{\"name\": \"") && !ctp_has(src, len, "functools[") &&
-        !ctp_has(src, len, "<function="))
-        return CHAT_TOOL_FORMAT_LLAMA3;
-    return CHAT_TOOL_FORMAT_NONE;
-}
-
-static const char *const ctp_names[CHAT_TOOL_FORMAT_COUNT] = {
-    "none",         "hermes",      "qwen3_xml",    "glm",  "llama3",  "mistral",
-    "mistral_args", "deepseek_v3", "deepseek_v31", "dsml", "dsml_v4", "kimi_k2"};
-
-const char *chat_tool_format_name(chat_tool_format f) {
-    return (unsigned)f < CHAT_TOOL_FORMAT_COUNT ? ctp_names[f] : "none";
-}
-
-static const ctp_syntax *ctp_syntax_of(chat_tool_format f) {
-    switch (f) {
-    case CHAT_TOOL_FORMAT_HERMES:
-        return &ctp_hermes;
-    case CHAT_TOOL_FORMAT_QWEN3_XML:
-        return &ctp_qwen3_xml;
-    case CHAT_TOOL_FORMAT_GLM:
-        return &ctp_glm;
-    case CHAT_TOOL_FORMAT_LLAMA3:
-        return &ctp_llama3;
-    case CHAT_TOOL_FORMAT_MISTRAL:
-    case CHAT_TOOL_FORMAT_MISTRAL_ARGS:
-        return &ctp_mistral;
-    case CHAT_TOOL_FORMAT_DEEPSEEK_V3:
-    case CHAT_TOOL_FORMAT_DEEPSEEK_V31:
-        return &ctp_deepseek;
-    case CHAT_TOOL_FORMAT_DSML:
-    case CHAT_TOOL_FORMAT_DSML_V4:
-        return &ctp_dsml;
-    case CHAT_TOOL_FORMAT_KIMI_K2:
-        return &ctp_kimi_k2;
-    default:
-        return NULL;
-    }
-}
-
-int chat_tool_format_markers(chat_tool_format f, const char *const **out) {
-    const ctp_syntax *s = ctp_syntax_of(f);
-    *out = s ? s->markers : NULL;
-    return s ? s->n_markers : 0;
-}
-
-bool chat_tool_param_is_string(const json_value *schema) {
+    bool
+    chat_tool_param_is_string(const json_value *schema) {
     if (!schema || schema->type != JSON_OBJECT)
         return false;
     const json_value *t = json_get(schema, "type");
@@ -254,6 +179,29 @@ int ctp_fail(chat_tool_parser *p, const char *fmt, ...) {
     vsnprintf(p->error, sizeof p->error, fmt, ap);
     va_end(ap);
     return err_set(ERR_FORMAT, "%s", p->error);
+}
+
+/* A name as the XML forms write it: non-empty, at most 256 bytes, no markup or whitespace. */
+bool ctp_name_ok(const char *s, size_t n) {
+    if (n == 0 || n > 256)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '<' || s[i] == '>' || s[i] == '"' || (unsigned char)s[i] <= ' ')
+            return false;
+    return true;
+}
+
+/* Sets key k[0..kl) of obj to the typed raw value. */
+int ctp_set_raw(chat_tool_parser *p, arena *a, json_value *obj, const char *tool, const char *k,
+                size_t kl, const char *v, size_t vl, int is_string) {
+    char *key = arena_strndup(a, k, kl);
+    json_value *val;
+    if (!key)
+        return err_set(ERR_NOMEM, "tool parser: out of memory");
+    int rc = ctp_raw_value(p, a, tool, key, v, vl, is_string, &val);
+    if (!rc && json_obj_set(a, obj, key, val))
+        rc = err_set(ERR_NOMEM, "tool parser: out of memory");
+    return rc;
 }
 
 arena *ctp_arena(void) {
@@ -439,7 +387,7 @@ int chat_tool_parser_create(chat_tool_format f, chat_tool_parser **out) {
     if (!p)
         return err_set(ERR_NOMEM, "tool parser: out of memory");
     p->f = f;
-    p->syn = ctp_syntax_of(f);
+    p->syn = tc_syntax_of(f);
     p->lead = p->syn && p->syn->lead;
     strbuf_init(&p->pending);
     *out = p;

@@ -2,10 +2,11 @@
 /*
  * chat_tools_int: declarations shared by the tool-call parser's files inside src/toolcall.
  *
- *   chat_tools.c        detection, the parser object, the generic outside-a-call scanner and
- *                       the helpers below (calls, JSON spans, raw-value typing, errors)
- *   chat_tools_tag.c    <tool_call> bodies (HERMES, QWEN3_XML, GLM) and DSML
- *   chat_tools_json.c   LLAMA3, MISTRAL / MISTRAL_ARGS, DEEPSEEK_V3 / V31, KIMI_K2
+ *   chat_tools.c        the parser object, the generic outside-a-call scanner and the helpers
+ *                       below (calls, JSON spans, raw-value typing, errors)
+ *   tc_registry.c       the one table of families: detection, names, markers, syntaxes
+ *   tc_<family>.c       one file per family (tc_registry.h lists them): its call regions, its
+ *                       grammar rows, its detection rule
  *
  * How a format plugs in (ctp_syntax): its markers (the first n_open open a call), a region
  * function that consumes a call region from the start of the pending buffer, and, for LLAMA3
@@ -81,9 +82,33 @@ struct chat_tool_parser {
     int fail_rc;             /* its code (ERR_FORMAT, ERR_NOMEM) */
 };
 
-/* the syntaxes (chat_tools_tag.c, chat_tools_json.c) */
-extern const ctp_syntax ctp_hermes, ctp_qwen3_xml, ctp_glm, ctp_dsml;
-extern const ctp_syntax ctp_llama3, ctp_mistral, ctp_deepseek, ctp_kimi_k2;
+/* ---- shared between family files ---- */
+
+#define TC_TAG_OPEN  "<tool_call>"
+#define TC_TAG_CLOSE "</tool_call>"
+#define TC_FN_OPEN   "<function="
+#define TC_FN_CLOSE  "</function>"
+
+/* The <tool_call> region reader of HERMES, QWEN3_XML and GLM (tc_hermes.c). */
+int ctp_tag_region(chat_tool_parser *p, strbuf *content, bool eof);
+
+/* One <tool_call> body of each shape, s[0..n) trimmed, values in a: <function=NAME>...
+ * (tc_qwen3_xml.c) and NAME<arg_key>... (tc_glm.c). Return 0, ERR_FORMAT (through ctp_fail),
+ * ERR_NOMEM. */
+int ctp_qwen3_xml_call(chat_tool_parser *p, arena *a, const char *s, size_t n);
+int ctp_glm_call(chat_tool_parser *p, arena *a, const char *s, size_t n);
+
+/* A section of calls: [begin] (call_begin BODY call_end)* end, whitespace between; body parses
+ * one call. The section may also start with call_begin directly, and at the end of the output
+ * a section with at least one call needs no end marker. */
+typedef struct ctp_section {
+    const char *family; /* for messages */
+    const char *begin, *call_begin, *call_end, *end;
+    int (*body)(chat_tool_parser *p, const char *s, size_t n);
+} ctp_section;
+
+/* The section reader of DEEPSEEK and KIMI_K2 (tc_deepseek.c), a region function given sec. */
+int ctp_section_region(chat_tool_parser *p, bool eof, const ctp_section *sec);
 
 /* ---- helpers (chat_tools.c) ---- */
 
@@ -144,6 +169,14 @@ int ctp_parse_args(chat_tool_parser *p, arena *a, const char *name, size_t nl, c
  * ERR_NOMEM. */
 int ctp_raw_value(chat_tool_parser *p, arena *a, const char *tool, const char *key, const char *raw,
                   size_t n, int is_string, json_value **out);
+
+/* A name as the XML forms write it: non-empty, at most 256 bytes, no markup or whitespace. */
+bool ctp_name_ok(const char *s, size_t n);
+
+/* Sets key k[0..kl) of obj to the typed raw value (ctp_raw_value). Returns 0, ERR_FORMAT,
+ * ERR_NOMEM. */
+int ctp_set_raw(chat_tool_parser *p, arena *a, json_value *obj, const char *tool, const char *k,
+                size_t kl, const char *v, size_t vl, int is_string);
 
 /* A fresh arena for one call's values. NULL when out of memory (after ctp_fail-style err_set). */
 arena *ctp_arena(void);

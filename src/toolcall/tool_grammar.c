@@ -14,7 +14,7 @@
  * The tool-call syntaxes live in tool_grammar_calls.c; the walk's context and the helpers both
  * files use are declared in tool_grammar_int.h.
  */
-#include "toolcall/tool_grammar_int.h"
+#include "toolcall/tc_registry.h"
 #include "base/check.h"
 #include "base/err.h"
 #include "base/strbuf.h"
@@ -1016,9 +1016,8 @@ static int tg_compile_once(const tool_grammar_spec *spec, const tool_grammar_lim
     if (spec->response_format)
         /* beside calls, content strings never hold the first byte of a call's markers */
         rc = tg_response_format(a, spec->response_format, lim, spec->tools != NULL,
-                                spec->tools != NULL &&
-                                    (spec->format == CHAT_TOOL_FORMAT_MISTRAL ||
-                                     spec->format == CHAT_TOOL_FORMAT_MISTRAL_ARGS),
+                                spec->tools != NULL && tc_format_of(spec->format) &&
+                                    tc_format_of(spec->format)->content_no_bracket,
                                 &content);
     if (!rc && spec->tools)
         rc = tool_grammar_calls(a, spec->format, spec->tools, spec->name, lim, &calls);

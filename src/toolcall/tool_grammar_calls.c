@@ -1,71 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tool_grammar_calls: the tool-call syntaxes of tool_grammar_calls (tool_grammar.h), one table
- * row per chat_tool_format. A call is pre NAME mid ARGS post and the output is open CALL close,
- * where NAME is a JSON string literal or, for the syntaxes that write it bare, the raw name, and
- * ARGS is either one JSON object (tool_grammar.c's tg_object) or the parameters one by one in the
- * syntax's XML style:
- *   QWEN3_XML  <parameter=K>\nV\n</parameter>\n
- *   GLM        <arg_key>K</arg_key><arg_value>V</arg_value>
- *   DSML       <｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>\n
- * V is raw text when chat_tool_param_is_string says the parameter is a string (the rule the
- * parser types values by) and the JSON text of the value otherwise. Raw text never contains '<'
- * (so no closing tag can appear inside it) nor control characters other than tab and newline;
- * JSON strings never contain a raw '<' either (written \u003c). Names and keys written bare
- * must be 1 to 256 bytes without whitespace, quotes, brackets, braces, commas or angle
- * brackets (what every parser reads as a name), else ERR_UNSUPPORTED names the tool.
+ * tool_grammar_calls: the tool-call grammars of tool_grammar_calls (tool_grammar.h), built from
+ * the syntax row (tg_syntax, tool_grammar_int.h) each format's family file registers
+ * (tc_registry.h). A call is pre NAME mid ARGS post and the output is open CALL close, where NAME
+ * is a JSON string literal or, for the syntaxes that write it bare, the raw name, and ARGS is
+ * either one JSON object (tool_grammar.c's tg_object) or the parameters one by one in the syntax's
+ * XML style: QWEN3_XML  <parameter=K>\nV\n</parameter>\n GLM
+ * <arg_key>K</arg_key><arg_value>V</arg_value> DSML       <｜DSML｜parameter name="K"
+ * string="true|false">V</｜DSML｜parameter>\n V is raw text when chat_tool_param_is_string says the
+ * parameter is a string (the rule the parser types values by) and the JSON text of the value
+ * otherwise. Raw text never contains '<' (so no closing tag can appear inside it) nor control
+ * characters other than tab and newline; JSON strings never contain a raw '<' either (written
+ * \u003c). Names and keys written bare must be 1 to 256 bytes without whitespace, quotes, brackets,
+ * braces, commas or angle brackets (what every parser reads as a name), else ERR_UNSUPPORTED names
+ * the tool.
  *
  * Every output is exactly the text chat_tools parses back into one call with those arguments
  * (tests/test_grammar_tools.c walks every syntax through its parser).
  */
-#include "toolcall/chat_tools.h"
-#include "toolcall/tool_grammar_int.h"
+#include "toolcall/tc_registry.h"
 #include "base/err.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum tg_params { TG_PARAMS_JSON, TG_PARAMS_QWEN3, TG_PARAMS_GLM, TG_PARAMS_DSML };
-
-typedef struct tg_syntax {
-    chat_tool_format f;
-    bool raw_name;         /* NAME written bare, not as a JSON string */
-    enum tg_params params; /* how ARGS are written */
-    const char *pre, *mid, *post;
-    const char *open, *close;
-    bool opt_nl; /* an optional newline after open and before close (HERMES) */
-} tg_syntax;
-
-#define DS_CALL     "<｜tool▁call▁begin｜>"
-#define DS_SEP      "<｜tool▁sep｜>"
-#define DS_CALL_END "<｜tool▁call▁end｜>"
-#define DSML        "｜DSML｜"
-
-static const tg_syntax tg_syntaxes[] = {
-    {CHAT_TOOL_FORMAT_HERMES, false, TG_PARAMS_JSON, "{\"name\": ", ", \"arguments\": ", "}",
-     "<tool_call>", "</tool_call>", true},
-    {CHAT_TOOL_FORMAT_QWEN3_XML, true, TG_PARAMS_QWEN3, "<function=", ">\n", "</function>",
-     "<tool_call>\n", "\n</tool_call>", false},
-    {CHAT_TOOL_FORMAT_GLM, true, TG_PARAMS_GLM, "", "", "", "<tool_call>", "</tool_call>", false},
-    {CHAT_TOOL_FORMAT_LLAMA3, false, TG_PARAMS_JSON, "{\"name\": ", ", \"parameters\": ", "}", "",
-     "", false},
-    {CHAT_TOOL_FORMAT_MISTRAL, false, TG_PARAMS_JSON, "{\"name\": ", ", \"arguments\": ", "}",
-     "[TOOL_CALLS][", "]", false},
-    {CHAT_TOOL_FORMAT_MISTRAL_ARGS, true, TG_PARAMS_JSON, "", "[ARGS]", "", "[TOOL_CALLS]", "",
-     false},
-    {CHAT_TOOL_FORMAT_DEEPSEEK_V3, true, TG_PARAMS_JSON, DS_CALL "function" DS_SEP, "\n```json\n",
-     "\n```" DS_CALL_END, "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", false},
-    {CHAT_TOOL_FORMAT_DEEPSEEK_V31, true, TG_PARAMS_JSON, DS_CALL, DS_SEP, DS_CALL_END,
-     "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", false},
-    {CHAT_TOOL_FORMAT_DSML, true, TG_PARAMS_DSML, "<" DSML "invoke name=\"", "\">\n",
-     "</" DSML "invoke>\n", "<" DSML "function_calls>\n", "</" DSML "function_calls>", false},
-    {CHAT_TOOL_FORMAT_DSML_V4, true, TG_PARAMS_DSML, "<" DSML "invoke name=\"", "\">\n",
-     "</" DSML "invoke>\n", "<" DSML "tool_calls>\n", "</" DSML "tool_calls>", false},
-    {CHAT_TOOL_FORMAT_KIMI_K2, true, TG_PARAMS_JSON, "<|tool_call_begin|>functions.",
-     ":0<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_begin|>",
-     "<|tool_calls_section_end|>", false},
-};
+#define DSML "｜DSML｜"
 
 /* A name or key the XML-style and bare-name syntaxes can write (see the header note). */
 static bool tg_bare_ok(const char *s, size_t n) {
@@ -134,7 +94,7 @@ static int tg_raw_value(tg_ctx *c, const json_value *s, grammar_node *raw_ch, gr
 }
 
 /* The parameters of an object schema par (NULL: none) in the XML style of syn. */
-static int tg_xml_params(tg_ctx *c, const tg_syntax *syn, const json_value *par,
+static int tg_xml_params(tg_ctx *c, chat_tool_format f, const tg_syntax *syn, const json_value *par,
                          grammar_node **out) {
     *out = grammar_ast_empty(c->a);
     if (!par)
@@ -144,7 +104,7 @@ static int tg_xml_params(tg_ctx *c, const tg_syntax *syn, const json_value *par,
         return tg_fail(c, ERR_UNSUPPORTED,
                        "anyOf / oneOf / allOf / $ref at the top of the parameters cannot be "
                        "written in the %s tool-call syntax",
-                       chat_tool_format_name(syn->f));
+                       chat_tool_format_name(f));
     int rc = tg_check_keywords(c, par);
     if (rc)
         return rc;
@@ -166,7 +126,7 @@ static int tg_xml_params(tg_ctx *c, const tg_syntax *syn, const json_value *par,
                            "required \"%.*s\" is not among the properties; the %s tool-call "
                            "syntax can only write declared parameters",
                            (int)(r->str.len > 40 ? 40 : r->str.len), r->str.s,
-                           chat_tool_format_name(syn->f));
+                           chat_tool_format_name(f));
     }
     const json_value *mp = json_get(par, "minProperties");
     int64_t mn;
@@ -195,7 +155,7 @@ static int tg_xml_params(tg_ctx *c, const tg_syntax *syn, const json_value *par,
         if (!tg_bare_ok(key, kl))
             rc = tg_fail(c, ERR_UNSUPPORTED,
                          "the parameter name cannot be written bare in the %s tool-call syntax",
-                         chat_tool_format_name(syn->f));
+                         chat_tool_format_name(f));
         else
             rc = raw ? tg_raw_value(c, ps, raw_ch, &val) : tg_schema(c, ps, &val);
         tg_pop(c, m);
@@ -245,10 +205,8 @@ static int tg_json_args(tg_ctx *c, const json_value *par, grammar_node **out) {
 int tool_grammar_calls(grammar_ast *a, chat_tool_format f, const json_value *tools,
                        const char *name, const tool_grammar_limits *lim, grammar_node **out) {
     *out = NULL;
-    const tg_syntax *syn = NULL;
-    for (size_t i = 0; i < sizeof tg_syntaxes / sizeof *tg_syntaxes; i++)
-        if (tg_syntaxes[i].f == f)
-            syn = &tg_syntaxes[i];
+    const tc_format *fmt = tc_format_of(f);
+    const tg_syntax *syn = fmt ? fmt->grammar : NULL;
     if (!syn)
         return err_set(ERR_UNSUPPORTED,
                        "tool-call format '%s' has no grammar for constrained "
@@ -291,7 +249,7 @@ int tool_grammar_calls(grammar_ast *a, chat_tool_format f, const json_value *too
         } else if (syn->params == TG_PARAMS_JSON) {
             rc = tg_json_args(&c, par, &args);
         } else {
-            rc = tg_xml_params(&c, syn, par, &args);
+            rc = tg_xml_params(&c, f, syn, par, &args);
         }
         if (rc)
             break;

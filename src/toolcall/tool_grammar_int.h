@@ -17,6 +17,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* How a tool-call format writes calls (one row per format, registered by its family file in
+ * tc_registry.h; tool_grammar_calls.c's header note explains the fields). */
+enum tg_params { TG_PARAMS_JSON, TG_PARAMS_QWEN3, TG_PARAMS_GLM, TG_PARAMS_DSML };
+
+typedef struct tg_syntax {
+    bool raw_name;         /* NAME written bare, not as a JSON string */
+    enum tg_params params; /* how ARGS are written */
+    const char *pre, *mid, *post;
+    const char *open, *close;
+    bool opt_nl; /* an optional newline after open and before close (HERMES) */
+} tg_syntax;
+
 #define TG_MAX_DEPTH     64
 #define TG_MAX_REFS      32
 #define TG_MAX_ANY_DEPTH 8
