@@ -291,7 +291,7 @@ int cmd_bench(int argc, char **argv) {
                bw, (double)bw_bytes / 1e9, fma, bw0, fma0, bw1, fma1);
         printf(
             "model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
-            hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+            hp->arch_name, kn_type_name(hp->weight_type), (long long)hp->n_layer,
             (long long)hp->n_embd, (double)wbytes / 1e6, flops_tok / 1e9);
         printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
                "of BW", "of FMA");
@@ -315,7 +315,7 @@ int cmd_bench(int argc, char **argv) {
         strbuf_printf(&sb,
                       ",\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
                       "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
-                      hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+                      hp->arch_name, kn_type_name(hp->weight_type), (long long)hp->n_layer,
                       (long long)hp->n_embd, wbytes, flops_tok / 1e9);
         strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"results\":[", (long long)P,
                       (long long)G);
