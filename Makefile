@@ -6,6 +6,7 @@
 #   make test             release and ASan+UBSan suites, the TSan build on the concurrency
 #                         tests, and the fault build; last line "N passed, N failed"
 #   make check TYPE=tsan  one build type's suite
+#   make check-deps       the include rule of docs/architecture.md (scripts/check_deps.sh)
 #   make fuzz             libFuzzer targets (clang) into build/fuzz/
 #   make format           clang-format every C file
 #   make install          PREFIX=/usr/local DESTDIR= : build/<type>/verity, verity(1), the Grafana
@@ -77,7 +78,7 @@ BIN := $(BUILD)/verity
 
 MAN := $(BUILD)/verity.1
 
-.PHONY: all tests test check fuzz format clean bench faults install uninstall
+.PHONY: all tests test check check-deps fuzz format clean bench faults install uninstall
 
 all: $(BIN) $(MAN)
 
@@ -132,12 +133,20 @@ check: tests
 # The whole suite: release, then ASan+UBSan. Each prints its own summary; the last line sums both.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
+# The dependency rule first: its PASS/FAIL lines also come from tests/cli/check_deps.sh in the
+# suites, with a planted upward include that must fail.
 test:
+	@tests/cli/check_deps.sh
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=release tests
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=faults all
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=asan tests
 	@$(MAKE) --no-print-directory -j$(NPROC) TYPE=tsan tests
 	@tests/run.sh build/release build/asan build/tsan
+
+# Fails on any #include "x/..." in src/ that docs/architecture.md does not allow, naming the
+# file, line and edge.
+check-deps:
+	@scripts/check_deps.sh src && echo "check-deps: every include in src/ follows docs/architecture.md"
 
 # libFuzzer builds (clang): each target links the subsystems it exercises, built without ISA
 # flags (scalar kernels only). FUZZ_DEPS_<name> lists them; default: base only. FUZZ_FILES_<name>
@@ -145,13 +154,15 @@ test:
 FUZZ_CC := clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined
 FUZZ_DEPS_gguf := src/base src/gguf
-FUZZ_DEPS_chat_template := src/base src/chat src/gguf src/tokenizer
-FUZZ_FILES_chat_template := src/sample/grammar.c src/sample/grammar_vocab.c
-FUZZ_DEPS_chat_tools := src/base src/chat src/gguf src/tokenizer
-FUZZ_FILES_chat_tools := src/sample/grammar.c src/sample/grammar_vocab.c
+FUZZ_FILES_gguf := src/kernels/kn_type_table.c
+FUZZ_DEPS_chat_template := src/base src/template src/gguf src/tokenizer
+FUZZ_FILES_chat_template := src/kernels/kn_type_table.c
+FUZZ_DEPS_chat_tools := src/base src/toolcall src/gguf src/tokenizer
+FUZZ_FILES_chat_tools := src/sample/grammar.c src/sample/grammar_vocab.c src/kernels/kn_type_table.c
 FUZZ_DEPS_tokenizer := src/base src/gguf src/tokenizer
-FUZZ_DEPS_tool_grammar := src/base src/chat src/gguf src/tokenizer
-FUZZ_FILES_tool_grammar := src/sample/grammar.c src/sample/grammar_vocab.c
+FUZZ_FILES_tokenizer := src/kernels/kn_type_table.c
+FUZZ_DEPS_tool_grammar := src/base src/toolcall src/gguf src/tokenizer
+FUZZ_FILES_tool_grammar := src/sample/grammar.c src/sample/grammar_vocab.c src/kernels/kn_type_table.c
 # "all": every library source except the per-ISA kernel files, with scalar kernels only
 FUZZ_DEPS_request := all
 FUZZ_ALL := $(filter-out %_avx2.c %_avx512.c,$(LIB_SRCS))

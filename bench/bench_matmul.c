@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
         n_shapes = 4;
     }
     for (int ti = 0; ti < n_types; ti++) {
-        if (only && gguf_type_from_name(only) != types[ti])
+        if (only && kn_type_from_name(only) != types[ti])
             continue;
         bm_ctx c;
         memset(&c, 0, sizeof c);
@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
             n_mats = 4;
         for (int l = 0; l < n_mats; l++) {
             int64_t n = shapes[l % n_shapes][0], k = shapes[l % n_shapes][1];
-            int64_t rb = gguf_type_row_bytes(types[ti], k);
+            int64_t rb = kn_type_row_bytes(types[ti], k);
             void *d = calloc((size_t)(rb * n), 1);
             float *f = malloc((size_t)k * 4);
             for (int64_t r = 0; r < n; r++) {
@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
             flop_per_row += 2.0 * (double)n * (double)k;
             c.nw++;
         }
-        printf("type %s: %.1f MB of weights per pass\n", gguf_type_name(types[ti]), bytes / 1e6);
+        printf("type %s: %.1f MB of weights per pass\n", kn_type_name(types[ti]), bytes / 1e6);
         int64_t ms[] = {1, 32, 256};
         int n_ms = getenv("BM_M1") ? 1 : 3;
         for (int mi = 0; mi < n_ms; mi++) {

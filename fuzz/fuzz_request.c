@@ -10,7 +10,7 @@
 #include "base/arena.h"
 #include "base/err.h"
 #include "base/json.h"
-#include "chat/chat_template.h"
+#include "template/chat_template.h"
 #include "gguf/gguf.h"
 #include "model/synth.h"
 #include "sample/grammar.h"

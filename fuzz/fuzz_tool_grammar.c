@@ -12,7 +12,7 @@
 #include "base/arena.h"
 #include "base/err.h"
 #include "base/json.h"
-#include "chat/tool_grammar.h"
+#include "toolcall/tool_grammar.h"
 #include "sample/grammar.h"
 
 #include <stdint.h>

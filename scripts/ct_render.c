@@ -10,7 +10,7 @@
 #include "base/err.h"
 #include "base/json.h"
 #include "base/strbuf.h"
-#include "chat/chat_template.h"
+#include "template/chat_template.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Differential tester: random templates rendered by jinja2 (the Hugging Face environment) and by
 verity's engine (through scripts/ct_render.c), compared byte for byte. A developer tool, not part
-of `make test`: run it after changing src/chat to look for divergences, then turn what it finds
+of `make test`: run it after changing src/template to look for divergences, then turn what it finds
 into snippets in gen_chat_unit.py.
 
 Usage: python3 scripts/diff_chat_jinja.py [--n 2000] [--seed 1] [--show 20]

@@ -17,7 +17,7 @@
 #include "base/err.h"
 #include "base/json.h"
 #include "base/strbuf.h"
-#include "chat/chat_template.h"
+#include "template/chat_template.h"
 
 #include <dirent.h>
 #include <stdio.h>

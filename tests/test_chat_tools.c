@@ -17,7 +17,7 @@
 #include "base/err.h"
 #include "base/json.h"
 #include "base/strbuf.h"
-#include "chat/chat_tools.h"
+#include "toolcall/chat_tools.h"
 
 #include <stdint.h>
 #include <stdio.h>

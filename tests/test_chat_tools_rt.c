@@ -18,8 +18,8 @@
 #include "base/err.h"
 #include "base/json.h"
 #include "base/strbuf.h"
-#include "chat/chat_template.h"
-#include "chat/chat_tools.h"
+#include "template/chat_template.h"
+#include "toolcall/chat_tools.h"
 
 #include <dirent.h>
 #include <stdio.h>

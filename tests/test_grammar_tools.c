@@ -21,8 +21,8 @@
 #include "base/err.h"
 #include "base/json.h"
 #include "base/strbuf.h"
-#include "chat/chat_tools.h"
-#include "chat/tool_grammar.h"
+#include "toolcall/chat_tools.h"
+#include "toolcall/tool_grammar.h"
 #include "sample/grammar.h"
 #include "test_grammar_util.h"
 

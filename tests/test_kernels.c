@@ -111,7 +111,7 @@ static void *make_weights(int type, int64_t n, int64_t k, float *f32_out) {
         f[i] = rndf() * 0.1f;
     if (f32_out)
         memcpy(f32_out, f, (size_t)(n * k) * sizeof(float));
-    int64_t rb = gguf_type_row_bytes(type, k);
+    int64_t rb = kn_type_row_bytes(type, k);
     void *d = malloc((size_t)(rb * n));
     kn_quantize_rows(type, f, n, k, d);
     free(f);
@@ -200,7 +200,7 @@ static void t_matmul(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         int type = types[ti];
         bool q = type != GGUF_TYPE_F32 && type != GGUF_TYPE_F16 && type != GGUF_TYPE_BF16;
-        bool kq_type = gguf_type_block_size(type) == 256;
+        bool kq_type = kn_type_block_size(type) == 256;
         for (size_t ki = 0; ki < 4; ki++) {
             int64_t k = kq_type ? kk[ki] : q ? kq[ki] : kf[ki + (rnd64() & 1)];
             for (size_t ni = 0; ni < 6; ni++) {
@@ -229,7 +229,7 @@ static void t_matmul(void) {
                                                 (size_t)n * sizeof(float)) == 0,
                                          "type %s isa %s m=%lld n=%lld k=%lld nth=%d row %lld: "
                                          "%.9g vs %.9g",
-                                         gguf_type_name(type), kn_isa_name(simd_isas[ii]),
+                                         kn_type_name(type), kn_isa_name(simd_isas[ii]),
                                          (long long)m, (long long)n, (long long)k, nth,
                                          (long long)i, yr[i * ldy], ys[i * ldy]);
                             /* columns past n untouched */
@@ -291,7 +291,7 @@ static void t_matmul_accuracy(void) {
                 double tol = (type == GGUF_TYPE_F32 || type == GGUF_TYPE_F16) ? 1e-5 * mag + 1e-7
                                                                               : 5e-3 * mag;
                 T_CHECKF(fabs(y[i * n + j] - ref) <= tol, "%s: %g vs %g (tol %g)",
-                         gguf_type_name(type), y[i * n + j], ref, tol);
+                         kn_type_name(type), y[i * n + j], ref, tol);
             }
         }
         act_free(&ab);
@@ -437,7 +437,7 @@ static void t_quant_roundtrip(void) {
     x[2 * k + 5] = 40.0f;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         int type = types[ti];
-        int64_t rb = gguf_type_row_bytes(type, k);
+        int64_t rb = kn_type_row_bytes(type, k);
         void *d = malloc((size_t)(rb * n));
         T_EQ_INT(kn_quantize_rows(type, x, n, k, d), rb * n);
         for (int64_t r = 0; r < n; r++)
@@ -474,7 +474,7 @@ static void t_quant_roundtrip(void) {
                     /* the super-block's stored d and dmin (same offsets in Q4_K and Q5_K) */
                     int64_t row = b / (k / 32), sb = (b % (k / 32)) / 8;
                     const unsigned char *blk =
-                        (const unsigned char *)d + row * rb + sb * gguf_type_block_bytes(type);
+                        (const unsigned char *)d + row * rb + sb * kn_type_block_bytes(type);
                     double dsup, dmin = 0;
                     if (type == GGUF_TYPE_Q6_K) {
                         dsup = fabs(kn_f16_to_f32(((const kn_block_q6_K *)blk)->d));
@@ -485,16 +485,16 @@ static void t_quant_roundtrip(void) {
                     tol = 1.5 * step + nmax * dsup / 2 + dmin / 2 + 1e-6;
                 }
                 T_CHECKF(e <= tol, "%s block %lld element %d: %.9g -> %.9g (err %g > %g)",
-                         gguf_type_name(type), (long long)b, j, xb[j], yb[j], e, tol);
+                         kn_type_name(type), (long long)b, j, xb[j], yb[j], e, tol);
             }
         }
         /* the three special blocks (rows 0-2) are excluded from the RMS: they are not N(0,1) */
         double rms = sqrt(se / sx);
         if (getenv("VERITY_TEST_VERBOSE"))
-            fprintf(stderr, "%s: relative RMS error %.4f\n", gguf_type_name(type), rms);
+            fprintf(stderr, "%s: relative RMS error %.4f\n", kn_type_name(type), rms);
         if (rms_limit[ti] > 0)
             T_CHECKF(rms <= rms_limit[ti], "%s: relative RMS error %.4f > %.4f",
-                     gguf_type_name(type), rms, rms_limit[ti]);
+                     kn_type_name(type), rms, rms_limit[ti]);
         /* all-zero block stays exactly zero */
         for (int j = 0; j < 32; j++)
             T_CHECK(y[j] == 0.0f);
@@ -529,7 +529,7 @@ static void t_matmul_kq_large_m(void) {
             memset(ys, 0, (size_t)(m * n) * sizeof(float));
             kn_matmul(mat, &ab.a, m, ys, n, 0, 1, NULL);
             T_CHECKF(memcmp(yr, ys, (size_t)(m * n) * sizeof(float)) == 0, "%s %s M=%lld",
-                     gguf_type_name(types[ti]), kn_isa_name(simd_isas[ii]), (long long)m);
+                     kn_type_name(types[ti]), kn_isa_name(simd_isas[ii]), (long long)m);
             kn_mat_destroy(mat);
         }
         free(w);

@@ -29,7 +29,7 @@
 #define TYPE_Q4_K_M 1000
 
 static const char *type_label(int type) {
-    return type == TYPE_Q4_K_M ? "q4_k_m" : gguf_type_name(type);
+    return type == TYPE_Q4_K_M ? "q4_k_m" : kn_type_name(type);
 }
 
 /* K-quant types need rows that are multiples of 256: they use the "small" shape (tiny's rows
@@ -39,7 +39,7 @@ static const char *type_label(int type) {
 static const char *synth_shaped(const char *shape, const char *arch, int type, bool tied,
                                 uint64_t seed, const char *rope_scaling, int64_t window) {
     static char path[512];
-    bool k = type == TYPE_Q4_K_M || gguf_type_block_size(type) == 256;
+    bool k = type == TYPE_Q4_K_M || kn_type_block_size(type) == 256;
     if (!shape)
         shape = k ? "small" : "tiny";
     snprintf(path, sizeof path, "%s/%s-%s-%s-%d-%llu-%s-%lld.gguf", test_tmpdir(), shape, arch,

@@ -346,7 +346,7 @@ static void bench_print_text(const cli_model *cm, int threads, const bench_roof 
            "before the runs (%.1f, %.1f) and after (%.1f, %.1f)\n",
            rf->bw, (double)rf->bw_bytes / 1e9, rf->fma, rf->bw0, rf->fma0, rf->bw1, rf->fma1);
     printf("model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
-           hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+           hp->arch_name, kn_type_name(hp->weight_type), (long long)hp->n_layer,
            (long long)hp->n_embd, (double)rf->wbytes / 1e6, rf->flops_tok / 1e9);
     printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
            "of BW", "of FMA");
@@ -376,7 +376,7 @@ static void bench_print_json(const cli_model *cm, const bench_opts *o, int threa
     strbuf_printf(&sb,
                   ",\"arch\":\"%s\",\"type\":\"%s\",\"layers\":%lld,\"embd\":%lld,"
                   "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
-                  hp->arch_name, gguf_type_name(hp->weight_type), (long long)hp->n_layer,
+                  hp->arch_name, kn_type_name(hp->weight_type), (long long)hp->n_layer,
                   (long long)hp->n_embd, rf->wbytes, rf->flops_tok / 1e9);
     strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"results\":[", (long long)o->P,
                   (long long)o->G);

@@ -14,7 +14,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/json.h"
-#include "chat/chat_prompt.h"
+#include "template/chat_prompt.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 

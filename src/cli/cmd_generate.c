@@ -28,7 +28,7 @@
 #include "base/json.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
-#include "chat/chat_prompt.h"
+#include "template/chat_prompt.h"
 #include "cli/cli_model.h"
 #include "engine/engine.h"
 

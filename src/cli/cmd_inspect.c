@@ -104,7 +104,7 @@ int cmd_inspect(int argc, char **argv) {
     uint64_t total = 0;
     for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
-        printf("  %-40.*s %-6s [", (int)t->name.len, t->name.s, gguf_type_name(t->type));
+        printf("  %-40.*s %-6s [", (int)t->name.len, t->name.s, kn_type_name(t->type));
         for (uint32_t d = 0; d < t->n_dims; d++)
             printf(d ? ", %lld" : "%lld", (long long)t->ne[d]);
         printf("] offset %llu, %llu bytes\n", (unsigned long long)t->offset,

@@ -94,9 +94,13 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
     int64_t per_seq = (o->n_ctx + o->block_size - 1) / o->block_size;
     o->kv_blocks = per_seq * o->max_batch;
     int64_t mib = flags_int(FLAG_KV_MEM);
-    size_t block_bytes = (size_t)(o->kv_f16 ? 2 : 4) * (size_t)(hp->n_head_kv * hp->head_dim) *
-                         (size_t)o->block_size * 2 * (size_t)hp->n_layer;
-    if (mib > 0)
+    kv_pool_opts ko = {.n_layer = hp->n_layer,
+                       .kv_dim = (int64_t)hp->n_head_kv * hp->head_dim,
+                       .block_size = o->block_size,
+                       .n_blocks = 1,
+                       .f16 = o->kv_f16};
+    size_t block_bytes = kv_block_state_bytes_of(&ko);
+    if (mib > 0 && block_bytes)
         o->kv_blocks = (int64_t)(((size_t)mib << 20) / block_bytes);
     if (flags_int(FLAG_KV_BLOCKS) > 0)
         o->kv_blocks = flags_int(FLAG_KV_BLOCKS);

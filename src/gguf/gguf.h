@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kn_type_table.h"
+
 /* Metadata value types, as numbered in the file. */
 enum gguf_vtype {
     GGUF_VT_UINT8 = 0,
@@ -40,60 +42,8 @@ enum gguf_vtype {
     GGUF_VT_COUNT
 };
 
-/* Tensor element types, numbered as ggml numbers them. */
-enum gguf_type {
-    GGUF_TYPE_F32 = 0,
-    GGUF_TYPE_F16 = 1,
-    GGUF_TYPE_Q4_0 = 2,
-    GGUF_TYPE_Q4_1 = 3,
-    GGUF_TYPE_Q5_0 = 6,
-    GGUF_TYPE_Q5_1 = 7,
-    GGUF_TYPE_Q8_0 = 8,
-    GGUF_TYPE_Q8_1 = 9,
-    GGUF_TYPE_Q2_K = 10,
-    GGUF_TYPE_Q3_K = 11,
-    GGUF_TYPE_Q4_K = 12,
-    GGUF_TYPE_Q5_K = 13,
-    GGUF_TYPE_Q6_K = 14,
-    GGUF_TYPE_Q8_K = 15,
-    GGUF_TYPE_IQ2_XXS = 16,
-    GGUF_TYPE_IQ2_XS = 17,
-    GGUF_TYPE_IQ3_XXS = 18,
-    GGUF_TYPE_IQ1_S = 19,
-    GGUF_TYPE_IQ4_NL = 20,
-    GGUF_TYPE_IQ3_S = 21,
-    GGUF_TYPE_IQ2_S = 22,
-    GGUF_TYPE_IQ4_XS = 23,
-    GGUF_TYPE_I8 = 24,
-    GGUF_TYPE_I16 = 25,
-    GGUF_TYPE_I32 = 26,
-    GGUF_TYPE_I64 = 27,
-    GGUF_TYPE_F64 = 28,
-    GGUF_TYPE_IQ1_M = 29,
-    GGUF_TYPE_BF16 = 30,
-    GGUF_TYPE_TQ1_0 = 34,
-    GGUF_TYPE_TQ2_0 = 35,
-    GGUF_TYPE_MXFP4 = 39,
-    GGUF_TYPE_MAX = 40
-};
-
 #define GGUF_MAX_DIMS          4
 #define GGUF_DEFAULT_ALIGNMENT 32
-
-/* Elements per block and bytes per block of a tensor type; both 0 for a number that is not a known
- * type. */
-int64_t gguf_type_block_size(int type);
-int64_t gguf_type_block_bytes(int type);
-
-/* Name of a tensor type ("q8_0", "f16"), or NULL if unknown. */
-const char *gguf_type_name(int type);
-
-/* Parses a type name (case-insensitive: "Q8_0", "f16"); returns the type or -1. */
-int gguf_type_from_name(const char *name);
-
-/* Bytes needed for a row of n elements of type, or -1 if n is not a multiple of the block size
- * (or the type is unknown / the size overflows). */
-int64_t gguf_type_row_bytes(int type, int64_t n);
 
 /* Name of a metadata value type ("uint32", "array"...) or "?". */
 const char *gguf_vtype_name(int vtype);
@@ -223,7 +173,7 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *
 /* Copies metadata entry i of r (any type, nested arrays included). */
 int gguf_writer_copy_kv(gguf_writer *w, const gguf *r, int64_t i);
 
-/* Adds a tensor; data (size gguf_type_row_bytes(type, ne[0]) * ne[1] * ...) is copied unless
+/* Adds a tensor; data (size kn_type_row_bytes(type, ne[0]) * ne[1] * ...) is copied unless
  * borrow is true, in which case it must stay valid until gguf_writer_write returns. Returns 0,
  * ERR_INVAL (bad dims for the type, duplicate name), ERR_NOMEM. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,

@@ -288,10 +288,10 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t 
                            const int64_t *ne, const void *data, bool borrow) {
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return err_set(ERR_INVAL, "gguf writer: tensor '%s': %u dimensions", name, n_dims);
-    int64_t rowb = gguf_type_row_bytes(type, ne[0]);
+    int64_t rowb = kn_type_row_bytes(type, ne[0]);
     if (rowb < 0)
         return err_set(ERR_INVAL, "gguf writer: tensor '%s': row of %lld is not valid for type %s",
-                       name, (long long)ne[0], gguf_type_name(type) ? gguf_type_name(type) : "?");
+                       name, (long long)ne[0], kn_type_name(type) ? kn_type_name(type) : "?");
     uint64_t size = (uint64_t)rowb;
     for (uint32_t d = 1; d < n_dims; d++) {
         if (ne[d] < 0 || (ne[d] && size > UINT64_MAX / (uint64_t)ne[d]))

@@ -16,7 +16,7 @@
 #include "base/err.h"
 #include "base/flags.h"
 #include "base/mem.h"
-#include "gguf/gguf.h"
+#include "kernels/kn_type_table.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -151,10 +151,10 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     *out = NULL;
     if (!kn_type_supported(type))
         return err_set(ERR_UNSUPPORTED, "matmul: weight type %s is not supported",
-                       gguf_type_name(type) ? gguf_type_name(type) : "?");
-    if (n <= 0 || k <= 0 || gguf_type_row_bytes(type, k) < 0)
+                       kn_type_name(type) ? kn_type_name(type) : "?");
+    if (n <= 0 || k <= 0 || kn_type_row_bytes(type, k) < 0)
         return err_set(ERR_INVAL, "matmul: bad shape %lld x %lld for type %s", (long long)n,
-                       (long long)k, gguf_type_name(type));
+                       (long long)k, kn_type_name(type));
     kn_mat *w = calloc(1, sizeof *w);
     if (!w)
         return err_set(ERR_NOMEM, "matmul: out of memory");
@@ -166,7 +166,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->prefetch = flags_int(FLAG_MM_PREFETCH) != 0;
     w->direct_rows = (int)flags_int(FLAG_MM_DIRECT_ROWS);
     if (isa == KN_ISA_SCALAR) {
-        w->packed_bytes = (size_t)gguf_type_row_bytes(type, k) * (size_t)n;
+        w->packed_bytes = (size_t)kn_type_row_bytes(type, k) * (size_t)n;
         *out = w;
         return 0;
     }
@@ -315,7 +315,7 @@ static float kn_dot_kq_ref(int type, const unsigned char *row, int64_t k, const 
         }
         return acc;
     }
-    size_t bb = (size_t)gguf_type_block_bytes(type);
+    size_t bb = (size_t)kn_type_block_bytes(type);
     for (int64_t sb = 0; sb < k / KN_QK_K; sb++) {
         const unsigned char *blk = row + (size_t)sb * bb;
         uint8_t e[KN_QK_K];
@@ -359,7 +359,7 @@ static float kn_dot_kq_ref(int type, const unsigned char *row, int64_t k, const 
 
 void kn_matmul_ref(int type, const void *data, int64_t k, const kn_act *x, int64_t m, int64_t n0,
                    int64_t n1, float *y, int64_t ldy) {
-    size_t rb = (size_t)gguf_type_row_bytes(type, k);
+    size_t rb = (size_t)kn_type_row_bytes(type, k);
     int64_t kb = k / KN_QK;
     for (int64_t n = n0; n < n1; n++) {
         const unsigned char *row = (const unsigned char *)data + (size_t)n * rb;

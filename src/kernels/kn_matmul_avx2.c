@@ -9,7 +9,7 @@
  * 0..15 times x directly). The integer results are exact, so they equal the VNNI kernel's.
  */
 #include "kernels/kn_int.h"
-#include "gguf/gguf.h"
+#include "kernels/kn_type_table.h"
 
 #include <immintrin.h>
 

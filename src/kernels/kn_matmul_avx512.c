@@ -25,7 +25,7 @@
  * one fma(isum, d_w * d_x, acc): the same operations kn_matmul_ref performs.
  */
 #include "kernels/kn_int.h"
-#include "gguf/gguf.h"
+#include "kernels/kn_type_table.h"
 
 #include <immintrin.h>
 

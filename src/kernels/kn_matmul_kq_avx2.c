@@ -15,7 +15,7 @@
  */
 #include "kernels/kn_int.h"
 #include "base/check.h"
-#include "gguf/gguf.h"
+#include "kernels/kn_type_table.h"
 
 #include <immintrin.h>
 

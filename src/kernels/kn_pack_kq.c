@@ -7,7 +7,7 @@
  * scales, which are unpacked to bytes.
  */
 #include "kernels/kn_int.h"
-#include "gguf/gguf.h"
+#include "kernels/kn_type_table.h"
 
 #include <string.h>
 
@@ -86,7 +86,7 @@ static void kq_put_codes(unsigned char *nib, unsigned char *qh5, unsigned char *
 void kn_pack_kq(kn_mat *w, const unsigned char *src) {
     const int type = w->type;
     const int64_t K = w->k, KB = K / KN_QK;
-    const size_t rb = (size_t)gguf_type_row_bytes(type, K);
+    const size_t rb = (size_t)kn_type_row_bytes(type, K);
     const size_t chunk = kq_chunk_bytes(type), hdr = kq_header_bytes(type);
     const bool kquant = hdr != 0;
     memset(w->packed, 0, w->packed_bytes);
@@ -109,7 +109,7 @@ void kn_pack_kq(kn_mat *w, const unsigned char *src) {
                         /* Q4_K and Q5_K start with the same d, dmin fields */
                         const kn_block_q4_K *kb =
                             (const kn_block_q4_K *)(row + (size_t)(b / 8) *
-                                                              (size_t)gguf_type_block_bytes(type));
+                                                              (size_t)kn_type_block_bytes(type));
                         h[c] = kb->d;
                         h[KN_NB_Q + c] = kb->dmin;
                     }
@@ -149,7 +149,7 @@ void kn_pack_kq(kn_mat *w, const unsigned char *src) {
                 case GGUF_TYPE_Q5_K: {
                     /* d, dmin and scales[12] sit at the same offsets in both blocks */
                     const unsigned char *sb =
-                        row + (size_t)(b / 8) * (size_t)gguf_type_block_bytes(type);
+                        row + (size_t)(b / 8) * (size_t)kn_type_block_bytes(type);
                     int sc, mn;
                     kn_kquant_scale_min(((const kn_block_q4_K *)sb)->scales, j, &sc, &mn);
                     p[c] = (unsigned char)sc;

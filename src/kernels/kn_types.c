@@ -12,7 +12,7 @@
  */
 #include "kernels/kn_types.h"
 #include "base/err.h"
-#include "gguf/gguf.h"
+#include "kernels/kn_type_table.h"
 
 void kn_quantize_row_q8_0(const float *x, kn_block_q8_0 *y, int64_t k) {
     for (int64_t b = 0; b < k / KN_QK; b++) {
@@ -223,10 +223,10 @@ int kn_type_supported(int type) {
 }
 
 int kn_dequantize_row(int type, const void *data, int64_t row, int64_t k, float *out) {
-    int64_t rb = gguf_type_row_bytes(type, k);
+    int64_t rb = kn_type_row_bytes(type, k);
     if (rb < 0 || !kn_type_supported(type))
         return err_set(ERR_UNSUPPORTED, "no dequantizer for type %s with row length %lld",
-                       gguf_type_name(type) ? gguf_type_name(type) : "?", (long long)k);
+                       kn_type_name(type) ? kn_type_name(type) : "?", (long long)k);
     const unsigned char *p = (const unsigned char *)data + row * rb;
     switch (type) {
     case GGUF_TYPE_F32:
@@ -273,10 +273,10 @@ int kn_dequantize_row(int type, const void *data, int64_t row, int64_t k, float 
 }
 
 int64_t kn_quantize_rows(int type, const float *src, int64_t n_rows, int64_t k, void *dst) {
-    int64_t rb = gguf_type_row_bytes(type, k);
+    int64_t rb = kn_type_row_bytes(type, k);
     if (rb < 0 || !kn_type_supported(type))
         return err_set(ERR_UNSUPPORTED, "cannot quantize to type %s with row length %lld",
-                       gguf_type_name(type) ? gguf_type_name(type) : "?", (long long)k);
+                       kn_type_name(type) ? kn_type_name(type) : "?", (long long)k);
     unsigned char *d = dst;
     for (int64_t r = 0; r < n_rows; r++) {
         const float *x = src + r * k;

@@ -24,12 +24,20 @@ struct kv_pool {
     int64_t n_free;
 };
 
-size_t kv_pool_bytes(const kv_pool_opts *o) {
-    if (o->n_layer <= 0 || o->kv_dim <= 0 || o->block_size <= 0 || o->n_blocks <= 0)
+size_t kv_block_state_bytes_of(const kv_pool_opts *o) {
+    if (o->n_layer <= 0 || o->kv_dim <= 0 || o->block_size <= 0)
         return 0;
     __uint128_t b = (__uint128_t)(o->f16 ? 2 : 4) * (uint64_t)o->kv_dim * (uint64_t)o->block_size;
-    b *= (uint64_t)o->n_blocks;
     b *= (uint64_t)o->n_layer * 2;
+    if (b > (__uint128_t)SIZE_MAX / 2)
+        return 0;
+    return (size_t)b;
+}
+
+size_t kv_pool_bytes(const kv_pool_opts *o) {
+    if (o->n_blocks <= 0)
+        return 0;
+    __uint128_t b = (__uint128_t)kv_block_state_bytes_of(o) * (uint64_t)o->n_blocks;
     if (b > (__uint128_t)SIZE_MAX / 2)
         return 0;
     return (size_t)b;
@@ -47,7 +55,7 @@ int kv_pool_create(const kv_pool_opts *o, kv_pool **out) {
     if (!p)
         return err_set(ERR_NOMEM, "kv pool: out of memory");
     p->o = *o;
-    p->block_bytes = (size_t)(o->f16 ? 2 : 4) * (size_t)o->kv_dim * (size_t)o->block_size;
+    p->block_bytes = kv_block_state_bytes_of(o) / (2 * (size_t)o->n_layer);
     p->layer_bytes = p->block_bytes * (size_t)o->n_blocks;
     p->mem_bytes = total;
     void *m = mem_alloc_large(total);

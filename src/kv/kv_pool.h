@@ -35,6 +35,11 @@ typedef struct kv_pool_opts {
     bool f16;
 } kv_pool_opts;
 
+/* Bytes of one block's K and V over all layers for pool options o (elements of 2 or 4 bytes x
+ * kv_dim x block_size x 2 x n_layer; n_blocks is not used): the one block-size formula, which
+ * kv_block_state_bytes and kv_pool_bytes agree with. 0 for non-positive sizes or overflow. */
+size_t kv_block_state_bytes_of(const kv_pool_opts *o);
+
 /* Bytes a pool with these options needs (0 if the product overflows). */
 size_t kv_pool_bytes(const kv_pool_opts *o);
 

@@ -61,7 +61,7 @@ static int model_tensor(const model *m, const char *name, int64_t ne0, int64_t n
     if (!kn_type_supported(t->type))
         return err_set(ERR_UNSUPPORTED,
                        "%s: tensor '%s' has type %s, which verity does not support",
-                       gguf_path(m->g), name, gguf_type_name(t->type));
+                       gguf_path(m->g), name, kn_type_name(t->type));
     *out = t;
     return 0;
 }
@@ -314,7 +314,7 @@ int model_load(const char *path, kn_isa isa, model **out) {
         "loaded %s: %s, %lld layers, embd %lld, heads %lld/%lld, ff %lld, vocab %lld, %s, isa %s",
         path, m->hp.arch_name, (long long)m->hp.n_layer, (long long)m->hp.n_embd,
         (long long)m->hp.n_head, (long long)m->hp.n_head_kv, (long long)m->hp.n_ff,
-        (long long)m->hp.n_vocab, gguf_type_name(m->hp.weight_type), kn_isa_name(isa));
+        (long long)m->hp.n_vocab, kn_type_name(m->hp.weight_type), kn_isa_name(isa));
     *out = m;
     return 0;
 }

@@ -30,14 +30,14 @@ int quant_plan_parse(const char *name, quant_plan *out) {
         snprintf(out->name, sizeof out->name, "q4_k_m");
         return 0;
     }
-    int t = gguf_type_from_name(name);
+    int t = kn_type_from_name(name);
     if (t < 0 || !kn_type_supported(t))
         return err_set(ERR_INVAL,
                        "unsupported type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, "
                        "q5_k, q6_k, q4_k_m)",
                        name);
     out->type = t;
-    snprintf(out->name, sizeof out->name, "%s", gguf_type_name(t));
+    snprintf(out->name, sizeof out->name, "%s", kn_type_name(t));
     for (char *c = out->name; *c; c++)
         if (*c >= 'A' && *c <= 'Z')
             *c = (char)(*c - 'A' + 'a');
@@ -45,14 +45,14 @@ int quant_plan_parse(const char *name, quant_plan *out) {
 }
 
 int quant_fallback_type(int type, int64_t ne0) {
-    int64_t bs = gguf_type_block_size(type);
+    int64_t bs = kn_type_block_size(type);
     if (bs <= 0 || ne0 % bs == 0)
         return type;
     int fb = type == GGUF_TYPE_Q4_K   ? GGUF_TYPE_Q5_0
              : type == GGUF_TYPE_Q5_K ? GGUF_TYPE_Q5_1
              : type == GGUF_TYPE_Q6_K ? GGUF_TYPE_Q8_0
                                       : type;
-    if (ne0 % gguf_type_block_size(fb) != 0)
+    if (ne0 % kn_type_block_size(fb) != 0)
         fb = GGUF_TYPE_F16;
     return fb;
 }
@@ -108,10 +108,10 @@ static void quant_job_run(void *vctx, int ith, int nth) {
 }
 
 int quant_rows(int type, const float *src, int64_t n_rows, int64_t k, void *dst, int n_threads) {
-    int64_t rb = gguf_type_row_bytes(type, k);
+    int64_t rb = kn_type_row_bytes(type, k);
     if (rb < 0 || !kn_type_supported(type))
         return err_set(ERR_UNSUPPORTED, "cannot quantize to type %s with row length %lld",
-                       gguf_type_name(type) ? gguf_type_name(type) : "?", (long long)k);
+                       kn_type_name(type) ? kn_type_name(type) : "?", (long long)k);
     quant_job j = {.type = type, .src = src, .n_rows = n_rows, .k = k, .dst = dst, .row_bytes = rb};
     /* a pool only for work worth it: K-quant fitting costs ~1 us per 32 elements */
     if (n_threads <= 1 || n_rows * k < (1 << 16)) {
@@ -165,10 +165,10 @@ static int quant_convert(const gguf *g, const gguf_tensor *t, const char *name, 
     int64_t k = t->ne[0], rows = 1;
     for (uint32_t d = 1; d < t->n_dims; d++)
         rows *= t->ne[d];
-    int64_t rb = gguf_type_row_bytes(type, k);
+    int64_t rb = kn_type_row_bytes(type, k);
     if (rb < 0)
         return err_set(ERR_INTERNAL, "%s: tensor '%s': type %s does not fit rows of %lld",
-                       gguf_path(g), name, gguf_type_name(type), (long long)k);
+                       gguf_path(g), name, kn_type_name(type), (long long)k);
     size_t bytes = (size_t)rb * (size_t)rows;
     void *dst = malloc(bytes ? bytes : 1);
     if (!dst)
@@ -180,7 +180,7 @@ static int quant_convert(const gguf *g, const gguf_tensor *t, const char *name, 
             free(dst);
             return err_set(ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which verity cannot read",
                            gguf_path(g), name,
-                           gguf_type_name(t->type) ? gguf_type_name(t->type) : "?");
+                           kn_type_name(t->type) ? kn_type_name(t->type) : "?");
         }
         float *f = malloc((size_t)(rows * k) * sizeof(float));
         if (!f) {
@@ -263,7 +263,7 @@ int quant_model(const char *in_path, const char *out_path, const quant_plan *p, 
         rc = quant_convert(g, t, name, type, n_threads, &data, &bytes);
         if (!rc) {
             rc = gguf_writer_add_tensor(w, name, type, t->n_dims, t->ne, data, false);
-            log_debug("quantize: %s %s -> %s", name, gguf_type_name(t->type), gguf_type_name(type));
+            log_debug("quantize: %s %s -> %s", name, kn_type_name(t->type), kn_type_name(type));
         }
         free(data);
     }

@@ -75,11 +75,11 @@ static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *p
     uint64_t key = synth_key(name);
     for (int64_t i = 0; i < n; i++)
         f[i] = mean + std * synth_normal(o->seed, key, (uint64_t)i);
-    int64_t rb = gguf_type_row_bytes(type, ne0);
+    int64_t rb = kn_type_row_bytes(type, ne0);
     if (rb < 0) {
         free(f);
         return err_set(ERR_INVAL, "synth: type %s does not fit row length %lld of '%s'",
-                       gguf_type_name(type), (long long)ne0, name);
+                       kn_type_name(type), (long long)ne0, name);
     }
     int64_t rows = ne1 ? ne1 : 1;
     void *d = malloc((size_t)(rb * rows));
@@ -228,8 +228,8 @@ int synth_write(const synth_opts *o, const char *path) {
     } else {
         if (!kn_type_supported(o->type))
             return err_set(ERR_INVAL, "synth: type %s is not supported",
-                           gguf_type_name(o->type) ? gguf_type_name(o->type) : "?");
-        quant_plan_parse(gguf_type_name(o->type), &plan);
+                           kn_type_name(o->type) ? kn_type_name(o->type) : "?");
+        quant_plan_parse(kn_type_name(o->type), &plan);
     }
     bool tied = o->tied_set ? o->tied : sh->tied;
     gguf_writer *w = gguf_writer_create();

@@ -19,7 +19,7 @@
 #ifndef VERITY_SERVER_SERVER_H
 #define VERITY_SERVER_SERVER_H
 
-#include "chat/chat_template.h"
+#include "template/chat_template.h"
 #include "engine/engine_loop.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"

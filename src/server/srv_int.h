@@ -9,7 +9,7 @@
 #include "base/arena.h"
 #include "base/json.h"
 #include "base/strbuf.h"
-#include "chat/chat_tools.h"
+#include "toolcall/chat_tools.h"
 #include "sample/grammar.h"
 #include "server/server.h"
 #include "server/srv_metrics.h"

@@ -27,10 +27,10 @@
  * seed + i.
  */
 #include "server/srv_int.h"
-#include "chat/chat_prompt.h"
+#include "template/chat_prompt.h"
 #include "base/clock.h"
 #include "base/err.h"
-#include "chat/tool_grammar.h"
+#include "toolcall/tool_grammar.h"
 
 #include <math.h>
 #include <string.h>

@@ -534,7 +534,7 @@ static int qr_grid(const char *src_path, const char *typed_path, const char *out
         const qr_type *qt = qr_type_find(tt->type);
         if (!qt || n % qt->block) {
             fprintf(stderr, "quant_ref: tensor %s: type %s is not one this tool knows\n", name,
-                    gguf_type_name(tt->type) ? gguf_type_name(tt->type) : "?");
+                    kn_type_name(tt->type) ? kn_type_name(tt->type) : "?");
             free(x);
             rc = ERR_INVAL;
             break;
