@@ -138,6 +138,8 @@ int cmd_serve(int argc, char **argv) {
     if (model_path && *model_path) {
         const char *base = strrchr(model_path, '/');
         snprintf(name, sizeof name, "%s", base ? base + 1 : model_path);
+    } else if (cm.is_default) {
+        snprintf(name, sizeof name, "stories260K");
     } else if (gguf_get_str(model_get_gguf(cm.m), "general.name", &gn) == 0) {
         snprintf(name, sizeof name, "%.*s", (int)(gn.len > 200 ? 200 : gn.len), gn.s);
     } else {
