@@ -93,11 +93,12 @@ int cmd_chat_template(int argc, char **argv) {
             if (!(*dst = cli_next("chat-template", argc, argv, &i)))
                 return 2;
         } else {
-            return cli_usage_error("chat-template",
-                                   "unknown option '%s' (usage: verity chat-template -m MODEL "
-                                   "--messages FILE.json [--tools FILE.json] [--chat-template NAME|FILE] "
-                                   "[--no-generation-prompt] [--now SECONDS])",
-                                   a);
+            return cli_usage_error(
+                "chat-template",
+                "unknown option '%s' (usage: verity chat-template -m MODEL "
+                "--messages FILE.json [--tools FILE.json] [--chat-template NAME|FILE] "
+                "[--no-generation-prompt] [--now SECONDS])",
+                a);
         }
     }
     if (!model || !messages)
@@ -133,8 +134,8 @@ int cmd_chat_template(int argc, char **argv) {
     rc = chat_template_create(cs.text, cs.len, &t);
     if (rc) {
         t = NULL;
-        status = cli_usage_error("chat-template", "chat template (%s): %s", cs.origin,
-                                 err_detail());
+        status =
+            cli_usage_error("chat-template", "chat template (%s): %s", cs.origin, err_detail());
         chat_source_deinit(&cs);
         goto done;
     }

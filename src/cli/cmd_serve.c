@@ -95,8 +95,11 @@ static int serve_load_template(const gguf *g, const char *spec, chat_source *src
         return 0;
     if ((rc = chat_template_create(src->text, src->len, tmpl))) {
         *tmpl = NULL;
-        if (spec[0])
-            return cli_usage_error("serve", "--chat-template: %s: %s", src->origin, err_detail());
+        if (spec[0]) {
+            int st = cli_usage_error("serve", "--chat-template: %s: %s", src->origin, err_detail());
+            chat_source_deinit(src);
+            return st;
+        }
         log_warn("the model's chat template cannot be used (%s); /v1/chat/completions is off "
                  "(give one with --chat-template)",
                  err_detail());
@@ -148,8 +151,8 @@ int cmd_serve(int argc, char **argv) {
     /* option values are checked before anything listens: a bad one exits 2 */
     char names_buf[512];
     const char *names[SERVE_MAX_NAMES];
-    int n_names = serve_split_names(flags_str(FLAG_SERVED_MODEL_NAME), names_buf,
-                                    sizeof names_buf, names);
+    int n_names =
+        serve_split_names(flags_str(FLAG_SERVED_MODEL_NAME), names_buf, sizeof names_buf, names);
     if (n_names < 0)
         return 2;
     const char *tmpl_spec = flags_str(FLAG_CHAT_TEMPLATE);

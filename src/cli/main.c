@@ -35,7 +35,8 @@ static const struct {
      "                       [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
      "                       [--frequency-penalty F] [--presence-penalty P] [--seed S]\n"
      "                       [--chat] [--system TEXT] [--chat-template NAME|FILE]\n"
-     "                       [--chat-template-kwargs JSON] [--ignore-eos] [--logits-digest] [-t N]\n"
+     "                       [--chat-template-kwargs JSON] [--ignore-eos] [--logits-digest]\n"
+     "                       [-t N]\n"
      "Without -m (or MODEL=path) it runs the embedded stories260K.\n"
      "Prints only the continuation on stdout; with --prompts, one JSON line per prompt.\n"},
     {"tokenize", cmd_tokenize, "print the token ids of a text", NULL},
