@@ -97,6 +97,9 @@ $(BUILD)/%.o: %.c
 	$(call SAY,CC)
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# The embedded default model: the assembler's .incbin reads the GGUF, which -MMD does not see.
+$(BUILD)/src/cli/cli_default_model.o: models/stories260K.gguf
+
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	$(call SAY,AR)

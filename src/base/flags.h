@@ -72,6 +72,15 @@ enum flag_kind {
     X(TIMEOUT, "timeout", FLAG_KIND_INT, "600", "1:86400",                                         \
       "serve: seconds a connection may stay idle or take to send its request")                     \
     X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024", "serve: largest request body in MiB")    \
+    X(SERVED_MODEL_NAME, "served-model-name", FLAG_KIND_STRING, "", "",                            \
+      "serve: the model's names, comma-separated: /v1/models lists them all, requests may use "    \
+      "any, responses report the first (empty = the file name)")                                   \
+    X(CHAT_TEMPLATE, "chat-template", FLAG_KIND_STRING, "", "",                                    \
+      "chat template replacing the model's: a built-in name (chatml, llama3, llama2, mistral, "    \
+      "gemma) or a Jinja file (empty = the model's tokenizer.chat_template)")                      \
+    X(CHAT_TEMPLATE_KWARGS, "chat-template-kwargs", FLAG_KIND_STRING, "", "",                      \
+      "default chat template variables, a JSON object such as {\"enable_thinking\":false}; a "     \
+      "request's chat_template_kwargs replaces them key by key")                                   \
     X(ADMIN_API, "admin-api", FLAG_KIND_BOOL, "0", "0|1",                                          \
       "serve: POST /admin/pause, /admin/resume and /admin/step hold the engine between steps, "    \
       "release it, or step it (tests, maintenance; behind --api-key like every route)")

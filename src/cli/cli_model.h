@@ -17,7 +17,13 @@ typedef struct cli_model {
     bool is_default;
 } cli_model;
 
-/* Opens path (NULL or "": $MODEL, else the embedded default). On failure prints the one-line
+/* The embedded default model's GGUF image (models/stories260K.gguf, cli_default_model.c):
+ * cli_default_gguf_size bytes from cli_default_gguf_data, 64-byte aligned, read-only. */
+extern const unsigned char cli_default_gguf_data[];
+extern const uint64_t cli_default_gguf_size;
+
+/* Opens path (NULL or "": $MODEL, else the embedded default, stories260K, read in place from
+ * the binary). On failure prints the one-line
  * error for cmd and returns its exit status (2 for bad input); 0 on success. */
 int cli_model_open(const char *cmd, const char *path, cli_model *out);
 void cli_model_close(cli_model *cm);

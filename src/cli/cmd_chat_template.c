@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_chat_template: `verity chat-template -m MODEL --messages FILE.json [--tools FILE.json]
- * [--template FILE.jinja] [--no-generation-prompt] [--now UNIX_SECONDS]
- * [--tool-args auto|as-given]` prints the prompt the
- * model's chat template (tokenizer.chat_template, or --template) renders for a conversation,
+ * [--chat-template NAME|FILE] [--chat-template-kwargs JSON] [--no-generation-prompt]
+ * [--now UNIX_SECONDS] [--tool-args auto|as-given]` prints the prompt the model's chat template
+ * (tokenizer.chat_template, or --chat-template: a built-in name or a Jinja file, chat_source.h;
+ * --template is the same option's older spelling) renders for a conversation,
  * exactly as the server renders it (chat_prompt.h), with no newline added. MODEL may be a
  * vocabulary-only GGUF; only its metadata is read. --now fixes the time strftime_now sees.
  * --tool-args: "auto" (default, as the server) converts tool-call arguments to the shape the
@@ -14,7 +15,9 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/json.h"
+#include "base/flags.h"
 #include "template/chat_prompt.h"
+#include "template/chat_source.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 
@@ -90,11 +93,12 @@ int cmd_chat_template(int argc, char **argv) {
             if (!(*dst = cli_next("chat-template", argc, argv, &i)))
                 return 2;
         } else {
-            return cli_usage_error("chat-template",
-                                   "unknown option '%s' (usage: verity chat-template -m MODEL "
-                                   "--messages FILE.json [--tools FILE.json] [--template FILE] "
-                                   "[--no-generation-prompt] [--now SECONDS])",
-                                   a);
+            return cli_usage_error(
+                "chat-template",
+                "unknown option '%s' (usage: verity chat-template -m MODEL "
+                "--messages FILE.json [--tools FILE.json] [--chat-template NAME|FILE] "
+                "[--no-generation-prompt] [--now SECONDS])",
+                a);
         }
     }
     if (!model || !messages)
@@ -106,7 +110,7 @@ int cmd_chat_template(int argc, char **argv) {
     strbuf out;
     strbuf_init(&out);
     int status = 0, rc;
-    const json_value *msgs = NULL, *tl = NULL;
+    const json_value *msgs = NULL, *tl = NULL, *kwargs = NULL;
     if (!ar) {
         status = cli_fail("chat-template", ERR_NOMEM);
         goto done;
@@ -115,24 +119,29 @@ int cmd_chat_template(int argc, char **argv) {
         status = cli_fail("chat-template", rc);
         goto done;
     }
-    const char *src;
-    size_t src_len;
-    gguf_str gs;
-    if (tmpl_file) {
-        if (!(src = ct_slurp(ar, "--template", tmpl_file, &src_len))) {
-            status = 2;
-            goto done;
-        }
-    } else if (gguf_get_str(g, "tokenizer.chat_template", &gs) == 0) {
-        src = gs.s;
-        src_len = gs.len;
-    } else {
-        status = cli_usage_error("chat-template",
-                                 "%s has no tokenizer.chat_template (give --template FILE)", model);
+    chat_source cs;
+    const char *spec = tmpl_file ? tmpl_file : flags_str(FLAG_CHAT_TEMPLATE);
+    if ((rc = chat_source_load(g, spec, &cs))) {
+        status = cli_usage_error("chat-template", "--chat-template: %s", err_detail());
         goto done;
     }
-    if ((rc = chat_template_create(src, src_len, &t))) {
-        status = cli_fail("chat-template", rc);
+    if (!cs.text) {
+        status = cli_usage_error(
+            "chat-template", "%s has no tokenizer.chat_template (give --chat-template NAME|FILE)",
+            model);
+        goto done;
+    }
+    rc = chat_template_create(cs.text, cs.len, &t);
+    if (rc) {
+        t = NULL;
+        status =
+            cli_usage_error("chat-template", "chat template (%s): %s", cs.origin, err_detail());
+        chat_source_deinit(&cs);
+        goto done;
+    }
+    chat_source_deinit(&cs);
+    if (chat_source_parse_kwargs(ar, flags_str(FLAG_CHAT_TEMPLATE_KWARGS), &kwargs)) {
+        status = cli_usage_error("chat-template", "--chat-template-kwargs: %s", err_detail());
         goto done;
     }
     if (!(msgs = ct_json_file(ar, "--messages", messages)) ||
@@ -142,6 +151,7 @@ int cmd_chat_template(int argc, char **argv) {
     }
     chat_prompt_opts po = {.messages = msgs,
                            .tools = tl,
+                           .extra = kwargs,
                            .add_generation_prompt = gen,
                            .now_unix = now,
                            .args_as_given = as_given};

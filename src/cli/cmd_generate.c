@@ -6,8 +6,9 @@
  *                   [--seed S] [--repeat-penalty R] [--frequency-penalty F]
  *                   [--presence-penalty P] [--ctx N] [--ignore-eos] [-t THREADS]
  *     prints only the generated continuation on stdout, streamed as it is produced.
- *     With --chat [--system TEXT], TEXT is the user's message: the model's chat template renders
- *     the conversation (exactly as the server does) and the assistant's answer is printed.
+ *     With --chat [--system TEXT], TEXT is the user's message: the chat template (the model's, or
+ *     --chat-template NAME|FILE, with --chat-template-kwargs JSON) renders the conversation
+ *     (exactly as the server does) and the assistant's answer is printed.
  *   verity generate [-m MODEL] --prompts FILE.jsonl [--max-batch B] [--chunk C] [-t THREADS]
  *                   [--logits-digest]
  *     runs every prompt through one engine with continuous batching and prints one JSON line per
@@ -29,6 +30,7 @@
 #include "base/strbuf.h"
 #include "cli/cli.h"
 #include "template/chat_prompt.h"
+#include "template/chat_source.h"
 #include "cli/cli_model.h"
 #include "engine/engine.h"
 
@@ -106,23 +108,38 @@ static int gen_tokenize(const char *cmd, const tokenizer *tok, const char *text,
     return 0;
 }
 
-/* Renders [system?, user] through the model's chat template and tokenizes it (chat_prompt.h). */
+/* Renders [system?, user] through the chat template (--chat-template's, else the model's) with
+ * the --chat-template-kwargs variables and tokenizes it (chat_prompt.h). */
 static int gen_chat_prompt(const cli_model *cm, const char *system_msg, const char *user,
                            gen_item *it) {
-    gguf_str src;
-    if (gguf_get_str(model_get_gguf(cm->m), "tokenizer.chat_template", &src) != 0)
-        return cli_usage_error("generate", "--chat: the model has no tokenizer.chat_template");
-    chat_template *t;
-    int rc = chat_template_create(src.s, src.len, &t);
+    chat_source src;
+    const char *spec = flags_str(FLAG_CHAT_TEMPLATE);
+    int rc = chat_source_load(model_get_gguf(cm->m), spec, &src);
     if (rc)
-        return cli_fail("generate", rc);
+        return cli_usage_error("generate", "--chat-template: %s", err_detail());
+    if (!src.text)
+        return cli_usage_error("generate", "--chat: the model has no chat template (give one "
+                                           "with --chat-template NAME|FILE)");
+    chat_template *t;
+    rc = chat_template_create(src.text, src.len, &t);
+    if (rc) {
+        int st = cli_usage_error("generate", "chat template (%s): %s", src.origin, err_detail());
+        chat_source_deinit(&src);
+        return st;
+    }
+    chat_source_deinit(&src);
     arena *a = arena_create(0, 0);
     strbuf sb;
     strbuf_init(&sb);
     json_value *msgs = a ? json_new_arr(a) : NULL;
+    const json_value *kwargs = NULL;
     int status = 0;
     if (!msgs) {
         status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+        goto out;
+    }
+    if (chat_source_parse_kwargs(a, flags_str(FLAG_CHAT_TEMPLATE_KWARGS), &kwargs)) {
+        status = cli_usage_error("generate", "--chat-template-kwargs: %s", err_detail());
         goto out;
     }
     const char *roles[2] = {"system", "user"}, *texts[2] = {system_msg, user};
@@ -134,8 +151,10 @@ static int gen_chat_prompt(const cli_model *cm, const char *system_msg, const ch
         json_obj_set(a, m, "content", json_new_str(a, texts[i], strlen(texts[i])));
         json_arr_push(a, msgs, m);
     }
-    chat_prompt_opts po = {
-        .messages = msgs, .add_generation_prompt = true, .now_unix = clock_wall_s()};
+    chat_prompt_opts po = {.messages = msgs,
+                           .extra = kwargs,
+                           .add_generation_prompt = true,
+                           .now_unix = clock_wall_s()};
     int32_t *ids;
     int32_t n;
     if ((rc = chat_prompt_render(t, cm->tok, a, &po, &sb)) ||

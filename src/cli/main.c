@@ -20,14 +20,20 @@ static const cli_command commands[] = {
      "N]\n"
      "                    [--ctx N] [--kv-mem MIB] [--chunk N] [--queue-max N]\n"
      "                    [--api-key KEY | --api-key-file FILE] [--drain-timeout S] [--timeout S]\n"
-     "Without -m (or MODEL=path) it serves the embedded synthetic model. Endpoints: /health,\n"
+     "                    [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]\n"
+     "                    [--chat-template-kwargs JSON]\n"
+     "Without -m (or MODEL=path) it serves the embedded stories260K. Built-in chat templates:\n"
+     "chatml, llama3, llama2, mistral, gemma. Endpoints: /health,\n"
      "/v1/models, /v1/completions, /v1/chat/completions, /metrics, /tokenize, /detokenize,\n"
      "/v1/flags.\n"},
     {"generate", cmd_generate, "generate text from a prompt or a JSONL file of prompts",
      "usage: verity generate [-m MODEL] (-p TEXT | --prompts FILE.jsonl) [-n N] [--temp T]\n"
      "                       [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
      "                       [--frequency-penalty F] [--presence-penalty P] [--seed S]\n"
-     "                       [--chat] [--system TEXT] [--ignore-eos] [--logits-digest] [-t N]\n"
+     "                       [--chat] [--system TEXT] [--chat-template NAME|FILE]\n"
+     "                       [--chat-template-kwargs JSON] [--ignore-eos] [--logits-digest]\n"
+     "                       [-t N]\n"
+     "Without -m (or MODEL=path) it runs the embedded stories260K.\n"
      "Prints only the continuation on stdout; with --prompts, one JSON line per prompt.\n"},
     {"tokenize", cmd_tokenize, "print the token ids of a text", NULL},
     {"bench", cmd_bench, "measure prefill/decode speed against the machine's roofline",
@@ -47,7 +53,8 @@ static const cli_command commands[] = {
      "usage: verity quantize IN.gguf OUT.gguf TYPE [-t N]\n"},
     {"chat-template", cmd_chat_template, "print the prompt a model's chat template renders",
      "usage: verity chat-template -m MODEL --messages FILE.json [--tools FILE.json]\n"
-     "                            [--template FILE] [--no-generation-prompt]\n"
+     "                            [--chat-template NAME|FILE] [--chat-template-kwargs JSON]\n"
+     "                            [--no-generation-prompt]\n"
      "                            [--tool-args auto|as-given] [--now SECONDS]\n"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table",
      "usage: verity inspect FILE.gguf\n"},

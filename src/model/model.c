@@ -295,15 +295,10 @@ static int model_bind(model *m) {
     return 0;
 }
 
-int model_load(const char *path, kn_isa isa, model **out) {
-    *out = NULL;
-    model *m = calloc(1, sizeof *m);
-    if (!m)
-        return err_set(ERR_NOMEM, "out of memory");
+/* Reads the hyperparameters and binds the weights of m->g (already open); logs what it loaded. */
+static int model_load_gguf(model *m, const char *name, kn_isa isa, model **out) {
     m->isa = isa;
-    int rc = gguf_open(path, &m->g);
-    if (!rc)
-        rc = model_read_hparams(m);
+    int rc = model_read_hparams(m);
     if (!rc)
         rc = model_bind(m);
     if (rc) {
@@ -312,11 +307,37 @@ int model_load(const char *path, kn_isa isa, model **out) {
     }
     log_info(
         "loaded %s: %s, %lld layers, embd %lld, heads %lld/%lld, ff %lld, vocab %lld, %s, isa %s",
-        path, m->hp.arch_name, (long long)m->hp.n_layer, (long long)m->hp.n_embd,
+        name, m->hp.arch_name, (long long)m->hp.n_layer, (long long)m->hp.n_embd,
         (long long)m->hp.n_head, (long long)m->hp.n_head_kv, (long long)m->hp.n_ff,
         (long long)m->hp.n_vocab, kn_type_name(m->hp.weight_type), kn_isa_name(isa));
     *out = m;
     return 0;
+}
+
+int model_load(const char *path, kn_isa isa, model **out) {
+    *out = NULL;
+    model *m = calloc(1, sizeof *m);
+    if (!m)
+        return err_set(ERR_NOMEM, "out of memory");
+    int rc = gguf_open(path, &m->g);
+    if (rc) {
+        model_destroy(m);
+        return rc;
+    }
+    return model_load_gguf(m, path, isa, out);
+}
+
+int model_load_memory(const void *data, size_t size, const char *name, kn_isa isa, model **out) {
+    *out = NULL;
+    model *m = calloc(1, sizeof *m);
+    if (!m)
+        return err_set(ERR_NOMEM, "out of memory");
+    int rc = gguf_open_memory(data, size, name, &m->g);
+    if (rc) {
+        model_destroy(m);
+        return rc;
+    }
+    return model_load_gguf(m, name, isa, out);
 }
 
 void model_destroy(model *m) {

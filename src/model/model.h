@@ -53,6 +53,11 @@ typedef struct model model;
  * the tensor, its shape and the expected one), ERR_NOMEM. */
 int model_load(const char *path, kn_isa isa, model **out);
 
+/* Like model_load over a GGUF image in memory (the embedded default model). data must be aligned
+ * to the file's alignment (32 bytes by default) and outlive the model; it is only read. name is
+ * used in messages and logs. Same returns as model_load. */
+int model_load_memory(const void *data, size_t size, const char *name, kn_isa isa, model **out);
+
 /* Frees the model. NULL is a no-op. */
 void model_destroy(model *m);
 

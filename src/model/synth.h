@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * synth: writes deterministic random-weight models, the embedded default model and the test and
- * benchmark fixtures. Weights are N(0, 0.02) from a counter-based generator keyed by (seed,
+ * synth: writes deterministic random-weight models, the test and benchmark fixtures (`verity
+ * synth`, and `verity bench` without -m). Weights are N(0, 0.02) from a counter-based generator keyed by (seed,
  * tensor name, element index), so a file depends only on its options; norm weights are
  * 1 + N(0, 0.02). The tokenizer is copied from another GGUF (--vocab-from) or is the built-in
  * byte-level SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>,

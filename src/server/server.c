@@ -140,12 +140,18 @@ static enum MHD_Result srv_route_health(server *s, struct MHD_Connection *c) {
 static enum MHD_Result srv_route_models(server *s, struct MHD_Connection *c) {
     strbuf sb;
     strbuf_init(&sb);
-    strbuf_puts(&sb, "{\"object\":\"list\",\"data\":[{\"id\":");
-    strbuf_json_str(&sb, s->sm.name, strlen(s->sm.name), false);
-    strbuf_printf(&sb,
-                  ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"verity\","
-                  "\"max_model_len\":%lld}]}",
-                  (long long)clock_wall_s(), (long long)s->sm.n_ctx);
+    strbuf_puts(&sb, "{\"object\":\"list\",\"data\":[");
+    int n = s->sm.names ? s->sm.n_names : 1;
+    for (int i = 0; i < n; i++) {
+        const char *name = s->sm.names ? s->sm.names[i] : s->sm.name;
+        strbuf_puts(&sb, i ? ",{\"id\":" : "{\"id\":");
+        strbuf_json_str(&sb, name, strlen(name), false);
+        strbuf_printf(&sb,
+                      ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"verity\","
+                      "\"max_model_len\":%lld}",
+                      (long long)clock_wall_s(), (long long)s->sm.n_ctx);
+    }
+    strbuf_puts(&sb, "]}");
     enum MHD_Result rc = srv_send_json(c, 200, &sb);
     strbuf_deinit(&sb);
     return rc;
@@ -561,11 +567,8 @@ void server_set_ready(server *s, const server_model *sm) {
                  "response_format will fail): %s",
                  err_detail());
     s->tool_format = CHAT_TOOL_FORMAT_NONE;
-    if (sm->tmpl) {
-        gguf_str src;
-        if (gguf_get_str(model_get_gguf(sm->m), "tokenizer.chat_template", &src) == 0)
-            s->tool_format = chat_tool_format_detect(src.s, src.len);
-    }
+    if (sm->tmpl && sm->tmpl_src)
+        s->tool_format = chat_tool_format_detect(sm->tmpl_src, sm->tmpl_src_len);
     atomic_store(&s->ready, true);
 }
 

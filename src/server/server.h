@@ -47,13 +47,18 @@ int server_create(const server_opts *o, server **out);
 /* The port actually bound (useful with port 0). */
 int server_port(const server *s);
 
-/* What the server serves; the server does not own them. tmpl may be NULL (chat requests then get
- * a 400 naming the missing template). n_ctx is the engine's context limit. */
+/* What the server serves; the server does not own them, and they outlive it. tmpl may be NULL
+ * (chat requests then get a 400 naming --chat-template). n_ctx is the engine's context limit. */
 typedef struct server_model {
-    const char *name; /* the id reported by /v1/models and accepted in "model" */
+    const char *name;         /* the id reported in responses (names[0] when names is given) */
+    const char *const *names; /* every id /v1/models lists and "model" may use; NULL = {name} */
+    int n_names;
     model *m;
     const tokenizer *tok;
     const chat_template *tmpl;
+    const char *tmpl_src; /* tmpl's source text (for tool-call format detection) */
+    size_t tmpl_src_len;
+    const json_value *template_kwargs; /* default template variables (an object), or NULL */
     engine_loop *loop;
     int64_t n_ctx;
 } server_model;

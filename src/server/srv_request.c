@@ -28,6 +28,7 @@
  */
 #include "server/srv_int.h"
 #include "template/chat_prompt.h"
+#include "template/chat_source.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "toolcall/tool_grammar.h"
@@ -133,6 +134,17 @@ static int srv_parse_stop(arena *a, const json_value *body, srv_params *p, srv_e
     return 0;
 }
 
+/* True when name[0..len) is one of the names the server answers to. */
+static bool srv_model_known(const server_model *sm, const char *name, size_t len) {
+    int n = sm->names ? sm->n_names : 1;
+    for (int i = 0; i < n; i++) {
+        const char *id = sm->names ? sm->names[i] : sm->name;
+        if (strlen(id) == len && memcmp(name, id, len) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* Sampling and output fields common to both routes. */
 static int srv_parse_common(server *s, arena *a, const json_value *body, bool chat, srv_params *p,
                             srv_err *e) {
@@ -151,7 +163,7 @@ static int srv_parse_common(server *s, arena *a, const json_value *body, bool ch
         size_t ml;
         if (!json_as_str(v, &mn, &ml))
             return srv_fail(e, 400, INV, "model", "\"model\" must be a string");
-        if (ml && (strlen(s->sm.name) != ml || memcmp(mn, s->sm.name, ml) != 0)) {
+        if (ml && !srv_model_known(&s->sm, mn, ml)) {
             srv_fail(e, 404, INV, "model",
                      "the model '%.*s' does not exist (this server serves '%s')",
                      (int)(ml > 200 ? 200 : ml), mn, s->sm.name);
@@ -410,8 +422,8 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
 static int srv_chat_prompt(server *s, arena *a, const json_value *body, srv_params *p, srv_err *e) {
     if (!s->sm.tmpl)
         return srv_fail(e, 400, INV, "messages",
-                        "this model has no chat template (tokenizer.chat_template); use "
-                        "/v1/completions");
+                        "this model has no chat template (tokenizer.chat_template): start the "
+                        "server with --chat-template NAME|FILE, or use /v1/completions");
     const json_value *msgs = NULL;
     if (srv_messages(a, body, &msgs, e) || srv_tools(body, p, e))
         return -1;
@@ -420,9 +432,13 @@ static int srv_chat_prompt(server *s, arena *a, const json_value *body, srv_para
     if (extra && extra->type != JSON_OBJECT && extra->type != JSON_NULL)
         return srv_fail(e, 400, INV, "chat_template_kwargs",
                         "\"chat_template_kwargs\" must be an object");
+    const json_value *vars;
+    if (chat_source_merge_kwargs(a, s->sm.template_kwargs,
+                                 extra && extra->type == JSON_OBJECT ? extra : NULL, &vars))
+        return srv_fail(e, 500, "server_error", NULL, "%s", err_detail());
     chat_prompt_opts po = {.messages = msgs,
                            .tools = p->tools,
-                           .extra = extra && extra->type == JSON_OBJECT ? extra : NULL,
+                           .extra = vars,
                            .add_generation_prompt = true,
                            .now_unix = clock_wall_s()};
     strbuf sb;

@@ -1,8 +1,19 @@
 # SPDX-License-Identifier: MIT
-# generate: the stories260K reference text, from the shipped GGUF and from our own conversion.
+# generate: the stories260K reference text, from the shipped GGUF, from our own conversion and
+# from the embedded default model; generate's stdout is valid UTF-8 even when the model emits
+# broken byte sequences.
 . "$(dirname "$0")/lib.bash"
 
-REF=$', there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily\'s mom said'
+# The reference continuation, read from ../shared/models/README.md: the fenced block after
+# "Reference output" (the text ends without a newline; command substitution drops it).
+REF=""
+if need_shared generate.reference_text models/README.md; then
+    REF=$(awk '/^Reference output/ {f=1; next} f && /^```/ {if (in_block) exit; in_block=1; next} in_block {print}' "$SHARED/models/README.md")
+    case "$REF" in
+        ", there was a little girl"*) pass generate.reference_text ;;
+        *) fail generate.reference_text "could not read the reference from $SHARED/models/README.md: $(printf '%q' "$REF")" ;;
+    esac
+fi
 
 if need_shared generate.stories260K_reference models/stories260K.gguf; then
     out=$("$VERITY" generate -m "$SHARED/models/stories260K.gguf" -p "Once upon a time" -n 64 --temp 0 2>"$TMP/err")
@@ -20,9 +31,34 @@ if need_shared generate.stories260K_converted models/stories260K.bin && need_sha
     fi
 fi
 
-# the embedded default model runs end to end (noise text, but every mechanism)
-if "$VERITY" generate -p "Hello" -n 8 --seed 3 >"$TMP/a" 2>"$TMP/err" && "$VERITY" generate -p "Hello" -n 8 --seed 3 >"$TMP/b" 2>>"$TMP/err" && cmp -s "$TMP/a" "$TMP/b"; then
+# the embedded default model (stories260K, no -m) continues the reference prompt with the
+# reference text
+if [ -n "$REF" ]; then
+    out=$(env -u MODEL "$VERITY" generate -p "Once upon a time" -n 64 --temp 0 2>"$TMP/err")
+    if [ "$out" == "$REF" ]; then pass generate.default_model_reference
+    else fail generate.default_model_reference "got: $(printf '%q' "$out") $(head -c 300 "$TMP/err")"; fi
+fi
+
+# the embedded default model samples deterministically for a seed
+if env -u MODEL "$VERITY" generate -p "Hello" -n 8 --seed 3 >"$TMP/a" 2>"$TMP/err" && env -u MODEL "$VERITY" generate -p "Hello" -n 8 --seed 3 >"$TMP/b" 2>>"$TMP/err" && cmp -s "$TMP/a" "$TMP/b"; then
     pass generate.default_model_deterministic
 else
     fail generate.default_model_deterministic "$(head -c 300 "$TMP/err")"
+fi
+
+# stdout is valid UTF-8 although the synthetic model's random tokens include lone bytes of
+# multi-byte characters: the output must show U+FFFD (so the case is reached) and decode strictly
+if "$VERITY" synth --shape tiny --type f32 --seed 1 -o "$TMP/tiny.gguf" 2>"$TMP/err"; then
+    "$VERITY" generate -m "$TMP/tiny.gguf" -p "Hello" -n 200 --seed 1 >"$TMP/u8" 2>"$TMP/err"
+    rc=$?
+    if [ $rc -ne 0 ]; then fail generate.utf8_stdout "exit $rc: $(head -c 300 "$TMP/err")"
+    elif ! python3 -c 'import sys; sys.stdin.buffer.read().decode("utf-8", "strict")' <"$TMP/u8" 2>"$TMP/py"; then
+        fail generate.utf8_stdout "stdout is not valid UTF-8: $(tail -n 1 "$TMP/py")"
+    elif ! grep -q $'\xef\xbf\xbd' "$TMP/u8"; then
+        fail generate.utf8_stdout "no U+FFFD in the output: the prompt no longer reaches broken byte sequences"
+    else
+        pass generate.utf8_stdout
+    fi
+else
+    fail generate.utf8_stdout "synth failed: $(head -c 300 "$TMP/err")"
 fi
