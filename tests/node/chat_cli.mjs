@@ -5,6 +5,7 @@
 // the command must be byte-identical. Usage: VERITY=... SHARED=... node chat_cli.mjs
 // Prints exactly one line for chat_template_cli whatever goes wrong (an unreadable data file, an
 // uncaught error) and exits 1 with FAIL.
+import { guard } from './guard.mjs';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync, readdirSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { join, dirname } from 'node:path';
@@ -12,15 +13,7 @@ import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 
 const name = 'chat_template_cli';
-const brief = (e) => (e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ');
-function die(e) {
-  console.log(`FAIL ${name}: ${brief(e)}`);
-  process.exit(1);
-}
-process.on('uncaughtException', die);
-process.on('unhandledRejection', die);
-// a signal (the caller's timeout) ends the script with a FAIL line too, not silently
-for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => die(new Error(`killed by ${sig} before finishing`)));
+const die = guard(name);
 
 const here = dirname(fileURLToPath(import.meta.url));
 const data = join(here, '..', 'data', 'chat');

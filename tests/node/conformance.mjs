@@ -5,15 +5,8 @@
 // Usage: VERITY_URL=http://127.0.0.1:PORT node conformance.mjs   (prints PASS/FAIL lines)
 // Whatever goes wrong outside a case (no server, a bad /v1/models, an uncaught error or rejection)
 // prints "FAIL node.conformance: why" and exits 1, so no case vanishes silently.
-const brief = (e) => (e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ');
-function die(e) {
-  console.log(`FAIL node.conformance: ${brief(e)}`);
-  process.exit(1);
-}
-process.on('uncaughtException', die);
-process.on('unhandledRejection', die);
-// a signal (the caller's timeout) ends the script with a FAIL line too, not silently
-for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => die(new Error(`killed by ${sig} before finishing`)));
+import { brief, guard } from './guard.mjs';
+const die = guard('node.conformance');
 
 const base = process.env.VERITY_URL;
 if (!base) die(new Error('VERITY_URL is not set'));

@@ -9,16 +9,9 @@
 // Prints exactly one line, PASS or FAIL serve.detok_per_request, whatever goes wrong (a failed
 // request, no server, an uncaught error), and exits 1 with FAIL. A failed request is reported as
 // such ("request failed"), never as a detokenization difference.
+import { guard } from './guard.mjs';
 const name = 'serve.detok_per_request';
-const brief = (e) => (e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ');
-function die(e) {
-  console.log(`FAIL ${name}: ${brief(e)}`);
-  process.exit(1);
-}
-process.on('uncaughtException', die);
-process.on('unhandledRejection', die);
-// a signal (the caller's timeout) ends the script with a FAIL line too, not silently
-for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => die(new Error(`killed by ${sig} before finishing`)));
+const die = guard(name);
 const base = process.env.VERITY_URL;
 if (!base) die(new Error('VERITY_URL is not set'));
 const specials = ['<s>', '</s>', '<unk>'];

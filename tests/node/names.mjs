@@ -5,14 +5,8 @@
 // the client's NotFoundError (404, code model_not_found).
 // Usage: VERITY_URL=http://127.0.0.1:PORT node names.mjs
 // Prints one PASS or FAIL line per check; any uncaught error is one FAIL line and exit 1.
-const brief = (e) => (e && e.stack ? e.stack : String(e)).split('\n').slice(0, 3).join(' | ');
-function die(e) {
-  console.log(`FAIL serve_names.node: ${brief(e)}`);
-  process.exit(1);
-}
-process.on('uncaughtException', die);
-process.on('unhandledRejection', die);
-for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => die(new Error(`killed by ${sig} before finishing`)));
+import { guard } from './guard.mjs';
+const die = guard('serve_names.node');
 const base = process.env.VERITY_URL;
 if (!base) die(new Error('VERITY_URL is not set'));
 const OpenAI = (await import('openai')).default;
