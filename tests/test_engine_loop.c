@@ -148,11 +148,20 @@ static void t_pause_step_resume(void) {
     T_CHECK(!st.paused);
     T_EQ_INT(lp_drain(lp_submit(&env, 5), toks), MAX_TOK); /* runs unpaused */
     engine_loop_pause(env.loop);
-    eloop_req *left = lp_submit(&env, 6); /* destroyed while held: cancelled, no hang */
-    lp_close(&env);
+    eloop_req *left = lp_submit(&env, 6); /* stopped while held: cancelled, no hang */
+    engine_loop_stop(env.loop);
     T_OK(eloop_req_next(left, &ev, -1));
     T_CHECK(ev.finish == ENGINE_FINISH_CANCELLED);
     eloop_req_release(left);
+    /* a stopped loop still answers: stats stay readable, a late submission is cancelled at once */
+    engine_loop_stats(env.loop, &st);
+    T_EQ_INT(engine_loop_pending(env.loop), 0);
+    eloop_req *late = lp_submit(&env, 7);
+    T_OK(eloop_req_next(late, &ev, -1));
+    T_CHECK(ev.finish == ENGINE_FINISH_CANCELLED && ev.token < 0);
+    eloop_req_release(late);
+    T_EQ_INT(engine_loop_pending(env.loop), 0);
+    lp_close(&env);
 }
 
 /* P1: each request alone (batch of one) vs all held and released together into batches, with

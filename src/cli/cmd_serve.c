@@ -270,8 +270,11 @@ int cmd_serve(int argc, char **argv) {
     if (left)
         fprintf(stderr, "verity serve: drain timeout: cancelling %lld request(s)\n",
                 (long long)left);
-    engine_loop_destroy(loop); /* cancels what is left; their handlers finish with an error */
+    /* cancel what is left (their handlers finish with an error), then stop the connection
+     * threads, which may still read the loop's stats (/metrics), then free the loop */
+    engine_loop_stop(loop);
     server_destroy(srv);
+    engine_loop_destroy(loop);
     engine_destroy(e);
     chat_template_destroy(tmpl);
     chat_source_deinit(&tsrc);

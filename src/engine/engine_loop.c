@@ -57,6 +57,7 @@ struct engine_loop {
     pthread_cond_t park_cv; /* signalled when the thread parks or finishes a granted step */
     eloop_msg *head, *tail;
     bool stop;
+    bool joined;       /* engine_loop_stop joined the thread: messages are dropped at once */
     bool pause;        /* asked to pause (engine_loop_pause) */
     bool parked;       /* the thread has seen the pause and takes no step */
     int64_t grant;     /* steps a paused loop may still take (engine_loop_step) */
@@ -270,16 +271,9 @@ int engine_loop_create(engine *e, eloop_step_cb step_cb, void *step_ud, engine_l
     return 0;
 }
 
-void engine_loop_destroy(engine_loop *l) {
-    if (!l)
-        return;
-    pthread_mutex_lock(&l->mu);
-    l->stop = true;
-    pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->thread, NULL);
-    /* messages that arrived after the thread's last look */
-    eloop_msg *m = l->head;
+/* Finishes messages the thread will never see: a submission is cancelled (its handler gets the
+ * CANCELLED finish), a cancel just drops its reference. */
+static void eloop_drop_msgs(engine_loop *l, eloop_msg *m) {
     while (m) {
         eloop_msg *n = m->next;
         if (m->kind == ELOOP_SUBMIT) {
@@ -288,11 +282,36 @@ void engine_loop_destroy(engine_loop *l) {
             ev.token = -1;
             ev.finish = ENGINE_FINISH_CANCELLED;
             eloop_push(m->q, &ev);
+            atomic_fetch_sub(&l->pending, 1);
         }
         eloop_req_unref(m->q);
         free(m);
         m = n;
     }
+}
+
+void engine_loop_stop(engine_loop *l) {
+    pthread_mutex_lock(&l->mu);
+    if (l->joined) {
+        pthread_mutex_unlock(&l->mu);
+        return;
+    }
+    l->stop = true;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    pthread_mutex_lock(&l->mu);
+    l->joined = true;
+    eloop_msg *m = l->head; /* messages that arrived after the thread's last look */
+    l->head = l->tail = NULL;
+    pthread_mutex_unlock(&l->mu);
+    eloop_drop_msgs(l, m);
+}
+
+void engine_loop_destroy(engine_loop *l) {
+    if (!l)
+        return;
+    engine_loop_stop(l);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
     pthread_cond_destroy(&l->park_cv);
@@ -339,6 +358,11 @@ int engine_loop_step(engine_loop *l, int64_t n_steps, int64_t *n_taken) {
 
 static void eloop_post(engine_loop *l, eloop_msg *m) {
     pthread_mutex_lock(&l->mu);
+    if (l->joined) { /* stopped: nobody will take it */
+        pthread_mutex_unlock(&l->mu);
+        eloop_drop_msgs(l, m);
+        return;
+    }
     if (l->tail)
         l->tail->next = m;
     else

@@ -56,8 +56,14 @@ typedef void (*eloop_step_cb)(void *ud, int64_t n_seqs, int64_t n_tokens, double
  * until engine_loop_destroy). Returns 0, ERR_NOMEM, ERR_INTERNAL (thread creation). */
 int engine_loop_create(engine *e, eloop_step_cb step_cb, void *step_ud, engine_loop **out);
 
-/* Cancels every request (their handlers receive CANCELLED), stops and joins the thread. The
- * engine is not destroyed. NULL is a no-op. */
+/* Cancels every request (their handlers receive CANCELLED), stops and joins the thread; a
+ * request submitted afterwards finishes CANCELLED at once. The loop stays valid for
+ * engine_loop_stats, engine_loop_pending and the request functions until engine_loop_destroy, so
+ * a server can stop the engine, then its connection threads (which may still read the stats or
+ * release requests), then free the loop. Idempotent. The engine is not destroyed. */
+void engine_loop_stop(engine_loop *l);
+
+/* engine_loop_stop, then frees the loop. NULL is a no-op. */
 void engine_loop_destroy(engine_loop *l);
 
 /* Queues a request (r->cb, r->ud and r->id are ignored: the loop sets them). On success *out is

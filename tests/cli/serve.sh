@@ -167,7 +167,8 @@ if start_server serve.start -m "$MODEL" --admin-api 1 --max-batch 64 --chunk 8 -
             pass "serve.p1_http_alone_vs_64_concurrent($P1_NOTE)"
     fi
     stop_server
-    [ "$SRV_STATUS" = 0 ] && pass serve.sigterm_exit_0 || fail serve.sigterm_exit_0 "exit status $SRV_STATUS"
+    [ "$SRV_STATUS" = 0 ] && pass serve.sigterm_exit_0 ||
+        fail serve.sigterm_exit_0 "exit status $SRV_STATUS: $(grep -A12 -m1 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|runtime error' "$SRV_LOG" | tr '\n' ' ' | head -c 1500)"
 fi
 
 # P1 again with a KV pool small enough to force preemption: 48 blocks of 16 positions hold the
@@ -186,8 +187,8 @@ fi
 # overload: a queue of 2 and a batch of 1, the engine held. Two requests fill the queue (and wait
 # there while the engine is held), so every further request must get 429 with Retry-After, and
 # the two must then complete. Memory: rounds of rejected requests with 256 KiB bodies; after the
-# first round RSS may not grow by more than 16 MiB over four more (a leak of one body per
-# rejected request would add 64 MiB).
+# first round RSS may not grow by more than 32 MiB over four more (a leak of one body per
+# rejected request would add 64 MiB; TSan's shadow memory alone grows by about 18 MiB).
 # (under ASan a freed block sits in a quarantine of up to 256 MiB before reuse, which RSS would
 # show as growth: the quarantine is kept small here so that only memory kept alive counts)
 if ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=4 start_server serve.overload -m "$MODEL" --admin-api 1 --queue-max 2 --max-batch 1; then
@@ -233,7 +234,7 @@ if ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=4 start_server
             fail serve.overload_429 "429: $n429 of $n, Retry-After: $retry, queued ones: $held"
         fi
         if [ "$nmem" -ne 320 ]; then fail serve.overload_memory_bounded "$nmem of 320 large requests got 429"
-        elif [ "$rss1" -lt $((rss0 + 16384)) ]; then pass "serve.overload_memory_bounded(${rss0}->${rss1} kB over 256 rejected 256 KiB requests)"
+        elif [ "$rss1" -lt $((rss0 + 32768)) ]; then pass "serve.overload_memory_bounded(${rss0}->${rss1} kB over 256 rejected 256 KiB requests)"
         else fail serve.overload_memory_bounded "RSS ${rss0} -> ${rss1} kB over 256 rejected 256 KiB requests"; fi
     fi
     stop_server
