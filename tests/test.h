@@ -40,6 +40,10 @@ const char *test_shared_file(const char *rel);
 /* Scale factor for heavy tests: 1 normally, smaller under sanitizers (VERITY_TEST_SCALE). */
 double test_scale(void);
 
+/* The whole file at path, NUL-terminated (base/file.h's file_read_all; the caller frees it), its
+ * length in *len; NULL if it cannot be read. */
+char *test_read_file(const char *path, size_t *len);
+
 /* A fresh temporary directory for this binary (removed at exit). */
 const char *test_tmpdir(void);
 

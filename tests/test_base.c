@@ -3,6 +3,7 @@
 #include "test.h"
 #include "base/arena.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/pool.h"
@@ -10,6 +11,7 @@
 #include "base/utf8.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,7 +236,39 @@ static void t_pool_for(void) {
     }
 }
 
+/* file_read_all: the bytes and a NUL after them; a file read to its end whatever stat says
+ * (/proc); missing, too large, unreadable (a directory) each its own error, naming the path. */
+static void t_file(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/f.bin", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    T_CHECK(f != NULL);
+    for (int i = 0; i < 200000; i++)
+        fputc(i * 7 % 251, f);
+    fclose(f);
+    char *b;
+    size_t n;
+    T_OK(file_read_all(path, 0, &b, &n));
+    T_EQ_INT(n, 200000);
+    int bad = -1;
+    for (int i = 0; i < 200000 && bad < 0; i++)
+        if ((unsigned char)b[i] != i * 7 % 251)
+            bad = i;
+    T_CHECKF(bad < 0 && b[n] == 0, "byte %d differs", bad);
+    free(b);
+    T_CHECK(file_read_all(path, 199999, &b, &n) == ERR_TOOLARGE && !b && n == 0);
+    T_OK(file_read_all(path, 200000, &b, &n));
+    free(b);
+    T_OK(file_read_all("/proc/self/status", 0, &b, &n)); /* stat size 0 */
+    T_CHECK(n > 0 && strstr(b, "Pid:") != NULL);
+    free(b);
+    snprintf(path, sizeof path, "%s/none", test_tmpdir());
+    T_CHECK(file_read_all(path, 0, &b, &n) == ERR_NOTFOUND && strstr(err_detail(), path));
+    T_CHECK(file_read_all(test_tmpdir(), 0, &b, &n) == ERR_IO && !b);
+}
+
 int main(void) {
+    test_run("base.file", t_file);
     test_run("base.err", t_err);
     test_run("base.utf8", t_utf8);
     test_run("base.strbuf", t_strbuf);

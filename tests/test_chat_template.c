@@ -26,26 +26,6 @@
 
 #define DATA_DIR "tests/data/chat"
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 static arena *g_arena;
 static const json_value *g_cases; /* cases.json "cases" */
 static int64_t g_now;
@@ -69,7 +49,7 @@ static void describe_diff(const char *exp, size_t en, const char *act, size_t an
 
 static void t_golden_one(void) {
     size_t len = 0;
-    char *text = read_file(g_expected_path, &len);
+    char *text = test_read_file(g_expected_path, &len);
     T_CHECKF(text, "cannot read %s", g_expected_path);
     json_value *exp = NULL;
     int rc = json_parse(g_arena, text, len, &exp);
@@ -81,7 +61,7 @@ static void t_golden_one(void) {
     snprintf(rel, sizeof rel, "templates/%s", tname);
     const char *path = test_shared_file(rel);
     size_t slen = 0;
-    char *src = read_file(path, &slen);
+    char *src = test_read_file(path, &slen);
     T_CHECKF(src, "cannot read %s", path);
     chat_template *t = NULL;
     rc = chat_template_create(src, slen, &t);
@@ -246,7 +226,7 @@ static int cmp_str(const void *a, const void *b) {
 int main(void) {
     g_arena = arena_create(0, 0);
     size_t len = 0;
-    char *text = read_file(DATA_DIR "/cases.json", &len);
+    char *text = test_read_file(DATA_DIR "/cases.json", &len);
     json_value *root = NULL;
     if (!text || json_parse(g_arena, text, len, &root) != 0) {
         printf("FAIL chat_golden_cases: cannot read %s/cases.json: %s\n", DATA_DIR, err_detail());

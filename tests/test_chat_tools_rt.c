@@ -126,26 +126,6 @@ static const struct {
                                "cannot render its tool calls either"},
 };
 
-static char *rt_read(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 static const rt_template *rt_find(const char *file) {
     for (size_t i = 0; i < RT_N; i++)
         if (!strcmp(rt_templates[i].file, file))
@@ -177,7 +157,7 @@ static void t_detect(void) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         size_t len;
-        char *src = rt_read(path, &len);
+        char *src = test_read_file(path, &len);
         T_CHECKF(src, "cannot read %s", path);
         chat_tool_format f = chat_tool_format_detect(src, len);
         free(src);
@@ -333,7 +313,7 @@ static void t_round_trip(void) {
         char rel[300];
         snprintf(rel, sizeof rel, "templates/%s", rt->file);
         size_t len;
-        char *src = rt_read(test_shared_file(rel), &len);
+        char *src = test_read_file(test_shared_file(rel), &len);
         T_CHECKF(src, "cannot read %s", rt->file);
         chat_template *t;
         T_OK(chat_template_create(src, len, &t));

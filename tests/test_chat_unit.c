@@ -21,26 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 /* Snippets whose outcome deliberately differs from jinja2's, with the reason, and exactly what
  * the engine does instead: either a failure (the return code and the whole err_detail()) or a
  * rendering (its exact bytes). A deviation is asserted like any other case, only against this
@@ -71,7 +51,7 @@ static int deviation(const char *src) {
 
 static void t_unit_snippets(void) {
     size_t len = 0;
-    char *text = read_file("tests/data/chat/unit_cases.json", &len);
+    char *text = test_read_file("tests/data/chat/unit_cases.json", &len);
     T_CHECKF(text, "cannot read tests/data/chat/unit_cases.json");
     arena *a = arena_create(0, 0);
     json_value *root = NULL;

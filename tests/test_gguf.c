@@ -13,23 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
 static void t_roundtrip(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/rt.gguf", test_tmpdir());
@@ -204,7 +187,7 @@ static void t_shipped(void) {
 static void t_truncate_and_flip(void) {
     const char *p = test_shared_file("models/stories260K.gguf");
     size_t n;
-    char *b = read_file(p, &n);
+    char *b = test_read_file(p, &n);
     T_CHECK(b);
     gguf *g;
     T_OK(gguf_open_memory(b, n, "full", &g));

@@ -19,25 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static char *vec_read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b)
-        b[sz] = 0;
-    *n = (size_t)sz;
-    return b;
-}
-
 static const char *vec_path(const char *name, const char *ext) {
     static char path[4][1024];
     static int k;
@@ -56,8 +37,8 @@ static void vec_run(const char *name) {
     if (access(gpath, R_OK) != 0)
         test_skip("%s has test vectors but no vocabulary file", name);
     size_t in_len, out_len;
-    char *inp = vec_read_file(ipath, &in_len);
-    char *outp = vec_read_file(opath, &out_len);
+    char *inp = test_read_file(ipath, &in_len);
+    char *outp = test_read_file(opath, &out_len);
     T_CHECK(inp && outp);
     gguf *g;
     T_OK(gguf_open(gpath, &g));

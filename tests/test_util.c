@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* test harness: see test.h. */
 #include "test.h"
+
+#include "base/file.h"
 #include "base/err.h"
 
 #include <ftw.h>
@@ -111,4 +113,9 @@ const char *test_tmpdir(void) {
         }
     }
     return test_tmp;
+}
+
+char *test_read_file(const char *path, size_t *len) {
+    char *b;
+    return file_read_all(path, 0, &b, len) ? NULL : b;
 }

@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/json.h"
+#include "base/file.h"
 #include "base/flags.h"
 #include "template/chat_prompt.h"
 #include "template/chat_source.h"
@@ -27,23 +28,17 @@
 
 /* Reads a whole file into the arena. Returns NULL after printing a usage error. */
 static char *ct_slurp(arena *a, const char *opt, const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cli_usage_error("chat-template", "%s %s: cannot open", opt, path);
+    char *buf;
+    if (file_read_all(path, 0, &buf, len)) {
+        cli_usage_error("chat-template", "%s %s", opt, err_detail());
         return NULL;
     }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = sz >= 0 ? arena_alloc(a, (size_t)sz + 1) : NULL;
-    if (!b || fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        fclose(f);
-        cli_usage_error("chat-template", "%s %s: cannot read", opt, path);
-        return NULL;
-    }
-    fclose(f);
-    b[sz] = 0;
-    *len = (size_t)sz;
+    char *b = arena_alloc(a, *len + 1);
+    if (b)
+        memcpy(b, buf, *len + 1);
+    else
+        cli_usage_error("chat-template", "%s %s: out of memory", opt, path);
+    free(buf);
     return b;
 }
 

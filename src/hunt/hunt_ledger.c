@@ -3,6 +3,7 @@
 #include "hunt/hunt_ledger.h"
 #include "base/arena.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/json.h"
 #include "hunt/hunt_report.h"
 #include "hunt/hunt_stats.h"
@@ -261,24 +262,18 @@ static void lcopy(char *dst, size_t cap, const json_value *v) {
 }
 
 int hunt_ledger_load(const char *path, hunt_ledger *lg) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(errno == ENOENT ? ERR_NOTFOUND : ERR_IO, "%s: %s", path, strerror(errno));
-    strbuf sb;
-    strbuf_init(&sb);
-    char buf[65536];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        strbuf_append(&sb, buf, got);
-    fclose(f);
+    char *text;
+    size_t text_len;
+    int rc = file_read_all(path, 0, &text, &text_len);
+    if (rc)
+        return rc;
     arena *a = arena_create(0, 0);
     json_value *root;
-    int rc = 0;
-    if (!a || strbuf_failed(&sb)) {
+    if (!a) {
         rc = err_set(ERR_NOMEM, "out of memory reading %s", path);
         goto out;
     }
-    if (json_parse(a, sb.data, sb.len, &root)) {
+    if (json_parse(a, text, text_len, &root)) {
         rc = err_wrap(ERR_FORMAT, "%s", path);
         goto out;
     }
@@ -356,7 +351,7 @@ int hunt_ledger_load(const char *path, hunt_ledger *lg) {
     lcopy(lg->conclusion, sizeof lg->conclusion, json_get(sm, "conclusion"));
 out:
     arena_destroy(a);
-    strbuf_deinit(&sb);
+    free(text);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include "hunt/hunt_tools.h"
 #include "base/arena.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "hunt/hunt_util.h"
 
 #include <math.h>
@@ -211,23 +212,13 @@ int hunt_tools_create_builtin(int n, hunt_tools **out) {
 }
 
 int hunt_tools_load(const char *path, hunt_tools **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(ERR_IO, "%s: cannot open tools file", path);
-    strbuf sb;
-    strbuf_init(&sb);
-    char buf[65536];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        strbuf_append(&sb, buf, got);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || strbuf_failed(&sb)) {
-        strbuf_deinit(&sb);
-        return err_set(bad ? ERR_IO : ERR_NOMEM, "%s: cannot read tools file", path);
-    }
-    int rc = hunt_tools_from_json(sb.data, sb.len, path, out);
-    strbuf_deinit(&sb);
+    char *text;
+    size_t len;
+    int rc = file_read_all(path, 0, &text, &len);
+    if (rc)
+        return err_wrap(rc, "tools file");
+    rc = hunt_tools_from_json(text, len, path, out);
+    free(text);
     return rc;
 }
 

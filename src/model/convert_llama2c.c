@@ -7,6 +7,7 @@
  */
 #include "model/convert.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "gguf/gguf.h"
 
 #include <errno.h>
@@ -14,33 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The whole file, as bytes (file_read_all); a missing file is an I/O error here, as
+ * convert_llama2c's contract says. */
 static int cv_read_file(const char *path, unsigned char **data, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return err_set(ERR_IO, "%s: cannot seek", path);
-    }
-    long sz = ftell(f);
-    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return err_set(ERR_IO, "%s: cannot determine size", path);
-    }
-    unsigned char *b = malloc((size_t)sz + 1);
-    if (!b) {
-        fclose(f);
-        return err_set(ERR_NOMEM, "%s: out of memory (%ld bytes)", path, sz);
-    }
-    if (fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        fclose(f);
-        return err_set(ERR_IO, "%s: short read", path);
-    }
-    fclose(f);
-    *data = b;
-    *size = (size_t)sz;
-    return 0;
+    char *b;
+    int rc = file_read_all(path, 0, &b, size);
+    *data = (unsigned char *)b;
+    return rc == ERR_NOTFOUND ? ERR_IO : rc;
 }
 
 typedef struct cv_vocab {

@@ -10,6 +10,7 @@
  */
 #include "template/chat_source.h"
 #include "base/err.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -95,44 +96,16 @@ static int chat_source_copy(chat_source *out, const char *s, size_t len) {
 }
 
 static int chat_source_read_file(const char *path, chat_source *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT)
-            return err_set(ERR_NOTFOUND,
-                           "chat template '%s' is neither a built-in (%s) nor an existing file",
-                           path, chat_source_builtin_names());
-        return err_set(ERR_IO, "chat template %s: cannot open: %s", path, strerror(errno));
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 4096;
-            if (cap > CHAT_SOURCE_MAX_BYTES + 1) {
-                rc = err_set(ERR_TOOLARGE, "chat template %s: larger than 4 MiB", path);
-                break;
-            }
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                rc = err_set(ERR_NOMEM, "out of memory");
-                break;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = err_set(ERR_IO, "chat template %s: cannot read", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (!rc && len > CHAT_SOURCE_MAX_BYTES)
-        rc = err_set(ERR_TOOLARGE, "chat template %s: larger than 4 MiB", path);
-    if (!rc)
-        rc = chat_source_copy(out, buf, len);
+    char *buf;
+    size_t len;
+    int rc = file_read_all(path, CHAT_SOURCE_MAX_BYTES, &buf, &len);
+    if (rc == ERR_NOTFOUND)
+        return err_set(ERR_NOTFOUND,
+                       "chat template '%s' is neither a built-in (%s) nor an existing file", path,
+                       chat_source_builtin_names());
+    if (rc)
+        return err_wrap(rc, "chat template");
+    rc = chat_source_copy(out, buf, len);
     free(buf);
     if (!rc)
         snprintf(out->origin, sizeof out->origin, "file %s", path);
