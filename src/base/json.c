@@ -506,7 +506,31 @@ int json_as_str(const json_value *v, const char **s, size_t *len) {
     return 1;
 }
 
-void json_write(strbuf *sb, const json_value *v) {
+void json_write_str(strbuf *sb, const char *s, size_t n, const json_style *st) {
+    bool lt = st && st->escape_lt && memchr(s, '<', n),
+         lb = st && st->escape_lb && memchr(s, '[', n);
+    if (!lt && !lb) {
+        strbuf_json_str(sb, s, n, false);
+        return;
+    }
+    strbuf tmp;
+    strbuf_init(&tmp);
+    strbuf_json_str(&tmp, s, n, false);
+    for (size_t i = 0; i < tmp.len; i++) {
+        if (tmp.data[i] == '<' && lt)
+            strbuf_puts(sb, "\\u003c");
+        else if (tmp.data[i] == '[' && lb)
+            strbuf_puts(sb, "\\u005b");
+        else
+            strbuf_putc(sb, tmp.data[i]);
+    }
+    if (strbuf_failed(&tmp))
+        sb->failed = true; /* callers check sb: a truncated literal must not be used */
+    strbuf_deinit(&tmp);
+}
+
+void json_write_styled(strbuf *sb, const json_value *v, const json_style *st) {
+    const char *comma = st && st->spaced ? ", " : ",", *colon = st && st->spaced ? ": " : ":";
     switch (v->type) {
     case JSON_NULL:
         strbuf_puts(sb, "null");
@@ -521,14 +545,14 @@ void json_write(strbuf *sb, const json_value *v) {
             strbuf_json_num(sb, v->num.d);
         break;
     case JSON_STRING:
-        strbuf_json_str(sb, v->str.s, v->str.len, false);
+        json_write_str(sb, v->str.s, v->str.len, st);
         break;
     case JSON_ARRAY:
         strbuf_putc(sb, '[');
         for (size_t i = 0; i < v->arr.n; i++) {
             if (i)
-                strbuf_putc(sb, ',');
-            json_write(sb, v->arr.items[i]);
+                strbuf_puts(sb, comma);
+            json_write_styled(sb, v->arr.items[i], st);
         }
         strbuf_putc(sb, ']');
         break;
@@ -536,14 +560,18 @@ void json_write(strbuf *sb, const json_value *v) {
         strbuf_putc(sb, '{');
         for (size_t i = 0; i < v->obj.n; i++) {
             if (i)
-                strbuf_putc(sb, ',');
-            strbuf_json_str(sb, v->obj.keys[i], v->obj.key_lens[i], false);
-            strbuf_putc(sb, ':');
-            json_write(sb, v->obj.vals[i]);
+                strbuf_puts(sb, comma);
+            json_write_str(sb, v->obj.keys[i], v->obj.key_lens[i], st);
+            strbuf_puts(sb, colon);
+            json_write_styled(sb, v->obj.vals[i], st);
         }
         strbuf_putc(sb, '}');
         break;
     }
+}
+
+void json_write(strbuf *sb, const json_value *v) {
+    json_write_styled(sb, v, NULL);
 }
 
 static json_value *json_new(arena *a, json_type t) {

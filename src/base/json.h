@@ -86,6 +86,20 @@ int json_as_str(const json_value *v, const char **s, size_t *len);
 /* Serialises v compactly (no spaces) into sb: the form used for re-emitting parsed input. */
 void json_write(strbuf *sb, const json_value *v);
 
+/* How json_write_styled lays text out. spaced: ", " and ": " between items, as Python's
+ * json.dumps does by default (else none); escape_lt / escape_lb: '<' and '[' inside strings as
+ * \u003c / \u005b (for output that must not open a tool-call tag or list marker). Strings are
+ * otherwise strbuf_json_str's form (non-ASCII raw). */
+typedef struct json_style {
+    bool spaced, escape_lt, escape_lb;
+} json_style;
+
+/* json_write in the given style (NULL: json_write's). */
+void json_write_styled(strbuf *sb, const json_value *v, const json_style *st);
+
+/* One string literal in the given style (NULL: strbuf_json_str's). */
+void json_write_str(strbuf *sb, const char *s, size_t n, const json_style *st);
+
 /* Builders for trees made in code (arena-allocated; NULL on failure). json_obj_set appends or
  * replaces; json_arr_push appends. Strings are copied. */
 json_value *json_new_null(arena *a);

@@ -102,65 +102,14 @@ grammar_node *tg_cat(tg_ctx *c, int n, ...) {
 /* A JSON string literal: strbuf_json_str's form, with '<' as \u003c when no_lt is set and '['
  * as \u005b when no_lb is set. */
 void tg_json_str(const tg_ctx *c, strbuf *sb, const char *s, size_t n) {
-    if (!(c->no_lt && memchr(s, '<', n)) && !(c->no_lb && memchr(s, '[', n))) {
-        strbuf_json_str(sb, s, n, false);
-        return;
-    }
-    strbuf tmp;
-    strbuf_init(&tmp);
-    strbuf_json_str(&tmp, s, n, false);
-    for (size_t i = 0; i < tmp.len; i++) {
-        if (tmp.data[i] == '<' && c->no_lt)
-            strbuf_puts(sb, "\\u003c");
-        else if (tmp.data[i] == '[' && c->no_lb)
-            strbuf_puts(sb, "\\u005b");
-        else
-            strbuf_putc(sb, tmp.data[i]);
-    }
-    if (strbuf_failed(&tmp))
-        sb->failed = true; /* callers check sb: a truncated literal must not be used */
-    strbuf_deinit(&tmp);
+    json_style st = {.escape_lt = c->no_lt, .escape_lb = c->no_lb};
+    json_write_str(sb, s, n, &st);
 }
 
 /* Writes v as json.dumps does by default (", " and ": ", non-ASCII raw). */
 static void tg_canon(const tg_ctx *c, strbuf *sb, const json_value *v) {
-    switch (v->type) {
-    case JSON_NULL:
-        strbuf_puts(sb, "null");
-        break;
-    case JSON_BOOL:
-        strbuf_puts(sb, v->b ? "true" : "false");
-        break;
-    case JSON_NUMBER:
-        if (v->num.raw)
-            strbuf_puts(sb, v->num.raw);
-        else
-            strbuf_json_num(sb, v->num.d);
-        break;
-    case JSON_STRING:
-        tg_json_str(c, sb, v->str.s, v->str.len);
-        break;
-    case JSON_ARRAY:
-        strbuf_putc(sb, '[');
-        for (size_t i = 0; i < v->arr.n; i++) {
-            if (i)
-                strbuf_puts(sb, ", ");
-            tg_canon(c, sb, v->arr.items[i]);
-        }
-        strbuf_putc(sb, ']');
-        break;
-    case JSON_OBJECT:
-        strbuf_putc(sb, '{');
-        for (size_t i = 0; i < v->obj.n; i++) {
-            if (i)
-                strbuf_puts(sb, ", ");
-            tg_json_str(c, sb, v->obj.keys[i], v->obj.key_lens[i]);
-            strbuf_puts(sb, ": ");
-            tg_canon(c, sb, v->obj.vals[i]);
-        }
-        strbuf_putc(sb, '}');
-        break;
-    }
+    json_style st = {.spaced = true, .escape_lt = c->no_lt, .escape_lb = c->no_lb};
+    json_write_styled(sb, v, &st);
 }
 
 /* The literal of v's canonical text (followed by suffix, may be NULL). */
