@@ -116,14 +116,37 @@ static void serve_on_step(void *ud, int64_t n_seqs, int64_t n_tokens, double sec
     srv_metrics_observe(m, SRV_H_STEP, seconds);
 }
 
-int cmd_serve(int argc, char **argv) {
-    const char *model_path = NULL;
+/* Everything cmd_serve sets up, in the order it is set up; serve_teardown frees it in reverse. */
+typedef struct serve_state {
+    const char *model_path;
+    char key[512];
+    char names_buf[512];
+    const char *names[SERVE_MAX_NAMES];
+    int n_names;
+    const char *tmpl_spec;
+    arena *kw_arena;
+    const json_value *kwargs;
+    chat_source tsrc;
+    chat_template *tmpl;
+    sigset_t sigs;
+    server_opts so;
+    server *srv;
+    cli_model cm;
+    engine_opts eo;
+    engine *e;
+    engine_loop *loop;
+    char name[256];
+} serve_state;
+
+/* Parses the command line (-m, -t; everything else is a toggle, flags.h); returns 0, or 2 after a
+ * usage error. */
+static int serve_parse_args(int argc, char **argv, serve_state *s) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(v = cli_next("serve", argc, argv, &i)))
                 return 2;
-            model_path = v;
+            s->model_path = v;
         } else if (!strcmp(a, "-t")) {
             if (!(v = cli_next("serve", argc, argv, &i)))
                 return 2;
@@ -136,150 +159,193 @@ int cmd_serve(int argc, char **argv) {
                                    a);
         }
     }
-    char key[512] = "";
+    return 0;
+}
+
+/* Fills s->key from --api-key or the first line of --api-key-file (not both). */
+static int serve_load_key(serve_state *s) {
     const char *key_file = flags_str(FLAG_API_KEY_FILE);
     if (flags_str(FLAG_API_KEY)[0] && key_file[0])
         return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
     if (key_file[0]) {
-        int st = serve_read_key_file(key_file, key, sizeof key);
+        int st = serve_read_key_file(key_file, s->key, sizeof s->key);
         if (st)
             return st;
     } else {
-        snprintf(key, sizeof key, "%s", flags_str(FLAG_API_KEY));
+        snprintf(s->key, sizeof s->key, "%s", flags_str(FLAG_API_KEY));
     }
+    return 0;
+}
 
-    /* option values are checked before anything listens: a bad one exits 2 */
-    char names_buf[512];
-    const char *names[SERVE_MAX_NAMES];
-    int n_names =
-        serve_split_names(flags_str(FLAG_SERVED_MODEL_NAME), names_buf, sizeof names_buf, names);
-    if (n_names < 0)
+/* Checks the option values before anything listens (a bad one exits 2): the served names, the
+ * template kwargs and --chat-template. On failure nothing is left to free. */
+static int serve_load_options(serve_state *s) {
+    s->n_names = serve_split_names(flags_str(FLAG_SERVED_MODEL_NAME), s->names_buf,
+                                   sizeof s->names_buf, s->names);
+    if (s->n_names < 0)
         return 2;
-    const char *tmpl_spec = flags_str(FLAG_CHAT_TEMPLATE);
-    arena *kw_arena = arena_create(0, 0);
-    const json_value *kwargs = NULL;
-    if (!kw_arena)
+    s->tmpl_spec = flags_str(FLAG_CHAT_TEMPLATE);
+    s->kw_arena = arena_create(0, 0);
+    s->kwargs = NULL;
+    if (!s->kw_arena)
         return cli_fail("serve", err_set(ERR_NOMEM, "out of memory"));
-    if (chat_source_parse_kwargs(kw_arena, flags_str(FLAG_CHAT_TEMPLATE_KWARGS), &kwargs)) {
-        arena_destroy(kw_arena);
+    if (chat_source_parse_kwargs(s->kw_arena, flags_str(FLAG_CHAT_TEMPLATE_KWARGS), &s->kwargs)) {
+        arena_destroy(s->kw_arena);
         return cli_usage_error("serve", "--chat-template-kwargs: %s", err_detail());
     }
-    chat_source tsrc;
-    memset(&tsrc, 0, sizeof tsrc);
-    chat_template *tmpl = NULL;
-    int st = tmpl_spec[0] ? serve_load_template(NULL, tmpl_spec, &tsrc, &tmpl) : 0;
+    memset(&s->tsrc, 0, sizeof s->tsrc);
+    s->tmpl = NULL;
+    int st = s->tmpl_spec[0] ? serve_load_template(NULL, s->tmpl_spec, &s->tsrc, &s->tmpl) : 0;
     if (st) {
-        arena_destroy(kw_arena);
+        arena_destroy(s->kw_arena);
         return st;
     }
+    return 0;
+}
 
-    /* signals are handled synchronously by this thread (sigwait); block them everywhere */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+/* Signals are handled synchronously by this thread (sigwait); blocks them everywhere. */
+static void serve_block_signals(serve_state *s) {
+    sigemptyset(&s->sigs);
+    sigaddset(&s->sigs, SIGTERM);
+    sigaddset(&s->sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &s->sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
 
-    server_opts so = {.host = flags_str(FLAG_HOST),
-                      .port = (int)flags_int(FLAG_PORT),
-                      .queue_max = flags_int(FLAG_QUEUE_MAX),
-                      .api_key = key,
-                      .timeout_s = (int)flags_int(FLAG_TIMEOUT),
-                      .max_body_bytes = (size_t)flags_int(FLAG_MAX_BODY) << 20,
-                      .max_batch = flags_int(FLAG_MAX_BATCH),
-                      .admin_api = flags_int(FLAG_ADMIN_API) != 0};
-    server *srv;
-    int rc = server_create(&so, &srv);
+/* Listens (answering 503 "loading"), then loads the model, its chat template (unless
+ * --chat-template gave one) and starts the engine thread. On failure frees what it made and what
+ * serve_load_options made. */
+static int serve_start(serve_state *s) {
+    s->so = (server_opts){.host = flags_str(FLAG_HOST),
+                          .port = (int)flags_int(FLAG_PORT),
+                          .queue_max = flags_int(FLAG_QUEUE_MAX),
+                          .api_key = s->key,
+                          .timeout_s = (int)flags_int(FLAG_TIMEOUT),
+                          .max_body_bytes = (size_t)flags_int(FLAG_MAX_BODY) << 20,
+                          .max_batch = flags_int(FLAG_MAX_BATCH),
+                          .admin_api = flags_int(FLAG_ADMIN_API) != 0};
+    int rc = server_create(&s->so, &s->srv);
     if (rc) {
-        chat_template_destroy(tmpl);
-        chat_source_deinit(&tsrc);
-        arena_destroy(kw_arena);
+        chat_template_destroy(s->tmpl);
+        chat_source_deinit(&s->tsrc);
+        arena_destroy(s->kw_arena);
         return cli_fail("serve", rc);
     }
-    fprintf(stderr, "verity serve: loading on http://%s:%d\n", so.host, server_port(srv));
-    cli_model cm;
-    int status = cli_model_open("serve", model_path, &cm);
-    if (!status && !tmpl_spec[0])
-        status = serve_load_template(model_get_gguf(cm.m), "", &tsrc, &tmpl);
+    fprintf(stderr, "verity serve: loading on http://%s:%d\n", s->so.host, server_port(s->srv));
+    int status = cli_model_open("serve", s->model_path, &s->cm);
+    if (!status && !s->tmpl_spec[0])
+        status = serve_load_template(model_get_gguf(s->cm.m), "", &s->tsrc, &s->tmpl);
     if (status) {
-        chat_template_destroy(tmpl);
-        chat_source_deinit(&tsrc);
-        arena_destroy(kw_arena);
-        server_destroy(srv);
+        chat_template_destroy(s->tmpl);
+        chat_source_deinit(&s->tsrc);
+        arena_destroy(s->kw_arena);
+        server_destroy(s->srv);
         return status;
     }
-    engine_opts eo;
-    engine_opts_from_flags(&eo, cm.m);
-    engine *e = NULL;
-    engine_loop *loop = NULL;
-    srv_metrics *hook_metrics = server_metrics(srv);
-    if ((rc = engine_create(cm.m, cm.tok, &eo, &e)) ||
-        (rc = engine_loop_create(e, serve_on_step, hook_metrics, &loop))) {
+    engine_opts_from_flags(&s->eo, s->cm.m);
+    s->e = NULL;
+    s->loop = NULL;
+    srv_metrics *hook_metrics = server_metrics(s->srv);
+    if ((rc = engine_create(s->cm.m, s->cm.tok, &s->eo, &s->e)) ||
+        (rc = engine_loop_create(s->e, serve_on_step, hook_metrics, &s->loop))) {
         status = cli_fail("serve", rc);
-        engine_destroy(e);
-        chat_template_destroy(tmpl);
-        chat_source_deinit(&tsrc);
-        arena_destroy(kw_arena);
-        cli_model_close(&cm);
-        server_destroy(srv);
+        engine_destroy(s->e);
+        chat_template_destroy(s->tmpl);
+        chat_source_deinit(&s->tsrc);
+        arena_destroy(s->kw_arena);
+        cli_model_close(&s->cm);
+        server_destroy(s->srv);
         return status;
     }
-    char name[256];
+    return 0;
+}
+
+/* Picks the reported model name: the first --served-model-name, else the file name of -m, else
+ * "stories260K" for the embedded default, else the GGUF's general.name. */
+static void serve_pick_name(serve_state *s) {
     gguf_str gn;
-    if (n_names > 0) {
-        snprintf(name, sizeof name, "%s", names[0]);
-    } else if (model_path && *model_path) {
-        const char *base = strrchr(model_path, '/');
-        snprintf(name, sizeof name, "%s", base ? base + 1 : model_path);
-    } else if (cm.is_default) {
-        snprintf(name, sizeof name, "stories260K");
-    } else if (gguf_get_str(model_get_gguf(cm.m), "general.name", &gn) == 0) {
-        snprintf(name, sizeof name, "%.*s", (int)(gn.len > 200 ? 200 : gn.len), gn.s);
+    if (s->n_names > 0) {
+        snprintf(s->name, sizeof s->name, "%s", s->names[0]);
+    } else if (s->model_path && *s->model_path) {
+        const char *base = strrchr(s->model_path, '/');
+        snprintf(s->name, sizeof s->name, "%s", base ? base + 1 : s->model_path);
+    } else if (s->cm.is_default) {
+        snprintf(s->name, sizeof s->name, "stories260K");
+    } else if (gguf_get_str(model_get_gguf(s->cm.m), "general.name", &gn) == 0) {
+        snprintf(s->name, sizeof s->name, "%.*s", (int)(gn.len > 200 ? 200 : gn.len), gn.s);
     } else {
-        snprintf(name, sizeof name, "verity-default");
+        snprintf(s->name, sizeof s->name, "verity-default");
     }
-    server_model sm = {.name = name,
-                       .names = n_names > 0 ? names : NULL,
-                       .n_names = n_names,
-                       .m = cm.m,
-                       .tok = cm.tok,
-                       .tmpl = tmpl,
-                       .tmpl_src = tsrc.text,
-                       .tmpl_src_len = tsrc.len,
-                       .template_kwargs = kwargs,
-                       .loop = loop,
-                       .n_ctx = engine_n_ctx(e)};
-    server_set_ready(srv, &sm);
+}
+
+/* Hands the model to the server, which turns ready, and prints the "listening" line. */
+static void serve_set_ready(serve_state *s) {
+    server_model sm = {.name = s->name,
+                       .names = s->n_names > 0 ? s->names : NULL,
+                       .n_names = s->n_names,
+                       .m = s->cm.m,
+                       .tok = s->cm.tok,
+                       .tmpl = s->tmpl,
+                       .tmpl_src = s->tsrc.text,
+                       .tmpl_src_len = s->tsrc.len,
+                       .template_kwargs = s->kwargs,
+                       .loop = s->loop,
+                       .n_ctx = engine_n_ctx(s->e)};
+    server_set_ready(s->srv, &sm);
     fprintf(stderr,
             "verity serve: listening on http://%s:%d (model %s, context %lld, batch %d, "
             "%d threads)\n",
-            so.host, server_port(srv), name, (long long)sm.n_ctx, eo.max_batch, eo.threads);
+            s->so.host, server_port(s->srv), s->name, (long long)sm.n_ctx, s->eo.max_batch,
+            s->eo.threads);
+}
 
+/* Waits for SIGTERM/SIGINT, stops accepting, and lets in-flight requests finish for up to
+ * --drain-timeout seconds. */
+static void serve_wait_drain(serve_state *s) {
     int sig = 0;
-    sigwait(&sigs, &sig);
+    sigwait(&s->sigs, &sig);
     fprintf(stderr, "verity serve: %s: draining (up to %lld s)\n",
             sig == SIGTERM ? "SIGTERM" : "SIGINT", (long long)flags_int(FLAG_DRAIN_TIMEOUT));
-    server_drain(srv);
+    server_drain(s->srv);
     int64_t deadline = clock_now_ns() + flags_int(FLAG_DRAIN_TIMEOUT) * 1000000000LL;
-    while (engine_loop_pending(loop) > 0 && clock_now_ns() < deadline) {
+    while (engine_loop_pending(s->loop) > 0 && clock_now_ns() < deadline) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    int64_t left = engine_loop_pending(loop);
+    int64_t left = engine_loop_pending(s->loop);
     if (left)
         fprintf(stderr, "verity serve: drain timeout: cancelling %lld request(s)\n",
                 (long long)left);
+}
+
+/* Frees everything serve_start and serve_load_options made. */
+static void serve_teardown(serve_state *s) {
     /* cancel what is left (their handlers finish with an error), then stop the connection
      * threads, which may still read the loop's stats (/metrics), then free the loop */
-    engine_loop_stop(loop);
-    server_destroy(srv);
-    engine_loop_destroy(loop);
-    engine_destroy(e);
-    chat_template_destroy(tmpl);
-    chat_source_deinit(&tsrc);
-    arena_destroy(kw_arena);
-    cli_model_close(&cm);
+    engine_loop_stop(s->loop);
+    server_destroy(s->srv);
+    engine_loop_destroy(s->loop);
+    engine_destroy(s->e);
+    chat_template_destroy(s->tmpl);
+    chat_source_deinit(&s->tsrc);
+    arena_destroy(s->kw_arena);
+    cli_model_close(&s->cm);
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_state s;
+    memset(&s, 0, sizeof s);
+    int st;
+    if ((st = serve_parse_args(argc, argv, &s)) || (st = serve_load_key(&s)) ||
+        (st = serve_load_options(&s)))
+        return st;
+    serve_block_signals(&s);
+    if ((st = serve_start(&s)))
+        return st;
+    serve_pick_name(&s);
+    serve_set_ready(&s);
+    serve_wait_drain(&s);
+    serve_teardown(&s);
     fprintf(stderr, "verity serve: stopped\n");
     return 0;
 }
