@@ -845,6 +845,173 @@ static int eval_args(ct_rt *rt, const ct_node *n, ct_scope *sc, argv *av) {
 /* ---- expressions -------------------------------------------------------------------------------
  */
 
+/* [a, b] and (a, b): a new list or tuple of the evaluated items. */
+static int eval_node_list(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc;
+    if ((rc = ct_list_new(rt, n->n_kids, n->kind == N_LIST ? CT_SEQ_LIST : CT_SEQ_TUPLE, out)))
+        return rc;
+    for (uint32_t i = 0; i < n->n_kids; i++)
+        if ((rc = ct_eval(rt, n->kids[i], sc, &out->l->items[i])))
+            return rc;
+    return 0;
+}
+
+/* {k: v, ...}: a new dict, keys checked hashable, later keys replacing earlier ones. */
+static int eval_node_dict(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc;
+    ct_val a, b, d;
+    if ((rc = ct_dict_new(rt, n->n_kids, &d)))
+        return rc;
+    for (uint32_t i = 0; i < n->n_kids; i++) {
+        if ((rc = ct_eval(rt, n->kids[i], sc, &a)) || (rc = ct_eval(rt, n->kids2[i], sc, &b)))
+            return rc;
+        rt->line = n->line;
+        if ((rc = ct_hash_check(rt, a)) || (rc = ct_dict_set(rt, d.d, a, b)))
+            return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+/* f(args...): calls the evaluated callee with the evaluated arguments (never constant). */
+static int eval_node_call(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc;
+    ct_val a;
+    if (rt->const_mode)
+        return ct_error(rt, ERR_INVAL, "not constant");
+    if ((rc = ct_eval(rt, n->a, sc, &a)))
+        return rc;
+    argv av;
+    if ((rc = eval_args(rt, n, sc, &av)))
+        return rc;
+    return ct_call_value(rt, a, av.args, av.n_args, av.kw_names, av.kw_lens, av.kw_vals, av.n_kw,
+                         out);
+}
+
+/* x | f(args...), or a {% filter %} block's input when n->a is NULL. */
+static int eval_node_filter(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc;
+    ct_val a;
+    if (rt->const_mode && (!n->a || ct_filter_needs_context(n->fid)))
+        return ct_error(rt, ERR_INVAL, "not constant");
+    if (n->a) {
+        if ((rc = ct_eval(rt, n->a, sc, &a)))
+            return rc;
+    } else {
+        a = rt->block_input;
+    }
+    rt->line = n->line;
+    if (n->fid < 0) {
+        if (n->op)
+            return ct_error(rt, ERR_UNSUPPORTED, "unsupported filter '%.*s'", (int)n->len, n->str);
+        return ct_error(rt, ERR_INVAL, "No filter named '%.*s' found.", (int)n->len, n->str);
+    }
+    argv av;
+    if ((rc = eval_args(rt, n, sc, &av)))
+        return rc;
+    return ct_filter_apply(rt, n, a, av.args, av.n_args, av.kw_names, av.kw_lens, av.kw_vals,
+                           av.n_kw, out);
+}
+
+/* x is t(args...): a bool. */
+static int eval_node_test(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc;
+    ct_val a;
+    if ((rc = ct_eval(rt, n->a, sc, &a)))
+        return rc;
+    rt->line = n->line;
+    if (n->fid < 0) {
+        if (n->op)
+            return ct_error(rt, ERR_UNSUPPORTED, "unsupported test '%.*s'", (int)n->len, n->str);
+        return ct_error(rt, ERR_INVAL, "No test named '%.*s' found.", (int)n->len, n->str);
+    }
+    argv av;
+    if ((rc = eval_args(rt, n, sc, &av)))
+        return rc;
+    bool r;
+    if ((rc = ct_test_apply(rt, n->fid, n->str, a, av.args, av.n_args, &r)))
+        return rc;
+    *out = ct_bool(r);
+    return 0;
+}
+
+/* -x and +x on numbers (bools count as ints); -INT64_MIN is a range error. */
+static int eval_node_unary(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc;
+    ct_val a;
+    if ((rc = ct_eval(rt, n->a, sc, &a)))
+        return rc;
+    rt->line = n->line;
+    if (a.t == CT_UNDEF)
+        return ct_undef_fail(rt, a);
+    if (a.t == CT_FLOAT)
+        *out = ct_float(n->kind == N_NEG ? -a.f : a.f);
+    else if (a.t == CT_INT || a.t == CT_BOOL) {
+        int64_t i = as_i(a);
+        if (n->kind == N_NEG && i == INT64_MIN)
+            return ct_error(rt, ERR_RANGE, "integer negation overflows 64 bits");
+        *out = ct_int(n->kind == N_NEG ? -i : i);
+    } else
+        return ct_error(rt, ERR_INVAL, "bad operand type for unary %c: '%s'",
+                        n->kind == N_NEG ? '-' : '+', ct_type_name(a));
+    return 0;
+}
+
+/* a ~ b ~ ...: the operands' string forms joined, at most CT_MAX_OUTPUT bytes. */
+static int eval_node_concat(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc = 0;
+    ct_val a;
+    strbuf sb;
+    strbuf_init(&sb);
+    for (uint32_t i = 0; i < n->n_kids && !rc; i++) {
+        if (!(rc = ct_eval(rt, n->kids[i], sc, &a)))
+            rc = ct_to_str(rt, a, &sb);
+        if (!rc && sb.len > CT_MAX_OUTPUT)
+            rc = ct_error(rt, ERR_TOOLARGE, "string exceeds %u MiB", CT_MAX_OUTPUT >> 20);
+    }
+    if (!rc)
+        rc = ct_str_from_buf(rt, &sb, out);
+    strbuf_deinit(&sb);
+    return rc;
+}
+
+/* a < b <= c ...: chained comparisons, stopping at the first false one. */
+static int eval_node_compare(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc;
+    ct_val a, b;
+    if ((rc = ct_eval(rt, n->a, sc, &a)))
+        return rc;
+    bool r = true;
+    for (uint32_t i = 0; i < n->n_kids && r; i++) {
+        if ((rc = ct_eval(rt, n->kids[i]->a, sc, &b)))
+            return rc;
+        rt->line = n->line;
+        if ((rc = compare_op(rt, n->kids[i]->op, a, b, &r)))
+            return rc;
+        a = b;
+    }
+    *out = ct_bool(r);
+    return 0;
+}
+
+/* b if a else c; without an else, an undefined with Jinja2's hint. */
+static int eval_node_condexpr(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
+    int rc;
+    ct_val a;
+    if ((rc = ct_eval(rt, n->a, sc, &a)))
+        return rc;
+    if (ct_truthy(a))
+        return ct_eval(rt, n->b, sc, out);
+    if (n->c)
+        return ct_eval(rt, n->c, sc, out);
+    if (rt->const_mode) /* nodes.CondExpr.as_const: leave the undefined for run time */
+        return ct_error(rt, ERR_INVAL, "not constant");
+    *out = ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(),
+                         "the inline if-expression evaluated to false and no else section "
+                         "was defined.");
+    return 0;
+}
+
 static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
     int rc;
     ct_val a, b;
@@ -858,26 +1025,9 @@ static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
         return lookup(rt, sc, n, out);
     case N_LIST:
     case N_TUPLE:
-        if ((rc = ct_list_new(rt, n->n_kids, n->kind == N_LIST ? CT_SEQ_LIST : CT_SEQ_TUPLE, out)))
-            return rc;
-        for (uint32_t i = 0; i < n->n_kids; i++)
-            if ((rc = ct_eval(rt, n->kids[i], sc, &out->l->items[i])))
-                return rc;
-        return 0;
-    case N_DICT: {
-        ct_val d;
-        if ((rc = ct_dict_new(rt, n->n_kids, &d)))
-            return rc;
-        for (uint32_t i = 0; i < n->n_kids; i++) {
-            if ((rc = ct_eval(rt, n->kids[i], sc, &a)) || (rc = ct_eval(rt, n->kids2[i], sc, &b)))
-                return rc;
-            rt->line = n->line;
-            if ((rc = ct_hash_check(rt, a)) || (rc = ct_dict_set(rt, d.d, a, b)))
-                return rc;
-        }
-        *out = d;
-        return 0;
-    }
+        return eval_node_list(rt, n, sc, out);
+    case N_DICT:
+        return eval_node_dict(rt, n, sc, out);
     case N_GETATTR:
         if ((rc = ct_eval(rt, n->a, sc, &a)))
             return rc;
@@ -894,58 +1044,12 @@ static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
         return ct_getitem(rt, a, b, out);
     case N_SLICE:
         return ct_error(rt, ERR_INTERNAL, "slice outside subscript");
-    case N_CALL: {
-        if (rt->const_mode)
-            return ct_error(rt, ERR_INVAL, "not constant");
-        if ((rc = ct_eval(rt, n->a, sc, &a)))
-            return rc;
-        argv av;
-        if ((rc = eval_args(rt, n, sc, &av)))
-            return rc;
-        return ct_call_value(rt, a, av.args, av.n_args, av.kw_names, av.kw_lens, av.kw_vals,
-                             av.n_kw, out);
-    }
-    case N_FILTER: {
-        if (rt->const_mode && (!n->a || ct_filter_needs_context(n->fid)))
-            return ct_error(rt, ERR_INVAL, "not constant");
-        if (n->a) {
-            if ((rc = ct_eval(rt, n->a, sc, &a)))
-                return rc;
-        } else {
-            a = rt->block_input;
-        }
-        rt->line = n->line;
-        if (n->fid < 0) {
-            if (n->op)
-                return ct_error(rt, ERR_UNSUPPORTED, "unsupported filter '%.*s'", (int)n->len,
-                                n->str);
-            return ct_error(rt, ERR_INVAL, "No filter named '%.*s' found.", (int)n->len, n->str);
-        }
-        argv av;
-        if ((rc = eval_args(rt, n, sc, &av)))
-            return rc;
-        return ct_filter_apply(rt, n, a, av.args, av.n_args, av.kw_names, av.kw_lens, av.kw_vals,
-                               av.n_kw, out);
-    }
-    case N_TEST: {
-        if ((rc = ct_eval(rt, n->a, sc, &a)))
-            return rc;
-        rt->line = n->line;
-        if (n->fid < 0) {
-            if (n->op)
-                return ct_error(rt, ERR_UNSUPPORTED, "unsupported test '%.*s'", (int)n->len,
-                                n->str);
-            return ct_error(rt, ERR_INVAL, "No test named '%.*s' found.", (int)n->len, n->str);
-        }
-        argv av;
-        if ((rc = eval_args(rt, n, sc, &av)))
-            return rc;
-        bool r;
-        if ((rc = ct_test_apply(rt, n->fid, n->str, a, av.args, av.n_args, &r)))
-            return rc;
-        *out = ct_bool(r);
-        return 0;
-    }
+    case N_CALL:
+        return eval_node_call(rt, n, sc, out);
+    case N_FILTER:
+        return eval_node_filter(rt, n, sc, out);
+    case N_TEST:
+        return eval_node_test(rt, n, sc, out);
     case N_NOT:
         if ((rc = ct_eval(rt, n->a, sc, &a)))
             return rc;
@@ -953,86 +1057,28 @@ static int eval_inner(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
         return 0;
     case N_NEG:
     case N_POS:
-        if ((rc = ct_eval(rt, n->a, sc, &a)))
-            return rc;
-        rt->line = n->line;
-        if (a.t == CT_UNDEF)
-            return ct_undef_fail(rt, a);
-        if (a.t == CT_FLOAT)
-            *out = ct_float(n->kind == N_NEG ? -a.f : a.f);
-        else if (a.t == CT_INT || a.t == CT_BOOL) {
-            int64_t i = as_i(a);
-            if (n->kind == N_NEG && i == INT64_MIN)
-                return ct_error(rt, ERR_RANGE, "integer negation overflows 64 bits");
-            *out = ct_int(n->kind == N_NEG ? -i : i);
-        } else
-            return ct_error(rt, ERR_INVAL, "bad operand type for unary %c: '%s'",
-                            n->kind == N_NEG ? '-' : '+', ct_type_name(a));
-        return 0;
+        return eval_node_unary(rt, n, sc, out);
     case N_BINOP:
         if ((rc = ct_eval(rt, n->a, sc, &a)) || (rc = ct_eval(rt, n->b, sc, &b)))
             return rc;
         rt->line = n->line;
         return arith(rt, n->op, a, b, out);
     case N_AND:
-        if ((rc = ct_eval(rt, n->a, sc, &a)))
-            return rc;
-        if (!ct_truthy(a)) {
-            *out = a;
-            return 0;
-        }
-        return ct_eval(rt, n->b, sc, out);
     case N_OR:
+        /* short-circuit: the left operand when it decides, else the right one */
         if ((rc = ct_eval(rt, n->a, sc, &a)))
             return rc;
-        if (ct_truthy(a)) {
+        if (ct_truthy(a) == (n->kind == N_OR)) {
             *out = a;
             return 0;
         }
         return ct_eval(rt, n->b, sc, out);
-    case N_CONCAT: {
-        strbuf sb;
-        strbuf_init(&sb);
-        rc = 0;
-        for (uint32_t i = 0; i < n->n_kids && !rc; i++) {
-            if (!(rc = ct_eval(rt, n->kids[i], sc, &a)))
-                rc = ct_to_str(rt, a, &sb);
-            if (!rc && sb.len > CT_MAX_OUTPUT)
-                rc = ct_error(rt, ERR_TOOLARGE, "string exceeds %u MiB", CT_MAX_OUTPUT >> 20);
-        }
-        if (!rc)
-            rc = ct_str_from_buf(rt, &sb, out);
-        strbuf_deinit(&sb);
-        return rc;
-    }
-    case N_COMPARE: {
-        if ((rc = ct_eval(rt, n->a, sc, &a)))
-            return rc;
-        bool r = true;
-        for (uint32_t i = 0; i < n->n_kids && r; i++) {
-            if ((rc = ct_eval(rt, n->kids[i]->a, sc, &b)))
-                return rc;
-            rt->line = n->line;
-            if ((rc = compare_op(rt, n->kids[i]->op, a, b, &r)))
-                return rc;
-            a = b;
-        }
-        *out = ct_bool(r);
-        return 0;
-    }
+    case N_CONCAT:
+        return eval_node_concat(rt, n, sc, out);
+    case N_COMPARE:
+        return eval_node_compare(rt, n, sc, out);
     case N_CONDEXPR:
-        if ((rc = ct_eval(rt, n->a, sc, &a)))
-            return rc;
-        if (ct_truthy(a))
-            return ct_eval(rt, n->b, sc, out);
-        if (n->c)
-            return ct_eval(rt, n->c, sc, out);
-        if (rt->const_mode) /* nodes.CondExpr.as_const: leave the undefined for run time */
-            return ct_error(rt, ERR_INVAL, "not constant");
-        *out = ct_undef_make(rt, CT_UNDEF_HINT, NULL, ct_none(),
-                             "the inline if-expression evaluated to false and no else section "
-                             "was defined.");
-        return 0;
+        return eval_node_condexpr(rt, n, sc, out);
     default:
         return ct_error(rt, ERR_INTERNAL, "node kind %d is not an expression", n->kind);
     }
