@@ -482,22 +482,183 @@ int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, cons
 
 /* ---- printf-style ---------------------------------------------------------------------------- */
 
+/* The right operand of `fmt % args` and how far through it the conversions are. */
+typedef struct pct_args {
+    ct_val args;
+    const ct_val *pos; /* the positional values: a tuple's items, else args itself */
+    size_t n_pos, next;
+    bool mapping, used_mapping;
+} pct_args;
+
+/* Reads a "(key)" at p[*i] == '(' and looks the key up in the mapping argument; leaves *i past
+ * the ')'. */
+static int pct_read_key(ct_rt *rt, pct_args *pa, const char *p, size_t n, size_t *ip, ct_val *v) {
+    size_t i = *ip;
+    size_t a = ++i;
+    while (i < n && p[i] != ')')
+        i++;
+    if (i >= n)
+        return ct_error(rt, ERR_INVAL, "incomplete format key");
+    if (pa->args.t == CT_UNDEF)
+        return ct_undef_fail(rt, pa->args);
+    if (!pa->mapping)
+        return ct_error(rt, ERR_INVAL, "format requires a mapping");
+    if (!ct_dict_get(rt, pa->args.d, ct_str(p + a, i - a), v))
+        return ct_error(rt, ERR_INVAL, "'%.*s'", (int)(i - a), p + a);
+    pa->used_mapping = true;
+    *ip = i + 1;
+    return 0;
+}
+
+/* Reads the flags, width, precision and length modifier of a conversion into s (and *left for
+ * '-'); leaves *i at the conversion type, which it checks is there. */
+static int pct_read_spec(ct_rt *rt, const char *p, size_t n, size_t *ip, spec *s, bool *left) {
+    size_t i = *ip;
+    memset(s, 0, sizeof *s);
+    s->fill = ' ';
+    s->width = s->prec = -1;
+    *left = false;
+    while (i < n && strchr("-+ #0", p[i]) && p[i]) {
+        if (p[i] == '-')
+            *left = true;
+        else if (p[i] == '+')
+            s->sign = '+';
+        else if (p[i] == ' ' && s->sign != '+')
+            s->sign = ' ';
+        else if (p[i] == '#')
+            s->alt = true;
+        else if (p[i] == '0')
+            s->zero = true;
+        i++;
+    }
+    if (i < n && p[i] == '*')
+        return ct_error(rt, ERR_UNSUPPORTED, "'*' width in %% formatting");
+    /* digits beyond the caps only make the value larger: it is rejected below */
+    while (i < n && p[i] >= '0' && p[i] <= '9') {
+        int64_t w = s->width < 0 ? 0 : s->width;
+        s->width = w < 100000 ? w * 10 + (p[i] - '0') : w;
+        i++;
+    }
+    if (i < n && p[i] == '.') {
+        i++;
+        s->prec = 0;
+        while (i < n && p[i] >= '0' && p[i] <= '9') {
+            s->prec = s->prec < 100000 ? s->prec * 10 + (p[i] - '0') : s->prec;
+            i++;
+        }
+    }
+    while (i < n && (p[i] == 'h' || p[i] == 'l' || p[i] == 'L'))
+        i++;
+    *ip = i;
+    if (i >= n)
+        return ct_error(rt, ERR_INVAL, "incomplete format");
+    if (s->width > 4096 || s->prec > 1000)
+        return ct_error(rt, ERR_TOOLARGE, "format width or precision too large");
+    return 0;
+}
+
+/* Formats a number for %d %i %u %x %X %o %e %E %f %F %g %G %c, converting as Python does. */
+static int pct_format_num(ct_rt *rt, ct_val v, spec *s, char type, strbuf *sb) {
+    int rc = 0;
+    if (v.t == CT_UNDEF)
+        return ct_undef_fail(rt, v);
+    if (!ct_is_num(v))
+        return ct_error(rt, ERR_INVAL, "%%%c format: a %s is required, not %s", type,
+                        strchr("xXoc", type) ? "integer" : "real number", ct_type_name(v));
+    if ((type == 'd' || type == 'i' || type == 'u') && v.t == CT_FLOAT) {
+        if (!isfinite(v.f) || fabs(v.f) >= 9.2e18)
+            rc = ct_error(rt, ERR_RANGE, "cannot convert float to integer");
+        else
+            v = ct_int((int64_t)v.f);
+    }
+    if (!rc && (type == 'x' || type == 'X' || type == 'o' || type == 'c') && v.t == CT_FLOAT)
+        rc = ct_error(rt, ERR_INVAL, "%%%c format: an integer is required, not float", type);
+    if (!rc) {
+        if (strchr("eEfFgG", type) && s->prec < 0)
+            s->prec = 6;
+        s->type = (type == 'i' || type == 'u') ? 'd' : type;
+        if (s->type == 'd' && s->prec >= 0)
+            s->prec = -1;
+        rc = format_num(rt, v, s, sb);
+    }
+    return rc;
+}
+
+/* Formats v for conversion type (at index at of the format) onto sb, which stays under
+ * CT_MAX_OUTPUT. */
+static int pct_format_value(ct_rt *rt, ct_val v, spec *s, char type, size_t at, strbuf *sb) {
+    int rc;
+    strbuf tmp;
+    strbuf_init(&tmp);
+    if (type == 's' || type == 'r' || type == 'a') {
+        rc = type == 's' ? ct_to_str(rt, v, &tmp) : ct_to_repr(rt, v, &tmp);
+        size_t len = tmp.len;
+        if (!rc && s->prec >= 0)
+            len = ct_utf8_offset(tmp.data, tmp.len, (size_t)s->prec);
+        if (!rc)
+            pad(sb, s, "", 0, tmp.data, len, '>');
+    } else if (strchr("diuxXoeEfFgGc", type)) {
+        rc = pct_format_num(rt, v, s, type, sb);
+    } else {
+        rc = ct_error(rt, ERR_INVAL, "unsupported format character '%c' (0x%x) at index %zu", type,
+                      (unsigned)(unsigned char)type, at);
+    }
+    strbuf_deinit(&tmp);
+    if (!rc && sb->len > CT_MAX_OUTPUT)
+        rc = ct_error(rt, ERR_TOOLARGE, "format result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
+    return rc;
+}
+
+/* Formats one conversion, p[*i] just past its '%' (and not at the end): the optional key, the
+ * spec, the type, the value it takes. Leaves *i past the type. */
+static int pct_convert(ct_rt *rt, pct_args *pa, const char *p, size_t n, size_t *i, strbuf *sb) {
+    int rc;
+    ct_val v;
+    bool have_v = false;
+    if (p[*i] == '(') {
+        if ((rc = pct_read_key(rt, pa, p, n, i, &v)))
+            return rc;
+        have_v = true;
+    }
+    spec s;
+    bool left;
+    if ((rc = pct_read_spec(rt, p, n, i, &s, &left)))
+        return rc;
+    char type = p[(*i)++];
+    if (type == '%') {
+        strbuf_putc(sb, '%');
+        return 0;
+    }
+    if (!have_v) {
+        if (pa->mapping && pa->n_pos == 1 && pa->pos == &pa->args) {
+            v = pa->args; /* "%s" % {...} formats the dict itself */
+        } else if (pa->next >= pa->n_pos) {
+            return ct_error(rt, ERR_INVAL, "not enough arguments for format string");
+        } else {
+            v = pa->pos[pa->next];
+        }
+        pa->next++;
+    }
+    s.align = left ? '<' : (s.zero && strchr("diouxXeEfFgG", type) ? '=' : '>');
+    if (s.zero && !left && strchr("diouxXeEfFgG", type))
+        s.fill = '0';
+    return pct_format_value(rt, v, &s, type, *i - 1, sb);
+}
+
 int ct_str_percent(ct_rt *rt, ct_val fmt, ct_val args, ct_val *out) {
-    const ct_val *pos = &args;
-    size_t n_pos = 1, next = 0;
-    bool mapping = args.t == CT_DICT;
+    pct_args pa = {.args = args, .n_pos = 1, .mapping = args.t == CT_DICT};
+    pa.pos = &pa.args;
     /* Python treats any subscriptable non-tuple, non-str argument as a possible mapping and then
      * never complains about unused arguments */
-    bool lenient = mapping || args.t == CT_UNDEF ||
+    bool lenient = pa.mapping || args.t == CT_UNDEF ||
                    (args.t == CT_LIST && (args.kind == CT_SEQ_LIST || args.kind == CT_SEQ_RANGE));
     if (args.t == CT_LIST && args.kind == CT_SEQ_TUPLE) {
-        pos = args.l->items;
-        n_pos = args.l->n;
+        pa.pos = args.l->items;
+        pa.n_pos = args.l->n;
     }
     const char *p = fmt.s.p;
     size_t n = fmt.s.n, i = 0;
     int rc = 0;
-    bool used_mapping = false;
     strbuf sb;
     strbuf_init(&sb);
     while (i < n && !rc) {
@@ -510,141 +671,9 @@ int ct_str_percent(ct_rt *rt, ct_val fmt, ct_val args, ct_val *out) {
             rc = ct_error(rt, ERR_INVAL, "incomplete format");
             break;
         }
-        ct_val v;
-        bool have_v = false;
-        if (p[i] == '(') {
-            size_t a = ++i;
-            while (i < n && p[i] != ')')
-                i++;
-            if (i >= n) {
-                rc = ct_error(rt, ERR_INVAL, "incomplete format key");
-                break;
-            }
-            if (args.t == CT_UNDEF) {
-                rc = ct_undef_fail(rt, args);
-                break;
-            }
-            if (!mapping) {
-                rc = ct_error(rt, ERR_INVAL, "format requires a mapping");
-                break;
-            }
-            if (!ct_dict_get(rt, args.d, ct_str(p + a, i - a), &v)) {
-                rc = ct_error(rt, ERR_INVAL, "'%.*s'", (int)(i - a), p + a);
-                break;
-            }
-            have_v = true;
-            used_mapping = true;
-            i++;
-        }
-        spec s;
-        memset(&s, 0, sizeof s);
-        s.fill = ' ';
-        s.width = s.prec = -1;
-        bool left = false;
-        while (i < n && strchr("-+ #0", p[i]) && p[i]) {
-            if (p[i] == '-')
-                left = true;
-            else if (p[i] == '+')
-                s.sign = '+';
-            else if (p[i] == ' ' && s.sign != '+')
-                s.sign = ' ';
-            else if (p[i] == '#')
-                s.alt = true;
-            else if (p[i] == '0')
-                s.zero = true;
-            i++;
-        }
-        if (i < n && p[i] == '*') {
-            rc = ct_error(rt, ERR_UNSUPPORTED, "'*' width in %% formatting");
-            break;
-        }
-        /* digits beyond the caps only make the value larger: it is rejected below */
-        while (i < n && p[i] >= '0' && p[i] <= '9') {
-            int64_t w = s.width < 0 ? 0 : s.width;
-            s.width = w < 100000 ? w * 10 + (p[i] - '0') : w;
-            i++;
-        }
-        if (i < n && p[i] == '.') {
-            i++;
-            s.prec = 0;
-            while (i < n && p[i] >= '0' && p[i] <= '9') {
-                s.prec = s.prec < 100000 ? s.prec * 10 + (p[i] - '0') : s.prec;
-                i++;
-            }
-        }
-        while (i < n && (p[i] == 'h' || p[i] == 'l' || p[i] == 'L'))
-            i++;
-        if (i >= n) {
-            rc = ct_error(rt, ERR_INVAL, "incomplete format");
-            break;
-        }
-        if (s.width > 4096 || s.prec > 1000) {
-            rc = ct_error(rt, ERR_TOOLARGE, "format width or precision too large");
-            break;
-        }
-        char type = p[i++];
-        if (type == '%') {
-            strbuf_putc(&sb, '%');
-            continue;
-        }
-        if (!have_v) {
-            if (mapping && n_pos == 1 && pos == &args) {
-                v = args; /* "%s" % {...} formats the dict itself */
-            } else if (next >= n_pos) {
-                rc = ct_error(rt, ERR_INVAL, "not enough arguments for format string");
-                break;
-            } else {
-                v = pos[next];
-            }
-            next++;
-        }
-        s.align = left ? '<' : (s.zero && strchr("diouxXeEfFgG", type) ? '=' : '>');
-        if (s.zero && !left && strchr("diouxXeEfFgG", type))
-            s.fill = '0';
-        strbuf tmp;
-        strbuf_init(&tmp);
-        if (type == 's' || type == 'r' || type == 'a') {
-            rc = type == 's' ? ct_to_str(rt, v, &tmp) : ct_to_repr(rt, v, &tmp);
-            size_t len = tmp.len;
-            if (!rc && s.prec >= 0)
-                len = ct_utf8_offset(tmp.data, tmp.len, (size_t)s.prec);
-            if (!rc)
-                pad(&sb, &s, "", 0, tmp.data, len, '>');
-        } else if (strchr("diuxXoeEfFgGc", type)) {
-            if (v.t == CT_UNDEF) {
-                rc = ct_undef_fail(rt, v);
-            } else if (!ct_is_num(v)) {
-                rc = ct_error(rt, ERR_INVAL, "%%%c format: a %s is required, not %s", type,
-                              strchr("xXoc", type) ? "integer" : "real number", ct_type_name(v));
-            } else {
-                if ((type == 'd' || type == 'i' || type == 'u') && v.t == CT_FLOAT) {
-                    if (!isfinite(v.f) || fabs(v.f) >= 9.2e18)
-                        rc = ct_error(rt, ERR_RANGE, "cannot convert float to integer");
-                    else
-                        v = ct_int((int64_t)v.f);
-                }
-                if (!rc && (type == 'x' || type == 'X' || type == 'o' || type == 'c') &&
-                    v.t == CT_FLOAT)
-                    rc = ct_error(rt, ERR_INVAL, "%%%c format: an integer is required, not float",
-                                  type);
-                if (!rc) {
-                    if (strchr("eEfFgG", type) && s.prec < 0)
-                        s.prec = 6;
-                    s.type = (type == 'i' || type == 'u') ? 'd' : type;
-                    if (s.type == 'd' && s.prec >= 0)
-                        s.prec = -1;
-                    rc = format_num(rt, v, &s, &sb);
-                }
-            }
-        } else {
-            rc = ct_error(rt, ERR_INVAL, "unsupported format character '%c' (0x%x) at index %zu",
-                          type, (unsigned)(unsigned char)type, i - 1);
-        }
-        strbuf_deinit(&tmp);
-        if (!rc && sb.len > CT_MAX_OUTPUT)
-            rc = ct_error(rt, ERR_TOOLARGE, "format result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
+        rc = pct_convert(rt, &pa, p, n, &i, &sb);
     }
-    if (!rc && !used_mapping && !lenient && next < n_pos)
+    if (!rc && !pa.used_mapping && !lenient && pa.next < pa.n_pos)
         rc = ct_error(rt, ERR_INVAL, "not all arguments converted during string formatting");
     if (!rc)
         rc = ct_str_from_buf(rt, &sb, out);
