@@ -705,6 +705,149 @@ static int tg_resolve(tg_ctx *c, const char *ref, size_t n, const json_value **o
     return 0;
 }
 
+/* A schema {"$ref": v} (nothing beside it): the target's grammar, built once per target and
+ * memoized; a recursive $ref is refused. */
+static int tg_schema_ref(tg_ctx *c, const json_value *s, const json_value *v, grammar_node **out) {
+    int rc;
+    static const char *const ok[] = {"$ref"};
+    const char *other = tg_other_keyword(s, ok, 1);
+    if (other)
+        return tg_fail(c, ERR_UNSUPPORTED,
+                       "\"%s\" beside \"$ref\" is not supported by "
+                       "constrained decoding",
+                       other);
+    const json_value *target;
+    if (v->type != JSON_STRING)
+        return tg_fail(c, ERR_INVAL, "\"$ref\" must be a string");
+    if ((rc = tg_resolve(c, v->str.s, v->str.len, &target)))
+        return rc;
+    for (int i = 0; i < c->n_memo; i++)
+        if (c->memo[i].target == target) {
+            *out = c->memo[i].node;
+            return 0;
+        }
+    for (int i = 0; i < c->n_refs; i++)
+        if (c->refs[i] == target)
+            return tg_fail(c, ERR_UNSUPPORTED,
+                           "$ref '%.*s' is recursive; a recursive schema "
+                           "is not a regular language and cannot be "
+                           "enforced",
+                           (int)(v->str.len > 80 ? 80 : v->str.len), v->str.s);
+    if (c->n_refs == TG_MAX_REFS)
+        return tg_fail(c, ERR_TOOLARGE, "more than %d nested $ref", TG_MAX_REFS);
+    c->refs[c->n_refs++] = target;
+    size_t m = tg_push(c, "($ref %.*s)", (int)(v->str.len > 80 ? 80 : v->str.len), v->str.s);
+    rc = tg_schema(c, target, out);
+    tg_pop(c, m);
+    c->n_refs--;
+    if (!rc && c->n_memo < TG_MAX_MEMO) {
+        c->memo[c->n_memo].target = target;
+        c->memo[c->n_memo++].node = *out;
+    }
+    return rc;
+}
+
+/* "enum": v: one alternative per value, each in its canonical JSON text. */
+static int tg_schema_enum(tg_ctx *c, const json_value *v, grammar_node **base) {
+    if (v->type != JSON_ARRAY || v->arr.n == 0)
+        return tg_fail(c, ERR_INVAL, "\"enum\" must be a non-empty array");
+    grammar_node **alts = calloc(v->arr.n, sizeof *alts);
+    if (!alts)
+        return tg_nomem(c);
+    for (size_t i = 0; i < v->arr.n; i++)
+        alts[i] = tg_canon_lit(c, v->arr.items[i], NULL);
+    *base = grammar_ast_alt(c->a, alts, (int)v->arr.n);
+    free(alts);
+    return 0;
+}
+
+/* "anyOf" or "oneOf": v (nothing beside it): one alternative per subschema (oneOf is enforced
+ * as anyOf). */
+static int tg_schema_anyof(tg_ctx *c, const json_value *s, const json_value *v,
+                           grammar_node **base) {
+    int rc = 0;
+    const char *kw = json_get(s, "anyOf") == v ? "anyOf" : "oneOf";
+    static const char *const ok[] = {"anyOf", "oneOf"};
+    const char *other = tg_other_keyword(s, ok, 2);
+    if (other)
+        return tg_fail(c, ERR_UNSUPPORTED,
+                       "\"%s\" beside \"%s\" is not supported by "
+                       "constrained decoding",
+                       other, kw);
+    if (json_get(s, "anyOf") && json_get(s, "oneOf"))
+        return tg_fail(c, ERR_UNSUPPORTED,
+                       "\"anyOf\" with \"oneOf\" is not supported by "
+                       "constrained decoding");
+    if (v->type != JSON_ARRAY || v->arr.n == 0)
+        return tg_fail(c, ERR_INVAL, "\"%s\" must be a non-empty array of schemas", kw);
+    grammar_node **alts = calloc(v->arr.n, sizeof *alts);
+    if (!alts)
+        return tg_nomem(c);
+    for (size_t i = 0; i < v->arr.n && !rc; i++) {
+        size_t m = tg_push(c, ".%s[%zu]", kw, i);
+        rc = tg_schema(c, v->arr.items[i], &alts[i]);
+        tg_pop(c, m);
+    }
+    if (!rc)
+        *base = grammar_ast_alt(c->a, alts, (int)v->arr.n);
+    free(alts);
+    return rc;
+}
+
+/* "type": v, a name or a non-empty array of names (one alternative each). */
+static int tg_schema_type(tg_ctx *c, const json_value *s, const json_value *v,
+                          grammar_node **base) {
+    int rc = 0;
+    if (v->type == JSON_STRING) {
+        rc = tg_typed(c, s, v->str.s, v->str.len, base);
+    } else if (v->type == JSON_ARRAY && v->arr.n > 0) {
+        grammar_node **alts = calloc(v->arr.n, sizeof *alts);
+        if (!alts)
+            return tg_nomem(c);
+        for (size_t i = 0; i < v->arr.n && !rc; i++) {
+            const json_value *t = v->arr.items[i];
+            if (t->type != JSON_STRING)
+                rc = tg_fail(c, ERR_INVAL, "\"type\"[%zu] must be a string", i);
+            else
+                rc = tg_typed(c, s, t->str.s, t->str.len, &alts[i]);
+        }
+        if (!rc)
+            *base = grammar_ast_alt(c->a, alts, (int)v->arr.n);
+        free(alts);
+    } else {
+        rc = tg_fail(c, ERR_INVAL, "\"type\" must be a string or a non-empty array of strings");
+    }
+    return rc;
+}
+
+/* No type: infers it from the keywords, else any value. */
+static int tg_schema_untyped(tg_ctx *c, const json_value *s, grammar_node **base) {
+    static const struct {
+        const char *kw, *type;
+    } infer[] = {{"properties", "object"},
+                 {"required", "object"},
+                 {"additionalProperties", "object"},
+                 {"minProperties", "object"},
+                 {"maxProperties", "object"},
+                 {"items", "array"},
+                 {"minItems", "array"},
+                 {"maxItems", "array"},
+                 {"minLength", "string"},
+                 {"maxLength", "string"},
+                 {"minimum", "number"},
+                 {"maximum", "number"},
+                 {"exclusiveMinimum", "number"},
+                 {"exclusiveMaximum", "number"}};
+    const char *t = NULL;
+    for (size_t i = 0; i < sizeof infer / sizeof *infer && !t; i++)
+        if (json_get(s, infer[i].kw))
+            t = infer[i].type;
+    if (t)
+        return tg_typed(c, s, t, strlen(t), base);
+    *base = tg_any(c, c->lim.any_depth);
+    return 0;
+}
+
 static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
     if (!s) {
         *out = tg_any(c, c->lim.any_depth);
@@ -723,88 +866,18 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
     if (rc)
         return rc;
     const json_value *v;
-    if ((v = json_get(s, "$ref")) && v->type != JSON_NULL) {
-        static const char *const ok[] = {"$ref"};
-        const char *other = tg_other_keyword(s, ok, 1);
-        if (other)
-            return tg_fail(c, ERR_UNSUPPORTED,
-                           "\"%s\" beside \"$ref\" is not supported by "
-                           "constrained decoding",
-                           other);
-        const json_value *target;
-        if (v->type != JSON_STRING)
-            return tg_fail(c, ERR_INVAL, "\"$ref\" must be a string");
-        if ((rc = tg_resolve(c, v->str.s, v->str.len, &target)))
-            return rc;
-        for (int i = 0; i < c->n_memo; i++)
-            if (c->memo[i].target == target) {
-                *out = c->memo[i].node;
-                return 0;
-            }
-        for (int i = 0; i < c->n_refs; i++)
-            if (c->refs[i] == target)
-                return tg_fail(c, ERR_UNSUPPORTED,
-                               "$ref '%.*s' is recursive; a recursive schema "
-                               "is not a regular language and cannot be "
-                               "enforced",
-                               (int)(v->str.len > 80 ? 80 : v->str.len), v->str.s);
-        if (c->n_refs == TG_MAX_REFS)
-            return tg_fail(c, ERR_TOOLARGE, "more than %d nested $ref", TG_MAX_REFS);
-        c->refs[c->n_refs++] = target;
-        size_t m = tg_push(c, "($ref %.*s)", (int)(v->str.len > 80 ? 80 : v->str.len), v->str.s);
-        rc = tg_schema(c, target, out);
-        tg_pop(c, m);
-        c->n_refs--;
-        if (!rc && c->n_memo < TG_MAX_MEMO) {
-            c->memo[c->n_memo].target = target;
-            c->memo[c->n_memo++].node = *out;
-        }
-        return rc;
-    }
+    if ((v = json_get(s, "$ref")) && v->type != JSON_NULL)
+        return tg_schema_ref(c, s, v, out);
     const json_value *nullable = json_get(s, "nullable");
     bool add_null = nullable && nullable->type == JSON_BOOL && nullable->b;
     grammar_node *base = NULL;
     if ((v = json_get(s, "const"))) {
         base = tg_canon_lit(c, v, NULL);
     } else if ((v = json_get(s, "enum")) && v->type != JSON_NULL) {
-        if (v->type != JSON_ARRAY || v->arr.n == 0)
-            return tg_fail(c, ERR_INVAL, "\"enum\" must be a non-empty array");
-        grammar_node **alts = calloc(v->arr.n, sizeof *alts);
-        if (!alts)
-            return tg_nomem(c);
-        for (size_t i = 0; i < v->arr.n; i++)
-            alts[i] = tg_canon_lit(c, v->arr.items[i], NULL);
-        base = grammar_ast_alt(c->a, alts, (int)v->arr.n);
-        free(alts);
+        rc = tg_schema_enum(c, v, &base);
     } else if (((v = json_get(s, "anyOf")) && v->type != JSON_NULL) ||
                ((v = json_get(s, "oneOf")) && v->type != JSON_NULL)) {
-        const char *kw = json_get(s, "anyOf") == v ? "anyOf" : "oneOf";
-        static const char *const ok[] = {"anyOf", "oneOf"};
-        const char *other = tg_other_keyword(s, ok, 2);
-        if (other)
-            return tg_fail(c, ERR_UNSUPPORTED,
-                           "\"%s\" beside \"%s\" is not supported by "
-                           "constrained decoding",
-                           other, kw);
-        if (json_get(s, "anyOf") && json_get(s, "oneOf"))
-            return tg_fail(c, ERR_UNSUPPORTED,
-                           "\"anyOf\" with \"oneOf\" is not supported by "
-                           "constrained decoding");
-        if (v->type != JSON_ARRAY || v->arr.n == 0)
-            return tg_fail(c, ERR_INVAL, "\"%s\" must be a non-empty array of schemas", kw);
-        grammar_node **alts = calloc(v->arr.n, sizeof *alts);
-        if (!alts)
-            return tg_nomem(c);
-        for (size_t i = 0; i < v->arr.n && !rc; i++) {
-            size_t m = tg_push(c, ".%s[%zu]", kw, i);
-            rc = tg_schema(c, v->arr.items[i], &alts[i]);
-            tg_pop(c, m);
-        }
-        if (!rc)
-            base = grammar_ast_alt(c->a, alts, (int)v->arr.n);
-        free(alts);
-        if (rc)
-            return rc;
+        rc = tg_schema_anyof(c, s, v, &base);
     } else if ((v = json_get(s, "allOf")) && v->type != JSON_NULL) {
         static const char *const ok[] = {"allOf"};
         if (v->type != JSON_ARRAY || v->arr.n != 1 || tg_other_keyword(s, ok, 1))
@@ -814,59 +887,13 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
         size_t m = tg_push(c, ".allOf[0]");
         rc = tg_schema(c, v->arr.items[0], &base);
         tg_pop(c, m);
-        if (rc)
-            return rc;
     } else if ((v = json_get(s, "type")) && v->type != JSON_NULL) {
-        if (v->type == JSON_STRING) {
-            rc = tg_typed(c, s, v->str.s, v->str.len, &base);
-        } else if (v->type == JSON_ARRAY && v->arr.n > 0) {
-            grammar_node **alts = calloc(v->arr.n, sizeof *alts);
-            if (!alts)
-                return tg_nomem(c);
-            for (size_t i = 0; i < v->arr.n && !rc; i++) {
-                const json_value *t = v->arr.items[i];
-                if (t->type != JSON_STRING)
-                    rc = tg_fail(c, ERR_INVAL, "\"type\"[%zu] must be a string", i);
-                else
-                    rc = tg_typed(c, s, t->str.s, t->str.len, &alts[i]);
-            }
-            if (!rc)
-                base = grammar_ast_alt(c->a, alts, (int)v->arr.n);
-            free(alts);
-        } else {
-            rc = tg_fail(c, ERR_INVAL, "\"type\" must be a string or a non-empty array of strings");
-        }
-        if (rc)
-            return rc;
+        rc = tg_schema_type(c, s, v, &base);
     } else {
-        /* no type: infer it from the keywords, else any value */
-        static const struct {
-            const char *kw, *type;
-        } infer[] = {{"properties", "object"},
-                     {"required", "object"},
-                     {"additionalProperties", "object"},
-                     {"minProperties", "object"},
-                     {"maxProperties", "object"},
-                     {"items", "array"},
-                     {"minItems", "array"},
-                     {"maxItems", "array"},
-                     {"minLength", "string"},
-                     {"maxLength", "string"},
-                     {"minimum", "number"},
-                     {"maximum", "number"},
-                     {"exclusiveMinimum", "number"},
-                     {"exclusiveMaximum", "number"}};
-        const char *t = NULL;
-        for (size_t i = 0; i < sizeof infer / sizeof *infer && !t; i++)
-            if (json_get(s, infer[i].kw))
-                t = infer[i].type;
-        if (t) {
-            if ((rc = tg_typed(c, s, t, strlen(t), &base)))
-                return rc;
-        } else {
-            base = tg_any(c, c->lim.any_depth);
-        }
+        rc = tg_schema_untyped(c, s, &base);
     }
+    if (rc)
+        return rc;
     *out = add_null ? grammar_ast_alt2(c->a, base, tg_str(c, "null")) : base;
     return 0;
 }
