@@ -328,133 +328,158 @@ static void gen_print_item(gen_ctx *g, int32_t i) {
     fwrite(g->sb.data, 1, g->sb.len, stdout);
 }
 
-int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *prompts_file = NULL, *system_msg = NULL;
-    bool chat = false;
-    int64_t n = 64;
-    bool ignore_eos = false, digest = false;
+/* What the command line asked for: the model, the prompt(s) and the sampling defaults. */
+typedef struct gen_opts {
+    const char *model_path, *prompt, *prompts_file, *system_msg;
+    bool chat, ignore_eos, digest;
+    int64_t n;
     sample_params sp;
-    gen_default_params(&sp);
+} gen_opts;
+
+/* Parses argv[*i] if it is one of the sampling options (--temp ... --seed), with its value, into
+ * sp. Sets *matched to whether it was one; returns 0, or 2 after a usage error. */
+static int gen_parse_sample_opt(int argc, char **argv, int *i, sample_params *sp, bool *matched) {
+    const char *a = argv[*i], *v;
+    double d;
+    int64_t iv;
+    *matched = true;
+#define NEXT()                                                                                     \
+    do {                                                                                           \
+        if (!(v = cli_next("generate", argc, argv, i)))                                            \
+            return 2;                                                                              \
+    } while (0)
+    if (!strcmp(a, "--temp")) {
+        NEXT();
+        if (cli_parse_f64("generate", a, v, 0, 100, &sp->temperature))
+            return 2;
+    } else if (!strcmp(a, "--top-k")) {
+        NEXT();
+        if (cli_parse_i64("generate", a, v, 0, INT32_MAX, &iv))
+            return 2;
+        sp->top_k = (int32_t)iv;
+    } else if (!strcmp(a, "--top-p")) {
+        NEXT();
+        if (cli_parse_f64("generate", a, v, 0, 1, &sp->top_p))
+            return 2;
+    } else if (!strcmp(a, "--min-p")) {
+        NEXT();
+        if (cli_parse_f64("generate", a, v, 0, 1, &sp->min_p))
+            return 2;
+    } else if (!strcmp(a, "--repeat-penalty")) {
+        NEXT();
+        if (cli_parse_f64("generate", a, v, 0, 100, &d))
+            return 2;
+        sp->repetition_penalty = d;
+    } else if (!strcmp(a, "--frequency-penalty")) {
+        NEXT();
+        if (cli_parse_f64("generate", a, v, -2, 2, &sp->frequency_penalty))
+            return 2;
+    } else if (!strcmp(a, "--presence-penalty")) {
+        NEXT();
+        if (cli_parse_f64("generate", a, v, -2, 2, &sp->presence_penalty))
+            return 2;
+    } else if (!strcmp(a, "--seed")) {
+        NEXT();
+        if (cli_parse_i64("generate", a, v, 0, INT64_MAX, &iv))
+            return 2;
+        sp->seed = (uint64_t)iv;
+    } else {
+        *matched = false;
+    }
+#undef NEXT
+    return 0;
+}
+
+/* Parses the whole command line into o and checks the combination; returns 0, or 2 after a usage
+ * error. */
+static int gen_parse_args(int argc, char **argv, gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n = 64;
+    gen_default_params(&o->sp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        double d;
-        int64_t iv;
+        bool matched;
 #define NEXT()                                                                                     \
     do {                                                                                           \
         if (!(v = cli_next("generate", argc, argv, &i)))                                           \
             return 2;                                                                              \
     } while (0)
+        if (gen_parse_sample_opt(argc, argv, &i, &o->sp, &matched))
+            return 2;
+        if (matched)
+            continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             NEXT();
-            model_path = v;
+            o->model_path = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             NEXT();
-            prompt = v;
+            o->prompt = v;
         } else if (!strcmp(a, "--prompts")) {
             NEXT();
-            prompts_file = v;
+            o->prompts_file = v;
         } else if (!strcmp(a, "-n")) {
             NEXT();
-            if (cli_parse_i64("generate", a, v, 0, 1000000, &n))
+            if (cli_parse_i64("generate", a, v, 0, 1000000, &o->n))
                 return 2;
-        } else if (!strcmp(a, "--temp")) {
-            NEXT();
-            if (cli_parse_f64("generate", a, v, 0, 100, &sp.temperature))
-                return 2;
-        } else if (!strcmp(a, "--top-k")) {
-            NEXT();
-            if (cli_parse_i64("generate", a, v, 0, INT32_MAX, &iv))
-                return 2;
-            sp.top_k = (int32_t)iv;
-        } else if (!strcmp(a, "--top-p")) {
-            NEXT();
-            if (cli_parse_f64("generate", a, v, 0, 1, &sp.top_p))
-                return 2;
-        } else if (!strcmp(a, "--min-p")) {
-            NEXT();
-            if (cli_parse_f64("generate", a, v, 0, 1, &sp.min_p))
-                return 2;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            NEXT();
-            if (cli_parse_f64("generate", a, v, 0, 100, &d))
-                return 2;
-            sp.repetition_penalty = d;
-        } else if (!strcmp(a, "--frequency-penalty")) {
-            NEXT();
-            if (cli_parse_f64("generate", a, v, -2, 2, &sp.frequency_penalty))
-                return 2;
-        } else if (!strcmp(a, "--presence-penalty")) {
-            NEXT();
-            if (cli_parse_f64("generate", a, v, -2, 2, &sp.presence_penalty))
-                return 2;
-        } else if (!strcmp(a, "--seed")) {
-            NEXT();
-            if (cli_parse_i64("generate", a, v, 0, INT64_MAX, &iv))
-                return 2;
-            sp.seed = (uint64_t)iv;
         } else if (!strcmp(a, "-t")) {
             NEXT();
             if (flags_set("threads", v))
                 return cli_usage_error("generate", "%s", err_detail());
         } else if (!strcmp(a, "--chat")) {
-            chat = true;
+            o->chat = true;
         } else if (!strcmp(a, "--system")) {
             NEXT();
-            system_msg = v;
+            o->system_msg = v;
         } else if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = true;
+            o->ignore_eos = true;
         } else if (!strcmp(a, "--logits-digest")) {
-            digest = true;
+            o->digest = true;
         } else {
             return cli_usage_error("generate", "unknown option '%s' (see verity generate --help)",
                                    a);
         }
 #undef NEXT
     }
-    if (!prompt == !prompts_file)
+    if (!o->prompt == !o->prompts_file)
         return cli_usage_error("generate", "give exactly one of -p TEXT or --prompts FILE.jsonl");
-    if ((chat || system_msg) && !prompt)
+    if ((o->chat || o->system_msg) && !o->prompt)
         return cli_usage_error("generate", "--chat and --system go with -p TEXT");
-    if (sample_params_validate(&sp))
+    if (sample_params_validate(&o->sp))
         return cli_usage_error("generate", "%s", err_detail());
+    return 0;
+}
 
-    cli_model cm;
-    int status = cli_model_open("generate", model_path, &cm);
-    if (status)
+/* Builds g->items (and *n_items) from -p TEXT (through the chat template with --chat/--system) or
+ * from the --prompts file. On failure the items built so far stay in g for gen_free_items. */
+static int gen_load_items(const cli_model *cm, const gen_opts *o, gen_ctx *g, int32_t *n_items) {
+    int status;
+    if (!o->prompt)
+        return gen_read_prompts(o->prompts_file, cm->tok, &g->items, n_items);
+    g->items = calloc(1, sizeof *g->items);
+    *n_items = 1;
+    if (!g->items)
+        return cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+    g->items[0].sp = o->sp;
+    g->items[0].n = (int32_t)o->n;
+    if (o->chat || o->system_msg) {
+        if ((status = gen_chat_prompt(cm, o->system_msg, o->prompt, &g->items[0])))
+            return status;
+    } else if ((status = gen_tokenize("generate", cm->tok, o->prompt, strlen(o->prompt),
+                                      &g->items[0]))) {
         return status;
-    gen_ctx g = {.tok = cm.tok,
-                 .n_vocab = model_get_hparams(cm.m)->n_vocab,
-                 .digest = digest,
-                 .stream = prompt != NULL};
-    strbuf_init(&g.sb);
-    int32_t n_items = 0;
-    engine *e = NULL;
-    if (prompt) {
-        g.items = calloc(1, sizeof *g.items);
-        n_items = 1;
-        if (!g.items) {
-            status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
-            goto done;
-        }
-        g.items[0].sp = sp;
-        g.items[0].n = (int32_t)n;
-        if (chat || system_msg) {
-            if ((status = gen_chat_prompt(&cm, system_msg, prompt, &g.items[0])))
-                goto done;
-        } else if ((status =
-                        gen_tokenize("generate", cm.tok, prompt, strlen(prompt), &g.items[0]))) {
-            goto done;
-        }
-        tokenizer_stream_init(&g.items[0].ts, cm.tok, true);
-    } else if ((status = gen_read_prompts(prompts_file, cm.tok, &g.items, &n_items))) {
-        goto done;
     }
+    tokenizer_stream_init(&g->items[0].ts, cm->tok, true);
+    return 0;
+}
+
+/* Creates the engine, its KV pool sized (unless --kv-mem/--kv-blocks say otherwise) for what these
+ * prompts need at most, max_batch at a time. */
+static int gen_engine_start(const cli_model *cm, const gen_ctx *g, int32_t n_items, engine **e) {
     engine_opts eo;
-    engine_opts_from_flags(&eo, cm.m);
-    /* size the KV pool for what these prompts need at most, max_batch at a time */
+    engine_opts_from_flags(&eo, cm->m);
     int64_t per = 0;
     for (int32_t i = 0; i < n_items; i++) {
-        int64_t need = (int64_t)g.items[i].n_prompt + g.items[i].n;
+        int64_t need = (int64_t)g->items[i].n_prompt + g->items[i].n;
         if (need > eo.n_ctx)
             need = eo.n_ctx;
         if (need > per)
@@ -463,13 +488,16 @@ int cmd_generate(int argc, char **argv) {
     if (flags_int(FLAG_KV_MEM) == 0 && flags_int(FLAG_KV_BLOCKS) == 0)
         eo.kv_blocks = ((per + eo.block_size - 1) / eo.block_size) *
                        (n_items < eo.max_batch ? n_items : eo.max_batch);
-    int rc = engine_create(cm.m, cm.tok, &eo, &e);
-    if (rc) {
-        status = cli_fail("generate", rc);
-        goto done;
-    }
+    int rc = engine_create(cm->m, cm->tok, &eo, e);
+    if (rc)
+        return cli_fail("generate", rc);
+    return 0;
+}
+
+/* Allocates each item's output buffer and submits it to the engine, in input order. */
+static int gen_submit_items(engine *e, gen_ctx *g, int32_t n_items, bool ignore_eos) {
     for (int32_t i = 0; i < n_items; i++) {
-        gen_item *it = &g.items[i];
+        gen_item *it = &g->items[i];
         it->out = malloc(((size_t)it->n + 1) * sizeof(int32_t));
         it->digest = 1469598103934665603ull;
         engine_req r = {.id = (uint64_t)i,
@@ -479,47 +507,74 @@ int cmd_generate(int argc, char **argv) {
                         .max_tokens = it->n,
                         .ignore_eog = ignore_eos,
                         .cb = gen_on_event,
-                        .ud = &g};
-        if (!it->out) {
-            status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
-            goto done;
-        }
-        if ((rc = engine_submit(e, &r))) {
-            status = cli_usage_error("generate", "prompt %d: %s", i, err_detail());
-            goto done;
-        }
+                        .ud = g};
+        if (!it->out)
+            return cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+        if (engine_submit(e, &r))
+            return cli_usage_error("generate", "prompt %d: %s", i, err_detail());
     }
+    return 0;
+}
+
+/* Steps the engine until every item is done, printing batch results in input order as they
+ * complete, then the timing line on stderr. */
+static int gen_run(engine *e, gen_ctx *g, int32_t n_items) {
+    int rc;
     int64_t t0 = clock_now_ns(), n_gen = 0, n_prompt_tok = 0;
     int32_t next_print = 0;
     while (engine_busy(e)) {
-        if ((rc = engine_step(e))) {
-            status = cli_fail("generate", rc);
-            goto done;
-        }
-        while (!g.stream && next_print < n_items && g.items[next_print].done)
-            gen_print_item(&g, next_print++);
+        if ((rc = engine_step(e)))
+            return cli_fail("generate", rc);
+        while (!g->stream && next_print < n_items && g->items[next_print].done)
+            gen_print_item(g, next_print++);
     }
     fflush(stdout);
     double dt = (double)(clock_now_ns() - t0) * 1e-9;
     for (int32_t i = 0; i < n_items; i++) {
-        n_gen += g.items[i].n_out;
-        n_prompt_tok += g.items[i].n_prompt;
+        n_gen += g->items[i].n_out;
+        n_prompt_tok += g->items[i].n_prompt;
     }
-    if (g.stream)
+    if (g->stream)
         fputc('\n', stderr);
     fprintf(stderr,
             "verity: %d prompt(s), %lld prompt tokens, %lld generated in %.3f s (%.1f tok/s), "
             "%lld preemptions\n",
             n_items, (long long)n_prompt_tok, (long long)n_gen, dt,
             dt > 0 ? (double)n_gen / dt : 0.0, (long long)engine_n_preemptions(e));
-done:
-    engine_destroy(e);
-    for (int32_t i = 0; g.items && i < n_items; i++) {
-        free(g.items[i].prompt);
-        free(g.items[i].out);
+    return 0;
+}
+
+/* Frees the items' prompts and outputs, the items array and the output buffer. */
+static void gen_free_items(gen_ctx *g, int32_t n_items) {
+    for (int32_t i = 0; g->items && i < n_items; i++) {
+        free(g->items[i].prompt);
+        free(g->items[i].out);
     }
-    free(g.items);
-    strbuf_deinit(&g.sb);
+    free(g->items);
+    strbuf_deinit(&g->sb);
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o;
+    int status = gen_parse_args(argc, argv, &o);
+    if (status)
+        return status;
+    cli_model cm;
+    if ((status = cli_model_open("generate", o.model_path, &cm)))
+        return status;
+    gen_ctx g = {.tok = cm.tok,
+                 .n_vocab = model_get_hparams(cm.m)->n_vocab,
+                 .digest = o.digest,
+                 .stream = o.prompt != NULL};
+    strbuf_init(&g.sb);
+    int32_t n_items = 0;
+    engine *e = NULL;
+    if (!(status = gen_load_items(&cm, &o, &g, &n_items)) &&
+        !(status = gen_engine_start(&cm, &g, n_items, &e)) &&
+        !(status = gen_submit_items(e, &g, n_items, o.ignore_eos)))
+        status = gen_run(e, &g, n_items);
+    engine_destroy(e);
+    gen_free_items(&g, n_items);
     cli_model_close(&cm);
     return status;
 }
