@@ -215,8 +215,8 @@ int hunt_tools_load(const char *path, hunt_tools **out) {
     char *text;
     size_t len;
     int rc = file_read_all(path, 0, &text, &len);
-    if (rc)
-        return err_wrap(rc, "tools file");
+    if (rc) /* a missing file too is ERR_IO here, as the contract says */
+        return err_wrap(rc == ERR_NOTFOUND ? ERR_IO : rc, "tools file");
     rc = hunt_tools_from_json(text, len, path, out);
     free(text);
     return rc;
