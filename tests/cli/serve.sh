@@ -99,6 +99,8 @@ if start_server serve.start -m "$MODEL" --admin-api 1 --max-batch 64 --chunk 8 -
     bad logit_bias 400 '"param":"logit_bias"' /v1/completions '{"prompt":"x","logit_bias":{"5":10}}'
     bad json_mode_unavailable 400 'response_format' /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"grammar"}}'
     bad stream_options_without_stream 400 'stream_options' /v1/completions '{"prompt":"x","stream_options":{"include_usage":true}}'
+    bad admin_step_bad_body 400 '"param":"steps"' /admin/step '{"steps":"x"}'
+    bad admin_step_not_paused 409 'needs a paused engine' /admin/step '{"steps":1}'
     printf '{"prompt":"\xff\xfe bad"}' >"$TMP/badutf8"
     bad invalid_utf8 400 'UTF-8' /v1/completions "$(cat "$TMP/badutf8")"
     head -c $((9 * 1024 * 1024)) /dev/zero | tr '\0' 'a' >"$TMP/big"
@@ -278,6 +280,9 @@ if start_server serve.auth -m "$MODEL" --api-key s3cret; then
     c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}' -H 'Authorization: Bearer s3cret')
     h=$(http_code GET /health)
     f=$(curl -s -H 'Authorization: Bearer s3cret' "$SRV_URL/v1/flags")
+    # without --admin-api the admin routes do not exist
+    adm=$(http_code POST /admin/pause '{}' -H 'Authorization: Bearer s3cret')
+    [ "$adm" = 404 ] && pass serve.admin_api_off_by_default || fail serve.admin_api_off_by_default "POST /admin/pause: $adm"
     if [ "$a$b$c$h" = 401401200200 ] && ! grep -q s3cret <<<"$f"; then pass serve.api_key
     else fail serve.api_key "no key $a, wrong key $b, right key $c, health $h"; fi
     stop_server
