@@ -299,8 +299,8 @@ static void serve_set_ready(serve_state *s) {
             s->eo.threads);
 }
 
-/* Waits for SIGTERM/SIGINT, stops accepting, and lets in-flight requests finish for up to
- * --drain-timeout seconds. */
+/* Waits for SIGTERM/SIGINT, stops accepting, and lets in-flight requests finish (generated and
+ * their responses sent) for up to --drain-timeout seconds. */
 static void serve_wait_drain(serve_state *s) {
     int sig = 0;
     sigwait(&s->sigs, &sig);
@@ -308,7 +308,11 @@ static void serve_wait_drain(serve_state *s) {
             sig == SIGTERM ? "SIGTERM" : "SIGINT", (long long)flags_int(FLAG_DRAIN_TIMEOUT));
     server_drain(s->srv);
     int64_t deadline = clock_now_ns() + flags_int(FLAG_DRAIN_TIMEOUT) * 1000000000LL;
-    while (engine_loop_pending(s->loop) > 0 && clock_now_ns() < deadline) {
+    /* both: the engine's work, and the handlers still writing the last responses (the engine
+     * is done with a request before its handler has sent it; stopping the daemon then would
+     * cut that response off) */
+    while ((engine_loop_pending(s->loop) > 0 || server_active(s->srv) > 0) &&
+           clock_now_ns() < deadline) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }

@@ -173,10 +173,12 @@ if start_server serve.start -m "$MODEL" --admin-api 1 --max-batch 64 --chunk 8 -
         fail serve.sigterm_exit_0 "exit status $SRV_STATUS: $(grep -A12 -m1 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|runtime error' "$SRV_LOG" | tr '\n' ' ' | head -c 1500)"
 fi
 
-# P1 again with a KV pool small enough to force preemption: 48 blocks of 16 positions hold the
-# largest of these requests (about 25 blocks) but not two of them growing at once
+# P1 again with a KV pool small enough to force preemption: 40 blocks of 16 positions hold the
+# largest of these requests (about 25 blocks) but not two of them growing at once. The requests
+# enter the held engine's queue in index order (p1.mjs), so the schedule is the same on every
+# run: 3 preemptions with this pool.
 if [ -n "$have_node" ] && [ -s "$TMP/p1.alone" ] &&
-    start_server serve.preempt -m "$MODEL" --admin-api 1 --kv-blocks 48 --max-batch 64 --chunk 8 -t 2; then
+    start_server serve.preempt -m "$MODEL" --admin-api 1 --kv-blocks 40 --max-batch 64 --chunk 8 -t 2; then
     # (a pool this small holds about 8 sequences at once: batches above 8 are not expected)
     if p1_replay serve.p1_http_preemption 0; then
         pre=$(metric verity_preemptions_total)
@@ -269,7 +271,7 @@ if start_server serve.drain -m "$MODEL" --admin-api 1 --drain-timeout 600 --max-
     if [ $ok -eq 3 ] && [ "$late" = 503 ] && [ $st -eq 0 ]; then
         pass serve.sigterm_drain
     else
-        fail serve.sigterm_drain "in-flight completed: $ok of 3, late request: $late, exit: $st"
+        fail serve.sigterm_drain "in-flight completed: $ok of 3 ($(for k in 1 2 3; do printf '%s: %s; ' "$(cat "$TMP/drain.code.$k")" "$(head -c 200 "$TMP/drain.body.$k")"; done)), late request: $late, exit: $st"
     fi
 fi
 

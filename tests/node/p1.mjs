@@ -5,9 +5,9 @@
 // response is normalized (id and created removed; a stream assembled into the non-streamed
 // shape) and printed as one JSON line, so the caller can compare the two runs byte for byte.
 // With VERITY_P1_HOLD=1 (a server started with --admin-api 1) replay holds the engine
-// (POST /admin/pause) until every choice of the 64 requests waits in the engine, then releases it,
-// so they really are scheduled together whatever the machine's speed; the caller checks the batch
-// size histogram to prove it.
+// (POST /admin/pause) and sends the 64 requests into its queue one at a time, in index order, then
+// releases it once every choice waits, so they really are scheduled together, in the same order,
+// whatever the machine's speed; the caller checks the batch size histogram to prove it.
 // Usage: VERITY_URL=http://127.0.0.1:PORT node p1.mjs record|replay > out.jsonl
 const base = process.env.VERITY_URL;
 const mode = process.argv[2];
@@ -95,20 +95,34 @@ if (mode === 'record') {
     if (!res.ok) throw new Error(`POST /admin/${what}: HTTP ${res.status} ${await res.text()}`);
   };
   if (hold) await admin('pause');
-  const all = Promise.all(reqs.map(async (r, i) => { results[i] = await send(r, i % 2 === 1 && !(r.body.logprobs && !r.chat)); }));
-  if (hold) {
-    // every choice is one engine request: wait until all of them wait (a backstop of 300 s for
-    // a hung server; the loop ends as soon as the state exists)
-    const want = reqs.reduce((s, r) => s + (r.body.n || 1), 0);
+  const waitingNow = async () => {
+    const m = await (await fetch(base + '/metrics')).text();
+    return Number((m.match(/^verity_requests_waiting (\d+)$/m) || [])[1]);
+  };
+  // every choice is one engine request. Held, the requests enter the queue one at a time, in
+  // index order (the next is sent once the previous one's choices wait), so the order the
+  // scheduler admits them in, and with it the whole schedule, is the same on every run and
+  // machine; each wait has a backstop of 300 s for a hung server and ends as soon as the state
+  // exists.
+  const pending = [];
+  let want = 0;
+  for (let i = 0; i < reqs.length; i++) {
+    const r = reqs[i];
+    pending.push(send(r, i % 2 === 1 && !(r.body.logprobs && !r.chat)).then((x) => { results[i] = x; }));
+    if (!hold) continue;
+    want += r.body.n || 1;
     let waiting = -1;
     for (let k = 0; k < 3000 && waiting !== want; k++) {
-      const m = await (await fetch(base + '/metrics')).text();
-      waiting = Number((m.match(/^verity_requests_waiting (\d+)$/m) || [])[1]);
-      if (waiting !== want) await new Promise((ok) => setTimeout(ok, 100));
+      waiting = await waitingNow();
+      if (waiting !== want) await new Promise((ok) => setTimeout(ok, 5));
     }
-    await admin('resume');
-    if (waiting !== want) throw new Error(`only ${waiting} of ${want} choices reached the engine's queue`);
+    if (waiting !== want) {
+      await admin('resume');
+      throw new Error(`request ${i}: ${waiting} choices wait in the engine's queue, ${want} expected`);
+    }
   }
+  if (hold) await admin('resume');
+  const all = Promise.all(pending);
   await all;
 }
 for (let i = 0; i < reqs.length; i++) {
