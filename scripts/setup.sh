@@ -20,6 +20,10 @@ need=(
   "npm:/usr/bin/npm"
   "libcurl4-openssl-dev:/usr/include/x86_64-linux-gnu/curl/curl.h"
   "chromium:/usr/bin/chromium"
+  "libxxhash-dev:/usr/include/xxhash.h"
+  "libhiredis-dev:/usr/include/hiredis/hiredis.h"
+  "redis-server:/usr/bin/redis-server"
+  "redis-tools:/usr/bin/redis-benchmark"
 )
 missing=()
 for entry in "${need[@]}"; do
