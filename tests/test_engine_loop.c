@@ -99,12 +99,12 @@ static void lp_wait_waiting(engine_loop *l, int64_t want) {
     eloop_stats st;
     for (int k = 0; k < 100000; k++) {
         engine_loop_stats(l, &st);
-        if (st.waiting == want)
+        if (st.e.waiting == want)
             return;
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    test_fail(__FILE__, __LINE__, "%lld requests waiting, %lld expected", (long long)st.waiting,
+    test_fail(__FILE__, __LINE__, "%lld requests waiting, %lld expected", (long long)st.e.waiting,
               (long long)want);
 }
 
@@ -121,14 +121,14 @@ static void t_pause_step_resume(void) {
     lp_wait_waiting(env.loop, 4);
     eloop_stats st;
     engine_loop_stats(env.loop, &st);
-    T_CHECK(st.paused && st.steps == 0 && st.running == 0);
+    T_CHECK(st.paused && st.steps == 0 && st.e.running == 0);
     eloop_event ev;
     T_CHECK(eloop_req_next(q[0], &ev, 0) == ERR_TIMEOUT); /* nothing ran */
     T_OK(engine_loop_step(env.loop, 1, &taken));
     engine_loop_stats(env.loop, &st);
-    T_CHECKF(taken == 1 && st.steps == 1 && st.running == 4 && st.waiting == 0,
+    T_CHECKF(taken == 1 && st.steps == 1 && st.e.running == 4 && st.e.waiting == 0,
              "taken %lld, steps %lld, running %lld, waiting %lld", (long long)taken,
-             (long long)st.steps, (long long)st.running, (long long)st.waiting);
+             (long long)st.steps, (long long)st.e.running, (long long)st.e.waiting);
     T_OK(engine_loop_step(env.loop, 3, &taken));
     engine_loop_stats(env.loop, &st);
     T_CHECKF(taken == 3 && st.steps == 4 && st.paused, "taken %lld, steps %lld", (long long)taken,
@@ -136,8 +136,8 @@ static void t_pause_step_resume(void) {
     /* more steps than there is work: the grant stops with the work */
     T_OK(engine_loop_step(env.loop, 1000, &taken));
     engine_loop_stats(env.loop, &st);
-    T_CHECKF(taken < 1000 && st.running == 0 && st.waiting == 0, "taken %lld, running %lld",
-             (long long)taken, (long long)st.running);
+    T_CHECKF(taken < 1000 && st.e.running == 0 && st.e.waiting == 0, "taken %lld, running %lld",
+             (long long)taken, (long long)st.e.running);
     int32_t toks[MAX_TOK];
     for (int i = 0; i < 4; i++)
         T_EQ_INT(lp_drain(q[i], toks), MAX_TOK);
@@ -184,7 +184,7 @@ static void t_held_batch_equals_alone(void) {
     T_OK(engine_loop_step(env.loop, 1, &taken));
     eloop_stats st;
     engine_loop_stats(env.loop, &st);
-    T_CHECKF(st.running == N_REQ, "%lld of %d requests in the first step", (long long)st.running,
+    T_CHECKF(st.e.running == N_REQ, "%lld of %d requests in the first step", (long long)st.e.running,
              N_REQ);
     engine_loop_resume(env.loop);
     for (int i = 0; i < N_REQ; i++)

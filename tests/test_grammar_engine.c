@@ -123,9 +123,10 @@ static int64_t eng_run(eng_env *env, int64_t kv_blocks, int max_batch, int chunk
     }
     while (engine_busy(e))
         T_OK(engine_step(e));
-    int64_t pre = engine_n_preemptions(e);
+    engine_stats st;
+    engine_stats_get(e, &st);
     engine_destroy(e);
-    return pre;
+    return st.preemptions;
 }
 
 static void t_engine(void) {

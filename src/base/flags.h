@@ -56,6 +56,20 @@ enum flag_kind {
       "KV cache memory in MiB (0 = enough for max-batch full contexts)")                           \
     X(KV_BLOCKS, "kv-blocks", FLAG_KIND_INT, "0", "0:1073741824",                                  \
       "KV cache size in blocks; overrides kv-mem when set (0 = use kv-mem)")                       \
+    X(PREFIX_CACHE, "prefix-cache", FLAG_KIND_BOOL, "1", "0|1",                                    \
+      "keep full KV blocks after their request ends, named by their token prefix, and reuse "      \
+      "them for requests that start with the same tokens (same bits as recomputing)")              \
+    X(KV_VERIFY, "kv-verify", FLAG_KIND_BOOL, "1", "0|1",                                          \
+      "verify a cached KV block's checksum before reusing it from memory (tier loads are always "  \
+      "verified)")                                                                                 \
+    X(KV_DISK_DIR, "kv-disk-dir", FLAG_KIND_STRING, "", "",                                        \
+      "directory of the disk KV tier (L2): blocks evicted from memory go there and come back "     \
+      "checksummed (empty = no disk tier)")                                                        \
+    X(KV_DISK_MEM, "kv-disk-mem", FLAG_KIND_INT, "4096", "1:16777216",                             \
+      "bound on the disk KV tier's size in MiB (least recently used blocks are dropped)")          \
+    X(KV_REDIS, "kv-redis", FLAG_KIND_STRING, "", "",                                              \
+      "Redis KV tier (L3) shared by replicas: redis://HOST:PORT[/DB] or unix:///PATH (empty = "    \
+      "none); sealed blocks are written to it and reused by any replica of the same model")        \
     X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
       "compute threads spin briefly between parallel regions instead of sleeping at once")         \
     X(CTX, "ctx", FLAG_KIND_INT, "0", "0:16777216",                                                \
@@ -103,7 +117,12 @@ enum flag_kind {
     X(FAULT_TABLE_RACE, "fault-table-race", FLAG_KIND_BOOL, "0", "0|1",                            \
       "FAULT (e): the scheduler rewrites a block table while the previous step still reads it")    \
     X(FAULT_TIER_RELOAD, "fault-tier-reload", FLAG_KIND_BOOL, "0", "0|1",                          \
-      "FAULT (f): a preempted sequence's KV comes back from the host tier with K but not V")
+      "FAULT (f): a preempted sequence's KV comes back from the host tier with K but not V")      \
+    X(FAULT_TIER_KONLY, "fault-tier-konly", FLAG_KIND_BOOL, "0", "0|1",                            \
+      "FAULT (g): a block loaded from the disk or Redis tier gets its K but not its V")             \
+    X(FAULT_KV_CORRUPT, "fault-kv-corrupt", FLAG_KIND_ENUM, "none", "none|l1|disk|redis",         \
+      "FAULT (h): one bit of every eighth KV block flips in memory after it is cached (l1), or in " \
+      "the blob written to the disk or Redis tier")
 #else
 #define FLAG_FAULT_LIST(X)
 #endif

@@ -536,11 +536,14 @@ static int gen_run(engine *e, gen_ctx *g, int32_t n_items) {
     }
     if (g->stream)
         fputc('\n', stderr);
+    engine_stats st;
+    engine_stats_get(e, &st);
     fprintf(stderr,
             "verity: %d prompt(s), %lld prompt tokens, %lld generated in %.3f s (%.1f tok/s), "
-            "%lld preemptions\n",
+            "%lld preemptions, %lld positions from the prefix cache\n",
             n_items, (long long)n_prompt_tok, (long long)n_gen, dt,
-            dt > 0 ? (double)n_gen / dt : 0.0, (long long)engine_n_preemptions(e));
+            dt > 0 ? (double)n_gen / dt : 0.0, (long long)st.preemptions,
+            (long long)st.cached_positions);
     return 0;
 }
 

@@ -16,8 +16,10 @@
 #include "base/cpu.h"
 #include "base/err.h"
 #include "base/flags.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_prefix.h"
 #include "model/forward.h"
 
 #include <stdlib.h>
@@ -28,8 +30,9 @@ typedef struct eng_seq {
     int32_t *toks;
     int32_t n_prompt, n_toks, n_done, cap;
     int32_t max_tokens, n_gen;
-    int32_t *blocks;  /* capacity: blocks for the request's whole context */
-    int32_t n_blocks; /* allocated so far (positions [0, n_blocks * block_size)) */
+    kv_table tab;     /* its blocks (capacity: the request's whole context) */
+    int32_t n_cached; /* prompt positions taken from the cache or a peer at first admission */
+    bool was_admitted;
     int32_t plan;     /* tokens scheduled for the current step */
     int64_t admitted; /* admission sequence number: preemption takes the latest first */
     sampler *smp;
@@ -53,6 +56,7 @@ struct engine {
     engine_opts o;
     int64_t n_vocab;
     kv_pool *kv;
+    kv_prefix *px;
     fwd_ctx *fc;
     int64_t budget;
     eng_seq **running;
@@ -68,6 +72,7 @@ struct engine {
     int64_t n_generated;        /* tokens sampled and kept */
     int64_t n_shared_positions; /* prompt positions taken from a group peer instead of computed */
     int64_t n_prompt_computed;  /* tokens fed while reading known tokens (prefill and recompute) */
+    int64_t n_cached_positions; /* positions taken from the prefix cache */
     int64_t last_step_seqs;
     int32_t step_first_tag;
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
@@ -104,6 +109,8 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
         o->kv_blocks = (int64_t)(((size_t)mib << 20) / block_bytes);
     if (flags_int(FLAG_KV_BLOCKS) > 0)
         o->kv_blocks = flags_int(FLAG_KV_BLOCKS);
+    o->prefix_cache = flags_int(FLAG_PREFIX_CACHE) != 0;
+    o->kv_verify = flags_int(FLAG_KV_VERIFY) != 0;
 }
 
 int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine **out) {
@@ -131,6 +138,15 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
                        .n_blocks = o->kv_blocks,
                        .f16 = o->kv_f16};
     int rc = kv_pool_create(&ko, &e->kv);
+    if (!e->o.identity) {
+        /* the root key: the model file, and what shapes its KV bytes */
+        uint64_t id[3] = {model_identity(m), (uint64_t)o->kv_f16, (uint64_t)o->block_size};
+        e->o.identity = hash64(0, id, sizeof id);
+    }
+    kv_prefix_opts po = {.enabled = o->prefix_cache, .verify = o->kv_verify,
+                         .identity = e->o.identity};
+    if (!rc)
+        rc = kv_prefix_create(e->kv, &po, &e->px);
     if (!rc)
         rc = fwd_ctx_create(m, e->kv, e->budget, o->max_batch, o->threads, o->attn_chunk, &e->fc);
     e->running = calloc((size_t)o->max_batch, sizeof *e->running);
@@ -162,9 +178,8 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
 }
 
 static void eng_release_blocks(engine *e, eng_seq *s) {
-    for (int32_t i = 0; i < s->n_blocks; i++)
-        kv_block_unref(e->kv, s->blocks[i]);
-    s->n_blocks = 0;
+    if (s->tab.ids)
+        kv_prefix_release(e->px, &s->tab);
 }
 
 static void eng_seq_free(engine *e, eng_seq *s) {
@@ -173,7 +188,7 @@ static void eng_seq_free(engine *e, eng_seq *s) {
     eng_release_blocks(e, s);
     sampler_destroy(s->smp);
     grammar_state_destroy(s->gs);
-    free(s->blocks);
+    kv_table_deinit(&s->tab);
     free(s->toks);
     free(s);
 }
@@ -189,6 +204,7 @@ void engine_destroy(engine *e) {
         s = n;
     }
     fwd_ctx_destroy(e->fc);
+    kv_prefix_destroy(e->px);
     kv_pool_destroy(e->kv);
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     free(e->f_freed_prev);
@@ -237,8 +253,8 @@ static int eng_submit(engine *e, const engine_req *r) {
     s->id = r->id;
     s->cap = (int32_t)eng_ctx_need(e, r->n_prompt, r->max_tokens) + 1;
     s->toks = malloc((size_t)s->cap * sizeof *s->toks);
-    s->blocks = malloc((size_t)blocks * sizeof *s->blocks);
-    if (!s->toks || !s->blocks || (rc = sampler_create(&r->sp, (int)e->n_vocab, &s->smp))) {
+    rc = kv_table_init(&s->tab, (int32_t)blocks);
+    if (rc || !s->toks || (rc = sampler_create(&r->sp, (int)e->n_vocab, &s->smp))) {
         eng_seq_free(e, s);
         return rc ? rc : err_set(ERR_NOMEM, "engine: out of memory");
     }
@@ -286,7 +302,8 @@ int engine_cancel(engine *e, uint64_t id) {
 }
 
 static void eng_emit_finish(eng_seq *s, engine_finish f) {
-    engine_event ev = {.req_id = s->id, .token = -1, .index = s->n_gen, .finish = f};
+    engine_event ev = {
+        .req_id = s->id, .token = -1, .index = s->n_gen, .finish = f, .n_cached = s->n_cached};
     if (s->cb)
         s->cb(s->ud, &ev);
 }
@@ -348,38 +365,82 @@ static const eng_seq *eng_share_peer(const engine *e, const eng_seq *s, int32_t 
  * by copy. The bytes are exactly those s would have computed (P1), so s's output is unchanged. */
 static void eng_share_prompt(engine *e, eng_seq *s, const eng_seq *peer) {
     int64_t upto = s->n_prompt - 1, full = upto / e->o.block_size;
-    for (int64_t b = 0; b < full; b++) {
-        kv_block_ref(e->kv, peer->blocks[b]);
-        s->blocks[s->n_blocks++] = peer->blocks[b];
+    bool partial = upto % e->o.block_size != 0;
+    for (int64_t b = 0; b < full + (partial ? 1 : 0); b++) {
+        kv_block_ref(e->kv, peer->tab.ids[b]);
+        s->tab.ids[s->tab.n++] = peer->tab.ids[b];
     }
-    if (upto % e->o.block_size) {
-        size_t sb = kv_block_state_bytes(e->kv);
-        unsigned char *tmp = malloc(sb);
-        if (!tmp)
-            goto partial_failed;
-        int32_t nb = kv_pool_alloc(e->kv);
-        kv_block_save(e->kv, peer->blocks[full], tmp);
-        kv_block_load(e->kv, nb, tmp, true, true);
-        free(tmp);
-        s->blocks[s->n_blocks++] = nb;
+    /* the partial block is copied: s writes its next position there */
+    if (partial && kv_prefix_copy_block(e->px, &s->tab, (int32_t)full) != 0) {
+        /* no block for the copy: give the partial block back and compute it */
+        kv_prefix_release(e->px, &s->tab);
+        for (int64_t b = 0; b < full; b++) {
+            kv_block_ref(e->kv, peer->tab.ids[b]);
+            s->tab.ids[s->tab.n++] = peer->tab.ids[b];
+        }
+        upto = full * e->o.block_size;
     }
     s->n_done = (int32_t)upto;
     e->n_shared_positions += upto;
-    return;
-partial_failed:
-    /* no memory for the copy: keep the full blocks, compute the rest */
-    s->n_done = (int32_t)(full * e->o.block_size);
-    e->n_shared_positions += s->n_done;
+}
+
+/* True if a running sequence is computing block `index` of s's known tokens (same tokens up to
+ * its end) and has not finished it: s had better wait and take it from the cache. */
+static bool eng_block_in_progress(const engine *e, const eng_seq *s, int32_t index) {
+    int64_t end = ((int64_t)index + 1) * e->o.block_size;
+    if (end > s->n_toks)
+        return false;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const eng_seq *r = e->running[i];
+        if (r->n_toks >= end && r->n_done < end &&
+            memcmp(r->toks, s->toks, (size_t)end * sizeof *s->toks) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* For the head request s, holding no blocks: takes the longest cached prefix of its known tokens
+ * (its last known token is always computed, for its logits: a cached block holding it is copied
+ * first). Returns true, holding nothing, if s should rather wait for a running sequence that is
+ * computing the next block s would take. */
+static bool eng_take_cached(engine *e, eng_seq *s) {
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    if (s->fault_host)
+        return false;
+#endif
+    if (!e->o.prefix_cache || s->n_done > 0 || s->tab.n > 0)
+        return false;
+    int32_t bs = e->o.block_size;
+    int32_t got = kv_prefix_match(e->px, &s->tab, s->toks, s->n_toks / bs);
+    if (eng_block_in_progress(e, s, got)) {
+        kv_prefix_release(e->px, &s->tab);
+        return true;
+    }
+    int64_t done = (int64_t)got * bs;
+    if (got > 0 && done >= s->n_toks) {
+        if (kv_prefix_copy_block(e->px, &s->tab, got - 1) == 0) {
+            done = s->n_toks - 1;
+        } else {
+            /* no block for the copy: give the last block back and compute it */
+            kv_prefix_release(e->px, &s->tab);
+            got = kv_prefix_match(e->px, &s->tab, s->toks, got - 1);
+            done = (int64_t)got * bs;
+        }
+    }
+    s->n_done = (int32_t)done;
+    e->n_cached_positions += done;
+    return false;
 }
 
 /* Admits waiting requests in FIFO order while a batch slot is free and the pool has blocks for
  * all of the head request's known tokens (so it can at least finish its prefill), counting the
- * blocks that running sequences still need for their own known tokens as taken. */
+ * blocks that running sequences still need for their own known tokens as taken, and evictable
+ * cached blocks as available. */
 static void eng_admit(engine *e) {
     int64_t pending = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         const eng_seq *r = e->running[i];
-        int64_t b = eng_blocks_need(e, r->n_toks) - r->n_blocks;
+        int64_t b = eng_blocks_need(e, r->n_toks) - r->tab.n;
         pending += b > 0 ? b : 0;
     }
     while (e->wait_head && e->n_running < e->o.max_batch) {
@@ -388,10 +449,19 @@ static void eng_admit(engine *e) {
         const eng_seq *peer = s->share_group ? eng_share_peer(e, s, &peer_state) : NULL;
         if (!peer && peer_state == 1)
             break; /* a group peer is computing the shared prompt: wait for it, in order */
-        int64_t shared = peer ? (s->n_prompt - 1) / e->o.block_size : 0;
-        int64_t need = eng_blocks_need(e, s->n_toks) - shared;
-        if (need + pending > kv_pool_n_free(e->kv))
-            break; /* FIFO: the head waits for blocks; later requests do not overtake it */
+        if (!peer && eng_take_cached(e, s))
+            break; /* a running sequence is computing s's next block: wait for it, in order */
+        int64_t held = peer ? (s->n_prompt - 1) / e->o.block_size : s->tab.n;
+        int64_t need = eng_blocks_need(e, s->n_toks) - held;
+        if (need + pending > kv_prefix_n_available(e->px)) {
+            /* FIFO: the head waits for blocks; later requests do not overtake it */
+            if (!peer && s->tab.n) {
+                e->n_cached_positions -= s->n_done;
+                kv_prefix_release(e->px, &s->tab);
+                s->n_done = 0;
+            }
+            break;
+        }
         pending += need;
         if (peer)
             eng_share_prompt(e, s, peer);
@@ -401,10 +471,8 @@ static void eng_admit(engine *e) {
             int64_t nb = eng_blocks_need(e, s->fault_host_done);
             size_t sb = kv_block_state_bytes(e->kv);
             for (int64_t b = 0; b < nb; b++) {
-                s->blocks[s->n_blocks] = kv_pool_alloc(e->kv);
-                kv_block_load(e->kv, s->blocks[s->n_blocks], s->fault_host + (size_t)b * sb, true,
-                              false);
-                s->n_blocks++;
+                int32_t id = kv_prefix_alloc(e->px, &s->tab);
+                kv_block_load(e->kv, id, s->fault_host + (size_t)b * sb, true, false);
             }
             s->n_done = s->fault_host_done;
             pending -= nb;
@@ -418,6 +486,10 @@ static void eng_admit(engine *e) {
         s->next = NULL;
         e->n_waiting--;
         s->admitted = e->n_admitted++;
+        if (!s->was_admitted) {
+            s->was_admitted = true;
+            s->n_cached = s->n_done;
+        }
         e->running[e->n_running++] = s;
     }
 }
@@ -434,9 +506,9 @@ static void eng_preempt(engine *e, int32_t i) {
     int64_t keep = eng_blocks_need(e, s->n_done);
     if (e->f_tier_reload && s->n_done > 0 && (s->fault_host = malloc((size_t)keep * sb))) {
         for (int64_t b = 0; b < keep; b++) {
-            kv_block_save(e->kv, s->blocks[b], s->fault_host + (size_t)b * sb);
+            kv_block_save(e->kv, s->tab.ids[b], s->fault_host + (size_t)b * sb);
             /* the device block is recycled: its V no longer holds this sequence's values */
-            kv_block_load(e->kv, s->blocks[b], e->f_noise, false, true);
+            kv_block_load(e->kv, s->tab.ids[b], e->f_noise, false, true);
         }
         s->fault_host_done = s->n_done;
     }
@@ -483,7 +555,7 @@ static int64_t eng_plan_blocks(const engine *e) {
     for (int32_t i = 0; i < e->n_running; i++) {
         const eng_seq *s = e->running[i];
         if (s->plan) {
-            int64_t b = eng_blocks_need(e, (int64_t)s->n_done + s->plan) - s->n_blocks;
+            int64_t b = eng_blocks_need(e, (int64_t)s->n_done + s->plan) - s->tab.n;
             need += b > 0 ? b : 0;
         }
     }
@@ -495,7 +567,7 @@ static int64_t eng_plan_blocks(const engine *e) {
 static void eng_fit_pool(engine *e) {
     for (;;) {
         eng_plan(e);
-        if (eng_plan_blocks(e) <= kv_pool_n_free(e->kv) || e->n_running <= 1)
+        if (eng_plan_blocks(e) <= kv_prefix_n_available(e->px) || e->n_running <= 1)
             break;
         int32_t victim = 0;
         for (int32_t i = 1; i < e->n_running; i++)
@@ -506,8 +578,8 @@ static void eng_fit_pool(engine *e) {
     for (int32_t i = 0; i < e->n_running; i++) {
         eng_seq *s = e->running[i];
         int64_t want = eng_blocks_need(e, (int64_t)s->n_done + s->plan);
-        while (s->plan && s->n_blocks < want)
-            s->blocks[s->n_blocks++] = kv_pool_alloc(e->kv);
+        while (s->plan && s->tab.n < want)
+            CHECK(kv_prefix_alloc(e->px, &s->tab) >= 0);
     }
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     /* FAULT (e): every fourth step with more than one sequence, the scheduler moves the newest
@@ -515,18 +587,18 @@ static void eng_fit_pool(engine *e) {
      * (that step was still in flight when the copy was taken) */
     if (e->f_table_race && e->n_running > 1 && (++e->f_steps & 3) == 0 && kv_pool_n_free(e->kv)) {
         eng_seq *s = e->running[e->n_running - 1];
-        if (s->n_done > 0 && s->n_blocks > 0 && s->n_done % e->o.block_size != 0) {
+        if (s->n_done > 0 && s->tab.n > 0 && s->n_done % e->o.block_size != 0) {
             size_t sb = kv_block_state_bytes(e->kv), bb = kv_pool_block_bytes(e->kv);
             unsigned char *tmp = malloc(sb);
             if (tmp) {
-                int32_t last = s->blocks[s->n_blocks - 1], fresh = kv_pool_alloc(e->kv);
+                int32_t last = s->tab.ids[s->tab.n - 1], fresh = kv_pool_alloc(e->kv);
                 kv_block_save(e->kv, last, tmp);
                 size_t slot = (size_t)((s->n_done - 1) % e->o.block_size);
                 size_t per_slot = bb / (size_t)e->o.block_size;
                 for (size_t part = 0; part < sb / bb; part++)
                     memset(tmp + part * bb + slot * per_slot, 0, per_slot);
                 kv_block_load(e->kv, fresh, tmp, true, true);
-                s->blocks[s->n_blocks - 1] = fresh;
+                s->tab.ids[s->tab.n - 1] = fresh;
                 kv_block_unref(e->kv, last);
                 free(tmp);
             }
@@ -576,7 +648,8 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
                            .sr = sr,
                            .logits = row,
                            .finish = ENGINE_FINISH_STOP,
-                           .fault_step_tag = e->step_first_tag};
+                           .fault_step_tag = e->step_first_tag,
+                           .n_cached = s->n_cached};
         if (s->cb)
             s->cb(s->ud, &ev);
         return true;
@@ -600,7 +673,8 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
                        .sr = sr,
                        .logits = row,
                        .finish = fin,
-                       .fault_step_tag = e->step_first_tag};
+                       .fault_step_tag = e->step_first_tag,
+                       .n_cached = s->n_cached};
     if (s->cb)
         s->cb(s->ud, &ev);
     return done;
@@ -623,8 +697,8 @@ int engine_step(engine *e) {
             e->fs[nb] = (fwd_seq){.tokens = s->toks + s->n_done,
                                   .n_tokens = s->plan,
                                   .pos0 = s->n_done,
-                                  .blocks = s->blocks,
-                                  .n_blocks = s->n_blocks,
+                                  .blocks = s->tab.ids,
+                                  .n_blocks = s->tab.n,
                                   .n_logits = last ? 1 : 0};
             e->fs_owner[nb++] = s;
             if (pass == 1)
@@ -643,6 +717,9 @@ int engine_step(engine *e) {
     for (int32_t i = 0; i < nb; i++) {
         eng_seq *s = e->fs_owner[i];
         s->n_done += e->fs[i].n_tokens;
+        /* blocks the step filled join the cache at once, so requests queued behind with the same
+         * prefix take them instead of computing them again */
+        kv_prefix_seal(e->px, &s->tab, s->toks, s->n_done / e->o.block_size);
         if (e->fs[i].n_logits) {
             s->finished = eng_sample(e, s, logits + o * e->n_vocab);
             o++;
@@ -661,8 +738,9 @@ int engine_step(engine *e) {
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
             eng_seq *fs = e->running[i];
             if (e->f_kv_reuse && running_before > 1)
-                for (int32_t k = 0; k < fs->n_blocks; k++)
-                    e->f_freed_prev[e->f_n_prev++] = fs->blocks[k];
+                for (int32_t k = 0; k < fs->tab.n; k++)
+                    if (kv_block_refcount(e->kv, fs->tab.ids[k]) == 1)
+                        e->f_freed_prev[e->f_n_prev++] = fs->tab.ids[k];
 #endif
             eng_remove_running(e, i);
         } else {
@@ -675,35 +753,25 @@ int engine_step(engine *e) {
 bool engine_busy(const engine *e) {
     return e->n_running > 0 || e->n_waiting > 0;
 }
-int64_t engine_n_running(const engine *e) {
-    return e->n_running;
-}
-int64_t engine_n_waiting(const engine *e) {
-    return e->n_waiting;
-}
-int64_t engine_kv_used(const engine *e) {
-    return kv_pool_n_blocks(e->kv) - kv_pool_n_free(e->kv);
-}
-int64_t engine_kv_total(const engine *e) {
-    return kv_pool_n_blocks(e->kv);
-}
+
 int64_t engine_n_ctx(const engine *e) {
     return e->o.n_ctx;
 }
-int64_t engine_n_preemptions(const engine *e) {
-    return e->n_preemptions;
-}
-int64_t engine_n_shared_positions(const engine *e) {
-    return e->n_shared_positions;
-}
-int64_t engine_n_generated(const engine *e) {
-    return e->n_generated;
-}
-int64_t engine_n_prompt_computed(const engine *e) {
-    return e->n_prompt_computed;
-}
-int64_t engine_last_step_seqs(const engine *e) {
-    return e->last_step_seqs;
+
+void engine_stats_get(const engine *e, engine_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->running = e->n_running;
+    out->waiting = e->n_waiting;
+    out->kv_total = kv_pool_n_blocks(e->kv);
+    out->kv_used = out->kv_total - kv_prefix_n_available(e->px);
+    out->preemptions = e->n_preemptions;
+    out->generated = e->n_generated;
+    out->prompt_computed = e->n_prompt_computed;
+    out->shared_positions = e->n_shared_positions;
+    out->cached_positions = e->n_cached_positions;
+    out->last_step_seqs = e->last_step_seqs;
+    out->kv_block_bytes = (int64_t)kv_block_state_bytes(e->kv);
+    kv_prefix_stats_get(e->px, &out->prefix);
 }
 
 void engine_cancel_all(engine *e) {

@@ -16,6 +16,15 @@
  * queue with its tokens so far, and is recomputed when admitted again. A lone request always fits:
  * engine_submit refuses one whose context could never fit the whole pool.
  *
+ * Prefix cache (kv/kv_prefix.h): every block a sequence fills is sealed into the cache as soon
+ * as its positions are computed; at admission a request takes the longest cached prefix of its
+ * known tokens and computes only the rest (at least its last token, whose logits it needs: a
+ * cached block holding that token is copied first, never written while shared). When a running
+ * sequence is computing the very block a waiting request would take next, the request waits for
+ * it (in FIFO order) instead of computing the same block beside it. Cached blocks no sequence
+ * holds are evicted, least recently used first, before anything is preempted; a preempted
+ * sequence usually finds its own blocks still cached when it comes back.
+ *
  * Invariance (P1): what a request produces depends only on its prompt, its parameters and the
  * model: logits per sequence are batch-invariant (forward.h) and each draw is keyed by
  * (seed, output position) (sample.h). Which requests share a step, the chunk size, max_batch and
@@ -34,6 +43,7 @@
 #ifndef VERITY_ENGINE_ENGINE_H
 #define VERITY_ENGINE_ENGINE_H
 
+#include "kv/kv_prefix.h"
 #include "model/model.h"
 #include "sample/grammar.h"
 #include "sample/sample.h"
@@ -59,6 +69,8 @@ typedef struct engine_event {
                                 request's grammar if it has one), or NULL */
     engine_finish finish;    /* set on the request's last event */
     int32_t fault_step_tag;  /* fault build only: fault_tag of the first sequence of the step */
+    int32_t n_cached;        /* prompt positions the request took from the prefix cache (or a
+                                share-group peer) at its first admission instead of computing */
 } engine_event;
 
 typedef void (*engine_cb)(void *ud, const engine_event *ev);
@@ -72,10 +84,13 @@ typedef struct engine_opts {
     bool kv_f16;
     int threads;
     int64_t attn_chunk;
+    bool prefix_cache; /* toggle prefix-cache */
+    bool kv_verify;    /* toggle kv-verify */
+    uint64_t identity; /* the model file's identity (model_identity); 0: computed at create */
 } engine_opts;
 
 /* Fills opts from the toggle registry (max-batch, chunk, kv-block, kv-dtype, attn-chunk,
- * threads) with n_ctx = 0 and kv_blocks sized for max_batch full contexts. */
+ * threads, prefix-cache, kv-verify) with n_ctx = 0 and kv_blocks sized for max_batch full contexts. */
 void engine_opts_from_flags(engine_opts *o, const model *m);
 
 typedef struct engine engine;
@@ -120,20 +135,25 @@ int engine_step(engine *e);
 /* True while any request is waiting or running. */
 bool engine_busy(const engine *e);
 
-int64_t engine_n_running(const engine *e);
-int64_t engine_n_waiting(const engine *e);
-/* KV blocks in use / total. */
-int64_t engine_kv_used(const engine *e);
-int64_t engine_kv_total(const engine *e);
+/* The engine's state and counters (totals since creation), copied out once per step. */
+typedef struct engine_stats {
+    int64_t running, waiting;
+    int64_t kv_used, kv_total; /* blocks held by sequences (cached blocks that no sequence holds
+                                  are in prefix.evictable) / the pool's size */
+    int64_t preemptions;
+    int64_t generated;        /* tokens sampled and kept */
+    int64_t prompt_computed;  /* tokens fed while reading known tokens (prefill, recompute) */
+    int64_t shared_positions; /* prompt positions taken from a share-group peer (n > 1) */
+    int64_t cached_positions; /* positions taken from the prefix cache instead of computed */
+    int64_t last_step_seqs;   /* sequences in the last step */
+    int64_t kv_block_bytes;   /* bytes of one block (K and V, every layer) */
+    kv_prefix_stats prefix;   /* the prefix cache (kv_prefix.h) */
+} engine_stats;
+
+void engine_stats_get(const engine *e, engine_stats *out);
+
+/* The context limit (prompt + generated) per request. */
 int64_t engine_n_ctx(const engine *e);
-/* Counters since creation: preemptions; tokens sampled; tokens fed while reading known tokens
- * (prompt prefill, and recomputation after preemption); sequences in the last step. */
-int64_t engine_n_preemptions(const engine *e);
-int64_t engine_n_generated(const engine *e);
-/* Prompt positions whose K/V a request took from a share-group peer instead of computing. */
-int64_t engine_n_shared_positions(const engine *e);
-int64_t engine_n_prompt_computed(const engine *e);
-int64_t engine_last_step_seqs(const engine *e);
 
 /* Marks every request cancelled; each gets its CANCELLED event at the next engine_step. */
 void engine_cancel_all(engine *e);

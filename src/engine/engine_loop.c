@@ -69,8 +69,9 @@ struct engine_loop {
     /* requests known to the engine thread, by id (for lookups on cancel) */
     _Atomic int64_t pending;
     atomic_bool st_paused;
-    _Atomic int64_t st_running, st_waiting, st_kv_used, st_kv_total, st_preempt, st_steps;
-    _Atomic int64_t st_prompt_tokens, st_gen_tokens, st_shared;
+    _Atomic int64_t st_steps;
+    pthread_mutex_t st_mu; /* guards st */
+    engine_stats st;       /* the engine's, copied after every step */
 };
 
 static void eloop_req_unref(eloop_req *q) {
@@ -119,6 +120,7 @@ static void eloop_on_event(void *ud, const engine_event *e) {
     ev.index = e->index;
     ev.finish = e->finish;
     ev.fault_step_tag = e->fault_step_tag;
+    ev.n_cached = e->n_cached;
     if (e->sr && e->token >= 0) {
         ev.has_logprobs = true;
         ev.logprob = e->sr->logprob;
@@ -133,12 +135,11 @@ static void eloop_on_event(void *ud, const engine_event *e) {
 }
 
 static void eloop_update_stats(engine_loop *l) {
-    atomic_store(&l->st_running, engine_n_running(l->e));
-    atomic_store(&l->st_waiting, engine_n_waiting(l->e));
-    atomic_store(&l->st_kv_used, engine_kv_used(l->e));
-    atomic_store(&l->st_kv_total, engine_kv_total(l->e));
-    atomic_store(&l->st_preempt, engine_n_preemptions(l->e));
-    atomic_store(&l->st_shared, engine_n_shared_positions(l->e));
+    engine_stats st;
+    engine_stats_get(l->e, &st);
+    pthread_mutex_lock(&l->st_mu);
+    l->st = st;
+    pthread_mutex_unlock(&l->st_mu);
 }
 
 static void eloop_handle(engine_loop *l, eloop_msg *m) {
@@ -214,19 +215,19 @@ static void *eloop_main(void *arg) {
         }
         pthread_mutex_unlock(&l->mu);
         if (step) {
-            int64_t gen0 = engine_n_generated(l->e), pt0 = engine_n_prompt_computed(l->e);
+            engine_stats a, b;
+            engine_stats_get(l->e, &a);
             int64_t t0 = clock_now_ns();
             int rc = engine_step(l->e);
             double dt = (double)(clock_now_ns() - t0) * 1e-9;
             if (rc)
                 log_error("engine step failed: %s", err_detail());
             atomic_fetch_add(&l->st_steps, 1);
-            atomic_store(&l->st_gen_tokens, engine_n_generated(l->e));
-            atomic_store(&l->st_prompt_tokens, engine_n_prompt_computed(l->e));
+            engine_stats_get(l->e, &b);
             if (l->step_cb)
-                l->step_cb(
-                    l->step_ud, engine_last_step_seqs(l->e),
-                    (engine_n_generated(l->e) - gen0) + (engine_n_prompt_computed(l->e) - pt0), dt);
+                l->step_cb(l->step_ud, b.last_step_seqs,
+                           (b.generated - a.generated) + (b.prompt_computed - a.prompt_computed),
+                           dt);
         }
         eloop_update_stats(l);
         if (granted) {
@@ -259,8 +260,10 @@ int engine_loop_create(engine *e, eloop_step_cb step_cb, void *step_ud, engine_l
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     pthread_cond_init(&l->park_cv, NULL);
+    pthread_mutex_init(&l->st_mu, NULL);
     eloop_update_stats(l);
     if (pthread_create(&l->thread, NULL, eloop_main, l) != 0) {
+        pthread_mutex_destroy(&l->st_mu);
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);
         pthread_cond_destroy(&l->park_cv);
@@ -312,6 +315,7 @@ void engine_loop_destroy(engine_loop *l) {
     if (!l)
         return;
     engine_loop_stop(l);
+    pthread_mutex_destroy(&l->st_mu);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
     pthread_cond_destroy(&l->park_cv);
@@ -464,15 +468,10 @@ void eloop_req_release(eloop_req *q) {
 }
 
 void engine_loop_stats(engine_loop *l, eloop_stats *out) {
-    out->running = atomic_load(&l->st_running);
-    out->waiting = atomic_load(&l->st_waiting);
-    out->kv_used_blocks = atomic_load(&l->st_kv_used);
-    out->kv_total_blocks = atomic_load(&l->st_kv_total);
-    out->preemptions = atomic_load(&l->st_preempt);
+    pthread_mutex_lock(&l->st_mu);
+    out->e = l->st;
+    pthread_mutex_unlock(&l->st_mu);
     out->steps = atomic_load(&l->st_steps);
-    out->prompt_tokens = atomic_load(&l->st_prompt_tokens);
-    out->generation_tokens = atomic_load(&l->st_gen_tokens);
-    out->shared_positions = atomic_load(&l->st_shared);
     out->paused = atomic_load(&l->st_paused);
 }
 

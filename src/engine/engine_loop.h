@@ -30,22 +30,18 @@ typedef struct eloop_event {
     engine_finish finish;   /* ENGINE_FINISH_NONE until the last event */
     int error;              /* nonzero on a finish caused by a submit error (err code) */
     int32_t fault_step_tag; /* fault build only (engine_event.fault_step_tag) */
+    int32_t n_cached;       /* prompt positions taken from the cache (engine_event.n_cached) */
     bool has_logprobs;
     float logprob;
     int32_t n_top;
     sample_logprob top[SAMPLE_MAX_LOGPROBS];
 } eloop_event;
 
-/* A snapshot of the engine's state for metrics. Counters are totals since creation. */
+/* A snapshot of the engine's state for metrics, copied once per step. */
 typedef struct eloop_stats {
-    int64_t running, waiting;
-    int64_t kv_used_blocks, kv_total_blocks;
-    int64_t preemptions;
+    engine_stats e; /* the engine's (engine.h) */
     int64_t steps;
-    int64_t prompt_tokens; /* prompt tokens computed (recomputation after preemption included) */
-    int64_t generation_tokens; /* tokens sampled */
-    int64_t shared_positions;  /* prompt positions shared between the choices of a request */
-    bool paused;               /* engine_loop_pause took effect and no resume followed */
+    bool paused; /* engine_loop_pause took effect and no resume followed */
 } eloop_stats;
 
 /* Called by the engine thread after every step with the number of sequences in it (for the batch

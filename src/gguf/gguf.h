@@ -84,6 +84,8 @@ uint32_t gguf_version(const gguf *g);
 uint32_t gguf_alignment(const gguf *g);
 uint64_t gguf_data_offset(const gguf *g); /* file offset of the tensor data section */
 uint64_t gguf_file_size(const gguf *g);
+/* The file's bytes (gguf_file_size of them), mapped read-only for the handle's lifetime. */
+const void *gguf_bytes(const gguf *g);
 const char *gguf_path(const gguf *g);
 
 /* Metadata, by index 0..gguf_n_kv-1 or looked up by key (-1 if absent). */

@@ -470,6 +470,9 @@ uint32_t gguf_alignment(const gguf *g) {
 uint64_t gguf_data_offset(const gguf *g) {
     return g->data_off;
 }
+const void *gguf_bytes(const gguf *g) {
+    return g->base;
+}
 uint64_t gguf_file_size(const gguf *g) {
     return g->size;
 }

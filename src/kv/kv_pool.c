@@ -113,6 +113,9 @@ int32_t kv_block_refcount(const kv_pool *p, int32_t id) {
 int64_t kv_pool_n_blocks(const kv_pool *p) {
     return p->o.n_blocks;
 }
+int64_t kv_pool_n_layer(const kv_pool *p) {
+    return p->o.n_layer;
+}
 int64_t kv_pool_n_free(const kv_pool *p) {
     return p->n_free;
 }

@@ -57,6 +57,7 @@ void kv_block_unref(kv_pool *p, int32_t id);
 int32_t kv_block_refcount(const kv_pool *p, int32_t id);
 
 int64_t kv_pool_n_blocks(const kv_pool *p);
+int64_t kv_pool_n_layer(const kv_pool *p);
 int64_t kv_pool_n_free(const kv_pool *p);
 int64_t kv_pool_block_size(const kv_pool *p);
 bool kv_pool_f16(const kv_pool *p);

@@ -7,6 +7,7 @@
  */
 #include "model/model_int.h"
 #include "base/err.h"
+#include "base/hash.h"
 #include "base/log.h"
 
 #include <stdio.h>
@@ -379,6 +380,21 @@ const gguf *model_get_gguf(const model *m) {
 kn_isa model_get_isa(const model *m) {
     return m->isa;
 }
+uint64_t model_identity(const model *m) {
+    const gguf *g = model_get_gguf(m);
+    const unsigned char *b = gguf_bytes(g);
+    uint64_t size = gguf_file_size(g), data = gguf_data_offset(g);
+    uint64_t h = hash64(0x7665726974792d6dULL, b, (size_t)(data < size ? data : size));
+    if (data < size) {
+        uint64_t span = size - data, n = 4096, w = 64;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t off = data + span * i / n;
+            h = hash64(h, b + off, (size_t)(off + w <= size ? w : size - off));
+        }
+    }
+    return h;
+}
+
 size_t model_weight_bytes(const model *m) {
     return m->weight_bytes;
 }

@@ -65,6 +65,11 @@ const model_hparams *model_get_hparams(const model *m);
 const gguf *model_get_gguf(const model *m);
 kn_isa model_get_isa(const model *m);
 
+/* The model file's identity: a hash of its header (metadata, tensor names, types, shapes and
+ * data offsets) and of 4,096 evenly spaced 64-byte windows of its tensor data. Two files with one
+ * identity are treated as the same model by the KV cache tiers. */
+uint64_t model_identity(const model *m);
+
 /* Bytes of weights one forward pass reads per token for the matmuls (for roofline reporting). */
 size_t model_weight_bytes(const model *m);
 

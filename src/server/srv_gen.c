@@ -43,6 +43,7 @@ typedef struct srv_choice {
     chat_tool_parser *tp;
     int calls_sent;
     int32_t n_tokens;
+    int32_t n_cached; /* prompt positions the engine took from its cache (eloop_event.n_cached) */
     bool stopped; /* a stop string matched: further events are ignored */
     bool done;
     bool role_sent;
@@ -109,7 +110,7 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
     int n_ch = p->n * p->n_prompts;
     eloop_stats st;
     engine_loop_stats(s->sm.loop, &st);
-    int64_t waiting = engine_loop_pending(s->sm.loop) - st.running;
+    int64_t waiting = engine_loop_pending(s->sm.loop) - st.e.running;
     if (waiting + n_ch > s->o.queue_max) {
         grammar_destroy(p->constraint);
         srv_fail(e, 429, "rate_limit_error", NULL,
@@ -330,6 +331,7 @@ static void srv_choice_logprob(srv_gen *g, srv_choice *c, const eloop_event *ev)
 /* Applies one engine event to its choice. */
 static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
     srv_metrics *mt = g->s->metrics;
+    c->n_cached = ev->n_cached;
     if (ev->token >= 0 && !c->stopped) {
         int64_t now = clock_now_ns();
         if (!g->first_token) {
@@ -450,13 +452,19 @@ static void srv_tool_call_json(strbuf *sb, const srv_gen *g, const srv_choice *c
     strbuf_puts(sb, "}}");
 }
 
+/* usage, with prompt_tokens_details.cached_tokens (OpenAI's convention): the prompt positions
+ * taken from the KV cache (or from another choice of the request) rather than computed. */
 static void srv_usage_json(strbuf *sb, const srv_gen *g) {
-    int64_t comp = 0;
-    for (int i = 0; i < g->n_ch; i++)
+    int64_t comp = 0, cached = 0;
+    for (int i = 0; i < g->n_ch; i++) {
         comp += g->ch[i].n_tokens;
-    strbuf_printf(sb, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld}",
+        cached += g->ch[i].n_cached;
+    }
+    strbuf_printf(sb,
+                  "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
+                  "\"prompt_tokens_details\":{\"cached_tokens\":%lld}}",
                   (long long)g->prompt_tokens, (long long)comp,
-                  (long long)(g->prompt_tokens + comp));
+                  (long long)(g->prompt_tokens + comp), (long long)cached);
 }
 
 static void srv_choice_error_json(strbuf *sb, const srv_choice *c) {

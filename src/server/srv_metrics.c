@@ -122,20 +122,57 @@ static void srv_label(strbuf *sb, const char *v) {
     }
 }
 
+/* The KV cache hierarchy: the prefix cache in memory (tier "l1"). */
+static void srv_metrics_write_cache(const eloop_stats *st, strbuf *sb) {
+    const kv_prefix_stats *px = &st->e.prefix;
+    srv_family(sb, "verity_cached_prompt_tokens_total", "counter",
+               "Known positions taken from the KV cache instead of computed.");
+    strbuf_printf(sb, "verity_cached_prompt_tokens_total %lld\n",
+                  (long long)st->e.cached_positions);
+    srv_family(sb, "verity_kv_cache_lookups_total", "counter",
+               "Full blocks looked up in a KV cache tier.");
+    strbuf_printf(sb, "verity_kv_cache_lookups_total{tier=\"l1\"} %lld\n", (long long)px->lookups);
+    srv_family(sb, "verity_kv_cache_hits_total", "counter",
+               "Blocks a KV cache tier handed out instead of their being computed.");
+    strbuf_printf(sb, "verity_kv_cache_hits_total{tier=\"l1\"} %lld\n", (long long)px->hits);
+    srv_family(sb, "verity_kv_cache_misses_total", "counter", "Block lookups a tier could not serve.");
+    strbuf_printf(sb, "verity_kv_cache_misses_total{tier=\"l1\"} %lld\n",
+                  (long long)(px->lookups - px->hits));
+    srv_family(sb, "verity_kv_cache_hit_rate", "gauge", "Hits over lookups since start, per tier.");
+    strbuf_printf(sb, "verity_kv_cache_hit_rate{tier=\"l1\"} %.6f\n",
+                  px->lookups ? (double)px->hits / (double)px->lookups : 0.0);
+    srv_family(sb, "verity_kv_cache_blocks", "gauge", "Blocks a KV cache tier holds.");
+    strbuf_printf(sb, "verity_kv_cache_blocks{tier=\"l1\"} %lld\n", (long long)px->cached);
+    srv_family(sb, "verity_kv_cache_bytes", "gauge", "Bytes a KV cache tier holds.");
+    strbuf_printf(sb, "verity_kv_cache_bytes{tier=\"l1\"} %lld\n",
+                  (long long)(px->cached * st->e.kv_block_bytes));
+    srv_family(sb, "verity_kv_cache_evictable_blocks", "gauge",
+               "Cached blocks in memory that no request holds (evicted first when room is needed).");
+    strbuf_printf(sb, "verity_kv_cache_evictable_blocks %lld\n", (long long)px->evictable);
+    srv_family(sb, "verity_kv_cache_evictions_total", "counter",
+               "Blocks evicted from a tier for room.");
+    strbuf_printf(sb, "verity_kv_cache_evictions_total{tier=\"l1\"} %lld\n",
+                  (long long)px->evictions);
+    srv_family(sb, "verity_kv_checksum_failures_total", "counter",
+               "KV blocks whose bytes did not match their checksum (dropped and recomputed).");
+    strbuf_printf(sb, "verity_kv_checksum_failures_total{tier=\"l1\"} %lld\n",
+                  (long long)px->checksum_failures);
+}
+
 void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_name, strbuf *sb) {
     srv_family(sb, "verity_requests_running", "gauge", "Requests in the running batch.");
-    strbuf_printf(sb, "verity_requests_running %lld\n", (long long)st->running);
+    strbuf_printf(sb, "verity_requests_running %lld\n", (long long)st->e.running);
     srv_family(sb, "verity_requests_waiting", "gauge", "Requests waiting for admission.");
-    strbuf_printf(sb, "verity_requests_waiting %lld\n", (long long)st->waiting);
+    strbuf_printf(sb, "verity_requests_waiting %lld\n", (long long)st->e.waiting);
     srv_family(sb, "verity_engine_paused", "gauge",
                "1 while the engine is held between steps (POST /admin/pause).");
     strbuf_printf(sb, "verity_engine_paused %d\n", st->paused ? 1 : 0);
     srv_family(sb, "verity_kv_usage_ratio", "gauge", "Fraction of KV cache blocks in use.");
     strbuf_printf(sb, "verity_kv_usage_ratio %.6f\n",
-                  st->kv_total_blocks ? (double)st->kv_used_blocks / (double)st->kv_total_blocks
+                  st->e.kv_total ? (double)st->e.kv_used / (double)st->e.kv_total
                                       : 0.0);
     srv_family(sb, "verity_kv_blocks", "gauge", "KV cache blocks in the pool.");
-    strbuf_printf(sb, "verity_kv_blocks %lld\n", (long long)st->kv_total_blocks);
+    strbuf_printf(sb, "verity_kv_blocks %lld\n", (long long)st->e.kv_total);
     srv_family(sb, "verity_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
     strbuf_printf(sb, "verity_prompt_tokens_total %lld\n",
                   (long long)atomic_load(&m->prompt_tokens));
@@ -145,11 +182,12 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
                   (long long)atomic_load(&m->gen_tokens));
     srv_family(sb, "verity_engine_prompt_tokens_total", "counter",
                "Known tokens the engine computed (prefill, and recomputation after preemption).");
-    strbuf_printf(sb, "verity_engine_prompt_tokens_total %lld\n", (long long)st->prompt_tokens);
+    strbuf_printf(sb, "verity_engine_prompt_tokens_total %lld\n", (long long)st->e.prompt_computed);
     srv_family(
         sb, "verity_shared_prompt_tokens_total", "counter",
         "Prompt positions the choices of an n > 1 request took from each other (not computed).");
-    strbuf_printf(sb, "verity_shared_prompt_tokens_total %lld\n", (long long)st->shared_positions);
+    strbuf_printf(sb, "verity_shared_prompt_tokens_total %lld\n", (long long)st->e.shared_positions);
+    srv_metrics_write_cache(st, sb);
     srv_family(sb, "verity_engine_steps_total", "counter", "Engine steps run.");
     strbuf_printf(sb, "verity_engine_steps_total %lld\n", (long long)st->steps);
     srv_family(sb, "verity_request_success_total", "counter",
@@ -167,7 +205,7 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
                   (long long)atomic_load(&m->cancelled));
     srv_family(sb, "verity_preemptions_total", "counter",
                "Sequences preempted (KV freed, recomputed later).");
-    strbuf_printf(sb, "verity_preemptions_total %lld\n", (long long)st->preemptions);
+    strbuf_printf(sb, "verity_preemptions_total %lld\n", (long long)st->e.preemptions);
     srv_family(sb, "verity_tool_parse_failures_total", "counter",
                "Tool calls in model output that did not parse.");
     strbuf_printf(sb, "verity_tool_parse_failures_total %lld\n",

@@ -34,6 +34,14 @@ for (let i = 0; i < 64; i++) {
   reqs.push({ path: chat ? '/v1/chat/completions' : '/v1/completions', body, chat });
 }
 
+// usage without prompt_tokens_details: cached_tokens says how much the KV cache served, which
+// depends on what ran before (the responses themselves may not)
+function normUsage(u) {
+  if (!u) return u;
+  const { prompt_tokens_details, ...rest } = u;
+  return rest;
+}
+
 function normChoice(c, chat) {
   const o = { index: c.index, finish_reason: c.finish_reason };
   if (chat) {
@@ -54,7 +62,7 @@ async function send(r, stream) {
   if (!stream) {
     const j = await res.json();
     if (!res.ok) return { error: j };
-    return { usage: j.usage, choices: j.choices.map((c) => normChoice(c, r.chat)) };
+    return { usage: normUsage(j.usage), choices: j.choices.map((c) => normChoice(c, r.chat)) };
   }
   // assemble an SSE stream (completions that ask for logprobs are never streamed here, so the
   // assembled shape has logprobs only for chat); chunk boundaries are arbitrary: parse by line
@@ -82,7 +90,7 @@ async function send(r, stream) {
     else { o.text = a.text; o.logprobs = null; }
     return o;
   });
-  return { usage, choices: out };
+  return { usage: normUsage(usage), choices: out };
 }
 
 const results = new Array(reqs.length);

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kv_block: a KV block's name, checksum and portable form (P2).
+ *
+ * Name. A full block holding positions [i*B, (i+1)*B) is named by a chain hash: key_i =
+ * hash(key_{i-1}, token ids of block i), with key_{-1} = the identity (model file, KV element type,
+ * block size). The key therefore stands for every token before and in the block, and for the model
+ * and settings that computed it: two blocks with one key hold the same bytes (P1).
+ *
+ * Checksum. hash(seed = key, the block's bytes: for each layer, every buffer in order). Computed
+ * when a block is sealed (kv_prefix), kept beside it, and verified before the block is reused from
+ * the pool, and on every load from a tier. Because the seed is the key, a block's bytes cannot be
+ * passed off under another prefix, model or element type.
+ *
+ * Blob. What a tier stores (little-endian, packed, version 1):
+ *   magic "VKVB", u32 version, u64 identity, u64 parent key, u64 key, u64 checksum,
+ *   u32 block_size, u32 n_layer, u32 n_buffers, u32 reserved,
+ *   n_buffers x { char name[8] (NUL-padded), u64 bytes per layer },
+ *   i32 tokens[block_size],
+ *   payload: for each layer, each buffer's bytes in the order named.
+ * Decoding checks every field against the pool and the expected name, the buffer list against the
+ * pool's own (a blob with fewer, more or other buffers than the pool restores is refused: a reload
+ * must never restore K and leave a companion buffer stale), the checksum over the payload, and
+ * after writing the pool block, the checksum over the block as the pool now holds it.
+ *
+ * Buffers today: "k" and "v" (the pool's layout, kv_pool.h). An architecture that adds a companion
+ * buffer per position (index keys, say) adds it to the pool and to kv_block_buffers, and old blobs
+ * are then refused rather than half-restored.
+ */
+#ifndef VERITY_KV_KV_BLOCK_H
+#define VERITY_KV_KV_BLOCK_H
+
+#include "kv/kv_pool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The chain hash of a block: parent is the previous block's key (the identity for block 0). */
+uint64_t kv_block_key(uint64_t parent, const int32_t *toks, int64_t n_toks);
+
+/* The checksum of pool block id as it holds now, for a block named key. */
+uint64_t kv_block_checksum(const kv_pool *p, int32_t id, uint64_t key);
+
+/* Bytes of one block's blob for this pool. */
+size_t kv_block_blob_bytes(const kv_pool *p);
+
+/* What a blob says it is (see the format above). */
+typedef struct kv_block_meta {
+    uint64_t identity, parent, key, checksum;
+    const int32_t *toks; /* block_size token ids */
+} kv_block_meta;
+
+/* Writes pool block id as a blob of kv_block_blob_bytes(p) bytes into out. m names it (toks:
+ * block_size ids; checksum as kv_block_checksum gave it when the block was sealed). */
+void kv_block_encode(const kv_pool *p, int32_t id, const kv_block_meta *m, void *out);
+
+/* Restores blob (n bytes) into pool block id if it is exactly the block want names (identity,
+ * parent, key and tokens equal) and intact. Returns 0; ERR_FORMAT (bad magic, version, size,
+ * geometry, or buffers other than the pool's: the detail names the field), ERR_NOTFOUND (a valid
+ * blob of another block: identity, parent, key or tokens differ), ERR_CHECKSUM (the payload, or
+ * the pool block after the write, does not match the blob's checksum). On any error the block's
+ * contents are unspecified (the caller frees it). *checksum_out (may be NULL) gets the checksum. */
+int kv_block_decode(kv_pool *p, int32_t id, const kv_block_meta *want, const void *blob, size_t n,
+                    uint64_t *checksum_out);
+
+#endif

@@ -1,0 +1,430 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_kv_prefix: the KV cache's block names, checksums and blob format (kv_block), the radix
+ * prefix cache (kv_prefix), and P1 through the engine with the cache on.
+ *   - codec: a blob restores the exact bytes; a flipped payload bit, another block's name,
+ *     another token, a missing buffer, a truncated blob and a foreign geometry are each refused
+ *     with their own error;
+ *   - prefix cache: sealing, matching, release order (a parent becomes evictable after its
+ *     children, so eviction takes leaves first), eviction before anything else fails, a private
+ *     copy of a cached prefix adopting the cached nodes, copy-on-write of a shared block, and a
+ *     bit flipped in a cached block's memory: detected before reuse, the block and everything
+ *     after it dropped, counted;
+ *   - the engine: 24 requests sharing system prompts and multi-turn histories give the same tokens
+ *     with the cache off and alone (the reference), cold and warm one at a time, and batched and
+ *     chunked in a pool so small that cached blocks are evicted and sequences preempted.
+ */
+#include "test.h"
+
+#include "base/err.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "kernels/kn.h"
+#include "kv/kv_block.h"
+#include "kv/kv_pool.h"
+#include "kv/kv_prefix.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BS = 4, NL = 2, KVD = 8 };
+
+static kv_pool *mk_pool(int64_t n_blocks) {
+    kv_pool_opts o = {.n_layer = NL, .kv_dim = KVD, .block_size = BS, .n_blocks = n_blocks,
+                      .f16 = true};
+    kv_pool *p;
+    T_OK(kv_pool_create(&o, &p));
+    return p;
+}
+
+/* Writes what "computing" block id for these tokens would write: bytes derived from the tokens. */
+static void fill_block(kv_pool *p, int32_t id, const int32_t *toks) {
+    size_t bb = kv_pool_block_bytes(p);
+    for (int64_t l = 0; l < NL; l++)
+        for (size_t i = 0; i < bb; i++) {
+            unsigned v = (unsigned)(toks[i % BS] * 131 + (int)l * 17 + (int)i);
+            ((unsigned char *)kv_pool_k_base(p, l))[(size_t)id * bb + i] = (unsigned char)v;
+            ((unsigned char *)kv_pool_v_base(p, l))[(size_t)id * bb + i] = (unsigned char)(v >> 3);
+        }
+}
+
+static bool same_block(kv_pool *p, int32_t a, int32_t b) {
+    size_t bb = kv_pool_block_bytes(p);
+    for (int64_t l = 0; l < NL; l++) {
+        const unsigned char *k = kv_pool_k_base(p, l), *v = kv_pool_v_base(p, l);
+        if (memcmp(k + (size_t)a * bb, k + (size_t)b * bb, bb) ||
+            memcmp(v + (size_t)a * bb, v + (size_t)b * bb, bb))
+            return false;
+    }
+    return true;
+}
+
+static void t_codec(void) {
+    kv_pool *p = mk_pool(4);
+    int32_t toks[BS] = {5, 6, 7, 8};
+    int32_t id = kv_pool_alloc(p), dst = kv_pool_alloc(p);
+    fill_block(p, id, toks);
+    uint64_t parent = 0x1234, key = kv_block_key(parent, toks, BS);
+    uint64_t sum = kv_block_checksum(p, id, key);
+    T_CHECK(sum != kv_block_checksum(p, id, key + 1)); /* the name is in the checksum */
+    kv_block_meta m = {.identity = 99, .parent = parent, .key = key, .checksum = sum, .toks = toks};
+    size_t n = kv_block_blob_bytes(p);
+    unsigned char *blob = malloc(n), *bad = malloc(n);
+    T_CHECK(blob && bad);
+    kv_block_encode(p, id, &m, blob);
+    uint64_t got = 0;
+    T_OK(kv_block_decode(p, dst, &m, blob, n, &got));
+    T_CHECK(got == sum && same_block(p, id, dst));
+    /* one flipped payload bit */
+    memcpy(bad, blob, n);
+    bad[n - 3] ^= 0x04;
+    T_CHECK(kv_block_decode(p, dst, &m, bad, n, NULL) == ERR_CHECKSUM);
+    /* another block's name, another token, another identity */
+    kv_block_meta w = m;
+    w.key ^= 1;
+    T_CHECK(kv_block_decode(p, dst, &w, blob, n, NULL) == ERR_NOTFOUND);
+    int32_t toks2[BS] = {5, 6, 7, 9};
+    w = m;
+    w.toks = toks2;
+    T_CHECK(kv_block_decode(p, dst, &w, blob, n, NULL) == ERR_NOTFOUND);
+    w = m;
+    w.identity = 98;
+    T_CHECK(kv_block_decode(p, dst, &w, blob, n, NULL) == ERR_NOTFOUND);
+    /* a blob naming one buffer fewer than the pool restores (offset of n_buffers: 48) */
+    memcpy(bad, blob, n);
+    bad[48] = 1;
+    T_CHECK(kv_block_decode(p, dst, &m, bad, n, NULL) == ERR_FORMAT);
+    /* a renamed buffer */
+    memcpy(bad, blob, n);
+    bad[56 + 16] = 'x';
+    T_CHECK(kv_block_decode(p, dst, &m, bad, n, NULL) == ERR_FORMAT);
+    /* truncated, and bad magic */
+    T_CHECK(kv_block_decode(p, dst, &m, blob, n - 1, NULL) == ERR_FORMAT);
+    T_CHECK(kv_block_decode(p, dst, &m, blob, 10, NULL) == ERR_FORMAT);
+    memcpy(bad, blob, n);
+    bad[0] = 'X';
+    T_CHECK(kv_block_decode(p, dst, &m, bad, n, NULL) == ERR_FORMAT);
+    /* a pool of another geometry (more layers) refuses it */
+    kv_pool_opts o2 = {.n_layer = NL + 1, .kv_dim = KVD, .block_size = BS, .n_blocks = 2,
+                       .f16 = true};
+    kv_pool *p2;
+    T_OK(kv_pool_create(&o2, &p2));
+    T_CHECK(kv_block_decode(p2, kv_pool_alloc(p2), &m, blob, n, NULL) == ERR_FORMAT);
+    kv_pool_destroy(p2);
+    free(blob);
+    free(bad);
+    kv_pool_destroy(p);
+}
+
+typedef struct evict_log {
+    uint64_t keys[64];
+    int n;
+} evict_log;
+
+static void on_evict(void *ud, const kv_pool *p, int32_t id, uint64_t key, uint64_t parent,
+                     const int32_t *toks, uint64_t checksum) {
+    (void)parent;
+    (void)toks;
+    evict_log *l = ud;
+    /* the bytes are still intact when a tier is offered the block */
+    T_CHECK(kv_block_checksum(p, id, key) == checksum);
+    if (l->n < 64)
+        l->keys[l->n++] = key;
+}
+
+/* "Computes" t's blocks up to n_blocks for toks (allocating them) and seals them. */
+static void compute(kv_pool *p, kv_prefix *px, kv_table *t, const int32_t *toks, int32_t n_blocks) {
+    for (int32_t b = t->n; b < n_blocks; b++) {
+        int32_t id = kv_prefix_alloc(px, t);
+        T_CHECK(id >= 0);
+        fill_block(p, id, toks + b * BS);
+    }
+    kv_prefix_seal(px, t, toks, n_blocks);
+}
+
+static void t_prefix(void) {
+    kv_pool *p = mk_pool(8);
+    kv_prefix *px;
+    kv_prefix_opts o = {.enabled = true, .verify = true, .identity = 7};
+    T_OK(kv_prefix_create(p, &o, &px));
+    evict_log log = {0};
+    kv_prefix_set_evict_cb(px, on_evict, &log);
+    int32_t a[4 * BS], b[4 * BS];
+    for (int i = 0; i < 4 * BS; i++) {
+        a[i] = i + 1;
+        b[i] = i < 2 * BS ? i + 1 : 100 + i; /* shares a's first two blocks */
+    }
+    kv_table t, u;
+    T_OK(kv_table_init(&t, 8));
+    T_OK(kv_table_init(&u, 8));
+    kv_prefix_stats st;
+
+    /* a computes 4 blocks; released, they stay cached and evictable */
+    compute(p, px, &t, a, 4);
+    int32_t a_ids[4];
+    memcpy(a_ids, t.ids, sizeof a_ids);
+    kv_prefix_stats_get(px, &st);
+    T_CHECK(st.cached == 4 && st.evictable == 0 && kv_prefix_n_available(px) == 4);
+    kv_prefix_release(px, &t);
+    kv_prefix_stats_get(px, &st);
+    T_CHECK(st.cached == 4 && st.evictable == 4 && kv_pool_n_free(p) == 4 &&
+            kv_prefix_n_available(px) == 8);
+
+    /* b matches the first two, computes two of its own */
+    T_CHECK(kv_prefix_match(px, &u, b, 4) == 2);
+    T_CHECK(u.ids[0] == a_ids[0] && u.ids[1] == a_ids[1] && u.n_sealed == 2);
+    compute(p, px, &u, b, 4);
+    kv_prefix_stats_get(px, &st);
+    T_CHECK(st.cached == 6 && st.hits == 2);
+    kv_prefix_release(px, &u);
+
+    /* a private copy of a's prefix adopts the cached nodes when sealed: its blocks are freed */
+    for (int b2 = 0; b2 < 2; b2++)
+        fill_block(p, kv_prefix_alloc(px, &t), a + b2 * BS);
+    int64_t free0 = kv_pool_n_free(p);
+    kv_prefix_seal(px, &t, a, 2);
+    T_CHECK(t.ids[0] == a_ids[0] && t.ids[1] == a_ids[1]);
+    T_CHECK(kv_pool_n_free(p) == free0 + 2);
+    kv_prefix_release(px, &t);
+
+    /* copy-on-write: the copy holds the same bytes, the table's sealed prefix ends before it */
+    T_CHECK(kv_prefix_match(px, &t, a, 4) == 4);
+    T_OK(kv_prefix_copy_block(px, &t, 3));
+    T_CHECK(t.ids[3] != a_ids[3] && same_block(p, t.ids[3], a_ids[3]) && t.n_sealed == 3);
+    kv_prefix_release(px, &t);
+
+    /* eviction: a table wanting the whole pool evicts every cached block, leaves first (a's
+     * last block before its third, before the shared second...) and each is offered intact */
+    int32_t c[8 * BS];
+    for (int i = 0; i < 8 * BS; i++)
+        c[i] = 500 + i;
+    compute(p, px, &t, c, 8);
+    kv_prefix_stats_get(px, &st);
+    T_CHECK(st.evictions == 6 && log.n == 6);
+    int pos_a3 = -1, pos_a2 = -1, pos_a1 = -1, pos_a0 = -1;
+    uint64_t k0 = kv_block_key(7, a, BS), k1 = kv_block_key(k0, a + BS, BS);
+    uint64_t k2 = kv_block_key(k1, a + 2 * BS, BS), k3 = kv_block_key(k2, a + 3 * BS, BS);
+    for (int i = 0; i < log.n; i++) {
+        pos_a0 = log.keys[i] == k0 ? i : pos_a0;
+        pos_a1 = log.keys[i] == k1 ? i : pos_a1;
+        pos_a2 = log.keys[i] == k2 ? i : pos_a2;
+        pos_a3 = log.keys[i] == k3 ? i : pos_a3;
+    }
+    T_CHECKF(pos_a3 >= 0 && pos_a3 < pos_a2 && pos_a2 < pos_a1 && pos_a1 < pos_a0,
+             "eviction order %d %d %d %d", pos_a3, pos_a2, pos_a1, pos_a0);
+    T_CHECK(kv_prefix_n_available(px) == 0);
+    /* nothing left to evict: allocation fails cleanly */
+    kv_table v;
+    T_OK(kv_table_init(&v, 2));
+    T_CHECK(kv_prefix_alloc(px, &v) == -1 && v.n == 0);
+    kv_prefix_release(px, &t);
+
+    /* a bit flipped in a cached block's memory: caught before reuse, dropped with its subtree */
+    kv_prefix_stats_get(px, &st);
+    int64_t cached0 = st.cached;
+    T_CHECK(kv_prefix_match(px, &t, c, 8) == 8);
+    int32_t third = t.ids[2];
+    kv_prefix_release(px, &t);
+    ((unsigned char *)kv_pool_v_base(p, 1))[(size_t)third * kv_pool_block_bytes(p) + 5] ^= 0x20;
+    T_CHECK(kv_prefix_match(px, &t, c, 8) == 2);
+    kv_prefix_stats_get(px, &st);
+    T_CHECK(st.checksum_failures == 1 && st.cached == cached0 - 6);
+    kv_prefix_release(px, &t);
+
+    /* with verify off the same flip goes unnoticed (what kv-verify=0 trades away) */
+    kv_prefix_destroy(px);
+    o.verify = false;
+    T_OK(kv_prefix_create(p, &o, &px));
+    compute(p, px, &t, a, 2);
+    int32_t first = t.ids[0];
+    kv_prefix_release(px, &t);
+    ((unsigned char *)kv_pool_k_base(p, 0))[(size_t)first * kv_pool_block_bytes(p)] ^= 1;
+    T_CHECK(kv_prefix_match(px, &t, a, 2) == 2);
+    kv_prefix_release(px, &t);
+    kv_prefix_destroy(px);
+    T_CHECK(kv_pool_n_free(p) == 8); /* every reference given back */
+
+    /* disabled: a plain block manager */
+    o.enabled = false;
+    T_OK(kv_prefix_create(p, &o, &px));
+    compute(p, px, &t, a, 2);
+    kv_prefix_release(px, &t);
+    T_CHECK(kv_prefix_match(px, &t, a, 2) == 0 && kv_pool_n_free(p) == 8);
+    kv_prefix_destroy(px);
+    kv_table_deinit(&t);
+    kv_table_deinit(&u);
+    kv_table_deinit(&v);
+    kv_pool_destroy(p);
+}
+
+/* ---- the engine ---- */
+
+enum { NR = 24, MAXP = 160, MAXG = 12 };
+
+typedef struct run_out {
+    int32_t toks[MAXG];
+    int n;
+    int32_t cached;
+    engine_finish fin;
+} run_out;
+
+static void on_event(void *ud, const engine_event *ev) {
+    run_out *o = ud;
+    if (ev->token >= 0 && o->n < MAXG)
+        o->toks[o->n++] = ev->token;
+    o->cached = ev->n_cached;
+    if (ev->finish != ENGINE_FINISH_NONE)
+        o->fin = ev->finish;
+}
+
+typedef struct workload {
+    int32_t p[NR][MAXP];
+    int32_t len[NR];
+} workload;
+
+static engine *mk_engine(model *m, bool cache, int max_batch, int chunk, int64_t blocks,
+                         int threads) {
+    engine_opts o = {.max_batch = max_batch,
+                     .chunk = chunk,
+                     .kv_blocks = blocks,
+                     .block_size = 16,
+                     .threads = threads,
+                     .attn_chunk = 64,
+                     .prefix_cache = cache,
+                     .kv_verify = true};
+    engine *e;
+    T_OK(engine_create(m, NULL, &o, &e));
+    return e;
+}
+
+static void submit(engine *e, const workload *w, int i, run_out *o) {
+    memset(o, 0, sizeof *o);
+    sample_params sp = sample_params_default();
+    sp.seed = (uint64_t)i * 7 + 1;
+    if (i % 3 == 0)
+        sp.temperature = 0;
+    engine_req r = {.id = (uint64_t)i + 1,
+                    .prompt = w->p[i],
+                    .n_prompt = w->len[i],
+                    .sp = sp,
+                    .max_tokens = MAXG,
+                    .ignore_eog = true,
+                    .cb = on_event,
+                    .ud = o};
+    T_OK(engine_submit(e, &r));
+}
+
+/* Runs requests [from, to) one at a time. */
+static void run_alone(engine *e, const workload *w, int from, int to, run_out *out) {
+    for (int i = from; i < to; i++) {
+        submit(e, w, i, &out[i]);
+        while (engine_busy(e))
+            T_OK(engine_step(e));
+    }
+}
+
+static void run_all(engine *e, const workload *w, run_out *out) {
+    for (int i = 0; i < NR; i++)
+        submit(e, w, i, &out[i]);
+    while (engine_busy(e))
+        T_OK(engine_step(e));
+}
+
+static void expect_same(const run_out *ref, const run_out *got, const char *what) {
+    for (int i = 0; i < NR; i++)
+        T_CHECKF(got[i].fin == ENGINE_FINISH_LENGTH && got[i].n == ref[i].n &&
+                     memcmp(got[i].toks, ref[i].toks, sizeof ref[i].toks) == 0,
+                 "%s: request %d differs from the reference", what, i);
+}
+
+static void t_engine(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny-prefix.gguf", test_tmpdir());
+    synth_opts so = {.shape = "tiny", .type = GGUF_TYPE_F32, .seed = 23};
+    T_OK(synth_write(&so, path));
+    kn_isa isa;
+    T_OK(kn_isa_select(&isa));
+    model *m;
+    T_OK(model_load(path, isa, &m));
+    int32_t nv = (int32_t)model_get_hparams(m)->n_vocab;
+    /* requests 0..11: one of three system prompts (20, 37 and 48 tokens: one not block-aligned,
+     * one exactly 3 blocks) and a user turn; 12..23: request i-12's prompt, its reference answer
+     * and a second user turn (a multi-turn history) */
+    static workload w;
+    static run_out ref[NR], out[NR], out2[NR];
+    uint32_t st = 99;
+    int32_t sys[3][48];
+    const int sys_len[3] = {20, 37, 48};
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < sys_len[k]; j++)
+            sys[k][j] = (int32_t)((st = st * 1103515245u + 12345u) >> 8) % nv;
+    for (int i = 0; i < 12; i++) {
+        int k = i % 3, u = 5 + i * 2;
+        memcpy(w.p[i], sys[k], (size_t)sys_len[k] * sizeof(int32_t));
+        for (int j = 0; j < u; j++)
+            w.p[i][sys_len[k] + j] = (int32_t)((st = st * 1103515245u + 12345u) >> 8) % nv;
+        w.len[i] = sys_len[k] + u;
+    }
+    engine *e = mk_engine(m, false, 1, 512, 64, 1);
+    run_alone(e, &w, 0, 12, ref);
+    for (int i = 12; i < NR; i++) {
+        const int32_t *prev = w.p[i - 12];
+        int n = w.len[i - 12];
+        memcpy(w.p[i], prev, (size_t)n * sizeof(int32_t));
+        memcpy(w.p[i] + n, ref[i - 12].toks, (size_t)ref[i - 12].n * sizeof(int32_t));
+        n += ref[i - 12].n;
+        for (int j = 0; j < 7; j++)
+            w.p[i][n + j] = (int32_t)((st = st * 1103515245u + 12345u) >> 8) % nv;
+        w.len[i] = n + 7;
+        T_CHECK(w.len[i] <= MAXP);
+    }
+    run_alone(e, &w, 12, NR, ref);
+    engine_stats es;
+    engine_stats_get(e, &es);
+    T_CHECK(es.cached_positions == 0 && es.prefix.cached == 0);
+    engine_destroy(e);
+
+    /* the cache on, one at a time: cold (the system prompts and histories already hit), then
+     * warm (every request finds its whole prompt but the last token cached) */
+    e = mk_engine(m, true, 1, 512, 64, 1);
+    run_alone(e, &w, 0, NR, out);
+    expect_same(ref, out, "cache on, cold, alone");
+    int hits_cold = 0;
+    for (int i = 0; i < NR; i++)
+        hits_cold += out[i].cached > 0;
+    T_CHECKF(hits_cold >= 18, "only %d of %d cold requests hit the cache", hits_cold, NR);
+    T_CHECK(out[12].cached >= w.len[0] / 16 * 16); /* turn 2 reuses turn 1's prompt */
+    run_alone(e, &w, 0, NR, out2);
+    expect_same(ref, out2, "cache on, warm, alone");
+    for (int i = 0; i < NR; i++)
+        T_CHECKF(out2[i].cached >= (w.len[i] - 1) / 16 * 16,
+                 "warm request %d: %d of %d positions cached", i, out2[i].cached, w.len[i]);
+    engine_destroy(e);
+
+    /* batched and chunked in a pool of 40 blocks (the largest request needs 11): cached blocks
+     * are evicted, sequences preempted, and requests wait for the blocks a peer is computing */
+    for (int threads = 1; threads <= 2; threads++) {
+        e = mk_engine(m, true, 16, 8, 40, threads);
+        run_all(e, &w, out);
+        expect_same(ref, out, "cache on, batched, small pool");
+        run_all(e, &w, out2);
+        expect_same(ref, out2, "cache on, batched, small pool, second round");
+        engine_stats_get(e, &es);
+        T_CHECKF(es.prefix.evictions > 0 && es.prefix.hits > 0 && es.cached_positions > 0,
+                 "evictions %lld, hits %lld", (long long)es.prefix.evictions,
+                 (long long)es.prefix.hits);
+        T_CHECK(es.prefix.checksum_failures == 0);
+        engine_destroy(e);
+    }
+    model_destroy(m);
+}
+
+int main(void) {
+    test_run("kv_block.codec", t_codec);
+    test_run("kv_prefix.tree", t_prefix);
+    test_run("kv_prefix.engine_p1", t_engine);
+    return test_summary();
+}
