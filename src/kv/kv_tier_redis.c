@@ -11,7 +11,8 @@
  * Failures: any failed command (timeout, reset, EOF, a protocol error) frees the connection and
  * fails the operation; the next operation reconnects, but at most one attempt per second
  * (RECONNECT_NS), and until then every operation fails at once without a syscall, so a dead
- * Redis costs the I/O thread nothing per block. One warning when the connection is lost; debug
+ * Redis costs the I/O thread nothing per block. An info line when the connection is lost (the manager
+ * warns once when a tier starts failing); debug
  * lines for the failed reconnects. An error reply (e.g. OOM from maxmemory) fails the operation
  * but keeps the connection.
  *
@@ -156,7 +157,7 @@ static int redis_reply_check(redis_tier *r, redisReply *rep, const char *what, u
     if (rep)
         return 0;
     int rc = err_set(ERR_IO, "redis %s: %s %016" PRIx64 ": %s", r->url, what, key, redis_why(r->c));
-    log_warn("kv redis tier: lost the connection to %s (%s); reconnecting at most once a second",
+    log_info("kv redis tier: lost the connection to %s (%s); reconnecting at most once a second",
              r->url, redis_why(r->c));
     redisFree(r->c);
     r->c = NULL;
