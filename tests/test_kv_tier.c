@@ -550,8 +550,9 @@ static void t_redis_unreachable(void) {
     kv_tiers_fetch(t, 1);
     T_EQ_INT(kv_tiers_poll(t, 1, NULL, NULL, NULL), KV_FETCH_MISS);
     kv_tiers_destroy(t);
-    static const char *const bad[] = {"http://x:1", "redis://", "redis://h:0", "redis://h:x",
-                                      "redis://h:1/db", "unix://rel.sock", "redis://h:1/2/3"};
+    static const char *const bad[] = {"http://x:1",     "redis://",       "redis://h:0",
+                                      "redis://h:x",    "redis://h:1/db", "unix://rel.sock",
+                                      "redis://h:1/2/3"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         kv_tiers_opts ob = {.redis_url = bad[i]};
         T_CHECKF(kv_tiers_create(&ob, &t) == ERR_INVAL, "url %s accepted", bad[i]);
@@ -604,8 +605,8 @@ static void redis_start(const char *exe) {
         }
         if (chdir(redis_dir) != 0)
             _exit(127);
-        execl(exe, exe, "--port", "0", "--unixsocket", redis_sock, "--save", "",
-              "--appendonly", "no", "--daemonize", "no", (char *)NULL);
+        execl(exe, exe, "--port", "0", "--unixsocket", redis_sock, "--save", "", "--appendonly",
+              "no", "--daemonize", "no", (char *)NULL);
         _exit(127);
     }
     redis_pid = pid;
@@ -620,14 +621,15 @@ static void redis_start(const char *exe) {
             return;
         int st;
         T_CHECKF(waitpid(pid, &st, WNOHANG) == 0, "redis-server exited (status %d)", st);
-        T_CHECKF(clock_now_ns() < end, "redis-server did not accept on %s within 30 s",
-                 redis_sock);
+        T_CHECKF(clock_now_ns() < end, "redis-server did not accept on %s within 30 s", redis_sock);
         usleep(5000);
     }
 }
 
 static kv_tiers *redis_tiers(const char *url, uint64_t identity, const char *disk) {
-    kv_tiers_opts o = {.redis_url = url, .identity = identity, .disk_dir = disk,
+    kv_tiers_opts o = {.redis_url = url,
+                       .identity = identity,
+                       .disk_dir = disk,
                        .disk_max_bytes = disk ? 1 << 20 : 0};
     kv_tiers *t;
     T_OK(kv_tiers_create(&o, &t));

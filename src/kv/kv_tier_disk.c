@@ -41,8 +41,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DISK_MAGIC "verity-kv-disk\n"
-#define DISK_VERSION 1u
+#define DISK_MAGIC    "verity-kv-disk\n"
+#define DISK_VERSION  1u
 #define DISK_PATH_MAX 4096
 
 typedef struct disk_ent {
@@ -128,8 +128,10 @@ static int disk_write_all(int fd, const void *data, size_t n) {
 static int disk_put(void *impl, uint64_t key, const void *data, size_t n) {
     disk_tier *d = impl;
     if (n > (uint64_t)d->max_bytes)
-        return err_set(ERR_TOOLARGE, "kv disk tier %s: blob %016" PRIx64 " of %zu bytes exceeds "
-                       "the tier's bound of %lld", d->dir, key, n, (long long)d->max_bytes);
+        return err_set(ERR_TOOLARGE,
+                       "kv disk tier %s: blob %016" PRIx64 " of %zu bytes exceeds "
+                       "the tier's bound of %lld",
+                       d->dir, key, n, (long long)d->max_bytes);
     char tmp[DISK_PATH_MAX], path[DISK_PATH_MAX];
     disk_path(d, key, true, tmp);
     disk_path(d, key, false, path);
@@ -333,8 +335,8 @@ static int disk_manifest_check(const disk_tier *d, char *why, size_t why_n) {
         snprintf(why, why_n, "MANIFEST has format version %u, this server writes %u", version,
                  DISK_VERSION);
     else if (id != d->identity)
-        snprintf(why, why_n, "MANIFEST names identity %016" PRIx64 ", this server %016" PRIx64,
-                 id, d->identity);
+        snprintf(why, why_n, "MANIFEST names identity %016" PRIx64 ", this server %016" PRIx64, id,
+                 d->identity);
     else
         why[0] = 0;
     free(s);
@@ -469,8 +471,7 @@ int kv_tier_disk_open(const char *dir, int64_t max_bytes, uint64_t identity,
         if (!rc)
             rc = disk_manifest_write(d);
         if (!rc && (removed > 0 || strcmp(why, "no MANIFEST") != 0))
-            log_warn("kv disk tier %s: not trusted (%s): cleared %d blob files", dir, why,
-                     removed);
+            log_warn("kv disk tier %s: not trusted (%s): cleared %d blob files", dir, why, removed);
         else if (!rc)
             log_info("kv disk tier %s: initialised (%s)", dir, why);
     }

@@ -36,6 +36,6 @@ void kv_tmap_insert(kv_tmap *m, kv_tmap_node *node);
 /* Removes node, which must be in m. */
 void kv_tmap_remove(kv_tmap *m, kv_tmap_node *node);
 
-#define KV_TMAP_ENTRY(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define KV_TMAP_ENTRY(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #endif

@@ -11,10 +11,9 @@
  * Failures: any failed command (timeout, reset, EOF, a protocol error) frees the connection and
  * fails the operation; the next operation reconnects, but at most one attempt per second
  * (RECONNECT_NS), and until then every operation fails at once without a syscall, so a dead
- * Redis costs the I/O thread nothing per block. An info line when the connection is lost (the manager
- * warns once when a tier starts failing); debug
- * lines for the failed reconnects. An error reply (e.g. OOM from maxmemory) fails the operation
- * but keeps the connection.
+ * Redis costs the I/O thread nothing per block. An info line when the connection is lost (the
+ * manager warns once when a tier starts failing), debug lines for the failed reconnects. An error
+ * reply (e.g. OOM from maxmemory) fails the operation but keeps the connection.
  *
  * Threading: none of its own; one thread at a time (kv_tier.h). A write to a connection whose
  * server died may raise SIGPIPE: the manager's I/O thread blocks all signals, so it only fails.
@@ -31,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RECONNECT_NS 1000000000LL
+#define RECONNECT_NS     1000000000LL
 #define REDIS_TIMEOUT_MS 1000
 
 typedef struct redis_url {
@@ -44,8 +43,8 @@ typedef struct redis_tier {
     char *url;
     redis_url u;
     uint64_t identity;
-    redisContext *c;       /* NULL: not connected */
-    int64_t last_try_ns;   /* last connect attempt */
+    redisContext *c;     /* NULL: not connected */
+    int64_t last_try_ns; /* last connect attempt */
 } redis_tier;
 
 /* Parses url into *u. 0 or ERR_INVAL quoting it. */
@@ -61,8 +60,10 @@ static int redis_url_parse(const char *url, redis_url *u) {
         return 0;
     }
     if (strncmp(url, "redis://", 8) != 0)
-        return err_set(ERR_INVAL, "redis url '%s': expected redis://HOST[:PORT][/DB] or "
-                       "unix:///path", url);
+        return err_set(ERR_INVAL,
+                       "redis url '%s': expected redis://HOST[:PORT][/DB] or "
+                       "unix:///path",
+                       url);
     const char *h = url + 8, *end = h + strcspn(h, ":/");
     if (end == h || (size_t)(end - h) >= sizeof u->host)
         return err_set(ERR_INVAL, "redis url '%s': missing or too long host", url);

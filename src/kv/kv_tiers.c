@@ -23,10 +23,11 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TIERS_DEFAULT_BYTES ((int64_t)256 << 20)
+#define TIERS_DEFAULT_BYTES  ((int64_t)256 << 20)
 #define TIERS_MAX_QUEUED_OPS 65536 /* fetches and drops beyond it are answered as misses / lost */
 
 const double kv_tier_load_bounds_s[KV_TIER_LOAD_BUCKETS] = {0.0001, 0.0005, 0.001, 0.005, 0.01,
@@ -57,6 +58,7 @@ typedef struct op_outcome {
     bool tried[KV_TIER_COUNT];
     int rc[KV_TIER_COUNT];
     int64_t ns[KV_TIER_COUNT];
+    char why[KV_TIER_COUNT][256]; /* a failure's detail (err_detail is per call, not per tier) */
     bool have_use[KV_TIER_COUNT];
     kv_tier_usage use[KV_TIER_COUNT];
     void *blob; /* FETCH hit */
@@ -98,11 +100,15 @@ static void op_run_put(kv_tiers *t, tier_op *op, op_outcome *oc) {
     oc->tried[i] = true;
     oc->rc[i] = t->ops[i]->put(t->impl[i], op->key, op->blob, op->n);
     oc->ns[i] = clock_now_ns() - t0;
+    if (oc->rc[i] < 0)
+        snprintf(oc->why[i], sizeof oc->why[i], "%s", err_detail());
 }
 
 static void op_run_drop(kv_tiers *t, tier_op *op, op_outcome *oc) {
     oc->tried[op->tier] = true;
     oc->rc[op->tier] = t->ops[op->tier]->drop(t->impl[op->tier], op->key);
+    if (oc->rc[op->tier] < 0)
+        snprintf(oc->why[op->tier], sizeof oc->why[op->tier], "%s", err_detail());
 }
 
 /* L2, then L3 on a miss or a failure. */
@@ -116,6 +122,8 @@ static void op_run_fetch(kv_tiers *t, tier_op *op, op_outcome *oc) {
         oc->tried[i] = true;
         oc->rc[i] = t->ops[i]->get(t->impl[i], op->key, &data, &n);
         oc->ns[i] = clock_now_ns() - t0;
+        if (oc->rc[i] < 0 && oc->rc[i] != ERR_NOTFOUND)
+            snprintf(oc->why[i], sizeof oc->why[i], "%s", err_detail());
         if (oc->rc[i] == 0) {
             oc->blob = data;
             oc->n = n;
@@ -132,10 +140,10 @@ static void op_log(kv_tiers *t, const tier_op *op, const op_outcome *oc) {
         bool bad = oc->rc[i] < 0 && oc->rc[i] != ERR_NOTFOUND;
         if (bad && !t->failing[i])
             log_warn("kv tiers: %s tier failing (%s); its blocks are treated as misses: %s",
-                     t->ops[i]->name, err_name(oc->rc[i]), err_detail());
+                     t->ops[i]->name, err_name(oc->rc[i]), oc->why[i]);
         else if (bad)
             log_debug("kv tiers: %s tier: key %016llx: %s", t->ops[i]->name,
-                      (unsigned long long)op->key, err_detail());
+                      (unsigned long long)op->key, oc->why[i]);
         else if (t->failing[i])
             log_info("kv tiers: %s tier works again", t->ops[i]->name);
         t->failing[i] = bad;
@@ -435,10 +443,10 @@ int kv_tiers_create_with(const kv_tiers_opts *o, const kv_tier_ops *const ops[KV
     *out = NULL;
     if (o->staging_max_bytes < 0 || o->queue_max_bytes < 0) {
         tiers_close_backends(ops, impl);
-        return err_set(ERR_INVAL, "kv tiers: negative %s (%lld)",
-                       o->staging_max_bytes < 0 ? "staging_max_bytes" : "queue_max_bytes",
-                       (long long)(o->staging_max_bytes < 0 ? o->staging_max_bytes
-                                                            : o->queue_max_bytes));
+        return err_set(
+            ERR_INVAL, "kv tiers: negative %s (%lld)",
+            o->staging_max_bytes < 0 ? "staging_max_bytes" : "queue_max_bytes",
+            (long long)(o->staging_max_bytes < 0 ? o->staging_max_bytes : o->queue_max_bytes));
     }
     kv_tiers *t = calloc(1, sizeof *t);
     if (!t || kv_tmap_init(&t->res)) {
@@ -482,7 +490,8 @@ int kv_tiers_create_with(const kv_tiers_opts *o, const kv_tier_ops *const ops[KV
 /* Validates o; 0 or ERR_INVAL naming the option. */
 static int tiers_opts_check(const kv_tiers_opts *o) {
     if (o->disk_dir && o->disk_dir[0] && o->disk_max_bytes <= 0)
-        return err_set(ERR_INVAL, "kv tiers: disk_max_bytes must be positive with disk_dir %s (%lld)",
+        return err_set(ERR_INVAL,
+                       "kv tiers: disk_max_bytes must be positive with disk_dir %s (%lld)",
                        o->disk_dir, (long long)o->disk_max_bytes);
     if (o->redis_url && o->redis_url[0] && kv_tier_redis_url_check(o->redis_url))
         return err_wrap(ERR_INVAL, "kv tiers: redis_url");

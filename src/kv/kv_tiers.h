@@ -55,16 +55,16 @@ typedef struct kv_tier_stats {
     int64_t puts_dropped; /* puts dropped: the queue was over its bound, or no such tier */
     int64_t hits;         /* fetches this tier answered */
     int64_t misses;       /* fetches it did not have */
-    int64_t errors;       /* failed operations (put, get, drop): a failed get counts as a miss too */
-    int64_t hit_bytes;    /* bytes of the hits */
+    int64_t errors;    /* failed operations (put, get, drop): a failed get counts as a miss too */
+    int64_t hit_bytes; /* bytes of the hits */
     int64_t staged_dropped; /* hits freed unpolled to keep staging within its bound */
-    int64_t drops;        /* blobs dropped on the engine's request */
-    int64_t blocks;       /* blobs stored now (0 where the tier cannot tell: Redis) */
-    int64_t bytes;        /* their bytes now */
-    int64_t evictions;    /* blobs the tier evicted to stay within its bound */
+    int64_t drops;          /* blobs dropped on the engine's request */
+    int64_t blocks;         /* blobs stored now (0 where the tier cannot tell: Redis) */
+    int64_t bytes;          /* their bytes now */
+    int64_t evictions;      /* blobs the tier evicted to stay within its bound */
     int64_t load_counts[KV_TIER_LOAD_BUCKETS + 1]; /* time of the gets that hit, by bucket */
-    double load_sum_s;    /* their total time */
-    int64_t load_count;   /* their number (== hits) */
+    double load_sum_s;                             /* their total time */
+    int64_t load_count;                            /* their number (== hits) */
 } kv_tier_stats;
 
 /* Opens the tiers o names and starts the I/O thread. A tier that cannot be opened (a directory
