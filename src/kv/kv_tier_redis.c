@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kv_tier_redis: the L3 tier, blobs as Redis strings (kv_tier.h has the contract), through
+ * hiredis's blocking API with a 1 s connect timeout and a 1 s command timeout. Several servers
+ * (replicas) share one Redis: what one puts, another fetches; the identity in every key keeps
+ * different models and settings apart.
+ *
+ * Keys: "verity:kv:<identity, 16 hex>:<key, 16 hex>"; values are written and read binary-safe
+ * (%b). No TTL: Redis's own maxmemory policy evicts.
+ *
+ * Failures: any failed command (timeout, reset, EOF, a protocol error) frees the connection and
+ * fails the operation; the next operation reconnects, but at most one attempt per second
+ * (RECONNECT_NS), and until then every operation fails at once without a syscall, so a dead
+ * Redis costs the I/O thread nothing per block. An info line when the connection is lost (the
+ * manager warns once when a tier starts failing), debug lines for the failed reconnects. An error
+ * reply (e.g. OOM from maxmemory) fails the operation but keeps the connection.
+ *
+ * Threading: none of its own; one thread at a time (kv_tier.h). A write to a connection whose
+ * server died may raise SIGPIPE: the manager's I/O thread blocks all signals, so it only fails.
+ */
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "kv/kv_tier.h"
+
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RECONNECT_NS     1000000000LL
+#define REDIS_TIMEOUT_MS 1000
+
+typedef struct redis_url {
+    char host[256]; /* host, or the socket path if unix */
+    int port;       /* 0: unix socket */
+    int db;
+} redis_url;
+
+typedef struct redis_tier {
+    char *url;
+    redis_url u;
+    uint64_t identity;
+    redisContext *c;     /* NULL: not connected */
+    int64_t last_try_ns; /* last connect attempt */
+} redis_tier;
+
+/* Parses url into *u. 0 or ERR_INVAL quoting it. */
+static int redis_url_parse(const char *url, redis_url *u) {
+    memset(u, 0, sizeof *u);
+    if (!url)
+        return err_set(ERR_INVAL, "redis url: missing");
+    if (strncmp(url, "unix://", 7) == 0) {
+        const char *p = url + 7;
+        if (p[0] != '/' || strlen(p) >= sizeof u->host)
+            return err_set(ERR_INVAL, "redis url '%s': expected unix:///absolute/path.sock", url);
+        snprintf(u->host, sizeof u->host, "%s", p);
+        return 0;
+    }
+    if (strncmp(url, "redis://", 8) != 0)
+        return err_set(ERR_INVAL,
+                       "redis url '%s': expected redis://HOST[:PORT][/DB] or "
+                       "unix:///path",
+                       url);
+    const char *h = url + 8, *end = h + strcspn(h, ":/");
+    if (end == h || (size_t)(end - h) >= sizeof u->host)
+        return err_set(ERR_INVAL, "redis url '%s': missing or too long host", url);
+    memcpy(u->host, h, (size_t)(end - h));
+    u->port = 6379;
+    const char *p = end;
+    if (*p == ':') {
+        char *e;
+        long port = strtol(p + 1, &e, 10);
+        if (e == p + 1 || port <= 0 || port > 65535)
+            return err_set(ERR_INVAL, "redis url '%s': bad port", url);
+        u->port = (int)port;
+        p = e;
+    }
+    if (*p == '/' && p[1]) {
+        char *e;
+        long db = strtol(p + 1, &e, 10);
+        if (e == p + 1 || *e || db < 0 || db > 1000000)
+            return err_set(ERR_INVAL, "redis url '%s': bad database number", url);
+        u->db = (int)db;
+        p = e;
+    } else if (*p == '/') {
+        p++;
+    }
+    if (*p)
+        return err_set(ERR_INVAL, "redis url '%s': unexpected '%s'", url, p);
+    return 0;
+}
+
+int kv_tier_redis_url_check(const char *url) {
+    redis_url u;
+    return redis_url_parse(url, &u);
+}
+
+/* The reason a context failed, for messages. */
+static const char *redis_why(const redisContext *c) {
+    return c && c->err ? c->errstr : "no reply";
+}
+
+/* Runs a command that must answer status "OK" or "PONG"; 0 or ERR_CONNECT. */
+static int redis_handshake_cmd(redis_tier *r, const char *what, redisReply *rep) {
+    bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+    int rc = 0;
+    if (!ok)
+        rc = err_set(ERR_CONNECT, "redis %s: %s failed: %s", r->url, what,
+                     rep && rep->type == REDIS_REPLY_ERROR ? rep->str : redis_why(r->c));
+    if (rep)
+        freeReplyObject(rep);
+    return rc;
+}
+
+/* Connects (with timeouts), checks the server answers and selects the db. 0 or ERR_CONNECT. */
+static int redis_connect(redis_tier *r) {
+    struct timeval tv = {REDIS_TIMEOUT_MS / 1000, (REDIS_TIMEOUT_MS % 1000) * 1000};
+    r->last_try_ns = clock_now_ns();
+    r->c = r->u.port ? redisConnectWithTimeout(r->u.host, r->u.port, tv)
+                     : redisConnectUnixWithTimeout(r->u.host, tv);
+    int rc = 0;
+    if (!r->c || r->c->err)
+        rc = err_set(ERR_CONNECT, "redis %s: cannot connect: %s", r->url,
+                     r->c ? r->c->errstr : "out of memory");
+    else if (redisSetTimeout(r->c, tv) != REDIS_OK)
+        rc = err_set(ERR_CONNECT, "redis %s: cannot set the command timeout", r->url);
+    if (!rc)
+        rc = redis_handshake_cmd(r, "PING", redisCommand(r->c, "PING"));
+    if (!rc && r->u.db)
+        rc = redis_handshake_cmd(r, "SELECT", redisCommand(r->c, "SELECT %d", r->u.db));
+    if (rc && r->c) {
+        redisFree(r->c);
+        r->c = NULL;
+    }
+    return rc;
+}
+
+/* Makes sure there is a connection, trying at most once per RECONNECT_NS. 0 or ERR_CONNECT. */
+static int redis_ready(redis_tier *r) {
+    if (r->c)
+        return 0;
+    if (clock_now_ns() - r->last_try_ns < RECONNECT_NS)
+        return err_set(ERR_CONNECT, "redis %s: not connected (next attempt within 1 s)", r->url);
+    int rc = redis_connect(r);
+    if (rc)
+        log_debug("kv redis tier: reconnect failed: %s", err_detail());
+    else
+        log_info("kv redis tier: reconnected to %s", r->url);
+    return rc;
+}
+
+/* After a command: NULL reply means the connection is broken; drops it. Returns 0 if rep is
+ * usable, else ERR_IO naming what failed. */
+static int redis_reply_check(redis_tier *r, redisReply *rep, const char *what, uint64_t key) {
+    if (rep)
+        return 0;
+    int rc = err_set(ERR_IO, "redis %s: %s %016" PRIx64 ": %s", r->url, what, key, redis_why(r->c));
+    log_info("kv redis tier: lost the connection to %s (%s); reconnecting at most once a second",
+             r->url, redis_why(r->c));
+    redisFree(r->c);
+    r->c = NULL;
+    r->last_try_ns = clock_now_ns();
+    return rc;
+}
+
+static void redis_key(const redis_tier *r, uint64_t key, char *buf, size_t n) {
+    snprintf(buf, n, "verity:kv:%016" PRIx64 ":%016" PRIx64, r->identity, key);
+}
+
+static int redis_put(void *impl, uint64_t key, const void *data, size_t n) {
+    redis_tier *r = impl;
+    int rc = redis_ready(r);
+    if (rc)
+        return rc;
+    char k[64];
+    redis_key(r, key, k, sizeof k);
+    redisReply *rep = redisCommand(r->c, "SET %s %b", k, data, n);
+    rc = redis_reply_check(r, rep, "SET", key);
+    if (rc)
+        return rc;
+    if (rep->type != REDIS_REPLY_STATUS)
+        rc = err_set(ERR_IO, "redis %s: SET %s: %s", r->url, k,
+                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    freeReplyObject(rep);
+    return rc;
+}
+
+static int redis_get(void *impl, uint64_t key, void **data, size_t *n) {
+    redis_tier *r = impl;
+    *data = NULL;
+    *n = 0;
+    int rc = redis_ready(r);
+    if (rc)
+        return rc;
+    char k[64];
+    redis_key(r, key, k, sizeof k);
+    redisReply *rep = redisCommand(r->c, "GET %s", k);
+    rc = redis_reply_check(r, rep, "GET", key);
+    if (rc)
+        return rc;
+    if (rep->type == REDIS_REPLY_NIL) {
+        rc = ERR_NOTFOUND;
+    } else if (rep->type != REDIS_REPLY_STRING) {
+        rc = err_set(ERR_IO, "redis %s: GET %s: %s", r->url, k,
+                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    } else {
+        *data = malloc(rep->len ? rep->len : 1);
+        if (!*data)
+            rc = err_set(ERR_NOMEM, "redis %s: GET %s: out of memory (%zu bytes)", r->url, k,
+                         rep->len);
+        else {
+            memcpy(*data, rep->str, rep->len);
+            *n = rep->len;
+        }
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
+static int redis_drop(void *impl, uint64_t key) {
+    redis_tier *r = impl;
+    int rc = redis_ready(r);
+    if (rc)
+        return rc;
+    char k[64];
+    redis_key(r, key, k, sizeof k);
+    redisReply *rep = redisCommand(r->c, "DEL %s", k);
+    rc = redis_reply_check(r, rep, "DEL", key);
+    if (rc)
+        return rc;
+    if (rep->type != REDIS_REPLY_INTEGER)
+        rc = err_set(ERR_IO, "redis %s: DEL %s: %s", r->url, k,
+                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    freeReplyObject(rep);
+    return rc;
+}
+
+static void redis_destroy(void *impl) {
+    redis_tier *r = impl;
+    if (!r)
+        return;
+    if (r->c)
+        redisFree(r->c);
+    free(r->url);
+    free(r);
+}
+
+static const kv_tier_ops redis_ops = {
+    .name = "redis",
+    .put = redis_put,
+    .get = redis_get,
+    .drop = redis_drop,
+    .usage = NULL,
+    .destroy = redis_destroy,
+};
+
+int kv_tier_redis_open(const char *url, uint64_t identity, const kv_tier_ops **ops, void **impl) {
+    *ops = NULL;
+    *impl = NULL;
+    redis_tier *r = calloc(1, sizeof *r);
+    if (!r)
+        return err_set(ERR_NOMEM, "kv redis tier: out of memory");
+    int rc = redis_url_parse(url, &r->u);
+    if (!rc && !(r->url = strdup(url)))
+        rc = err_set(ERR_NOMEM, "kv redis tier: out of memory");
+    r->identity = identity;
+    if (!rc)
+        rc = redis_connect(r);
+    if (rc) {
+        redis_destroy(r);
+        return rc;
+    }
+    *ops = &redis_ops;
+    *impl = r;
+    return 0;
+}

@@ -1,0 +1,551 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kv_tiers: see kv_tiers.h. One mutex guards everything the engine thread and the I/O thread
+ * share: the operation queue (a FIFO list), the results map (kv_tmap keyed by block key: one
+ * entry per fetch from queue to poll), the staging list (READY results, oldest first) and the
+ * counters. The backends are touched by the I/O thread only (opened before it starts, destroyed
+ * after it is joined), so they need no locking, and the I/O thread never holds the mutex while a
+ * backend runs: it pops an operation, unlocks, runs it, and relocks to publish the outcome.
+ *
+ * Invariants (under the mutex): q_bytes is the sum of the blob sizes of the queued puts;
+ * staged_bytes the sum of the sizes of the READY results, all of which are on the staging list
+ * and no other result is; a PENDING result has exactly one FETCH operation queued or running.
+ *
+ * The I/O thread blocks every signal (set before it is created), so a SIGPIPE from a write to a
+ * Redis that died goes nowhere and the write just fails with EPIPE.
+ */
+#include "kv/kv_tiers.h"
+#include "base/check.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "kv/kv_tier_int.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TIERS_DEFAULT_BYTES  ((int64_t)256 << 20)
+#define TIERS_MAX_QUEUED_OPS 65536 /* fetches and drops beyond it are answered as misses / lost */
+
+const double kv_tier_load_bounds_s[KV_TIER_LOAD_BUCKETS] = {0.0001, 0.0005, 0.001, 0.005, 0.01,
+                                                            0.05,   0.1,    0.5,   1};
+
+enum { OP_PUT, OP_FETCH, OP_DROP };
+
+typedef struct tier_op {
+    struct tier_op *next;
+    int kind;
+    int tier; /* PUT, DROP */
+    uint64_t key;
+    void *blob; /* PUT: owned */
+    size_t n;
+} tier_op;
+
+typedef struct fetch_res {
+    kv_tmap_node node; /* key */
+    int state;         /* KV_FETCH_PENDING, _READY, _MISS */
+    void *blob;        /* READY: owned */
+    size_t n;
+    int tier;
+    struct fetch_res *sprev, *snext; /* staging list, READY only */
+} fetch_res;
+
+/* What one operation did, gathered by the I/O thread without the lock and published with it. */
+typedef struct op_outcome {
+    bool tried[KV_TIER_COUNT];
+    int rc[KV_TIER_COUNT];
+    int64_t ns[KV_TIER_COUNT];
+    char why[KV_TIER_COUNT][256]; /* a failure's detail (err_detail is per call, not per tier) */
+    bool have_use[KV_TIER_COUNT];
+    kv_tier_usage use[KV_TIER_COUNT];
+    void *blob; /* FETCH hit */
+    size_t n;
+    int hit_tier; /* -1: none */
+} op_outcome;
+
+struct kv_tiers {
+    const kv_tier_ops *ops[KV_TIER_COUNT];
+    void *impl[KV_TIER_COUNT];
+    bool failing[KV_TIER_COUNT]; /* I/O thread only: last operation failed (warn on change) */
+    int64_t queue_max_bytes, staging_max_bytes;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool stop;
+    tier_op *qhead, *qtail;
+    int64_t q_bytes, q_ops;
+    kv_tmap res;
+    fetch_res *s_old, *s_new;
+    int64_t staged_bytes;
+    kv_tier_stats st[KV_TIER_COUNT];
+};
+
+const char *kv_tiers_tier_name(int tier) {
+    return tier == KV_TIER_DISK ? "disk" : tier == KV_TIER_REDIS ? "redis" : "?";
+}
+
+static bool tier_ok(const kv_tiers *t, int tier) {
+    return tier >= 0 && tier < KV_TIER_COUNT && t->ops[tier];
+}
+
+/* ---- I/O thread ---- */
+
+static void op_run_put(kv_tiers *t, tier_op *op, op_outcome *oc) {
+    int i = op->tier;
+    int64_t t0 = clock_now_ns();
+    oc->tried[i] = true;
+    oc->rc[i] = t->ops[i]->put(t->impl[i], op->key, op->blob, op->n);
+    oc->ns[i] = clock_now_ns() - t0;
+    if (oc->rc[i] < 0)
+        snprintf(oc->why[i], sizeof oc->why[i], "%s", err_detail());
+}
+
+static void op_run_drop(kv_tiers *t, tier_op *op, op_outcome *oc) {
+    oc->tried[op->tier] = true;
+    oc->rc[op->tier] = t->ops[op->tier]->drop(t->impl[op->tier], op->key);
+    if (oc->rc[op->tier] < 0)
+        snprintf(oc->why[op->tier], sizeof oc->why[op->tier], "%s", err_detail());
+}
+
+/* L2, then L3 on a miss or a failure. */
+static void op_run_fetch(kv_tiers *t, tier_op *op, op_outcome *oc) {
+    for (int i = 0; i < KV_TIER_COUNT && oc->hit_tier < 0; i++) {
+        if (!t->ops[i])
+            continue;
+        void *data = NULL;
+        size_t n = 0;
+        int64_t t0 = clock_now_ns();
+        oc->tried[i] = true;
+        oc->rc[i] = t->ops[i]->get(t->impl[i], op->key, &data, &n);
+        oc->ns[i] = clock_now_ns() - t0;
+        if (oc->rc[i] < 0 && oc->rc[i] != ERR_NOTFOUND)
+            snprintf(oc->why[i], sizeof oc->why[i], "%s", err_detail());
+        if (oc->rc[i] == 0) {
+            oc->blob = data;
+            oc->n = n;
+            oc->hit_tier = i;
+        }
+    }
+}
+
+/* Warns when a tier starts failing (once, not per block) and notes when it recovers. */
+static void op_log(kv_tiers *t, const tier_op *op, const op_outcome *oc) {
+    for (int i = 0; i < KV_TIER_COUNT; i++) {
+        if (!oc->tried[i])
+            continue;
+        bool bad = oc->rc[i] < 0 && oc->rc[i] != ERR_NOTFOUND;
+        if (bad && !t->failing[i])
+            log_warn("kv tiers: %s tier failing (%s); its blocks are treated as misses: %s",
+                     t->ops[i]->name, err_name(oc->rc[i]), oc->why[i]);
+        else if (bad)
+            log_debug("kv tiers: %s tier: key %016llx: %s", t->ops[i]->name,
+                      (unsigned long long)op->key, oc->why[i]);
+        else if (t->failing[i])
+            log_info("kv tiers: %s tier works again", t->ops[i]->name);
+        t->failing[i] = bad;
+    }
+}
+
+static void stats_load(kv_tier_stats *s, int64_t ns) {
+    double sec = (double)ns * 1e-9;
+    int b = 0;
+    while (b < KV_TIER_LOAD_BUCKETS && sec > kv_tier_load_bounds_s[b])
+        b++;
+    s->load_counts[b]++;
+    s->load_sum_s += sec;
+    s->load_count++;
+}
+
+/* Takes a READY result off the staging list (mutex held); its blob stays with it. */
+static void staging_unlink(kv_tiers *t, fetch_res *r) {
+    if (r->sprev)
+        r->sprev->snext = r->snext;
+    else
+        t->s_old = r->snext;
+    if (r->snext)
+        r->snext->sprev = r->sprev;
+    else
+        t->s_new = r->sprev;
+    r->sprev = r->snext = NULL;
+    t->staged_bytes -= (int64_t)r->n;
+}
+
+/* Publishes a fetch's result (mutex held). */
+static void fetch_publish(kv_tiers *t, uint64_t key, op_outcome *oc) {
+    kv_tmap_node *nd = kv_tmap_find(&t->res, key);
+    CHECK(nd);
+    fetch_res *r = KV_TMAP_ENTRY(nd, fetch_res, node);
+    CHECK(r->state == KV_FETCH_PENDING);
+    if (oc->hit_tier < 0) {
+        r->state = KV_FETCH_MISS;
+        return;
+    }
+    r->state = KV_FETCH_READY;
+    r->blob = oc->blob;
+    r->n = oc->n;
+    r->tier = oc->hit_tier;
+    oc->blob = NULL;
+    r->sprev = t->s_new;
+    r->snext = NULL;
+    if (t->s_new)
+        t->s_new->snext = r;
+    else
+        t->s_old = r;
+    t->s_new = r;
+    t->staged_bytes += (int64_t)r->n;
+    while (t->staged_bytes > t->staging_max_bytes && t->s_old) {
+        fetch_res *o = t->s_old;
+        staging_unlink(t, o);
+        free(o->blob);
+        o->blob = NULL;
+        o->state = KV_FETCH_MISS;
+        t->st[o->tier].staged_dropped++;
+    }
+}
+
+/* Publishes an operation's outcome: counters, usage, the fetch result (mutex held). */
+static void op_publish(kv_tiers *t, const tier_op *op, op_outcome *oc) {
+    for (int i = 0; i < KV_TIER_COUNT; i++) {
+        kv_tier_stats *s = &t->st[i];
+        if (oc->have_use[i]) {
+            s->blocks = oc->use[i].blocks;
+            s->bytes = oc->use[i].bytes;
+            s->evictions = oc->use[i].evictions;
+        }
+        if (!oc->tried[i])
+            continue;
+        int rc = oc->rc[i];
+        if (rc < 0 && rc != ERR_NOTFOUND)
+            s->errors++;
+        if (op->kind == OP_PUT && rc == 0) {
+            s->puts++;
+            s->put_bytes += (int64_t)op->n;
+        } else if (op->kind == OP_DROP && rc == 0) {
+            s->drops++;
+        } else if (op->kind == OP_FETCH && rc == 0) {
+            s->hits++;
+            s->hit_bytes += (int64_t)oc->n;
+            stats_load(s, oc->ns[i]);
+        } else if (op->kind == OP_FETCH) {
+            s->misses++;
+        }
+    }
+    if (op->kind == OP_FETCH)
+        fetch_publish(t, op->key, oc);
+}
+
+static void *tiers_main(void *arg) {
+    kv_tiers *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->qhead && !t->stop)
+            pthread_cond_wait(&t->cv, &t->mu);
+        tier_op *op = t->qhead;
+        if (!op)
+            break; /* stopping and drained */
+        t->qhead = op->next;
+        if (!t->qhead)
+            t->qtail = NULL;
+        t->q_ops--;
+        if (op->kind == OP_PUT)
+            t->q_bytes -= (int64_t)op->n;
+        if (t->stop && op->kind == OP_FETCH) {
+            free(op); /* abandoned: destroy frees its result */
+            continue;
+        }
+        pthread_mutex_unlock(&t->mu);
+
+        op_outcome oc;
+        memset(&oc, 0, sizeof oc);
+        oc.hit_tier = -1;
+        if (op->kind == OP_PUT)
+            op_run_put(t, op, &oc);
+        else if (op->kind == OP_DROP)
+            op_run_drop(t, op, &oc);
+        else
+            op_run_fetch(t, op, &oc);
+        op_log(t, op, &oc);
+        for (int i = 0; i < KV_TIER_COUNT; i++) {
+            if (t->ops[i] && t->ops[i]->usage) {
+                t->ops[i]->usage(t->impl[i], &oc.use[i]);
+                oc.have_use[i] = true;
+            }
+        }
+
+        pthread_mutex_lock(&t->mu);
+        op_publish(t, op, &oc);
+        free(oc.blob);
+        free(op->blob);
+        free(op);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+/* ---- engine side ---- */
+
+/* Appends op to the queue and wakes the I/O thread (mutex held). */
+static void queue_push(kv_tiers *t, tier_op *op) {
+    op->next = NULL;
+    if (t->qtail)
+        t->qtail->next = op;
+    else
+        t->qhead = op;
+    t->qtail = op;
+    t->q_ops++;
+    if (op->kind == OP_PUT)
+        t->q_bytes += (int64_t)op->n;
+    pthread_cond_signal(&t->cv);
+}
+
+void kv_tiers_put(kv_tiers *t, int tier, uint64_t key, void *blob, size_t n) {
+    if (!t) {
+        free(blob);
+        return;
+    }
+    tier_op *op = NULL;
+    bool ok = tier_ok(t, tier);
+    if (ok)
+        op = malloc(sizeof *op);
+    pthread_mutex_lock(&t->mu);
+    if (!op || t->stop || t->q_ops >= TIERS_MAX_QUEUED_OPS ||
+        (int64_t)n > t->queue_max_bytes - t->q_bytes) {
+        if (ok)
+            t->st[tier].puts_dropped++;
+        pthread_mutex_unlock(&t->mu);
+        free(op);
+        free(blob);
+        return;
+    }
+    *op = (tier_op){.kind = OP_PUT, .tier = tier, .key = key, .blob = blob, .n = n};
+    queue_push(t, op);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void kv_tiers_drop(kv_tiers *t, int tier, uint64_t key) {
+    if (!t || !tier_ok(t, tier))
+        return;
+    tier_op *op = malloc(sizeof *op);
+    if (!op)
+        return; /* the blob fails verification again next time and is dropped then */
+    *op = (tier_op){.kind = OP_DROP, .tier = tier, .key = key};
+    pthread_mutex_lock(&t->mu);
+    if (t->stop || t->q_ops >= TIERS_MAX_QUEUED_OPS) {
+        pthread_mutex_unlock(&t->mu);
+        free(op);
+        return;
+    }
+    queue_push(t, op);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void kv_tiers_fetch(kv_tiers *t, uint64_t key) {
+    if (!t)
+        return;
+    bool any = t->ops[KV_TIER_DISK] || t->ops[KV_TIER_REDIS];
+    pthread_mutex_lock(&t->mu);
+    if (kv_tmap_find(&t->res, key)) {
+        pthread_mutex_unlock(&t->mu);
+        return;
+    }
+    pthread_mutex_unlock(&t->mu);
+    /* allocate outside the lock (checked again below, for callers on several threads) */
+    fetch_res *r = calloc(1, sizeof *r);
+    tier_op *op = any ? malloc(sizeof *op) : NULL;
+    if (!r) {
+        free(op);
+        return; /* out of memory: the poll says NONE and the engine computes the block */
+    }
+    r->node.key = key;
+    r->state = KV_FETCH_MISS;
+    pthread_mutex_lock(&t->mu);
+    if (kv_tmap_find(&t->res, key)) {
+        pthread_mutex_unlock(&t->mu);
+        free(op);
+        free(r);
+        return;
+    }
+    if (op && !t->stop && t->q_ops < TIERS_MAX_QUEUED_OPS) {
+        r->state = KV_FETCH_PENDING;
+        *op = (tier_op){.kind = OP_FETCH, .key = key};
+        queue_push(t, op);
+        op = NULL;
+    }
+    kv_tmap_insert(&t->res, &r->node);
+    pthread_mutex_unlock(&t->mu);
+    free(op);
+}
+
+int kv_tiers_poll(kv_tiers *t, uint64_t key, void **blob, size_t *n, int *tier) {
+    if (blob)
+        *blob = NULL;
+    if (!t)
+        return KV_FETCH_NONE;
+    pthread_mutex_lock(&t->mu);
+    kv_tmap_node *nd = kv_tmap_find(&t->res, key);
+    if (!nd) {
+        pthread_mutex_unlock(&t->mu);
+        return KV_FETCH_NONE;
+    }
+    fetch_res *r = KV_TMAP_ENTRY(nd, fetch_res, node);
+    int state = r->state;
+    if (state == KV_FETCH_PENDING) {
+        pthread_mutex_unlock(&t->mu);
+        return state;
+    }
+    if (state == KV_FETCH_READY)
+        staging_unlink(t, r);
+    kv_tmap_remove(&t->res, nd);
+    pthread_mutex_unlock(&t->mu);
+    if (state == KV_FETCH_READY) {
+        if (blob)
+            *blob = r->blob;
+        else
+            free(r->blob);
+        if (n)
+            *n = r->n;
+        if (tier)
+            *tier = r->tier;
+    }
+    free(r);
+    return state;
+}
+
+bool kv_tiers_has(const kv_tiers *t, int tier) {
+    return t && tier_ok(t, tier);
+}
+
+void kv_tiers_stats_get(const kv_tiers *t, int tier, kv_tier_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!t || !tier_ok(t, tier))
+        return;
+    kv_tiers *m = (kv_tiers *)t; /* the mutex is not part of the logical state */
+    pthread_mutex_lock(&m->mu);
+    *out = m->st[tier];
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- life cycle ---- */
+
+static void tiers_close_backends(const kv_tier_ops *const ops[KV_TIER_COUNT],
+                                 void *const impl[KV_TIER_COUNT]) {
+    for (int i = 0; i < KV_TIER_COUNT; i++)
+        if (ops[i])
+            ops[i]->destroy(impl[i]);
+}
+
+int kv_tiers_create_with(const kv_tiers_opts *o, const kv_tier_ops *const ops[KV_TIER_COUNT],
+                         void *const impl[KV_TIER_COUNT], kv_tiers **out) {
+    *out = NULL;
+    if (o->staging_max_bytes < 0 || o->queue_max_bytes < 0) {
+        tiers_close_backends(ops, impl);
+        return err_set(
+            ERR_INVAL, "kv tiers: negative %s (%lld)",
+            o->staging_max_bytes < 0 ? "staging_max_bytes" : "queue_max_bytes",
+            (long long)(o->staging_max_bytes < 0 ? o->staging_max_bytes : o->queue_max_bytes));
+    }
+    kv_tiers *t = calloc(1, sizeof *t);
+    if (!t || kv_tmap_init(&t->res)) {
+        free(t);
+        tiers_close_backends(ops, impl);
+        return err_set(ERR_NOMEM, "kv tiers: out of memory");
+    }
+    for (int i = 0; i < KV_TIER_COUNT; i++) {
+        t->ops[i] = ops[i];
+        t->impl[i] = ops[i] ? impl[i] : NULL;
+    }
+    t->staging_max_bytes = o->staging_max_bytes ? o->staging_max_bytes : TIERS_DEFAULT_BYTES;
+    t->queue_max_bytes = o->queue_max_bytes ? o->queue_max_bytes : TIERS_DEFAULT_BYTES;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    for (int i = 0; i < KV_TIER_COUNT; i++)
+        if (t->ops[i] && t->ops[i]->usage) {
+            kv_tier_usage u;
+            t->ops[i]->usage(t->impl[i], &u);
+            t->st[i].blocks = u.blocks;
+            t->st[i].bytes = u.bytes;
+            t->st[i].evictions = u.evictions;
+        }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&t->thread, NULL, tiers_main, t);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        pthread_cond_destroy(&t->cv);
+        pthread_mutex_destroy(&t->mu);
+        kv_tmap_deinit(&t->res);
+        tiers_close_backends(t->ops, t->impl);
+        free(t);
+        return err_set(ERR_INTERNAL, "kv tiers: cannot start the I/O thread (error %d)", rc);
+    }
+    *out = t;
+    return 0;
+}
+
+/* Validates o; 0 or ERR_INVAL naming the option. */
+static int tiers_opts_check(const kv_tiers_opts *o) {
+    if (o->disk_dir && o->disk_dir[0] && o->disk_max_bytes <= 0)
+        return err_set(ERR_INVAL,
+                       "kv tiers: disk_max_bytes must be positive with disk_dir %s (%lld)",
+                       o->disk_dir, (long long)o->disk_max_bytes);
+    if (o->redis_url && o->redis_url[0] && kv_tier_redis_url_check(o->redis_url))
+        return err_wrap(ERR_INVAL, "kv tiers: redis_url");
+    return 0;
+}
+
+int kv_tiers_create(const kv_tiers_opts *o, kv_tiers **out) {
+    *out = NULL;
+    int rc = tiers_opts_check(o);
+    if (rc)
+        return rc;
+    const kv_tier_ops *ops[KV_TIER_COUNT] = {NULL, NULL};
+    void *impl[KV_TIER_COUNT] = {NULL, NULL};
+    if (o->disk_dir && o->disk_dir[0]) {
+        rc = kv_tier_disk_open(o->disk_dir, o->disk_max_bytes, o->identity, &ops[KV_TIER_DISK],
+                               &impl[KV_TIER_DISK]);
+        if (rc) {
+            log_warn("kv tiers: disk tier %s left out: %s", o->disk_dir, err_detail());
+            ops[KV_TIER_DISK] = NULL;
+        }
+    }
+    if (o->redis_url && o->redis_url[0]) {
+        rc = kv_tier_redis_open(o->redis_url, o->identity, &ops[KV_TIER_REDIS],
+                                &impl[KV_TIER_REDIS]);
+        if (rc) {
+            log_warn("kv tiers: redis tier %s left out: %s", o->redis_url, err_detail());
+            ops[KV_TIER_REDIS] = NULL;
+        }
+    }
+    return kv_tiers_create_with(o, ops, impl, out);
+}
+
+void kv_tiers_destroy(kv_tiers *t) {
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->thread, NULL);
+    CHECK(!t->qhead);
+    for (size_t i = 0; i < t->res.nb; i++) {
+        kv_tmap_node *nd = t->res.b[i];
+        while (nd) {
+            kv_tmap_node *next = nd->hnext;
+            fetch_res *r = KV_TMAP_ENTRY(nd, fetch_res, node);
+            free(r->blob);
+            free(r);
+            nd = next;
+        }
+    }
+    kv_tmap_deinit(&t->res);
+    tiers_close_backends(t->ops, t->impl);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
