@@ -31,6 +31,7 @@ typedef struct eng_seq {
     int32_t n_prompt, n_toks, n_done, cap;
     int32_t max_tokens, n_gen;
     kv_table tab;     /* its blocks (capacity: the request's whole context) */
+    kv_fetch *fetch;  /* its lookups in the tiers below the pool (NULL without tiers) */
     int32_t n_cached; /* prompt positions taken from the cache or a peer at first admission */
     bool was_admitted;
     int32_t plan;     /* tokens scheduled for the current step */
@@ -56,7 +57,8 @@ struct engine {
     engine_opts o;
     int64_t n_vocab;
     kv_pool *kv;
-    kv_prefix *px;
+    kv_hier *h;
+    kv_prefix *px; /* h's */
     fwd_ctx *fc;
     int64_t budget;
     eng_seq **running;
@@ -111,6 +113,9 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
         o->kv_blocks = flags_int(FLAG_KV_BLOCKS);
     o->prefix_cache = flags_int(FLAG_PREFIX_CACHE) != 0;
     o->kv_verify = flags_int(FLAG_KV_VERIFY) != 0;
+    o->kv_disk_dir = flags_str(FLAG_KV_DISK_DIR);
+    o->kv_disk_bytes = flags_int(FLAG_KV_DISK_MEM) << 20;
+    o->kv_redis_url = flags_str(FLAG_KV_REDIS);
 }
 
 int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine **out) {
@@ -143,10 +148,16 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
         uint64_t id[3] = {model_identity(m), (uint64_t)o->kv_f16, (uint64_t)o->block_size};
         e->o.identity = hash64(0, id, sizeof id);
     }
-    kv_prefix_opts po = {.enabled = o->prefix_cache, .verify = o->kv_verify,
-                         .identity = e->o.identity};
+    kv_hier_opts ho = {.prefix = {.enabled = o->prefix_cache,
+                                  .verify = o->kv_verify,
+                                  .identity = e->o.identity},
+                       .disk_dir = o->kv_disk_dir,
+                       .disk_max_bytes = o->kv_disk_bytes,
+                       .redis_url = o->kv_redis_url};
     if (!rc)
-        rc = kv_prefix_create(e->kv, &po, &e->px);
+        rc = kv_hier_create(e->kv, &ho, &e->h);
+    if (!rc)
+        e->px = kv_hier_prefix(e->h);
     if (!rc)
         rc = fwd_ctx_create(m, e->kv, e->budget, o->max_batch, o->threads, o->attn_chunk, &e->fc);
     e->running = calloc((size_t)o->max_batch, sizeof *e->running);
@@ -189,6 +200,7 @@ static void eng_seq_free(engine *e, eng_seq *s) {
     sampler_destroy(s->smp);
     grammar_state_destroy(s->gs);
     kv_table_deinit(&s->tab);
+    kv_fetch_destroy(s->fetch);
     free(s->toks);
     free(s);
 }
@@ -204,7 +216,7 @@ void engine_destroy(engine *e) {
         s = n;
     }
     fwd_ctx_destroy(e->fc);
-    kv_prefix_destroy(e->px);
+    kv_hier_destroy(e->h);
     kv_pool_destroy(e->kv);
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     free(e->f_freed_prev);
@@ -254,6 +266,8 @@ static int eng_submit(engine *e, const engine_req *r) {
     s->cap = (int32_t)eng_ctx_need(e, r->n_prompt, r->max_tokens) + 1;
     s->toks = malloc((size_t)s->cap * sizeof *s->toks);
     rc = kv_table_init(&s->tab, (int32_t)blocks);
+    if (!rc && kv_hier_has_tiers(e->h))
+        rc = kv_fetch_create((int32_t)blocks, &s->fetch);
     if (rc || !s->toks || (rc = sampler_create(&r->sp, (int)e->n_vocab, &s->smp))) {
         eng_seq_free(e, s);
         return rc ? rc : err_set(ERR_NOMEM, "engine: out of memory");
@@ -412,6 +426,14 @@ static bool eng_take_cached(engine *e, eng_seq *s) {
         return false;
     int32_t bs = e->o.block_size;
     int32_t got = kv_prefix_match(e->px, &s->tab, s->toks, s->n_toks / bs);
+    if (s->fetch) {
+        int32_t more = kv_hier_load(e->h, s->fetch, &s->tab, s->toks, s->n_toks / bs);
+        if (more < 0) {
+            kv_prefix_release(e->px, &s->tab); /* restored blocks stay cached in the pool */
+            return true;                        /* a tier is still looking: wait, in order */
+        }
+        got += more;
+    }
     if (eng_block_in_progress(e, s, got)) {
         kv_prefix_release(e->px, &s->tab);
         return true;
@@ -437,6 +459,11 @@ static bool eng_take_cached(engine *e, eng_seq *s) {
  * blocks that running sequences still need for their own known tokens as taken, and evictable
  * cached blocks as available. */
 static void eng_admit(engine *e) {
+    /* the tiers look up the blocks of the requests near the head of the queue while they wait */
+    int32_t ahead = 0;
+    for (eng_seq *w = e->wait_head; w && ahead < e->o.max_batch; w = w->next, ahead++)
+        if (w->fetch && w->n_done == 0 && w->tab.n == 0)
+            kv_hier_prefetch(e->h, w->fetch, w->toks, w->n_toks / e->o.block_size);
     int64_t pending = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         const eng_seq *r = e->running[i];
@@ -486,6 +513,7 @@ static void eng_admit(engine *e) {
         s->next = NULL;
         e->n_waiting--;
         s->admitted = e->n_admitted++;
+        kv_fetch_reset(s->fetch);
         if (!s->was_admitted) {
             s->was_admitted = true;
             s->n_cached = s->n_done;
@@ -772,6 +800,7 @@ void engine_stats_get(const engine *e, engine_stats *out) {
     out->last_step_seqs = e->last_step_seqs;
     out->kv_block_bytes = (int64_t)kv_block_state_bytes(e->kv);
     kv_prefix_stats_get(e->px, &out->prefix);
+    kv_hier_stats_get(e->h, out->tiers);
 }
 
 void engine_cancel_all(engine *e) {

@@ -23,7 +23,9 @@
  * sequence is computing the very block a waiting request would take next, the request waits for
  * it (in FIFO order) instead of computing the same block beside it. Cached blocks no sequence
  * holds are evicted, least recently used first, before anything is preempted; a preempted
- * sequence usually finds its own blocks still cached when it comes back.
+ * sequence usually finds its own blocks still cached when it comes back. Below the pool, the
+ * optional disk and Redis tiers (kv/kv_hier.h) keep evicted and computed blocks; a queued
+ * request's blocks are looked up there while it waits, and restored (verified) at admission.
  *
  * Invariance (P1): what a request produces depends only on its prompt, its parameters and the
  * model: logits per sequence are batch-invariant (forward.h) and each draw is keyed by
@@ -43,6 +45,7 @@
 #ifndef VERITY_ENGINE_ENGINE_H
 #define VERITY_ENGINE_ENGINE_H
 
+#include "kv/kv_hier.h"
 #include "kv/kv_prefix.h"
 #include "model/model.h"
 #include "sample/grammar.h"
@@ -86,11 +89,15 @@ typedef struct engine_opts {
     int64_t attn_chunk;
     bool prefix_cache; /* toggle prefix-cache */
     bool kv_verify;    /* toggle kv-verify */
-    uint64_t identity; /* the model file's identity (model_identity); 0: computed at create */
+    uint64_t identity; /* the cache's root key; 0: from the model file's identity (model_identity),
+                          the KV element type and the block size, at create */
+    const char *kv_disk_dir;   /* L2 tier directory (kv-disk-dir); NULL or "": none */
+    int64_t kv_disk_bytes;     /* its bound (kv-disk-mem) */
+    const char *kv_redis_url;  /* L3 tier (kv-redis); NULL or "": none */
 } engine_opts;
 
 /* Fills opts from the toggle registry (max-batch, chunk, kv-block, kv-dtype, attn-chunk,
- * threads, prefix-cache, kv-verify) with n_ctx = 0 and kv_blocks sized for max_batch full contexts. */
+ * threads, prefix-cache, kv-verify, kv-disk-dir, kv-disk-mem, kv-redis) with n_ctx = 0 and kv_blocks sized for max_batch full contexts. */
 void engine_opts_from_flags(engine_opts *o, const model *m);
 
 typedef struct engine engine;
@@ -148,6 +155,7 @@ typedef struct engine_stats {
     int64_t last_step_seqs;   /* sequences in the last step */
     int64_t kv_block_bytes;   /* bytes of one block (K and V, every layer) */
     kv_prefix_stats prefix;   /* the prefix cache (kv_prefix.h) */
+    kv_hier_tier_stats tiers[KV_TIER_COUNT]; /* the tiers below it (kv_hier.h) */
 } engine_stats;
 
 void engine_stats_get(const engine *e, engine_stats *out);

@@ -228,6 +228,11 @@ static void *eloop_main(void *arg) {
                 l->step_cb(l->step_ud, b.last_step_seqs,
                            (b.generated - a.generated) + (b.prompt_computed - a.prompt_computed),
                            dt);
+            if (b.last_step_seqs == 0 && engine_busy(l->e)) {
+                /* nothing could run: the queue's head waits for a KV tier's I/O thread */
+                struct timespec ts = {0, 100 * 1000};
+                nanosleep(&ts, NULL);
+            }
         }
         eloop_update_stats(l);
         if (granted) {

@@ -37,6 +37,8 @@ struct kv_prefix {
     int32_t lru_head, lru_tail;
     kv_prefix_evict_cb evict_cb;
     void *evict_ud;
+    kv_prefix_seal_cb seal_cb;
+    void *seal_ud;
     kv_prefix_stats st;
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     bool f_corrupt;
@@ -107,6 +109,15 @@ void kv_prefix_destroy(kv_prefix *px) {
 void kv_prefix_set_evict_cb(kv_prefix *px, kv_prefix_evict_cb cb, void *ud) {
     px->evict_cb = cb;
     px->evict_ud = ud;
+}
+
+void kv_prefix_set_seal_cb(kv_prefix *px, kv_prefix_seal_cb cb, void *ud) {
+    px->seal_cb = cb;
+    px->seal_ud = ud;
+}
+
+uint64_t kv_prefix_identity(const kv_prefix *px) {
+    return px->o.identity;
 }
 
 int64_t kv_prefix_n_available(const kv_prefix *px) {
@@ -193,6 +204,7 @@ static void px_insert(kv_prefix *px, int32_t id, int32_t parent, uint64_t key, u
     }
     kv_block_ref(px->p, id);
     px->st.cached++;
+    px->st.inserted++;
 }
 
 /* Takes node id out of the tree (its children must be gone) and drops the cache's reference. */
@@ -307,8 +319,11 @@ static void px_seal_one(kv_prefix *px, kv_table *t, const int32_t *block_toks, b
         int32_t own = t->ids[i];
         if (id == PX_NONE && !px->nodes[own].cached) {
             id = own;
-            px_insert(px, id, parent, key, have_sum ? sum : kv_block_checksum(px->p, id, key),
-                      block_toks);
+            uint64_t cs = have_sum ? sum : kv_block_checksum(px->p, id, key);
+            px_insert(px, id, parent, key, cs, block_toks);
+            if (!have_sum && px->seal_cb)
+                px->seal_cb(px->seal_ud, px->p, id, key,
+                            i ? t->tail_key : px->o.identity, block_toks, cs);
         } else if (id != PX_NONE && id != own) {
             px_lru_remove(px, id);
             kv_block_ref(px->p, id);
@@ -333,6 +348,32 @@ void kv_prefix_seal_loaded(kv_prefix *px, kv_table *t, const int32_t *block_toks
                            uint64_t checksum) {
     if (px->o.enabled)
         px_seal_one(px, t, block_toks, true, checksum);
+}
+
+int32_t kv_prefix_peek(kv_prefix *px, const int32_t *toks, int32_t max_blocks) {
+    if (!px->o.enabled)
+        return 0;
+    int32_t parent = PX_NONE, got = 0;
+    uint64_t parent_key = px->o.identity;
+    while (got < max_blocks) {
+        const int32_t *bt = toks + (size_t)got * (size_t)px->bs;
+        uint64_t key = kv_block_key(parent_key, bt, px->bs);
+        int32_t id = px_find(px, parent, key, bt);
+        if (id == PX_NONE)
+            break;
+        parent = id;
+        parent_key = key;
+        got++;
+    }
+    return got;
+}
+
+void kv_prefix_pop(kv_prefix *px, kv_table *t) {
+    CHECK(t->n > t->n_sealed);
+    int32_t id = t->ids[--t->n];
+    kv_block_unref(px->p, id);
+    if (px->nodes && px->nodes[id].cached && kv_block_refcount(px->p, id) == 1)
+        px_lru_append(px, id);
 }
 
 void kv_prefix_release(kv_prefix *px, kv_table *t) {

@@ -63,13 +63,25 @@ typedef struct kv_prefix_opts {
 typedef void (*kv_prefix_evict_cb)(void *ud, const kv_pool *p, int32_t id, uint64_t key,
                                    uint64_t parent, const int32_t *toks, uint64_t checksum);
 
+/* Called when a block computed by a sequence becomes a node (not for blocks loaded from a tier):
+ * the tier that replicas share can be given a copy. Same arguments as kv_prefix_evict_cb. */
+typedef kv_prefix_evict_cb kv_prefix_seal_cb;
+
 /* Creates the cache over pool p (not owned). Returns 0 or ERR_NOMEM. */
 int kv_prefix_create(kv_pool *p, const kv_prefix_opts *o, kv_prefix **out);
 /* Drops the cache's references (blocks still held by tables stay allocated) and frees it. */
 void kv_prefix_destroy(kv_prefix *px);
 
-/* Sets the eviction hook (NULL: none). */
+/* Sets the eviction hook and the hook for newly sealed computed blocks (NULL: none). */
 void kv_prefix_set_evict_cb(kv_prefix *px, kv_prefix_evict_cb cb, void *ud);
+void kv_prefix_set_seal_cb(kv_prefix *px, kv_prefix_seal_cb cb, void *ud);
+
+/* The identity the cache was created with (the root key). */
+uint64_t kv_prefix_identity(const kv_prefix *px);
+
+/* How many leading full blocks of toks (at most max_blocks) the cache holds now. Takes nothing,
+ * verifies nothing: for prefetching what lies beyond. 0 when disabled. */
+int32_t kv_prefix_peek(kv_prefix *px, const int32_t *toks, int32_t max_blocks);
 
 /* Blocks a table could get now: free ones plus evictable cached ones. */
 int64_t kv_prefix_n_available(const kv_prefix *px);
@@ -96,6 +108,9 @@ void kv_prefix_seal(kv_prefix *px, kv_table *t, const int32_t *toks, int32_t n_f
 void kv_prefix_seal_loaded(kv_prefix *px, kv_table *t, const int32_t *block_toks,
                            uint64_t checksum);
 
+/* Releases t's last block (a block that was allocated but could not be filled). */
+void kv_prefix_pop(kv_prefix *px, kv_table *t);
+
 /* Releases every block of t (last first; cached ones become evictable) and empties it. */
 void kv_prefix_release(kv_prefix *px, kv_table *t);
 
@@ -107,6 +122,7 @@ typedef struct kv_prefix_stats {
     int64_t lookups;          /* blocks looked up by kv_prefix_match */
     int64_t hits;             /* blocks handed out from the cache */
     int64_t cached;           /* nodes now */
+    int64_t inserted;         /* nodes created (blocks sealed into the cache) */
     int64_t evictable;        /* nodes held by the cache alone */
     int64_t evictions;        /* nodes evicted for room */
     int64_t checksum_failures;/* nodes whose bytes no longer matched their checksum */

@@ -122,41 +122,128 @@ static void srv_label(strbuf *sb, const char *v) {
     }
 }
 
-/* The KV cache hierarchy: the prefix cache in memory (tier "l1"). */
+/* One counter family of the KV cache hierarchy: the value for l1, then for each open tier. */
+static void srv_cache_family(strbuf *sb, const eloop_stats *st, const char *name, const char *type,
+                             const char *help, int64_t l1, int64_t (*tier)(const kv_hier_tier_stats *)) {
+    srv_family(sb, name, type, help);
+    strbuf_printf(sb, "%s{tier=\"l1\"} %lld\n", name, (long long)l1);
+    for (int i = 0; i < KV_TIER_COUNT; i++)
+        if (st->e.tiers[i].open)
+            strbuf_printf(sb, "%s{tier=\"%s\"} %lld\n", name, kv_tiers_tier_name(i),
+                          (long long)tier(&st->e.tiers[i]));
+}
+
+static int64_t tier_lookups(const kv_hier_tier_stats *t) {
+    return t->io.hits + t->io.misses;
+}
+static int64_t tier_hits(const kv_hier_tier_stats *t) {
+    return t->io.hits;
+}
+static int64_t tier_misses(const kv_hier_tier_stats *t) {
+    return t->io.misses;
+}
+static int64_t tier_blocks(const kv_hier_tier_stats *t) {
+    return t->io.blocks;
+}
+static int64_t tier_bytes(const kv_hier_tier_stats *t) {
+    return t->io.bytes;
+}
+static int64_t tier_evictions(const kv_hier_tier_stats *t) {
+    return t->io.evictions;
+}
+static int64_t tier_failures(const kv_hier_tier_stats *t) {
+    return t->failures;
+}
+static int64_t tier_restored(const kv_hier_tier_stats *t) {
+    return t->restored;
+}
+static int64_t tier_stored(const kv_hier_tier_stats *t) {
+    return t->io.puts;
+}
+static int64_t tier_stored_bytes(const kv_hier_tier_stats *t) {
+    return t->io.put_bytes;
+}
+static int64_t tier_dropped(const kv_hier_tier_stats *t) {
+    return t->io.puts_dropped;
+}
+static int64_t tier_errors(const kv_hier_tier_stats *t) {
+    return t->io.errors;
+}
+
+/* The tiers' load latency, as one Prometheus histogram per open tier. */
+static void srv_cache_load_hist(strbuf *sb, const eloop_stats *st) {
+    srv_family(sb, "verity_kv_tier_load_seconds", "histogram",
+               "Time a tier took to return a block it held.");
+    for (int i = 0; i < KV_TIER_COUNT; i++) {
+        const kv_tier_stats *io = &st->e.tiers[i].io;
+        if (!st->e.tiers[i].open)
+            continue;
+        const char *tn = kv_tiers_tier_name(i);
+        int64_t cum = 0;
+        for (int b = 0; b < KV_TIER_LOAD_BUCKETS; b++) {
+            cum += io->load_counts[b];
+            strbuf_printf(sb, "verity_kv_tier_load_seconds_bucket{tier=\"%s\",le=\"%g\"} %lld\n", tn,
+                          kv_tier_load_bounds_s[b], (long long)cum);
+        }
+        strbuf_printf(sb, "verity_kv_tier_load_seconds_bucket{tier=\"%s\",le=\"+Inf\"} %lld\n", tn,
+                      (long long)io->load_count);
+        strbuf_printf(sb, "verity_kv_tier_load_seconds_sum{tier=\"%s\"} %.6f\n", tn, io->load_sum_s);
+        strbuf_printf(sb, "verity_kv_tier_load_seconds_count{tier=\"%s\"} %lld\n", tn,
+                      (long long)io->load_count);
+    }
+}
+
+/* The KV cache hierarchy: the prefix cache in memory (tier "l1") and the tiers below it. */
 static void srv_metrics_write_cache(const eloop_stats *st, strbuf *sb) {
     const kv_prefix_stats *px = &st->e.prefix;
     srv_family(sb, "verity_cached_prompt_tokens_total", "counter",
                "Known positions taken from the KV cache instead of computed.");
     strbuf_printf(sb, "verity_cached_prompt_tokens_total %lld\n",
                   (long long)st->e.cached_positions);
-    srv_family(sb, "verity_kv_cache_lookups_total", "counter",
-               "Full blocks looked up in a KV cache tier.");
-    strbuf_printf(sb, "verity_kv_cache_lookups_total{tier=\"l1\"} %lld\n", (long long)px->lookups);
-    srv_family(sb, "verity_kv_cache_hits_total", "counter",
-               "Blocks a KV cache tier handed out instead of their being computed.");
-    strbuf_printf(sb, "verity_kv_cache_hits_total{tier=\"l1\"} %lld\n", (long long)px->hits);
-    srv_family(sb, "verity_kv_cache_misses_total", "counter", "Block lookups a tier could not serve.");
-    strbuf_printf(sb, "verity_kv_cache_misses_total{tier=\"l1\"} %lld\n",
-                  (long long)(px->lookups - px->hits));
+    srv_cache_family(sb, st, "verity_kv_cache_lookups_total", "counter",
+                     "Full blocks looked up in a KV cache tier.", px->lookups, tier_lookups);
+    srv_cache_family(sb, st, "verity_kv_cache_hits_total", "counter",
+                     "Blocks a KV cache tier had when asked.", px->hits, tier_hits);
+    srv_cache_family(sb, st, "verity_kv_cache_misses_total", "counter",
+                     "Block lookups a tier could not serve.", px->lookups - px->hits, tier_misses);
     srv_family(sb, "verity_kv_cache_hit_rate", "gauge", "Hits over lookups since start, per tier.");
     strbuf_printf(sb, "verity_kv_cache_hit_rate{tier=\"l1\"} %.6f\n",
                   px->lookups ? (double)px->hits / (double)px->lookups : 0.0);
-    srv_family(sb, "verity_kv_cache_blocks", "gauge", "Blocks a KV cache tier holds.");
-    strbuf_printf(sb, "verity_kv_cache_blocks{tier=\"l1\"} %lld\n", (long long)px->cached);
-    srv_family(sb, "verity_kv_cache_bytes", "gauge", "Bytes a KV cache tier holds.");
-    strbuf_printf(sb, "verity_kv_cache_bytes{tier=\"l1\"} %lld\n",
-                  (long long)(px->cached * st->e.kv_block_bytes));
+    for (int i = 0; i < KV_TIER_COUNT; i++) {
+        const kv_hier_tier_stats *t = &st->e.tiers[i];
+        if (t->open)
+            strbuf_printf(sb, "verity_kv_cache_hit_rate{tier=\"%s\"} %.6f\n", kv_tiers_tier_name(i),
+                          tier_lookups(t) ? (double)t->io.hits / (double)tier_lookups(t) : 0.0);
+    }
+    srv_cache_family(sb, st, "verity_kv_cache_blocks", "gauge",
+                     "Blocks a KV cache tier holds (0 for a shared Redis, which cannot tell).",
+                     px->cached, tier_blocks);
+    srv_cache_family(sb, st, "verity_kv_cache_bytes", "gauge", "Bytes a KV cache tier holds.",
+                     px->cached * st->e.kv_block_bytes, tier_bytes);
     srv_family(sb, "verity_kv_cache_evictable_blocks", "gauge",
                "Cached blocks in memory that no request holds (evicted first when room is needed).");
     strbuf_printf(sb, "verity_kv_cache_evictable_blocks %lld\n", (long long)px->evictable);
-    srv_family(sb, "verity_kv_cache_evictions_total", "counter",
-               "Blocks evicted from a tier for room.");
-    strbuf_printf(sb, "verity_kv_cache_evictions_total{tier=\"l1\"} %lld\n",
-                  (long long)px->evictions);
-    srv_family(sb, "verity_kv_checksum_failures_total", "counter",
-               "KV blocks whose bytes did not match their checksum (dropped and recomputed).");
-    strbuf_printf(sb, "verity_kv_checksum_failures_total{tier=\"l1\"} %lld\n",
-                  (long long)px->checksum_failures);
+    srv_cache_family(sb, st, "verity_kv_cache_evictions_total", "counter",
+                     "Blocks evicted from a tier for room.", px->evictions, tier_evictions);
+    srv_cache_family(sb, st, "verity_kv_checksum_failures_total", "counter",
+                     "KV blocks refused because their bytes did not match their checksum or name "
+                     "(dropped and recomputed, never used).",
+                     px->checksum_failures, tier_failures);
+    srv_cache_family(sb, st, "verity_kv_cache_restored_blocks_total", "counter",
+                     "Blocks restored into memory from a tier (l1: taken from the prefix cache).",
+                     px->hits, tier_restored);
+    srv_cache_family(sb, st, "verity_kv_cache_stored_blocks_total", "counter",
+                     "Blocks written to a tier (l1: sealed into the prefix cache).",
+                     px->inserted, tier_stored);
+    srv_cache_family(sb, st, "verity_kv_cache_stored_bytes_total", "counter",
+                     "Bytes written to a tier.", px->inserted * st->e.kv_block_bytes,
+                     tier_stored_bytes);
+    srv_cache_family(sb, st, "verity_kv_cache_dropped_writes_total", "counter",
+                     "Writes to a tier dropped because its queue was full.", 0, tier_dropped);
+    srv_cache_family(sb, st, "verity_kv_cache_errors_total", "counter",
+                     "Failed tier operations (each read among them counted as a miss).", 0,
+                     tier_errors);
+    srv_cache_load_hist(sb, st);
 }
 
 void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_name, strbuf *sb) {
