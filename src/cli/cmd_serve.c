@@ -29,6 +29,7 @@
 #include "template/chat_source.h"
 #include "cli/cli_model.h"
 #include "engine/engine_loop.h"
+#include "kv/kv_tier.h"
 #include "server/server.h"
 #include "server/srv_metrics.h"
 
@@ -184,6 +185,9 @@ static int serve_load_options(serve_state *s) {
                                    sizeof s->names_buf, s->names);
     if (s->n_names < 0)
         return 2;
+    const char *redis = flags_str(FLAG_KV_REDIS);
+    if (redis[0] && kv_tier_redis_url_check(redis))
+        return cli_usage_error("serve", "--kv-redis: %s", err_detail());
     s->tmpl_spec = flags_str(FLAG_CHAT_TEMPLATE);
     s->kw_arena = arena_create(0, 0);
     s->kwargs = NULL;

@@ -8,6 +8,8 @@
 // (POST /admin/pause) and sends the 64 requests into its queue one at a time, in index order, then
 // releases it once every choice waits, so they really are scheduled together, in the same order,
 // whatever the machine's speed; the caller checks the batch size histogram to prove it.
+// With VERITY_P1_WORKLOAD=cache the 64 requests share prefixes instead (system prompts,
+// multi-turn histories, long shared completions prompts): the KV cache's P1 workload.
 // Usage: VERITY_URL=http://127.0.0.1:PORT node p1.mjs record|replay > out.jsonl
 const base = process.env.VERITY_URL;
 const mode = process.argv[2];
@@ -17,25 +19,48 @@ const rnd = (n) => { st = (st * 1103515245 + 12345) % 2147483648; return st % n;
 const text = (n) => Array.from({ length: n }, () => words[rnd(words.length)]).join(' ');
 
 const reqs = [];
-for (let i = 0; i < 64; i++) {
-  const chat = i % 2 === 0;
-  const body = { max_tokens: 4 + rnd(24), seed: i, temperature: i % 3 === 0 ? 0 : 0.9 };
-  if (i % 5 === 0) body.top_k = 7;
-  if (i % 7 === 0) body.stop = ['e', 'th'];
-  if (i % 11 === 0) body.n = 2;
-  if (chat) {
-    body.messages = [{ role: 'user', content: text(1 + rnd(40)) }];
-    if (i % 4 === 0) body.messages.unshift({ role: 'system', content: text(5) });
-    if (i % 3 === 1) { body.logprobs = true; body.top_logprobs = 2; }
-  } else {
-    body.prompt = text(1 + rnd(60));
-    if (i % 3 === 1) body.logprobs = 2;
+if (process.env.VERITY_P1_WORKLOAD === 'cache') {
+  // 64 requests that share prefixes, as agents' do: 16 conversations over 4 system prompts (about
+  // 60 words each), three turns each (a turn's history is the previous turns' messages, the
+  // assistant's replies fixed text), and 16 completions that extend 4 long shared prompts
+  const systems = Array.from({ length: 4 }, () => text(50 + rnd(20)));
+  for (let c = 0; c < 16; c++) {
+    const messages = [{ role: 'system', content: systems[c % 4] }];
+    for (let turn = 0; turn < 3; turn++) {
+      messages.push({ role: 'user', content: text(6 + rnd(12)) });
+      const body = { messages: messages.map((m) => ({ ...m })), max_tokens: 6 + rnd(10), seed: c * 3 + turn,
+        temperature: (c + turn) % 3 === 0 ? 0 : 0.8 };
+      if (c % 5 === 2) { body.logprobs = true; body.top_logprobs = 2; }
+      reqs.push({ path: '/v1/chat/completions', body, chat: true });
+      messages.push({ role: 'assistant', content: text(4 + rnd(8)) });
+    }
   }
-  reqs.push({ path: chat ? '/v1/chat/completions' : '/v1/completions', body, chat });
+  const stems = Array.from({ length: 4 }, () => text(80 + rnd(30)));
+  for (let k = 0; k < 16; k++) {
+    const body = { prompt: stems[k % 4] + ' ' + text(1 + rnd(20)), max_tokens: 6 + rnd(10), seed: 100 + k,
+      temperature: k % 2 ? 0.9 : 0 };
+    if (k % 6 === 1) body.n = 2;
+    reqs.push({ path: '/v1/completions', body, chat: false });
+  }
+} else {
+  for (let i = 0; i < 64; i++) {
+    const chat = i % 2 === 0;
+    const body = { max_tokens: 4 + rnd(24), seed: i, temperature: i % 3 === 0 ? 0 : 0.9 };
+    if (i % 5 === 0) body.top_k = 7;
+    if (i % 7 === 0) body.stop = ['e', 'th'];
+    if (i % 11 === 0) body.n = 2;
+    if (chat) {
+      body.messages = [{ role: 'user', content: text(1 + rnd(40)) }];
+      if (i % 4 === 0) body.messages.unshift({ role: 'system', content: text(5) });
+      if (i % 3 === 1) { body.logprobs = true; body.top_logprobs = 2; }
+    } else {
+      body.prompt = text(1 + rnd(60));
+      if (i % 3 === 1) body.logprobs = 2;
+    }
+    reqs.push({ path: chat ? '/v1/chat/completions' : '/v1/completions', body, chat });
+  }
 }
 
-// usage without prompt_tokens_details: cached_tokens says how much the KV cache served, which
-// depends on what ran before (the responses themselves may not)
 function normUsage(u) {
   if (!u) return u;
   const { prompt_tokens_details, ...rest } = u;
