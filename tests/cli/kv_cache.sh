@@ -167,6 +167,13 @@ else
             r=$(tier_metric verity_kv_cache_restored_blocks_total redis)
             [ "${r:-0}" -gt 0 ] && same kv_cache.redis_read "$r blocks restored from the $keys another process wrote to Redis" ||
                 fail kv_cache.redis_read "nothing restored from Redis ($keys keys there)"
+            # the Grafana dashboard's tier series exist on a server with a tier
+            curl -s "$SRV_URL/metrics" >"$TMP/metrics.txt"
+            absent=""
+            for mn in $(grep -o 'verity_kv_[a-z0-9_]*' "$(dirname "$0")/../../contrib/grafana/verity.json" | sort -u); do
+                grep -q "^$mn[ {]" "$TMP/metrics.txt" || absent="$absent $mn"
+            done
+            [ -z "$absent" ] && pass kv_cache.grafana_tier_metrics_exist || fail kv_cache.grafana_tier_metrics_exist "not exported:$absent"
             # Redis goes away mid-run: misses, never an error to a client
             stop_redis
             p1 kv_cache.redis_gone replay 1
