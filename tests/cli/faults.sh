@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # The fault-injection build (make faults -> build/faults/verity): each FAULT toggle is listed by
 # `verity flags --json` with its environment variable, off by default and absent from the release
-# build; each one, switched on by its variable, leaves output identical at batch 1 and corrupts it
-# when requests share steps (the property hunt relies on). Fault (a) (the detokenizer) is checked
+# build; each of (a)-(f), switched on by its variable, leaves output identical at batch 1 and
+# corrupts it when requests share steps (the property hunt relies on). The KV hierarchy's (g) and
+# (h) are exercised by kv_faults.sh. Fault (a) (the detokenizer) is checked
 # through the server. Every run is checked (exit status 0, all 64 lines, each well formed) before
 # anything is compared with it: two crashed runs must fail, not compare equal.
 . "$(dirname "$0")/lib.bash"
@@ -14,10 +15,12 @@ case "$VERITY" in *"/build/release/"*) ;; *) skip faults "runs once, with the re
 j=$("$FB" flags --json)
 rc=$?
 missing=""
-for f in fault-detok-shared fault-attn-offsets fault-kv-reuse fault-big-batch fault-table-race fault-tier-reload; do
+for f in fault-detok-shared fault-attn-offsets fault-kv-reuse fault-big-batch fault-table-race fault-tier-reload fault-tier-konly; do
     env=VERITY_$(echo "${f}" | tr 'a-z-' 'A-Z_')
     grep -q "\"name\":\"$f\",\"env\":\"$env\",\"kind\":\"bool\",\"default\":\"0\",\"value\":\"0\"" <<<"$j" || missing="$missing $f"
 done
+grep -q '"name":"fault-kv-corrupt","env":"VERITY_FAULT_KV_CORRUPT","kind":"enum","default":"none","value":"none"' <<<"$j" ||
+    missing="$missing fault-kv-corrupt"
 [ $rc -eq 0 ] && [ -z "$missing" ] && pass faults.listed_off_by_default ||
     fail faults.listed_off_by_default "exit $rc; missing or not off:$missing"
 jr=$("$VERITY" flags --json)
