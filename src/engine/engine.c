@@ -476,6 +476,13 @@ static void eng_admit(engine *e) {
         const eng_seq *peer = s->share_group ? eng_share_peer(e, s, &peer_state) : NULL;
         if (!peer && peer_state == 1)
             break; /* a group peer is computing the shared prompt: wait for it, in order */
+        /* blocked on blocks whatever the cache holds: wait without touching the cache (a match
+         * would take, verify and give back the same blocks every step) */
+        if (!peer && e->o.prefix_cache && s->tab.n == 0 &&
+            eng_blocks_need(e, s->n_toks) -
+                    kv_prefix_peek(e->px, s->toks, s->n_toks / e->o.block_size) + pending >
+                kv_prefix_n_available(e->px))
+            break;
         if (!peer && eng_take_cached(e, s))
             break; /* a running sequence is computing s's next block: wait for it, in order */
         int64_t held = peer ? (s->n_prompt - 1) / e->o.block_size : s->tab.n;
