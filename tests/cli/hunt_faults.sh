@@ -22,9 +22,10 @@
 # blocks freed by others; (d) needs more than 32 sequences in a step and a session among the later
 # rows (its second turn is admitted after the fillers); (e) hits the newest sequence, which at
 # concurrency 2 every session is for half its life; (f) needs preemption, which a pool of 90
-# blocks forces for 16-token blocks and ~450-token first-turn prompts. Servers run one compute
-# thread: the tiny model gains nothing from more, and on a loaded machine thread wake-ups cost
-# more than the arithmetic.
+# blocks forces for 16-token blocks and ~450-token first-turn prompts, with the prefix cache off
+# (the sessions' shared system prompt would otherwise be held once and the pool last). Servers
+# run one compute thread: the tiny model gains nothing from more, and on a loaded machine thread
+# wake-ups cost more than the arithmetic.
 . "$(dirname "$0")/lib.bash"
 
 FB=${VERITY_FAULTS_BIN:-$(dirname "$0")/../../build/faults/verity}
@@ -106,7 +107,7 @@ ATTN_OFFSETS --threads,1,--max-batch,64 16 --sessions,16,--turns,1,--max-tokens,
 KV_REUSE --threads,1,--max-batch,64 16 --sessions,16,--turns,2,--max-tokens,64
 BIG_BATCH --threads,1,--max-batch,64 48 --sessions,16,--turns,2,--max-tokens,64
 TABLE_RACE --threads,1,--max-batch,64 2 --sessions,32,--turns,1,--max-tokens,64
-TIER_RELOAD --threads,1,--max-batch,64,--kv-blocks,90 8 --sessions,32,--turns,1,--max-tokens,64
+TIER_RELOAD --threads,1,--max-batch,64,--kv-blocks,90,--prefix-cache,0 8 --sessions,32,--turns,1,--max-tokens,64
 LIST
 
 # --- bisect names the fault among 8 toggles ---------------------------------------------------

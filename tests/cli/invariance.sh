@@ -45,10 +45,14 @@ for type in f32 q8_0 qwen3_q4_k_m; do
     if [ -z "$bad" ]; then pass "invariance.$type($(echo $combos | wc -w) configurations)"
     else fail "invariance.$type" "output differs for:$bad"; fi
     # a 1 MiB KV pool (256 blocks of this model) cannot hold 64 sequences: the engine must preempt
-    # and recompute, and the bytes must not change
-    "$VERITY" generate -m "$model" --prompts "$TMP/prompts.jsonl" --max-batch 64 --chunk 512 -t 2 --kv-mem 1 --logits-digest >"$TMP/out" 2>"$TMP/err"
-    pre=$(sed -n 's/.* \([0-9]*\) preemptions$/\1/p' "$TMP/err")
-    if ! cmp -s "$TMP/gold" "$TMP/out"; then fail "invariance.$type.preemption" "output differs under preemption"
-    elif [ "${pre:-0}" -eq 0 ]; then fail "invariance.$type.preemption" "no preemption happened: $(tail -1 "$TMP/err")"
-    else pass "invariance.$type.preemption($pre preemptions)"; fi
+    # and recompute (with the prefix cache, a preempted sequence may find its blocks still cached;
+    # without it, it recomputes them all), and the bytes must not change
+    for pc in 1 0; do
+        "$VERITY" generate -m "$model" --prompts "$TMP/prompts.jsonl" --max-batch 64 --chunk 512 -t 2 --kv-mem 1 --prefix-cache $pc --logits-digest >"$TMP/out" 2>"$TMP/err"
+        pre=$(sed -n 's/.* \([0-9]*\) preemptions.*/\1/p' "$TMP/err")
+        name=invariance.$type.preemption; [ $pc = 0 ] && name=$name.no_prefix_cache
+        if ! cmp -s "$TMP/gold" "$TMP/out"; then fail "$name" "output differs under preemption"
+        elif [ "${pre:-0}" -eq 0 ]; then fail "$name" "no preemption happened: $(tail -1 "$TMP/err")"
+        else pass "$name($pre preemptions)"; fi
+    done
 done
