@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.." || exit 2
 [ $# -ge 1 ] || set -- build/release
 pass=0 fail=0 skip=0
 failures=()
-declare -A a_pass a_fail a_skip
+declare -A a_pass a_fail a_skip a_secs
 areas=()
 timeout_s=${VERITY_TEST_TIMEOUT:-1200}
 
@@ -25,8 +25,10 @@ run_one() { # build label command...
     local out rc key="$build $label"
     areas+=("$key")
     a_pass[$key]=0 a_fail[$key]=0 a_skip[$key]=0
+    local t0=$SECONDS
     out=$(timeout "$timeout_s" "$@" 2>"$tmp_err")
     rc=$?
+    a_secs[$key]=$((SECONDS - t0))
     local saw=0
     while IFS= read -r line; do
         case "$line" in
@@ -102,11 +104,11 @@ for build in "$@"; do
     done
 done
 
-echo "--- areas (passed/failed/skipped) ---"
+echo "--- areas (passed/failed/skipped, seconds) ---"
 declare -A ran
 for k in "${areas[@]}"; do
     ran[$k]=1
-    printf '[%s] %s: %d/%d/%d\n' "${k%% *}" "${k#* }" "${a_pass[$k]}" "${a_fail[$k]}" "${a_skip[$k]}"
+    printf '[%s] %s: %d/%d/%d, %ds\n' "${k%% *}" "${k#* }" "${a_pass[$k]}" "${a_fail[$k]}" "${a_skip[$k]}" "${a_secs[$k]}"
     if [ "${a_pass[$k]}" -eq 0 ] && [ "${a_fail[$k]}" -eq 0 ]; then
         fail=$((fail+1)); failures+=("[${k%% *}] FAIL ${k#* }: no case passed (${a_skip[$k]} skipped)")
     fi
