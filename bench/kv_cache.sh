@@ -23,9 +23,12 @@
 # Usage: bench/kv_cache.sh [MODEL.gguf]; without MODEL the synthetic 0.5b Q8_0 model `verity
 # bench` caches in ~/.cache/verity/. Sizes from the environment (defaults in brackets):
 #   THREADS [2]  PARTS [1,2,3,4,5]
-#   AGENT_SESSIONS [16]  OFF_SESSIONS [AGENT_SESSIONS]: sessions run on the cache-off server (the
-#     first ones of the same set)  TURNS [8]  AGENT_GEN [8]; AGENT_TOOLS [4] tools offered,
-#     AGENT_SYSTEM [400] characters of system-prompt filler, AGENT_RESULT [240] per tool result
+#   AGENT_SESSIONS [16]  OFF_SESSIONS [4]: sessions run on the cache-off server and llama-server
+#     (the first ones of the same set: without a cache every session's turn t is the same length
+#     of prompt computed from scratch, and all 16 would take most of the script's time)  TURNS [8]
+#     AGENT_GEN [8]; OFF_TURNS [all]: e.g. 1,4,8, the only turns sent to the cache-off server and
+#     llama-server (every other turn's history is still built); AGENT_TOOLS [2] tools offered, AGENT_SYSTEM [200] characters of system-prompt
+#     filler, AGENT_RESULT [120] per tool result (turn 8: about 3,800 tokens)
 #   SHARED_N [32]  SHARED_CHARS [2000]  SHARED_GEN [64]
 #   DISTINCT_N [16]  DISTINCT_CHARS [256]  DISTINCT_GEN [16]  ROUNDS [3]
 #   FILL_N [12]  FILL_CHARS [1024]  KV_POOL [80]  DD_MB [512]  REDIS_N [2000]
@@ -39,13 +42,13 @@ V=build/release/verity
 MODEL=${1:-}
 THREADS=${THREADS:-2} PARTS=${PARTS:-1,2,3,4,5}
 AGENT_SESSIONS=${AGENT_SESSIONS:-16} TURNS=${TURNS:-8} AGENT_GEN=${AGENT_GEN:-8}
-OFF_SESSIONS=${OFF_SESSIONS:-$AGENT_SESSIONS}
+OFF_SESSIONS=${OFF_SESSIONS:-4} OFF_TURNS=${OFF_TURNS:-}
 SHARED_N=${SHARED_N:-32} SHARED_CHARS=${SHARED_CHARS:-2000} SHARED_GEN=${SHARED_GEN:-64}
 DISTINCT_N=${DISTINCT_N:-16} DISTINCT_CHARS=${DISTINCT_CHARS:-256} DISTINCT_GEN=${DISTINCT_GEN:-16}
 ROUNDS=${ROUNDS:-3}
 FILL_N=${FILL_N:-12} FILL_CHARS=${FILL_CHARS:-1024} KV_POOL=${KV_POOL:-80} DD_MB=${DD_MB:-512}
 REDIS_N=${REDIS_N:-2000}
-export AGENT_TOOLS=${AGENT_TOOLS:-4} AGENT_RESULT=${AGENT_RESULT:-240} AGENT_SYSTEM=${AGENT_SYSTEM:-400}
+export AGENT_TOOLS=${AGENT_TOOLS:-2} AGENT_RESULT=${AGENT_RESULT:-120} AGENT_SYSTEM=${AGENT_SYSTEM:-200}
 if [ -z "$MODEL" ]; then # the model `verity bench --type q8_0` makes once and caches
     MODEL=$($V bench --type q8_0 --batch 1 --prompt 1 --gen 1 --reps 1 --json |
         node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).model.path))') ||
@@ -88,7 +91,7 @@ if part 1; then
     client "$PORT" "$tmp/p1on.json" agent "$AGENT_SESSIONS" "$TURNS" "$AGENT_GEN"
     stop "$PID"
     srv p1off --prefix-cache 0
-    client "$PORT" "$tmp/p1off.json" agent "$OFF_SESSIONS" "$TURNS" "$AGENT_GEN"
+    AGENT_ONLY_TURNS=$OFF_TURNS client "$PORT" "$tmp/p1off.json" agent "$OFF_SESSIONS" "$TURNS" "$AGENT_GEN"
     stop "$PID"
     if command -v llama-server >/dev/null; then
         lport=$((20000 + RANDOM % 20000))
@@ -100,7 +103,7 @@ if part 1; then
             kill -0 "$lpid" 2>/dev/null || die "llama-server did not start: $(tail -c 300 "$tmp/llama.log")"
             sleep 0.2
         done
-        client "$lport" "$tmp/p1llama.json" agent "$OFF_SESSIONS" "$TURNS" "$AGENT_GEN"
+        AGENT_ONLY_TURNS=$OFF_TURNS client "$lport" "$tmp/p1llama.json" agent "$OFF_SESSIONS" "$TURNS" "$AGENT_GEN"
         stop "$lpid"
     else
         echo "llama-server: not on PATH, skipped"
@@ -111,10 +114,11 @@ const rd = (n) => fs.existsSync(`${dir}/${n}.json`) ? JSON.parse(fs.readFileSync
 const on = rd('p1on'), off = rd('p1off'), ll = rd('p1llama');
 const med = (a) => { const s = [...a].sort((x, y) => x - y); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
 console.log(`turn | prompt tokens | cached (on) | TTFT ms, cache on | TTFT ms, cache off | off / on${ll ? ' | llama-server ms' : ''}`);
+const fmt = (r) => r && r.ttft_ms.length ? med(r.ttft_ms).toFixed(1) : '-';
 for (const [i, r] of on.turns.entries()) {
-  const a = med(r.ttft_ms), b = med(off.turns[i].ttft_ms);
-  console.log(`${r.turn} | ${med(r.prompt_tokens)} | ${med(r.cached_tokens)} | ${a.toFixed(1)} | ${b.toFixed(1)} | ${(b / a).toFixed(2)}x` +
-              (ll ? ` | ${med(ll.turns[i].ttft_ms).toFixed(1)}` : ''));
+  const a = med(r.ttft_ms), o = off.turns[i];
+  console.log(`${r.turn} | ${med(r.prompt_tokens)} | ${med(r.cached_tokens)} | ${a.toFixed(1)} | ${fmt(o)} | ` +
+              (o.ttft_ms.length ? `${(med(o.ttft_ms) / a).toFixed(2)}x` : '-') + (ll ? ` | ${fmt(ll.turns[i])}` : ''));
 }
 const last = on.turns.length - 1;
 console.log(`turn ${last + 1}: time to first token ${(med(off.turns[last].ttft_ms) / med(on.turns[last].ttft_ms)).toFixed(2)}x lower with the prefix cache (goal: >= 10x)`);
@@ -166,7 +170,8 @@ for (let r = 1; r <= rounds; r++) {
   console.log(`round ${r} (${r % 2 ? 'on first' : 'off first'}): cache on ${tps(on).toFixed(1)} tok/s (${on.seconds} s), off ${tps(off).toFixed(1)} tok/s (${off.seconds} s): on/off ${ratios.at(-1).toFixed(3)}`);
 }
 const s = [...ratios].sort((a, b) => a - b);
-console.log(`median on/off throughput: ${s[s.length >> 1].toFixed(3)} (goal: within 2%); the cache-on server reused ${cached} positions`);
+const med = s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+console.log(`median on/off throughput: ${med.toFixed(3)} (goal: within 2%); the cache-on server reused ${cached} positions`);
 JS
 fi
 

@@ -10,9 +10,12 @@
 //       prompt, user message, then per turn one assistant tool call and its tool result). Sessions
 //       FIRST..FIRST+SESSIONS-1 of one fixed set, so a run with fewer sessions sends a subset of the
 //       same requests. Reports per turn every session's time to first token (first streamed
-//       delta), prompt and cached tokens. Tools offered AGENT_TOOLS [4] (0: none offered, the
-//       history still holds tool calls), the system prompt's filler AGENT_SYSTEM [400] and each
-//       tool result AGENT_RESULT [240] characters.
+//       delta), prompt and cached tokens. Tools offered AGENT_TOOLS [2] (0: none offered, the
+//       history still holds tool calls), the system prompt's filler AGENT_SYSTEM [200] and each
+//       tool result AGENT_RESULT [120] characters (at these defaults turn 8 is about 3,800
+//       tokens on a byte-level vocabulary: the 4,096-token context of the synthetic models).
+//       AGENT_ONLY_TURNS=1,4,8: only those turns are sent (the history of the others is still
+//       built): enough against a server without a cache, where no turn depends on the last.
 //   shared N SHARED_CHARS GEN: N /v1/completions requests submitted at once, one SHARED_CHARS
 //       system prompt then a distinct short user part each, GEN tokens each (ignore_eos).
 //   distinct N CHARS GEN SEED: N requests at once, distinct random prompts of CHARS characters.
@@ -85,15 +88,16 @@ function agentTools(n) {
 }
 
 async function agent(S, T, G, first = 0) {
-  const tools = agentTools(+(process.env.AGENT_TOOLS ?? 4));
+  const tools = agentTools(+(process.env.AGENT_TOOLS ?? 2));
   const toolNames = tools.length ? tools.map((x) => x.function.name) : ['read_file', 'list_dir'];
-  const resultChars = +(process.env.AGENT_RESULT || 240);
+  const resultChars = +(process.env.AGENT_RESULT ?? 120);
   const system = 'You are a coding agent working in a repository. Call one tool at a time, read its result, ' +
-    'then decide the next step. ' + words(rng(11), +(process.env.AGENT_SYSTEM || 400));
+    'then decide the next step. ' + words(rng(11), +(process.env.AGENT_SYSTEM ?? 200));
   const sess = Array.from({ length: S }, (_, i) => {
     const r = rng(1000 + first + i);
     return { r, msgs: [{ role: 'system', content: system }, { role: 'user', content: `Task ${first + i}: ` + words(r, 200) }] };
   });
+  const only = process.env.AGENT_ONLY_TURNS ? process.env.AGENT_ONLY_TURNS.split(',').map(Number) : null;
   const turns = [];
   for (let t = 1; t <= T; t++) {
     const row = { turn: t, ttft_ms: [], prompt_tokens: [], cached_tokens: [] };
@@ -104,6 +108,7 @@ async function agent(S, T, G, first = 0) {
         s.msgs.push({ role: 'assistant', content: '', tool_calls: [{ id, type: 'function', function: { name: tool, arguments: JSON.stringify({ path: 'src/' + words(s.r, 24).replace(/ /g, '/') + '.c', limit: 40 }) } }] });
         s.msgs.push({ role: 'tool', tool_call_id: id, content: words(s.r, resultChars) });
       }
+      if (only && !only.includes(t)) continue;
       const { ttft_ms, usage } = await stream('/v1/chat/completions', { messages: s.msgs, ...(tools.length ? { tools } : {}), max_tokens: G, ignore_eos: true, temperature: 0 });
       row.ttft_ms.push(+ttft_ms.toFixed(1));
       row.prompt_tokens.push(usage.prompt_tokens);
