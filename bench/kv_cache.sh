@@ -28,7 +28,7 @@
 #     of prompt computed from scratch, and all 16 would take most of the script's time)  TURNS [8]
 #     AGENT_GEN [8]; OFF_TURNS [all]: e.g. 1,4,8, the only turns sent to the cache-off server and
 #     llama-server (every other turn's history is still built); AGENT_TOOLS [2] tools offered, AGENT_SYSTEM [200] characters of system-prompt
-#     filler, AGENT_RESULT [120] per tool result (turn 8: about 3,800 tokens)
+#     filler, AGENT_RESULT [120] per tool result (turn 8: about 3,700 tokens)
 #   SHARED_N [32]  SHARED_CHARS [2000]  SHARED_GEN [64]
 #   DISTINCT_N [16]  DISTINCT_CHARS [256]  DISTINCT_GEN [16]  ROUNDS [3]
 #   FILL_N [12]  FILL_CHARS [1024]  KV_POOL [80]  DD_MB [512]  REDIS_N [2000]

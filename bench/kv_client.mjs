@@ -12,7 +12,7 @@
 //       same requests. Reports per turn every session's time to first token (first streamed
 //       delta), prompt and cached tokens. Tools offered AGENT_TOOLS [2] (0: none offered, the
 //       history still holds tool calls), the system prompt's filler AGENT_SYSTEM [200] and each
-//       tool result AGENT_RESULT [120] characters (at these defaults turn 8 is about 3,800
+//       tool result AGENT_RESULT [120] characters (at these defaults turn 8 is about 3,700
 //       tokens on a byte-level vocabulary: the 4,096-token context of the synthetic models).
 //       AGENT_ONLY_TURNS=1,4,8: only those turns are sent (the history of the others is still
 //       built): enough against a server without a cache, where no turn depends on the last.
