@@ -15,11 +15,13 @@
 #      FILL_CHARS; the files are dropped from the page cache (dd iflag=nocache), a fresh server
 #      replays the prompts and its blocks come back from disk: bytes restored / the tier's load
 #      seconds (verity_kv_tier_load_seconds), against dd's sequential read of a DD_MB file in the
-#      same directory (O_DIRECT, and buffered after dropping it from the page cache); a second
-#      fresh server replays again with the files in the page cache;
+#      same directory (O_DIRECT, and buffered after dropping it from the page cache) and cat of the
+#      tier's files; a second fresh server replays again with the files in the page cache; the
+#      dd figures again beside a computing engine (`verity bench`), as the tier reads beside one;
 #   5. Redis tier: the filling server of 4 also writes to a redis-server this script starts on a
 #      unix socket; a fresh server replays from Redis alone, against redis-benchmark's GET of the
-#      same value size on the same socket with one connection (as verity's one I/O thread).
+#      same value size on the same socket with one connection (as verity's one I/O thread), idle
+#      and beside a computing engine.
 # Usage: bench/kv_cache.sh [MODEL.gguf]; without MODEL the synthetic 0.5b Q8_0 model `verity
 # bench` caches in ~/.cache/verity/. Sizes from the environment (defaults in brackets):
 #   THREADS [2]  PARTS [1,2,3,4,5]
@@ -214,6 +216,15 @@ if part 4 || part 5; then
     dd_rate() {
         LC_ALL=C dd "$@" 2>&1 | awk '/bytes/ && /copied/ { for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) s = $(i - 1); printf "%.1f", $1 / s / 1e6 }'
     }
+    # busy_start / busy_stop: an engine computing beside a baseline (`verity bench` decoding on
+    # THREADS), as one computes beside the tier's I/O thread while a server restores blocks
+    busy_start() {
+        $V bench -m "$MODEL" -t "$THREADS" --batch 1 --prompt 16 --gen 4000 --reps 1 >/dev/null 2>&1 &
+        busy=$!
+        pids="$pids $busy"
+        sleep 3
+    }
+    busy_stop() { stop "$busy"; }
     # cached_pct FILES...: the share of the files' bytes in the page cache (fincore)
     cached_pct() {
         command -v fincore >/dev/null || { echo "?"; return; }
@@ -246,13 +257,18 @@ if part 4; then
     dd if="$kvd/dd.bin" iflag=nocache count=0 status=none
     bw_cold=$(dd_rate if="$kvd/dd.bin" of=/dev/null bs="$blob")
     bw_warm=$(dd_rate if="$kvd/dd.bin" of=/dev/null bs="$blob")
+    busy_start
+    bw_direct_b=$(dd_rate if="$kvd/dd.bin" of=/dev/null bs=1M iflag=direct)
+    bw_warm_b=$(dd_rate if="$kvd/dd.bin" of=/dev/null bs="$blob")
+    busy_stop
     rm -f "$kvd/dd.bin"
     cold=$(rate $((k_c * blob)) "$s_c") warm=$(rate $((k_w * blob)) "$s_w")
     echo "filled: $sb_disk blocks of $blob bytes written to disk ($nf files); ${pct}% of their bytes in the page cache after sync and dd iflag=nocache, ${pct_after}% after the cold replay"
     echo "disk reload, files dropped from the page cache: $k_c loads ($n_c blocks restored) in $s_c s of tier load time: $cold MB/s"
     echo "disk reload, files in the page cache (a second fresh server): $k_w loads ($n_w restored) in $s_w s: $warm MB/s"
     echo "dd of a $DD_MB MiB file in the same directory: O_DIRECT bs=1M $bw_direct MB/s; buffered bs=$blob after dropping it from the page cache $bw_cold MB/s; again, cached, $bw_warm MB/s; the tier's $nf files, dropped from the page cache, by cat: $bw_files MB/s"
-    echo "disk reload at $(awk -v a="$cold" -v b="$bw_direct" 'BEGIN { printf "%.0f", 100 * a / b }')% of dd O_DIRECT (goal: >= 50%), $(awk -v a="$cold" -v b="$bw_files" 'BEGIN { printf "%.0f", 100 * a / b }')% of cat of its files; cached: $(awk -v a="$warm" -v b="$bw_warm" 'BEGIN { printf "%.0f", 100 * a / b }')% of cached dd"
+    echo "the same beside a computing engine (verity bench on $THREADS threads): dd O_DIRECT $bw_direct_b MB/s, cached $bw_warm_b MB/s"
+    echo "disk reload at $(awk -v a="$cold" -v b="$bw_direct" 'BEGIN { printf "%.0f", 100 * a / b }')% of dd O_DIRECT (goal: >= 50%), $(awk -v a="$cold" -v b="$bw_files" 'BEGIN { printf "%.0f", 100 * a / b }')% of cat of its files; cached: $(awk -v a="$warm" -v b="$bw_warm" 'BEGIN { printf "%.0f", 100 * a / b }')% of cached dd; beside a computing engine: $(awk -v a="$cold" -v b="$bw_direct_b" 'BEGIN { printf "%.0f", 100 * a / b }')% of dd O_DIRECT, cached $(awk -v a="$warm" -v b="$bw_warm_b" 'BEGIN { printf "%.0f", 100 * a / b }')%"
 fi
 
 if part 5; then
@@ -266,10 +282,16 @@ if part 5; then
     [ -n "$rb" ] || die "redis-benchmark gave no GET figure"
     rb4=$(redis-benchmark -s "$rsock" -t get -d "$blob" -n "$REDIS_N" -c 4 --csv 2>/dev/null |
         awk -F'"' '$2 == "GET" { print $4 }')
+    busy_start
+    rbb=$(redis-benchmark -s "$rsock" -t get -d "$blob" -n "$REDIS_N" -c 1 --csv 2>/dev/null |
+        awk -F'"' '$2 == "GET" { print $4 }')
+    busy_stop
     red=$(rate $((k_r * blob)) "$s_r")
     rbw=$(awk -v r="$rb" -v b="$blob" 'BEGIN { printf "%.1f", r * b / 1e6 }')
     rbw4=$(awk -v r="$rb4" -v b="$blob" 'BEGIN { printf "%.1f", r * b / 1e6 }')
     echo "redis: $sb_redis blocks of $blob bytes written; a fresh server restored $n_r blocks ($k_r loads) in $s_r s of tier load time: $red MB/s"
     echo "redis-benchmark GET -d $blob on the same socket: 1 connection $rb requests/s = $rbw MB/s; 4 connections $rb4/s = $rbw4 MB/s"
-    echo "redis reload at $(awk -v a="$red" -v b="$rbw" 'BEGIN { printf "%.0f", 100 * a / b }')% of redis-benchmark with one connection (goal: >= 50%)"
+    rbwb=$(awk -v r="$rbb" -v b="$blob" 'BEGIN { printf "%.1f", r * b / 1e6 }')
+    echo "the same beside a computing engine (verity bench on $THREADS threads): 1 connection $rbb/s = $rbwb MB/s"
+    echo "redis reload at $(awk -v a="$red" -v b="$rbw" 'BEGIN { printf "%.0f", 100 * a / b }')% of redis-benchmark with one connection (goal: >= 50%), $(awk -v a="$red" -v b="$rbwb" 'BEGIN { printf "%.0f", 100 * a / b }')% of it beside a computing engine"
 fi
