@@ -33,8 +33,8 @@
 enum { BS = 4, NL = 2, KVD = 8 };
 
 static kv_pool *mk_pool(int64_t n_blocks) {
-    kv_pool_opts o = {.n_layer = NL, .kv_dim = KVD, .block_size = BS, .n_blocks = n_blocks,
-                      .f16 = true};
+    kv_pool_opts o = {
+        .n_layer = NL, .kv_dim = KVD, .block_size = BS, .n_blocks = n_blocks, .f16 = true};
     kv_pool *p;
     T_OK(kv_pool_create(&o, &p));
     return p;
@@ -108,8 +108,8 @@ static void t_codec(void) {
     bad[0] = 'X';
     T_CHECK(kv_block_decode(p, dst, &m, bad, n, NULL) == ERR_FORMAT);
     /* a pool of another geometry (more layers) refuses it */
-    kv_pool_opts o2 = {.n_layer = NL + 1, .kv_dim = KVD, .block_size = BS, .n_blocks = 2,
-                       .f16 = true};
+    kv_pool_opts o2 = {
+        .n_layer = NL + 1, .kv_dim = KVD, .block_size = BS, .n_blocks = 2, .f16 = true};
     kv_pool *p2;
     T_OK(kv_pool_create(&o2, &p2));
     T_CHECK(kv_block_decode(p2, kv_pool_alloc(p2), &m, blob, n, NULL) == ERR_FORMAT);
@@ -351,8 +351,8 @@ static void t_engine(void) {
     T_OK(model_load(path, isa, &m));
     int32_t nv = (int32_t)model_get_hparams(m)->n_vocab;
     /* requests 0..11: one of three system prompts (20, 37 and 48 tokens: one exactly 3 blocks)
-     * and a user turn (three of them end on a block boundary); 12..23: request i-12's prompt, its reference answer
-     * and a second user turn (a multi-turn history) */
+     * and a user turn (three of them end on a block boundary); 12..23: request i-12's prompt, its
+     * reference answer and a second user turn (a multi-turn history) */
     static workload w;
     static run_out ref[NR], out[NR], out2[NR];
     uint32_t st = 99;

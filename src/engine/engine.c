@@ -148,12 +148,11 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
         uint64_t id[3] = {model_identity(m), (uint64_t)o->kv_f16, (uint64_t)o->block_size};
         e->o.identity = hash64(0, id, sizeof id);
     }
-    kv_hier_opts ho = {.prefix = {.enabled = o->prefix_cache,
-                                  .verify = o->kv_verify,
-                                  .identity = e->o.identity},
-                       .disk_dir = o->kv_disk_dir,
-                       .disk_max_bytes = o->kv_disk_bytes,
-                       .redis_url = o->kv_redis_url};
+    kv_hier_opts ho = {
+        .prefix = {.enabled = o->prefix_cache, .verify = o->kv_verify, .identity = e->o.identity},
+        .disk_dir = o->kv_disk_dir,
+        .disk_max_bytes = o->kv_disk_bytes,
+        .redis_url = o->kv_redis_url};
     if (!rc)
         rc = kv_hier_create(e->kv, &ho, &e->h);
     if (!rc)
@@ -430,7 +429,7 @@ static bool eng_take_cached(engine *e, eng_seq *s) {
         int32_t more = kv_hier_load(e->h, s->fetch, &s->tab, s->toks, s->n_toks / bs);
         if (more < 0) {
             kv_prefix_release(e->px, &s->tab); /* restored blocks stay cached in the pool */
-            return true;                        /* a tier is still looking: wait, in order */
+            return true;                       /* a tier is still looking: wait, in order */
         }
         got += more;
     }

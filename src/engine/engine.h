@@ -91,13 +91,14 @@ typedef struct engine_opts {
     bool kv_verify;    /* toggle kv-verify */
     uint64_t identity; /* the cache's root key; 0: from the model file's identity (model_identity),
                           the KV element type and the block size, at create */
-    const char *kv_disk_dir;   /* L2 tier directory (kv-disk-dir); NULL or "": none */
-    int64_t kv_disk_bytes;     /* its bound (kv-disk-mem) */
-    const char *kv_redis_url;  /* L3 tier (kv-redis); NULL or "": none */
+    const char *kv_disk_dir;  /* L2 tier directory (kv-disk-dir); NULL or "": none */
+    int64_t kv_disk_bytes;    /* its bound (kv-disk-mem) */
+    const char *kv_redis_url; /* L3 tier (kv-redis); NULL or "": none */
 } engine_opts;
 
 /* Fills opts from the toggle registry (max-batch, chunk, kv-block, kv-dtype, attn-chunk,
- * threads, prefix-cache, kv-verify, kv-disk-dir, kv-disk-mem, kv-redis) with n_ctx = 0 and kv_blocks sized for max_batch full contexts. */
+ * threads, prefix-cache, kv-verify, kv-disk-dir, kv-disk-mem, kv-redis) with n_ctx = 0 and
+ * kv_blocks sized for max_batch full contexts. */
 void engine_opts_from_flags(engine_opts *o, const model *m);
 
 typedef struct engine engine;

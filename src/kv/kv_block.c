@@ -13,18 +13,18 @@
 
 #include <string.h>
 
-#define KV_BLOB_MAGIC "VKVB"
-#define KV_BLOB_VERSION 1u
-#define KV_BLOB_NBUF 2
-#define KV_BLOB_FIXED (4 + 4 + 8 * 4 + 4 * 4)
+#define KV_BLOB_MAGIC    "VKVB"
+#define KV_BLOB_VERSION  1u
+#define KV_BLOB_NBUF     2
+#define KV_BLOB_FIXED    (4 + 4 + 8 * 4 + 4 * 4)
 #define KV_BLOB_BUF_DESC 16
 
 /* The pool's buffers, in payload order within a layer. */
 static const char *const kv_block_buffers[KV_BLOB_NBUF] = {"k", "v"};
 
 static unsigned char *kv_block_bufp(const kv_pool *p, int32_t id, int64_t layer, int buf) {
-    unsigned char *base = buf == 0 ? kv_pool_k_base((kv_pool *)p, layer)
-                                   : kv_pool_v_base((kv_pool *)p, layer);
+    unsigned char *base =
+        buf == 0 ? kv_pool_k_base((kv_pool *)p, layer) : kv_pool_v_base((kv_pool *)p, layer);
     return base + (size_t)id * kv_pool_block_bytes(p);
 }
 
@@ -112,7 +112,8 @@ static int kv_block_check_header(const kv_pool *p, const unsigned char *s, size_
     const unsigned char *g = s + 8 + 32;
     if (get_u32(g) != (uint32_t)kv_pool_block_size(p) ||
         get_u32(g + 4) != (uint32_t)kv_pool_n_layer(p))
-        return err_set(ERR_FORMAT, "kv blob: geometry %u positions x %u layers, the pool has %lld x %lld",
+        return err_set(ERR_FORMAT,
+                       "kv blob: geometry %u positions x %u layers, the pool has %lld x %lld",
                        get_u32(g), get_u32(g + 4), (long long)kv_pool_block_size(p),
                        (long long)kv_pool_n_layer(p));
     uint32_t nbuf = get_u32(g + 8);
@@ -128,10 +129,10 @@ static int kv_block_check_header(const kv_pool *p, const unsigned char *s, size_
         char name[9] = {0};
         memcpy(name, bd, 8);
         if (strcmp(name, kv_block_buffers[b]) != 0 || get_u64(bd + 8) != kv_pool_block_bytes(p))
-            return err_set(ERR_FORMAT,
-                           "kv blob: buffer %d is \"%s\" of %llu bytes, the pool's is \"%s\" of %zu",
-                           b, name, (unsigned long long)get_u64(bd + 8), kv_block_buffers[b],
-                           kv_pool_block_bytes(p));
+            return err_set(
+                ERR_FORMAT,
+                "kv blob: buffer %d is \"%s\" of %llu bytes, the pool's is \"%s\" of %zu", b, name,
+                (unsigned long long)get_u64(bd + 8), kv_block_buffers[b], kv_pool_block_bytes(p));
     }
     return 0;
 }
@@ -165,7 +166,8 @@ int kv_block_decode(kv_pool *p, int32_t id, const kv_block_meta *want, const voi
             if (!(skip_v && b == 1))
                 memcpy(kv_block_bufp(p, id, l, b), pl, bb);
     if (kv_block_checksum(p, id, key) != sum)
-        return err_set(ERR_CHECKSUM, "kv blob %016llx: block %d differs from the blob after the load",
+        return err_set(ERR_CHECKSUM,
+                       "kv blob %016llx: block %d differs from the blob after the load",
                        (unsigned long long)key, id);
     if (checksum_out)
         *checksum_out = sum;

@@ -26,8 +26,8 @@ typedef struct kv_fetch_slot {
 
 struct kv_fetch {
     int32_t cap;
-    int32_t n_keys;  /* keys[0, n_keys) are computed */
-    uint64_t *keys;  /* [cap] chain key of each full block */
+    int32_t n_keys;   /* keys[0, n_keys) are computed */
+    uint64_t *keys;   /* [cap] chain key of each full block */
     kv_fetch_slot *s; /* [cap] */
 };
 
@@ -98,7 +98,9 @@ int kv_hier_create(kv_pool *p, const kv_hier_opts *o, kv_hier **out) {
     }
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     const char *fc = flags_str(FLAG_FAULT_KV_CORRUPT);
-    h->f_corrupt_tier = !strcmp(fc, "disk") ? KV_TIER_DISK : !strcmp(fc, "redis") ? KV_TIER_REDIS : -1;
+    h->f_corrupt_tier = !strcmp(fc, "disk")    ? KV_TIER_DISK
+                        : !strcmp(fc, "redis") ? KV_TIER_REDIS
+                                               : -1;
 #endif
     if (rc) {
         kv_hier_destroy(h);
@@ -122,8 +124,8 @@ kv_prefix *kv_hier_prefix(kv_hier *h) {
 }
 
 bool kv_hier_has_tiers(const kv_hier *h) {
-    return h->tiers != NULL && (kv_tiers_has(h->tiers, KV_TIER_DISK) ||
-                                kv_tiers_has(h->tiers, KV_TIER_REDIS));
+    return h->tiers != NULL &&
+           (kv_tiers_has(h->tiers, KV_TIER_DISK) || kv_tiers_has(h->tiers, KV_TIER_REDIS));
 }
 
 int kv_fetch_create(int32_t cap_blocks, kv_fetch **out) {
@@ -168,8 +170,8 @@ static void hier_keys(const kv_hier *h, kv_fetch *f, const int32_t *toks, int32_
     if (n_full > f->cap)
         n_full = f->cap;
     for (int32_t j = f->n_keys; j < n_full; j++)
-        f->keys[j] = kv_block_key(j ? f->keys[j - 1] : h->identity, toks + (size_t)j * (size_t)bs,
-                                  bs);
+        f->keys[j] =
+            kv_block_key(j ? f->keys[j - 1] : h->identity, toks + (size_t)j * (size_t)bs, bs);
     if (n_full > f->n_keys)
         f->n_keys = n_full;
 }

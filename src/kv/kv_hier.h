@@ -38,7 +38,7 @@ typedef struct kv_hier kv_hier;
 
 typedef struct kv_hier_opts {
     kv_prefix_opts prefix;
-    const char *disk_dir;  /* L2 directory, NULL or "" for none */
+    const char *disk_dir; /* L2 directory, NULL or "" for none */
     int64_t disk_max_bytes;
     const char *redis_url; /* L3, NULL or "" for none */
 } kv_hier_opts;
@@ -76,9 +76,9 @@ void kv_hier_prefetch(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_fu
 int32_t kv_hier_load(kv_hier *h, kv_fetch *f, kv_table *t, const int32_t *toks, int32_t n_full);
 
 typedef struct kv_hier_tier_stats {
-    kv_tier_stats io;     /* the tier's own counters (kv_tiers.h) */
-    int64_t restored;     /* blocks restored from it into L1 */
-    int64_t failures;     /* blobs from it refused (checksum, format, another block) */
+    kv_tier_stats io; /* the tier's own counters (kv_tiers.h) */
+    int64_t restored; /* blocks restored from it into L1 */
+    int64_t failures; /* blobs from it refused (checksum, format, another block) */
     bool open;
 } kv_hier_tier_stats;
 

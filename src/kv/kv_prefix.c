@@ -19,7 +19,7 @@
 
 typedef struct px_node {
     uint64_t key, checksum;
-    int32_t parent;                     /* parent node's block id, or PX_NONE at the root */
+    int32_t parent; /* parent node's block id, or PX_NONE at the root */
     int32_t first_child, prev_sib, next_sib;
     int32_t next_in_bucket;
     int32_t lru_prev, lru_next;
@@ -157,7 +157,8 @@ static void px_lru_append(kv_prefix *px, int32_t id) {
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     /* FAULT (h, l1): a cached block's memory takes a bit flip while nobody uses it */
     if (px->f_corrupt && (++px->f_count & 7) == 0)
-        ((unsigned char *)kv_pool_v_base(px->p, 0))[(size_t)id * kv_pool_block_bytes(px->p)] ^= 0x10;
+        ((unsigned char *)kv_pool_v_base(px->p, 0))[(size_t)id * kv_pool_block_bytes(px->p)] ^=
+            0x10;
 #endif
 }
 
@@ -322,8 +323,8 @@ static void px_seal_one(kv_prefix *px, kv_table *t, const int32_t *block_toks, b
             uint64_t cs = have_sum ? sum : kv_block_checksum(px->p, id, key);
             px_insert(px, id, parent, key, cs, block_toks);
             if (!have_sum && px->seal_cb)
-                px->seal_cb(px->seal_ud, px->p, id, key,
-                            i ? t->tail_key : px->o.identity, block_toks, cs);
+                px->seal_cb(px->seal_ud, px->p, id, key, i ? t->tail_key : px->o.identity,
+                            block_toks, cs);
         } else if (id != PX_NONE && id != own) {
             px_lru_remove(px, id);
             kv_block_ref(px->p, id);

@@ -119,13 +119,13 @@ void kv_prefix_release(kv_prefix *px, kv_table *t);
 int kv_prefix_copy_block(kv_prefix *px, kv_table *t, int32_t i);
 
 typedef struct kv_prefix_stats {
-    int64_t lookups;          /* blocks looked up by kv_prefix_match */
-    int64_t hits;             /* blocks handed out from the cache */
-    int64_t cached;           /* nodes now */
-    int64_t inserted;         /* nodes created (blocks sealed into the cache) */
-    int64_t evictable;        /* nodes held by the cache alone */
-    int64_t evictions;        /* nodes evicted for room */
-    int64_t checksum_failures;/* nodes whose bytes no longer matched their checksum */
+    int64_t lookups;           /* blocks looked up by kv_prefix_match */
+    int64_t hits;              /* blocks handed out from the cache */
+    int64_t cached;            /* nodes now */
+    int64_t inserted;          /* nodes created (blocks sealed into the cache) */
+    int64_t evictable;         /* nodes held by the cache alone */
+    int64_t evictions;         /* nodes evicted for room */
+    int64_t checksum_failures; /* nodes whose bytes no longer matched their checksum */
 } kv_prefix_stats;
 
 void kv_prefix_stats_get(const kv_prefix *px, kv_prefix_stats *out);

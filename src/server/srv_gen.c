@@ -44,7 +44,7 @@ typedef struct srv_choice {
     int calls_sent;
     int32_t n_tokens;
     int32_t n_cached; /* prompt positions the engine took from its cache (eloop_event.n_cached) */
-    bool stopped; /* a stop string matched: further events are ignored */
+    bool stopped;     /* a stop string matched: further events are ignored */
     bool done;
     bool role_sent;
     int engine_error; /* the engine refused the request (err code) */

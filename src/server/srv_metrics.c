@@ -124,7 +124,8 @@ static void srv_label(strbuf *sb, const char *v) {
 
 /* One counter family of the KV cache hierarchy: the value for l1, then for each open tier. */
 static void srv_cache_family(strbuf *sb, const eloop_stats *st, const char *name, const char *type,
-                             const char *help, int64_t l1, int64_t (*tier)(const kv_hier_tier_stats *)) {
+                             const char *help, int64_t l1,
+                             int64_t (*tier)(const kv_hier_tier_stats *)) {
     srv_family(sb, name, type, help);
     strbuf_printf(sb, "%s{tier=\"l1\"} %lld\n", name, (long long)l1);
     for (int i = 0; i < KV_TIER_COUNT; i++)
@@ -182,12 +183,13 @@ static void srv_cache_load_hist(strbuf *sb, const eloop_stats *st) {
         int64_t cum = 0;
         for (int b = 0; b < KV_TIER_LOAD_BUCKETS; b++) {
             cum += io->load_counts[b];
-            strbuf_printf(sb, "verity_kv_tier_load_seconds_bucket{tier=\"%s\",le=\"%g\"} %lld\n", tn,
-                          kv_tier_load_bounds_s[b], (long long)cum);
+            strbuf_printf(sb, "verity_kv_tier_load_seconds_bucket{tier=\"%s\",le=\"%g\"} %lld\n",
+                          tn, kv_tier_load_bounds_s[b], (long long)cum);
         }
         strbuf_printf(sb, "verity_kv_tier_load_seconds_bucket{tier=\"%s\",le=\"+Inf\"} %lld\n", tn,
                       (long long)io->load_count);
-        strbuf_printf(sb, "verity_kv_tier_load_seconds_sum{tier=\"%s\"} %.6f\n", tn, io->load_sum_s);
+        strbuf_printf(sb, "verity_kv_tier_load_seconds_sum{tier=\"%s\"} %.6f\n", tn,
+                      io->load_sum_s);
         strbuf_printf(sb, "verity_kv_tier_load_seconds_count{tier=\"%s\"} %lld\n", tn,
                       (long long)io->load_count);
     }
@@ -220,8 +222,9 @@ static void srv_metrics_write_cache(const eloop_stats *st, strbuf *sb) {
                      px->cached, tier_blocks);
     srv_cache_family(sb, st, "verity_kv_cache_bytes", "gauge", "Bytes a KV cache tier holds.",
                      px->cached * st->e.kv_block_bytes, tier_bytes);
-    srv_family(sb, "verity_kv_cache_evictable_blocks", "gauge",
-               "Cached blocks in memory that no request holds (evicted first when room is needed).");
+    srv_family(
+        sb, "verity_kv_cache_evictable_blocks", "gauge",
+        "Cached blocks in memory that no request holds (evicted first when room is needed).");
     strbuf_printf(sb, "verity_kv_cache_evictable_blocks %lld\n", (long long)px->evictable);
     srv_cache_family(sb, st, "verity_kv_cache_evictions_total", "counter",
                      "Blocks evicted from a tier for room.", px->evictions, tier_evictions);
@@ -233,8 +236,8 @@ static void srv_metrics_write_cache(const eloop_stats *st, strbuf *sb) {
                      "Blocks restored into memory from a tier (l1: taken from the prefix cache).",
                      px->hits, tier_restored);
     srv_cache_family(sb, st, "verity_kv_cache_stored_blocks_total", "counter",
-                     "Blocks written to a tier (l1: sealed into the prefix cache).",
-                     px->inserted, tier_stored);
+                     "Blocks written to a tier (l1: sealed into the prefix cache).", px->inserted,
+                     tier_stored);
     srv_cache_family(sb, st, "verity_kv_cache_stored_bytes_total", "counter",
                      "Bytes written to a tier.", px->inserted * st->e.kv_block_bytes,
                      tier_stored_bytes);
@@ -256,8 +259,7 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
     strbuf_printf(sb, "verity_engine_paused %d\n", st->paused ? 1 : 0);
     srv_family(sb, "verity_kv_usage_ratio", "gauge", "Fraction of KV cache blocks in use.");
     strbuf_printf(sb, "verity_kv_usage_ratio %.6f\n",
-                  st->e.kv_total ? (double)st->e.kv_used / (double)st->e.kv_total
-                                      : 0.0);
+                  st->e.kv_total ? (double)st->e.kv_used / (double)st->e.kv_total : 0.0);
     srv_family(sb, "verity_kv_blocks", "gauge", "KV cache blocks in the pool.");
     strbuf_printf(sb, "verity_kv_blocks %lld\n", (long long)st->e.kv_total);
     srv_family(sb, "verity_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
@@ -273,7 +275,8 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
     srv_family(
         sb, "verity_shared_prompt_tokens_total", "counter",
         "Prompt positions the choices of an n > 1 request took from each other (not computed).");
-    strbuf_printf(sb, "verity_shared_prompt_tokens_total %lld\n", (long long)st->e.shared_positions);
+    strbuf_printf(sb, "verity_shared_prompt_tokens_total %lld\n",
+                  (long long)st->e.shared_positions);
     srv_metrics_write_cache(st, sb);
     srv_family(sb, "verity_engine_steps_total", "counter", "Engine steps run.");
     strbuf_printf(sb, "verity_engine_steps_total %lld\n", (long long)st->steps);
