@@ -5,8 +5,10 @@
  * Every choice (n per prompt) is its own engine request with seed + choice index. Its events
  * (token ids with logprobs) are turned into text by the choice's own detokenizer stream with the
  * request's own skip_special_tokens (incident bug class (a): flags are never shared), then:
- *   1. stop strings: text is released only up to the longest suffix that could still begin a
- *      stop string; when one matches, text is cut before it, the engine request is cancelled,
+ *   1. stop strings (srv_stop.h, an automaton over the request's stop set, so a token costs
+ *      O(its bytes) whatever the stop strings' lengths): text is released only up to the longest
+ *      suffix that could still begin a stop string; when one matches, text is cut before the
+ *      earliest-starting match, the engine request is cancelled,
  *      and the tokens counted stop at the one that completed the match, so the response does not
  *      depend on how many tokens the engine produced before it heard of the cancel;
  *   2. the tool-call parser (chat with tools): markup never reaches content; completed calls are
@@ -37,6 +39,7 @@ typedef struct srv_choice {
     tokenizer_stream ts;
     strbuf raw;      /* detokenized text so far */
     size_t released; /* raw[0..released) has passed the stop-string check */
+    srv_stop_state stop_st; /* the stop matcher's progress through raw */
     strbuf content;  /* content released so far (non-stream) / not yet sent (stream) */
     strbuf lp;       /* logprob entries (JSON, comma-separated) not yet sent / all */
     size_t lp_sent;
@@ -69,6 +72,7 @@ struct srv_gen {
     bool finished; /* usage chunk and [DONE] appended */
     bool aborted;
     arena *a; /* copies of the parameters' strings */
+    srv_stop *stop; /* the stop strings' automaton (in a), NULL when there are none */
 };
 
 static uint64_t srv_fnv(uint64_t h, const void *p, size_t n) {
@@ -85,6 +89,8 @@ static int srv_gen_copy_params(srv_gen *g, const srv_params *p) {
     for (int i = 0; i < p->n_stop; i++)
         if (!(g->p.stop[i] = arena_strndup(g->a, p->stop[i], p->stop_len[i])))
             return ERR_NOMEM;
+    if (srv_stop_create(g->a, g->p.stop, g->p.stop_len, g->p.n_stop, &g->stop))
+        return ERR_NOMEM; /* srv_parse_generate enforced the limits */
     if (p->tool_choice_name && !(g->p.tool_choice_name = arena_strndup(
                                      g->a, p->tool_choice_name, strlen(p->tool_choice_name))))
         return ERR_NOMEM;
@@ -224,36 +230,13 @@ static void srv_choice_content(srv_gen *g, srv_choice *c, const char *t, size_t 
 
 /* Releases raw text up to the stop-string rules; returns true if a stop string matched. */
 static bool srv_choice_release(srv_gen *g, srv_choice *c, bool final) {
-    const char *raw = c->raw.data;
-    size_t L = c->raw.len, E = c->released;
-    size_t best = SIZE_MAX;
-    for (int k = 0; k < g->p.n_stop; k++) {
-        size_t sl = g->p.stop_len[k];
-        if (L - E < sl)
-            continue;
-        const char *hit = memmem(raw + E, L - E, g->p.stop[k], sl);
-        if (hit && (size_t)(hit - raw) < best)
-            best = (size_t)(hit - raw);
-    }
-    if (best != SIZE_MAX) {
-        srv_choice_content(g, c, raw + E, best - E);
-        c->released = best;
-        return true;
-    }
-    size_t hold = 0;
-    if (!final) {
-        for (int k = 0; k < g->p.n_stop; k++) {
-            size_t sl = g->p.stop_len[k];
-            for (size_t h = sl - 1; h > hold; h--)
-                if (h <= L - E && memcmp(raw + L - h, g->p.stop[k], h) == 0) {
-                    hold = h;
-                    break;
-                }
-        }
-    }
-    srv_choice_content(g, c, raw + E, L - hold - E);
-    c->released = L - hold;
-    return false;
+    size_t E = c->released, end;
+    bool hit = srv_stop_scan(g->stop, &c->stop_st, c->raw.data, c->raw.len, final, &end);
+    if (end < E) /* cannot happen (held bytes were never released); keep the invariant anyway */
+        end = E;
+    srv_choice_content(g, c, c->raw.data + E, end - E);
+    c->released = end;
+    return hit;
 }
 
 static void srv_json_token_bytes(strbuf *sb, const char *t, size_t n) {

@@ -6,9 +6,9 @@
  *
  * Rules: unknown fields are ignored; a known field of the wrong type or out of range is a 400
  * naming it (OpenAI's ranges: temperature 0..2, top_p (0, 1], penalties -2..2, top_logprobs
- * 0..20, completions logprobs 0..5, at most 4 stop strings); null means "not given". Fields whose
- * silent omission would change results (logit_bias, suffix, best_of > n) are refused with a
- * clear 400 instead of being ignored. A model name other than the served one is a 404. A prompt
+ * 0..20, completions logprobs 0..5, at most 4 stop strings, of 4096 bytes together); null means
+ * "not given". Fields whose silent omission would change results (logit_bias, suffix, best_of > n)
+ * are refused with a clear 400 instead of being ignored. A model name other than the served one is a 404. A prompt
  * that cannot fit the context, or prompt + max_tokens beyond it, is a 400.
  *
  * Constrained decoding (chat/tool_grammar.h): tool_choice "required" or a named function makes
@@ -121,6 +121,7 @@ static int srv_parse_stop(arena *a, const json_value *body, srv_params *p, srv_e
     } else {
         return srv_fail(e, 400, INV, "stop", "\"stop\" must be a string or an array of strings");
     }
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         const char *sv;
         size_t sl;
@@ -128,6 +129,12 @@ static int srv_parse_stop(arena *a, const json_value *body, srv_params *p, srv_e
             return srv_fail(e, 400, INV, "stop", "\"stop\"[%zu] must be a string", i);
         if (sl == 0)
             return srv_fail(e, 400, INV, "stop", "\"stop\"[%zu] is empty", i);
+        /* the matcher is linear in the text whatever the stops, but its automaton and every
+         * choice's held-back text grow with them: bound both */
+        if ((total += sl) > SRV_STOP_MAX_BYTES)
+            return srv_fail(e, 400, INV, "stop",
+                            "\"stop\" strings total %zu bytes or more; at most %d are allowed",
+                            total, SRV_STOP_MAX_BYTES);
         p->stop[p->n_stop] = arena_strndup(a, sv, sl);
         p->stop_len[p->n_stop++] = sl;
     }
