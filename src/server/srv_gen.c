@@ -184,7 +184,8 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
             srv_fail(e, 500, "server_error", NULL, "out of memory");
             return NULL;
         }
-        g->prompt_tokens += len;
+        if (i % p->n == 0) /* OpenAI's usage: each prompt counts once, not once per choice */
+            g->prompt_tokens += len;
     }
     return g;
 }
@@ -435,13 +436,17 @@ static void srv_tool_call_json(strbuf *sb, const srv_gen *g, const srv_choice *c
     strbuf_puts(sb, "}}");
 }
 
-/* usage, with prompt_tokens_details.cached_tokens (OpenAI's convention): the prompt positions
- * taken from the KV cache (or from another choice of the request) rather than computed. */
+/* usage, with prompt_tokens_details.cached_tokens (OpenAI's convention): prompt_tokens counts
+ * each prompt once however many choices it has, cached_tokens the positions of each prompt taken
+ * from the KV cache rather than computed, as its first choice saw them (the other choices of a
+ * prompt share its K/V, so theirs would count the prompt again); completion_tokens sums every
+ * choice. */
 static void srv_usage_json(strbuf *sb, const srv_gen *g) {
     int64_t comp = 0, cached = 0;
     for (int i = 0; i < g->n_ch; i++) {
         comp += g->ch[i].n_tokens;
-        cached += g->ch[i].n_cached;
+        if (i % g->p.n == 0)
+            cached += g->ch[i].n_cached;
     }
     strbuf_printf(sb,
                   "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
