@@ -353,8 +353,14 @@ static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
         c->done = true;
         c->engine_error = ev->error;
         c->finish = "error";
-        snprintf(c->error, sizeof c->error, "the engine refused the request (%s)",
-                 err_str(ev->error));
+        if (ev->error == ERR_RANGE) /* the server checked the context: the KV pool is smaller */
+            snprintf(c->error, sizeof c->error,
+                     "the request does not fit the server's KV cache: a prompt of %d tokens "
+                     "with max_tokens %d needs more than the whole pool; lower max_tokens",
+                     g->p.prompt_lens[c->prompt_idx], g->p.max_tokens);
+        else
+            snprintf(c->error, sizeof c->error, "the engine refused the request (%s)",
+                     err_str(ev->error));
         return;
     }
     if (!c->stopped) {
@@ -455,10 +461,25 @@ static void srv_usage_json(strbuf *sb, const srv_gen *g) {
                   (long long)(g->prompt_tokens + comp), (long long)cached);
 }
 
+/* The OpenAI error type (and code, or NULL) of engine error ee as the client should see it:
+ * ERR_RANGE is a request larger than the context or the KV pool, ERR_INVAL one the engine
+ * refused as invalid; anything else is the server's. */
+static const char *srv_engine_error_type(int ee, const char **code) {
+    *code = ee == ERR_RANGE ? "context_length_exceeded" : NULL;
+    return ee == ERR_RANGE || ee == ERR_INVAL ? "invalid_request_error" : "server_error";
+}
+
+/* The choice's "error" object: the engine's refusal, or a tool call that did not parse. */
 static void srv_choice_error_json(strbuf *sb, const srv_choice *c) {
     if (!c->error[0])
         return;
-    strbuf_puts(sb, ",\"error\":{\"type\":\"tool_call_parse_error\",\"message\":");
+    const char *code = NULL;
+    const char *type = c->engine_error ? srv_engine_error_type(c->engine_error, &code)
+                                       : "tool_call_parse_error";
+    strbuf_printf(sb, ",\"error\":{\"type\":\"%s\",", type);
+    if (code)
+        strbuf_printf(sb, "\"code\":\"%s\",", code);
+    strbuf_puts(sb, "\"message\":");
     strbuf_json_str(sb, c->error, strlen(c->error), false);
     strbuf_putc(sb, '}');
 }
@@ -534,9 +555,11 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
     for (int i = 0; i < g->n_ch; i++) {
         int ee = g->ch[i].engine_error;
         if (ee) {
-            bool client = ee == ERR_RANGE || ee == ERR_INVAL;
-            srv_fail(e, client ? 400 : 500, client ? "invalid_request_error" : "server_error", NULL,
-                     "%s", g->ch[i].error);
+            const char *code;
+            const char *type = srv_engine_error_type(ee, &code);
+            srv_fail(e, strcmp(type, "server_error") ? 400 : 500, type, NULL, "%s",
+                     g->ch[i].error);
+            e->code = code;
             return ERR_INTERNAL;
         }
     }

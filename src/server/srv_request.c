@@ -365,6 +365,12 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
                 return srv_fail(
                     e, 400, INV, "tools",
                     "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
+            /* a NUL cannot be in a name the model writes and the parser reads back (they are
+             * C strings there): such a tool could never be called, and a forced call would run
+             * to its token limit and end in a parse error */
+            if (memchr(nm, 0, nl))
+                return srv_fail(e, 400, INV, "tools",
+                                "tools[%zu].function.name contains a NUL character", i);
             const json_value *par = json_get(f, "parameters");
             if (par && par->type != JSON_OBJECT && par->type != JSON_NULL)
                 return srv_fail(e, 400, INV, "tools",
@@ -401,6 +407,9 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
             return srv_fail(e, 400, INV, "tool_choice",
                             "\"tool_choice\" object must be "
                             "{\"type\":\"function\",\"function\":{\"name\":...}}");
+        if (memchr(s, 0, sl)) /* it is used as a C string from here on */
+            return srv_fail(e, 400, INV, "tool_choice",
+                            "\"tool_choice\".function.name contains a NUL character");
         p->tool_choice = SRV_TOOLS_NAMED;
         p->tool_choice_name = s;
     } else {
