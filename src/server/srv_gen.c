@@ -50,6 +50,7 @@ typedef struct srv_choice {
     bool stopped; /* a stop string matched: further events are ignored */
     bool done;
     bool role_sent;
+    bool echo_sent; /* stream with echo: the prompt's text went out as the first text */
     int engine_error; /* the engine refused the request (err code) */
     const char *finish;
     char error[256];
@@ -645,6 +646,22 @@ static void srv_stream_choice(srv_gen *g, srv_choice *c) {
                       c->index);
         srv_sse_end(g);
         c->role_sent = true;
+    }
+    if (!g->p.chat && g->p.echo && !c->echo_sent) {
+        /* echo: the prompt's text is the choice's first text, as in the whole response */
+        strbuf text;
+        strbuf_init(&text);
+        tokenizer_decode(g->s->sm.tok, g->p.prompts[c->prompt_idx],
+                         (size_t)g->p.prompt_lens[c->prompt_idx], false, &text);
+        if (text.len && !strbuf_failed(&text)) {
+            srv_sse_begin(g);
+            strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"text\":", c->index);
+            strbuf_json_str(&g->out, text.data, text.len, false);
+            strbuf_puts(&g->out, ",\"logprobs\":null,\"finish_reason\":null}]");
+            srv_sse_end(g);
+        }
+        strbuf_deinit(&text);
+        c->echo_sent = true;
     }
     bool has_lp = g->p.logprobs && c->lp.len > c->lp_sent;
     if (c->content.len || has_lp) {
