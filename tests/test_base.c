@@ -203,6 +203,30 @@ static void t_json_growth(void) {
     T_CHECKF(arena_used(a) - parsed <= 2 * parsed, "copying %zu messages used %zu arena bytes",
              v->arr.n, arena_used(a) - parsed);
     T_CHECK(json_obj_clone(a, copy) == NULL); /* not an object */
+
+    /* an object of N keys, every tenth one repeated at the end: duplicates are found through a
+     * hash index, so the key comparisons are linear in N (comparing with every earlier key was
+     * N^2 / 2: a minute for a 1 MB body), and the last value wins at the first position */
+    strbuf_reset(&sb);
+    strbuf_putc(&sb, '{');
+    for (int i = 0; i < N; i++)
+        strbuf_printf(&sb, "%s\"k%d\":%d", i ? "," : "", i, i);
+    for (int i = 0; i < N; i += 10)
+        strbuf_printf(&sb, ",\"k%d\":-1", i);
+    strbuf_putc(&sb, '}');
+    arena_reset(a);
+    size_t cmp0 = json_key_compares();
+    T_OK(json_parse(a, sb.data, sb.len, &v));
+    size_t cmps = json_key_compares() - cmp0;
+    T_CHECKF(cmps <= 4 * (size_t)(N + N / 10), "%zu key comparisons for %d keys", cmps,
+             N + N / 10);
+    T_CHECK(v->type == JSON_OBJECT && v->obj.n == N);
+    int64_t iv;
+    T_CHECK(json_as_int(json_get(v, "k0"), &iv) && iv == -1);
+    T_CHECK(json_as_int(json_get(v, "k99990"), &iv) && iv == -1);
+    T_CHECK(json_as_int(json_get(v, "k99991"), &iv) && iv == 99991);
+    T_CHECK(v->obj.key_lens[20] == 3 && !memcmp(v->obj.keys[20], "k20", 3));
+    T_CHECK(json_as_int(v->obj.vals[20], &iv) && iv == -1);
     arena_destroy(a);
     strbuf_deinit(&sb);
 }

@@ -8,6 +8,7 @@
  */
 #include "base/json.h"
 #include "base/err.h"
+#include "base/hash.h"
 #include "base/utf8.h"
 
 #include <errno.h>
@@ -253,6 +254,74 @@ static int jp_grow(jparser *p, void **arr, size_t elem, size_t n, size_t *cap) {
     return json_grow(p->a, arr, elem, n, cap) ? jp_nomem(p) : 0;
 }
 
+/* Duplicate keys are found by comparing with every earlier key while an object is small, and
+ * through a hash index of its keys (open addressing, rebuilt at twice the size when half full)
+ * from JP_KEYSET_MIN keys on: an object of n keys costs O(n) key comparisons, not O(n^2) (a 1 MB
+ * body of 100,000 keys took a minute). The seed comes from the arena's address, which ASLR makes
+ * differ between runs, so colliding keys cannot be precomputed cheaply. */
+#define JP_KEYSET_MIN 16
+
+static _Thread_local size_t jp_key_compares; /* json_key_compares() */
+
+size_t json_key_compares(void) {
+    return jp_key_compares;
+}
+
+typedef struct jp_keyset {
+    uint32_t *slots; /* index of a key + 1, 0 empty */
+    size_t cap;      /* a power of two, or 0 while the object is small */
+    uint64_t seed;
+} jp_keyset;
+
+static size_t jp_keyset_slot(const jp_keyset *ks, const char *key, size_t klen) {
+    return (size_t)hash64(ks->seed, key, klen) & (ks->cap - 1);
+}
+
+/* Adds key k of v (known absent) to the index. */
+static void jp_keyset_put(jp_keyset *ks, const json_value *v, size_t k) {
+    size_t i = jp_keyset_slot(ks, v->obj.keys[k], v->obj.key_lens[k]);
+    while (ks->slots[i])
+        i = (i + 1) & (ks->cap - 1);
+    ks->slots[i] = (uint32_t)(k + 1);
+}
+
+/* Sets *k to the index of key in v's members so far, or v->obj.n when absent. */
+static int jp_key_find(jparser *p, const json_value *v, jp_keyset *ks, const char *key,
+                       size_t klen, size_t *k) {
+    size_t n = v->obj.n;
+    if (n < JP_KEYSET_MIN) {
+        for (*k = 0; *k < n; (*k)++) {
+            jp_key_compares++;
+            if (v->obj.key_lens[*k] == klen && memcmp(v->obj.keys[*k], key, klen) == 0)
+                return 0;
+        }
+        return 0;
+    }
+    if (n >= UINT32_MAX - 1)
+        return jp_nomem(p);
+    if ((n + 1) * 2 > ks->cap) {
+        size_t cap = ks->cap ? ks->cap * 2 : 4 * JP_KEYSET_MIN;
+        uint32_t *slots = arena_calloc(p->a, cap, sizeof *slots);
+        if (!slots)
+            return jp_nomem(p);
+        ks->slots = slots;
+        ks->cap = cap;
+        ks->seed = (uint64_t)(uintptr_t)p->a;
+        for (size_t i = 0; i < n; i++)
+            jp_keyset_put(ks, v, i);
+    }
+    for (size_t i = jp_keyset_slot(ks, key, klen); ks->slots[i]; i = (i + 1) & (ks->cap - 1)) {
+        size_t j = ks->slots[i] - 1;
+        jp_key_compares++;
+        if (v->obj.key_lens[j] == klen && memcmp(v->obj.keys[j], key, klen) == 0) {
+            *k = j;
+            return 0;
+        }
+    }
+    *k = n;
+    return 0;
+}
+
 static int jp_array(jparser *p, json_value *v) {
     p->i++;
     v->type = JSON_ARRAY;
@@ -295,6 +364,7 @@ static int jp_object(jparser *p, json_value *v) {
     v->obj.n = 0;
     v->obj.cap = 0;
     size_t cap_k = 0, cap_l = 0, cap_v = 0;
+    jp_keyset ks = {0};
     jp_ws(p);
     if (p->i < p->n && p->s[p->i] == '}') {
         p->i++;
@@ -317,10 +387,9 @@ static int jp_object(jparser *p, json_value *v) {
         rc = jp_value(p, &val);
         if (rc)
             return rc;
-        size_t k;
-        for (k = 0; k < v->obj.n; k++)
-            if (v->obj.key_lens[k] == klen && memcmp(v->obj.keys[k], key, klen) == 0)
-                break;
+        size_t k = v->obj.n;
+        if ((rc = jp_key_find(p, v, &ks, key, klen, &k)))
+            return rc;
         if (k < v->obj.n) {
             v->obj.vals[k] = val;
         } else {
@@ -333,6 +402,8 @@ static int jp_object(jparser *p, json_value *v) {
             v->obj.vals[v->obj.n] = val;
             v->obj.n++;
             v->obj.cap = cap_k; /* the three grow in step */
+            if (ks.cap)
+                jp_keyset_put(&ks, v, v->obj.n - 1);
         }
         jp_ws(p);
         if (p->i >= p->n)
