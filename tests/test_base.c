@@ -218,8 +218,7 @@ static void t_json_growth(void) {
     size_t cmp0 = json_key_compares();
     T_OK(json_parse(a, sb.data, sb.len, &v));
     size_t cmps = json_key_compares() - cmp0;
-    T_CHECKF(cmps <= 4 * (size_t)(N + N / 10), "%zu key comparisons for %d keys", cmps,
-             N + N / 10);
+    T_CHECKF(cmps <= 4 * (size_t)(N + N / 10), "%zu key comparisons for %d keys", cmps, N + N / 10);
     T_CHECK(v->type == JSON_OBJECT && v->obj.n == N);
     int64_t iv;
     T_CHECK(json_as_int(json_get(v, "k0"), &iv) && iv == -1);

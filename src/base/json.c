@@ -286,8 +286,8 @@ static void jp_keyset_put(jp_keyset *ks, const json_value *v, size_t k) {
 }
 
 /* Sets *k to the index of key in v's members so far, or v->obj.n when absent. */
-static int jp_key_find(jparser *p, const json_value *v, jp_keyset *ks, const char *key,
-                       size_t klen, size_t *k) {
+static int jp_key_find(jparser *p, const json_value *v, jp_keyset *ks, const char *key, size_t klen,
+                       size_t *k) {
     size_t n = v->obj.n;
     if (n < JP_KEYSET_MIN) {
         for (*k = 0; *k < n; (*k)++) {

@@ -37,20 +37,20 @@ typedef struct srv_choice {
     int index;
     int prompt_idx;
     tokenizer_stream ts;
-    strbuf raw;      /* detokenized text so far */
-    size_t released; /* raw[0..released) has passed the stop-string check */
+    strbuf raw;             /* detokenized text so far */
+    size_t released;        /* raw[0..released) has passed the stop-string check */
     srv_stop_state stop_st; /* the stop matcher's progress through raw */
-    strbuf content;  /* content released so far (non-stream) / not yet sent (stream) */
-    strbuf lp;       /* logprob entries (JSON, comma-separated) not yet sent / all */
+    strbuf content;         /* content released so far (non-stream) / not yet sent (stream) */
+    strbuf lp;              /* logprob entries (JSON, comma-separated) not yet sent / all */
     size_t lp_sent;
     chat_tool_parser *tp;
     int calls_sent;
     int32_t n_tokens;
     int32_t n_cached; /* prompt positions the engine took from its cache (eloop_event.n_cached) */
-    bool stopped; /* a stop string matched: further events are ignored */
+    bool stopped;     /* a stop string matched: further events are ignored */
     bool done;
     bool role_sent;
-    bool echo_sent; /* stream with echo: the prompt's text went out as the first text */
+    bool echo_sent;   /* stream with echo: the prompt's text went out as the first text */
     int engine_error; /* the engine refused the request (err code) */
     const char *finish;
     char error[256];
@@ -72,7 +72,7 @@ struct srv_gen {
     size_t out_pos;
     bool finished; /* usage chunk and [DONE] appended */
     bool aborted;
-    arena *a; /* copies of the parameters' strings */
+    arena *a;       /* copies of the parameters' strings */
     srv_stop *stop; /* the stop strings' automaton (in a), NULL when there are none */
 };
 
@@ -475,8 +475,8 @@ static void srv_choice_error_json(strbuf *sb, const srv_choice *c) {
     if (!c->error[0])
         return;
     const char *code = NULL;
-    const char *type = c->engine_error ? srv_engine_error_type(c->engine_error, &code)
-                                       : "tool_call_parse_error";
+    const char *type =
+        c->engine_error ? srv_engine_error_type(c->engine_error, &code) : "tool_call_parse_error";
     strbuf_printf(sb, ",\"error\":{\"type\":\"%s\",", type);
     if (code)
         strbuf_printf(sb, "\"code\":\"%s\",", code);
@@ -558,8 +558,7 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
         if (ee) {
             const char *code;
             const char *type = srv_engine_error_type(ee, &code);
-            srv_fail(e, strcmp(type, "server_error") ? 400 : 500, type, NULL, "%s",
-                     g->ch[i].error);
+            srv_fail(e, strcmp(type, "server_error") ? 400 : 500, type, NULL, "%s", g->ch[i].error);
             e->code = code;
             return ERR_INTERNAL;
         }

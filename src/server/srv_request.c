@@ -8,8 +8,8 @@
  * naming it (OpenAI's ranges: temperature 0..2, top_p (0, 1], penalties -2..2, top_logprobs
  * 0..20, completions logprobs 0..5, at most 4 stop strings, of 4096 bytes together); null means
  * "not given". Fields whose silent omission would change results (logit_bias, suffix, best_of > n)
- * are refused with a clear 400 instead of being ignored. A model name other than the served one is a 404. A prompt
- * that cannot fit the context, or prompt + max_tokens beyond it, is a 400.
+ * are refused with a clear 400 instead of being ignored. A model name other than the served one is
+ * a 404. A prompt that cannot fit the context, or prompt + max_tokens beyond it, is a 400.
  *
  * Constrained decoding (chat/tool_grammar.h): tool_choice "required" or a named function makes
  * every choice one call in the model's tool-call syntax, to one of the tools (or the named one)
