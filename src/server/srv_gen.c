@@ -354,12 +354,15 @@ static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
         c->done = true;
         c->engine_error = ev->error;
         c->finish = "error";
-        if (ev->error == ERR_RANGE) /* the server checked the context: the KV pool is smaller */
+        if (ev->error == ERR_RANGE) { /* the server checked the context: the pool is smaller */
+            int32_t len = g->p.prompt_lens[c->prompt_idx];
             snprintf(c->error, sizeof c->error,
                      "the request does not fit the server's KV cache: a prompt of %d tokens "
-                     "with max_tokens %d needs more than the whole pool; lower max_tokens",
-                     g->p.prompt_lens[c->prompt_idx], g->p.max_tokens);
-        else
+                     "with %d more to generate (max_tokens%s) needs more than the whole pool; "
+                     "lower max_tokens",
+                     len, g->p.max_tokens > 0 ? g->p.max_tokens : (int32_t)(g->s->sm.n_ctx - len),
+                     g->p.max_tokens > 0 ? "" : ": as many as fit the context");
+        } else
             snprintf(c->error, sizeof c->error, "the engine refused the request (%s)",
                      err_str(ev->error));
         return;
@@ -478,8 +481,8 @@ static void srv_choice_error_json(strbuf *sb, const srv_choice *c) {
     const char *type =
         c->engine_error ? srv_engine_error_type(c->engine_error, &code) : "tool_call_parse_error";
     strbuf_printf(sb, ",\"error\":{\"type\":\"%s\",", type);
-    if (code)
-        strbuf_printf(sb, "\"code\":\"%s\",", code);
+    if (code) /* ERR_RANGE: the request does not fit; max_tokens is what to lower */
+        strbuf_printf(sb, "\"code\":\"%s\",\"param\":\"max_tokens\",", code);
     strbuf_puts(sb, "\"message\":");
     strbuf_json_str(sb, c->error, strlen(c->error), false);
     strbuf_putc(sb, '}');
@@ -558,7 +561,8 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
         if (ee) {
             const char *code;
             const char *type = srv_engine_error_type(ee, &code);
-            srv_fail(e, strcmp(type, "server_error") ? 400 : 500, type, NULL, "%s", g->ch[i].error);
+            srv_fail(e, strcmp(type, "server_error") ? 400 : 500, type,
+                     ee == ERR_RANGE ? "max_tokens" : NULL, "%s", g->ch[i].error);
             e->code = code;
             return ERR_INTERNAL;
         }

@@ -115,10 +115,10 @@ fi
 # error it is, and the whole response is the same 400
 if start_server front_door.kv_start -m "$MODEL" --kv-blocks 2 --max-batch 1; then
     curl -sN -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":1000,"stream":true}' "$SRV_URL/v1/completions" >"$TMP/kv.sse"
-    if grep -q '"finish_reason":"error","error":{"type":"invalid_request_error","code":"context_length_exceeded","message":"the request does not fit the server' "$TMP/kv.sse" && ! grep -q tool_call "$TMP/kv.sse"; then
+    if grep -q '"finish_reason":"error","error":{"type":"invalid_request_error","code":"context_length_exceeded","param":"max_tokens","message":"the request does not fit the server' "$TMP/kv.sse" && ! grep -q tool_call "$TMP/kv.sse"; then
         pass front_door.stream_kv_capacity
     else fail front_door.stream_kv_capacity "$(head -c 400 "$TMP/kv.sse")"; fi
     c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1000}')
-    check whole_kv_capacity 400 "$c" '"code":"context_length_exceeded"' 'KV cache'
+    check whole_kv_capacity 400 "$c" '"code":"context_length_exceeded"' '"param":"max_tokens"' 'KV cache'
     stop_server
 fi
