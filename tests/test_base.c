@@ -131,6 +131,105 @@ static void t_json(void) {
     arena_destroy(a);
 }
 
+/* Arrays and objects, parsed or built, grow geometrically: n items cost arena bytes linear in n
+ * (json_arr_push once copied the whole array per push, so 100,000 pushes needed 40 GB and a chat
+ * of 2,800 messages ran out of its request's 64 MiB). Each arena's limit is twice what linear
+ * growth needs (chunk tails are lost), so a quadratic builder fails long before the end. */
+static void t_json_growth(void) {
+    enum { N = 100000, NK = 5000 };
+    /* pushes: pointer arrays only (one shared item); doubling leaves at most 2n + 2n slots */
+    arena *a = arena_create(0, (size_t)N * 8 * 4 * 2);
+    json_value *arr = json_new_arr(a), *item = json_new_null(a);
+    T_CHECK(arr && item);
+    size_t pushed = 0;
+    while (pushed < N && json_arr_push(a, arr, item) == 0)
+        pushed++;
+    T_CHECKF(pushed == N, "json_arr_push failed at item %zu of %d (arena used %zu)", pushed, N,
+             arena_used(a));
+    T_CHECK(arr->arr.n == N && arr->arr.items[N - 1] == item && arr->arr.cap >= N);
+    arena_destroy(a);
+
+    /* object members: each key copied (16 bytes) plus three arrays of 8-byte slots */
+    a = arena_create(0, (size_t)NK * (16 + 3 * 8 * 4) * 2);
+    json_value *obj = json_new_obj(a);
+    item = json_new_null(a);
+    size_t set = 0;
+    for (; set < NK; set++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%zu", set);
+        if (json_obj_set(a, obj, key, item))
+            break;
+    }
+    T_CHECKF(set == NK, "json_obj_set failed at key %zu of %d (arena used %zu)", set, NK,
+             arena_used(a));
+    T_CHECK(obj->obj.n == NK && json_get(obj, "k4999") == item && !json_get(obj, "k5000"));
+    arena_destroy(a);
+
+    /* parsing an array of N numbers: arena bytes a small multiple of the text */
+    strbuf sb;
+    strbuf_init(&sb);
+    strbuf_putc(&sb, '[');
+    for (int i = 0; i < N; i++)
+        strbuf_puts(&sb, i ? ",0" : "0");
+    strbuf_putc(&sb, ']');
+    a = arena_create(0, 0);
+    json_value *v;
+    T_OK(json_parse(a, sb.data, sb.len, &v));
+    T_CHECK(v->type == JSON_ARRAY && v->arr.n == N);
+    T_CHECKF(arena_used(a) <= 64 * sb.len, "parsing %zu bytes used %zu arena bytes", sb.len,
+             arena_used(a));
+    /* what the server does with a chat: clone each message object and push it to a copy */
+    strbuf_reset(&sb);
+    strbuf_putc(&sb, '[');
+    for (int i = 0; i < N / 10; i++)
+        strbuf_puts(&sb, i ? ",{\"role\":\"user\",\"content\":\"hi\"}"
+                           : "{\"role\":\"user\",\"content\":\"hi\"}");
+    strbuf_putc(&sb, ']');
+    arena_reset(a);
+    T_OK(json_parse(a, sb.data, sb.len, &v));
+    size_t parsed = arena_used(a);
+    json_value *copy = json_new_arr(a), *hi = json_new_str(a, "yo", 2);
+    for (size_t i = 0; i < v->arr.n; i++) {
+        json_value *c = json_obj_clone(a, v->arr.items[i]);
+        T_CHECK(c && c->obj.n == 2 && json_arr_push(a, copy, c) == 0);
+        if (c && c->obj.n == 2)
+            c->obj.vals[1] = hi; /* the clone's own array: the parsed message keeps its value */
+    }
+    T_CHECK(copy->arr.n == v->arr.n);
+    T_CHECK(json_equal(json_get(v->arr.items[7], "content"), json_get(v->arr.items[8], "content")));
+    const char *str;
+    T_CHECK(json_as_str(json_get(copy->arr.items[7], "content"), &str, NULL) && !strcmp(str, "yo"));
+    T_CHECK(json_as_str(json_get(v->arr.items[7], "content"), &str, NULL) && !strcmp(str, "hi"));
+    T_CHECKF(arena_used(a) - parsed <= 2 * parsed, "copying %zu messages used %zu arena bytes",
+             v->arr.n, arena_used(a) - parsed);
+    T_CHECK(json_obj_clone(a, copy) == NULL); /* not an object */
+
+    /* an object of N keys, every tenth one repeated at the end: duplicates are found through a
+     * hash index, so the key comparisons are linear in N (comparing with every earlier key was
+     * N^2 / 2: a minute for a 1 MB body), and the last value wins at the first position */
+    strbuf_reset(&sb);
+    strbuf_putc(&sb, '{');
+    for (int i = 0; i < N; i++)
+        strbuf_printf(&sb, "%s\"k%d\":%d", i ? "," : "", i, i);
+    for (int i = 0; i < N; i += 10)
+        strbuf_printf(&sb, ",\"k%d\":-1", i);
+    strbuf_putc(&sb, '}');
+    arena_reset(a);
+    size_t cmp0 = json_key_compares();
+    T_OK(json_parse(a, sb.data, sb.len, &v));
+    size_t cmps = json_key_compares() - cmp0;
+    T_CHECKF(cmps <= 4 * (size_t)(N + N / 10), "%zu key comparisons for %d keys", cmps, N + N / 10);
+    T_CHECK(v->type == JSON_OBJECT && v->obj.n == N);
+    int64_t iv;
+    T_CHECK(json_as_int(json_get(v, "k0"), &iv) && iv == -1);
+    T_CHECK(json_as_int(json_get(v, "k99990"), &iv) && iv == -1);
+    T_CHECK(json_as_int(json_get(v, "k99991"), &iv) && iv == 99991);
+    T_CHECK(v->obj.key_lens[20] == 3 && !memcmp(v->obj.keys[20], "k20", 3));
+    T_CHECK(json_as_int(v->obj.vals[20], &iv) && iv == -1);
+    arena_destroy(a);
+    strbuf_deinit(&sb);
+}
+
 static void t_flags(void) {
     T_OK(flags_init());
     T_EQ_INT(flags_int(FLAG_KV_BLOCK), 16);
@@ -274,6 +373,7 @@ int main(void) {
     test_run("base.strbuf", t_strbuf);
     test_run("base.arena", t_arena);
     test_run("base.json", t_json);
+    test_run("base.json_growth", t_json_growth);
     test_run("base.flags", t_flags);
     test_run("base.pool", t_pool);
     test_run("base.pool_for", t_pool_for);

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * json: recursive-descent parser (depth bounded by JSON_MAX_DEPTH, so the C stack is bounded too)
- * and serialiser. See json.h for the contract. Arrays and objects are first collected in small
- * growable arrays inside the arena and then fixed; the doubling leaves some garbage in the arena,
- * which dies with it.
+ * and serialiser. See json.h for the contract. Arrays and objects, parsed or built, grow in the
+ * arena by doubling their capacity (json_grow): n items cost O(n) copies, and the garbage the
+ * doubling leaves (the outgrown arrays, which die with the arena) is less than the final array,
+ * so an arena holds O(size of the document) however many items an array has.
  */
 #include "base/json.h"
 #include "base/err.h"
+#include "base/hash.h"
 #include "base/utf8.h"
 
 #include <errno.h>
@@ -230,17 +232,93 @@ static int jp_number(jparser *p, json_value *v) {
 
 static int jp_value(jparser *p, json_value **out);
 
-static int jp_grow(jparser *p, void **arr, size_t elem, size_t n, size_t *cap) {
+/* Makes room for item n of *arr (elem bytes each, *cap slots): nothing while n < *cap, else a
+ * new array of twice n slots (at least 4) with the n items copied. Returns 0 or ERR_NOMEM. */
+static int json_grow(arena *a, void **arr, size_t elem, size_t n, size_t *cap) {
     if (n < *cap)
         return 0;
-    size_t nc = *cap ? *cap * 2 : 4;
-    void *na = arena_alloc(p->a, nc * elem);
+    size_t nc = n >= 2 ? n * 2 : 4;
+    if (nc > SIZE_MAX / 2 / elem)
+        return ERR_NOMEM;
+    void *na = arena_alloc(a, nc * elem);
     if (!na)
-        return jp_nomem(p);
+        return ERR_NOMEM;
     if (n)
         memcpy(na, *arr, n * elem);
     *arr = na;
     *cap = nc;
+    return 0;
+}
+
+static int jp_grow(jparser *p, void **arr, size_t elem, size_t n, size_t *cap) {
+    return json_grow(p->a, arr, elem, n, cap) ? jp_nomem(p) : 0;
+}
+
+/* Duplicate keys are found by comparing with every earlier key while an object is small, and
+ * through a hash index of its keys (open addressing, rebuilt at twice the size when half full)
+ * from JP_KEYSET_MIN keys on: an object of n keys costs O(n) key comparisons, not O(n^2) (a 1 MB
+ * body of 100,000 keys took a minute). The seed comes from the arena's address, which ASLR makes
+ * differ between runs, so colliding keys cannot be precomputed cheaply. */
+#define JP_KEYSET_MIN 16
+
+static _Thread_local size_t jp_key_compares; /* json_key_compares() */
+
+size_t json_key_compares(void) {
+    return jp_key_compares;
+}
+
+typedef struct jp_keyset {
+    uint32_t *slots; /* index of a key + 1, 0 empty */
+    size_t cap;      /* a power of two, or 0 while the object is small */
+    uint64_t seed;
+} jp_keyset;
+
+static size_t jp_keyset_slot(const jp_keyset *ks, const char *key, size_t klen) {
+    return (size_t)hash64(ks->seed, key, klen) & (ks->cap - 1);
+}
+
+/* Adds key k of v (known absent) to the index. */
+static void jp_keyset_put(jp_keyset *ks, const json_value *v, size_t k) {
+    size_t i = jp_keyset_slot(ks, v->obj.keys[k], v->obj.key_lens[k]);
+    while (ks->slots[i])
+        i = (i + 1) & (ks->cap - 1);
+    ks->slots[i] = (uint32_t)(k + 1);
+}
+
+/* Sets *k to the index of key in v's members so far, or v->obj.n when absent. */
+static int jp_key_find(jparser *p, const json_value *v, jp_keyset *ks, const char *key, size_t klen,
+                       size_t *k) {
+    size_t n = v->obj.n;
+    if (n < JP_KEYSET_MIN) {
+        for (*k = 0; *k < n; (*k)++) {
+            jp_key_compares++;
+            if (v->obj.key_lens[*k] == klen && memcmp(v->obj.keys[*k], key, klen) == 0)
+                return 0;
+        }
+        return 0;
+    }
+    if (n >= UINT32_MAX - 1)
+        return jp_nomem(p);
+    if ((n + 1) * 2 > ks->cap) {
+        size_t cap = ks->cap ? ks->cap * 2 : 4 * JP_KEYSET_MIN;
+        uint32_t *slots = arena_calloc(p->a, cap, sizeof *slots);
+        if (!slots)
+            return jp_nomem(p);
+        ks->slots = slots;
+        ks->cap = cap;
+        ks->seed = (uint64_t)(uintptr_t)p->a;
+        for (size_t i = 0; i < n; i++)
+            jp_keyset_put(ks, v, i);
+    }
+    for (size_t i = jp_keyset_slot(ks, key, klen); ks->slots[i]; i = (i + 1) & (ks->cap - 1)) {
+        size_t j = ks->slots[i] - 1;
+        jp_key_compares++;
+        if (v->obj.key_lens[j] == klen && memcmp(v->obj.keys[j], key, klen) == 0) {
+            *k = j;
+            return 0;
+        }
+    }
+    *k = n;
     return 0;
 }
 
@@ -249,7 +327,7 @@ static int jp_array(jparser *p, json_value *v) {
     v->type = JSON_ARRAY;
     v->arr.items = NULL;
     v->arr.n = 0;
-    size_t cap = 0;
+    v->arr.cap = 0;
     jp_ws(p);
     if (p->i < p->n && p->s[p->i] == ']') {
         p->i++;
@@ -260,7 +338,7 @@ static int jp_array(jparser *p, json_value *v) {
         int rc = jp_value(p, &item);
         if (rc)
             return rc;
-        rc = jp_grow(p, (void **)&v->arr.items, sizeof(json_value *), v->arr.n, &cap);
+        rc = jp_grow(p, (void **)&v->arr.items, sizeof(json_value *), v->arr.n, &v->arr.cap);
         if (rc)
             return rc;
         v->arr.items[v->arr.n++] = item;
@@ -284,7 +362,9 @@ static int jp_object(jparser *p, json_value *v) {
     v->obj.key_lens = NULL;
     v->obj.vals = NULL;
     v->obj.n = 0;
+    v->obj.cap = 0;
     size_t cap_k = 0, cap_l = 0, cap_v = 0;
+    jp_keyset ks = {0};
     jp_ws(p);
     if (p->i < p->n && p->s[p->i] == '}') {
         p->i++;
@@ -307,10 +387,9 @@ static int jp_object(jparser *p, json_value *v) {
         rc = jp_value(p, &val);
         if (rc)
             return rc;
-        size_t k;
-        for (k = 0; k < v->obj.n; k++)
-            if (v->obj.key_lens[k] == klen && memcmp(v->obj.keys[k], key, klen) == 0)
-                break;
+        size_t k = v->obj.n;
+        if ((rc = jp_key_find(p, v, &ks, key, klen, &k)))
+            return rc;
         if (k < v->obj.n) {
             v->obj.vals[k] = val;
         } else {
@@ -322,6 +401,9 @@ static int jp_object(jparser *p, json_value *v) {
             v->obj.key_lens[v->obj.n] = klen;
             v->obj.vals[v->obj.n] = val;
             v->obj.n++;
+            v->obj.cap = cap_k; /* the three grow in step */
+            if (ks.cap)
+                jp_keyset_put(&ks, v, v->obj.n - 1);
         }
         jp_ws(p);
         if (p->i >= p->n)
@@ -634,17 +716,34 @@ json_value *json_new_obj(arena *a) {
     return json_new(a, JSON_OBJECT);
 }
 
-/* Builders grow by exact re-allocation in the arena: simple, and trees built in code are small. */
+/* The builders grow by doubling (json_grow), so n pushes cost O(n): a request's messages are
+ * copied one push at a time, and a copy per push would be quadratic in time and arena bytes. */
 int json_arr_push(arena *a, json_value *arr, json_value *item) {
     if (!arr || arr->type != JSON_ARRAY || !item)
         return ERR_INVAL;
-    json_value **n = arena_alloc(a, (arr->arr.n + 1) * sizeof *n);
-    if (!n)
+    if (json_grow(a, (void **)&arr->arr.items, sizeof *arr->arr.items, arr->arr.n, &arr->arr.cap))
         return ERR_NOMEM;
-    if (arr->arr.n)
-        memcpy(n, arr->arr.items, arr->arr.n * sizeof *n);
-    n[arr->arr.n++] = item;
-    arr->arr.items = n;
+    arr->arr.items[arr->arr.n++] = item;
+    return 0;
+}
+
+/* Grows the three arrays of obj to hold one more member (they share obj.cap). */
+static int json_obj_grow(arena *a, json_value *obj) {
+    size_t n = obj->obj.n;
+    if (n < obj->obj.cap)
+        return 0;
+    size_t ck = obj->obj.cap, cl = obj->obj.cap, cv = obj->obj.cap;
+    const char **keys = obj->obj.keys;
+    size_t *lens = obj->obj.key_lens;
+    json_value **vals = obj->obj.vals;
+    if (json_grow(a, (void **)&keys, sizeof *keys, n, &ck) ||
+        json_grow(a, (void **)&lens, sizeof *lens, n, &cl) ||
+        json_grow(a, (void **)&vals, sizeof *vals, n, &cv))
+        return ERR_NOMEM;
+    obj->obj.keys = keys;
+    obj->obj.key_lens = lens;
+    obj->obj.vals = vals;
+    obj->obj.cap = ck;
     return 0;
 }
 
@@ -658,24 +757,32 @@ int json_obj_set(arena *a, json_value *obj, const char *key, json_value *val) {
             return 0;
         }
     }
-    size_t n = obj->obj.n;
-    const char **keys = arena_alloc(a, (n + 1) * sizeof *keys);
-    size_t *lens = arena_alloc(a, (n + 1) * sizeof *lens);
-    json_value **vals = arena_alloc(a, (n + 1) * sizeof *vals);
     char *kc = arena_strndup(a, key, kl);
-    if (!keys || !lens || !vals || !kc)
+    if (!kc || json_obj_grow(a, obj))
         return ERR_NOMEM;
-    if (n) {
-        memcpy(keys, obj->obj.keys, n * sizeof *keys);
-        memcpy(lens, obj->obj.key_lens, n * sizeof *lens);
-        memcpy(vals, obj->obj.vals, n * sizeof *vals);
-    }
-    keys[n] = kc;
-    lens[n] = kl;
-    vals[n] = val;
-    obj->obj.keys = keys;
-    obj->obj.key_lens = lens;
-    obj->obj.vals = vals;
+    size_t n = obj->obj.n;
+    obj->obj.keys[n] = kc;
+    obj->obj.key_lens[n] = kl;
+    obj->obj.vals[n] = val;
     obj->obj.n = n + 1;
     return 0;
+}
+
+json_value *json_obj_clone(arena *a, const json_value *obj) {
+    if (!obj || obj->type != JSON_OBJECT)
+        return NULL;
+    json_value *c = json_new_obj(a);
+    size_t n = obj->obj.n, slots = n ? n : 1;
+    if (!c || !(c->obj.keys = arena_alloc(a, slots * sizeof *c->obj.keys)) ||
+        !(c->obj.key_lens = arena_alloc(a, slots * sizeof *c->obj.key_lens)) ||
+        !(c->obj.vals = arena_alloc(a, slots * sizeof *c->obj.vals)))
+        return NULL;
+    if (n) {
+        memcpy(c->obj.keys, obj->obj.keys, n * sizeof *c->obj.keys);
+        memcpy(c->obj.key_lens, obj->obj.key_lens, n * sizeof *c->obj.key_lens);
+        memcpy(c->obj.vals, obj->obj.vals, n * sizeof *c->obj.vals);
+    }
+    c->obj.n = n;
+    c->obj.cap = slots;
+    return c;
 }

@@ -50,12 +50,14 @@ struct json_value {
         struct {
             json_value **items;
             size_t n;
+            size_t cap; /* slots at items; cap <= n means full (a value filled in by hand) */
         } arr;
         struct {
             const char **keys;
             size_t *key_lens;
             json_value **vals;
             size_t n;
+            size_t cap; /* slots at keys, key_lens and vals each; as arr.cap */
         } obj;
     };
 };
@@ -64,6 +66,10 @@ struct json_value {
  * ERR_FORMAT (syntax, invalid UTF-8, bad escape; detail names the byte offset), ERR_RANGE (deeper
  * than JSON_MAX_DEPTH), ERR_NOMEM (arena exhausted or over its limit). */
 int json_parse(arena *a, const char *text, size_t len, json_value **out);
+
+/* Key comparisons json_parse has made on this thread to find duplicate keys (for tests: an object
+ * of n keys costs O(n) of them). */
+size_t json_key_compares(void);
 
 /* Returns the value of key in an object, or NULL if v is not an object or has no such key. */
 const json_value *json_get(const json_value *v, const char *key);
@@ -101,7 +107,11 @@ void json_write_styled(strbuf *sb, const json_value *v, const json_style *st);
 void json_write_str(strbuf *sb, const char *s, size_t n, const json_style *st);
 
 /* Builders for trees made in code (arena-allocated; NULL on failure). json_obj_set appends or
- * replaces; json_arr_push appends. Strings are copied. */
+ * replaces (it compares key with every existing key: meant for objects of a few keys);
+ * json_arr_push appends. Both grow their arrays geometrically (capacity doubles), so building n
+ * items costs O(n) time and at most about 4x the final arrays' bytes in the arena, whatever n
+ * is. Strings are copied. Two values that share one items array (a struct copy) must not both be
+ * pushed to: use json_obj_clone for an object to change. */
 json_value *json_new_null(arena *a);
 json_value *json_new_bool(arena *a, bool b);
 json_value *json_new_num(arena *a, double d);
@@ -111,5 +121,10 @@ json_value *json_new_arr(arena *a);
 json_value *json_new_obj(arena *a);
 int json_arr_push(arena *a, json_value *arr, json_value *item);
 int json_obj_set(arena *a, json_value *obj, const char *key, json_value *val);
+
+/* A shallow copy of object obj with its own key and value arrays (keys and values are shared
+ * with obj): O(n), for code that copies an object to replace some of its values in place
+ * (clone->obj.vals[i] = ...). NULL if obj is not an object or the arena ran out. */
+json_value *json_obj_clone(arena *a, const json_value *obj);
 
 #endif

@@ -385,7 +385,9 @@ static enum MHD_Result srv_route_generate(server *s, struct MHD_Connection *c, s
 static enum MHD_Result srv_dispatch(server *s, struct MHD_Connection *c, srv_conn *cc,
                                     const char *url, const char *method) {
     srv_err e;
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    /* HEAD is GET without the body: libmicrohttpd sends the headers (Content-Length included)
+     * of the response queued for it and drops the body */
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (get && !strcmp(url, "/health"))
         return srv_route_health(s, c);
     if (!srv_auth_ok(s, c)) {

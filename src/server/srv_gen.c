@@ -5,8 +5,10 @@
  * Every choice (n per prompt) is its own engine request with seed + choice index. Its events
  * (token ids with logprobs) are turned into text by the choice's own detokenizer stream with the
  * request's own skip_special_tokens (incident bug class (a): flags are never shared), then:
- *   1. stop strings: text is released only up to the longest suffix that could still begin a
- *      stop string; when one matches, text is cut before it, the engine request is cancelled,
+ *   1. stop strings (srv_stop.h, an automaton over the request's stop set, so a token costs
+ *      O(its bytes) whatever the stop strings' lengths): text is released only up to the longest
+ *      suffix that could still begin a stop string; when one matches, text is cut before the
+ *      earliest-starting match, the engine request is cancelled,
  *      and the tokens counted stop at the one that completed the match, so the response does not
  *      depend on how many tokens the engine produced before it heard of the cancel;
  *   2. the tool-call parser (chat with tools): markup never reaches content; completed calls are
@@ -35,10 +37,11 @@ typedef struct srv_choice {
     int index;
     int prompt_idx;
     tokenizer_stream ts;
-    strbuf raw;      /* detokenized text so far */
-    size_t released; /* raw[0..released) has passed the stop-string check */
-    strbuf content;  /* content released so far (non-stream) / not yet sent (stream) */
-    strbuf lp;       /* logprob entries (JSON, comma-separated) not yet sent / all */
+    strbuf raw;             /* detokenized text so far */
+    size_t released;        /* raw[0..released) has passed the stop-string check */
+    srv_stop_state stop_st; /* the stop matcher's progress through raw */
+    strbuf content;         /* content released so far (non-stream) / not yet sent (stream) */
+    strbuf lp;              /* logprob entries (JSON, comma-separated) not yet sent / all */
     size_t lp_sent;
     chat_tool_parser *tp;
     int calls_sent;
@@ -47,6 +50,7 @@ typedef struct srv_choice {
     bool stopped;     /* a stop string matched: further events are ignored */
     bool done;
     bool role_sent;
+    bool echo_sent;   /* stream with echo: the prompt's text went out as the first text */
     int engine_error; /* the engine refused the request (err code) */
     const char *finish;
     char error[256];
@@ -68,7 +72,8 @@ struct srv_gen {
     size_t out_pos;
     bool finished; /* usage chunk and [DONE] appended */
     bool aborted;
-    arena *a; /* copies of the parameters' strings */
+    arena *a;       /* copies of the parameters' strings */
+    srv_stop *stop; /* the stop strings' automaton (in a), NULL when there are none */
 };
 
 static uint64_t srv_fnv(uint64_t h, const void *p, size_t n) {
@@ -85,6 +90,8 @@ static int srv_gen_copy_params(srv_gen *g, const srv_params *p) {
     for (int i = 0; i < p->n_stop; i++)
         if (!(g->p.stop[i] = arena_strndup(g->a, p->stop[i], p->stop_len[i])))
             return ERR_NOMEM;
+    if (srv_stop_create(g->a, g->p.stop, g->p.stop_len, g->p.n_stop, &g->stop))
+        return ERR_NOMEM; /* srv_parse_generate enforced the limits */
     if (p->tool_choice_name && !(g->p.tool_choice_name = arena_strndup(
                                      g->a, p->tool_choice_name, strlen(p->tool_choice_name))))
         return ERR_NOMEM;
@@ -178,7 +185,8 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
             srv_fail(e, 500, "server_error", NULL, "out of memory");
             return NULL;
         }
-        g->prompt_tokens += len;
+        if (i % p->n == 0) /* OpenAI's usage: each prompt counts once, not once per choice */
+            g->prompt_tokens += len;
     }
     return g;
 }
@@ -224,36 +232,13 @@ static void srv_choice_content(srv_gen *g, srv_choice *c, const char *t, size_t 
 
 /* Releases raw text up to the stop-string rules; returns true if a stop string matched. */
 static bool srv_choice_release(srv_gen *g, srv_choice *c, bool final) {
-    const char *raw = c->raw.data;
-    size_t L = c->raw.len, E = c->released;
-    size_t best = SIZE_MAX;
-    for (int k = 0; k < g->p.n_stop; k++) {
-        size_t sl = g->p.stop_len[k];
-        if (L - E < sl)
-            continue;
-        const char *hit = memmem(raw + E, L - E, g->p.stop[k], sl);
-        if (hit && (size_t)(hit - raw) < best)
-            best = (size_t)(hit - raw);
-    }
-    if (best != SIZE_MAX) {
-        srv_choice_content(g, c, raw + E, best - E);
-        c->released = best;
-        return true;
-    }
-    size_t hold = 0;
-    if (!final) {
-        for (int k = 0; k < g->p.n_stop; k++) {
-            size_t sl = g->p.stop_len[k];
-            for (size_t h = sl - 1; h > hold; h--)
-                if (h <= L - E && memcmp(raw + L - h, g->p.stop[k], h) == 0) {
-                    hold = h;
-                    break;
-                }
-        }
-    }
-    srv_choice_content(g, c, raw + E, L - hold - E);
-    c->released = L - hold;
-    return false;
+    size_t E = c->released, end;
+    bool hit = srv_stop_scan(g->stop, &c->stop_st, c->raw.data, c->raw.len, final, &end);
+    if (end < E) /* cannot happen (held bytes were never released); keep the invariant anyway */
+        end = E;
+    srv_choice_content(g, c, c->raw.data + E, end - E);
+    c->released = end;
+    return hit;
 }
 
 static void srv_json_token_bytes(strbuf *sb, const char *t, size_t n) {
@@ -369,8 +354,17 @@ static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
         c->done = true;
         c->engine_error = ev->error;
         c->finish = "error";
-        snprintf(c->error, sizeof c->error, "the engine refused the request (%s)",
-                 err_str(ev->error));
+        if (ev->error == ERR_RANGE) { /* the server checked the context: the pool is smaller */
+            int32_t len = g->p.prompt_lens[c->prompt_idx];
+            snprintf(c->error, sizeof c->error,
+                     "the request does not fit the server's KV cache: a prompt of %d tokens "
+                     "with %d more to generate (max_tokens%s) needs more than the whole pool; "
+                     "lower max_tokens",
+                     len, g->p.max_tokens > 0 ? g->p.max_tokens : (int32_t)(g->s->sm.n_ctx - len),
+                     g->p.max_tokens > 0 ? "" : ": as many as fit the context");
+        } else
+            snprintf(c->error, sizeof c->error, "the engine refused the request (%s)",
+                     err_str(ev->error));
         return;
     }
     if (!c->stopped) {
@@ -452,13 +446,17 @@ static void srv_tool_call_json(strbuf *sb, const srv_gen *g, const srv_choice *c
     strbuf_puts(sb, "}}");
 }
 
-/* usage, with prompt_tokens_details.cached_tokens (OpenAI's convention): the prompt positions
- * taken from the KV cache (or from another choice of the request) rather than computed. */
+/* usage, with prompt_tokens_details.cached_tokens (OpenAI's convention): prompt_tokens counts
+ * each prompt once however many choices it has, cached_tokens the positions of each prompt taken
+ * from the KV cache rather than computed, as its first choice saw them (the other choices of a
+ * prompt share its K/V, so theirs would count the prompt again); completion_tokens sums every
+ * choice. */
 static void srv_usage_json(strbuf *sb, const srv_gen *g) {
     int64_t comp = 0, cached = 0;
     for (int i = 0; i < g->n_ch; i++) {
         comp += g->ch[i].n_tokens;
-        cached += g->ch[i].n_cached;
+        if (i % g->p.n == 0)
+            cached += g->ch[i].n_cached;
     }
     strbuf_printf(sb,
                   "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
@@ -467,10 +465,25 @@ static void srv_usage_json(strbuf *sb, const srv_gen *g) {
                   (long long)(g->prompt_tokens + comp), (long long)cached);
 }
 
+/* The OpenAI error type (and code, or NULL) of engine error ee as the client should see it:
+ * ERR_RANGE is a request larger than the context or the KV pool, ERR_INVAL one the engine
+ * refused as invalid; anything else is the server's. */
+static const char *srv_engine_error_type(int ee, const char **code) {
+    *code = ee == ERR_RANGE ? "context_length_exceeded" : NULL;
+    return ee == ERR_RANGE || ee == ERR_INVAL ? "invalid_request_error" : "server_error";
+}
+
+/* The choice's "error" object: the engine's refusal, or a tool call that did not parse. */
 static void srv_choice_error_json(strbuf *sb, const srv_choice *c) {
     if (!c->error[0])
         return;
-    strbuf_puts(sb, ",\"error\":{\"type\":\"tool_call_parse_error\",\"message\":");
+    const char *code = NULL;
+    const char *type =
+        c->engine_error ? srv_engine_error_type(c->engine_error, &code) : "tool_call_parse_error";
+    strbuf_printf(sb, ",\"error\":{\"type\":\"%s\",", type);
+    if (code) /* ERR_RANGE: the request does not fit; max_tokens is what to lower */
+        strbuf_printf(sb, "\"code\":\"%s\",\"param\":\"max_tokens\",", code);
+    strbuf_puts(sb, "\"message\":");
     strbuf_json_str(sb, c->error, strlen(c->error), false);
     strbuf_putc(sb, '}');
 }
@@ -546,9 +559,11 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
     for (int i = 0; i < g->n_ch; i++) {
         int ee = g->ch[i].engine_error;
         if (ee) {
-            bool client = ee == ERR_RANGE || ee == ERR_INVAL;
-            srv_fail(e, client ? 400 : 500, client ? "invalid_request_error" : "server_error", NULL,
-                     "%s", g->ch[i].error);
+            const char *code;
+            const char *type = srv_engine_error_type(ee, &code);
+            srv_fail(e, strcmp(type, "server_error") ? 400 : 500, type,
+                     ee == ERR_RANGE ? "max_tokens" : NULL, "%s", g->ch[i].error);
+            e->code = code;
             return ERR_INTERNAL;
         }
     }
@@ -634,6 +649,22 @@ static void srv_stream_choice(srv_gen *g, srv_choice *c) {
                       c->index);
         srv_sse_end(g);
         c->role_sent = true;
+    }
+    if (!g->p.chat && g->p.echo && !c->echo_sent) {
+        /* echo: the prompt's text is the choice's first text, as in the whole response */
+        strbuf text;
+        strbuf_init(&text);
+        tokenizer_decode(g->s->sm.tok, g->p.prompts[c->prompt_idx],
+                         (size_t)g->p.prompt_lens[c->prompt_idx], false, &text);
+        if (text.len && !strbuf_failed(&text)) {
+            srv_sse_begin(g);
+            strbuf_printf(&g->out, ",\"choices\":[{\"index\":%d,\"text\":", c->index);
+            strbuf_json_str(&g->out, text.data, text.len, false);
+            strbuf_puts(&g->out, ",\"logprobs\":null,\"finish_reason\":null}]");
+            srv_sse_end(g);
+        }
+        strbuf_deinit(&text);
+        c->echo_sent = true;
     }
     bool has_lp = g->p.logprobs && c->lp.len > c->lp_sent;
     if (c->content.len || has_lp) {

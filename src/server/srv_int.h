@@ -13,12 +13,13 @@
 #include "sample/grammar.h"
 #include "server/server.h"
 #include "server/srv_metrics.h"
+#include "server/srv_stop.h"
 
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define SRV_MAX_STOP    4
+#define SRV_MAX_STOP    SRV_STOP_MAX_STRINGS
 #define SRV_MAX_CHOICES 16
 
 struct server {

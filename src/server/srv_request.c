@@ -6,10 +6,10 @@
  *
  * Rules: unknown fields are ignored; a known field of the wrong type or out of range is a 400
  * naming it (OpenAI's ranges: temperature 0..2, top_p (0, 1], penalties -2..2, top_logprobs
- * 0..20, completions logprobs 0..5, at most 4 stop strings); null means "not given". Fields whose
- * silent omission would change results (logit_bias, suffix, best_of > n) are refused with a
- * clear 400 instead of being ignored. A model name other than the served one is a 404. A prompt
- * that cannot fit the context, or prompt + max_tokens beyond it, is a 400.
+ * 0..20, completions logprobs 0..5, at most 4 stop strings, of 4096 bytes together); null means
+ * "not given". Fields whose silent omission would change results (logit_bias, suffix, best_of > n)
+ * are refused with a clear 400 instead of being ignored. A model name other than the served one is
+ * a 404. A prompt that cannot fit the context, or prompt + max_tokens beyond it, is a 400.
  *
  * Constrained decoding (chat/tool_grammar.h): tool_choice "required" or a named function makes
  * every choice one call in the model's tool-call syntax, to one of the tools (or the named one)
@@ -121,6 +121,7 @@ static int srv_parse_stop(arena *a, const json_value *body, srv_params *p, srv_e
     } else {
         return srv_fail(e, 400, INV, "stop", "\"stop\" must be a string or an array of strings");
     }
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         const char *sv;
         size_t sl;
@@ -128,6 +129,12 @@ static int srv_parse_stop(arena *a, const json_value *body, srv_params *p, srv_e
             return srv_fail(e, 400, INV, "stop", "\"stop\"[%zu] must be a string", i);
         if (sl == 0)
             return srv_fail(e, 400, INV, "stop", "\"stop\"[%zu] is empty", i);
+        /* the matcher is linear in the text whatever the stops, but its automaton and every
+         * choice's held-back text grow with them: bound both */
+        if ((total += sl) > SRV_STOP_MAX_BYTES)
+            return srv_fail(e, 400, INV, "stop",
+                            "\"stop\" strings total %zu bytes or more; at most %d are allowed",
+                            total, SRV_STOP_MAX_BYTES);
         p->stop[p->n_stop] = arena_strndup(a, sv, sl);
         p->stop_len[p->n_stop++] = sl;
     }
@@ -324,13 +331,15 @@ static int srv_messages(arena *a, const json_value *body, const json_value **out
         json_value *content;
         if (srv_content_string(a, msg, i, &content, e))
             return -1;
-        json_value *mc = json_new_obj(a);
-        for (size_t k = 0; k < msg->obj.n; k++) {
-            bool is_content = msg->obj.key_lens[k] == 7 && !memcmp(msg->obj.keys[k], "content", 7);
-            json_obj_set(a, mc, msg->obj.keys[k],
-                         is_content && content ? content : msg->obj.vals[k]);
-        }
-        json_arr_push(a, copy, mc);
+        /* a clone (O(keys)) with the content replaced; the copy grows geometrically, so a
+         * request's messages cost arena bytes linear in their number */
+        json_value *mc = json_obj_clone(a, msg);
+        if (!mc || json_arr_push(a, copy, mc))
+            return srv_fail(e, 413, INV, "messages",
+                            "out of memory copying messages[%zu]: the request is too large", i);
+        for (size_t k = 0; k < mc->obj.n && content; k++)
+            if (mc->obj.key_lens[k] == 7 && !memcmp(mc->obj.keys[k], "content", 7))
+                mc->obj.vals[k] = content;
     }
     *out = copy;
     return 0;
@@ -356,6 +365,12 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
                 return srv_fail(
                     e, 400, INV, "tools",
                     "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
+            /* a NUL cannot be in a name the model writes and the parser reads back (they are
+             * C strings there): such a tool could never be called, and a forced call would run
+             * to its token limit and end in a parse error */
+            if (memchr(nm, 0, nl))
+                return srv_fail(e, 400, INV, "tools",
+                                "tools[%zu].function.name contains a NUL character", i);
             const json_value *par = json_get(f, "parameters");
             if (par && par->type != JSON_OBJECT && par->type != JSON_NULL)
                 return srv_fail(e, 400, INV, "tools",
@@ -392,6 +407,9 @@ static int srv_tools(const json_value *body, srv_params *p, srv_err *e) {
             return srv_fail(e, 400, INV, "tool_choice",
                             "\"tool_choice\" object must be "
                             "{\"type\":\"function\",\"function\":{\"name\":...}}");
+        if (memchr(s, 0, sl)) /* it is used as a C string from here on */
+            return srv_fail(e, 400, INV, "tool_choice",
+                            "\"tool_choice\".function.name contains a NUL character");
         p->tool_choice = SRV_TOOLS_NAMED;
         p->tool_choice_name = s;
     } else {

@@ -31,15 +31,13 @@ static int render_impl(const chat_template *t, const chat_render_opts *opts, str
 /* ---- tool-call argument normalisation -------------------------------------------------------- */
 
 static json_value *obj_copy_set(arena *a, const json_value *obj, const char *key, json_value *val) {
-    json_value *o = json_new_obj(a);
+    json_value *o = json_obj_clone(a, obj); /* O(keys), where a json_obj_set per key is O(keys^2) */
     if (!o)
         return NULL;
-    for (size_t i = 0; i < obj->obj.n; i++) {
-        bool hit = strlen(key) == obj->obj.key_lens[i] &&
-                   memcmp(obj->obj.keys[i], key, obj->obj.key_lens[i]) == 0;
-        if (json_obj_set(a, o, obj->obj.keys[i], hit ? val : obj->obj.vals[i]))
-            return NULL;
-    }
+    size_t kl = strlen(key);
+    for (size_t i = 0; i < o->obj.n; i++)
+        if (kl == o->obj.key_lens[i] && memcmp(o->obj.keys[i], key, kl) == 0)
+            o->obj.vals[i] = val;
     return o;
 }
 
