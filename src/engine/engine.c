@@ -6,7 +6,8 @@
  * n_toks - n_done > 1 and "decoding" when exactly its last sampled token remains to be fed.
  * Batches are built decoding sequences first (one token each, never starved), then prefilling
  * ones in admission order with chunks limited by `chunk` and the remaining token budget.
- * All per-request memory is allocated at submit/admission; engine_step itself does not allocate.
+ * All per-request memory is allocated at submit/admission; engine_step itself does not allocate,
+ * except the blobs it hands to the KV tiers below the pool when they are configured (kv_hier.h).
  * A constrained sequence (engine.h) keeps its grammar state beside its sampler: both advance only
  * on tokens sampled in eng_sample, and preemption keeps both, so after recompute (which re-reads
  * known tokens without sampling them) they still describe exactly the tokens in toks.

@@ -7,7 +7,8 @@
  * block size). The key therefore stands for every token before and in the block, and for the model
  * and settings that computed it: two blocks with one key hold the same bytes (P1).
  *
- * Checksum. hash(seed = key, the block's bytes: for each layer, every buffer in order). Computed
+ * Checksum. A chain of hashes over the block's bytes, seeded with its key: h = key, then for each
+ * layer and each of its buffers in order, h = hash(h, that buffer's bytes of the block). Computed
  * when a block is sealed (kv_prefix), kept beside it, and verified before the block is reused from
  * the pool, and on every load from a tier. Because the seed is the key, a block's bytes cannot be
  * passed off under another prefix, model or element type.
