@@ -77,15 +77,22 @@ enum flag_kind {
     X(HOST, "host", FLAG_KIND_STRING, "127.0.0.1", "", "serve: address to listen on")              \
     X(PORT, "port", FLAG_KIND_INT, "8080", "0:65535", "serve: TCP port (0 = any free port)")       \
     X(QUEUE_MAX, "queue-max", FLAG_KIND_INT, "256", "0:1000000",                                   \
-      "serve: requests allowed to wait for admission; beyond it 429 with Retry-After")             \
+      "serve: sequences (choices) allowed to wait beyond the running batch: the server holds "     \
+      "max-batch + queue-max, beyond that 429 with Retry-After (0 = no waiting)")                  \
     X(API_KEY, "api-key", FLAG_KIND_SECRET, "", "", "serve: required bearer token (empty = none)") \
     X(API_KEY_FILE, "api-key-file", FLAG_KIND_STRING, "", "",                                      \
       "serve: file holding the bearer token (first line)")                                         \
     X(DRAIN_TIMEOUT, "drain-timeout", FLAG_KIND_INT, "30", "0:86400",                              \
-      "serve: seconds to let in-flight requests finish after SIGTERM")                             \
+      "serve: seconds to let in-flight requests finish after SIGTERM; then those left get 503 "    \
+      "(a stream: an error event)")                                                                \
     X(TIMEOUT, "timeout", FLAG_KIND_INT, "600", "1:86400",                                         \
       "serve: seconds a connection may stay idle or take to send its request")                     \
-    X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024", "serve: largest request body in MiB")    \
+    X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024",                                          \
+      "serve: largest request body in MiB; larger ones get 413 (refused on their headers when "    \
+      "they declare a length)")                                                                    \
+    X(MAX_BODY_TOTAL, "max-body-total", FLAG_KIND_INT, "128", "1:1048576",                         \
+      "serve: MiB of request bodies received at once, all connections together; a body that "      \
+      "does not fit gets 503 with Retry-After")                                                    \
     X(SERVED_MODEL_NAME, "served-model-name", FLAG_KIND_STRING, "", "",                            \
       "serve: the model's names, comma-separated: /v1/models lists them all, requests may use "    \
       "any, responses report the first (empty = the file name)")                                   \

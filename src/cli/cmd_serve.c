@@ -17,8 +17,10 @@
  * Start-up order: listen first (so /health answers 503 "loading" at once), then load the model,
  * its tokenizer and chat template, start the engine thread, and turn ready. Prints one line
  * "verity serve: listening on http://HOST:PORT (model NAME)" on stderr when ready.
- * SIGTERM / SIGINT: stop accepting (new requests get 503), let in-flight requests finish for up
- * to --drain-timeout seconds, then exit 0.
+ * SIGTERM / SIGINT: stop accepting (new requests get 503), let in-flight requests (running and
+ * queued) finish for up to --drain-timeout seconds; those still unfinished then are cut and
+ * answered 503 with an error naming the drain (a stream ends with an error event), never a
+ * truncated "stop"; exit 0.
  */
 #include "base/arena.h"
 #include "base/clock.h"
@@ -226,7 +228,9 @@ static int serve_start(serve_state *s) {
                           .api_key = s->key,
                           .timeout_s = (int)flags_int(FLAG_TIMEOUT),
                           .max_body_bytes = (size_t)flags_int(FLAG_MAX_BODY) << 20,
+                          .max_body_total_bytes = (size_t)flags_int(FLAG_MAX_BODY_TOTAL) << 20,
                           .max_batch = flags_int(FLAG_MAX_BATCH),
+                          .drain_timeout_s = (int)flags_int(FLAG_DRAIN_TIMEOUT),
                           .admin_api = flags_int(FLAG_ADMIN_API) != 0};
     int rc = server_create(&s->so, &s->srv);
     if (rc) {
@@ -303,8 +307,14 @@ static void serve_set_ready(serve_state *s) {
             s->eo.threads);
 }
 
+/* Seconds the handlers of requests cut by the drain timeout get to send their 503s. */
+#define SERVE_CUT_GRACE_S 10
+
 /* Waits for SIGTERM/SIGINT, stops accepting, and lets in-flight requests finish (generated and
- * their responses sent) for up to --drain-timeout seconds. */
+ * their responses sent) for up to --drain-timeout seconds. Requests still queued keep their
+ * place: they were accepted, and run if the timeout allows. When it runs out, whatever is left,
+ * running or queued, is cut: the engine is stopped and each handler answers 503 with an error
+ * naming the drain (a stream: an error event, srv_gen.c), never a truncated success. */
 static void serve_wait_drain(serve_state *s) {
     int sig = 0;
     sigwait(&s->sigs, &sig);
@@ -321,9 +331,18 @@ static void serve_wait_drain(serve_state *s) {
         nanosleep(&ts, NULL);
     }
     int64_t left = engine_loop_pending(s->loop);
-    if (left)
-        fprintf(stderr, "verity serve: drain timeout: cancelling %lld request(s)\n",
-                (long long)left);
+    if (!left)
+        return;
+    fprintf(stderr, "verity serve: drain timeout: cutting %lld request(s)\n", (long long)left);
+    /* cancel what is left: each handler answers 503 (a stream ends with an error event); let
+     * them send those answers before the connections close, for a bounded time (a client that
+     * does not read cannot hold the exit) */
+    engine_loop_stop(s->loop);
+    deadline = clock_now_ns() + SERVE_CUT_GRACE_S * 1000000000LL;
+    while (server_active(s->srv) > 0 && clock_now_ns() < deadline) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Frees everything serve_start and serve_load_options made. */

@@ -5,9 +5,21 @@
  * are in srv_request.c (parsing) and srv_gen.c (running and formatting).
  *
  * libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a handler may
- * block while its request generates; it polls the client socket while waiting, so a client that
- * goes away is noticed within SRV_POLL_MS and its request cancelled. We create and bind the
- * listening socket ourselves (SO_REUSEADDR, port 0 supported) and hand it to the daemon.
+ * block while its request generates; it polls the client socket on every pump of its wait, so a
+ * client that goes away is noticed within one engine step or SRV_POLL_MS, whichever comes first,
+ * and its request cancelled (srv_peer_state says what a poll means; srv_gen.c how a half-closed
+ * client is told from a gone one). We create and bind the listening socket ourselves
+ * (SO_REUSEADDR, port 0 supported) and hand it to the daemon.
+ *
+ * Before the body: the handler's first call for a request sees its headers only, and whatever
+ * would refuse the request anyway is answered there, so the body is never read (srv_first_call):
+ * a missing or wrong API key (401; "Expect: 100-continue" then gets no 100), a Content-Length
+ * over --max-body (413), a body the global budget has no room for (503 with Retry-After). The
+ * budget, --max-body-total, bounds the bytes of bodies being received by all connections
+ * together: a body of declared length takes its bytes at the first call, a chunked one as they
+ * arrive, and they are given back once the body is parsed (the JSON tree holds copies) or the
+ * request ends. So the memory bodies can take before authentication is nil, and after it at most
+ * the budget, whatever the number of connections.
  * Per-request memory is one arena, freed when the request completes.
  */
 #include "server/srv_int.h"
@@ -31,8 +43,11 @@
 typedef struct srv_conn {
     server *s;
     strbuf body;
-    bool too_large;
+    int64_t body_held; /* bytes this request counts in s->body_bytes */
+    bool too_large;    /* over --max-body: the rest of the body is discarded, then 413 */
+    bool over_budget;  /* over --max-body-total: the rest is discarded, then 503 */
     bool answered;
+    bool http11; /* the request line said HTTP/1.1 */
     int64_t t_arrival_ns;
 } srv_conn;
 
@@ -48,20 +63,27 @@ int srv_fail(srv_err *e, int status, const char *type, const char *param, const 
     return -1;
 }
 
-bool srv_client_gone(int fd) {
+enum srv_peer srv_peer_state(int fd) {
     if (fd < 0)
-        return false;
+        return SRV_PEER_OK;
     struct pollfd pfd = {.fd = fd, .events = POLLIN | POLLRDHUP};
     if (poll(&pfd, 1, 0) <= 0)
-        return false;
-    if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-        return true;
+        return SRV_PEER_OK;
+    /* POLLHUP on TCP: both directions are shut (a reset, or our side closed too); POLLERR: a
+     * pending error (ECONNRESET after a reset) */
+    if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))
+        return SRV_PEER_GONE;
     if (pfd.revents & POLLIN) {
         char c;
         ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        return r == 0; /* orderly shutdown; data (a pipelined request) means still there */
+        if (r > 0)
+            return SRV_PEER_OK; /* a pipelined request: still there */
+        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return SRV_PEER_GONE;
+        if (r == 0)
+            return SRV_PEER_EOF;
     }
-    return false;
+    return pfd.revents & POLLRDHUP ? SRV_PEER_EOF : SRV_PEER_OK;
 }
 
 static enum MHD_Result srv_send(struct MHD_Connection *c, unsigned status, const char *type,
@@ -127,6 +149,103 @@ static bool srv_auth_ok(const server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* ---- request bodies ---- */
+
+/* Takes n bytes of the body budget (--max-body-total) for cc; false, taking nothing, when they do
+ * not fit. */
+static bool srv_body_take(server *s, srv_conn *cc, int64_t n) {
+    int64_t cur = atomic_load(&s->body_bytes), cap = (int64_t)s->o.max_body_total_bytes;
+    do {
+        if (n > cap - cur)
+            return false;
+    } while (!atomic_compare_exchange_weak(&s->body_bytes, &cur, cur + n));
+    cc->body_held += n;
+    return true;
+}
+
+/* Frees cc's body and gives its bytes back to the budget: once it is parsed (the tree holds
+ * copies), when it is refused, or when the request ends. */
+static void srv_body_release(server *s, srv_conn *cc) {
+    strbuf_deinit(&cc->body);
+    if (cc->body_held) {
+        atomic_fetch_sub(&s->body_bytes, cc->body_held);
+        cc->body_held = 0;
+    }
+}
+
+/* The request's Content-Length: -1 when it has none (a chunked body) or it is not a plain
+ * decimal number (then the body is counted as it arrives, as a chunked one is); INT64_MAX when it
+ * is larger. */
+static int64_t srv_content_length(struct MHD_Connection *c) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!v)
+        return -1;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (*v < '0' || *v > '9')
+        return -1;
+    int64_t n = 0;
+    for (; *v >= '0' && *v <= '9'; v++)
+        n = n > (INT64_MAX - 9) / 10 ? INT64_MAX : n * 10 + (*v - '0');
+    while (*v == ' ' || *v == '\t')
+        v++;
+    return *v ? -1 : n;
+}
+
+static enum MHD_Result srv_refuse_unauthorized(server *s, struct MHD_Connection *c) {
+    srv_err e;
+    srv_metrics_reject(s->metrics, SRV_REJECT_UNAUTHORIZED);
+    srv_fail(&e, 401, "authentication_error", NULL, "missing or invalid API key");
+    return srv_send_error_h(c, &e, "WWW-Authenticate", "Bearer");
+}
+
+static enum MHD_Result srv_refuse_too_large(server *s, struct MHD_Connection *c) {
+    srv_err e;
+    srv_metrics_reject(s->metrics, SRV_REJECT_TOO_LARGE);
+    srv_fail(&e, 413, "invalid_request_error", NULL,
+             "request body larger than --max-body (%zu MiB)", s->o.max_body_bytes >> 20);
+    e.code = "request_too_large";
+    return srv_send_error_h(c, &e, NULL, NULL);
+}
+
+static enum MHD_Result srv_refuse_over_budget(server *s, struct MHD_Connection *c) {
+    srv_err e;
+    srv_metrics_reject(s->metrics, SRV_REJECT_BODY_BUDGET);
+    srv_fail(&e, 503, "server_error", NULL,
+             "the server is receiving as many request bodies as --max-body-total (%zu MiB) "
+             "allows; retry later",
+             s->o.max_body_total_bytes >> 20);
+    e.code = "body_budget_exhausted";
+    return srv_send_error_h(c, &e, "Retry-After", "1");
+}
+
+/* The first call of a request: its headers are read, none of its body. What would refuse the
+ * request anyway is decided here and answered at once, so that its body is never read: a missing
+ * or wrong API key (401), a declared body larger than --max-body (413), one the body budget has
+ * no room for now (503). A response queued now makes libmicrohttpd skip the body: it answers no
+ * "Expect: 100-continue" with 100, sends the response and closes the connection. A body of
+ * declared length takes its bytes of the budget now, so what the headers announced fits when it
+ * comes; a chunked one takes them as they arrive (srv_handler). */
+static enum MHD_Result srv_first_call(server *s, struct MHD_Connection *c, srv_conn *cc,
+                                      const char *url, const char *method) {
+    if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) && !strcmp(url, "/health"))
+        return MHD_YES; /* open to all: load balancers probe it without a key */
+    if (!srv_auth_ok(s, c)) {
+        cc->answered = true;
+        return srv_refuse_unauthorized(s, c);
+    }
+    int64_t len = srv_content_length(c);
+    if (len > 0 && (uint64_t)len > s->o.max_body_bytes) {
+        cc->answered = true;
+        return srv_refuse_too_large(s, c);
+    }
+    if (len > 0 && !srv_body_take(s, cc, len)) {
+        cc->answered = true;
+        return srv_refuse_over_budget(s, c);
+    }
+    return MHD_YES;
+}
+
 /* ---- small routes ---- */
 
 static enum MHD_Result srv_route_health(server *s, struct MHD_Connection *c) {
@@ -164,7 +283,8 @@ static enum MHD_Result srv_route_metrics(server *s, struct MHD_Connection *c) {
     memset(&st, 0, sizeof st);
     if (s->sm.loop)
         engine_loop_stats(s->sm.loop, &st);
-    srv_metrics_write(s->metrics, &st, s->sm.name ? s->sm.name : "", &sb);
+    srv_metrics_write(s->metrics, &st, s->sm.name ? s->sm.name : "", atomic_load(&s->body_bytes),
+                      &sb);
     enum MHD_Result rc =
         srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", sb.data, sb.len, NULL, NULL);
     strbuf_deinit(&sb);
@@ -219,6 +339,7 @@ static enum MHD_Result srv_route_admin(server *s, struct MHD_Connection *c, srv_
         int rc = !a             ? ERR_NOMEM
                  : cc->body.len ? json_parse(a, cc->body.data, cc->body.len, &body)
                                 : 0;
+        srv_body_release(s, cc);
         if (rc == 0 && body && body->type != JSON_OBJECT)
             rc = ERR_INVAL;
         if (rc == 0 && body && (v = json_get(body, "steps")) && (!json_as_int(v, &n) || n < 1))
@@ -345,12 +466,14 @@ static enum MHD_Result srv_route_generate(server *s, struct MHD_Connection *c, s
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
-    srv_gen *g = srv_gen_start(s, &p, fd, cc->t_arrival_ns, &e);
+    srv_gen *g = srv_gen_start(s, &p, fd, cc->http11, cc->t_arrival_ns, &e);
     if (!g) {
         if (e.status == 429) {
             srv_metrics_reject(s->metrics, SRV_REJECT_QUEUE_FULL);
             return srv_send_error_h(c, &e, "Retry-After", "1");
         }
+        if (e.status == 400)
+            srv_metrics_reject(s->metrics, SRV_REJECT_INVALID);
         return srv_send_error(c, &e);
     }
     if (p.stream) {
@@ -375,7 +498,7 @@ static enum MHD_Result srv_route_generate(server *s, struct MHD_Connection *c, s
     if (rc == ERR_CANCELLED)
         res = MHD_NO; /* the client is gone: close */
     else if (rc)
-        res = srv_send_error(c, &e);
+        res = srv_send_error_h(c, &e, e.status == 503 ? "Retry-After" : NULL, "1");
     else
         res = srv_send_json(c, 200, &sb);
     strbuf_deinit(&sb);
@@ -390,11 +513,11 @@ static enum MHD_Result srv_dispatch(server *s, struct MHD_Connection *c, srv_con
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (get && !strcmp(url, "/health"))
         return srv_route_health(s, c);
-    if (!srv_auth_ok(s, c)) {
-        srv_metrics_reject(s->metrics, SRV_REJECT_UNAUTHORIZED);
-        srv_fail(&e, 401, "authentication_error", NULL, "missing or invalid API key");
-        return srv_send_error(c, &e);
-    }
+    /* the API key was checked on the headers (srv_first_call) */
+    if (cc->too_large)
+        return srv_refuse_too_large(s, c);
+    if (cc->over_budget)
+        return srv_refuse_over_budget(s, c);
     if (!atomic_load(&s->ready)) {
         srv_metrics_reject(s->metrics, SRV_REJECT_LOADING);
         srv_fail(&e, 503, "server_error", NULL, "the model is loading");
@@ -430,15 +553,10 @@ static enum MHD_Result srv_dispatch(server *s, struct MHD_Connection *c, srv_con
         srv_fail(&e, 405, "invalid_request_error", NULL, "%s needs POST, not %s", url, method);
         return srv_send_error_h(c, &e, "Allow", "POST");
     }
-    if (cc->too_large) {
-        srv_metrics_reject(s->metrics, SRV_REJECT_TOO_LARGE);
-        srv_fail(&e, 413, "invalid_request_error", NULL, "request body larger than %zu bytes",
-                 s->o.max_body_bytes);
-        return srv_send_error(c, &e);
-    }
     arena *a = arena_create(64 * 1024, 64 * 1024 * 1024);
     json_value *body;
     int rc = a ? json_parse(a, cc->body.data, cc->body.len, &body) : ERR_NOMEM;
+    srv_body_release(s, cc); /* the tree holds copies; the budget is for bodies being received */
     enum MHD_Result res;
     if (rc) {
         srv_metrics_reject(s->metrics, SRV_REJECT_INVALID);
@@ -463,7 +581,6 @@ static enum MHD_Result srv_dispatch(server *s, struct MHD_Connection *c, srv_con
 static enum MHD_Result srv_handler(void *cls, struct MHD_Connection *c, const char *url,
                                    const char *method, const char *version, const char *upload_data,
                                    size_t *upload_size, void **con_cls) {
-    (void)version;
     server *s = cls;
     srv_conn *cc = *con_cls;
     if (!cc) {
@@ -472,19 +589,35 @@ static enum MHD_Result srv_handler(void *cls, struct MHD_Connection *c, const ch
             return MHD_NO;
         cc->s = s;
         cc->t_arrival_ns = clock_now_ns();
+        cc->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         strbuf_init(&cc->body);
         *con_cls = cc;
         atomic_fetch_add(&s->active, 1);
-        return MHD_YES;
+        return srv_first_call(s, c, cc, url, method);
     }
     if (*upload_size) {
-        if (cc->body.len + *upload_size > s->o.max_body_bytes)
-            cc->too_large = true;
-        else
-            strbuf_append(&cc->body, upload_data, *upload_size);
-        if (strbuf_failed(&cc->body))
-            cc->too_large = true;
+        size_t n = *upload_size;
         *upload_size = 0;
+        if (cc->answered || cc->too_large || cc->over_budget)
+            return MHD_YES; /* refused: the rest is discarded as it comes */
+        if (cc->body.len + n > s->o.max_body_bytes) {
+            cc->too_large = true;
+            srv_body_release(s, cc);
+            return MHD_YES;
+        }
+        /* a body of declared length took its bytes at the first call; a chunked one takes them
+         * now, as they arrive */
+        int64_t need = (int64_t)(cc->body.len + n) - cc->body_held;
+        if (need > 0 && !srv_body_take(s, cc, need)) {
+            cc->over_budget = true;
+            srv_body_release(s, cc);
+            return MHD_YES;
+        }
+        strbuf_append(&cc->body, upload_data, n);
+        if (strbuf_failed(&cc->body)) {
+            cc->too_large = true;
+            srv_body_release(s, cc);
+        }
         return MHD_YES;
     }
     if (cc->answered)
@@ -501,7 +634,7 @@ static void srv_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_conn *cc = *con_cls;
     if (!cc)
         return;
-    strbuf_deinit(&cc->body);
+    srv_body_release(s, cc);
     free(cc);
     *con_cls = NULL;
     atomic_fetch_sub(&s->active, 1);
@@ -514,6 +647,7 @@ int server_create(const server_opts *o, server **out) {
         return err_set(ERR_NOMEM, "server: out of memory");
     s->o = *o;
     s->listen_fd = -1;
+    pthread_mutex_init(&s->admit_mu, NULL);
     s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
     s->metrics = srv_metrics_create();
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_verity_%s", VERITY_VERSION);
@@ -595,6 +729,7 @@ void server_destroy(server *s) {
         close(s->listen_fd);
     srv_metrics_destroy(s->metrics);
     grammar_vocab_destroy(s->gvocab);
+    pthread_mutex_destroy(&s->admit_mu);
     free(s->api_key);
     free(s);
 }

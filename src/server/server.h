@@ -9,7 +9,14 @@
  *
  * Lifecycle: server_create binds and listens at once, answering /health with 503 ("loading")
  * until server_set_ready attaches the model; server_drain makes every new request get 503 while
- * in-flight ones finish; server_destroy closes everything.
+ * in-flight ones finish; requests the engine then cancels (the caller stops the engine loop when
+ * its drain timeout runs out) are answered 503, or end their stream with an error event;
+ * server_destroy closes everything.
+ *
+ * Limits: a request's API key and declared body size are checked on its headers, before its
+ * body is read; bodies larger than max_body_bytes get 413, bodies beyond the global
+ * max_body_total_bytes 503 with Retry-After; at most max_batch + queue_max sequences are held
+ * (running or waiting), beyond that 429 with Retry-After, and a request needing more alone 400.
  *
  * Routes: GET /health, GET /v1/models, GET /metrics, GET /v1/flags, POST /tokenize,
  * POST /detokenize, POST /v1/completions, POST /v1/chat/completions, and with admin_api
@@ -28,14 +35,17 @@
 #include <stdint.h>
 
 typedef struct server_opts {
-    const char *host;      /* IPv4 address to bind */
-    int port;              /* 0 = any free port */
-    int64_t queue_max;     /* requests that may wait for admission before 429 */
-    const char *api_key;   /* NULL or "" = no authentication */
-    int timeout_s;         /* connection idle / read timeout */
-    size_t max_body_bytes; /* larger request bodies get 413 */
-    int64_t max_batch;     /* the engine's batch size (sizes the connection limit) */
-    bool admin_api;        /* POST /admin/pause, /admin/resume, /admin/step (off: 404) */
+    const char *host;            /* IPv4 address to bind */
+    int port;                    /* 0 = any free port */
+    int64_t queue_max;           /* sequences that may wait beyond the running batch before 429 */
+    const char *api_key;         /* NULL or "" = no authentication */
+    int timeout_s;               /* connection idle / read timeout */
+    size_t max_body_bytes;       /* larger request bodies get 413 (--max-body) */
+    size_t max_body_total_bytes; /* bodies being received at once, all connections together;
+                                    beyond it 503 with Retry-After (--max-body-total) */
+    int64_t max_batch;           /* the engine's batch size (admission, the connection limit) */
+    int drain_timeout_s;         /* --drain-timeout, named in the error of a request it cuts */
+    bool admin_api;              /* POST /admin/pause, /admin/resume, /admin/step (off: 404) */
 } server_opts;
 
 typedef struct server server;

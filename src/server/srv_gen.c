@@ -19,6 +19,25 @@
  * Tool call ids are derived from (prompt, choice, call index, arguments) so a response is
  * reproducible byte for byte. Streams are SSE: role chunk first, content/tool-call deltas, one
  * finish chunk per choice, the usage chunk (choices: []) when asked, then [DONE].
+ *
+ * Admission (srv_gen_start) counts sequences exactly: the server holds at most max_batch +
+ * queue_max of them, running, waiting or still in the engine's inbox, checked and submitted under
+ * one lock. A request needing more than that alone is a 400 naming n and the limit, never a 429
+ * a client would retry forever; so --queue-max 0 means no waiting beyond the running batch.
+ *
+ * Disconnects: the client's socket is checked on every pump of the wait, tokens or not. A read
+ * EOF is either a closed client or a half-closed one (shutdown of its writing side after the
+ * request, legal in HTTP/1.1 and done by some tools), which TCP cannot tell apart until something
+ * is sent: so the first EOF is answered with bytes any live client accepts (a stream: an SSE
+ * comment; a whole response: an interim "100 Continue"), a closed socket answers them with a
+ * reset, and only a reset or hang-up then counts as gone (srv_gen_client_gone). A half-closed
+ * client gets its whole answer; a gone one is noticed one check later.
+ *
+ * Shutdown: a request the engine cancels without being asked (the server stopped the engine when
+ * --drain-timeout ran out) is cut, not finished: a whole response becomes a 503 with type
+ * "server_shutdown_error" and code "drain_timeout" (for a request still queued too, which would
+ * otherwise be a 200 with no text), and a stream ends with finish_reason "error" and the error
+ * object on each cut choice, then an error event, and no [DONE].
  */
 #include "server/srv_int.h"
 #include "base/clock.h"
@@ -29,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define SRV_POLL_MS 20
 
@@ -51,6 +71,7 @@ typedef struct srv_choice {
     bool done;
     bool role_sent;
     bool echo_sent;   /* stream with echo: the prompt's text went out as the first text */
+    bool cut;         /* the server's shutdown cancelled it (--drain-timeout ran out) */
     int engine_error; /* the engine refused the request (err code) */
     const char *finish;
     char error[256];
@@ -72,7 +93,10 @@ struct srv_gen {
     size_t out_pos;
     bool finished; /* usage chunk and [DONE] appended */
     bool aborted;
-    arena *a;       /* copies of the parameters' strings */
+    bool http11; /* the request is HTTP/1.1: an interim response may probe a half-closed client */
+    bool probed; /* the client's EOF was seen and the probe sent */
+    bool cut;    /* some choice was cut by the server's shutdown */
+    arena *a;    /* copies of the parameters' strings */
     srv_stop *stop; /* the stop strings' automaton (in a), NULL when there are none */
 };
 
@@ -113,16 +137,16 @@ static int srv_gen_copy_params(srv_gen *g, const srv_params *p) {
     return 0;
 }
 
-srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival_ns, srv_err *e) {
+srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, bool http11, int64_t t_arrival_ns,
+                       srv_err *e) {
     int n_ch = p->n * p->n_prompts;
-    eloop_stats st;
-    engine_loop_stats(s->sm.loop, &st);
-    int64_t waiting = engine_loop_pending(s->sm.loop) - st.e.running;
-    if (waiting + n_ch > s->o.queue_max) {
+    int64_t cap = s->o.max_batch + s->o.queue_max;
+    if (n_ch > cap) { /* no wait would help: a 429 would be retried forever */
         grammar_destroy(p->constraint);
-        srv_fail(e, 429, "rate_limit_error", NULL,
-                 "the server is at capacity (%lld requests waiting, queue-max %lld); retry later",
-                 (long long)waiting, (long long)s->o.queue_max);
+        srv_fail(e, 400, "invalid_request_error", "n",
+                 "the request needs %d sequences (n x prompts) but this server holds at most "
+                 "%lld at once (--max-batch %lld + --queue-max %lld); it can never be admitted",
+                 n_ch, (long long)cap, (long long)s->o.max_batch, (long long)s->o.queue_max);
         return NULL;
     }
     srv_gen *g = calloc(1, sizeof *g);
@@ -137,6 +161,7 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
     /* g->p.constraint is g's from here on: srv_gen_free drops it */
     g->s = s;
     g->fd = fd;
+    g->http11 = http11;
     g->n_ch = n_ch;
     g->created = clock_wall_s();
     g->t_arrival_ns = t_arrival_ns;
@@ -164,6 +189,21 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
             return NULL;
         }
     }
+    /* admission: every sequence the engine holds (running, waiting, or still in its inbox) is
+     * counted as what it is, and the count and the submissions are one step under admit_mu, so
+     * exactly max_batch + queue_max sequences get in however they arrive */
+    pthread_mutex_lock(&s->admit_mu);
+    int64_t held = engine_loop_pending(s->sm.loop);
+    if (held + n_ch > cap) {
+        pthread_mutex_unlock(&s->admit_mu);
+        srv_gen_free(g);
+        srv_fail(e, 429, "rate_limit_error", NULL,
+                 "the server is at capacity (%lld sequences running or waiting, at most %lld: "
+                 "--max-batch %lld + --queue-max %lld); retry later",
+                 (long long)held, (long long)cap, (long long)s->o.max_batch,
+                 (long long)s->o.queue_max);
+        return NULL;
+    }
     for (int i = 0; i < n_ch; i++) {
         srv_choice *c = &g->ch[i];
         int32_t len = g->p.prompt_lens[c->prompt_idx];
@@ -181,6 +221,7 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
         /* each choice follows the grammar with its own state; the engine owns it once submitted */
         if ((g->p.constraint && grammar_state_create(g->p.constraint, &r.constraint)) ||
             engine_loop_submit(s->sm.loop, &r, &c->q)) {
+            pthread_mutex_unlock(&s->admit_mu);
             srv_gen_free(g);
             srv_fail(e, 500, "server_error", NULL, "out of memory");
             return NULL;
@@ -188,6 +229,7 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival
         if (i % p->n == 0) /* OpenAI's usage: each prompt counts once, not once per choice */
             g->prompt_tokens += len;
     }
+    pthread_mutex_unlock(&s->admit_mu);
     return g;
 }
 
@@ -209,7 +251,7 @@ void srv_gen_free(void *vg) {
         strbuf_deinit(&c->lp);
         chat_tool_parser_destroy(c->tp);
     }
-    if (cancelled || g->aborted)
+    if (cancelled || g->aborted || g->cut)
         srv_metrics_cancelled(g->s->metrics);
     grammar_destroy(g->p.constraint);
     strbuf_deinit(&g->out);
@@ -367,6 +409,27 @@ static void srv_choice_event(srv_gen *g, srv_choice *c, const eloop_event *ev) {
                      err_str(ev->error));
         return;
     }
+    if (ev->finish == ENGINE_FINISH_CANCELLED && !c->stopped) {
+        /* a cancel this handler did not ask for (its own come from a stop string, which sets
+         * stopped, or from a client gone, after which nothing reads on): the server's shutdown
+         * cut the request when --drain-timeout ran out. Its text is incomplete, so it does not
+         * end as "stop" */
+        c->done = true;
+        c->cut = true;
+        g->cut = true;
+        c->finish = "error";
+        if (c->n_tokens)
+            snprintf(c->error, sizeof c->error,
+                     "the server is shutting down: --drain-timeout (%d s) ran out after %d "
+                     "generated tokens of this choice; its output is incomplete",
+                     g->s->o.drain_timeout_s, c->n_tokens);
+        else
+            snprintf(c->error, sizeof c->error,
+                     "the server is shutting down: --drain-timeout (%d s) ran out before this "
+                     "request produced any output (it was still queued or in prefill)",
+                     g->s->o.drain_timeout_s);
+        return;
+    }
     if (!c->stopped) {
         tokenizer_stream_flush(&c->ts, &c->raw);
         if (srv_choice_release(g, c, true))
@@ -477,6 +540,13 @@ static const char *srv_engine_error_type(int ee, const char **code) {
 static void srv_choice_error_json(strbuf *sb, const srv_choice *c) {
     if (!c->error[0])
         return;
+    if (c->cut) {
+        strbuf_puts(sb, ",\"error\":{\"type\":\"server_shutdown_error\",\"code\":\"drain_timeout\","
+                        "\"message\":");
+        strbuf_json_str(sb, c->error, strlen(c->error), false);
+        strbuf_putc(sb, '}');
+        return;
+    }
     const char *code = NULL;
     const char *type =
         c->engine_error ? srv_engine_error_type(c->engine_error, &code) : "tool_call_parse_error";
@@ -549,9 +619,43 @@ static void srv_gen_head(strbuf *sb, const srv_gen *g, const char *object) {
     strbuf_json_str(sb, g->s->fingerprint, strlen(g->s->fingerprint), false);
 }
 
+/* Whether g's client has gone away; called on every pump, so a request whose tokens keep coming is
+ * checked as often as an idle one. An EOF alone does not say: a client that half-closed after
+ * sending its request still reads the answer (srv_peer_state). So the first EOF is answered with
+ * bytes that a client that is there accepts and a closed socket answers with a reset: a stream
+ * gets an SSE comment line (queued in g->out, the caller sends it), a non-streaming HTTP/1.1
+ * request an interim "100 Continue" (RFC 9110 section 15.2: a client must accept 1xx responses
+ * it did not ask for before the final one). From then on only a reset or hang-up
+ * (SRV_PEER_GONE), or a failed send, means gone. HTTP/1.0 has no interim responses: there an
+ * EOF counts as gone, as it always did. */
+static bool srv_gen_client_gone(srv_gen *g, bool stream) {
+    switch (srv_peer_state(g->fd)) {
+    case SRV_PEER_OK:
+        return false;
+    case SRV_PEER_GONE:
+        return true;
+    case SRV_PEER_EOF:
+        break;
+    }
+    if (g->probed)
+        return false;
+    g->probed = true;
+    if (stream) {
+        strbuf_puts(&g->out, ":\n\n");
+        return false;
+    }
+    if (!g->http11)
+        return true;
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    ssize_t n = send(g->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return n != (ssize_t)(sizeof probe - 1);
+}
+
 int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
     while (!srv_all_done(g)) {
-        if (!srv_gen_pump(g, SRV_POLL_MS) && srv_client_gone(g->fd)) {
+        /* the client is checked on every pump, whether tokens came or not */
+        srv_gen_pump(g, SRV_POLL_MS);
+        if (!srv_all_done(g) && srv_gen_client_gone(g, false)) {
             g->aborted = true;
             return ERR_CANCELLED;
         }
@@ -565,6 +669,13 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
                      ee == ERR_RANGE ? "max_tokens" : NULL, "%s", g->ch[i].error);
             e->code = code;
             return ERR_INTERNAL;
+        }
+    }
+    for (int i = 0; i < g->n_ch; i++) {
+        if (g->ch[i].cut) { /* a part of the answer is no answer: 503, as for the queued */
+            srv_fail(e, 503, "server_shutdown_error", NULL, "%s", g->ch[i].error);
+            e->code = "drain_timeout";
+            return ERR_BUSY;
         }
     }
     srv_metrics_tokens(g->s->metrics, g->prompt_tokens, 0);
@@ -746,6 +857,23 @@ ssize_t srv_gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (srv_all_done(g)) {
             for (int i = 0; i < g->n_ch; i++)
                 srv_stream_choice(g, &g->ch[i]);
+            g->finished = true;
+            if (g->cut) {
+                /* cut by the shutdown: after the choices' finish chunks (finish_reason "error"
+                 * with the error object), an error event as OpenAI streams one, and no [DONE]:
+                 * the stream did not complete */
+                for (int i = 0; i < g->n_ch; i++) {
+                    const srv_choice *c = &g->ch[i];
+                    if (!c->cut)
+                        continue;
+                    strbuf_puts(&g->out, "data: {\"error\":{\"message\":");
+                    strbuf_json_str(&g->out, c->error, strlen(c->error), false);
+                    strbuf_puts(&g->out, ",\"type\":\"server_shutdown_error\",\"param\":null,"
+                                         "\"code\":\"drain_timeout\"}}\n\n");
+                    break;
+                }
+                continue;
+            }
             if (g->p.include_usage) {
                 srv_sse_begin(g);
                 strbuf_puts(&g->out, ",\"choices\":[],\"usage\":");
@@ -753,24 +881,23 @@ ssize_t srv_gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 srv_sse_end(g);
             }
             strbuf_puts(&g->out, "data: [DONE]\n\n");
-            g->finished = true;
             srv_metrics_tokens(g->s->metrics, g->prompt_tokens, 0);
             srv_metrics_observe(g->s->metrics, SRV_H_E2E,
                                 (double)(clock_now_ns() - g->t_arrival_ns) * 1e-9);
             continue;
         }
-        if (srv_gen_pump(g, SRV_POLL_MS)) {
-            for (int i = 0; i < g->n_ch; i++)
-                if (!g->ch[i].done || g->ch[i].finish)
-                    srv_stream_choice(g, &g->ch[i]);
-            continue;
-        }
-        if (srv_client_gone(g->fd)) {
+        /* the client is checked on every pump, whether tokens came or not */
+        bool got = srv_gen_pump(g, SRV_POLL_MS);
+        if (srv_gen_client_gone(g, true)) {
             g->aborted = true;
             for (int i = 0; i < g->n_ch; i++)
                 if (!g->ch[i].done)
                     eloop_req_cancel(g->ch[i].q);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        if (got)
+            for (int i = 0; i < g->n_ch; i++)
+                if (!g->ch[i].done || g->ch[i].finish)
+                    srv_stream_choice(g, &g->ch[i]);
     }
 }

@@ -16,6 +16,7 @@
 #include "server/srv_stop.h"
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -30,6 +31,12 @@ struct server {
     int port;
     atomic_bool ready;
     atomic_bool draining;
+    /* admission: a request's check of the engine's load and its submissions happen under this
+     * lock, so two requests never both take the last place (srv_gen_start) */
+    pthread_mutex_t admit_mu;
+    /* bytes of request bodies received (or declared by Content-Length) and not yet parsed, all
+     * connections together; bounded by o.max_body_total_bytes */
+    _Atomic int64_t body_bytes;
     server_model sm;
     srv_metrics *metrics;
     _Atomic int64_t active;
@@ -100,13 +107,20 @@ int srv_parse_generate(server *s, arena *a, const json_value *body, bool chat, s
 typedef struct srv_gen srv_gen;
 
 /* Starts generating for p: submits every choice to the engine loop, each with its own state of
- * p->constraint. Takes p->constraint in every case. Returns NULL with e filled on failure (429
- * when the wait queue is full). fd is the client socket (disconnect detection). */
-srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, int64_t t_arrival_ns, srv_err *e);
+ * p->constraint. Takes p->constraint in every case. Admission counts sequences (choices): the
+ * server holds at most max_batch + queue_max of them, running or waiting, and the check and the
+ * submissions are one step under s->admit_mu. Returns NULL with e filled on failure: 429 when
+ * the server is full now, 400 (param "n") when the request alone needs more sequences than the
+ * server ever holds, 500 out of memory. fd is the client socket (disconnect detection), http11
+ * whether the request is HTTP/1.1 (a half-closed client may then be probed with an interim
+ * response, srv_peer_state). */
+srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, bool http11, int64_t t_arrival_ns,
+                       srv_err *e);
 
 /* Non-streaming: waits for every choice to finish and writes the whole response body into out.
  * Returns 0, or ERR_CANCELLED if the client went away (the request is cancelled), or an error
- * with e filled (the engine refused the request). */
+ * with e filled: the engine refused the request (400/500), or the server's shutdown cut it
+ * (503, type "server_shutdown_error", code "drain_timeout"). */
 int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e);
 
 /* Streaming: the libmicrohttpd content reader producing the SSE body of g. */
@@ -115,7 +129,16 @@ ssize_t srv_gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
 /* Frees g, cancelling whatever is still running (the engine frees its KV at its next step). */
 void srv_gen_free(void *g);
 
-/* True if the peer of socket fd has closed its side of the connection. */
-bool srv_client_gone(int fd);
+/* What a poll of a client's socket says while its request runs. A peer that closed its socket and
+ * one that only shut down its writing side (a legal HTTP/1.1 half-close, done by some tools after
+ * sending a request) look the same until something is sent to them: both are SRV_PEER_EOF. A
+ * closed peer answers the next bytes sent with a reset, after which the socket is SRV_PEER_GONE;
+ * a half-closed one reads them. */
+enum srv_peer {
+    SRV_PEER_OK,   /* nothing to say (or a pipelined request waiting: still there) */
+    SRV_PEER_EOF,  /* the peer will send no more: half-closed, or closed (not known yet) */
+    SRV_PEER_GONE, /* reset or hung up: nothing sent will arrive */
+};
+enum srv_peer srv_peer_state(int fd);
 
 #endif

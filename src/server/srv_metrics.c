@@ -29,8 +29,8 @@ struct srv_metrics {
 
 static const char *srv_finish_names[SRV_FINISH_COUNT] = {"stop", "length", "tool_calls"};
 static const char *srv_reject_names[SRV_REJECT_COUNT] = {
-    "queue_full", "draining",     "loading",  "invalid_request",
-    "too_long",   "unauthorized", "too_large"};
+    "queue_full", "draining",     "loading",   "invalid_request",
+    "too_long",   "unauthorized", "too_large", "body_budget"};
 
 static void srv_histo_init(srv_histo *h, const char *name, const char *help, const double *b,
                            int n) {
@@ -249,11 +249,16 @@ static void srv_metrics_write_cache(const eloop_stats *st, strbuf *sb) {
     srv_cache_load_hist(sb, st);
 }
 
-void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_name, strbuf *sb) {
+void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_name,
+                       int64_t body_bytes, strbuf *sb) {
     srv_family(sb, "verity_requests_running", "gauge", "Requests in the running batch.");
     strbuf_printf(sb, "verity_requests_running %lld\n", (long long)st->e.running);
     srv_family(sb, "verity_requests_waiting", "gauge", "Requests waiting for admission.");
     strbuf_printf(sb, "verity_requests_waiting %lld\n", (long long)st->e.waiting);
+    srv_family(sb, "verity_request_body_bytes", "gauge",
+               "Bytes of request bodies being received (or announced by Content-Length) and not "
+               "yet parsed, all connections together (bounded by --max-body-total).");
+    strbuf_printf(sb, "verity_request_body_bytes %lld\n", (long long)body_bytes);
     srv_family(sb, "verity_engine_paused", "gauge",
                "1 while the engine is held between steps (POST /admin/pause).");
     strbuf_printf(sb, "verity_engine_paused %d\n", st->paused ? 1 : 0);
@@ -290,7 +295,8 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
         strbuf_printf(sb, "verity_requests_rejected_total{reason=\"%s\"} %lld\n",
                       srv_reject_names[i], (long long)atomic_load(&m->reject[i]));
     srv_family(sb, "verity_requests_cancelled_total", "counter",
-               "Requests cancelled because the client went away.");
+               "Requests cancelled before they finished: the client went away, or the server's "
+               "shutdown cut them (--drain-timeout).");
     strbuf_printf(sb, "verity_requests_cancelled_total %lld\n",
                   (long long)atomic_load(&m->cancelled));
     srv_family(sb, "verity_preemptions_total", "counter",

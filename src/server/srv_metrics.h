@@ -27,6 +27,7 @@ enum srv_reject {
     SRV_REJECT_TOO_LONG,
     SRV_REJECT_UNAUTHORIZED,
     SRV_REJECT_TOO_LARGE,
+    SRV_REJECT_BODY_BUDGET, /* the bodies being received fill --max-body-total */
     SRV_REJECT_COUNT
 };
 enum srv_hist { SRV_H_TTFT, SRV_H_ITL, SRV_H_E2E, SRV_H_BATCH, SRV_H_STEP, SRV_H_COUNT };
@@ -36,14 +37,15 @@ void srv_metrics_destroy(srv_metrics *m);
 
 void srv_metrics_finish(srv_metrics *m, enum srv_finish f);
 void srv_metrics_reject(srv_metrics *m, enum srv_reject r);
-void srv_metrics_cancelled(srv_metrics *m); /* a client went away mid-request */
+void srv_metrics_cancelled(srv_metrics *m); /* a client went away, or the shutdown cut it */
 void srv_metrics_tool_parse_failure(srv_metrics *m);
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t generated);
 void srv_metrics_observe(srv_metrics *m, enum srv_hist h, double value);
 
-/* Appends the whole exposition to sb; stats supplies the engine gauges; model_name and the
- * toggle registry go into info metrics. */
+/* Appends the whole exposition to sb; stats supplies the engine gauges, body_bytes the bytes of
+ * request bodies being received (the server's count); model_name and the toggle registry go into
+ * info metrics. */
 void srv_metrics_write(srv_metrics *m, const eloop_stats *stats, const char *model_name,
-                       strbuf *sb);
+                       int64_t body_bytes, strbuf *sb);
 
 #endif

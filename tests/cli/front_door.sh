@@ -4,8 +4,16 @@
 # (200: the request's memory is linear in its size), usage with n > 1 (each prompt counted once,
 # in the response and in verity_prompt_tokens_total), a streamed request larger than the KV pool
 # (a context_length_exceeded error, not a tool-call one), tool names with a NUL (400 naming the
-# field), streamed echo (the prompt is each choice's first text) and HEAD on the GET routes.
-# Every case builds its state directly and waits for nothing but the answer.
+# field), streamed echo (the prompt is each choice's first text) and HEAD on the GET routes;
+# then pre-auth memory (the key checked on the headers: 401 before the body, no 100 Continue, peak
+# RSS bounded under a flood of unauthenticated 8 MiB bodies), --max-body (413) and the global
+# --max-body-total budget (503), disconnects (noticed while tokens flow, KV freed) and half-closed
+# clients (still answered), the drain timeout (cut and queued requests answer 503 or end their
+# stream with an error event, never "stop") and exact admission (max-batch + queue-max get in,
+# the next is 429, a request that can never fit is 400, --queue-max 0 serves).
+# Every case builds its state directly (a held engine, a body held half-sent) and waits for
+# nothing but a state or the answer. tests/cli/http_raw.py is the raw-socket client for what curl
+# cannot do.
 . "$(dirname "$0")/lib.bash"
 
 if ! command -v python3 >/dev/null; then skip front_door "python3 not found"; exit 0; fi
@@ -120,5 +128,188 @@ if start_server front_door.kv_start -m "$MODEL" --kv-blocks 2 --max-batch 1; the
     else fail front_door.stream_kv_capacity "$(head -c 400 "$TMP/kv.sse")"; fi
     c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1000}')
     check whole_kv_capacity 400 "$c" '"code":"context_length_exceeded"' '"param":"max_tokens"' 'KV cache'
+    stop_server
+fi
+
+RAW="python3 $(dirname "$0")/http_raw.py"
+# vmhwm: the server's peak resident set in kB
+vmhwm() { awk '/VmHWM/ {print $2}' /proc/"$SRV_PID"/status; }
+
+# pre-auth memory: with --api-key the key is checked on the headers, before a byte of the body is
+# read. "Expect: 100-continue" gets the 401 and never a 100; a request that sends only its headers
+# (announcing 8 MiB) gets its 401 at once; 60 clients sending 8 MiB bodies at once without a key
+# raise the peak RSS by less than 64 MiB (buffered, they would add 480 MiB).
+if ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=4 start_server front_door.preauth_start -m "$MODEL" --api-key s3cret; then
+    out=$($RAW head "$SRV_PORT" $((8 << 20)) expect)
+    case $out in "status=401 interim100=no "*authentication_error*) pass front_door.preauth_expect_401_not_100 ;;
+        *) fail front_door.preauth_expect_401_not_100 "$(head -c 300 <<<"$out")" ;; esac
+    out=$($RAW head "$SRV_PORT" $((8 << 20)) headers)
+    case $out in "status=401 "*authentication_error*) pass front_door.preauth_401_before_body ;;
+        *) fail front_door.preauth_401_before_body "$(head -c 300 <<<"$out")" ;; esac
+    h0=$(vmhwm)
+    out=$($RAW flood "$SRV_PORT" 60 $((8 << 20)))
+    h1=$(vmhwm)
+    if [ "$(http_code GET /health)" != 200 ]; then fail front_door.preauth_rss_bounded "the server stopped answering"
+    elif [ $((h1 - h0)) -lt 65536 ]; then pass "front_door.preauth_rss_bounded(peak RSS ${h0} -> ${h1} kB over 60 unauthenticated 8 MiB bodies; $out)"
+    else fail front_door.preauth_rss_bounded "peak RSS ${h0} -> ${h1} kB over 60 unauthenticated 8 MiB bodies ($out)"; fi
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}' -H 'Authorization: Bearer s3cret')
+    check preauth_key_still_works 200 "$c" '"finish_reason"'
+    stop_server
+fi
+
+# body limits: --max-body 1 (MiB) and --max-body-total 1 (MiB). A declared body over --max-body is
+# refused on its headers (413 naming the flag), a chunked one once it passes the limit. The
+# budget: one client announces 1 MiB and sends part of it, holding the whole budget (the gauge
+# says so); a second request is then refused with 503, Retry-After and the flag's name; once the
+# first body is complete (and answered), the budget is free again and the second one succeeds.
+if start_server front_door.limits_start -m "$MODEL" --max-body 1 --max-body-total 1; then
+    out=$($RAW head "$SRV_PORT" $(((1 << 20) + 1)) headers)
+    case $out in "status=413 "*--max-body*) pass front_door.max_body_declared_413 ;;
+        *) fail front_door.max_body_declared_413 "$(head -c 300 <<<"$out")" ;; esac
+    head -c $((2 << 20)) /dev/zero | tr '\0' 'a' >"$TMP/2m"
+    c=$(curl -s -o "$TMP/body" -w '%{http_code}' -H 'content-type: application/json' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/2m" "$SRV_URL/v1/completions")
+    check max_body_chunked_413 413 "$c" '--max-body (1 MiB)' '"error":{"message":'
+    python3 -c '
+import sys
+pre, post = b"{\"prompt\":\"x\",\"max_tokens\":1,\"user\":\"", b"\"}"
+sys.stdout.buffer.write(pre + b"a" * ((1 << 20) - len(pre) - len(post)) + post)' >"$TMP/1m.json"
+    $RAW hold "$SRV_PORT" $((1 << 20)) 1000 "$TMP/go" "$TMP/1m.json" >"$TMP/hold.out" &
+    hold=$!
+    if ! wait_metric verity_request_body_bytes -eq $((1 << 20)); then
+        fail front_door.body_budget_503 "the held body never took the budget: $(metric verity_request_body_bytes)"
+    else
+        c=$(curl -s -D "$TMP/hdr" -o "$TMP/body" -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":1}' "$SRV_URL/v1/completions")
+        if ! grep -qi '^retry-after:' "$TMP/hdr"; then fail front_door.body_budget_503 "no Retry-After: $(cat "$TMP/hdr")"
+        else check body_budget_503 503 "$c" '--max-body-total' '"error":{"message":'; fi
+    fi
+    touch "$TMP/go"
+    wait "$hold"
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":1}')
+    if [ "$(cat "$TMP/hold.out")" != status=200 ]; then fail front_door.body_budget_freed "the held request: $(cat "$TMP/hold.out")"
+    elif [ "$(metric verity_request_body_bytes)" != 0 ]; then fail front_door.body_budget_freed "gauge $(metric verity_request_body_bytes) after every body was parsed"
+    else check body_budget_freed 200 "$c" '"finish_reason"'; fi
+    stop_server
+fi
+
+# disconnects and half-closes (held engine). A non-streaming request holding KV whose client goes
+# away is cancelled and its KV freed; one whose client goes away while tokens keep coming (the
+# engine stepped one step at a time, faster than the old 20 ms quiet period) is noticed within
+# a step or two, not when it finishes. A client that shuts down only its writing side after the
+# request still gets the whole answer, streamed or not: the server sees the EOF, probes (a
+# "100 Continue" interim response, or an SSE comment), and goes on.
+if start_server front_door.dc_start -m "$MODEL" --admin-api 1; then
+    c0=$(metric verity_requests_cancelled_total)
+    admin pause >/dev/null
+    curl -s -H 'content-type: application/json' -d '{"prompt":"go on","max_tokens":200,"ignore_eos":true}' "$SRV_URL/v1/completions" >/dev/null 2>&1 &
+    dc=$!
+    why=""
+    if ! wait_metric verity_requests_waiting -eq 1; then why="the request never reached the engine"
+    elif ! admin step 1 >/dev/null || [ "$(metric verity_kv_usage_ratio)" = 0.000000 ]; then why="no KV held after one step"
+    fi
+    kill "$dc" 2>/dev/null; wait "$dc" 2>/dev/null
+    if [ -z "$why" ] && ! wait_metric verity_requests_cancelled_total -ge $((${c0:-0} + 1)); then why="the disconnect was not noticed"; fi
+    admin resume >/dev/null
+    if [ -z "$why" ] && ! wait_metric verity_kv_usage_ratio = 0.000000; then why="KV not freed: $(metric verity_kv_usage_ratio)"; fi
+    [ -z "$why" ] && pass front_door.disconnect_whole_frees_kv || fail front_door.disconnect_whole_frees_kv "$why"
+
+    ok0=$(metric_sum verity_request_success_total)
+    out=$($RAW disconnect_while_stepping "$SRV_PORT" 400 '{"prompt":"go on","max_tokens":1000,"ignore_eos":true}')
+    admin resume >/dev/null
+    ok1=$(metric_sum verity_request_success_total)
+    if [ "${out#*cancelled=}" != yes ]; then fail front_door.disconnect_while_tokens_flow "not cancelled while tokens came: $out"
+    elif [ "$ok1" != "$ok0" ]; then fail front_door.disconnect_while_tokens_flow "the request ran to its end ($out)"
+    elif ! wait_metric verity_kv_usage_ratio = 0.000000; then fail front_door.disconnect_while_tokens_flow "KV not freed: $(metric verity_kv_usage_ratio)"
+    else pass "front_door.disconnect_while_tokens_flow($out)"; fi
+
+    for how in whole stream; do
+        c0=$(metric verity_requests_cancelled_total)
+        out=$($RAW halfclose "$SRV_PORT" $how "{\"prompt\":\"x\",\"max_tokens\":8,\"ignore_eos\":true,\"stream\":$([ $how = stream ] && echo true || echo false)}")
+        case $how:$out in
+            whole:"probe=yes status=200 "*'"completion_tokens":8'*) pass front_door.half_close_whole ;;
+            stream:"probe=yes status=200 "*'"finish_reason":"length"'*'[DONE]'*) pass front_door.half_close_stream ;;
+            *) fail front_door.half_close_$how "$(head -c 400 <<<"$out")" ;;
+        esac
+    done
+    stop_server
+fi
+
+# drain: a held engine with a batch of 2. Two requests (one streamed) run and have tokens, two
+# more (one streamed) wait behind them; SIGTERM with --drain-timeout 1 cannot let any finish.
+# The cut ones answer 503 (server_shutdown_error, drain_timeout), the streamed ones end with
+# finish_reason "error", the error object and an error event, never "stop" or [DONE]; the server
+# exits 0.
+if start_server front_door.drain_start -m "$MODEL" --admin-api 1 --max-batch 2 --drain-timeout 1; then
+    body='{"prompt":"x","max_tokens":100,"ignore_eos":true'
+    admin pause >/dev/null
+    curl -s -o "$TMP/run.whole" -w '%{http_code}' -H 'content-type: application/json' -d "$body}" "$SRV_URL/v1/completions" >"$TMP/run.code" &
+    p1=$!
+    curl -sN -o "$TMP/run.sse" -H 'content-type: application/json' -d "$body,\"stream\":true}" "$SRV_URL/v1/completions" &
+    p2=$!
+    why=""
+    if ! wait_metric verity_requests_waiting -eq 2; then why="the running two never reached the engine"
+    elif ! admin step 2 >/dev/null || [ "$(metric verity_requests_running)" != 2 ]; then why="not running after two steps"
+    fi
+    curl -s -o "$TMP/q.whole" -w '%{http_code}' -H 'content-type: application/json' -d "$body}" "$SRV_URL/v1/completions" >"$TMP/q.code" &
+    p3=$!
+    curl -sN -o "$TMP/q.sse" -H 'content-type: application/json' -d "$body,\"stream\":true}" "$SRV_URL/v1/completions" &
+    p4=$!
+    if [ -z "$why" ] && ! wait_metric verity_requests_waiting -eq 2; then why="the queued two never reached the engine"; fi
+    kill -TERM "$SRV_PID"
+    wait $p1 $p2 $p3 $p4
+    for i in $(seq 1 3000); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
+    wait "$SRV_PID"; st=$?
+    if [ -n "$why" ]; then fail front_door.drain "$why"
+    else
+        for k in run q; do
+            code=$(cat "$TMP/$k.code")
+            if [ "$code" = 503 ] && grep -q '"type":"server_shutdown_error"' "$TMP/$k.whole" && grep -q '"code":"drain_timeout"' "$TMP/$k.whole" && grep -q -- '--drain-timeout (1 s)' "$TMP/$k.whole"; then
+                pass front_door.drain_${k}_whole_503
+            else fail front_door.drain_${k}_whole_503 "status $code: $(head -c 300 "$TMP/$k.whole")"; fi
+            f=$TMP/$k.sse
+            if grep -q '"finish_reason":"error","error":{"type":"server_shutdown_error","code":"drain_timeout"' "$f" &&
+                grep -q '^data: {"error":{"message":"the server is shutting down' "$f" &&
+                ! grep -q '"finish_reason":"stop"' "$f" && ! grep -q '\[DONE\]' "$f"; then
+                pass front_door.drain_${k}_stream_error
+            else fail front_door.drain_${k}_stream_error "$(tail -c 400 "$f")"; fi
+        done
+        grep -q 'after [0-9]* generated tokens' "$TMP/run.whole" && grep -q 'before this request produced any output' "$TMP/q.whole" &&
+            pass front_door.drain_says_cut_or_queued || fail front_door.drain_says_cut_or_queued "$(head -c 300 "$TMP/run.whole") / $(head -c 300 "$TMP/q.whole")"
+        [ "$st" = 0 ] && pass front_door.drain_exit_0 || fail front_door.drain_exit_0 "exit status $st"
+    fi
+fi
+
+# admission counts exactly: with --max-batch 2 --queue-max 3 a held engine takes exactly 5
+# requests (all 200 once released) and the 6th gets 429 with Retry-After; n = 6 can never be
+# admitted (400 naming n and the limit, not a 429 retried forever); with --queue-max 0 a single
+# request on an idle server is served, and n = 2 over --max-batch 1 is the same 400.
+if start_server front_door.admit_start -m "$MODEL" --admin-api 1 --max-batch 2 --queue-max 3; then
+    admin pause >/dev/null
+    pids=""
+    for k in 1 2 3 4 5; do
+        curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":4,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/adm.$k" &
+        pids="$pids $!"
+        # one at a time: each must get in (a refused one has its answer: its curl ends)
+        while [ "$(metric verity_requests_waiting)" != $k ] && kill -0 $! 2>/dev/null; do sleep 0.05; done
+    done
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":4}' -D "$TMP/adm.hdr")
+    cp "$TMP/body" "$TMP/adm.body"
+    admin resume >/dev/null
+    wait $pids
+    cp "$TMP/adm.body" "$TMP/body"
+    codes=$(cat "$TMP"/adm.[0-9] | tr -d '\n')
+    if [ "$codes" != 200200200200200 ]; then fail front_door.admission_exact "the 5 that fit got: $codes"
+    elif ! grep -qi '^retry-after:' "$TMP/adm.hdr"; then fail front_door.admission_exact "no Retry-After on the 6th: $c $(head -c 200 "$TMP/body")"
+    else check admission_exact 429 "$c" 'max-batch 2 + --queue-max 3'; fi
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":2,"n":6}')
+    check n_over_capacity_400 400 "$c" '"param":"n"' 'holds at most 5' 'never be admitted'
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":2,"n":5}')
+    check n_at_capacity_200 200 "$c" '"index":4'
+    stop_server
+fi
+if start_server front_door.queue0_start -m "$MODEL" --max-batch 1 --queue-max 0; then
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":2}')
+    check queue_max_0_serves 200 "$c" '"finish_reason"'
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":2,"n":2}')
+    check queue_max_0_n2_400 400 "$c" '"param":"n"' 'holds at most 1'
     stop_server
 fi

@@ -189,9 +189,9 @@ if [ -n "$have_node" ] && [ -s "$TMP/p1.alone" ] &&
     stop_server
 fi
 
-# overload: a queue of 2 and a batch of 1, the engine held. Two requests fill the queue (and wait
-# there while the engine is held), so every further request must get 429 with Retry-After, and
-# the two must then complete. Memory: rounds of rejected requests with 256 KiB bodies; after the
+# overload: a queue of 2 and a batch of 1, the engine held. Three requests (max-batch + queue-max)
+# fill the server (and wait while the engine is held), so every further request must get 429 with
+# Retry-After, and the three must then complete. Memory: rounds of rejected requests with 256 KiB bodies; after the
 # first round RSS may not grow by more than 32 MiB over four more (a leak of one body per
 # rejected request would add 64 MiB; TSan's shadow memory alone grows by about 18 MiB).
 # (under ASan a freed block sits in a quarantine of up to 256 MiB before reuse, which RSS would
@@ -199,12 +199,12 @@ fi
 if ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=4 start_server serve.overload -m "$MODEL" --admin-api 1 --queue-max 2 --max-batch 1; then
     admin pause >/dev/null
     hp=""
-    for k in 1 2; do
+    for k in 1 2 3; do
         curl -s -m 300 -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":8,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/hold.$k" &
         hp="$hp $!"
     done
-    if ! wait_metric verity_requests_waiting -eq 2; then
-        fail serve.overload_429 "the two holding requests never reached the queue"
+    if ! wait_metric verity_requests_waiting -eq 3; then
+        fail serve.overload_429 "the three holding requests never reached the queue"
     else
         n=$(awk -v s="$scale" 'BEGIN { print int(40 * s) + 8 }')
         pids=""
@@ -233,8 +233,8 @@ if ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=4 start_server
         admin resume >/dev/null
         wait $hp
         held=$(cat "$TMP"/hold.* | tr -d '\n')
-        if [ "$n429" -eq "$n" ] && [ "$retry" -eq "$n" ] && [ "$held" = 200200 ] && [ "$(http_code GET /health)" = 200 ]; then
-            pass "serve.overload_429($n of $n rejected with Retry-After, the 2 queued ones completed)"
+        if [ "$n429" -eq "$n" ] && [ "$retry" -eq "$n" ] && [ "$held" = 200200200 ] && [ "$(http_code GET /health)" = 200 ]; then
+            pass "serve.overload_429($n of $n rejected with Retry-After, the 3 queued ones completed)"
         else
             fail serve.overload_429 "429: $n429 of $n, Retry-After: $retry, queued ones: $held"
         fi
