@@ -2,7 +2,8 @@
 /*
  * cmd_serve: `verity serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--max-batch N] [--ctx N]
  * [--kv-mem MiB] [--chunk N] [--queue-max N] [--api-key KEY | --api-key-file F]
- * [--drain-timeout S] [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]
+ * [--drain-timeout S] [--max-body MIB] [--max-body-total MIB]
+ * [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]
  * [--chat-template-kwargs JSON] [-t THREADS]`; every option is also a VERITY_* environment
  * variable (they are toggles in the registry, flags.h).
  *

@@ -20,6 +20,7 @@ static const cli_command commands[] = {
      "N]\n"
      "                    [--ctx N] [--kv-mem MIB] [--chunk N] [--queue-max N]\n"
      "                    [--api-key KEY | --api-key-file FILE] [--drain-timeout S] [--timeout S]\n"
+     "                    [--max-body MIB] [--max-body-total MIB]\n"
      "                    [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]\n"
      "                    [--chat-template-kwargs JSON]\n"
      "Without -m (or MODEL=path) it serves the embedded stories260K. Built-in chat templates:\n"
