@@ -241,17 +241,17 @@ fi
 if start_server front_door.drain_start -m "$MODEL" --admin-api 1 --max-batch 2 --drain-timeout 1; then
     body='{"prompt":"x","max_tokens":100,"ignore_eos":true'
     admin pause >/dev/null
-    curl -s -o "$TMP/run.whole" -w '%{http_code}' -H 'content-type: application/json' -d "$body}" "$SRV_URL/v1/completions" >"$TMP/run.code" &
+    curl -s -m 300 -o "$TMP/run.whole" -w '%{http_code}' -H 'content-type: application/json' -d "$body}" "$SRV_URL/v1/completions" >"$TMP/run.code" &
     p1=$!
-    curl -sN -o "$TMP/run.sse" -H 'content-type: application/json' -d "$body,\"stream\":true}" "$SRV_URL/v1/completions" &
+    curl -sN -m 300 -o "$TMP/run.sse" -H 'content-type: application/json' -d "$body,\"stream\":true}" "$SRV_URL/v1/completions" &
     p2=$!
     why=""
     if ! wait_metric verity_requests_waiting -eq 2; then why="the running two never reached the engine"
     elif ! admin step 2 >/dev/null || [ "$(metric verity_requests_running)" != 2 ]; then why="not running after two steps"
     fi
-    curl -s -o "$TMP/q.whole" -w '%{http_code}' -H 'content-type: application/json' -d "$body}" "$SRV_URL/v1/completions" >"$TMP/q.code" &
+    curl -s -m 300 -o "$TMP/q.whole" -w '%{http_code}' -H 'content-type: application/json' -d "$body}" "$SRV_URL/v1/completions" >"$TMP/q.code" &
     p3=$!
-    curl -sN -o "$TMP/q.sse" -H 'content-type: application/json' -d "$body,\"stream\":true}" "$SRV_URL/v1/completions" &
+    curl -sN -m 300 -o "$TMP/q.sse" -H 'content-type: application/json' -d "$body,\"stream\":true}" "$SRV_URL/v1/completions" &
     p4=$!
     if [ -z "$why" ] && ! wait_metric verity_requests_waiting -eq 2; then why="the queued two never reached the engine"; fi
     kill -TERM "$SRV_PID"
@@ -286,7 +286,7 @@ if start_server front_door.admit_start -m "$MODEL" --admin-api 1 --max-batch 2 -
     admin pause >/dev/null
     pids=""
     for k in 1 2 3 4 5; do
-        curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":4,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/adm.$k" &
+        curl -s -m 300 -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -d '{"prompt":"x","max_tokens":4,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/adm.$k" &
         pids="$pids $!"
         # one at a time: each must get in (a refused one has its answer: its curl ends)
         while [ "$(metric verity_requests_waiting)" != $k ] && kill -0 $! 2>/dev/null; do sleep 0.05; done
