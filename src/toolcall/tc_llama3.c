@@ -94,7 +94,8 @@ static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool eof) {
     return CTP_DONE;
 }
 
-static const ctp_syntax ctp_llama3 = {ctp_llama3_markers, 1, 1, ctp_llama3_region, ctp_llama3_lead};
+static const ctp_syntax ctp_llama3 = {ctp_llama3_markers, 1,   1, ctp_llama3_region,
+                                      ctp_llama3_lead,    NULL};
 
 static const tg_syntax tg_llama3 = {
     false, TG_PARAMS_JSON, "{\"name\": ", ", \"parameters\": ", "}", "", "", false};

@@ -128,21 +128,14 @@ static int ctp_mistral_region(chat_tool_parser *p, strbuf *content, bool eof) {
     if (r < 0)
         return ctp_fail(p, "the arguments of %s\"%.*s\" start with %s, not a JSON object", M_CALLS,
                         (int)p->r0, s, ctp_byte(ex, s[p->r1]));
-    arena *ar = ctp_arena();
-    if (!ar)
-        return ERR_NOMEM;
-    const json_value *args;
-    int rc = ctp_parse_args(p, ar, s, p->r0, s + p->r1, end, &args);
-    if (!rc)
-        rc = ctp_add_call(p, s, p->r0, args);
-    arena_destroy(ar);
+    int rc = ctp_add_args_text(p, s, p->r0, s + p->r1, end);
     if (rc)
         return rc;
     ctp_consume(p, p->r1 + end);
     return CTP_DONE;
 }
 
-static const ctp_syntax ctp_mistral = {ctp_mistral_markers, 3, 1, ctp_mistral_region, NULL};
+static const ctp_syntax ctp_mistral = {ctp_mistral_markers, 3, 1, ctp_mistral_region, NULL, NULL};
 
 static const tg_syntax tg_mistral = {
     false, TG_PARAMS_JSON, "{\"name\": ", ", \"arguments\": ", "}", "[TOOL_CALLS][", "]", false};
