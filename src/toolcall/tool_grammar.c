@@ -515,20 +515,30 @@ int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *ma
     return 0;
 }
 
-int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
-    const json_value *props = json_get(s, "properties"), *req = json_get(s, "required");
-    if (props && props->type == JSON_NULL)
-        props = NULL;
-    if (req && req->type == JSON_NULL)
-        req = NULL;
-    if (props && props->type != JSON_OBJECT)
+int tg_object_members(tg_ctx *c, const json_value *s, const json_value **props,
+                      const json_value **req) {
+    *props = json_get(s, "properties");
+    *req = json_get(s, "required");
+    if (*props && (*props)->type == JSON_NULL)
+        *props = NULL;
+    if (*req && (*req)->type == JSON_NULL)
+        *req = NULL;
+    if (*props && (*props)->type != JSON_OBJECT)
         return tg_fail(c, ERR_INVAL, "\"properties\" must be an object");
-    if (req && req->type != JSON_ARRAY)
+    if (*req && (*req)->type != JSON_ARRAY)
         return tg_fail(c, ERR_INVAL, "\"required\" must be an array of strings");
-    size_t n_req = req ? req->arr.n : 0, n_props = props ? props->obj.n : 0;
-    for (size_t i = 0; i < n_req; i++)
-        if (req->arr.items[i]->type != JSON_STRING)
+    for (size_t i = 0; *req && i < (*req)->arr.n; i++)
+        if ((*req)->arr.items[i]->type != JSON_STRING)
             return tg_fail(c, ERR_INVAL, "\"required\"[%zu] must be a string", i);
+    return 0;
+}
+
+int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
+    const json_value *props, *req;
+    int rc = tg_object_members(c, s, &props, &req);
+    if (rc)
+        return rc;
+    size_t n_req = req ? req->arr.n : 0, n_props = props ? props->obj.n : 0;
     size_t n = n_props;
     for (size_t i = 0; i < n_req; i++)
         if (!json_get(props, req->arr.items[i]->str.s))
@@ -542,8 +552,8 @@ int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
             return 0;
         }
         int32_t lo, hi;
-        int rc = tg_counts(c, s, "minProperties", "maxProperties", c->lim.items, c->lim.max_items,
-                           &lo, &hi);
+        rc = tg_counts(c, s, "minProperties", "maxProperties", c->lim.items, c->lim.max_items, &lo,
+                       &hi);
         if (rc)
             return rc;
         grammar_node *val;
@@ -564,7 +574,6 @@ int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
     }
     int64_t mn, mx;
     bool g;
-    int rc;
     if ((rc = tg_count(c, s, "minProperties", &mn, &g)))
         return rc;
     if (g && (size_t)mn > n_req)
