@@ -62,7 +62,7 @@ const char *gguf_vtype_name(int vtype) {
     return vtype >= 0 && vtype < GGUF_VT_COUNT ? names[vtype] : "?";
 }
 
-static int64_t gguf_vt_size(int vt) {
+int gguf_vtype_size(int vt) {
     switch (vt) {
     case GGUF_VT_UINT8:
     case GGUF_VT_INT8:
@@ -172,7 +172,7 @@ static int gc_array(gcur *c, const char *field, int depth) {
         return gc_fail(c, at, field, "unknown array element type");
     if ((rc = gc_u64(c, field, &n)))
         return rc;
-    int64_t es = gguf_vt_size((int)et);
+    int64_t es = gguf_vtype_size((int)et);
     uint64_t remaining = c->g->size - c->off;
     if (es) {
         if (n > remaining / (uint64_t)es)
@@ -205,7 +205,7 @@ static int gc_array(gcur *c, const char *field, int depth) {
 }
 
 static int gc_value(gcur *c, int vt, const char *field, int depth) {
-    int64_t es = gguf_vt_size(vt);
+    int64_t es = gguf_vtype_size(vt);
     if (es) {
         int rc = gc_need(c, (uint64_t)es, field);
         if (rc)
@@ -506,7 +506,7 @@ int gguf_kv_type(const gguf *g, int64_t i) {
 
 /* Reads a fixed-size scalar of type vt at p into the widest matching representation. */
 static void gguf_read_scalar(int vt, const unsigned char *p, gguf_scalar *s) {
-    uint64_t raw = gc_rd_le(p, (int)gguf_vt_size(vt));
+    uint64_t raw = gc_rd_le(p, (int)gguf_vtype_size(vt));
     switch (vt) {
     case GGUF_VT_UINT8:
     case GGUF_VT_UINT16:
@@ -720,7 +720,7 @@ gguf_str gguf_arr_str(const gguf_arr *arr, uint64_t i) {
 }
 
 int64_t gguf_arr_i64(const gguf_arr *arr, uint64_t i) {
-    int64_t es = gguf_vt_size(arr->type);
+    int64_t es = gguf_vtype_size(arr->type);
     if (!es || i >= arr->n)
         return 0;
     gguf_scalar s;
@@ -735,7 +735,7 @@ int64_t gguf_arr_i64(const gguf_arr *arr, uint64_t i) {
 }
 
 double gguf_arr_f64(const gguf_arr *arr, uint64_t i) {
-    int64_t es = gguf_vt_size(arr->type);
+    int64_t es = gguf_vtype_size(arr->type);
     if (!es || i >= arr->n)
         return 0;
     gguf_scalar s;

@@ -168,31 +168,9 @@ int gguf_writer_set_str(gguf_writer *w, const char *key, const char *s, size_t l
     return gw_finish(kv, key);
 }
 
-static int gw_vt_size(int vt) {
-    switch (vt) {
-    case GGUF_VT_UINT8:
-    case GGUF_VT_INT8:
-    case GGUF_VT_BOOL:
-        return 1;
-    case GGUF_VT_UINT16:
-    case GGUF_VT_INT16:
-        return 2;
-    case GGUF_VT_UINT32:
-    case GGUF_VT_INT32:
-    case GGUF_VT_FLOAT32:
-        return 4;
-    case GGUF_VT_UINT64:
-    case GGUF_VT_INT64:
-    case GGUF_VT_FLOAT64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
 int gguf_writer_set_arr(gguf_writer *w, const char *key, int elem_type, const void *data,
                         uint64_t n) {
-    int es = gw_vt_size(elem_type);
+    int es = gguf_vtype_size(elem_type);
     if (!es)
         return err_set(ERR_INVAL, "gguf writer: '%s': array element type %s is not fixed-size", key,
                        gguf_vtype_name(elem_type));
@@ -236,7 +214,7 @@ static void gw_copy_arr(strbuf *sb, const gguf_arr *a) {
                 gw_copy_arr(sb, &sub);
         }
     } else {
-        strbuf_append(sb, a->data, (size_t)(a->n * (uint64_t)gw_vt_size(a->type)));
+        strbuf_append(sb, a->data, (size_t)(a->n * (uint64_t)gguf_vtype_size(a->type)));
     }
 }
 
@@ -262,7 +240,7 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf *r, int64_t i) {
     } else {
         gguf_scalar s = gguf_kv_scalar(r, i);
         uint64_t raw;
-        int n = gw_vt_size(vt);
+        int n = gguf_vtype_size(vt);
         if (vt == GGUF_VT_FLOAT32) {
             float f = (float)s.f;
             uint32_t r32;
