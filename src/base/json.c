@@ -47,16 +47,10 @@ static int jp_hex4(jparser *p, uint32_t *out) {
         return jp_fail(p, "truncated \\u escape");
     uint32_t v = 0;
     for (int k = 0; k < 4; k++) {
-        char c = p->s[p->i + (size_t)k];
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (uint32_t)(c - 'A' + 10);
-        else
+        int h = utf8_hex_digit(p->s[p->i + (size_t)k]);
+        if (h < 0)
             return jp_fail(p, "bad hex digit in \\u escape");
+        v = v << 4 | (uint32_t)h;
     }
     p->i += 4;
     *out = v;

@@ -22,6 +22,7 @@
 #include "base/arena.h"
 #include "base/check.h"
 #include "base/err.h"
+#include "base/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -219,16 +220,6 @@ static void gr_set_add(uint8_t set[32], int lo, int hi) {
         set[b >> 3] |= (uint8_t)(1u << (b & 7));
 }
 
-static int gr_hex(int c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Parses the escape after a backslash (p->i at the escaped byte). Returns a byte value, or -1
  * with *set filled for a class escape (\d \s \w), or -2 on error. */
 static int gr_p_escape(gr_parser *p, uint8_t set[32]) {
@@ -264,8 +255,8 @@ static int gr_p_escape(gr_parser *p, uint8_t set[32]) {
         gr_set_add(set, '_', '_');
         return -1;
     case 'x': {
-        int h1 = p->i < p->n ? gr_hex(p->s[p->i]) : -1;
-        int h2 = p->i + 1 < p->n ? gr_hex(p->s[p->i + 1]) : -1;
+        int h1 = p->i < p->n ? utf8_hex_digit(p->s[p->i]) : -1;
+        int h2 = p->i + 1 < p->n ? utf8_hex_digit(p->s[p->i + 1]) : -1;
         if (h1 < 0 || h2 < 0) {
             gr_p_fail(p, "\\x needs two hex digits");
             return -2;

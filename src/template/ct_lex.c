@@ -20,6 +20,7 @@
 #include "template/ct_int.h"
 
 #include "base/err.h"
+#include "base/utf8.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -146,16 +147,6 @@ static size_t match_raw_end(const lexer *lx, size_t q, char *sign) {
     return 0;
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes a string literal body the way jinja2 does:
  * body.encode("ascii", "backslashreplace").decode("unicode-escape"). */
 static int decode_string(lexer *lx, const char *p, size_t n, int line, ct_tok *t) {
@@ -229,7 +220,7 @@ static int decode_string(lexer *lx, const char *p, size_t n, int line, ct_tok *t
             int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             uint32_t v = 0;
             for (int k = 0; k < digits; k++) {
-                int h = i + (size_t)k < n ? hexval(p[i + (size_t)k]) : -1;
+                int h = i + (size_t)k < n ? utf8_hex_digit(p[i + (size_t)k]) : -1;
                 if (h < 0) {
                     rc = err_set(ERR_FORMAT, "template line %d: truncated \\%c escape in string",
                                  line, e);
@@ -367,7 +358,7 @@ static int lex_number(lexer *lx, size_t *pos, bool *matched) {
             size_t m = k;
             if (m < n && s[m] == '_')
                 m++;
-            int h = m < n ? hexval(s[m]) : -1;
+            int h = m < n ? utf8_hex_digit(s[m]) : -1;
             if (h < 0 || h >= base)
                 break;
             k = m + 1;

@@ -760,16 +760,6 @@ static int tok_load_special_list(tokenizer *t, const gguf *g) {
     return 0;
 }
 
-static int tok_hex(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 /* Computes each token's decoded bytes into the pool (tokenizer_token_text) and the SPM byte
  * fallback table. */
 static int tok_load_texts(tokenizer *t, tok_buf *pool) {
@@ -810,7 +800,7 @@ static int tok_load_texts(tokenizer *t, tok_buf *pool) {
                 }
             }
         } else if (t->kind == TOKENIZER_SPM && (a & TOKENIZER_ATTR_BYTE)) {
-            int hi = n == 6 ? tok_hex(s[3]) : -1, lo = n == 6 ? tok_hex(s[4]) : -1;
+            int hi = n == 6 ? utf8_hex_digit(s[3]) : -1, lo = n == 6 ? utf8_hex_digit(s[4]) : -1;
             if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>' || hi < 0 || lo < 0) {
                 rc = err_set(ERR_FORMAT,
                              "%s: tokenizer.ggml.tokens[%d] '%.*s' has the byte type but is not "
