@@ -471,6 +471,10 @@ ptrdiff_t ct_memfind(const char *hay, size_t n, const char *needle, size_t m, si
 int ct_from_json(ct_rt *rt, const json_value *j, ct_val *out);
 /* Appends Python's repr(float). */
 void ct_float_repr(strbuf *sb, double d);
+/* Appends the scalar v (None, a bool, an int or a float) as Python's str() writes it (python:
+ * None, True, 1.5, nan) or as json.dumps does (null, true, 1.5, NaN). Returns false, appending
+ * nothing, when v is of another type. */
+bool ct_scalar_write(strbuf *sb, ct_val v, bool python);
 
 typedef struct ct_dumps_opts {
     bool ensure_ascii;

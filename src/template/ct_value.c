@@ -536,23 +536,10 @@ static int repr_dict(ct_rt *rt, const ct_dict *d, strbuf *sb, int depth) {
 }
 
 static int str_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
+    if (ct_scalar_write(sb, v, true))
+        return 0;
     switch (v.t) {
     case CT_UNDEF:
-        return 0;
-    case CT_NONE:
-        strbuf_append(sb, "None", 4);
-        return 0;
-    case CT_BOOL:
-        strbuf_puts(sb, v.b ? "True" : "False");
-        return 0;
-    case CT_INT:
-        strbuf_printf(sb, "%" PRId64, v.i);
-        return 0;
-    case CT_FLOAT:
-        if (v.kind == 1)
-            strbuf_puts(sb, v.raw);
-        else
-            ct_float_repr(sb, v.f);
         return 0;
     case CT_STR:
         strbuf_append(sb, v.s.p, v.s.n);
