@@ -456,46 +456,7 @@ static int f_replace(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
     if ((rc = ct_stringify(rt, s, &s)) || (rc = ct_stringify(rt, b->v[0], &old)) ||
         (rc = ct_stringify(rt, b->v[1], &nw)))
         return rc;
-    strbuf sb;
-    strbuf_init(&sb);
-    if (old.s.n == 0) { /* Python inserts `new` around every character */
-        size_t i = 0;
-        int64_t done = 0;
-        while (i <= s.s.n) {
-            if (count < 0 || done < count) {
-                strbuf_append(&sb, nw.s.p, nw.s.n);
-                done++;
-            }
-            if (i == s.s.n)
-                break;
-            size_t k = i;
-            ct_utf8_next(s.s.p, s.s.n, &k);
-            strbuf_append(&sb, s.s.p + i, k - i);
-            i = k;
-        }
-    } else {
-        size_t i = 0;
-        int64_t done = 0;
-        while (i <= s.s.n) {
-            ptrdiff_t at =
-                (count < 0 || done < count) ? ct_memfind(s.s.p, s.s.n, old.s.p, old.s.n, i) : -1;
-            if (at < 0) {
-                strbuf_append(&sb, s.s.p + i, s.s.n - i);
-                break;
-            }
-            strbuf_append(&sb, s.s.p + i, (size_t)at - i);
-            strbuf_append(&sb, nw.s.p, nw.s.n);
-            i = (size_t)at + old.s.n;
-            done++;
-            if (sb.len > CT_MAX_OUTPUT)
-                break;
-        }
-    }
-    if (sb.len > CT_MAX_OUTPUT) {
-        strbuf_deinit(&sb);
-        return ct_error(rt, ERR_TOOLARGE, "replace result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
-    }
-    return new_str(rt, &sb, 0, out);
+    return ct_str_replace(rt, s, old, nw, count, 0, out);
 }
 
 static int f_tojson(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {

@@ -539,6 +539,11 @@ int ct_func_call(ct_rt *rt, const ct_func *fn, const ct_val *args, size_t n_args
                  ct_val *out);
 /* Returns the global function named by sym, if any. */
 bool ct_global_lookup(ct_rt *rt, const char *name, size_t len, ct_val *out);
+/* Python's s.replace(old, nw, count) of strings s, old and nw (count < 0: every occurrence), the
+ * str method's and the replace filter's: a new string of kind `kind` in *out. Returns 0,
+ * ERR_TOOLARGE when the result passes CT_MAX_OUTPUT, ERR_NOMEM. */
+int ct_str_replace(ct_rt *rt, ct_val s, ct_val old, ct_val nw, int64_t count, int kind,
+                   ct_val *out);
 /* Python str.format(*args, **kwargs) with jinja2's sandboxed formatter. */
 int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, const char **kw_names,
                   const size_t *kw_lens, const ct_val *kw_vals, size_t n_kw, ct_val *out);

@@ -527,15 +527,8 @@ static int m_find(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, int id
     return 0;
 }
 
-static int m_replace(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, ct_val *out) {
-    int rc;
-    if ((rc = str_arg(rt, args[0], "replace() argument 1")) ||
-        (rc = str_arg(rt, args[1], "replace() argument 2")))
-        return rc;
-    int64_t count = -1;
-    if (n_args > 2 && (rc = int_arg(rt, args[2], &count)))
-        return rc;
-    ct_val old = args[0], nw = args[1];
+int ct_str_replace(ct_rt *rt, ct_val s, ct_val old, ct_val nw, int64_t count, int kind,
+                   ct_val *out) {
     strbuf sb;
     strbuf_init(&sb);
     size_t i = 0;
@@ -571,7 +564,18 @@ static int m_replace(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, ct_
         strbuf_deinit(&sb);
         return ct_error(rt, ERR_TOOLARGE, "replace result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
     }
-    return str_result(rt, &sb, s.kind, out);
+    return str_result(rt, &sb, kind, out);
+}
+
+static int m_replace(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, ct_val *out) {
+    int rc;
+    if ((rc = str_arg(rt, args[0], "replace() argument 1")) ||
+        (rc = str_arg(rt, args[1], "replace() argument 2")))
+        return rc;
+    int64_t count = -1;
+    if (n_args > 2 && (rc = int_arg(rt, args[2], &count)))
+        return rc;
+    return ct_str_replace(rt, s, args[0], args[1], count, s.kind, out);
 }
 
 static int m_join(ct_rt *rt, ct_val s, ct_val seq, ct_val *out) {
