@@ -21,6 +21,7 @@
  */
 #include "base/arena.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/json.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
@@ -183,20 +184,14 @@ static int bisect_parse_toggle(hunt_ledger *lg, const char *s) {
 }
 
 static int bisect_load_prior(hunt_ledger *lg, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return cli_usage_error("bisect", "--prior %s: cannot open", path);
-    strbuf sb;
-    strbuf_init(&sb);
-    char buf[8192];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        strbuf_append(&sb, buf, got);
-    fclose(f);
+    char *text;
+    size_t len;
+    if (file_read_all(path, 0, &text, &len))
+        return cli_usage_error("bisect", "--prior %s: cannot read (%s)", path, err_detail());
     arena *a = arena_create(0, 0);
     json_value *v;
     int status = 0;
-    if (!a || json_parse(a, sb.data, sb.len, &v) || v->type != JSON_OBJECT) {
+    if (!a || json_parse(a, text, len, &v) || v->type != JSON_OBJECT) {
         status = cli_usage_error("bisect",
                                  "--prior %s: expected a JSON object of toggle names "
                                  "(%s)",
@@ -231,7 +226,7 @@ static int bisect_load_prior(hunt_ledger *lg, const char *path) {
     }
 out:
     arena_destroy(a);
-    strbuf_deinit(&sb);
+    free(text);
     return status;
 }
 
@@ -280,8 +275,8 @@ static int bisect_parse_option(const char *o, const char *v, bisect_ctx *c, hunt
 
 /* Parses the command line into c, lg (the toggles) and bo; on -h prints the help and sets *help.
  * Returns 0, or the exit status 2. */
-static int bisect_parse_args(int argc, char **argv, bisect_ctx *c, hunt_ledger *lg,
-                             bisect_opts *bo, bool *help) {
+static int bisect_parse_args(int argc, char **argv, bisect_ctx *c, hunt_ledger *lg, bisect_opts *bo,
+                             bool *help) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -353,8 +348,8 @@ static int bisect_resume(const bisect_ctx *c, hunt_ledger *lg) {
     hunt_ledger_deinit(lg);
     *lg = old;
     if (!c->quiet)
-        fprintf(stderr, "bisect: resuming from %s (%d entries, %d restarts used)\n",
-                c->ledger_path, lg->n_entries, hunt_ledger_restarts(lg));
+        fprintf(stderr, "bisect: resuming from %s (%d entries, %d restarts used)\n", c->ledger_path,
+                lg->n_entries, hunt_ledger_restarts(lg));
     return 0;
 }
 
