@@ -31,7 +31,6 @@
 #include "hunt/hunt_run.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,13 +49,6 @@ static const char bisect_help[] =
     "  --server-log FILE --health-timeout S --round N --baseline-sessions N --max-sessions N\n"
     "  --p0 P --p1 P --quiet\n"
     "exit status: 0 culprit named, 1 none named, 2 usage, launch or target error, interrupted\n";
-
-static volatile sig_atomic_t bisect_stop;
-
-static void bisect_on_signal(int s) {
-    (void)s;
-    bisect_stop = 1;
-}
 
 typedef struct bisect_ctx {
     const char *launch, *health, *hunt_args, *ledger_path, *server_log;
@@ -93,7 +85,7 @@ static int bisect_hunt_config(bisect_ctx *c, const hunt_ledger *lg, uint64_t fli
     rc = hunt_args_parse(argc, c->hunt_argv, cfg, true, msg, cap);
     if (rc)
         return rc;
-    cfg->stop = &bisect_stop;
+    cfg->stop = cli_stop_flag();
     int maxc = 0;
     for (int i = 0; i < cfg->n_conc; i++)
         if (cfg->conc[i] > maxc)
@@ -128,7 +120,7 @@ static int bisect_begin(void *ud, const hunt_ledger *lg, uint64_t flipped) {
     if (!rc)
         rc = hunt_proc_start(cmd.data, lg, flipped, c->server_log, &c->proc);
     if (!rc)
-        rc = hunt_proc_wait_healthy(c->proc, health.data, c->health_timeout, &bisect_stop);
+        rc = hunt_proc_wait_healthy(c->proc, health.data, c->health_timeout, cli_stop_flag());
     if (!rc)
         rc = hunt_run_create(&cfg, &c->run);
     if (rc && rc != ERR_CANCELLED)
@@ -374,11 +366,7 @@ static hunt_bisect_cfg bisect_cfg_make(const bisect_ctx *c, const hunt_ledger *l
 /* Runs the search with SIGINT/SIGTERM stopping it between rounds, and prints the ledger. Returns
  * the exit status: 0 culprit found, 1 none, 2 interrupted or failed. */
 static int bisect_search(bisect_ctx *c, hunt_ledger *lg, const hunt_bisect_cfg *bc) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = bisect_on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_stop_catch();
     hunt_bisect_ops ops = {bisect_begin, bisect_round, bisect_end, bisect_save, bisect_note, c};
     int rc = hunt_bisect_run(lg, bc, &ops);
     bisect_end(c);
