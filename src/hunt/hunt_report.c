@@ -59,8 +59,8 @@ static void report_json_evidence(strbuf *o, const hunt_session_rec *r) {
     strbuf_printf(o, ",\"evidence\":{\"turn\":%d,\"diverged\":%s,\"where\":", r->shown_turn,
                   e->diverged ? "true" : "false");
     jstr(o, e->diverged ? e->where : NULL);
-    strbuf_printf(o, ",\"offset\":%ld,\"token\":%d,\"near_tie\":\"%s\",\"tie_gap\":",
-                  e->div_offset, e->div_token, hunt_neartie_name(e->neartie));
+    strbuf_printf(o, ",\"offset\":%ld,\"token\":%d,\"near_tie\":\"%s\",\"tie_gap\":", e->div_offset,
+                  e->div_token, hunt_neartie_name(e->neartie));
     if (e->tie_gap < 0)
         strbuf_puts(o, "null");
     else
@@ -228,7 +228,8 @@ static void report_json_timeline(const hunt_results *res, strbuf *o) {
         strbuf_json_num(o, r->turns[r->shown_turn].t_end);
         strbuf_printf(o, ",\"session\":%lld,\"concurrency\":%d,\"turn\":%d}", (long long)r->index,
                       r->conc, r->shown_turn);
-    }    strbuf_putc(o, ']');
+    }
+    strbuf_putc(o, ']');
 }
 
 /* "sessions": one object per record, and the closing of the report object. */
@@ -295,6 +296,25 @@ void hunt_report_verdict(const hunt_results *res, strbuf *o) {
                   (long long)t->corrupt, (long long)t->n,
                   t->n ? 100.0 * (double)t->corrupt / (double)t->n : 0.0, 100 * t->lo, 100 * t->hi,
                   (long long)t->benign, (long long)t->errors);
+}
+
+void hunt_report_harness(const hunt_results *res, strbuf *o) {
+    int64_t reqs = res->client.requests + res->client.ref_requests;
+    strbuf_printf(o,
+                  "%lld test and %lld reference requests (%lld retries) in %.1f s; peak %d "
+                  "requests in flight; harness CPU %.2f s (%.3f ms per request).",
+                  (long long)res->client.requests, (long long)res->client.ref_requests,
+                  (long long)res->client.retries, res->client.wall_s, res->client.peak_in_flight,
+                  res->client.cpu_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
+}
+
+const hunt_session_rec *hunt_report_next_corrupt(const hunt_results *res, int64_t *i) {
+    while (*i < res->records.n_recs) {
+        const hunt_session_rec *r = res->records.recs[(*i)++];
+        if (r->verdict == HUNT_V_CORRUPT && r->shown_turn >= 0)
+            return r;
+    }
+    return NULL;
 }
 
 void hunt_report_md(const hunt_results *res, strbuf *o) {
@@ -376,22 +396,14 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
     } else {
         strbuf_puts(o, "The target exposes no known /metrics; no batch timeline.\n");
     }
-    int64_t reqs = res->client.requests + res->client.ref_requests;
-    strbuf_printf(o,
-                  "\n## Harness\n\n%lld test and %lld reference requests (%lld retries) in "
-                  "%.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
-                  "request).\n",
-                  (long long)res->client.requests, (long long)res->client.ref_requests,
-                  (long long)res->client.retries, res->client.wall_s, res->client.peak_in_flight,
-                  res->client.cpu_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
+    strbuf_puts(o, "\n## Harness\n\n");
+    hunt_report_harness(res, o);
+    strbuf_putc(o, '\n');
     int shown = 0;
-    for (int64_t i = 0; i < res->records.n_recs && shown < 50; i++) {
-        const hunt_session_rec *r = res->records.recs[i];
-        if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
-            continue;
+    const hunt_session_rec *r;
+    for (int64_t i = 0; shown < 50 && (r = hunt_report_next_corrupt(res, &i)); shown++) {
         if (!shown)
             strbuf_puts(o, "\n## Corrupt sessions: first divergent turn\n");
-        shown++;
         strbuf_printf(o, "\n### Session %lld (concurrency %d, padding %d), turn %d\n\n",
                       (long long)r->index, r->conc, r->pad, r->shown_turn);
         strbuf_puts(o, r->eval.why);

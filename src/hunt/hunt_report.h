@@ -35,6 +35,15 @@ void hunt_report_workload(const hunt_results *res, strbuf *out);
  * [lo%, hi%]); B benign divergences; E target errors."), plain text without markup. */
 void hunt_report_verdict(const hunt_results *res, strbuf *out);
 
+/* Appends the harness's figures both reports share ("N test and M reference requests (R
+ * retries) in T s; peak P requests in flight; harness CPU C s (X ms per request)."), plain text
+ * without markup. */
+void hunt_report_harness(const hunt_results *res, strbuf *out);
+
+/* The corrupt sessions both reports show turn by turn: the first record at or after index *i that
+ * is corrupt and has a shown turn, *i then just past it; NULL when there is none. */
+const hunt_session_rec *hunt_report_next_corrupt(const hunt_results *res, int64_t *i);
+
 /* Appends report.html's content to out. */
 void hunt_report_html(const hunt_results *res, strbuf *out);
 
