@@ -220,10 +220,8 @@ static void report_json_timeline(const hunt_results *res, strbuf *o) {
     }
     strbuf_puts(o, "],\"events\":[");
     int ne = 0;
-    for (int64_t i = 0; i < res->records.n_recs; i++) {
-        const hunt_session_rec *r = res->records.recs[i];
-        if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
-            continue;
+    const hunt_session_rec *r;
+    for (int64_t i = 0; (r = hunt_report_next_corrupt(res, &i));) {
         strbuf_puts(o, ne++ ? ",{\"t\":" : "{\"t\":");
         strbuf_json_num(o, r->turns[r->shown_turn].t_end);
         strbuf_printf(o, ",\"session\":%lld,\"concurrency\":%d,\"turn\":%d}", (long long)r->index,
@@ -317,6 +315,28 @@ const hunt_session_rec *hunt_report_next_corrupt(const hunt_results *res, int64_
     return NULL;
 }
 
+bool hunt_report_oracle_row(const hunt_results *res, int k, char *label, size_t cap, int64_t *n,
+                            bool *finding) {
+    static const char *const divergence[3] = {"exact: diverged from the reference",
+                                              "near-tie: benign divergence only",
+                                              "near-tie: divergence not at a near tie"};
+    const int64_t counts[3] = {res->agg.diverged, res->agg.neartie_benign,
+                               res->agg.neartie_corrupt};
+    *finding = k >= 3;
+    if (k < 3) {
+        snprintf(label, cap, "%s", divergence[k]);
+        *n = counts[k];
+        return true;
+    }
+    if ((k -= 3) >= HUNT_F_COUNT)
+        return false;
+    snprintf(label, cap, "%s: %s",
+             ((1u << k) & HUNT_F_STRUCTURAL_MASK) ? "structural" : "degeneration",
+             hunt_finding_name(k));
+    *n = res->agg.finding[k];
+    return true;
+}
+
 void hunt_report_md(const hunt_results *res, strbuf *o) {
     const hunt_cell *t = &res->agg.total;
     strbuf_puts(o, "# verity hunt report\n\n");
@@ -354,16 +374,11 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
     }
     strbuf_printf(o, "\n## Confound split\n\n%s\n", res->agg.confound);
     strbuf_puts(o, "\n## Oracles\n\n| oracle | sessions |\n|---|---|\n");
-    strbuf_printf(o, "| exact: diverged from the reference | %lld |\n",
-                  (long long)res->agg.diverged);
-    strbuf_printf(o, "| near-tie: benign divergence only | %lld |\n",
-                  (long long)res->agg.neartie_benign);
-    strbuf_printf(o, "| near-tie: divergence not at a near tie | %lld |\n",
-                  (long long)res->agg.neartie_corrupt);
-    for (int k = 0; k < HUNT_F_COUNT; k++)
-        strbuf_printf(o, "| %s: %s | %lld |\n",
-                      ((1u << k) & HUNT_F_STRUCTURAL_MASK) ? "structural" : "degeneration",
-                      hunt_finding_name(k), (long long)res->agg.finding[k]);
+    char row[96];
+    int64_t n;
+    bool finding;
+    for (int k = 0; hunt_report_oracle_row(res, k, row, sizeof row, &n, &finding); k++)
+        strbuf_printf(o, "| %s | %lld |\n", row, (long long)n);
     int64_t ml = 0;
     for (int k = 0; k < HUNT_F_COUNT; k++)
         ml += res->agg.model_level[k];
