@@ -14,6 +14,7 @@
  */
 #include "gguf/gguf.h"
 #include "base/err.h"
+#include "base/mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -142,14 +143,8 @@ static int gc_str(gcur *c, const char *field, gguf_str *out) {
 }
 
 static int gguf_arrs_push(gguf *g, uint64_t off, uint64_t *elem_offs) {
-    if (g->n_arrs == g->cap_arrs) {
-        size_t nc = g->cap_arrs ? g->cap_arrs * 2 : 16;
-        gguf_arr_index *na = realloc(g->arrs, nc * sizeof *na);
-        if (!na)
-            return err_set(ERR_NOMEM, "%s: out of memory indexing arrays", g->path);
-        g->arrs = na;
-        g->cap_arrs = nc;
-    }
+    if (mem_grow((void **)&g->arrs, &g->cap_arrs, g->n_arrs + 1, sizeof *g->arrs))
+        return err_set(ERR_NOMEM, "%s: out of memory indexing arrays", g->path);
     g->arrs[g->n_arrs].off = off;
     g->arrs[g->n_arrs].elem_offs = elem_offs;
     g->n_arrs++;

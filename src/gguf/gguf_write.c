@@ -9,6 +9,7 @@
  * and flushed, so no partial output file is ever visible under the final name.
  */
 #include "base/err.h"
+#include "base/mem.h"
 #include "base/strbuf.h"
 #include "gguf/gguf.h"
 
@@ -84,14 +85,8 @@ static gw_kv *gw_entry(gguf_writer *w, const char *key) {
             return &w->kvs[i];
         }
     }
-    if (w->n_kv == w->cap_kv) {
-        size_t nc = w->cap_kv ? w->cap_kv * 2 : 32;
-        gw_kv *n = realloc(w->kvs, nc * sizeof *n);
-        if (!n)
-            return NULL;
-        w->kvs = n;
-        w->cap_kv = nc;
-    }
+    if (mem_grow((void **)&w->kvs, &w->cap_kv, w->n_kv + 1, sizeof *w->kvs))
+        return NULL;
     gw_kv *kv = &w->kvs[w->n_kv];
     kv->key = strdup(key);
     if (!kv->key)
@@ -279,14 +274,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t 
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->tensors[i].name, name) == 0)
             return err_set(ERR_INVAL, "gguf writer: duplicate tensor '%s'", name);
-    if (w->n_t == w->cap_t) {
-        size_t nc = w->cap_t ? w->cap_t * 2 : 64;
-        gw_tensor *n = realloc(w->tensors, nc * sizeof *n);
-        if (!n)
-            return err_set(ERR_NOMEM, "gguf writer: out of memory");
-        w->tensors = n;
-        w->cap_t = nc;
-    }
+    if (mem_grow((void **)&w->tensors, &w->cap_t, w->n_t + 1, sizeof *w->tensors))
+        return err_set(ERR_NOMEM, "gguf writer: out of memory");
     gw_tensor *t = &w->tensors[w->n_t];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);

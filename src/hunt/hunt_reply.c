@@ -11,6 +11,7 @@
 #include "hunt/hunt_reply.h"
 #include "base/err.h"
 #include "base/json.h"
+#include "base/mem.h"
 #include "base/strbuf.h"
 #include "hunt/hunt_sse.h"
 
@@ -220,7 +221,8 @@ struct hunt_stream {
     int last_index;
     strbuf finish;
     hunt_tok *toks;
-    int n_toks, cap_toks;
+    int n_toks;
+    size_t cap_toks;
     bool has_logprobs;
     int64_t prompt_tokens, completion_tokens;
     char issue[512];
@@ -304,14 +306,8 @@ static void hunt_stream_call(hunt_stream *s, const json_value *d) {
 }
 
 static int hunt_stream_push_tok(hunt_stream *s, const json_value *e) {
-    if (s->n_toks == s->cap_toks) {
-        int nc = s->cap_toks ? s->cap_toks * 2 : 64;
-        hunt_tok *nt = realloc(s->toks, (size_t)nc * sizeof *nt);
-        if (!nt)
-            return ERR_NOMEM;
-        s->toks = nt;
-        s->cap_toks = nc;
-    }
+    if (mem_grow((void **)&s->toks, &s->cap_toks, (size_t)s->n_toks + 1, sizeof *s->toks))
+        return ERR_NOMEM;
     if (hunt_parse_tok(s->toks_arena, e, &s->toks[s->n_toks]))
         return ERR_NOMEM;
     s->n_toks++;

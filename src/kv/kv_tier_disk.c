@@ -27,6 +27,7 @@
 #include "base/err.h"
 #include "base/file.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "kv/kv_tier.h"
 #include "kv/kv_tier_int.h"
 
@@ -409,14 +410,9 @@ static int disk_index(disk_tier *d) {
         if (!name_parse(de->d_name, &key) || fstatat(dirfd(dh), de->d_name, &sb, 0) != 0 ||
             !S_ISREG(sb.st_mode))
             continue;
-        if (nv == cap) {
-            cap = cap ? cap * 2 : 256;
-            disk_ent **nvv = realloc(v, cap * sizeof *v);
-            if (!nvv) {
-                rc = err_set(ERR_NOMEM, "kv disk tier %s: out of memory indexing", d->dir);
-                break;
-            }
-            v = nvv;
+        if (mem_grow((void **)&v, &cap, nv + 1, sizeof *v)) {
+            rc = err_set(ERR_NOMEM, "kv disk tier %s: out of memory indexing", d->dir);
+            break;
         }
         disk_ent *e = calloc(1, sizeof *e);
         if (!e) {

@@ -15,6 +15,7 @@
 #include "template/ct_int.h"
 
 #include "base/err.h"
+#include "base/mem.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -341,32 +342,18 @@ static int m_split(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, const
     if (sep.t == CT_STR && sep.s.n == 0)
         return ct_error(rt, ERR_INVAL, "empty separator");
     /* collect [start, end) pieces */
-    size_t cap = 8, n = 0;
-    size_t *st = malloc(cap * sizeof *st), *en = malloc(cap * sizeof *en);
-    if (!st || !en) {
-        free(st);
-        free(en);
-        return nomem(rt);
-    }
+    size_t cap = 0, n = 0;
+    size_t(*pc)[2] = NULL;
     const char *p = s.s.p;
     size_t len = s.s.n;
 #define PUSH(a, b)                                                                                 \
     do {                                                                                           \
-        if (n == cap) {                                                                            \
-            cap *= 2;                                                                              \
-            size_t *ns = realloc(st, cap * sizeof *st),                                            \
-                   *ne = ns ? realloc(en, cap * sizeof *en) : NULL;                                \
-            if (ns)                                                                                \
-                st = ns;                                                                           \
-            if (ne)                                                                                \
-                en = ne;                                                                           \
-            if (!ns || !ne) {                                                                      \
-                rc = nomem(rt);                                                                    \
-                goto done;                                                                         \
-            }                                                                                      \
+        if (mem_grow((void **)&pc, &cap, n + 1, sizeof *pc)) {                                     \
+            rc = nomem(rt);                                                                        \
+            goto done;                                                                             \
         }                                                                                          \
-        st[n] = (a);                                                                               \
-        en[n] = (b);                                                                               \
+        pc[n][0] = (a);                                                                            \
+        pc[n][1] = (b);                                                                            \
         n++;                                                                                       \
     } while (0)
     rc = 0;
@@ -469,13 +456,12 @@ static int m_split(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, const
         goto done;
     for (size_t i = 0; i < n; i++) {
         size_t k = right ? n - 1 - i : i;
-        out->l->items[i] = ct_str(p + st[k], en[k] - st[k]);
+        out->l->items[i] = ct_str(p + pc[k][0], pc[k][1] - pc[k][0]);
         out->l->items[i].kind = s.kind;
     }
     rc = ct_charge(rt, n);
 done:
-    free(st);
-    free(en);
+    free(pc);
     return rc;
 }
 

@@ -15,6 +15,7 @@
  */
 #include "base/err.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "base/utf8.h"
 #include "tokenizer/tok_int.h"
 
@@ -138,16 +139,8 @@ typedef struct tok_buf {
 static int tok_buf_put(tok_buf *b, const void *s, size_t n, uint32_t *off) {
     if (b->len + n + 1 > TOK_POOL_MAX)
         return err_set(ERR_TOOLARGE, "tokenizer: vocabulary text exceeds %u bytes", TOK_POOL_MAX);
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return err_set(ERR_NOMEM, "tokenizer: out of memory for the vocabulary pool");
-        b->p = p;
-        b->cap = cap;
-    }
+    if (mem_grow((void **)&b->p, &b->cap, b->len + n + 1, 1))
+        return err_set(ERR_NOMEM, "tokenizer: out of memory for the vocabulary pool");
     *off = (uint32_t)b->len;
     if (n)
         memcpy(b->p + b->len, s, n);

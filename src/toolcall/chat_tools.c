@@ -21,6 +21,7 @@
  */
 #include "toolcall/tc_registry.h"
 #include "base/err.h"
+#include "base/mem.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -219,14 +220,8 @@ int ctp_add_call(chat_tool_parser *p, const char *name, size_t nl, const json_va
             return ctp_fail(p, "the function name \"%.*s\" contains the control byte %s",
                             (int)(i > 64 ? 64 : i), name, ctp_byte(b, name[i]));
         }
-    if (p->n_calls == p->cap_calls) {
-        int nc = p->cap_calls ? p->cap_calls * 2 : 4;
-        chat_tool_call *c = realloc(p->calls, (size_t)nc * sizeof *c);
-        if (!c)
-            return err_set(ERR_NOMEM, "tool parser: out of memory");
-        p->calls = c;
-        p->cap_calls = nc;
-    }
+    if (mem_grow((void **)&p->calls, &p->cap_calls, (size_t)p->n_calls + 1, sizeof *p->calls))
+        return err_set(ERR_NOMEM, "tool parser: out of memory");
     strbuf sb;
     strbuf_init(&sb);
     if (args)

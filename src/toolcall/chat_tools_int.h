@@ -89,7 +89,8 @@ struct chat_tool_parser {
     char tail[64];    /* the longest suffix of the content released so far that is a proper */
     size_t tail_len;  /* prefix of a marker (non-empty only right before a call region) */
     chat_tool_call *calls;
-    int n_calls, cap_calls;
+    int n_calls;
+    size_t cap_calls;
     arena *tools_a;          /* owns tools */
     const json_value *tools; /* set_tools's copy, or NULL */
     char error[384];         /* the failure, for finish */
