@@ -35,7 +35,8 @@ ct_scope *ct_scope_new(ct_rt *rt, ct_scope *parent) {
         s->parent = parent;
         s->syms = NULL;
         s->vals = NULL;
-        s->n = s->cap = 0;
+        s->n = 0;
+        s->cap_syms = s->cap_vals = 0;
     }
     return s;
 }
@@ -46,20 +47,9 @@ int ct_scope_set(ct_rt *rt, ct_scope *sc, int sym, ct_val v) {
             sc->vals[i] = v;
             return 0;
         }
-    if (sc->n == sc->cap) {
-        uint32_t cap = sc->cap ? sc->cap * 2 : 4;
-        int *syms = arena_alloc(rt->a, cap * sizeof *syms);
-        ct_val *vals = arena_alloc(rt->a, cap * sizeof *vals);
-        if (!syms || !vals)
-            return nomem(rt);
-        if (sc->n) {
-            memcpy(syms, sc->syms, sc->n * sizeof *syms);
-            memcpy(vals, sc->vals, sc->n * sizeof *vals);
-        }
-        sc->syms = syms;
-        sc->vals = vals;
-        sc->cap = cap;
-    }
+    if (arena_grow(rt->a, (void **)&sc->syms, &sc->cap_syms, sc->n + 1, sizeof *sc->syms) ||
+        arena_grow(rt->a, (void **)&sc->vals, &sc->cap_vals, sc->n + 1, sizeof *sc->vals))
+        return nomem(rt);
     sc->syms[sc->n] = sym;
     sc->vals[sc->n] = v;
     sc->n++;

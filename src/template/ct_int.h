@@ -121,7 +121,7 @@ struct ct_list {
 struct ct_dict {
     ct_val *keys;
     ct_val *vals;
-    size_t n, cap;
+    size_t n, cap_keys, cap_vals;
 };
 
 /* Why a value is undefined, for jinja2's error message when it is used. */
@@ -278,7 +278,8 @@ int ct_lex(arena *a, const char *src, size_t n, ct_tok **toks, size_t *n_toks);
 typedef struct ct_syms {
     const char **names;
     size_t *lens;
-    int n, cap;
+    int n;
+    size_t cap_names, cap_lens;
 } ct_syms;
 
 typedef struct ct_tpl {
@@ -316,7 +317,8 @@ struct ct_scope {
     ct_scope *parent;
     int *syms;
     ct_val *vals;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap_syms, cap_vals;
 };
 
 struct ct_macro {

@@ -38,16 +38,8 @@ typedef struct lexer {
 } lexer;
 
 static int lex_push(lexer *lx, ct_tok t) {
-    if (lx->n_toks == lx->cap) {
-        size_t cap = lx->cap ? lx->cap * 2 : 256;
-        ct_tok *nt = arena_alloc(lx->a, cap * sizeof *nt);
-        if (!nt)
-            return err_set(ERR_NOMEM, "template: out of memory while tokenising");
-        if (lx->n_toks)
-            memcpy(nt, lx->toks, lx->n_toks * sizeof *nt);
-        lx->toks = nt;
-        lx->cap = cap;
-    }
+    if (arena_grow(lx->a, (void **)&lx->toks, &lx->cap, lx->n_toks + 1, sizeof *lx->toks))
+        return err_set(ERR_NOMEM, "template: out of memory while tokenising");
     lx->toks[lx->n_toks++] = t;
     return 0;
 }

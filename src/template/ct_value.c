@@ -106,7 +106,7 @@ int ct_dict_new(ct_rt *rt, size_t cap, ct_val *out) {
     if (!d)
         return ct_nomem(rt);
     d->n = 0;
-    d->cap = cap;
+    d->cap_keys = d->cap_vals = cap;
     d->keys = cap ? arena_alloc(rt->a, cap * sizeof *d->keys) : NULL;
     d->vals = cap ? arena_alloc(rt->a, cap * sizeof *d->vals) : NULL;
     if (cap && (!d->keys || !d->vals))
@@ -142,19 +142,9 @@ int ct_dict_set(ct_rt *rt, ct_dict *d, ct_val key, ct_val val) {
         d->vals[i] = val;
         return 0;
     }
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 8;
-        ct_val *k = arena_alloc(rt->a, cap * sizeof *k), *v = arena_alloc(rt->a, cap * sizeof *v);
-        if (!k || !v)
-            return ct_nomem(rt);
-        if (d->n) {
-            memcpy(k, d->keys, d->n * sizeof *k);
-            memcpy(v, d->vals, d->n * sizeof *v);
-        }
-        d->keys = k;
-        d->vals = v;
-        d->cap = cap;
-    }
+    if (arena_grow(rt->a, (void **)&d->keys, &d->cap_keys, d->n + 1, sizeof *d->keys) ||
+        arena_grow(rt->a, (void **)&d->vals, &d->cap_vals, d->n + 1, sizeof *d->vals))
+        return ct_nomem(rt);
     d->keys[d->n] = key;
     d->vals[d->n] = val;
     d->n++;
