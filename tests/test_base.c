@@ -6,6 +6,7 @@
 #include "base/file.h"
 #include "base/flags.h"
 #include "base/json.h"
+#include "base/list.h"
 #include "base/pool.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
@@ -366,6 +367,46 @@ static void t_file(void) {
     T_CHECK(file_read_all(test_tmpdir(), 0, &b, &n) == ERR_IO && !b);
 }
 
+typedef struct list_item {
+    int id;
+    list_link link;
+} list_item;
+
+/* The ids of l from first to last, and the same walked back from last, as "1,2,3|3,2,1". */
+static void list_ids(const list *l, char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = 0;
+    for (list_link *k = l->first; k; k = k->next)
+        n += (size_t)snprintf(out + n, cap - n, "%s%d", k == l->first ? "" : ",",
+                              LIST_ENTRY(k, list_item, link)->id);
+    n += (size_t)snprintf(out + n, cap - n, "|");
+    for (list_link *k = l->last; k; k = k->prev)
+        n += (size_t)snprintf(out + n, cap - n, "%s%d", k == l->last ? "" : ",",
+                              LIST_ENTRY(k, list_item, link)->id);
+}
+
+static void t_list(void) {
+    list l = {0};
+    list_item it[4] = {{1, {0}}, {2, {0}}, {3, {0}}, {4, {0}}};
+    char ids[64];
+    T_CHECK(LIST_ENTRY(l.first, list_item, link) == NULL);
+    for (int i = 0; i < 4; i++)
+        list_push_last(&l, &it[i].link);
+    list_ids(&l, ids, sizeof ids);
+    T_CHECKF(!strcmp(ids, "1,2,3,4|4,3,2,1"), "%s", ids);
+    list_unlink(&l, &it[1].link); /* middle */
+    list_unlink(&l, &it[0].link); /* first */
+    list_unlink(&l, &it[3].link); /* last */
+    list_ids(&l, ids, sizeof ids);
+    T_CHECKF(!strcmp(ids, "3|3"), "%s", ids);
+    T_CHECK(!it[1].link.prev && !it[1].link.next);
+    list_push_last(&l, &it[0].link); /* an unlinked element goes back in */
+    T_CHECK(LIST_ENTRY(l.first, list_item, link) == &it[2]);
+    list_unlink(&l, &it[2].link);
+    list_unlink(&l, &it[0].link);
+    T_CHECK(!l.first && !l.last);
+}
+
 int main(void) {
     test_run("base.file", t_file);
     test_run("base.err", t_err);
@@ -377,5 +418,6 @@ int main(void) {
     test_run("base.flags", t_flags);
     test_run("base.pool", t_pool);
     test_run("base.pool_for", t_pool_for);
+    test_run("base.list", t_list);
     return test_summary();
 }
