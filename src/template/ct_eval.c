@@ -465,6 +465,16 @@ static int add_strings(ct_rt *rt, ct_val a, ct_val b, ct_val *out) {
     return rc;
 }
 
+int ct_int_mod(ct_rt *rt, int64_t x, int64_t y, int64_t *out) {
+    if (y == 0)
+        return ct_error(rt, ERR_INVAL, "integer modulo by zero");
+    int64_t m = y == -1 ? 0 : x % y;
+    if (m != 0 && ((m < 0) != (y < 0)))
+        m += y;
+    *out = m;
+    return 0;
+}
+
 static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "** or pow()"};
     if (op == CT_OP_MOD && a.t == CT_STR) /* str.__mod__ runs before any reflected method */
@@ -476,32 +486,21 @@ static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
     bool na = ct_is_num(a), nb = ct_is_num(b);
     if (na && nb) {
         bool ints = a.t != CT_FLOAT && b.t != CT_FLOAT;
-        int64_t x = as_i(a), y = as_i(b), r;
+        int64_t x = as_i(a), y = as_i(b), r = 0;
         double dx = as_d(a), dy = as_d(b);
         switch (op) {
         case CT_OP_ADD:
-            if (ints) {
-                if (__builtin_add_overflow(x, y, &r))
-                    goto overflow;
-                *out = ct_int(r);
-            } else
-                *out = ct_float(dx + dy);
-            return 0;
         case CT_OP_SUB:
-            if (ints) {
-                if (__builtin_sub_overflow(x, y, &r))
-                    goto overflow;
-                *out = ct_int(r);
-            } else
-                *out = ct_float(dx - dy);
-            return 0;
         case CT_OP_MUL:
-            if (ints) {
-                if (__builtin_mul_overflow(x, y, &r))
-                    goto overflow;
-                *out = ct_int(r);
-            } else
-                *out = ct_float(dx * dy);
+            if (!ints) {
+                *out = ct_float(op == CT_OP_ADD ? dx + dy : op == CT_OP_SUB ? dx - dy : dx * dy);
+                return 0;
+            }
+            if (op == CT_OP_ADD   ? __builtin_add_overflow(x, y, &r)
+                : op == CT_OP_SUB ? __builtin_sub_overflow(x, y, &r)
+                                  : __builtin_mul_overflow(x, y, &r))
+                goto overflow;
+            *out = ct_int(r);
             return 0;
         case CT_OP_DIV:
             if (dy == 0)
@@ -534,16 +533,10 @@ static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
             return 0;
         case CT_OP_MOD:
             if (ints) {
-                if (y == 0)
-                    return ct_error(rt, ERR_INVAL, "integer modulo by zero");
-                if (y == -1) {
-                    *out = ct_int(0);
-                    return 0;
-                }
-                int64_t m = x % y;
-                if (m != 0 && ((m < 0) != (y < 0)))
-                    m += y;
-                *out = ct_int(m);
+                int rc = ct_int_mod(rt, x, y, &r);
+                if (rc)
+                    return rc;
+                *out = ct_int(r);
             } else {
                 if (dy == 0)
                     return ct_error(rt, ERR_INVAL, "float modulo");

@@ -498,6 +498,9 @@ int ct_eval(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out);
 int ct_exec_body(ct_rt *rt, ct_node *const *body, uint32_t n, ct_scope *sc);
 ct_scope *ct_scope_new(ct_rt *rt, ct_scope *parent);
 int ct_scope_set(ct_rt *rt, ct_scope *sc, int sym, ct_val v);
+/* Python's x % y of integers (the sign of y; no overflow for y == -1): 0 and *out, or ERR_INVAL
+ * ("integer modulo by zero") when y is 0. The % operator's and the divisibleby test's. */
+int ct_int_mod(ct_rt *rt, int64_t x, int64_t y, int64_t *out);
 /* jinja2 environment.getattr / getitem semantics (sandboxed). */
 int ct_getattr(ct_rt *rt, ct_val obj, const char *name, size_t len, ct_val *out);
 int ct_getitem(ct_rt *rt, ct_val obj, ct_val key, ct_val *out);

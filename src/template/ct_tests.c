@@ -115,18 +115,7 @@ static int test_mod(ct_rt *rt, ct_val v, ct_val m, int64_t *out) {
     if (v.t == CT_UNDEF)
         return ct_undef_fail(rt, v);
     if ((v.t == CT_INT || v.t == CT_BOOL) && (m.t == CT_INT || m.t == CT_BOOL)) {
-        int64_t x = v.t == CT_BOOL ? v.b : v.i, y = m.t == CT_BOOL ? m.b : m.i;
-        if (y == 0)
-            return ct_error(rt, ERR_INVAL, "integer modulo by zero");
-        if (y == -1) {
-            *out = 0;
-            return 0;
-        }
-        int64_t r = x % y;
-        if (r != 0 && ((r < 0) != (y < 0)))
-            r += y;
-        *out = r;
-        return 0;
+        return ct_int_mod(rt, v.t == CT_BOOL ? v.b : v.i, m.t == CT_BOOL ? m.b : m.i, out);
     }
     if (ct_is_num(v) && ct_is_num(m)) {
         double x = v.t == CT_FLOAT ? v.f : (double)(v.t == CT_BOOL ? v.b : v.i);
