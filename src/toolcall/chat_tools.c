@@ -297,17 +297,23 @@ int ctp_add_json_call(chat_tool_parser *p, arena *a, const json_value *v, const 
     return ctp_add_call(p, name, nl, obj);
 }
 
-int ctp_add_json_text(chat_tool_parser *p, const char *text, size_t n, const char *what) {
-    arena *a = ctp_arena();
-    if (!a)
-        return ERR_NOMEM;
-    json_value *v;
-    int rc = json_parse(a, text, n, &v);
+int ctp_parse_json(chat_tool_parser *p, arena *a, const char *text, size_t n, const char *what,
+                   json_value **v) {
+    int rc = json_parse(a, text, n, v);
     if (rc && rc != ERR_NOMEM) {
         char ex[256];
         rc = ctp_fail(p, "%s is not valid JSON (%s): \"%s\"", what, err_detail(),
                       ctp_excerpt(ex, sizeof ex, text, n));
     }
+    return rc;
+}
+
+int ctp_add_json_text(chat_tool_parser *p, const char *text, size_t n, const char *what) {
+    arena *a = ctp_arena();
+    if (!a)
+        return ERR_NOMEM;
+    json_value *v;
+    int rc = ctp_parse_json(p, a, text, n, what, &v);
     if (!rc)
         rc = ctp_add_json_call(p, a, v, what);
     arena_destroy(a);

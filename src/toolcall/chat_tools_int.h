@@ -159,6 +159,11 @@ int ctp_add_call(chat_tool_parser *p, const char *name, size_t nl, const json_va
  * ("<tool_call> body"). Returns 0, ERR_FORMAT, ERR_NOMEM. */
 int ctp_add_json_call(chat_tool_parser *p, arena *a, const json_value *v, const char *what);
 
+/* Parses text[0..n) as JSON into *v (values in a). Returns 0, ERR_FORMAT through ctp_fail ("<what>
+ * is not valid JSON (<why>): <excerpt>"), ERR_NOMEM. */
+int ctp_parse_json(chat_tool_parser *p, arena *a, const char *text, size_t n, const char *what,
+                   json_value **v);
+
 /* Parses text[0..n) as such an object and appends the call. */
 int ctp_add_json_text(chat_tool_parser *p, const char *text, size_t n, const char *what);
 

@@ -20,15 +20,11 @@ static const char *const ctp_mistral_markers[] = {M_CALLS, M_ARGS, M_CALL_ID};
 
 /* A JSON array of calls (or one call object) in s[0..n). */
 static int ctp_mistral_json(chat_tool_parser *p, const char *s, size_t n) {
-    char ex[256];
     arena *a = ctp_arena();
     if (!a)
         return ERR_NOMEM;
     json_value *v;
-    int rc = json_parse(a, s, n, &v);
-    if (rc && rc != ERR_NOMEM)
-        rc = ctp_fail(p, "%s calls are not valid JSON (%s): \"%s\"", M_CALLS, err_detail(),
-                      ctp_excerpt(ex, sizeof ex, s, n));
+    int rc = ctp_parse_json(p, a, s, n, M_CALLS " calls", &v);
     if (!rc && v->type == JSON_ARRAY) {
         if (v->arr.n == 0)
             rc = ctp_fail(p, "%s is followed by an empty array", M_CALLS);
