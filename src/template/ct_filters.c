@@ -122,13 +122,9 @@ static const char *const unsupported_filters[] = {
     "truncate",       "urlencode", "urlize", "wordwrap", "xmlattr", NULL,
 };
 
-static bool name_eq(const char *a, size_t n, const char *b) {
-    return strlen(b) == n && memcmp(a, b, n) == 0;
-}
-
 static int filter_index(const char *name, size_t len) {
     for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
-        if (name_eq(name, len, filters[i].name))
+        if (ct_name_is(name, len, filters[i].name))
             return (int)i;
     return -1;
 }
@@ -139,7 +135,7 @@ int ct_filter_id(const char *name, size_t len, bool *known_unsupported) {
     if (i >= 0)
         return i;
     for (int k = 0; unsupported_filters[k]; k++)
-        if (name_eq(name, len, unsupported_filters[k]))
+        if (ct_name_is(name, len, unsupported_filters[k]))
             *known_unsupported = true;
     return -1;
 }
@@ -179,7 +175,7 @@ static int bind(ct_rt *rt, int fi, const ct_val *args, size_t n_args, const char
     for (size_t k = 0; k < n_kw; k++) {
         int i;
         for (i = 0; i < np; i++)
-            if (name_eq(kw_names[k], kw_lens[k], filters[fi].params[i]))
+            if (ct_name_is(kw_names[k], kw_lens[k], filters[fi].params[i]))
                 break;
         if (i == np)
             return ct_error(rt, ERR_INVAL, "filter '%s' got an unexpected keyword argument '%.*s'",
@@ -623,11 +619,11 @@ static int f_round(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
     const char *method = "common";
     if (b->has[1]) {
         ct_val m = b->v[1];
-        if (m.t == CT_STR && name_eq(m.s.p, m.s.n, "ceil"))
+        if (m.t == CT_STR && ct_name_is(m.s.p, m.s.n, "ceil"))
             method = "ceil";
-        else if (m.t == CT_STR && name_eq(m.s.p, m.s.n, "floor"))
+        else if (m.t == CT_STR && ct_name_is(m.s.p, m.s.n, "floor"))
             method = "floor";
-        else if (!(m.t == CT_STR && name_eq(m.s.p, m.s.n, "common")))
+        else if (!(m.t == CT_STR && ct_name_is(m.s.p, m.s.n, "common")))
             return ct_error(rt, ERR_INVAL, "method must be common, ceil or floor");
     }
     if (!ct_is_num(v))
@@ -750,10 +746,10 @@ static int f_map(ct_rt *rt, ct_val v, const ct_val *args, size_t n_args, const c
         ct_val attr = ct_none(), dflt = ct_none();
         bool has_attr = false;
         for (size_t k = 0; k < n_kw; k++) {
-            if (name_eq(kw_names[k], kw_lens[k], "attribute")) {
+            if (ct_name_is(kw_names[k], kw_lens[k], "attribute")) {
                 attr = kw_vals[k];
                 has_attr = true;
-            } else if (name_eq(kw_names[k], kw_lens[k], "default")) {
+            } else if (ct_name_is(kw_names[k], kw_lens[k], "default")) {
                 dflt = kw_vals[k];
             } else {
                 return ct_error(rt, ERR_INVAL, "Unexpected keyword argument '%.*s'",
@@ -864,9 +860,9 @@ static int f_dictsort(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
     int pos = 0;
     if (b->has[1]) {
         ct_val by = b->v[1];
-        if (by.t == CT_STR && name_eq(by.s.p, by.s.n, "value"))
+        if (by.t == CT_STR && ct_name_is(by.s.p, by.s.n, "value"))
             pos = 1;
-        else if (!(by.t == CT_STR && name_eq(by.s.p, by.s.n, "key")))
+        else if (!(by.t == CT_STR && ct_name_is(by.s.p, by.s.n, "key")))
             return ct_error(rt, ERR_INVAL, "You can only sort by either \"key\" or \"value\"");
     }
     size_t n = v.d->n;

@@ -465,6 +465,15 @@ void ct_py_repr_str(strbuf *sb, const char *p, size_t n);
 void ct_html_escape(strbuf *sb, const char *p, size_t n);
 /* Finds needle in hay from byte offset from; returns the byte offset or -1. */
 ptrdiff_t ct_memfind(const char *hay, size_t n, const char *needle, size_t m, size_t from);
+/* True when s[0..n) is the C string lit. */
+bool ct_name_is(const char *s, size_t n, const char *lit);
+/* A name and the id it stands for: the tables of methods, globals and tests. */
+typedef struct ct_named {
+    const char *name;
+    int id;
+} ct_named;
+/* The row of t[0..n) (names unique) named name[0..len), or NULL. */
+const ct_named *ct_named_find(const ct_named *t, size_t n, const char *name, size_t len);
 
 /* ---- ct_json.c ---------------------------------------------------------------------------------
  */

@@ -75,10 +75,7 @@ enum {
     M_LIST_COPY,
 };
 
-static const struct {
-    const char *name;
-    int id;
-} str_methods[] = {
+static const ct_named str_methods[] = {
     {"startswith", M_STARTSWITH},
     {"endswith", M_ENDSWITH},
     {"split", M_SPLIT},
@@ -119,10 +116,6 @@ static const struct {
     {"swapcase", M_SWAPCASE},
 };
 
-static bool name_is(const char *a, size_t n, const char *b) {
-    return strlen(b) == n && memcmp(a, b, n) == 0;
-}
-
 static int nomem(ct_rt *rt) {
     return ct_error(rt, ERR_NOMEM, "out of memory");
 }
@@ -143,59 +136,44 @@ static int make_func(ct_rt *rt, int id, ct_val self, const char *name, ct_val *o
 bool ct_method_lookup(ct_rt *rt, ct_val self, const char *name, size_t len, ct_val *out,
                       bool *unsafe) {
     *unsafe = false;
-    int id = -1;
-    const char *canon = NULL;
+    const ct_named *m = NULL;
     if (self.t == CT_STR) {
-        for (size_t i = 0; i < sizeof str_methods / sizeof str_methods[0]; i++)
-            if (name_is(name, len, str_methods[i].name)) {
-                id = str_methods[i].id;
-                canon = str_methods[i].name;
-            }
+        m = ct_named_find(str_methods, sizeof str_methods / sizeof *str_methods, name, len);
     } else if (self.t == CT_DICT) {
-        static const char *const names[] = {"get", "items", "keys", "values", "copy"};
-        static const int ids[] = {M_GET, M_ITEMS, M_KEYS, M_VALUES, M_COPY};
-        for (int i = 0; i < 5; i++)
-            if (name_is(name, len, names[i])) {
-                id = ids[i];
-                canon = names[i];
-            }
+        static const ct_named dict_methods[] = {
+            {"get", M_GET},       {"items", M_ITEMS}, {"keys", M_KEYS},
+            {"values", M_VALUES}, {"copy", M_COPY},
+        };
+        m = ct_named_find(dict_methods, sizeof dict_methods / sizeof *dict_methods, name, len);
         static const char *const bad[] = {"pop",   "popitem",  "setdefault", "update",
                                           "clear", "fromkeys", NULL};
         for (int i = 0; bad[i]; i++)
-            if (name_is(name, len, bad[i]))
+            if (ct_name_is(name, len, bad[i]))
                 *unsafe = true;
     } else if (self.t == CT_LIST && (self.kind == CT_SEQ_LIST || self.kind == CT_SEQ_TUPLE)) {
-        if (name_is(name, len, "index")) {
-            id = M_LIST_INDEX;
-            canon = "index";
-        } else if (name_is(name, len, "count")) {
-            id = M_LIST_COUNT;
-            canon = "count";
-        } else if (self.kind == CT_SEQ_LIST && name_is(name, len, "copy")) {
-            id = M_LIST_COPY;
-            canon = "copy";
-        } else if (self.kind == CT_SEQ_LIST) {
+        static const ct_named list_methods[] = {
+            {"index", M_LIST_INDEX}, {"count", M_LIST_COUNT}, {"copy", M_LIST_COPY}};
+        /* copy is a list's, not a tuple's */
+        m = ct_named_find(list_methods, self.kind == CT_SEQ_LIST ? 3 : 2, name, len);
+        if (!m && self.kind == CT_SEQ_LIST) {
             static const char *const bad[] = {"append",  "extend", "insert", "pop", "remove",
                                               "reverse", "sort",   "clear",  NULL};
             for (int i = 0; bad[i]; i++)
-                if (name_is(name, len, bad[i]))
+                if (ct_name_is(name, len, bad[i]))
                     *unsafe = true;
         }
     }
     if (len >= 2 && name[0] == '_' && name[1] == '_')
-        *unsafe = id < 0 && (self.t == CT_STR || self.t == CT_DICT || self.t == CT_LIST);
-    if (id < 0)
+        *unsafe = !m && (self.t == CT_STR || self.t == CT_DICT || self.t == CT_LIST);
+    if (!m)
         return false;
-    return make_func(rt, CT_FN_METHOD_BASE + id, self, canon, out) == 0;
+    return make_func(rt, CT_FN_METHOD_BASE + m->id, self, m->name, out) == 0;
 }
 
 /* ---- globals --------------------------------------------------------------------------------- */
 
 bool ct_global_lookup(ct_rt *rt, const char *name, size_t len, ct_val *out) {
-    static const struct {
-        const char *name;
-        int id;
-    } globals[] = {
+    static const ct_named globals[] = {
         {"range", CT_FN_RANGE},
         {"namespace", CT_FN_NAMESPACE},
         {"dict", CT_FN_DICT},
@@ -205,10 +183,8 @@ bool ct_global_lookup(ct_rt *rt, const char *name, size_t len, ct_val *out) {
         {"cycler", -1},
         {"joiner", -1},
     };
-    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
-        if (name_is(name, len, globals[i].name))
-            return make_func(rt, globals[i].id, ct_none(), globals[i].name, out) == 0;
-    return false;
+    const ct_named *g = ct_named_find(globals, sizeof globals / sizeof *globals, name, len);
+    return g && make_func(rt, g->id, ct_none(), g->name, out) == 0;
 }
 
 /* ---- argument helpers ------------------------------------------------------------------------ */
@@ -328,9 +304,9 @@ static int m_split(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, const
     if (n_args > 1 && (rc = int_arg(rt, args[1], &maxsplit)))
         return rc;
     for (size_t k = 0; k < n_kw; k++) {
-        if (name_is(kw_names[k], kw_lens[k], "sep"))
+        if (ct_name_is(kw_names[k], kw_lens[k], "sep"))
             sep = kw_vals[k];
-        else if (name_is(kw_names[k], kw_lens[k], "maxsplit")) {
+        else if (ct_name_is(kw_names[k], kw_lens[k], "maxsplit")) {
             if ((rc = int_arg(rt, kw_vals[k], &maxsplit)))
                 return rc;
         } else
@@ -854,7 +830,7 @@ static int str_method(ct_rt *rt, int id, ct_val s, const ct_val *args, size_t n_
         return m_join(rt, s, args[0], out);
     case M_SPLITLINES: {
         bool keep = false;
-        if (n_args > 1 || (n_kw && !(n_kw == 1 && name_is(kw_names[0], kw_lens[0], "keepends"))))
+        if (n_args > 1 || (n_kw && !(n_kw == 1 && ct_name_is(kw_names[0], kw_lens[0], "keepends"))))
             return ct_error(rt, ERR_INVAL, "splitlines() takes at most 1 argument");
         if (n_args)
             keep = ct_truthy(args[0]);

@@ -46,10 +46,7 @@ enum {
     T_UPPER,
 };
 
-static const struct {
-    const char *name;
-    int id;
-} tests[] = {
+static const ct_named tests[] = {
     {"boolean", T_BOOLEAN},
     {"callable", T_CALLABLE},
     {"defined", T_DEFINED},
@@ -91,16 +88,10 @@ static const struct {
     {"upper", T_UPPER},
 };
 
-static bool name_eq(const char *a, size_t n, const char *b) {
-    return strlen(b) == n && memcmp(a, b, n) == 0;
-}
-
 int ct_test_id(const char *name, size_t len, bool *known_unsupported) {
     *known_unsupported = false;
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        if (name_eq(name, len, tests[i].name))
-            return tests[i].id;
-    return -1;
+    const ct_named *t = ct_named_find(tests, sizeof tests / sizeof *tests, name, len);
+    return t ? t->id : -1;
 }
 
 /* ---- tests ----------------------------------------------------------------------------------- */
