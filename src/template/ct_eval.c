@@ -459,10 +459,7 @@ static int add_strings(ct_rt *rt, ct_val a, ct_val b, ct_val *out) {
         strbuf_append(&sb, b.s.p, b.s.n);
     else
         ct_html_escape(&sb, b.s.p, b.s.n);
-    int rc = ct_str_from_buf(rt, &sb, out);
-    strbuf_deinit(&sb);
-    out->kind = 1;
-    return rc;
+    return ct_str_take(rt, &sb, 1, out);
 }
 
 int ct_int_mod(ct_rt *rt, int64_t x, int64_t y, int64_t *out) {

@@ -210,13 +210,6 @@ static int arg_int(ct_rt *rt, const bound *b, int i, int64_t dflt, const char *w
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
-static int new_str(ct_rt *rt, strbuf *sb, int kind, ct_val *out) {
-    int rc = ct_str_from_buf(rt, sb, out);
-    strbuf_deinit(sb);
-    out->kind = (uint8_t)kind;
-    return rc;
-}
-
 /* soft_str(): str(value) keeping Markup. */
 static int soft_str(ct_rt *rt, ct_val v, ct_val *out) {
     return ct_stringify(rt, v, out);
@@ -271,7 +264,7 @@ static int ignore_case(ct_rt *rt, ct_val v, ct_val *out) {
     strbuf sb;
     strbuf_init(&sb);
     ct_py_lower(&sb, v.s.p, v.s.n);
-    return new_str(rt, &sb, v.kind, out);
+    return ct_str_take(rt, &sb, v.kind, out);
 }
 
 /* Key for sort/min/max/unique: attribute path(s) (comma-separated for sort), then ignore_case. */
@@ -438,7 +431,7 @@ static int f_indent(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
         }
     }
     strbuf_deinit(&src);
-    return new_str(rt, &sb, s.kind, out);
+    return ct_str_take(rt, &sb, s.kind, out);
 }
 
 static int f_replace(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
@@ -493,7 +486,7 @@ static int f_tojson(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
         strbuf_deinit(&sb);
         return rc;
     }
-    return new_str(rt, &sb, 0, out);
+    return ct_str_take(rt, &sb, 0, out);
 }
 
 static int f_int(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
@@ -679,7 +672,7 @@ static int f_join(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
         strbuf_deinit(&sb);
         return rc;
     }
-    return new_str(rt, &sb, 0, out);
+    return ct_str_take(rt, &sb, 0, out);
 }
 
 /* select / reject / selectattr / rejectattr */
@@ -1017,7 +1010,7 @@ static int f_case(ct_rt *rt, int id, ct_val v, ct_val *out) {
         }
     }
     }
-    return new_str(rt, &sb, v.kind, out);
+    return ct_str_take(rt, &sb, v.kind, out);
 }
 
 static int f_escape(ct_rt *rt, ct_val v, bool force, ct_val *out) {
@@ -1031,7 +1024,7 @@ static int f_escape(ct_rt *rt, ct_val v, bool force, ct_val *out) {
     strbuf sb;
     strbuf_init(&sb);
     ct_html_escape(&sb, v.s.p, v.s.n);
-    return new_str(rt, &sb, 1, out);
+    return ct_str_take(rt, &sb, 1, out);
 }
 
 static int f_center(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
@@ -1054,7 +1047,7 @@ static int f_center(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
     strbuf_append(&sb, v.s.p, v.s.n);
     for (int64_t i = 0; i < marg - left; i++)
         strbuf_putc(&sb, ' ');
-    return new_str(rt, &sb, v.kind, out);
+    return ct_str_take(rt, &sb, v.kind, out);
 }
 
 static int f_wordcount(ct_rt *rt, ct_val v, ct_val *out) {
@@ -1088,7 +1081,7 @@ static int f_reverse(ct_rt *rt, ct_val v, ct_val *out) {
             strbuf_append(&sb, v.s.p + s, e - s);
             e = s;
         }
-        return new_str(rt, &sb, v.kind, out);
+        return ct_str_take(rt, &sb, v.kind, out);
     }
     const ct_val *items;
     size_t n;

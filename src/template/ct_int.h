@@ -427,6 +427,9 @@ int ct_iterate(ct_rt *rt, ct_val v, const ct_val **items, size_t *n);
 int ct_length(ct_rt *rt, ct_val v, int64_t *out);
 /* Copies sb into the render arena as a string value and resets sb. */
 int ct_str_from_buf(ct_rt *rt, strbuf *sb, ct_val *out);
+/* The same as a string of kind `kind` (1: Markup), and deinits sb: how a builder's text becomes
+ * its result. */
+int ct_str_take(ct_rt *rt, strbuf *sb, int kind, ct_val *out);
 int ct_hash_check(ct_rt *rt, ct_val key); /* TypeError: unhashable type */
 
 static inline ct_val ct_cstr(const char *p) {

@@ -223,13 +223,6 @@ static int int_arg(ct_rt *rt, ct_val v, int64_t *out) {
                     ct_type_name(v));
 }
 
-static int str_result(ct_rt *rt, strbuf *sb, int kind, ct_val *out) {
-    int rc = ct_str_from_buf(rt, sb, out);
-    strbuf_deinit(sb);
-    out->kind = (uint8_t)kind;
-    return rc;
-}
-
 /* Code-point bounds [start, end) from optional start/end args, as byte offsets. */
 static int span_args(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, size_t first,
                      size_t *b, size_t *e) {
@@ -526,7 +519,7 @@ int ct_str_replace(ct_rt *rt, ct_val s, ct_val old, ct_val nw, int64_t count, in
         strbuf_deinit(&sb);
         return ct_error(rt, ERR_TOOLARGE, "replace result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
     }
-    return str_result(rt, &sb, kind, out);
+    return ct_str_take(rt, &sb, kind, out);
 }
 
 static int m_replace(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, ct_val *out) {
@@ -568,7 +561,7 @@ static int m_join(ct_rt *rt, ct_val s, ct_val seq, ct_val *out) {
             return ct_error(rt, ERR_TOOLARGE, "join result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
         }
     }
-    return str_result(rt, &sb, s.kind, out);
+    return ct_str_take(rt, &sb, s.kind, out);
 }
 
 static int m_splitlines(ct_rt *rt, ct_val s, bool keepends, ct_val *out) {
@@ -660,7 +653,7 @@ static int m_pad(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, int id,
     strbuf_append(&sb, s.s.p + body, s.s.n - body);
     for (int64_t i = 0; i < marg - left; i++)
         strbuf_append(&sb, fill, fill_n);
-    return str_result(rt, &sb, s.kind, out);
+    return ct_str_take(rt, &sb, s.kind, out);
 }
 
 static int m_partition(ct_rt *rt, ct_val s, ct_val sep, bool right, ct_val *out) {
@@ -786,7 +779,7 @@ static int str_method(ct_rt *rt, int id, ct_val s, const ct_val *args, size_t n_
                     ct_py_upper(&sb, s.s.p + st, i - st);
             }
         }
-        return str_result(rt, &sb, s.kind, out);
+        return ct_str_take(rt, &sb, s.kind, out);
     case M_REPLACE:
         if ((rc = want_args(rt, fname, n_args, n_kw, 2, 3)))
             return rc;
@@ -1156,7 +1149,7 @@ static int g_strftime(ct_rt *rt, const ct_val *args, size_t n_args, size_t n_kw,
             return ct_error(rt, ERR_UNSUPPORTED, "unsupported strftime directive '%%%c'", c);
         }
     }
-    return str_result(rt, &sb, 0, out);
+    return ct_str_take(rt, &sb, 0, out);
 }
 
 int ct_func_call(ct_rt *rt, const ct_func *fn, const ct_val *args, size_t n_args,

@@ -213,6 +213,13 @@ int ct_str_from_buf(ct_rt *rt, strbuf *sb, ct_val *out) {
     return rc;
 }
 
+int ct_str_take(ct_rt *rt, strbuf *sb, int kind, ct_val *out) {
+    int rc = ct_str_from_buf(rt, sb, out);
+    strbuf_deinit(sb);
+    out->kind = (uint8_t)kind;
+    return rc;
+}
+
 /* ---- truth, equality, order ------------------------------------------------------------------ */
 
 bool ct_truthy(ct_val v) {
