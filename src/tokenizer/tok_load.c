@@ -320,17 +320,33 @@ static int tok_load_model(tokenizer *t, const gguf *g) {
     return 0;
 }
 
+/* The array of strings at key into *arr: 0, or ERR_FORMAT naming the key when it is missing (why
+ * follows in the message) or holds other values. */
+static int tok_string_array(const tokenizer *t, const gguf *g, const char *key, const char *why,
+                            gguf_arr *arr) {
+    int rc = gguf_get_arr(g, key, arr);
+    if (rc == ERR_NOTFOUND)
+        return err_set(ERR_FORMAT, "%s: missing key %s%s", t->name, key, why);
+    if (rc)
+        return rc;
+    if (arr->type != GGUF_VT_STRING)
+        return err_set(ERR_FORMAT, "%s: %s is an array of %s, expected string", t->name, key,
+                       gguf_vtype_name(arr->type));
+    return 0;
+}
+
+/* The attribute of each tokenizer.ggml.token_type (llama.cpp's numbering); others UNDEFINED. */
+static const uint32_t tok_type_attr[7] = {
+    [1] = TOKENIZER_ATTR_NORMAL,       [2] = TOKENIZER_ATTR_UNKNOWN, [3] = TOKENIZER_ATTR_CONTROL,
+    [4] = TOKENIZER_ATTR_USER_DEFINED, [5] = TOKENIZER_ATTR_UNUSED,  [6] = TOKENIZER_ATTR_BYTE,
+};
+
 /* Reads tokens, scores and types into the pool and the records; builds the piece map. */
 static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
     gguf_arr toks, scores, types;
-    int rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &toks);
-    if (rc == ERR_NOTFOUND)
-        return err_set(ERR_FORMAT, "%s: missing key tokenizer.ggml.tokens", t->name);
+    int rc = tok_string_array(t, g, "tokenizer.ggml.tokens", "", &toks);
     if (rc)
         return rc;
-    if (toks.type != GGUF_VT_STRING)
-        return err_set(ERR_FORMAT, "%s: tokenizer.ggml.tokens is an array of %s, expected string",
-                       t->name, gguf_vtype_name(toks.type));
     if (toks.n == 0 || toks.n > TOK_MAX_VOCAB)
         return err_set(ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries (expected 1..%d)",
                        t->name, (unsigned long long)toks.n, TOK_MAX_VOCAB);
@@ -398,29 +414,7 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
         if (k->score != k->score) /* NaN would break the merge order: rank it last */
             k->score = -FLT_MAX;
         int64_t ty = have_types ? gguf_arr_i64(&types, (uint64_t)id) : 1;
-        switch (ty) {
-        case 1:
-            k->attr = TOKENIZER_ATTR_NORMAL;
-            break;
-        case 2:
-            k->attr = TOKENIZER_ATTR_UNKNOWN;
-            break;
-        case 3:
-            k->attr = TOKENIZER_ATTR_CONTROL;
-            break;
-        case 4:
-            k->attr = TOKENIZER_ATTR_USER_DEFINED;
-            break;
-        case 5:
-            k->attr = TOKENIZER_ATTR_UNUSED;
-            break;
-        case 6:
-            k->attr = TOKENIZER_ATTR_BYTE;
-            break;
-        default:
-            k->attr = TOKENIZER_ATTR_UNDEFINED;
-            break;
-        }
+        k->attr = ty >= 1 && ty <= 6 ? tok_type_attr[ty] : TOKENIZER_ATTR_UNDEFINED;
     }
     t->pool = pool->p; /* lookups below read pieces from the pool */
     for (int32_t id = 0; id < n; id++) {
@@ -448,15 +442,9 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
  * match and is skipped. */
 static int tok_load_merges(tokenizer *t, const gguf *g) {
     gguf_arr arr;
-    int rc = gguf_get_arr(g, "tokenizer.ggml.merges", &arr);
-    if (rc == ERR_NOTFOUND)
-        return err_set(ERR_FORMAT, "%s: missing key tokenizer.ggml.merges (required for gpt2)",
-                       t->name);
+    int rc = tok_string_array(t, g, "tokenizer.ggml.merges", " (required for gpt2)", &arr);
     if (rc)
         return rc;
-    if (arr.type != GGUF_VT_STRING)
-        return err_set(ERR_FORMAT, "%s: tokenizer.ggml.merges is an array of %s, expected string",
-                       t->name, gguf_vtype_name(arr.type));
     if (arr.n > TOK_MAX_VOCAB)
         return err_set(ERR_FORMAT, "%s: tokenizer.ggml.merges has %llu entries (at most %d)",
                        t->name, (unsigned long long)arr.n, TOK_MAX_VOCAB);
