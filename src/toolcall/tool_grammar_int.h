@@ -112,4 +112,9 @@ int tg_object(tg_ctx *c, const json_value *s, grammar_node **out);
 /* The expression of a JSON value valid under schema s (NULL: any value). */
 int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out);
 
+/* tg_schema of sub-schema s, with fmt's text appended to the error path meanwhile; s NULL: any
+ * value up to the limits' any_depth (nothing is pushed). */
+int tg_schema_at(tg_ctx *c, const json_value *s, grammar_node **out, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #endif
