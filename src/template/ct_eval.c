@@ -868,6 +868,18 @@ static int eval_node_call(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out
                          out);
 }
 
+/* The arguments of filter or test node n (what: "filter", "test"), once n names a known one:
+ * ERR_UNSUPPORTED for one jinja2 has and this engine does not (n->op set), ERR_INVAL for none. */
+static int eval_callee_args(ct_rt *rt, const ct_node *n, ct_scope *sc, const char *what, argv *av) {
+    if (n->fid < 0) {
+        if (n->op)
+            return ct_error(rt, ERR_UNSUPPORTED, "unsupported %s '%.*s'", what, (int)n->len,
+                            n->str);
+        return ct_error(rt, ERR_INVAL, "No %s named '%.*s' found.", what, (int)n->len, n->str);
+    }
+    return eval_args(rt, n, sc, av);
+}
+
 /* x | f(args...), or a {% filter %} block's input when n->a is NULL. */
 static int eval_node_filter(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
     int rc;
@@ -881,13 +893,8 @@ static int eval_node_filter(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *o
         a = rt->block_input;
     }
     rt->line = n->line;
-    if (n->fid < 0) {
-        if (n->op)
-            return ct_error(rt, ERR_UNSUPPORTED, "unsupported filter '%.*s'", (int)n->len, n->str);
-        return ct_error(rt, ERR_INVAL, "No filter named '%.*s' found.", (int)n->len, n->str);
-    }
     argv av;
-    if ((rc = eval_args(rt, n, sc, &av)))
+    if ((rc = eval_callee_args(rt, n, sc, "filter", &av)))
         return rc;
     return ct_filter_apply(rt, n, a, av.args, av.n_args, av.kw_names, av.kw_lens, av.kw_vals,
                            av.n_kw, out);
@@ -900,13 +907,8 @@ static int eval_node_test(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out
     if ((rc = ct_eval(rt, n->a, sc, &a)))
         return rc;
     rt->line = n->line;
-    if (n->fid < 0) {
-        if (n->op)
-            return ct_error(rt, ERR_UNSUPPORTED, "unsupported test '%.*s'", (int)n->len, n->str);
-        return ct_error(rt, ERR_INVAL, "No test named '%.*s' found.", (int)n->len, n->str);
-    }
     argv av;
-    if ((rc = eval_args(rt, n, sc, &av)))
+    if ((rc = eval_callee_args(rt, n, sc, "test", &av)))
         return rc;
     bool r;
     if ((rc = ct_test_apply(rt, n->fid, n->str, a, av.args, av.n_args, &r)))
@@ -1132,6 +1134,16 @@ static int exec_output(ct_rt *rt, const ct_node *n, ct_scope *sc) {
     return 0;
 }
 
+/* The scope of a loop iteration under sc: prev emptied when reuse allows, else a new one. NULL
+ * when out of memory. */
+static ct_scope *for_scope(ct_rt *rt, ct_scope *sc, ct_scope *prev, bool reuse) {
+    if (prev && reuse) {
+        prev->n = 0;
+        return prev;
+    }
+    return ct_scope_new(rt, sc);
+}
+
 static int exec_for(ct_rt *rt, const ct_node *n, ct_scope *sc) {
     ct_val it;
     int rc;
@@ -1155,12 +1167,8 @@ static int exec_for(ct_rt *rt, const ct_node *n, ct_scope *sc) {
         for (size_t i = 0; i < cnt; i++) {
             if ((rc = ct_charge(rt, 1)))
                 return rc;
-            if (!is || !reuse) {
-                if (!(is = ct_scope_new(rt, sc)))
-                    return nomem(rt);
-            } else {
-                is->n = 0;
-            }
+            if (!(is = for_scope(rt, sc, is, reuse)))
+                return nomem(rt);
             ct_val keep;
             if ((rc = assign(rt, n->a, items[i], is)) || (rc = ct_eval(rt, n->c, is, &keep)))
                 return rc;
@@ -1190,12 +1198,8 @@ static int exec_for(ct_rt *rt, const ct_node *n, ct_scope *sc) {
     for (size_t i = 0; i < cnt; i++) {
         if ((rc = ct_charge(rt, 1)))
             return rc;
-        if (!is || !reuse) {
-            if (!(is = ct_scope_new(rt, sc)))
-                return nomem(rt);
-        } else {
-            is->n = 0;
-        }
+        if (!(is = for_scope(rt, sc, is, reuse)))
+            return nomem(rt);
         rt->line = n->line;
         if ((rc = assign(rt, n->a, items[i], is)))
             return rc;
