@@ -7,6 +7,7 @@
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/list.h"
+#include "base/mem.h"
 #include "base/pool.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
@@ -27,6 +28,13 @@ static void t_err(void) {
 
 static void t_utf8(void) {
     uint32_t cp;
+    T_EQ_INT(utf8_hex_digit('0'), 0);
+    T_EQ_INT(utf8_hex_digit('9'), 9);
+    T_EQ_INT(utf8_hex_digit('a'), 10);
+    T_EQ_INT(utf8_hex_digit('F'), 15);
+    T_EQ_INT(utf8_hex_digit('g'), -1);
+    T_EQ_INT(utf8_hex_digit('\xC3'), -1);
+    T_EQ_INT(utf8_hex_digit(0), -1);
     T_EQ_INT(utf8_decode((const unsigned char *)"\xE2\x82\xAC", 3, &cp), 3);
     T_EQ_INT(cp, 0x20AC);
     T_EQ_INT(utf8_decode((const unsigned char *)"\xC0\x80", 2, &cp), -1);     /* overlong */
@@ -365,6 +373,52 @@ static void t_file(void) {
     snprintf(path, sizeof path, "%s/none", test_tmpdir());
     T_CHECK(file_read_all(path, 0, &b, &n) == ERR_NOTFOUND && strstr(err_detail(), path));
     T_CHECK(file_read_all(test_tmpdir(), 0, &b, &n) == ERR_IO && !b);
+    FILE *mem = fmemopen((void *)"piped text", 10, "r"); /* a stream, as stdin would be */
+    T_CHECK(mem != NULL);
+    T_OK(file_read_stream(mem, "stdin", 0, &b, &n));
+    T_CHECK(n == 10 && !strcmp(b, "piped text"));
+    free(b);
+    rewind(mem);
+    T_CHECK(file_read_stream(mem, "stdin", 4, &b, &n) == ERR_TOOLARGE && !b && n == 0);
+    fclose(mem);
+}
+
+/* mem_grow and arena_grow: capacities double to what is needed, contents survive, a failure
+ * leaves the array as it was. */
+static void t_grow(void) {
+    int *v = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < 1000; i++) {
+        T_OK(mem_grow((void **)&v, &cap, (size_t)i + 1, sizeof *v));
+        v[i] = i;
+    }
+    T_CHECK(cap >= 1000 && cap < 2000);
+    T_OK(mem_grow((void **)&v, &cap, 10, sizeof *v)); /* already big enough */
+    T_CHECK(cap >= 1000 && cap < 2000);
+    int bad = -1;
+    for (int i = 0; i < 1000 && bad < 0; i++)
+        if (v[i] != i)
+            bad = i;
+    T_CHECKF(bad < 0, "item %d lost", bad);
+    T_EQ_INT(mem_grow((void **)&v, &cap, SIZE_MAX / 2, 16), ERR_NOMEM);
+    T_CHECK(cap >= 1000 && cap < 2000 && v[999] == 999);
+    free(v);
+
+    arena *a = arena_create(1024, 64 * 1024);
+    T_CHECK(a);
+    int *w = NULL;
+    size_t wcap = 0;
+    T_OK(arena_grow(a, (void **)&w, &wcap, 1, sizeof *w));
+    T_EQ_INT(wcap, 4);
+    for (int i = 0; i < 100; i++) {
+        T_OK(arena_grow(a, (void **)&w, &wcap, (size_t)i + 1, sizeof *w));
+        w[i] = 3 * i;
+    }
+    T_CHECK(wcap == 128 && w[0] == 0 && w[50] == 150 && w[99] == 297);
+    int *keep = w;
+    T_EQ_INT(arena_grow(a, (void **)&w, &wcap, 100000, sizeof *w), ERR_NOMEM); /* the limit */
+    T_CHECK(w == keep && wcap == 128);
+    arena_destroy(a);
 }
 
 typedef struct list_item {
@@ -419,5 +473,6 @@ int main(void) {
     test_run("base.pool", t_pool);
     test_run("base.pool_for", t_pool_for);
     test_run("base.list", t_list);
+    test_run("base.grow", t_grow);
     return test_summary();
 }
