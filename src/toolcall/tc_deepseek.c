@@ -4,10 +4,9 @@
  * rows.
  *
  * A region is one <｜tool▁calls▁begin｜> section (or a call that starts without it), read by
- * chat_tools.c's section reader; each call is parsed when its <｜tool▁call▁end｜> arrives; the
- * body is V3's
- * TYPE<｜tool▁sep｜>NAME\n```json\n{...}\n``` or V3.1's NAME<｜tool▁sep｜>{...}, told apart by
- * what follows the separator.
+ * chat_tools.c's section reader; each call is parsed when its <｜tool▁call▁end｜> arrives. The
+ * body is V3's TYPE<｜tool▁sep｜>NAME\n```json\n{...}\n``` or V3.1's NAME<｜tool▁sep｜>{...},
+ * told apart by what follows the separator.
  */
 #include "toolcall/tc_registry.h"
 #include "base/err.h"
