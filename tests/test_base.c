@@ -6,6 +6,8 @@
 #include "base/file.h"
 #include "base/flags.h"
 #include "base/json.h"
+#include "base/list.h"
+#include "base/mem.h"
 #include "base/pool.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
@@ -26,6 +28,13 @@ static void t_err(void) {
 
 static void t_utf8(void) {
     uint32_t cp;
+    T_EQ_INT(utf8_hex_digit('0'), 0);
+    T_EQ_INT(utf8_hex_digit('9'), 9);
+    T_EQ_INT(utf8_hex_digit('a'), 10);
+    T_EQ_INT(utf8_hex_digit('F'), 15);
+    T_EQ_INT(utf8_hex_digit('g'), -1);
+    T_EQ_INT(utf8_hex_digit('\xC3'), -1);
+    T_EQ_INT(utf8_hex_digit(0), -1);
     T_EQ_INT(utf8_decode((const unsigned char *)"\xE2\x82\xAC", 3, &cp), 3);
     T_EQ_INT(cp, 0x20AC);
     T_EQ_INT(utf8_decode((const unsigned char *)"\xC0\x80", 2, &cp), -1);     /* overlong */
@@ -364,6 +373,92 @@ static void t_file(void) {
     snprintf(path, sizeof path, "%s/none", test_tmpdir());
     T_CHECK(file_read_all(path, 0, &b, &n) == ERR_NOTFOUND && strstr(err_detail(), path));
     T_CHECK(file_read_all(test_tmpdir(), 0, &b, &n) == ERR_IO && !b);
+    FILE *mem = fmemopen((void *)"piped text", 10, "r"); /* a stream, as stdin would be */
+    T_CHECK(mem != NULL);
+    T_OK(file_read_stream(mem, "stdin", 0, &b, &n));
+    T_CHECK(n == 10 && !strcmp(b, "piped text"));
+    free(b);
+    rewind(mem);
+    T_CHECK(file_read_stream(mem, "stdin", 4, &b, &n) == ERR_TOOLARGE && !b && n == 0);
+    fclose(mem);
+}
+
+/* mem_grow and arena_grow: capacities double to what is needed, contents survive, a failure
+ * leaves the array as it was. */
+static void t_grow(void) {
+    int *v = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < 1000; i++) {
+        T_OK(mem_grow((void **)&v, &cap, (size_t)i + 1, sizeof *v));
+        v[i] = i;
+    }
+    T_CHECK(cap >= 1000 && cap < 2000);
+    T_OK(mem_grow((void **)&v, &cap, 10, sizeof *v)); /* already big enough */
+    T_CHECK(cap >= 1000 && cap < 2000);
+    int bad = -1;
+    for (int i = 0; i < 1000 && bad < 0; i++)
+        if (v[i] != i)
+            bad = i;
+    T_CHECKF(bad < 0, "item %d lost", bad);
+    T_EQ_INT(mem_grow((void **)&v, &cap, SIZE_MAX / 2, 16), ERR_NOMEM);
+    T_CHECK(cap >= 1000 && cap < 2000 && v[999] == 999);
+    free(v);
+
+    arena *a = arena_create(1024, 64 * 1024);
+    T_CHECK(a);
+    int *w = NULL;
+    size_t wcap = 0;
+    T_OK(arena_grow(a, (void **)&w, &wcap, 1, sizeof *w));
+    T_EQ_INT(wcap, 4);
+    for (int i = 0; i < 100; i++) {
+        T_OK(arena_grow(a, (void **)&w, &wcap, (size_t)i + 1, sizeof *w));
+        w[i] = 3 * i;
+    }
+    T_CHECK(wcap == 128 && w[0] == 0 && w[50] == 150 && w[99] == 297);
+    int *keep = w;
+    T_EQ_INT(arena_grow(a, (void **)&w, &wcap, 100000, sizeof *w), ERR_NOMEM); /* the limit */
+    T_CHECK(w == keep && wcap == 128);
+    arena_destroy(a);
+}
+
+typedef struct list_item {
+    int id;
+    list_link link;
+} list_item;
+
+/* The ids of l from first to last, and the same walked back from last, as "1,2,3|3,2,1". */
+static void list_ids(const list *l, char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = 0;
+    for (list_link *k = l->first; k; k = k->next)
+        n += (size_t)snprintf(out + n, cap - n, "%s%d", k == l->first ? "" : ",",
+                              LIST_ENTRY(k, list_item, link)->id);
+    n += (size_t)snprintf(out + n, cap - n, "|");
+    for (list_link *k = l->last; k; k = k->prev)
+        n += (size_t)snprintf(out + n, cap - n, "%s%d", k == l->last ? "" : ",",
+                              LIST_ENTRY(k, list_item, link)->id);
+}
+
+static void t_list(void) {
+    list l = {0};
+    list_item it[4] = {{1, {0}}, {2, {0}}, {3, {0}}, {4, {0}}};
+    char ids[64];
+    T_CHECK(LIST_ENTRY(l.first, list_item, link) == NULL);
+    for (int i = 0; i < 4; i++)
+        list_push_last(&l, &it[i].link);
+    list_ids(&l, ids, sizeof ids);
+    T_CHECKF(!strcmp(ids, "1,2,3,4|4,3,2,1"), "%s", ids);
+    list_unlink(&l, &it[1].link); /* middle */
+    list_unlink(&l, &it[0].link); /* first */
+    list_unlink(&l, &it[3].link); /* last */
+    list_ids(&l, ids, sizeof ids);
+    T_CHECKF(!strcmp(ids, "3|3"), "%s", ids);
+    T_CHECK(!it[1].link.prev && !it[1].link.next);
+    list_push_last(&l, &it[0].link); /* an unlinked element goes back in */
+    T_CHECK(LIST_ENTRY(l.first, list_item, link) == &it[2]);
+    list_unlink(&l, &it[2].link);
+    list_unlink(&l, &it[0].link);
+    T_CHECK(!l.first && !l.last);
 }
 
 int main(void) {
@@ -377,5 +472,7 @@ int main(void) {
     test_run("base.flags", t_flags);
     test_run("base.pool", t_pool);
     test_run("base.pool_for", t_pool_for);
+    test_run("base.list", t_list);
+    test_run("base.grow", t_grow);
     return test_summary();
 }

@@ -5,6 +5,7 @@
  * per connection, say) does not go back to malloc for small requests.
  */
 #include "base/arena.h"
+#include "base/err.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -98,6 +99,23 @@ void *arena_calloc(arena *a, size_t n, size_t size) {
     if (p)
         memset(p, 0, n * size);
     return p;
+}
+
+int arena_grow(arena *a, void **items, size_t *cap, size_t need, size_t item_bytes) {
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 4;
+    while (c < need && c <= SIZE_MAX / 2)
+        c *= 2;
+    void *p = c >= need && c <= SIZE_MAX / item_bytes ? arena_alloc(a, c * item_bytes) : NULL;
+    if (!p)
+        return err_set(ERR_NOMEM, "out of arena memory growing an array to %zu items of %zu bytes",
+                       need, item_bytes);
+    if (*cap)
+        memcpy(p, *items, *cap * item_bytes);
+    *items = p;
+    *cap = c;
+    return 0;
 }
 
 char *arena_strndup(arena *a, const char *s, size_t n) {

@@ -27,6 +27,14 @@ void *arena_alloc(arena *a, size_t n);
 /* Like arena_alloc, zero-filled; n * size checked for overflow. */
 void *arena_calloc(arena *a, size_t n, size_t size);
 
+/* Makes the array *items in a (*cap items of item_bytes each; NULL when *cap is 0) hold at least
+ * need items: when *cap is smaller, allocates the first capacity in 4, 8, 16, ... (doubling *cap
+ * when it is not 0) that is >= need and copies the *cap old items into it. The outgrown array
+ * stays in the arena until it dies, less than the new one, so n appends cost O(n) bytes and
+ * copies. Returns 0, or ERR_NOMEM (memory or the arena's limit ran out; detail set; *items and
+ * *cap unchanged). */
+int arena_grow(arena *a, void **items, size_t *cap, size_t need, size_t item_bytes);
+
 /* Copies s[0..n) into the arena with a NUL after it. NULL on failure. */
 char *arena_strndup(arena *a, const char *s, size_t n);
 

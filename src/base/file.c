@@ -15,6 +15,14 @@ int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len) {
     if (!f)
         return err_set(errno == ENOENT ? ERR_NOTFOUND : ERR_IO, "%s: cannot open: %s", path,
                        strerror(errno));
+    int rc = file_read_stream(f, path, max_bytes, out, len);
+    fclose(f);
+    return rc;
+}
+
+int file_read_stream(FILE *f, const char *path, size_t max_bytes, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
     char *buf = NULL;
     size_t n = 0, cap = 0;
     int rc = 0;
@@ -41,7 +49,6 @@ int file_read_all(const char *path, size_t max_bytes, char **out, size_t *len) {
             break;
         }
     }
-    fclose(f);
     if (rc) {
         free(buf);
         return rc;

@@ -2,7 +2,7 @@
 /*
  * json: recursive-descent parser (depth bounded by JSON_MAX_DEPTH, so the C stack is bounded too)
  * and serialiser. See json.h for the contract. Arrays and objects, parsed or built, grow in the
- * arena by doubling their capacity (json_grow): n items cost O(n) copies, and the garbage the
+ * arena by doubling their capacity (arena_grow): n items cost O(n) copies, and the garbage the
  * doubling leaves (the outgrown arrays, which die with the arena) is less than the final array,
  * so an arena holds O(size of the document) however many items an array has.
  */
@@ -47,16 +47,10 @@ static int jp_hex4(jparser *p, uint32_t *out) {
         return jp_fail(p, "truncated \\u escape");
     uint32_t v = 0;
     for (int k = 0; k < 4; k++) {
-        char c = p->s[p->i + (size_t)k];
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (uint32_t)(c - 'A' + 10);
-        else
+        int h = utf8_hex_digit(p->s[p->i + (size_t)k]);
+        if (h < 0)
             return jp_fail(p, "bad hex digit in \\u escape");
+        v = v << 4 | (uint32_t)h;
     }
     p->i += 4;
     *out = v;
@@ -232,26 +226,8 @@ static int jp_number(jparser *p, json_value *v) {
 
 static int jp_value(jparser *p, json_value **out);
 
-/* Makes room for item n of *arr (elem bytes each, *cap slots): nothing while n < *cap, else a
- * new array of twice n slots (at least 4) with the n items copied. Returns 0 or ERR_NOMEM. */
-static int json_grow(arena *a, void **arr, size_t elem, size_t n, size_t *cap) {
-    if (n < *cap)
-        return 0;
-    size_t nc = n >= 2 ? n * 2 : 4;
-    if (nc > SIZE_MAX / 2 / elem)
-        return ERR_NOMEM;
-    void *na = arena_alloc(a, nc * elem);
-    if (!na)
-        return ERR_NOMEM;
-    if (n)
-        memcpy(na, *arr, n * elem);
-    *arr = na;
-    *cap = nc;
-    return 0;
-}
-
 static int jp_grow(jparser *p, void **arr, size_t elem, size_t n, size_t *cap) {
-    return json_grow(p->a, arr, elem, n, cap) ? jp_nomem(p) : 0;
+    return arena_grow(p->a, arr, cap, n + 1, elem) ? jp_nomem(p) : 0;
 }
 
 /* Duplicate keys are found by comparing with every earlier key while an object is small, and
@@ -716,12 +692,13 @@ json_value *json_new_obj(arena *a) {
     return json_new(a, JSON_OBJECT);
 }
 
-/* The builders grow by doubling (json_grow), so n pushes cost O(n): a request's messages are
+/* The builders grow by doubling (arena_grow), so n pushes cost O(n): a request's messages are
  * copied one push at a time, and a copy per push would be quadratic in time and arena bytes. */
 int json_arr_push(arena *a, json_value *arr, json_value *item) {
     if (!arr || arr->type != JSON_ARRAY || !item)
         return ERR_INVAL;
-    if (json_grow(a, (void **)&arr->arr.items, sizeof *arr->arr.items, arr->arr.n, &arr->arr.cap))
+    if (arena_grow(a, (void **)&arr->arr.items, &arr->arr.cap, arr->arr.n + 1,
+                   sizeof *arr->arr.items))
         return ERR_NOMEM;
     arr->arr.items[arr->arr.n++] = item;
     return 0;
@@ -736,9 +713,9 @@ static int json_obj_grow(arena *a, json_value *obj) {
     const char **keys = obj->obj.keys;
     size_t *lens = obj->obj.key_lens;
     json_value **vals = obj->obj.vals;
-    if (json_grow(a, (void **)&keys, sizeof *keys, n, &ck) ||
-        json_grow(a, (void **)&lens, sizeof *lens, n, &cl) ||
-        json_grow(a, (void **)&vals, sizeof *vals, n, &cv))
+    if (arena_grow(a, (void **)&keys, &ck, n + 1, sizeof *keys) ||
+        arena_grow(a, (void **)&lens, &cl, n + 1, sizeof *lens) ||
+        arena_grow(a, (void **)&vals, &cv, n + 1, sizeof *vals))
         return ERR_NOMEM;
     obj->obj.keys = keys;
     obj->obj.key_lens = lens;

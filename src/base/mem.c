@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* mem: see mem.h. Sizes are rounded up to 2 MiB so the mapping can be backed by huge pages. */
 #include "base/mem.h"
+#include "base/err.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #define MEM_HUGE (2u << 20)
@@ -29,4 +32,22 @@ void *mem_alloc_large(size_t n) {
 void mem_free_large(void *p, size_t n) {
     if (p)
         munmap(p, mem_round(n ? n : 1));
+}
+
+int mem_grow(void **items, size_t *cap, size_t need, size_t item_bytes) {
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 2)
+            break;
+        c *= 2;
+    }
+    void *p = c >= need && c <= SIZE_MAX / item_bytes ? realloc(*items, c * item_bytes) : NULL;
+    if (!p)
+        return err_set(ERR_NOMEM, "out of memory growing an array to %zu items of %zu bytes", need,
+                       item_bytes);
+    *items = p;
+    *cap = c;
+    return 0;
 }

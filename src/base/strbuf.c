@@ -104,43 +104,21 @@ static void strbuf_put_u16_escape(strbuf *sb, unsigned v) {
 }
 
 void strbuf_json_str(strbuf *sb, const char *s, size_t n, bool ascii_only) {
+    /* the two-character escapes; other control bytes (and DEL when ascii_only) become \u00XX */
+    static const char *const esc[0x80] = {
+        ['"'] = "\\\"", ['\\'] = "\\\\", ['\n'] = "\\n", ['\r'] = "\\r",
+        ['\t'] = "\\t", ['\b'] = "\\b",  ['\f'] = "\\f"};
     strbuf_putc(sb, '"');
     size_t i = 0;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80) {
-            switch (c) {
-            case '"':
-                strbuf_append(sb, "\\\"", 2);
-                break;
-            case '\\':
-                strbuf_append(sb, "\\\\", 2);
-                break;
-            case '\n':
-                strbuf_append(sb, "\\n", 2);
-                break;
-            case '\r':
-                strbuf_append(sb, "\\r", 2);
-                break;
-            case '\t':
-                strbuf_append(sb, "\\t", 2);
-                break;
-            case '\b':
-                strbuf_append(sb, "\\b", 2);
-                break;
-            case '\f':
-                strbuf_append(sb, "\\f", 2);
-                break;
-            default:
-                if (c < 0x20 || c == 0x7f) {
-                    if (c == 0x7f && !ascii_only)
-                        strbuf_putc(sb, (char)c);
-                    else
-                        strbuf_put_u16_escape(sb, c);
-                } else {
-                    strbuf_putc(sb, (char)c);
-                }
-            }
+            if (esc[c])
+                strbuf_append(sb, esc[c], 2);
+            else if (c < 0x20 || (c == 0x7f && ascii_only))
+                strbuf_put_u16_escape(sb, c);
+            else
+                strbuf_putc(sb, (char)c);
             i++;
             continue;
         }

@@ -2,6 +2,16 @@
 /* utf8: see utf8.h. */
 #include "base/utf8.h"
 
+int utf8_hex_digit(int c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 int utf8_seq_len(unsigned char c) {
     if (c < 0x80)
         return 1;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * utf8: strict UTF-8 decoding and encoding (RFC 3629: no overlongs, no surrogates, max U+10FFFF).
+ * utf8: strict UTF-8 decoding and encoding (RFC 3629: no overlongs, no surrogates, max U+10FFFF),
+ * and the value of an ASCII hex digit, which every escape decoder needs (\xNN, \uNNNN, <0xNN>).
  */
 #ifndef VERITY_BASE_UTF8_H
 #define VERITY_BASE_UTF8_H
@@ -28,5 +29,9 @@ int utf8_valid(const char *s, size_t n, size_t *bad_off);
 /* Returns how many bytes at the end of s[0..n) form an incomplete (but so far valid) multi-byte
  * sequence that more bytes could complete: 0..3. The incremental detokenizer holds these back. */
 size_t utf8_incomplete_tail(const char *s, size_t n);
+
+/* Returns the value 0..15 of the hex digit c ('0'-'9', 'a'-'f', 'A'-'F'), or -1 for any other
+ * byte. */
+int utf8_hex_digit(int c);
 
 #endif

@@ -8,6 +8,7 @@
 #ifndef VERITY_CLI_CLI_H
 #define VERITY_CLI_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -58,5 +59,12 @@ int cli_parse_f64(const char *cmd, const char *opt, const char *s, double lo, do
 /* Returns the value following option argv[*i] (advancing *i), or NULL after printing a usage
  * error if there is none. */
 const char *cli_next(const char *cmd, int argc, char **argv, int *i);
+
+/* The flag SIGINT and SIGTERM set once cli_stop_catch() has run: hunt and bisect poll it, stop
+ * between requests or rounds and keep what they have. Static storage; 0 until a signal comes. */
+volatile sig_atomic_t *cli_stop_flag(void);
+
+/* Makes SIGINT and SIGTERM set *cli_stop_flag() instead of ending the process. */
+void cli_stop_catch(void);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     char msg[1024];
@@ -65,4 +66,23 @@ const char *cli_next(const char *cmd, int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+static volatile sig_atomic_t cli_stop;
+
+static void cli_on_signal(int s) {
+    (void)s;
+    cli_stop = 1;
+}
+
+volatile sig_atomic_t *cli_stop_flag(void) {
+    return &cli_stop;
+}
+
+void cli_stop_catch(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cli_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }

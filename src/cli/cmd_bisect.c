@@ -21,6 +21,7 @@
  */
 #include "base/arena.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/json.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
@@ -30,7 +31,6 @@
 #include "hunt/hunt_run.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +49,6 @@ static const char bisect_help[] =
     "  --server-log FILE --health-timeout S --round N --baseline-sessions N --max-sessions N\n"
     "  --p0 P --p1 P --quiet\n"
     "exit status: 0 culprit named, 1 none named, 2 usage, launch or target error, interrupted\n";
-
-static volatile sig_atomic_t bisect_stop;
-
-static void bisect_on_signal(int s) {
-    (void)s;
-    bisect_stop = 1;
-}
 
 typedef struct bisect_ctx {
     const char *launch, *health, *hunt_args, *ledger_path, *server_log;
@@ -92,7 +85,7 @@ static int bisect_hunt_config(bisect_ctx *c, const hunt_ledger *lg, uint64_t fli
     rc = hunt_args_parse(argc, c->hunt_argv, cfg, true, msg, cap);
     if (rc)
         return rc;
-    cfg->stop = &bisect_stop;
+    cfg->stop = cli_stop_flag();
     int maxc = 0;
     for (int i = 0; i < cfg->n_conc; i++)
         if (cfg->conc[i] > maxc)
@@ -127,7 +120,7 @@ static int bisect_begin(void *ud, const hunt_ledger *lg, uint64_t flipped) {
     if (!rc)
         rc = hunt_proc_start(cmd.data, lg, flipped, c->server_log, &c->proc);
     if (!rc)
-        rc = hunt_proc_wait_healthy(c->proc, health.data, c->health_timeout, &bisect_stop);
+        rc = hunt_proc_wait_healthy(c->proc, health.data, c->health_timeout, cli_stop_flag());
     if (!rc)
         rc = hunt_run_create(&cfg, &c->run);
     if (rc && rc != ERR_CANCELLED)
@@ -183,20 +176,14 @@ static int bisect_parse_toggle(hunt_ledger *lg, const char *s) {
 }
 
 static int bisect_load_prior(hunt_ledger *lg, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return cli_usage_error("bisect", "--prior %s: cannot open", path);
-    strbuf sb;
-    strbuf_init(&sb);
-    char buf[8192];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        strbuf_append(&sb, buf, got);
-    fclose(f);
+    char *text;
+    size_t len;
+    if (file_read_all(path, 0, &text, &len))
+        return cli_usage_error("bisect", "--prior %s: cannot read (%s)", path, err_detail());
     arena *a = arena_create(0, 0);
     json_value *v;
     int status = 0;
-    if (!a || json_parse(a, sb.data, sb.len, &v) || v->type != JSON_OBJECT) {
+    if (!a || json_parse(a, text, len, &v) || v->type != JSON_OBJECT) {
         status = cli_usage_error("bisect",
                                  "--prior %s: expected a JSON object of toggle names "
                                  "(%s)",
@@ -231,7 +218,7 @@ static int bisect_load_prior(hunt_ledger *lg, const char *path) {
     }
 out:
     arena_destroy(a);
-    strbuf_deinit(&sb);
+    free(text);
     return status;
 }
 
@@ -280,8 +267,8 @@ static int bisect_parse_option(const char *o, const char *v, bisect_ctx *c, hunt
 
 /* Parses the command line into c, lg (the toggles) and bo; on -h prints the help and sets *help.
  * Returns 0, or the exit status 2. */
-static int bisect_parse_args(int argc, char **argv, bisect_ctx *c, hunt_ledger *lg,
-                             bisect_opts *bo, bool *help) {
+static int bisect_parse_args(int argc, char **argv, bisect_ctx *c, hunt_ledger *lg, bisect_opts *bo,
+                             bool *help) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -353,8 +340,8 @@ static int bisect_resume(const bisect_ctx *c, hunt_ledger *lg) {
     hunt_ledger_deinit(lg);
     *lg = old;
     if (!c->quiet)
-        fprintf(stderr, "bisect: resuming from %s (%d entries, %d restarts used)\n",
-                c->ledger_path, lg->n_entries, hunt_ledger_restarts(lg));
+        fprintf(stderr, "bisect: resuming from %s (%d entries, %d restarts used)\n", c->ledger_path,
+                lg->n_entries, hunt_ledger_restarts(lg));
     return 0;
 }
 
@@ -379,11 +366,7 @@ static hunt_bisect_cfg bisect_cfg_make(const bisect_ctx *c, const hunt_ledger *l
 /* Runs the search with SIGINT/SIGTERM stopping it between rounds, and prints the ledger. Returns
  * the exit status: 0 culprit found, 1 none, 2 interrupted or failed. */
 static int bisect_search(bisect_ctx *c, hunt_ledger *lg, const hunt_bisect_cfg *bc) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = bisect_on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_stop_catch();
     hunt_bisect_ops ops = {bisect_begin, bisect_round, bisect_end, bisect_save, bisect_note, c};
     int rc = hunt_bisect_run(lg, bc, &ops);
     bisect_end(c);

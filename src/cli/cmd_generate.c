@@ -27,6 +27,7 @@
 #include "base/err.h"
 #include "base/flags.h"
 #include "base/json.h"
+#include "base/mem.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
 #include "template/chat_prompt.h"
@@ -274,7 +275,8 @@ static int gen_read_prompts(const char *file, const tokenizer *tok, gen_item **i
     if (!f)
         return cli_usage_error("generate", "%s: cannot open", file);
     gen_item *items = NULL;
-    int32_t n = 0, cap = 0;
+    int32_t n = 0;
+    size_t cap = 0;
     char *line = NULL;
     size_t lcap = 0;
     ssize_t len;
@@ -288,14 +290,9 @@ static int gen_read_prompts(const char *file, const tokenizer *tok, gen_item **i
             k++;
         if (k == (size_t)len)
             continue; /* blank line */
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            gen_item *ni = realloc(items, (size_t)cap * sizeof *ni);
-            if (!ni) {
-                status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
-                break;
-            }
-            items = ni;
+        if (mem_grow((void **)&items, &cap, (size_t)n + 1, sizeof *items)) {
+            status = cli_fail("generate", err_set(ERR_NOMEM, "out of memory"));
+            break;
         }
         memset(&items[n], 0, sizeof items[n]);
         if ((status = gen_parse_line(file, line_no, line, (size_t)len, tok, &items[n++])))

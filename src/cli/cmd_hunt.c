@@ -21,7 +21,6 @@
 #include "hunt/hunt_report.h"
 #include "hunt/hunt_run.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,13 +50,6 @@ static const char hunt_help[] =
     "  --no-fill --retries N       no filler sessions; retries per request (3)\n"
     "  --out DIR --json --quiet    reports; results JSON on stdout; no progress line\n"
     "exit status: 0 clean, 1 corruption found, 2 usage or target error\n";
-
-static volatile sig_atomic_t hunt_stop;
-
-static void hunt_on_signal(int s) {
-    (void)s;
-    hunt_stop = 1;
-}
 
 static void hunt_print_summary(const hunt_results *res) {
     printf("verity hunt: %s (model %s)\n", res->cfg.url, res->cfg.model);
@@ -101,12 +93,8 @@ int cmd_hunt(int argc, char **argv) {
         }
     if (hunt_args_parse(argc - 1, argv + 1, &cfg, true, msg, sizeof msg))
         return cli_usage_error("hunt", "%s", msg);
-    cfg.stop = &hunt_stop;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = hunt_on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cfg.stop = cli_stop_flag();
+    cli_stop_catch();
     hunt_run *run;
     int rc = hunt_run_create(&cfg, &run);
     if (rc) {

@@ -8,6 +8,7 @@
  * file, unsupported tokenizer, bad options) prints one line on stderr and exits 2.
  */
 #include "base/err.h"
+#include "base/file.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
@@ -37,28 +38,9 @@ static const char tokenize_help[] =
 
 /* Reads a whole file ("-" = stdin) into a malloc'd buffer. */
 static int tokenize_read(const char *path, char **out, size_t *len) {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f)
-        return err_set(ERR_IO, "%s: %s", path, strerror(errno));
-    strbuf sb;
-    strbuf_init(&sb);
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        strbuf_append(&sb, chunk, n);
-    int bad = ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (bad) {
-        strbuf_deinit(&sb);
-        return err_set(ERR_IO, "%s: read error", path);
-    }
-    if (strbuf_failed(&sb)) {
-        strbuf_deinit(&sb);
-        return err_set(ERR_NOMEM, "%s: out of memory", path);
-    }
-    *out = strbuf_take(&sb, len);
-    return 0;
+    if (strcmp(path, "-") == 0)
+        return file_read_stream(stdin, "stdin", 0, out, len);
+    return file_read_all(path, 0, out, len);
 }
 
 int cmd_tokenize(int argc, char **argv) {

@@ -48,6 +48,10 @@ enum gguf_vtype {
 /* Name of a metadata value type ("uint32", "array"...) or "?". */
 const char *gguf_vtype_name(int vtype);
 
+/* Bytes of one value of a fixed-size metadata type (1, 2, 4 or 8); 0 for string, array and
+ * unknown types, whose size the type alone does not give. */
+int gguf_vtype_size(int vtype);
+
 /* ---- reader ---- */
 
 typedef struct gguf gguf;

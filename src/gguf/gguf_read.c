@@ -14,6 +14,7 @@
  */
 #include "gguf/gguf.h"
 #include "base/err.h"
+#include "base/mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,7 +63,7 @@ const char *gguf_vtype_name(int vtype) {
     return vtype >= 0 && vtype < GGUF_VT_COUNT ? names[vtype] : "?";
 }
 
-static int64_t gguf_vt_size(int vt) {
+int gguf_vtype_size(int vt) {
     switch (vt) {
     case GGUF_VT_UINT8:
     case GGUF_VT_INT8:
@@ -109,22 +110,25 @@ static uint64_t gc_rd_le(const unsigned char *p, int n) {
     return v;
 }
 
-static int gc_u32(gcur *c, const char *field, uint32_t *out) {
-    int rc = gc_need(c, 4, field);
+/* Reads an n-byte little-endian unsigned integer. */
+static int gc_le(gcur *c, int n, const char *field, uint64_t *out) {
+    int rc = gc_need(c, (uint64_t)n, field);
     if (rc)
         return rc;
-    *out = (uint32_t)gc_rd_le(c->g->base + c->off, 4);
-    c->off += 4;
+    *out = gc_rd_le(c->g->base + c->off, n);
+    c->off += (uint64_t)n;
     return 0;
 }
 
+static int gc_u32(gcur *c, const char *field, uint32_t *out) {
+    uint64_t v = 0;
+    int rc = gc_le(c, 4, field, &v);
+    *out = (uint32_t)v;
+    return rc;
+}
+
 static int gc_u64(gcur *c, const char *field, uint64_t *out) {
-    int rc = gc_need(c, 8, field);
-    if (rc)
-        return rc;
-    *out = gc_rd_le(c->g->base + c->off, 8);
-    c->off += 8;
-    return 0;
+    return gc_le(c, 8, field, out);
 }
 
 static int gc_str(gcur *c, const char *field, gguf_str *out) {
@@ -142,14 +146,8 @@ static int gc_str(gcur *c, const char *field, gguf_str *out) {
 }
 
 static int gguf_arrs_push(gguf *g, uint64_t off, uint64_t *elem_offs) {
-    if (g->n_arrs == g->cap_arrs) {
-        size_t nc = g->cap_arrs ? g->cap_arrs * 2 : 16;
-        gguf_arr_index *na = realloc(g->arrs, nc * sizeof *na);
-        if (!na)
-            return err_set(ERR_NOMEM, "%s: out of memory indexing arrays", g->path);
-        g->arrs = na;
-        g->cap_arrs = nc;
-    }
+    if (mem_grow((void **)&g->arrs, &g->cap_arrs, g->n_arrs + 1, sizeof *g->arrs))
+        return err_set(ERR_NOMEM, "%s: out of memory indexing arrays", g->path);
     g->arrs[g->n_arrs].off = off;
     g->arrs[g->n_arrs].elem_offs = elem_offs;
     g->n_arrs++;
@@ -172,7 +170,7 @@ static int gc_array(gcur *c, const char *field, int depth) {
         return gc_fail(c, at, field, "unknown array element type");
     if ((rc = gc_u64(c, field, &n)))
         return rc;
-    int64_t es = gguf_vt_size((int)et);
+    int64_t es = gguf_vtype_size((int)et);
     uint64_t remaining = c->g->size - c->off;
     if (es) {
         if (n > remaining / (uint64_t)es)
@@ -205,7 +203,7 @@ static int gc_array(gcur *c, const char *field, int depth) {
 }
 
 static int gc_value(gcur *c, int vt, const char *field, int depth) {
-    int64_t es = gguf_vt_size(vt);
+    int64_t es = gguf_vtype_size(vt);
     if (es) {
         int rc = gc_need(c, (uint64_t)es, field);
         if (rc)
@@ -506,7 +504,7 @@ int gguf_kv_type(const gguf *g, int64_t i) {
 
 /* Reads a fixed-size scalar of type vt at p into the widest matching representation. */
 static void gguf_read_scalar(int vt, const unsigned char *p, gguf_scalar *s) {
-    uint64_t raw = gc_rd_le(p, (int)gguf_vt_size(vt));
+    uint64_t raw = gc_rd_le(p, (int)gguf_vtype_size(vt));
     switch (vt) {
     case GGUF_VT_UINT8:
     case GGUF_VT_UINT16:
@@ -515,17 +513,13 @@ static void gguf_read_scalar(int vt, const unsigned char *p, gguf_scalar *s) {
         s->u = raw;
         break;
     case GGUF_VT_INT8:
-        s->i = (int8_t)raw;
-        break;
     case GGUF_VT_INT16:
-        s->i = (int16_t)raw;
-        break;
     case GGUF_VT_INT32:
-        s->i = (int32_t)raw;
+    case GGUF_VT_INT64: { /* two's complement: sign-extend the value's top bit */
+        uint64_t sign = (uint64_t)1 << (8 * gguf_vtype_size(vt) - 1);
+        s->i = (int64_t)((raw ^ sign) - sign);
         break;
-    case GGUF_VT_INT64:
-        s->i = (int64_t)raw;
-        break;
+    }
     case GGUF_VT_FLOAT32: {
         uint32_t r32 = (uint32_t)raw;
         float f;
@@ -579,73 +573,78 @@ static int gguf_type_error(const gguf *g, const char *key, int64_t i, const char
                    gguf_vtype_name(g->kvs[i].type), want);
 }
 
-static int gguf_get_int(const gguf *g, const char *key, int64_t lo, uint64_t hi, const char *want,
-                        bool *neg, uint64_t *mag) {
-    int64_t i;
-    int rc = gguf_lookup(g, key, &i);
+/* Looks up key and reads its value: *i its index, *s its scalar (zero for an array), its type
+ * the return value; or a negative error (ERR_NOTFOUND). */
+static int gguf_lookup_scalar(const gguf *g, const char *key, int64_t *i, gguf_scalar *s) {
+    int rc = gguf_lookup(g, key, i);
     if (rc)
         return rc;
-    int vt = g->kvs[i].type;
-    gguf_scalar s = gguf_kv_scalar(g, i);
-    if (gguf_vt_is_uint(vt)) {
-        if (s.u > hi)
-            return gguf_type_error(g, key, i, want);
-        *neg = false;
-        *mag = s.u;
-        return 0;
+    *s = gguf_kv_scalar(g, *i);
+    return g->kvs[*i].type;
+}
+
+/* The integer-valued key `key` in [lo, hi] (a type of either signedness; else ERR_FORMAT saying
+ * it is not `want`), stored into *out as a uint32_t (width 32), uint64_t (64) or int64_t (-64). */
+static int gguf_get_int(const gguf *g, const char *key, int64_t lo, uint64_t hi, const char *want,
+                        int width, void *out) {
+    int64_t i;
+    gguf_scalar s;
+    int vt = gguf_lookup_scalar(g, key, &i, &s);
+    if (vt < 0)
+        return vt;
+    bool neg;
+    uint64_t mag;
+    if (gguf_vt_is_uint(vt) && s.u <= hi) {
+        neg = false;
+        mag = s.u;
+    } else if (gguf_vt_is_sint(vt) && s.i >= lo && (s.i <= 0 || (uint64_t)s.i <= hi)) {
+        neg = s.i < 0;
+        mag = s.i < 0 ? (uint64_t)(-(s.i + 1)) + 1 : (uint64_t)s.i;
+    } else {
+        return gguf_type_error(g, key, i, want);
     }
-    if (gguf_vt_is_sint(vt)) {
-        if (s.i < lo || (s.i > 0 && (uint64_t)s.i > hi))
-            return gguf_type_error(g, key, i, want);
-        *neg = s.i < 0;
-        *mag = s.i < 0 ? (uint64_t)(-(s.i + 1)) + 1 : (uint64_t)s.i;
-        return 0;
-    }
-    return gguf_type_error(g, key, i, want);
+    if (width == 32)
+        *(uint32_t *)out = (uint32_t)mag;
+    else if (width == 64)
+        *(uint64_t *)out = mag;
+    else
+        *(int64_t *)out = neg ? (int64_t)(0 - mag) : (int64_t)mag;
+    return 0;
 }
 
 int gguf_get_u32(const gguf *g, const char *key, uint32_t *out) {
-    bool neg;
-    uint64_t m;
-    int rc = gguf_get_int(g, key, 0, UINT32_MAX, "an unsigned 32-bit integer", &neg, &m);
-    if (!rc)
-        *out = (uint32_t)m;
-    return rc;
+    return gguf_get_int(g, key, 0, UINT32_MAX, "an unsigned 32-bit integer", 32, out);
 }
 
 int gguf_get_u64(const gguf *g, const char *key, uint64_t *out) {
-    bool neg;
-    uint64_t m;
-    int rc = gguf_get_int(g, key, 0, UINT64_MAX, "an unsigned integer", &neg, &m);
-    if (!rc)
-        *out = m;
-    return rc;
+    return gguf_get_int(g, key, 0, UINT64_MAX, "an unsigned integer", 64, out);
 }
 
 int gguf_get_i64(const gguf *g, const char *key, int64_t *out) {
-    bool neg;
-    uint64_t m;
-    int rc = gguf_get_int(g, key, INT64_MIN, INT64_MAX, "a 64-bit integer", &neg, &m);
-    if (!rc)
-        *out = neg ? (int64_t)(0 - m) : (int64_t)m;
-    return rc;
+    return gguf_get_int(g, key, INT64_MIN, INT64_MAX, "a 64-bit integer", -64, out);
+}
+
+/* A scalar of type vt as a double (integers converted, bools 0 or 1). */
+static double gguf_scalar_f64(int vt, const gguf_scalar *s) {
+    if (vt == GGUF_VT_FLOAT32 || vt == GGUF_VT_FLOAT64)
+        return s->f;
+    if (gguf_vt_is_uint(vt))
+        return (double)s->u;
+    if (vt == GGUF_VT_BOOL)
+        return s->b;
+    return (double)s->i;
 }
 
 int gguf_get_f64(const gguf *g, const char *key, double *out) {
     int64_t i;
-    int rc = gguf_lookup(g, key, &i);
-    if (rc)
-        return rc;
-    int vt = g->kvs[i].type;
-    gguf_scalar s = gguf_kv_scalar(g, i);
-    if (vt == GGUF_VT_FLOAT32 || vt == GGUF_VT_FLOAT64)
-        *out = s.f;
-    else if (gguf_vt_is_uint(vt))
-        *out = (double)s.u;
-    else if (gguf_vt_is_sint(vt))
-        *out = (double)s.i;
-    else
+    gguf_scalar s;
+    int vt = gguf_lookup_scalar(g, key, &i, &s);
+    if (vt < 0)
+        return vt;
+    if (vt != GGUF_VT_FLOAT32 && vt != GGUF_VT_FLOAT64 && !gguf_vt_is_uint(vt) &&
+        !gguf_vt_is_sint(vt))
         return gguf_type_error(g, key, i, "a number");
+    *out = gguf_scalar_f64(vt, &s);
     return 0;
 }
 
@@ -655,28 +654,6 @@ int gguf_get_f32(const gguf *g, const char *key, float *out) {
     if (!rc)
         *out = (float)d;
     return rc;
-}
-
-int gguf_get_bool(const gguf *g, const char *key, bool *out) {
-    int64_t i;
-    int rc = gguf_lookup(g, key, &i);
-    if (rc)
-        return rc;
-    if (g->kvs[i].type != GGUF_VT_BOOL)
-        return gguf_type_error(g, key, i, "bool");
-    *out = gguf_kv_scalar(g, i).b;
-    return 0;
-}
-
-int gguf_get_str(const gguf *g, const char *key, gguf_str *out) {
-    int64_t i;
-    int rc = gguf_lookup(g, key, &i);
-    if (rc)
-        return rc;
-    if (g->kvs[i].type != GGUF_VT_STRING)
-        return gguf_type_error(g, key, i, "string");
-    *out = gguf_kv_scalar(g, i).s;
-    return 0;
 }
 
 /* Fills arr from an array value starting at file offset off (the element type field). */
@@ -695,15 +672,35 @@ int gguf_kv_arr(const gguf *g, int64_t i, gguf_arr *arr) {
     return 0;
 }
 
-int gguf_get_arr(const gguf *g, const char *key, gguf_arr *arr) {
+/* The value of key, which must have type vt (bool, string or array; else ERR_FORMAT saying it is
+ * not `want`), into *out: a bool, a gguf_str or a gguf_arr. */
+static int gguf_get_typed(const gguf *g, const char *key, int vt, const char *want, void *out) {
     int64_t i;
-    int rc = gguf_lookup(g, key, &i);
-    if (rc)
-        return rc;
-    if (g->kvs[i].type != GGUF_VT_ARRAY)
-        return gguf_type_error(g, key, i, "array");
-    gguf_arr_at(g, g->kvs[i].val_off, arr);
+    gguf_scalar s;
+    int t = gguf_lookup_scalar(g, key, &i, &s);
+    if (t < 0)
+        return t;
+    if (t != vt)
+        return gguf_type_error(g, key, i, want);
+    if (vt == GGUF_VT_BOOL)
+        *(bool *)out = s.b;
+    else if (vt == GGUF_VT_STRING)
+        *(gguf_str *)out = s.s;
+    else
+        gguf_arr_at(g, g->kvs[i].val_off, out);
     return 0;
+}
+
+int gguf_get_bool(const gguf *g, const char *key, bool *out) {
+    return gguf_get_typed(g, key, GGUF_VT_BOOL, "bool", out);
+}
+
+int gguf_get_str(const gguf *g, const char *key, gguf_str *out) {
+    return gguf_get_typed(g, key, GGUF_VT_STRING, "string", out);
+}
+
+int gguf_get_arr(const gguf *g, const char *key, gguf_arr *arr) {
+    return gguf_get_typed(g, key, GGUF_VT_ARRAY, "array", arr);
 }
 
 gguf_str gguf_arr_str(const gguf_arr *arr, uint64_t i) {
@@ -719,12 +716,19 @@ gguf_str gguf_arr_str(const gguf_arr *arr, uint64_t i) {
     return s;
 }
 
-int64_t gguf_arr_i64(const gguf_arr *arr, uint64_t i) {
-    int64_t es = gguf_vt_size(arr->type);
+/* Element i of a fixed-size array into *s; false when out of range or not fixed-size. */
+static bool gguf_arr_scalar(const gguf_arr *arr, uint64_t i, gguf_scalar *s) {
+    int64_t es = gguf_vtype_size(arr->type);
     if (!es || i >= arr->n)
-        return 0;
+        return false;
+    gguf_read_scalar(arr->type, (const unsigned char *)arr->data + i * (uint64_t)es, s);
+    return true;
+}
+
+int64_t gguf_arr_i64(const gguf_arr *arr, uint64_t i) {
     gguf_scalar s;
-    gguf_read_scalar(arr->type, (const unsigned char *)arr->data + i * (uint64_t)es, &s);
+    if (!gguf_arr_scalar(arr, i, &s))
+        return 0;
     if (gguf_vt_is_uint(arr->type))
         return (int64_t)s.u;
     if (arr->type == GGUF_VT_FLOAT32 || arr->type == GGUF_VT_FLOAT64)
@@ -735,18 +739,8 @@ int64_t gguf_arr_i64(const gguf_arr *arr, uint64_t i) {
 }
 
 double gguf_arr_f64(const gguf_arr *arr, uint64_t i) {
-    int64_t es = gguf_vt_size(arr->type);
-    if (!es || i >= arr->n)
-        return 0;
     gguf_scalar s;
-    gguf_read_scalar(arr->type, (const unsigned char *)arr->data + i * (uint64_t)es, &s);
-    if (arr->type == GGUF_VT_FLOAT32 || arr->type == GGUF_VT_FLOAT64)
-        return s.f;
-    if (gguf_vt_is_uint(arr->type))
-        return (double)s.u;
-    if (arr->type == GGUF_VT_BOOL)
-        return s.b;
-    return (double)s.i;
+    return gguf_arr_scalar(arr, i, &s) ? gguf_scalar_f64(arr->type, &s) : 0;
 }
 
 int gguf_arr_get_arr(const gguf_arr *arr, uint64_t i, gguf_arr *out) {

@@ -9,6 +9,7 @@
  * and flushed, so no partial output file is ever visible under the final name.
  */
 #include "base/err.h"
+#include "base/mem.h"
 #include "base/strbuf.h"
 #include "gguf/gguf.h"
 
@@ -84,14 +85,8 @@ static gw_kv *gw_entry(gguf_writer *w, const char *key) {
             return &w->kvs[i];
         }
     }
-    if (w->n_kv == w->cap_kv) {
-        size_t nc = w->cap_kv ? w->cap_kv * 2 : 32;
-        gw_kv *n = realloc(w->kvs, nc * sizeof *n);
-        if (!n)
-            return NULL;
-        w->kvs = n;
-        w->cap_kv = nc;
-    }
+    if (mem_grow((void **)&w->kvs, &w->cap_kv, w->n_kv + 1, sizeof *w->kvs))
+        return NULL;
     gw_kv *kv = &w->kvs[w->n_kv];
     kv->key = strdup(key);
     if (!kv->key)
@@ -168,31 +163,9 @@ int gguf_writer_set_str(gguf_writer *w, const char *key, const char *s, size_t l
     return gw_finish(kv, key);
 }
 
-static int gw_vt_size(int vt) {
-    switch (vt) {
-    case GGUF_VT_UINT8:
-    case GGUF_VT_INT8:
-    case GGUF_VT_BOOL:
-        return 1;
-    case GGUF_VT_UINT16:
-    case GGUF_VT_INT16:
-        return 2;
-    case GGUF_VT_UINT32:
-    case GGUF_VT_INT32:
-    case GGUF_VT_FLOAT32:
-        return 4;
-    case GGUF_VT_UINT64:
-    case GGUF_VT_INT64:
-    case GGUF_VT_FLOAT64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
 int gguf_writer_set_arr(gguf_writer *w, const char *key, int elem_type, const void *data,
                         uint64_t n) {
-    int es = gw_vt_size(elem_type);
+    int es = gguf_vtype_size(elem_type);
     if (!es)
         return err_set(ERR_INVAL, "gguf writer: '%s': array element type %s is not fixed-size", key,
                        gguf_vtype_name(elem_type));
@@ -236,7 +209,7 @@ static void gw_copy_arr(strbuf *sb, const gguf_arr *a) {
                 gw_copy_arr(sb, &sub);
         }
     } else {
-        strbuf_append(sb, a->data, (size_t)(a->n * (uint64_t)gw_vt_size(a->type)));
+        strbuf_append(sb, a->data, (size_t)(a->n * (uint64_t)gguf_vtype_size(a->type)));
     }
 }
 
@@ -262,7 +235,7 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf *r, int64_t i) {
     } else {
         gguf_scalar s = gguf_kv_scalar(r, i);
         uint64_t raw;
-        int n = gw_vt_size(vt);
+        int n = gguf_vtype_size(vt);
         if (vt == GGUF_VT_FLOAT32) {
             float f = (float)s.f;
             uint32_t r32;
@@ -301,14 +274,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t 
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->tensors[i].name, name) == 0)
             return err_set(ERR_INVAL, "gguf writer: duplicate tensor '%s'", name);
-    if (w->n_t == w->cap_t) {
-        size_t nc = w->cap_t ? w->cap_t * 2 : 64;
-        gw_tensor *n = realloc(w->tensors, nc * sizeof *n);
-        if (!n)
-            return err_set(ERR_NOMEM, "gguf writer: out of memory");
-        w->tensors = n;
-        w->cap_t = nc;
-    }
+    if (mem_grow((void **)&w->tensors, &w->cap_t, w->n_t + 1, sizeof *w->tensors))
+        return err_set(ERR_NOMEM, "gguf writer: out of memory");
     gw_tensor *t = &w->tensors[w->n_t];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);

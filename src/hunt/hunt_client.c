@@ -12,6 +12,7 @@
 #include "hunt/hunt_client.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/list.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -32,7 +33,7 @@ struct hunt_http {
     int data_rc; /* error returned by on_data */
     char errbuf[CURL_ERROR_SIZE];
     hunt_http *next_free;
-    hunt_http *prev_active, *next_active; /* list of requests in flight */
+    list_link in_flight; /* in the client's list of requests in flight */
     bool active;
 };
 
@@ -43,7 +44,7 @@ struct hunt_client {
     int in_flight, peak;
     int64_t completed, bytes;
     hunt_http *free_list;
-    hunt_http *active; /* head of the in-flight list */
+    list active; /* of hunt_http: the requests in flight */
 };
 
 static int hunt_curl_refs;
@@ -151,13 +152,7 @@ static void hunt_http_release(hunt_client *c, hunt_http *h) {
     curl_slist_free_all(h->headers);
     h->headers = NULL;
     h->active = false;
-    if (h->prev_active)
-        h->prev_active->next_active = h->next_active;
-    else
-        c->active = h->next_active;
-    if (h->next_active)
-        h->next_active->prev_active = h->prev_active;
-    h->prev_active = h->next_active = NULL;
+    list_unlink(&c->active, &h->in_flight);
     h->next_free = c->free_list;
     c->free_list = h;
     c->in_flight--;
@@ -166,10 +161,11 @@ static void hunt_http_release(hunt_client *c, hunt_http *h) {
 void hunt_client_destroy(hunt_client *c) {
     if (!c)
         return;
-    while (c->active)
-        hunt_http_release(c, c->active);
+    hunt_http *h;
+    while ((h = LIST_ENTRY(c->active.first, hunt_http, in_flight)))
+        hunt_http_release(c, h);
     while (c->free_list) {
-        hunt_http *h = c->free_list;
+        h = c->free_list;
         c->free_list = h->next_free;
         curl_easy_cleanup(h->easy);
         free(h);
@@ -238,11 +234,7 @@ int hunt_client_submit(hunt_client *c, const hunt_http_req *r, hunt_http **out) 
         return err_set(ERR_INTERNAL, "libcurl refused a request to %s", r->url);
     }
     h->active = true;
-    h->prev_active = NULL;
-    h->next_active = c->active;
-    if (c->active)
-        c->active->prev_active = h;
-    c->active = h;
+    list_push_last(&c->active, &h->in_flight);
     c->in_flight++;
     if (c->in_flight > c->peak)
         c->peak = c->in_flight;

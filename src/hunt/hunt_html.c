@@ -130,7 +130,7 @@ static void svg_timeline(strbuf *o, const hunt_results *res) {
                   PW * 1.4, PH, PW * 1.4, PH);
     svg_text(o, PW * 0.7, 20, "middle", "title",
              res->obs.metrics_flavor ? "Server batch size and corruption events over time"
-                                 : "Corruption events over time (the target has no /metrics)");
+                                     : "Corruption events over time (the target has no /metrics)");
     for (int k = 0; k <= 4; k++) {
         double y = MT + h - h * k / 4;
         char t[32];
@@ -310,32 +310,23 @@ void hunt_report_html(const hunt_results *res, strbuf *o) {
     svg_timeline(o, res);
     strbuf_puts(o, "<h2>Oracles</h2>\n<table><thead><tr><th>oracle</th><th>sessions</th></tr>"
                    "</thead>\n");
-    strbuf_printf(o, "<tr><td>exact: diverged from the reference</td><td>%lld</td></tr>\n",
-                  (long long)res->agg.diverged);
-    strbuf_printf(o, "<tr><td>near-tie: benign divergence only</td><td>%lld</td></tr>\n",
-                  (long long)res->agg.neartie_benign);
-    strbuf_printf(o, "<tr><td>near-tie: divergence not at a near tie</td><td>%lld</td></tr>\n",
-                  (long long)res->agg.neartie_corrupt);
-    for (int k = 0; k < HUNT_F_COUNT; k++)
-        strbuf_printf(o, "<tr><td>%s: %s</td><td class=\"%s\">%lld</td></tr>\n",
-                      ((1u << k) & HUNT_F_STRUCTURAL_MASK) ? "structural" : "degeneration",
-                      hunt_finding_name(k), res->agg.finding[k] ? "bad" : "",
-                      (long long)res->agg.finding[k]);
+    char row[96];
+    int64_t n;
+    bool finding;
+    for (int k = 0; hunt_report_oracle_row(res, k, row, sizeof row, &n, &finding); k++)
+        if (finding)
+            strbuf_printf(o, "<tr><td>%s</td><td class=\"%s\">%lld</td></tr>\n", row,
+                          n ? "bad" : "", (long long)n);
+        else
+            strbuf_printf(o, "<tr><td>%s</td><td>%lld</td></tr>\n", row, (long long)n);
     strbuf_puts(o, "</table>\n");
-    int64_t reqs = res->client.requests + res->client.ref_requests;
-    strbuf_printf(o,
-                  "<h2>Harness</h2>\n<p>%lld test and %lld reference requests (%lld retries) "
-                  "in %.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
-                  "request).</p>\n",
-                  (long long)res->client.requests, (long long)res->client.ref_requests,
-                  (long long)res->client.retries, res->client.wall_s, res->client.peak_in_flight,
-                  res->client.cpu_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
+    strbuf_puts(o, "<h2>Harness</h2>\n<p>");
+    hunt_report_harness(res, o);
+    strbuf_puts(o, "</p>\n");
     int shown = 0;
-    for (int64_t i = 0; i < res->records.n_recs && shown < 50; i++) {
-        const hunt_session_rec *r = res->records.recs[i];
-        if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
-            continue;
-        if (!shown++)
+    const hunt_session_rec *r;
+    for (int64_t i = 0; shown < 50 && (r = hunt_report_next_corrupt(res, &i)); shown++) {
+        if (!shown)
             strbuf_puts(o,
                         "<h2>Corrupt sessions: first divergent turn beside its reference</h2>\n");
         strbuf_printf(o, "<h3>Session %lld: concurrency %d, padding %d, turn %d</h3>\n<p>",

@@ -5,6 +5,7 @@
 #include "base/err.h"
 #include "base/file.h"
 #include "base/json.h"
+#include "base/mem.h"
 #include "hunt/hunt_report.h"
 #include "hunt/hunt_stats.h"
 #include "hunt/hunt_util.h"
@@ -33,14 +34,9 @@ void hunt_ledger_deinit(hunt_ledger *lg) {
 }
 
 hunt_ledger_entry *hunt_ledger_add(hunt_ledger *lg) {
-    if (lg->n_entries == lg->cap_entries) {
-        int nc = lg->cap_entries ? lg->cap_entries * 2 : 16;
-        hunt_ledger_entry *ne = realloc(lg->entries, (size_t)nc * sizeof *ne);
-        if (!ne)
-            return NULL;
-        lg->entries = ne;
-        lg->cap_entries = nc;
-    }
+    if (mem_grow((void **)&lg->entries, &lg->cap_entries, (size_t)lg->n_entries + 1,
+                 sizeof *lg->entries))
+        return NULL;
     hunt_ledger_entry *e = &lg->entries[lg->n_entries++];
     memset(e, 0, sizeof *e);
     e->id = lg->n_entries;

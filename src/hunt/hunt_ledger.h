@@ -49,7 +49,8 @@ typedef struct hunt_ledger {
     double p0, p1; /* SPRT hypotheses (0 until the baseline is measured) */
     double base_rate;
     hunt_ledger_entry *entries;
-    int n_entries, cap_entries;
+    int n_entries;
+    size_t cap_entries;
     char state[24];   /* running, culprit, culprit_set, no_culprit, baseline_clean,
                          inconclusive, budget */
     uint64_t culprit; /* the toggles named (mask) */

@@ -433,20 +433,12 @@ hunt_neartie hunt_oracle_neartie(const hunt_reply *test, const hunt_reply *ref, 
         return HUNT_NT_NOT_TIE;
     }
     *gap = fabs(rt->logprob - mine);
-    if (*gap <= threshold) {
-        hunt_why(why, cap,
-                 "token %d: '%s' instead of '%s', reference logprob gap %.4f <= %.4f: "
-                 "near tie",
-                 i, hunt_snip(tt->text, tt->len, s1, sizeof s1),
-                 hunt_snip(rt->text, rt->len, s2, sizeof s2), *gap, threshold);
-        return HUNT_NT_BENIGN;
-    }
-    hunt_why(why, cap,
-             "token %d: '%s' instead of '%s', reference logprob gap %.4f > %.4f: not a "
-             "near tie",
-             i, hunt_snip(tt->text, tt->len, s1, sizeof s1),
-             hunt_snip(rt->text, rt->len, s2, sizeof s2), *gap, threshold);
-    return HUNT_NT_NOT_TIE;
+    bool tie = *gap <= threshold;
+    hunt_why(why, cap, "token %d: '%s' instead of '%s', reference logprob gap %.4f %s %.4f: %s", i,
+             hunt_snip(tt->text, tt->len, s1, sizeof s1),
+             hunt_snip(rt->text, rt->len, s2, sizeof s2), *gap, tie ? "<=" : ">", threshold,
+             tie ? "near tie" : "not a near tie");
+    return tie ? HUNT_NT_BENIGN : HUNT_NT_NOT_TIE;
 }
 
 /* ---- judge ---- */

@@ -11,6 +11,7 @@
 #include "hunt/hunt_reply.h"
 #include "base/err.h"
 #include "base/json.h"
+#include "base/mem.h"
 #include "base/strbuf.h"
 #include "hunt/hunt_sse.h"
 
@@ -220,7 +221,8 @@ struct hunt_stream {
     int last_index;
     strbuf finish;
     hunt_tok *toks;
-    int n_toks, cap_toks;
+    int n_toks;
+    size_t cap_toks;
     bool has_logprobs;
     int64_t prompt_tokens, completion_tokens;
     char issue[512];
@@ -304,14 +306,8 @@ static void hunt_stream_call(hunt_stream *s, const json_value *d) {
 }
 
 static int hunt_stream_push_tok(hunt_stream *s, const json_value *e) {
-    if (s->n_toks == s->cap_toks) {
-        int nc = s->cap_toks ? s->cap_toks * 2 : 64;
-        hunt_tok *nt = realloc(s->toks, (size_t)nc * sizeof *nt);
-        if (!nt)
-            return ERR_NOMEM;
-        s->toks = nt;
-        s->cap_toks = nc;
-    }
+    if (mem_grow((void **)&s->toks, &s->cap_toks, (size_t)s->n_toks + 1, sizeof *s->toks))
+        return ERR_NOMEM;
     if (hunt_parse_tok(s->toks_arena, e, &s->toks[s->n_toks]))
         return ERR_NOMEM;
     s->n_toks++;
@@ -435,6 +431,28 @@ bool hunt_stream_done(const hunt_stream *s) {
     return s->done;
 }
 
+/* Deep-copies n tokens (their texts and top candidates) into a as *out. 0 or ERR_NOMEM. */
+static int hunt_toks_copy(arena *a, const hunt_tok *src, int n, hunt_tok **out) {
+    hunt_tok *d = arena_calloc(a, (size_t)n, sizeof *d);
+    if (!d)
+        return ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        const hunt_tok *t = &src[i];
+        d[i] = *t;
+        if (!(d[i].text = hunt_dup(a, t->text, t->len)))
+            return ERR_NOMEM;
+        if (t->n_top && !(d[i].top = arena_calloc(a, (size_t)t->n_top, sizeof *d[i].top)))
+            return ERR_NOMEM;
+        for (int k = 0; k < t->n_top; k++) {
+            d[i].top[k] = t->top[k];
+            if (!(d[i].top[k].text = hunt_dup(a, t->top[k].text, t->top[k].len)))
+                return ERR_NOMEM;
+        }
+    }
+    *out = d;
+    return 0;
+}
+
 int hunt_stream_finish(hunt_stream *s, hunt_reply *out) {
     memset(out, 0, sizeof *out);
     out->content = "";
@@ -474,29 +492,9 @@ int hunt_stream_finish(hunt_stream *s, hunt_reply *out) {
         out->n_calls = s->n_calls;
     }
     out->has_logprobs = s->has_logprobs;
-    if (s->n_toks) {
-        out->toks = arena_calloc(a, (size_t)s->n_toks, sizeof *out->toks);
-        if (!out->toks)
-            return ERR_NOMEM;
-        for (int i = 0; i < s->n_toks; i++) {
-            hunt_tok *src = &s->toks[i], *dst = &out->toks[i];
-            *dst = *src;
-            dst->text = hunt_dup(a, src->text, src->len);
-            if (!dst->text)
-                return ERR_NOMEM;
-            if (src->n_top) {
-                dst->top = arena_calloc(a, (size_t)src->n_top, sizeof *dst->top);
-                if (!dst->top)
-                    return ERR_NOMEM;
-                for (int k = 0; k < src->n_top; k++) {
-                    dst->top[k] = src->top[k];
-                    if (!(dst->top[k].text = hunt_dup(a, src->top[k].text, src->top[k].len)))
-                        return ERR_NOMEM;
-                }
-            }
-        }
-        out->n_toks = s->n_toks;
-    }
+    if (s->n_toks && hunt_toks_copy(a, s->toks, s->n_toks, &out->toks))
+        return ERR_NOMEM;
+    out->n_toks = s->n_toks;
     out->prompt_tokens = s->prompt_tokens;
     out->completion_tokens = s->completion_tokens;
     out->n_chunks = s->n_chunks;
@@ -544,26 +542,7 @@ int hunt_reply_copy(arena *a, const hunt_reply *src, hunt_reply *dst) {
                 return ERR_NOMEM;
         }
     }
-    if (src->n_toks) {
-        dst->toks = arena_calloc(a, (size_t)src->n_toks, sizeof *dst->toks);
-        if (!dst->toks)
-            return ERR_NOMEM;
-        for (int i = 0; i < src->n_toks; i++) {
-            const hunt_tok *s = &src->toks[i];
-            hunt_tok *d = &dst->toks[i];
-            *d = *s;
-            if (!(d->text = hunt_dup(a, s->text, s->len)))
-                return ERR_NOMEM;
-            if (s->n_top) {
-                if (!(d->top = arena_calloc(a, (size_t)s->n_top, sizeof *d->top)))
-                    return ERR_NOMEM;
-                for (int k = 0; k < s->n_top; k++) {
-                    d->top[k] = s->top[k];
-                    if (!(d->top[k].text = hunt_dup(a, s->top[k].text, s->top[k].len)))
-                        return ERR_NOMEM;
-                }
-            }
-        }
-    }
+    if (src->n_toks && hunt_toks_copy(a, src->toks, src->n_toks, &dst->toks))
+        return ERR_NOMEM;
     return 0;
 }

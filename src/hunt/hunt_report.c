@@ -59,8 +59,8 @@ static void report_json_evidence(strbuf *o, const hunt_session_rec *r) {
     strbuf_printf(o, ",\"evidence\":{\"turn\":%d,\"diverged\":%s,\"where\":", r->shown_turn,
                   e->diverged ? "true" : "false");
     jstr(o, e->diverged ? e->where : NULL);
-    strbuf_printf(o, ",\"offset\":%ld,\"token\":%d,\"near_tie\":\"%s\",\"tie_gap\":",
-                  e->div_offset, e->div_token, hunt_neartie_name(e->neartie));
+    strbuf_printf(o, ",\"offset\":%ld,\"token\":%d,\"near_tie\":\"%s\",\"tie_gap\":", e->div_offset,
+                  e->div_token, hunt_neartie_name(e->neartie));
     if (e->tie_gap < 0)
         strbuf_puts(o, "null");
     else
@@ -220,15 +220,14 @@ static void report_json_timeline(const hunt_results *res, strbuf *o) {
     }
     strbuf_puts(o, "],\"events\":[");
     int ne = 0;
-    for (int64_t i = 0; i < res->records.n_recs; i++) {
-        const hunt_session_rec *r = res->records.recs[i];
-        if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
-            continue;
+    const hunt_session_rec *r;
+    for (int64_t i = 0; (r = hunt_report_next_corrupt(res, &i));) {
         strbuf_puts(o, ne++ ? ",{\"t\":" : "{\"t\":");
         strbuf_json_num(o, r->turns[r->shown_turn].t_end);
         strbuf_printf(o, ",\"session\":%lld,\"concurrency\":%d,\"turn\":%d}", (long long)r->index,
                       r->conc, r->shown_turn);
-    }    strbuf_putc(o, ']');
+    }
+    strbuf_putc(o, ']');
 }
 
 /* "sessions": one object per record, and the closing of the report object. */
@@ -297,6 +296,47 @@ void hunt_report_verdict(const hunt_results *res, strbuf *o) {
                   (long long)t->benign, (long long)t->errors);
 }
 
+void hunt_report_harness(const hunt_results *res, strbuf *o) {
+    int64_t reqs = res->client.requests + res->client.ref_requests;
+    strbuf_printf(o,
+                  "%lld test and %lld reference requests (%lld retries) in %.1f s; peak %d "
+                  "requests in flight; harness CPU %.2f s (%.3f ms per request).",
+                  (long long)res->client.requests, (long long)res->client.ref_requests,
+                  (long long)res->client.retries, res->client.wall_s, res->client.peak_in_flight,
+                  res->client.cpu_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
+}
+
+const hunt_session_rec *hunt_report_next_corrupt(const hunt_results *res, int64_t *i) {
+    while (*i < res->records.n_recs) {
+        const hunt_session_rec *r = res->records.recs[(*i)++];
+        if (r->verdict == HUNT_V_CORRUPT && r->shown_turn >= 0)
+            return r;
+    }
+    return NULL;
+}
+
+bool hunt_report_oracle_row(const hunt_results *res, int k, char *label, size_t cap, int64_t *n,
+                            bool *finding) {
+    static const char *const divergence[3] = {"exact: diverged from the reference",
+                                              "near-tie: benign divergence only",
+                                              "near-tie: divergence not at a near tie"};
+    const int64_t counts[3] = {res->agg.diverged, res->agg.neartie_benign,
+                               res->agg.neartie_corrupt};
+    *finding = k >= 3;
+    if (k < 3) {
+        snprintf(label, cap, "%s", divergence[k]);
+        *n = counts[k];
+        return true;
+    }
+    if ((k -= 3) >= HUNT_F_COUNT)
+        return false;
+    snprintf(label, cap, "%s: %s",
+             ((1u << k) & HUNT_F_STRUCTURAL_MASK) ? "structural" : "degeneration",
+             hunt_finding_name(k));
+    *n = res->agg.finding[k];
+    return true;
+}
+
 void hunt_report_md(const hunt_results *res, strbuf *o) {
     const hunt_cell *t = &res->agg.total;
     strbuf_puts(o, "# verity hunt report\n\n");
@@ -334,16 +374,11 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
     }
     strbuf_printf(o, "\n## Confound split\n\n%s\n", res->agg.confound);
     strbuf_puts(o, "\n## Oracles\n\n| oracle | sessions |\n|---|---|\n");
-    strbuf_printf(o, "| exact: diverged from the reference | %lld |\n",
-                  (long long)res->agg.diverged);
-    strbuf_printf(o, "| near-tie: benign divergence only | %lld |\n",
-                  (long long)res->agg.neartie_benign);
-    strbuf_printf(o, "| near-tie: divergence not at a near tie | %lld |\n",
-                  (long long)res->agg.neartie_corrupt);
-    for (int k = 0; k < HUNT_F_COUNT; k++)
-        strbuf_printf(o, "| %s: %s | %lld |\n",
-                      ((1u << k) & HUNT_F_STRUCTURAL_MASK) ? "structural" : "degeneration",
-                      hunt_finding_name(k), (long long)res->agg.finding[k]);
+    char row[96];
+    int64_t n;
+    bool finding;
+    for (int k = 0; hunt_report_oracle_row(res, k, row, sizeof row, &n, &finding); k++)
+        strbuf_printf(o, "| %s | %lld |\n", row, (long long)n);
     int64_t ml = 0;
     for (int k = 0; k < HUNT_F_COUNT; k++)
         ml += res->agg.model_level[k];
@@ -376,22 +411,14 @@ void hunt_report_md(const hunt_results *res, strbuf *o) {
     } else {
         strbuf_puts(o, "The target exposes no known /metrics; no batch timeline.\n");
     }
-    int64_t reqs = res->client.requests + res->client.ref_requests;
-    strbuf_printf(o,
-                  "\n## Harness\n\n%lld test and %lld reference requests (%lld retries) in "
-                  "%.1f s; peak %d requests in flight; harness CPU %.2f s (%.3f ms per "
-                  "request).\n",
-                  (long long)res->client.requests, (long long)res->client.ref_requests,
-                  (long long)res->client.retries, res->client.wall_s, res->client.peak_in_flight,
-                  res->client.cpu_s, reqs ? 1000.0 * res->client.cpu_s / (double)reqs : 0.0);
+    strbuf_puts(o, "\n## Harness\n\n");
+    hunt_report_harness(res, o);
+    strbuf_putc(o, '\n');
     int shown = 0;
-    for (int64_t i = 0; i < res->records.n_recs && shown < 50; i++) {
-        const hunt_session_rec *r = res->records.recs[i];
-        if (r->verdict != HUNT_V_CORRUPT || r->shown_turn < 0)
-            continue;
+    const hunt_session_rec *r;
+    for (int64_t i = 0; shown < 50 && (r = hunt_report_next_corrupt(res, &i)); shown++) {
         if (!shown)
             strbuf_puts(o, "\n## Corrupt sessions: first divergent turn\n");
-        shown++;
         strbuf_printf(o, "\n### Session %lld (concurrency %d, padding %d), turn %d\n\n",
                       (long long)r->index, r->conc, r->pad, r->shown_turn);
         strbuf_puts(o, r->eval.why);

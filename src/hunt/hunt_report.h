@@ -21,6 +21,8 @@
 #include "base/strbuf.h"
 #include "hunt/hunt_run.h"
 
+#include <stdbool.h>
+
 /* Appends results.json's content to out. */
 void hunt_report_json(const hunt_results *res, strbuf *out);
 
@@ -34,6 +36,22 @@ void hunt_report_workload(const hunt_results *res, strbuf *out);
 /* Appends the verdict's figures both reports share ("C of N sessions corrupt (R%, Wilson 95%
  * [lo%, hi%]); B benign divergences; E target errors."), plain text without markup. */
 void hunt_report_verdict(const hunt_results *res, strbuf *out);
+
+/* Appends the harness's figures both reports share ("N test and M reference requests (R
+ * retries) in T s; peak P requests in flight; harness CPU C s (X ms per request)."), plain text
+ * without markup. */
+void hunt_report_harness(const hunt_results *res, strbuf *out);
+
+/* The corrupt sessions both reports show turn by turn: the first record at or after index *i that
+ * is corrupt and has a shown turn, *i then just past it; NULL when there is none. */
+const hunt_session_rec *hunt_report_next_corrupt(const hunt_results *res, int64_t *i);
+
+/* Row k of the oracles table both reports show, for k from 0 while it returns true: its label
+ * ("exact: diverged from the reference", "structural: <finding>", ...) into label[0..cap), its
+ * session count into *n, and into *finding whether it counts a finding (the rows after the
+ * three divergence rows). */
+bool hunt_report_oracle_row(const hunt_results *res, int k, char *label, size_t cap, int64_t *n,
+                            bool *finding);
 
 /* Appends report.html's content to out. */
 void hunt_report_html(const hunt_results *res, strbuf *out);

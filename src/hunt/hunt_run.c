@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "hunt/hunt_client.h"
 #include "hunt/hunt_stats.h"
 #include "hunt/hunt_util.h"
@@ -279,14 +280,9 @@ static void hunt_scrape_done(void *ud, int rc, long status, double retry_after) 
         r->res.obs.metrics_flavor = hunt_strdup(fl);
     s.t = hunt_now(r);
     hunt_results *res = &r->res;
-    if (res->obs.n_samples == res->obs.cap_samples) {
-        int64_t nc = res->obs.cap_samples ? res->obs.cap_samples * 2 : 1024;
-        hunt_metrics_sample *ns = realloc(res->obs.samples, (size_t)nc * sizeof *ns);
-        if (!ns)
-            return;
-        res->obs.samples = ns;
-        res->obs.cap_samples = nc;
-    }
+    if (mem_grow((void **)&res->obs.samples, &res->obs.cap_samples, (size_t)res->obs.n_samples + 1,
+                 sizeof *res->obs.samples))
+        return;
     res->obs.samples[res->obs.n_samples++] = s;
 }
 
@@ -1244,14 +1240,9 @@ hunt_results *hunt_run_results(hunt_run *r) {
 }
 
 static int hunt_results_push(hunt_results *res, hunt_session_rec *rec) {
-    if (res->records.n_recs == res->records.cap_recs) {
-        int64_t nc = res->records.cap_recs ? res->records.cap_recs * 2 : 256;
-        hunt_session_rec **nr = realloc(res->records.recs, (size_t)nc * sizeof *nr);
-        if (!nr)
-            return err_set(ERR_NOMEM, "out of memory keeping session records");
-        res->records.recs = nr;
-        res->records.cap_recs = nc;
-    }
+    if (mem_grow((void **)&res->records.recs, &res->records.cap_recs,
+                 (size_t)res->records.n_recs + 1, sizeof *res->records.recs))
+        return err_set(ERR_NOMEM, "out of memory keeping session records");
     res->records.recs[res->records.n_recs++] = rec;
     return 0;
 }
@@ -1314,15 +1305,8 @@ int hunt_run_batch(hunt_run *r, int level, int conc, int64_t first_index, int n)
     double span_t0 = hunt_now(r);
     rc = hunt_phase_run(r, &test);
     hunt_results *rs = &r->res;
-    if (rs->obs.n_spans == rs->obs.cap_spans) {
-        int64_t nc = rs->obs.cap_spans ? rs->obs.cap_spans * 2 : 16;
-        hunt_span *ns = realloc(rs->obs.spans, (size_t)nc * sizeof *ns);
-        if (ns) {
-            rs->obs.spans = ns;
-            rs->obs.cap_spans = nc;
-        }
-    }
-    if (rs->obs.n_spans < rs->obs.cap_spans)
+    if (!mem_grow((void **)&rs->obs.spans, &rs->obs.cap_spans, (size_t)rs->obs.n_spans + 1,
+                  sizeof *rs->obs.spans))
         rs->obs.spans[rs->obs.n_spans++] = (hunt_span){span_t0, hunt_now(r), conc};
     if (rc && rc != ERR_CANCELLED)
         goto out;

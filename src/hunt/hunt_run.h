@@ -140,7 +140,8 @@ typedef struct hunt_results_config {
  * hunt_run_batch as each session's verdict becomes final; the records are owned here. */
 typedef struct hunt_results_records {
     hunt_session_rec **recs; /* [n_recs] (malloc'd, each malloc'd) */
-    int64_t n_recs, cap_recs;
+    int64_t n_recs;
+    size_t cap_recs;
 } hunt_results_records;
 
 /* Figures computed from the records. Written only by hunt_results_aggregate (which recomputes
@@ -162,10 +163,12 @@ typedef struct hunt_aggregates {
  * while batches run (and once more by hunt_run_finish); spans by hunt_run_batch, one per batch. */
 typedef struct hunt_results_observed {
     hunt_metrics_sample *samples; /* [n_samples] (malloc'd) */
-    int64_t n_samples, cap_samples;
+    int64_t n_samples;
+    size_t cap_samples;
     char *metrics_flavor; /* NULL: no /metrics (malloc'd) */
     hunt_span *spans;     /* test phases, for the timeline [n_spans] (malloc'd) */
-    int64_t n_spans, cap_spans;
+    int64_t n_spans;
+    size_t cap_spans;
 } hunt_results_observed;
 
 /* The load generator's own figures. requests, ref_requests and retries are counted by the run as

@@ -113,42 +113,27 @@ int hunt_ddmin(int n, hunt_dd_test_fn test, void *ud, int *out, int *n_out) {
         if (gran > nc)
             gran = nc;
         bool reduced = false;
-        /* 1. try each part on its own */
-        for (int i = 0; i < gran && !reduced; i++) {
-            int s = hunt_dd_start(nc, gran, i), e = hunt_dd_start(nc, gran, i + 1);
-            int m = e - s;
-            memcpy(cand, c + s, (size_t)m * sizeof *cand);
-            int r = test(ud, cand, m);
-            if (r < 0) {
-                rc = r;
-                goto out;
+        /* phase 0 tries each part on its own, phase 1 each complement (only informative when
+         * there are more than two parts); a subset that still fails replaces the set */
+        for (int phase = 0; phase < 2 && !reduced; phase++)
+            for (int i = 0; i < gran && !reduced && (phase == 0 || gran > 2); i++) {
+                int s = hunt_dd_start(nc, gran, i), e = hunt_dd_start(nc, gran, i + 1);
+                int m = 0;
+                for (int j = 0; j < nc; j++)
+                    if ((j >= s && j < e) == (phase == 0))
+                        cand[m++] = c[j];
+                int r = test(ud, cand, m);
+                if (r < 0) {
+                    rc = r;
+                    goto out;
+                }
+                if (r == HUNT_DD_FAIL) {
+                    memcpy(c, cand, (size_t)m * sizeof *c);
+                    nc = m;
+                    gran = phase == 0 || gran - 1 < 2 ? 2 : gran - 1;
+                    reduced = true;
+                }
             }
-            if (r == HUNT_DD_FAIL) {
-                memcpy(c, cand, (size_t)m * sizeof *c);
-                nc = m;
-                gran = 2;
-                reduced = true;
-            }
-        }
-        /* 2. try each complement (only informative when there are more than two parts) */
-        for (int i = 0; i < gran && !reduced && gran > 2; i++) {
-            int s = hunt_dd_start(nc, gran, i), e = hunt_dd_start(nc, gran, i + 1);
-            int m = 0;
-            for (int j = 0; j < nc; j++)
-                if (j < s || j >= e)
-                    cand[m++] = c[j];
-            int r = test(ud, cand, m);
-            if (r < 0) {
-                rc = r;
-                goto out;
-            }
-            if (r == HUNT_DD_FAIL) {
-                memcpy(c, cand, (size_t)m * sizeof *c);
-                nc = m;
-                gran = gran - 1 > 2 ? gran - 1 : 2;
-                reduced = true;
-            }
-        }
         if (reduced)
             continue;
         if (gran >= nc)

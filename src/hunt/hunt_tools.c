@@ -257,20 +257,16 @@ const char *hunt_tools_json(const hunt_tools *t, size_t *len) {
 /* ---- schema check ---- */
 
 static bool hunt_type_is(const json_value *v, const char *type) {
-    if (!strcmp(type, "object"))
-        return v->type == JSON_OBJECT;
-    if (!strcmp(type, "array"))
-        return v->type == JSON_ARRAY;
-    if (!strcmp(type, "string"))
-        return v->type == JSON_STRING;
-    if (!strcmp(type, "boolean"))
-        return v->type == JSON_BOOL;
-    if (!strcmp(type, "null"))
-        return v->type == JSON_NULL;
-    if (!strcmp(type, "number"))
-        return v->type == JSON_NUMBER;
+    static const struct {
+        const char *name;
+        json_type type;
+    } types[] = {{"object", JSON_OBJECT}, {"array", JSON_ARRAY}, {"string", JSON_STRING},
+                 {"boolean", JSON_BOOL},  {"null", JSON_NULL},   {"number", JSON_NUMBER}};
     if (!strcmp(type, "integer"))
         return v->type == JSON_NUMBER && isfinite(v->num.d) && floor(v->num.d) == v->num.d;
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++)
+        if (!strcmp(type, types[k].name))
+            return v->type == types[k].type;
     return true; /* unknown type names are not our business */
 }
 

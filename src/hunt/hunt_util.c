@@ -118,32 +118,18 @@ void hunt_text_ident(hunt_rng *r, strbuf *out) {
 }
 
 void hunt_html_escape(strbuf *out, const char *s, size_t n) {
+    static const char *const ent[0x80] = {
+        ['&'] = "&amp;", ['<'] = "&lt;", ['>'] = "&gt;", ['"'] = "&quot;", ['\''] = "&#39;"};
     size_t i = 0;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80) {
-            switch (c) {
-            case '&':
-                strbuf_puts(out, "&amp;");
-                break;
-            case '<':
-                strbuf_puts(out, "&lt;");
-                break;
-            case '>':
-                strbuf_puts(out, "&gt;");
-                break;
-            case '"':
-                strbuf_puts(out, "&quot;");
-                break;
-            case '\'':
-                strbuf_puts(out, "&#39;");
-                break;
-            default:
-                if (c < 32 && c != '\n' && c != '\t')
-                    strbuf_printf(out, "&#x%x;", 0x2400 + c);
-                else
-                    strbuf_putc(out, (char)c);
-            }
+            if (ent[c])
+                strbuf_puts(out, ent[c]);
+            else if (c < 32 && c != '\n' && c != '\t') /* shown as its control picture */
+                strbuf_printf(out, "&#x%x;", 0x2400 + c);
+            else
+                strbuf_putc(out, (char)c);
             i++;
             continue;
         }

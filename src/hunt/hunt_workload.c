@@ -34,7 +34,8 @@ struct hunt_history {
     hunt_rng script;  /* draws user tasks */
     hunt_msg *msgs;
     size_t *ends; /* [n] end offset of message i in json */
-    int n, cap;
+    int n;
+    size_t cap_msgs, cap_ends;
     strbuf json; /* messages serialised, comma-separated */
 };
 
@@ -168,20 +169,9 @@ static void hunt_task(hunt_rng *r, strbuf *out) {
 
 static int hunt_history_push(hunt_history *h, int role, const char *content, size_t len,
                              const char *json, size_t json_len) {
-    if (h->n == h->cap) {
-        int nc = h->cap ? h->cap * 2 : 16;
-        hunt_msg *nm = arena_alloc(h->a, (size_t)nc * sizeof *nm);
-        size_t *ne = arena_alloc(h->a, (size_t)nc * sizeof *ne);
-        if (!nm || !ne)
-            return err_set(ERR_NOMEM, "out of memory growing a session history");
-        if (h->n) {
-            memcpy(nm, h->msgs, (size_t)h->n * sizeof *nm);
-            memcpy(ne, h->ends, (size_t)h->n * sizeof *ne);
-        }
-        h->msgs = nm;
-        h->ends = ne;
-        h->cap = nc;
-    }
+    if (arena_grow(h->a, (void **)&h->msgs, &h->cap_msgs, (size_t)h->n + 1, sizeof *h->msgs) ||
+        arena_grow(h->a, (void **)&h->ends, &h->cap_ends, (size_t)h->n + 1, sizeof *h->ends))
+        return err_set(ERR_NOMEM, "out of memory growing a session history");
     char *c = arena_strndup(h->a, content, len);
     if (!c)
         return err_set(ERR_NOMEM, "out of memory growing a session history");

@@ -26,7 +26,9 @@
  */
 #include "base/err.h"
 #include "base/file.h"
+#include "base/list.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "kv/kv_tier.h"
 #include "kv/kv_tier_int.h"
 
@@ -49,7 +51,7 @@ typedef struct disk_ent {
     kv_tmap_node node; /* key */
     int64_t size;
     int64_t mtime_ns; /* open only: the LRU order */
-    struct disk_ent *prev, *next;
+    list_link lru;
 } disk_ent;
 
 typedef struct disk_tier {
@@ -57,7 +59,7 @@ typedef struct disk_tier {
     int64_t max_bytes;
     uint64_t identity;
     kv_tmap idx;
-    disk_ent *old, *young; /* LRU list: old is evicted first */
+    list lru; /* of disk_ent, least recently used first: evicted first */
     int64_t bytes, blocks, evictions;
 } disk_tier;
 
@@ -65,31 +67,14 @@ static void disk_path(const disk_tier *d, uint64_t key, bool tmp, char *buf) {
     snprintf(buf, DISK_PATH_MAX, "%s/%016" PRIx64 ".kvb%s", d->dir, key, tmp ? ".tmp" : "");
 }
 
-static void lru_unlink(disk_tier *d, disk_ent *e) {
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        d->old = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        d->young = e->prev;
-    e->prev = e->next = NULL;
-}
-
-static void lru_push_young(disk_tier *d, disk_ent *e) {
-    e->prev = d->young;
-    e->next = NULL;
-    if (d->young)
-        d->young->next = e;
-    else
-        d->old = e;
-    d->young = e;
+/* The least recently used file, or NULL. */
+static disk_ent *lru_oldest(const disk_tier *d) {
+    return LIST_ENTRY(d->lru.first, disk_ent, lru);
 }
 
 /* Forgets e (the file is the caller's business). */
 static void disk_forget(disk_tier *d, disk_ent *e) {
-    lru_unlink(d, e);
+    list_unlink(&d->lru, &e->lru);
     kv_tmap_remove(&d->idx, &e->node);
     d->bytes -= e->size;
     d->blocks--;
@@ -99,8 +84,8 @@ static void disk_forget(disk_tier *d, disk_ent *e) {
 /* Evicts the oldest files until bytes <= max_bytes, never keep itself. */
 static void disk_evict(disk_tier *d, const disk_ent *keep) {
     char path[DISK_PATH_MAX];
-    while (d->bytes > d->max_bytes && d->old && d->old != keep) {
-        disk_ent *e = d->old;
+    disk_ent *e;
+    while (d->bytes > d->max_bytes && (e = lru_oldest(d)) && e != keep) {
         disk_path(d, e->node.key, false, path);
         if (unlink(path) != 0 && errno != ENOENT)
             log_debug("kv disk tier: cannot remove %s: %s", path, strerror(errno));
@@ -157,7 +142,7 @@ static int disk_put(void *impl, uint64_t key, const void *data, size_t n) {
         return err_set(ERR_NOMEM, "kv disk tier: out of memory indexing %s", path);
     }
     if (nd) {
-        lru_unlink(d, e);
+        list_unlink(&d->lru, &e->lru);
         d->bytes -= e->size;
     } else {
         e->node.key = key;
@@ -166,7 +151,7 @@ static int disk_put(void *impl, uint64_t key, const void *data, size_t n) {
     }
     e->size = (int64_t)n;
     d->bytes += e->size;
-    lru_push_young(d, e);
+    list_push_last(&d->lru, &e->lru);
     disk_evict(d, e);
     return 0;
 }
@@ -216,8 +201,8 @@ static int disk_get(void *impl, uint64_t key, void **data, size_t *n) {
     (void)futimens(fd, NULL); /* the LRU order survives a restart */
     d->bytes += (int64_t)got - e->size;
     e->size = (int64_t)got;
-    lru_unlink(d, e);
-    lru_push_young(d, e);
+    list_unlink(&d->lru, &e->lru);
+    list_push_last(&d->lru, &e->lru);
     *data = buf;
     *n = got;
     buf = NULL;
@@ -251,8 +236,9 @@ static void disk_destroy(void *impl) {
     disk_tier *d = impl;
     if (!d)
         return;
-    while (d->old)
-        disk_forget(d, d->old);
+    disk_ent *e;
+    while ((e = lru_oldest(d)))
+        disk_forget(d, e);
     kv_tmap_deinit(&d->idx);
     free(d->dir);
     free(d);
@@ -409,14 +395,9 @@ static int disk_index(disk_tier *d) {
         if (!name_parse(de->d_name, &key) || fstatat(dirfd(dh), de->d_name, &sb, 0) != 0 ||
             !S_ISREG(sb.st_mode))
             continue;
-        if (nv == cap) {
-            cap = cap ? cap * 2 : 256;
-            disk_ent **nvv = realloc(v, cap * sizeof *v);
-            if (!nvv) {
-                rc = err_set(ERR_NOMEM, "kv disk tier %s: out of memory indexing", d->dir);
-                break;
-            }
-            v = nvv;
+        if (mem_grow((void **)&v, &cap, nv + 1, sizeof *v)) {
+            rc = err_set(ERR_NOMEM, "kv disk tier %s: out of memory indexing", d->dir);
+            break;
         }
         disk_ent *e = calloc(1, sizeof *e);
         if (!e) {
@@ -433,7 +414,7 @@ static int disk_index(disk_tier *d) {
         qsort(v, nv, sizeof *v, ent_cmp_mtime);
     for (size_t i = 0; i < nv; i++) {
         kv_tmap_insert(&d->idx, &v[i]->node);
-        lru_push_young(d, v[i]);
+        list_push_last(&d->lru, &v[i]->lru);
         d->bytes += v[i]->size;
         d->blocks++;
     }

@@ -170,42 +170,59 @@ static void redis_key(const redis_tier *r, uint64_t key, char *buf, size_t n) {
     snprintf(buf, n, "verity:kv:%016" PRIx64 ":%016" PRIx64, r->identity, key);
 }
 
-static int redis_put(void *impl, uint64_t key, const void *data, size_t n) {
-    redis_tier *r = impl;
+/* Runs verb on block key's Redis key, with data[0..n) as a second argument when data is not NULL,
+ * reconnecting first if needed. Returns 0 with the reply in *rep (the caller frees it) and the
+ * Redis key in k, or the error of redis_ready or redis_reply_check. */
+static int redis_run(redis_tier *r, const char *verb, uint64_t key, const void *data, size_t n,
+                     char k[64], redisReply **rep) {
     int rc = redis_ready(r);
     if (rc)
         return rc;
+    redis_key(r, key, k, 64);
+    const char *argv[3] = {verb, k, data};
+    size_t lens[3] = {strlen(verb), strlen(k), n};
+    *rep = redisCommandArgv(r->c, data ? 3 : 2, argv, lens);
+    return redis_reply_check(r, *rep, verb, key);
+}
+
+/* ERR_IO for a reply of a type verb does not answer: the error reply's text, if it is one. */
+static int redis_reply_bad(const redis_tier *r, const char *verb, const char *k,
+                           const redisReply *rep) {
+    return err_set(ERR_IO, "redis %s: %s %s: %s", r->url, verb, k,
+                   rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+}
+
+/* A command whose reply only says whether it worked: 0 when it is of type want. */
+static int redis_run_checked(redis_tier *r, const char *verb, uint64_t key, const void *data,
+                             size_t n, int want) {
     char k[64];
-    redis_key(r, key, k, sizeof k);
-    redisReply *rep = redisCommand(r->c, "SET %s %b", k, data, n);
-    rc = redis_reply_check(r, rep, "SET", key);
+    redisReply *rep;
+    int rc = redis_run(r, verb, key, data, n, k, &rep);
     if (rc)
         return rc;
-    if (rep->type != REDIS_REPLY_STATUS)
-        rc = err_set(ERR_IO, "redis %s: SET %s: %s", r->url, k,
-                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    if (rep->type != want)
+        rc = redis_reply_bad(r, verb, k, rep);
     freeReplyObject(rep);
     return rc;
+}
+
+static int redis_put(void *impl, uint64_t key, const void *data, size_t n) {
+    return redis_run_checked(impl, "SET", key, data, n, REDIS_REPLY_STATUS);
 }
 
 static int redis_get(void *impl, uint64_t key, void **data, size_t *n) {
     redis_tier *r = impl;
     *data = NULL;
     *n = 0;
-    int rc = redis_ready(r);
-    if (rc)
-        return rc;
     char k[64];
-    redis_key(r, key, k, sizeof k);
-    redisReply *rep = redisCommand(r->c, "GET %s", k);
-    rc = redis_reply_check(r, rep, "GET", key);
+    redisReply *rep;
+    int rc = redis_run(r, "GET", key, NULL, 0, k, &rep);
     if (rc)
         return rc;
     if (rep->type == REDIS_REPLY_NIL) {
         rc = ERR_NOTFOUND;
     } else if (rep->type != REDIS_REPLY_STRING) {
-        rc = err_set(ERR_IO, "redis %s: GET %s: %s", r->url, k,
-                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        rc = redis_reply_bad(r, "GET", k, rep);
     } else {
         *data = malloc(rep->len ? rep->len : 1);
         if (!*data)
@@ -221,21 +238,7 @@ static int redis_get(void *impl, uint64_t key, void **data, size_t *n) {
 }
 
 static int redis_drop(void *impl, uint64_t key) {
-    redis_tier *r = impl;
-    int rc = redis_ready(r);
-    if (rc)
-        return rc;
-    char k[64];
-    redis_key(r, key, k, sizeof k);
-    redisReply *rep = redisCommand(r->c, "DEL %s", k);
-    rc = redis_reply_check(r, rep, "DEL", key);
-    if (rc)
-        return rc;
-    if (rep->type != REDIS_REPLY_INTEGER)
-        rc = err_set(ERR_IO, "redis %s: DEL %s: %s", r->url, k,
-                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
-    freeReplyObject(rep);
-    return rc;
+    return redis_run_checked(impl, "DEL", key, NULL, 0, REDIS_REPLY_INTEGER);
 }
 
 static void redis_destroy(void *impl) {

@@ -18,6 +18,7 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/list.h"
 #include "base/log.h"
 #include "kv/kv_tier_int.h"
 
@@ -36,7 +37,7 @@ const double kv_tier_load_bounds_s[KV_TIER_LOAD_BUCKETS] = {0.0001, 0.0005, 0.00
 enum { OP_PUT, OP_FETCH, OP_DROP };
 
 typedef struct tier_op {
-    struct tier_op *next;
+    list_link queued; /* in the queue */
     int kind;
     int tier; /* PUT, DROP */
     uint64_t key;
@@ -50,7 +51,7 @@ typedef struct fetch_res {
     void *blob;        /* READY: owned */
     size_t n;
     int tier;
-    struct fetch_res *sprev, *snext; /* staging list, READY only */
+    list_link staged; /* in the staging list: READY only */
 } fetch_res;
 
 /* What one operation did, gathered by the I/O thread without the lock and published with it. */
@@ -76,10 +77,10 @@ struct kv_tiers {
     pthread_cond_t cv;
     pthread_t thread;
     bool stop;
-    tier_op *qhead, *qtail;
+    list queue; /* of tier_op, oldest first */
     int64_t q_bytes, q_ops;
     kv_tmap res;
-    fetch_res *s_old, *s_new;
+    list staging; /* of fetch_res, oldest first */
     int64_t staged_bytes;
     kv_tier_stats st[KV_TIER_COUNT];
 };
@@ -162,15 +163,7 @@ static void stats_load(kv_tier_stats *s, int64_t ns) {
 
 /* Takes a READY result off the staging list (mutex held); its blob stays with it. */
 static void staging_unlink(kv_tiers *t, fetch_res *r) {
-    if (r->sprev)
-        r->sprev->snext = r->snext;
-    else
-        t->s_old = r->snext;
-    if (r->snext)
-        r->snext->sprev = r->sprev;
-    else
-        t->s_new = r->sprev;
-    r->sprev = r->snext = NULL;
+    list_unlink(&t->staging, &r->staged);
     t->staged_bytes -= (int64_t)r->n;
 }
 
@@ -189,16 +182,11 @@ static void fetch_publish(kv_tiers *t, uint64_t key, op_outcome *oc) {
     r->n = oc->n;
     r->tier = oc->hit_tier;
     oc->blob = NULL;
-    r->sprev = t->s_new;
-    r->snext = NULL;
-    if (t->s_new)
-        t->s_new->snext = r;
-    else
-        t->s_old = r;
-    t->s_new = r;
+    list_push_last(&t->staging, &r->staged);
     t->staged_bytes += (int64_t)r->n;
-    while (t->staged_bytes > t->staging_max_bytes && t->s_old) {
-        fetch_res *o = t->s_old;
+    fetch_res *o;
+    while (t->staged_bytes > t->staging_max_bytes &&
+           (o = LIST_ENTRY(t->staging.first, fetch_res, staged))) {
         staging_unlink(t, o);
         free(o->blob);
         o->blob = NULL;
@@ -242,14 +230,12 @@ static void *tiers_main(void *arg) {
     kv_tiers *t = arg;
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        while (!t->qhead && !t->stop)
+        while (!t->queue.first && !t->stop)
             pthread_cond_wait(&t->cv, &t->mu);
-        tier_op *op = t->qhead;
+        tier_op *op = LIST_ENTRY(t->queue.first, tier_op, queued);
         if (!op)
             break; /* stopping and drained */
-        t->qhead = op->next;
-        if (!t->qhead)
-            t->qtail = NULL;
+        list_unlink(&t->queue, &op->queued);
         t->q_ops--;
         if (op->kind == OP_PUT)
             t->q_bytes -= (int64_t)op->n;
@@ -290,12 +276,7 @@ static void *tiers_main(void *arg) {
 
 /* Appends op to the queue and wakes the I/O thread (mutex held). */
 static void queue_push(kv_tiers *t, tier_op *op) {
-    op->next = NULL;
-    if (t->qtail)
-        t->qtail->next = op;
-    else
-        t->qhead = op;
-    t->qtail = op;
+    list_push_last(&t->queue, &op->queued);
     t->q_ops++;
     if (op->kind == OP_PUT)
         t->q_bytes += (int64_t)op->n;
@@ -532,7 +513,7 @@ void kv_tiers_destroy(kv_tiers *t) {
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     pthread_join(t->thread, NULL);
-    CHECK(!t->qhead);
+    CHECK(!t->queue.first);
     for (size_t i = 0; i < t->res.nb; i++) {
         kv_tmap_node *nd = t->res.b[i];
         while (nd) {

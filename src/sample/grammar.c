@@ -22,6 +22,8 @@
 #include "base/arena.h"
 #include "base/check.h"
 #include "base/err.h"
+#include "base/mem.h"
+#include "base/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -219,16 +221,6 @@ static void gr_set_add(uint8_t set[32], int lo, int hi) {
         set[b >> 3] |= (uint8_t)(1u << (b & 7));
 }
 
-static int gr_hex(int c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Parses the escape after a backslash (p->i at the escaped byte). Returns a byte value, or -1
  * with *set filled for a class escape (\d \s \w), or -2 on error. */
 static int gr_p_escape(gr_parser *p, uint8_t set[32]) {
@@ -264,8 +256,8 @@ static int gr_p_escape(gr_parser *p, uint8_t set[32]) {
         gr_set_add(set, '_', '_');
         return -1;
     case 'x': {
-        int h1 = p->i < p->n ? gr_hex(p->s[p->i]) : -1;
-        int h2 = p->i + 1 < p->n ? gr_hex(p->s[p->i + 1]) : -1;
+        int h1 = p->i < p->n ? utf8_hex_digit(p->s[p->i]) : -1;
+        int h2 = p->i + 1 < p->n ? utf8_hex_digit(p->s[p->i + 1]) : -1;
         if (h1 < 0 || h2 < 0) {
             gr_p_fail(p, "\\x needs two hex digits");
             return -2;
@@ -456,9 +448,11 @@ int grammar_ast_parse(grammar_ast *a, const char *pattern, size_t n, grammar_nod
 
 typedef struct gr_build {
     gr_nfa_state *st;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
     uint8_t (*sets)[32];
-    int32_t n_sets, cap_sets;
+    int32_t n_sets;
+    size_t cap_sets;
     int32_t single[256]; /* set index of {b}, or -1 */
     int32_t max_states;  /* NFA cap */
     int err;
@@ -476,15 +470,9 @@ static int32_t gr_new(gr_build *b, uint8_t kind) {
                          b->max_states);
         return 0;
     }
-    if (b->n == b->cap) {
-        int32_t nc = b->cap ? b->cap * 2 : 1024;
-        gr_nfa_state *ns = realloc(b->st, (size_t)nc * sizeof *ns);
-        if (!ns) {
-            b->err = err_set(ERR_NOMEM, "grammar: out of memory (%d NFA states)", nc);
-            return 0;
-        }
-        b->st = ns;
-        b->cap = nc;
+    if (mem_grow((void **)&b->st, &b->cap, (size_t)b->n + 1, sizeof *b->st)) {
+        b->err = err_set(ERR_NOMEM, "grammar: out of memory (%d NFA states)", b->n + 1);
+        return 0;
     }
     b->st[b->n] = (gr_nfa_state){.out0 = -1, .out1 = -1, .set = -1, .kind = kind};
     return b->n++;
@@ -502,15 +490,9 @@ static int32_t gr_set_index(gr_build *b, const uint8_t set[32]) {
     for (int32_t i = 0; count != 1 && i < b->n_sets; i++)
         if (!memcmp(b->sets[i], set, 32))
             return i;
-    if (b->n_sets == b->cap_sets) {
-        int32_t nc = b->cap_sets ? b->cap_sets * 2 : 64;
-        uint8_t(*ns)[32] = realloc(b->sets, (size_t)nc * sizeof *ns);
-        if (!ns) {
-            b->err = err_set(ERR_NOMEM, "grammar: out of memory (byte sets)");
-            return 0;
-        }
-        b->sets = ns;
-        b->cap_sets = nc;
+    if (mem_grow((void **)&b->sets, &b->cap_sets, (size_t)b->n_sets + 1, sizeof *b->sets)) {
+        b->err = err_set(ERR_NOMEM, "grammar: out of memory (byte sets)");
+        return 0;
     }
     memcpy(b->sets[b->n_sets], set, 32);
     if (count == 1)
@@ -881,16 +863,8 @@ static int32_t gr_dfa_intern(gr_dfa_build *d) {
                0;
     if (d->n_dfa == d->cap_dfa && gr_dfa_grow(d))
         return 0;
-    if (d->n_pool + (size_t)n > d->cap_pool) {
-        size_t nc = d->cap_pool ? d->cap_pool * 2 : 4096;
-        while (nc < d->n_pool + (size_t)n)
-            nc *= 2;
-        int32_t *np = realloc(d->pool, nc * sizeof *np);
-        if (!np)
-            return d->err = err_set(ERR_NOMEM, "grammar: out of memory (DFA sets)"), 0;
-        d->pool = np;
-        d->cap_pool = nc;
-    }
+    if (mem_grow((void **)&d->pool, &d->cap_pool, d->n_pool + (size_t)n, sizeof *d->pool))
+        return d->err = err_set(ERR_NOMEM, "grammar: out of memory (DFA sets)"), 0;
     int32_t id = d->n_dfa++;
     memcpy(d->pool + d->n_pool, d->buf, (size_t)n * sizeof *d->buf);
     d->off[id] = d->n_pool;

@@ -79,31 +79,35 @@ void sample_keys_heap_sort_desc(uint64_t *a, size_t n) {
     }
 }
 
+/* Partitions a[0..n) (n > 2) around the median of its first, middle and last keys (Hoare,
+ * descending) and returns j: a[0..j] >= pivot >= a[j+1..n). */
+static size_t keys_partition(uint64_t *a, size_t n) {
+    uint64_t x = a[0], y = a[n / 2], z = a[n - 1];
+    uint64_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+    size_t i = 0, j = n - 1;
+    for (;;) {
+        while (a[i] > pivot)
+            i++;
+        while (a[j] < pivot)
+            j--;
+        if (i >= j)
+            return j;
+        uint64_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+        i++;
+        j--;
+    }
+}
+
 static void keys_intro_sort(uint64_t *a, size_t n, int depth) {
     while (n > 24) {
         if (depth-- == 0) {
             sample_keys_heap_sort_desc(a, n);
             return;
         }
-        /* median of three as the pivot, then Hoare partition (descending) */
-        uint64_t x = a[0], y = a[n / 2], z = a[n - 1];
-        uint64_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-        size_t i = 0, j = n - 1;
-        for (;;) {
-            while (a[i] > pivot)
-                i++;
-            while (a[j] < pivot)
-                j--;
-            if (i >= j)
-                break;
-            uint64_t t = a[i];
-            a[i] = a[j];
-            a[j] = t;
-            i++;
-            j--;
-        }
         /* a[0..j] >= pivot >= a[j+1..n): recurse on the smaller side, loop on the larger */
-        size_t left = j + 1;
+        size_t left = keys_partition(a, n) + 1;
         if (left < n - left) {
             keys_intro_sort(a, left, depth);
             a += left;
@@ -180,24 +184,7 @@ void sample_keys_select_desc(uint64_t *keys, size_t n, size_t k) {
             sample_keys_sort_desc(a + lo, hi - lo);
             return;
         }
-        size_t len = hi - lo;
-        uint64_t x = a[lo], y = a[lo + len / 2], z = a[hi - 1];
-        uint64_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-        size_t i = lo, j = hi - 1;
-        for (;;) {
-            while (a[i] > pivot)
-                i++;
-            while (a[j] < pivot)
-                j--;
-            if (i >= j)
-                break;
-            uint64_t t = a[i];
-            a[i] = a[j];
-            a[j] = t;
-            i++;
-            j--;
-        }
-        /* a[lo..j] >= pivot >= a[j+1..hi) */
+        size_t j = lo + keys_partition(a + lo, hi - lo); /* a[lo..j] >= pivot >= a[j+1..hi) */
         if (k <= j + 1)
             hi = j + 1;
         else

@@ -35,7 +35,8 @@ ct_scope *ct_scope_new(ct_rt *rt, ct_scope *parent) {
         s->parent = parent;
         s->syms = NULL;
         s->vals = NULL;
-        s->n = s->cap = 0;
+        s->n = 0;
+        s->cap_syms = s->cap_vals = 0;
     }
     return s;
 }
@@ -46,20 +47,9 @@ int ct_scope_set(ct_rt *rt, ct_scope *sc, int sym, ct_val v) {
             sc->vals[i] = v;
             return 0;
         }
-    if (sc->n == sc->cap) {
-        uint32_t cap = sc->cap ? sc->cap * 2 : 4;
-        int *syms = arena_alloc(rt->a, cap * sizeof *syms);
-        ct_val *vals = arena_alloc(rt->a, cap * sizeof *vals);
-        if (!syms || !vals)
-            return nomem(rt);
-        if (sc->n) {
-            memcpy(syms, sc->syms, sc->n * sizeof *syms);
-            memcpy(vals, sc->vals, sc->n * sizeof *vals);
-        }
-        sc->syms = syms;
-        sc->vals = vals;
-        sc->cap = cap;
-    }
+    if (arena_grow(rt->a, (void **)&sc->syms, &sc->cap_syms, sc->n + 1, sizeof *sc->syms) ||
+        arena_grow(rt->a, (void **)&sc->vals, &sc->cap_vals, sc->n + 1, sizeof *sc->vals))
+        return nomem(rt);
     sc->syms[sc->n] = sym;
     sc->vals[sc->n] = v;
     sc->n++;
@@ -469,10 +459,17 @@ static int add_strings(ct_rt *rt, ct_val a, ct_val b, ct_val *out) {
         strbuf_append(&sb, b.s.p, b.s.n);
     else
         ct_html_escape(&sb, b.s.p, b.s.n);
-    int rc = ct_str_from_buf(rt, &sb, out);
-    strbuf_deinit(&sb);
-    out->kind = 1;
-    return rc;
+    return ct_str_take(rt, &sb, 1, out);
+}
+
+int ct_int_mod(ct_rt *rt, int64_t x, int64_t y, int64_t *out) {
+    if (y == 0)
+        return ct_error(rt, ERR_INVAL, "integer modulo by zero");
+    int64_t m = y == -1 ? 0 : x % y;
+    if (m != 0 && ((m < 0) != (y < 0)))
+        m += y;
+    *out = m;
+    return 0;
 }
 
 static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
@@ -486,32 +483,21 @@ static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
     bool na = ct_is_num(a), nb = ct_is_num(b);
     if (na && nb) {
         bool ints = a.t != CT_FLOAT && b.t != CT_FLOAT;
-        int64_t x = as_i(a), y = as_i(b), r;
+        int64_t x = as_i(a), y = as_i(b), r = 0;
         double dx = as_d(a), dy = as_d(b);
         switch (op) {
         case CT_OP_ADD:
-            if (ints) {
-                if (__builtin_add_overflow(x, y, &r))
-                    goto overflow;
-                *out = ct_int(r);
-            } else
-                *out = ct_float(dx + dy);
-            return 0;
         case CT_OP_SUB:
-            if (ints) {
-                if (__builtin_sub_overflow(x, y, &r))
-                    goto overflow;
-                *out = ct_int(r);
-            } else
-                *out = ct_float(dx - dy);
-            return 0;
         case CT_OP_MUL:
-            if (ints) {
-                if (__builtin_mul_overflow(x, y, &r))
-                    goto overflow;
-                *out = ct_int(r);
-            } else
-                *out = ct_float(dx * dy);
+            if (!ints) {
+                *out = ct_float(op == CT_OP_ADD ? dx + dy : op == CT_OP_SUB ? dx - dy : dx * dy);
+                return 0;
+            }
+            if (op == CT_OP_ADD   ? __builtin_add_overflow(x, y, &r)
+                : op == CT_OP_SUB ? __builtin_sub_overflow(x, y, &r)
+                                  : __builtin_mul_overflow(x, y, &r))
+                goto overflow;
+            *out = ct_int(r);
             return 0;
         case CT_OP_DIV:
             if (dy == 0)
@@ -544,16 +530,10 @@ static int arith(ct_rt *rt, int op, ct_val a, ct_val b, ct_val *out) {
             return 0;
         case CT_OP_MOD:
             if (ints) {
-                if (y == 0)
-                    return ct_error(rt, ERR_INVAL, "integer modulo by zero");
-                if (y == -1) {
-                    *out = ct_int(0);
-                    return 0;
-                }
-                int64_t m = x % y;
-                if (m != 0 && ((m < 0) != (y < 0)))
-                    m += y;
-                *out = ct_int(m);
+                int rc = ct_int_mod(rt, x, y, &r);
+                if (rc)
+                    return rc;
+                *out = ct_int(r);
             } else {
                 if (dy == 0)
                     return ct_error(rt, ERR_INVAL, "float modulo");
@@ -888,6 +868,18 @@ static int eval_node_call(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out
                          out);
 }
 
+/* The arguments of filter or test node n (what: "filter", "test"), once n names a known one:
+ * ERR_UNSUPPORTED for one jinja2 has and this engine does not (n->op set), ERR_INVAL for none. */
+static int eval_callee_args(ct_rt *rt, const ct_node *n, ct_scope *sc, const char *what, argv *av) {
+    if (n->fid < 0) {
+        if (n->op)
+            return ct_error(rt, ERR_UNSUPPORTED, "unsupported %s '%.*s'", what, (int)n->len,
+                            n->str);
+        return ct_error(rt, ERR_INVAL, "No %s named '%.*s' found.", what, (int)n->len, n->str);
+    }
+    return eval_args(rt, n, sc, av);
+}
+
 /* x | f(args...), or a {% filter %} block's input when n->a is NULL. */
 static int eval_node_filter(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out) {
     int rc;
@@ -901,13 +893,8 @@ static int eval_node_filter(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *o
         a = rt->block_input;
     }
     rt->line = n->line;
-    if (n->fid < 0) {
-        if (n->op)
-            return ct_error(rt, ERR_UNSUPPORTED, "unsupported filter '%.*s'", (int)n->len, n->str);
-        return ct_error(rt, ERR_INVAL, "No filter named '%.*s' found.", (int)n->len, n->str);
-    }
     argv av;
-    if ((rc = eval_args(rt, n, sc, &av)))
+    if ((rc = eval_callee_args(rt, n, sc, "filter", &av)))
         return rc;
     return ct_filter_apply(rt, n, a, av.args, av.n_args, av.kw_names, av.kw_lens, av.kw_vals,
                            av.n_kw, out);
@@ -920,13 +907,8 @@ static int eval_node_test(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out
     if ((rc = ct_eval(rt, n->a, sc, &a)))
         return rc;
     rt->line = n->line;
-    if (n->fid < 0) {
-        if (n->op)
-            return ct_error(rt, ERR_UNSUPPORTED, "unsupported test '%.*s'", (int)n->len, n->str);
-        return ct_error(rt, ERR_INVAL, "No test named '%.*s' found.", (int)n->len, n->str);
-    }
     argv av;
-    if ((rc = eval_args(rt, n, sc, &av)))
+    if ((rc = eval_callee_args(rt, n, sc, "test", &av)))
         return rc;
     bool r;
     if ((rc = ct_test_apply(rt, n->fid, n->str, a, av.args, av.n_args, &r)))
@@ -1152,6 +1134,16 @@ static int exec_output(ct_rt *rt, const ct_node *n, ct_scope *sc) {
     return 0;
 }
 
+/* The scope of a loop iteration under sc: prev emptied when reuse allows, else a new one. NULL
+ * when out of memory. */
+static ct_scope *for_scope(ct_rt *rt, ct_scope *sc, ct_scope *prev, bool reuse) {
+    if (prev && reuse) {
+        prev->n = 0;
+        return prev;
+    }
+    return ct_scope_new(rt, sc);
+}
+
 static int exec_for(ct_rt *rt, const ct_node *n, ct_scope *sc) {
     ct_val it;
     int rc;
@@ -1175,12 +1167,8 @@ static int exec_for(ct_rt *rt, const ct_node *n, ct_scope *sc) {
         for (size_t i = 0; i < cnt; i++) {
             if ((rc = ct_charge(rt, 1)))
                 return rc;
-            if (!is || !reuse) {
-                if (!(is = ct_scope_new(rt, sc)))
-                    return nomem(rt);
-            } else {
-                is->n = 0;
-            }
+            if (!(is = for_scope(rt, sc, is, reuse)))
+                return nomem(rt);
             ct_val keep;
             if ((rc = assign(rt, n->a, items[i], is)) || (rc = ct_eval(rt, n->c, is, &keep)))
                 return rc;
@@ -1210,12 +1198,8 @@ static int exec_for(ct_rt *rt, const ct_node *n, ct_scope *sc) {
     for (size_t i = 0; i < cnt; i++) {
         if ((rc = ct_charge(rt, 1)))
             return rc;
-        if (!is || !reuse) {
-            if (!(is = ct_scope_new(rt, sc)))
-                return nomem(rt);
-        } else {
-            is->n = 0;
-        }
+        if (!(is = for_scope(rt, sc, is, reuse)))
+            return nomem(rt);
         rt->line = n->line;
         if ((rc = assign(rt, n->a, items[i], is)))
             return rc;

@@ -122,13 +122,9 @@ static const char *const unsupported_filters[] = {
     "truncate",       "urlencode", "urlize", "wordwrap", "xmlattr", NULL,
 };
 
-static bool name_eq(const char *a, size_t n, const char *b) {
-    return strlen(b) == n && memcmp(a, b, n) == 0;
-}
-
 static int filter_index(const char *name, size_t len) {
     for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
-        if (name_eq(name, len, filters[i].name))
+        if (ct_name_is(name, len, filters[i].name))
             return (int)i;
     return -1;
 }
@@ -139,7 +135,7 @@ int ct_filter_id(const char *name, size_t len, bool *known_unsupported) {
     if (i >= 0)
         return i;
     for (int k = 0; unsupported_filters[k]; k++)
-        if (name_eq(name, len, unsupported_filters[k]))
+        if (ct_name_is(name, len, unsupported_filters[k]))
             *known_unsupported = true;
     return -1;
 }
@@ -179,7 +175,7 @@ static int bind(ct_rt *rt, int fi, const ct_val *args, size_t n_args, const char
     for (size_t k = 0; k < n_kw; k++) {
         int i;
         for (i = 0; i < np; i++)
-            if (name_eq(kw_names[k], kw_lens[k], filters[fi].params[i]))
+            if (ct_name_is(kw_names[k], kw_lens[k], filters[fi].params[i]))
                 break;
         if (i == np)
             return ct_error(rt, ERR_INVAL, "filter '%s' got an unexpected keyword argument '%.*s'",
@@ -213,13 +209,6 @@ static int arg_int(ct_rt *rt, const bound *b, int i, int64_t dflt, const char *w
 }
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
-
-static int new_str(ct_rt *rt, strbuf *sb, int kind, ct_val *out) {
-    int rc = ct_str_from_buf(rt, sb, out);
-    strbuf_deinit(sb);
-    out->kind = (uint8_t)kind;
-    return rc;
-}
 
 /* soft_str(): str(value) keeping Markup. */
 static int soft_str(ct_rt *rt, ct_val v, ct_val *out) {
@@ -275,7 +264,7 @@ static int ignore_case(ct_rt *rt, ct_val v, ct_val *out) {
     strbuf sb;
     strbuf_init(&sb);
     ct_py_lower(&sb, v.s.p, v.s.n);
-    return new_str(rt, &sb, v.kind, out);
+    return ct_str_take(rt, &sb, v.kind, out);
 }
 
 /* Key for sort/min/max/unique: attribute path(s) (comma-separated for sort), then ignore_case. */
@@ -442,7 +431,7 @@ static int f_indent(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
         }
     }
     strbuf_deinit(&src);
-    return new_str(rt, &sb, s.kind, out);
+    return ct_str_take(rt, &sb, s.kind, out);
 }
 
 static int f_replace(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
@@ -456,46 +445,7 @@ static int f_replace(ct_rt *rt, ct_val s, const bound *b, ct_val *out) {
     if ((rc = ct_stringify(rt, s, &s)) || (rc = ct_stringify(rt, b->v[0], &old)) ||
         (rc = ct_stringify(rt, b->v[1], &nw)))
         return rc;
-    strbuf sb;
-    strbuf_init(&sb);
-    if (old.s.n == 0) { /* Python inserts `new` around every character */
-        size_t i = 0;
-        int64_t done = 0;
-        while (i <= s.s.n) {
-            if (count < 0 || done < count) {
-                strbuf_append(&sb, nw.s.p, nw.s.n);
-                done++;
-            }
-            if (i == s.s.n)
-                break;
-            size_t k = i;
-            ct_utf8_next(s.s.p, s.s.n, &k);
-            strbuf_append(&sb, s.s.p + i, k - i);
-            i = k;
-        }
-    } else {
-        size_t i = 0;
-        int64_t done = 0;
-        while (i <= s.s.n) {
-            ptrdiff_t at =
-                (count < 0 || done < count) ? ct_memfind(s.s.p, s.s.n, old.s.p, old.s.n, i) : -1;
-            if (at < 0) {
-                strbuf_append(&sb, s.s.p + i, s.s.n - i);
-                break;
-            }
-            strbuf_append(&sb, s.s.p + i, (size_t)at - i);
-            strbuf_append(&sb, nw.s.p, nw.s.n);
-            i = (size_t)at + old.s.n;
-            done++;
-            if (sb.len > CT_MAX_OUTPUT)
-                break;
-        }
-    }
-    if (sb.len > CT_MAX_OUTPUT) {
-        strbuf_deinit(&sb);
-        return ct_error(rt, ERR_TOOLARGE, "replace result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
-    }
-    return new_str(rt, &sb, 0, out);
+    return ct_str_replace(rt, s, old, nw, count, 0, out);
 }
 
 static int f_tojson(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
@@ -536,7 +486,7 @@ static int f_tojson(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
         strbuf_deinit(&sb);
         return rc;
     }
-    return new_str(rt, &sb, 0, out);
+    return ct_str_take(rt, &sb, 0, out);
 }
 
 static int f_int(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
@@ -662,11 +612,11 @@ static int f_round(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
     const char *method = "common";
     if (b->has[1]) {
         ct_val m = b->v[1];
-        if (m.t == CT_STR && name_eq(m.s.p, m.s.n, "ceil"))
+        if (m.t == CT_STR && ct_name_is(m.s.p, m.s.n, "ceil"))
             method = "ceil";
-        else if (m.t == CT_STR && name_eq(m.s.p, m.s.n, "floor"))
+        else if (m.t == CT_STR && ct_name_is(m.s.p, m.s.n, "floor"))
             method = "floor";
-        else if (!(m.t == CT_STR && name_eq(m.s.p, m.s.n, "common")))
+        else if (!(m.t == CT_STR && ct_name_is(m.s.p, m.s.n, "common")))
             return ct_error(rt, ERR_INVAL, "method must be common, ceil or floor");
     }
     if (!ct_is_num(v))
@@ -722,7 +672,7 @@ static int f_join(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
         strbuf_deinit(&sb);
         return rc;
     }
-    return new_str(rt, &sb, 0, out);
+    return ct_str_take(rt, &sb, 0, out);
 }
 
 /* select / reject / selectattr / rejectattr */
@@ -789,10 +739,10 @@ static int f_map(ct_rt *rt, ct_val v, const ct_val *args, size_t n_args, const c
         ct_val attr = ct_none(), dflt = ct_none();
         bool has_attr = false;
         for (size_t k = 0; k < n_kw; k++) {
-            if (name_eq(kw_names[k], kw_lens[k], "attribute")) {
+            if (ct_name_is(kw_names[k], kw_lens[k], "attribute")) {
                 attr = kw_vals[k];
                 has_attr = true;
-            } else if (name_eq(kw_names[k], kw_lens[k], "default")) {
+            } else if (ct_name_is(kw_names[k], kw_lens[k], "default")) {
                 dflt = kw_vals[k];
             } else {
                 return ct_error(rt, ERR_INVAL, "Unexpected keyword argument '%.*s'",
@@ -903,9 +853,9 @@ static int f_dictsort(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
     int pos = 0;
     if (b->has[1]) {
         ct_val by = b->v[1];
-        if (by.t == CT_STR && name_eq(by.s.p, by.s.n, "value"))
+        if (by.t == CT_STR && ct_name_is(by.s.p, by.s.n, "value"))
             pos = 1;
-        else if (!(by.t == CT_STR && name_eq(by.s.p, by.s.n, "key")))
+        else if (!(by.t == CT_STR && ct_name_is(by.s.p, by.s.n, "key")))
             return ct_error(rt, ERR_INVAL, "You can only sort by either \"key\" or \"value\"");
     }
     size_t n = v.d->n;
@@ -1060,7 +1010,7 @@ static int f_case(ct_rt *rt, int id, ct_val v, ct_val *out) {
         }
     }
     }
-    return new_str(rt, &sb, v.kind, out);
+    return ct_str_take(rt, &sb, v.kind, out);
 }
 
 static int f_escape(ct_rt *rt, ct_val v, bool force, ct_val *out) {
@@ -1074,7 +1024,7 @@ static int f_escape(ct_rt *rt, ct_val v, bool force, ct_val *out) {
     strbuf sb;
     strbuf_init(&sb);
     ct_html_escape(&sb, v.s.p, v.s.n);
-    return new_str(rt, &sb, 1, out);
+    return ct_str_take(rt, &sb, 1, out);
 }
 
 static int f_center(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
@@ -1097,7 +1047,7 @@ static int f_center(ct_rt *rt, ct_val v, const bound *b, ct_val *out) {
     strbuf_append(&sb, v.s.p, v.s.n);
     for (int64_t i = 0; i < marg - left; i++)
         strbuf_putc(&sb, ' ');
-    return new_str(rt, &sb, v.kind, out);
+    return ct_str_take(rt, &sb, v.kind, out);
 }
 
 static int f_wordcount(ct_rt *rt, ct_val v, ct_val *out) {
@@ -1131,7 +1081,7 @@ static int f_reverse(ct_rt *rt, ct_val v, ct_val *out) {
             strbuf_append(&sb, v.s.p + s, e - s);
             e = s;
         }
-        return new_str(rt, &sb, v.kind, out);
+        return ct_str_take(rt, &sb, v.kind, out);
     }
     const ct_val *items;
     size_t n;

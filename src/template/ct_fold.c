@@ -95,7 +95,7 @@ static bool copy_val(arena *a, ct_val v, ct_val *out) {
                 return false;
         d->keys = k;
         d->vals = x;
-        d->n = d->cap = n;
+        d->n = d->cap_keys = d->cap_vals = n;
         out->d = d;
         return true;
     }

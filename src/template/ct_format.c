@@ -16,6 +16,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,16 @@ static void group_digits(strbuf *out, const char *digits, size_t n, char sep, in
     }
 }
 
+/* vsnprintf of one int precision and one double under a format built from a fixed set
+ * ("%.*e", "%#.*g", ...; see format_num). The compiler cannot check a built format in a printf
+ * call; through a va_list it does not try. */
+static void format_double(char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
 static int format_num(ct_rt *rt, ct_val v, const spec *s, strbuf *sb) {
     char type = s->type;
     bool is_float = v.t == CT_FLOAT || (type && strchr("eEfFgG%", type));
@@ -139,16 +150,15 @@ static int format_num(ct_rt *rt, ct_val v, const spec *s, strbuf *sb) {
         case 0:
         case 'd':
         case 'n':
-            nd = snprintf(digits, sizeof digits, "%" PRIu64, mag);
-            break;
         case 'x':
-            nd = snprintf(digits, sizeof digits, "%" PRIx64, mag);
-            break;
         case 'X':
-            nd = snprintf(digits, sizeof digits, "%" PRIX64, mag);
-            break;
         case 'o':
-            nd = snprintf(digits, sizeof digits, "%" PRIo64, mag);
+            nd = snprintf(digits, sizeof digits,
+                          type == 'x'   ? "%" PRIx64
+                          : type == 'X' ? "%" PRIX64
+                          : type == 'o' ? "%" PRIo64
+                                        : "%" PRIu64,
+                          mag);
             break;
         case 'b': {
             nd = 0;
@@ -211,50 +221,13 @@ static int format_num(ct_rt *rt, ct_val v, const spec *s, strbuf *sb) {
             if (!strpbrk(buf, ".e"))
                 strcat(buf, ".0");
         } else {
-            char t = type == 'n' ? 'g' : type;
-            if (s->alt) {
-                switch (t) {
-                case 'e':
-                    snprintf(buf, sizeof buf, "%#.*e", prec, d);
-                    break;
-                case 'E':
-                    snprintf(buf, sizeof buf, "%#.*E", prec, d);
-                    break;
-                case 'f':
-                    snprintf(buf, sizeof buf, "%#.*f", prec, d);
-                    break;
-                case 'F':
-                    snprintf(buf, sizeof buf, "%#.*F", prec, d);
-                    break;
-                case 'G':
-                    snprintf(buf, sizeof buf, "%#.*G", prec, d);
-                    break;
-                default:
-                    snprintf(buf, sizeof buf, "%#.*g", prec, d);
-                    break;
-                }
-            } else {
-                switch (t) {
-                case 'e':
-                    snprintf(buf, sizeof buf, "%.*e", prec, d);
-                    break;
-                case 'E':
-                    snprintf(buf, sizeof buf, "%.*E", prec, d);
-                    break;
-                case 'f':
-                    snprintf(buf, sizeof buf, "%.*f", prec, d);
-                    break;
-                case 'F':
-                    snprintf(buf, sizeof buf, "%.*F", prec, d);
-                    break;
-                case 'G':
-                    snprintf(buf, sizeof buf, "%.*G", prec, d);
-                    break;
-                default:
-                    snprintf(buf, sizeof buf, "%.*g", prec, d);
-                    break;
-                }
-            }
+            char conv = type && strchr("eEfFG", type) ? type : 'g'; /* 'n' is 'g' */
+            char f[8] = {'%'}, *q = f + 1;
+            if (s->alt)
+                *q++ = '#';
+            memcpy(q, ".*", 2);
+            q[2] = conv;
+            format_double(buf, sizeof buf, f, prec, d);
         }
         char *dot = strpbrk(buf, ".eE%");
         size_t int_len = dot ? (size_t)(dot - buf) : strlen(buf);
@@ -472,12 +445,11 @@ int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, cons
         if (!rc && sb.len > CT_MAX_OUTPUT)
             rc = ct_error(rt, ERR_TOOLARGE, "format result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
     }
-    if (!rc)
-        rc = ct_str_from_buf(rt, &sb, out);
-    strbuf_deinit(&sb);
-    if (!rc)
-        out->kind = fmt.kind;
-    return rc;
+    if (rc) {
+        strbuf_deinit(&sb);
+        return rc;
+    }
+    return ct_str_take(rt, &sb, fmt.kind, out);
 }
 
 /* ---- printf-style ---------------------------------------------------------------------------- */
@@ -675,10 +647,9 @@ int ct_str_percent(ct_rt *rt, ct_val fmt, ct_val args, ct_val *out) {
     }
     if (!rc && !pa.used_mapping && !lenient && pa.next < pa.n_pos)
         rc = ct_error(rt, ERR_INVAL, "not all arguments converted during string formatting");
-    if (!rc)
-        rc = ct_str_from_buf(rt, &sb, out);
-    strbuf_deinit(&sb);
-    if (!rc)
-        out->kind = fmt.kind;
-    return rc;
+    if (rc) {
+        strbuf_deinit(&sb);
+        return rc;
+    }
+    return ct_str_take(rt, &sb, fmt.kind, out);
 }

@@ -121,7 +121,7 @@ struct ct_list {
 struct ct_dict {
     ct_val *keys;
     ct_val *vals;
-    size_t n, cap;
+    size_t n, cap_keys, cap_vals;
 };
 
 /* Why a value is undefined, for jinja2's error message when it is used. */
@@ -278,7 +278,8 @@ int ct_lex(arena *a, const char *src, size_t n, ct_tok **toks, size_t *n_toks);
 typedef struct ct_syms {
     const char **names;
     size_t *lens;
-    int n, cap;
+    int n;
+    size_t cap_names, cap_lens;
 } ct_syms;
 
 typedef struct ct_tpl {
@@ -316,7 +317,8 @@ struct ct_scope {
     ct_scope *parent;
     int *syms;
     ct_val *vals;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap_syms, cap_vals;
 };
 
 struct ct_macro {
@@ -425,6 +427,9 @@ int ct_iterate(ct_rt *rt, ct_val v, const ct_val **items, size_t *n);
 int ct_length(ct_rt *rt, ct_val v, int64_t *out);
 /* Copies sb into the render arena as a string value and resets sb. */
 int ct_str_from_buf(ct_rt *rt, strbuf *sb, ct_val *out);
+/* The same as a string of kind `kind` (1: Markup), and deinits sb: how a builder's text becomes
+ * its result. */
+int ct_str_take(ct_rt *rt, strbuf *sb, int kind, ct_val *out);
 int ct_hash_check(ct_rt *rt, ct_val key); /* TypeError: unhashable type */
 
 static inline ct_val ct_cstr(const char *p) {
@@ -463,6 +468,15 @@ void ct_py_repr_str(strbuf *sb, const char *p, size_t n);
 void ct_html_escape(strbuf *sb, const char *p, size_t n);
 /* Finds needle in hay from byte offset from; returns the byte offset or -1. */
 ptrdiff_t ct_memfind(const char *hay, size_t n, const char *needle, size_t m, size_t from);
+/* True when s[0..n) is the C string lit. */
+bool ct_name_is(const char *s, size_t n, const char *lit);
+/* A name and the id it stands for: the tables of methods, globals and tests. */
+typedef struct ct_named {
+    const char *name;
+    int id;
+} ct_named;
+/* The row of t[0..n) (names unique) named name[0..len), or NULL. */
+const ct_named *ct_named_find(const ct_named *t, size_t n, const char *name, size_t len);
 
 /* ---- ct_json.c ---------------------------------------------------------------------------------
  */
@@ -471,6 +485,10 @@ ptrdiff_t ct_memfind(const char *hay, size_t n, const char *needle, size_t m, si
 int ct_from_json(ct_rt *rt, const json_value *j, ct_val *out);
 /* Appends Python's repr(float). */
 void ct_float_repr(strbuf *sb, double d);
+/* Appends the scalar v (None, a bool, an int or a float) as Python's str() writes it (python:
+ * None, True, 1.5, nan) or as json.dumps does (null, true, 1.5, NaN). Returns false, appending
+ * nothing, when v is of another type. */
+bool ct_scalar_write(strbuf *sb, ct_val v, bool python);
 
 typedef struct ct_dumps_opts {
     bool ensure_ascii;
@@ -492,6 +510,9 @@ int ct_eval(ct_rt *rt, const ct_node *n, ct_scope *sc, ct_val *out);
 int ct_exec_body(ct_rt *rt, ct_node *const *body, uint32_t n, ct_scope *sc);
 ct_scope *ct_scope_new(ct_rt *rt, ct_scope *parent);
 int ct_scope_set(ct_rt *rt, ct_scope *sc, int sym, ct_val v);
+/* Python's x % y of integers (the sign of y; no overflow for y == -1): 0 and *out, or ERR_INVAL
+ * ("integer modulo by zero") when y is 0. The % operator's and the divisibleby test's. */
+int ct_int_mod(ct_rt *rt, int64_t x, int64_t y, int64_t *out);
 /* jinja2 environment.getattr / getitem semantics (sandboxed). */
 int ct_getattr(ct_rt *rt, ct_val obj, const char *name, size_t len, ct_val *out);
 int ct_getitem(ct_rt *rt, ct_val obj, ct_val key, ct_val *out);
@@ -535,6 +556,11 @@ int ct_func_call(ct_rt *rt, const ct_func *fn, const ct_val *args, size_t n_args
                  ct_val *out);
 /* Returns the global function named by sym, if any. */
 bool ct_global_lookup(ct_rt *rt, const char *name, size_t len, ct_val *out);
+/* Python's s.replace(old, nw, count) of strings s, old and nw (count < 0: every occurrence), the
+ * str method's and the replace filter's: a new string of kind `kind` in *out. Returns 0,
+ * ERR_TOOLARGE when the result passes CT_MAX_OUTPUT, ERR_NOMEM. */
+int ct_str_replace(ct_rt *rt, ct_val s, ct_val old, ct_val nw, int64_t count, int kind,
+                   ct_val *out);
 /* Python str.format(*args, **kwargs) with jinja2's sandboxed formatter. */
 int ct_str_format(ct_rt *rt, ct_val fmt, const ct_val *args, size_t n_args, const char **kw_names,
                   const size_t *kw_lens, const ct_val *kw_vals, size_t n_kw, ct_val *out);

@@ -165,33 +165,43 @@ static bool pretty(const ct_dumps_opts *o) {
     return o->indent_s || o->indent >= 0;
 }
 
+bool ct_scalar_write(strbuf *sb, ct_val v, bool python) {
+    switch (v.t) {
+    case CT_NONE:
+        strbuf_puts(sb, python ? "None" : "null");
+        return true;
+    case CT_BOOL:
+        strbuf_puts(sb, v.b ? (python ? "True" : "true") : (python ? "False" : "false"));
+        return true;
+    case CT_INT:
+        strbuf_printf(sb, "%" PRId64, v.i);
+        return true;
+    case CT_FLOAT:
+        if (v.kind == 1)
+            strbuf_puts(sb, v.raw);
+        else if (python)
+            ct_float_repr(sb, v.f);
+        else
+            dumps_float(sb, v.f);
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* Python converts non-string dict keys: True -> "true", None -> "null", 1 -> "1", 1.5 -> "1.5". */
 static int dumps_key(ct_rt *rt, ct_val k, const ct_dumps_opts *o, strbuf *sb) {
-    switch (k.t) {
-    case CT_STR:
+    if (k.t == CT_STR) {
         strbuf_json_str(sb, k.s.p, k.s.n, o->ensure_ascii);
         return 0;
-    case CT_BOOL:
-        strbuf_puts(sb, k.b ? "\"true\"" : "\"false\"");
-        return 0;
-    case CT_NONE:
-        strbuf_puts(sb, "\"null\"");
-        return 0;
-    case CT_INT:
-        strbuf_printf(sb, "\"%" PRId64 "\"", k.i);
-        return 0;
-    case CT_FLOAT:
-        strbuf_putc(sb, '"');
-        if (k.kind == 1)
-            strbuf_puts(sb, k.raw);
-        else
-            dumps_float(sb, k.f);
-        strbuf_putc(sb, '"');
-        return 0;
-    default:
+    }
+    if (k.t != CT_NONE && k.t != CT_BOOL && k.t != CT_INT && k.t != CT_FLOAT)
         return ct_error(rt, ERR_INVAL, "keys must be str, int, float, bool or None, not %s",
                         ct_type_name(k));
-    }
+    strbuf_putc(sb, '"');
+    ct_scalar_write(sb, k, false);
+    strbuf_putc(sb, '"');
+    return 0;
 }
 
 static int dumps_rec(ct_rt *rt, ct_val v, const ct_dumps_opts *o, strbuf *sb, int level);
@@ -256,22 +266,9 @@ static int dumps_rec(ct_rt *rt, ct_val v, const ct_dumps_opts *o, strbuf *sb, in
     int rc = ct_charge(rt, 1);
     if (rc)
         return rc;
+    if (ct_scalar_write(sb, v, false))
+        return 0;
     switch (v.t) {
-    case CT_NONE:
-        strbuf_append(sb, "null", 4);
-        return 0;
-    case CT_BOOL:
-        strbuf_puts(sb, v.b ? "true" : "false");
-        return 0;
-    case CT_INT:
-        strbuf_printf(sb, "%" PRId64, v.i);
-        return 0;
-    case CT_FLOAT:
-        if (v.kind == 1)
-            strbuf_puts(sb, v.raw);
-        else
-            dumps_float(sb, v.f);
-        return 0;
     case CT_STR:
         strbuf_json_str(sb, v.s.p, v.s.n, o->ensure_ascii);
         return 0;

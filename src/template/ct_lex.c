@@ -20,6 +20,7 @@
 #include "template/ct_int.h"
 
 #include "base/err.h"
+#include "base/utf8.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -37,16 +38,8 @@ typedef struct lexer {
 } lexer;
 
 static int lex_push(lexer *lx, ct_tok t) {
-    if (lx->n_toks == lx->cap) {
-        size_t cap = lx->cap ? lx->cap * 2 : 256;
-        ct_tok *nt = arena_alloc(lx->a, cap * sizeof *nt);
-        if (!nt)
-            return err_set(ERR_NOMEM, "template: out of memory while tokenising");
-        if (lx->n_toks)
-            memcpy(nt, lx->toks, lx->n_toks * sizeof *nt);
-        lx->toks = nt;
-        lx->cap = cap;
-    }
+    if (arena_grow(lx->a, (void **)&lx->toks, &lx->cap, lx->n_toks + 1, sizeof *lx->toks))
+        return err_set(ERR_NOMEM, "template: out of memory while tokenising");
     lx->toks[lx->n_toks++] = t;
     return 0;
 }
@@ -146,16 +139,6 @@ static size_t match_raw_end(const lexer *lx, size_t q, char *sign) {
     return 0;
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes a string literal body the way jinja2 does:
  * body.encode("ascii", "backslashreplace").decode("unicode-escape"). */
 static int decode_string(lexer *lx, const char *p, size_t n, int line, ct_tok *t) {
@@ -229,7 +212,7 @@ static int decode_string(lexer *lx, const char *p, size_t n, int line, ct_tok *t
             int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             uint32_t v = 0;
             for (int k = 0; k < digits; k++) {
-                int h = i + (size_t)k < n ? hexval(p[i + (size_t)k]) : -1;
+                int h = i + (size_t)k < n ? utf8_hex_digit(p[i + (size_t)k]) : -1;
                 if (h < 0) {
                     rc = err_set(ERR_FORMAT, "template line %d: truncated \\%c escape in string",
                                  line, e);
@@ -367,7 +350,7 @@ static int lex_number(lexer *lx, size_t *pos, bool *matched) {
             size_t m = k;
             if (m < n && s[m] == '_')
                 m++;
-            int h = m < n ? hexval(s[m]) : -1;
+            int h = m < n ? utf8_hex_digit(s[m]) : -1;
             if (h < 0 || h >= base)
                 break;
             k = m + 1;

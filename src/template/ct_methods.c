@@ -15,6 +15,7 @@
 #include "template/ct_int.h"
 
 #include "base/err.h"
+#include "base/mem.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -74,10 +75,7 @@ enum {
     M_LIST_COPY,
 };
 
-static const struct {
-    const char *name;
-    int id;
-} str_methods[] = {
+static const ct_named str_methods[] = {
     {"startswith", M_STARTSWITH},
     {"endswith", M_ENDSWITH},
     {"split", M_SPLIT},
@@ -118,10 +116,6 @@ static const struct {
     {"swapcase", M_SWAPCASE},
 };
 
-static bool name_is(const char *a, size_t n, const char *b) {
-    return strlen(b) == n && memcmp(a, b, n) == 0;
-}
-
 static int nomem(ct_rt *rt) {
     return ct_error(rt, ERR_NOMEM, "out of memory");
 }
@@ -142,59 +136,44 @@ static int make_func(ct_rt *rt, int id, ct_val self, const char *name, ct_val *o
 bool ct_method_lookup(ct_rt *rt, ct_val self, const char *name, size_t len, ct_val *out,
                       bool *unsafe) {
     *unsafe = false;
-    int id = -1;
-    const char *canon = NULL;
+    const ct_named *m = NULL;
     if (self.t == CT_STR) {
-        for (size_t i = 0; i < sizeof str_methods / sizeof str_methods[0]; i++)
-            if (name_is(name, len, str_methods[i].name)) {
-                id = str_methods[i].id;
-                canon = str_methods[i].name;
-            }
+        m = ct_named_find(str_methods, sizeof str_methods / sizeof *str_methods, name, len);
     } else if (self.t == CT_DICT) {
-        static const char *const names[] = {"get", "items", "keys", "values", "copy"};
-        static const int ids[] = {M_GET, M_ITEMS, M_KEYS, M_VALUES, M_COPY};
-        for (int i = 0; i < 5; i++)
-            if (name_is(name, len, names[i])) {
-                id = ids[i];
-                canon = names[i];
-            }
+        static const ct_named dict_methods[] = {
+            {"get", M_GET},       {"items", M_ITEMS}, {"keys", M_KEYS},
+            {"values", M_VALUES}, {"copy", M_COPY},
+        };
+        m = ct_named_find(dict_methods, sizeof dict_methods / sizeof *dict_methods, name, len);
         static const char *const bad[] = {"pop",   "popitem",  "setdefault", "update",
                                           "clear", "fromkeys", NULL};
         for (int i = 0; bad[i]; i++)
-            if (name_is(name, len, bad[i]))
+            if (ct_name_is(name, len, bad[i]))
                 *unsafe = true;
     } else if (self.t == CT_LIST && (self.kind == CT_SEQ_LIST || self.kind == CT_SEQ_TUPLE)) {
-        if (name_is(name, len, "index")) {
-            id = M_LIST_INDEX;
-            canon = "index";
-        } else if (name_is(name, len, "count")) {
-            id = M_LIST_COUNT;
-            canon = "count";
-        } else if (self.kind == CT_SEQ_LIST && name_is(name, len, "copy")) {
-            id = M_LIST_COPY;
-            canon = "copy";
-        } else if (self.kind == CT_SEQ_LIST) {
+        static const ct_named list_methods[] = {
+            {"index", M_LIST_INDEX}, {"count", M_LIST_COUNT}, {"copy", M_LIST_COPY}};
+        /* copy is a list's, not a tuple's */
+        m = ct_named_find(list_methods, self.kind == CT_SEQ_LIST ? 3 : 2, name, len);
+        if (!m && self.kind == CT_SEQ_LIST) {
             static const char *const bad[] = {"append",  "extend", "insert", "pop", "remove",
                                               "reverse", "sort",   "clear",  NULL};
             for (int i = 0; bad[i]; i++)
-                if (name_is(name, len, bad[i]))
+                if (ct_name_is(name, len, bad[i]))
                     *unsafe = true;
         }
     }
     if (len >= 2 && name[0] == '_' && name[1] == '_')
-        *unsafe = id < 0 && (self.t == CT_STR || self.t == CT_DICT || self.t == CT_LIST);
-    if (id < 0)
+        *unsafe = !m && (self.t == CT_STR || self.t == CT_DICT || self.t == CT_LIST);
+    if (!m)
         return false;
-    return make_func(rt, CT_FN_METHOD_BASE + id, self, canon, out) == 0;
+    return make_func(rt, CT_FN_METHOD_BASE + m->id, self, m->name, out) == 0;
 }
 
 /* ---- globals --------------------------------------------------------------------------------- */
 
 bool ct_global_lookup(ct_rt *rt, const char *name, size_t len, ct_val *out) {
-    static const struct {
-        const char *name;
-        int id;
-    } globals[] = {
+    static const ct_named globals[] = {
         {"range", CT_FN_RANGE},
         {"namespace", CT_FN_NAMESPACE},
         {"dict", CT_FN_DICT},
@@ -204,10 +183,8 @@ bool ct_global_lookup(ct_rt *rt, const char *name, size_t len, ct_val *out) {
         {"cycler", -1},
         {"joiner", -1},
     };
-    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
-        if (name_is(name, len, globals[i].name))
-            return make_func(rt, globals[i].id, ct_none(), globals[i].name, out) == 0;
-    return false;
+    const ct_named *g = ct_named_find(globals, sizeof globals / sizeof *globals, name, len);
+    return g && make_func(rt, g->id, ct_none(), g->name, out) == 0;
 }
 
 /* ---- argument helpers ------------------------------------------------------------------------ */
@@ -244,13 +221,6 @@ static int int_arg(ct_rt *rt, ct_val v, int64_t *out) {
         return ct_undef_fail(rt, v);
     return ct_error(rt, ERR_INVAL, "'%s' object cannot be interpreted as an integer",
                     ct_type_name(v));
-}
-
-static int str_result(ct_rt *rt, strbuf *sb, int kind, ct_val *out) {
-    int rc = ct_str_from_buf(rt, sb, out);
-    strbuf_deinit(sb);
-    out->kind = (uint8_t)kind;
-    return rc;
 }
 
 /* Code-point bounds [start, end) from optional start/end args, as byte offsets. */
@@ -327,9 +297,9 @@ static int m_split(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, const
     if (n_args > 1 && (rc = int_arg(rt, args[1], &maxsplit)))
         return rc;
     for (size_t k = 0; k < n_kw; k++) {
-        if (name_is(kw_names[k], kw_lens[k], "sep"))
+        if (ct_name_is(kw_names[k], kw_lens[k], "sep"))
             sep = kw_vals[k];
-        else if (name_is(kw_names[k], kw_lens[k], "maxsplit")) {
+        else if (ct_name_is(kw_names[k], kw_lens[k], "maxsplit")) {
             if ((rc = int_arg(rt, kw_vals[k], &maxsplit)))
                 return rc;
         } else
@@ -341,32 +311,18 @@ static int m_split(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, const
     if (sep.t == CT_STR && sep.s.n == 0)
         return ct_error(rt, ERR_INVAL, "empty separator");
     /* collect [start, end) pieces */
-    size_t cap = 8, n = 0;
-    size_t *st = malloc(cap * sizeof *st), *en = malloc(cap * sizeof *en);
-    if (!st || !en) {
-        free(st);
-        free(en);
-        return nomem(rt);
-    }
+    size_t cap = 0, n = 0;
+    size_t(*pc)[2] = NULL;
     const char *p = s.s.p;
     size_t len = s.s.n;
 #define PUSH(a, b)                                                                                 \
     do {                                                                                           \
-        if (n == cap) {                                                                            \
-            cap *= 2;                                                                              \
-            size_t *ns = realloc(st, cap * sizeof *st),                                            \
-                   *ne = ns ? realloc(en, cap * sizeof *en) : NULL;                                \
-            if (ns)                                                                                \
-                st = ns;                                                                           \
-            if (ne)                                                                                \
-                en = ne;                                                                           \
-            if (!ns || !ne) {                                                                      \
-                rc = nomem(rt);                                                                    \
-                goto done;                                                                         \
-            }                                                                                      \
+        if (mem_grow((void **)&pc, &cap, n + 1, sizeof *pc)) {                                     \
+            rc = nomem(rt);                                                                        \
+            goto done;                                                                             \
         }                                                                                          \
-        st[n] = (a);                                                                               \
-        en[n] = (b);                                                                               \
+        pc[n][0] = (a);                                                                            \
+        pc[n][1] = (b);                                                                            \
         n++;                                                                                       \
     } while (0)
     rc = 0;
@@ -469,13 +425,12 @@ static int m_split(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, const
         goto done;
     for (size_t i = 0; i < n; i++) {
         size_t k = right ? n - 1 - i : i;
-        out->l->items[i] = ct_str(p + st[k], en[k] - st[k]);
+        out->l->items[i] = ct_str(p + pc[k][0], pc[k][1] - pc[k][0]);
         out->l->items[i].kind = s.kind;
     }
     rc = ct_charge(rt, n);
 done:
-    free(st);
-    free(en);
+    free(pc);
     return rc;
 }
 
@@ -527,15 +482,8 @@ static int m_find(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, int id
     return 0;
 }
 
-static int m_replace(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, ct_val *out) {
-    int rc;
-    if ((rc = str_arg(rt, args[0], "replace() argument 1")) ||
-        (rc = str_arg(rt, args[1], "replace() argument 2")))
-        return rc;
-    int64_t count = -1;
-    if (n_args > 2 && (rc = int_arg(rt, args[2], &count)))
-        return rc;
-    ct_val old = args[0], nw = args[1];
+int ct_str_replace(ct_rt *rt, ct_val s, ct_val old, ct_val nw, int64_t count, int kind,
+                   ct_val *out) {
     strbuf sb;
     strbuf_init(&sb);
     size_t i = 0;
@@ -571,7 +519,18 @@ static int m_replace(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, ct_
         strbuf_deinit(&sb);
         return ct_error(rt, ERR_TOOLARGE, "replace result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
     }
-    return str_result(rt, &sb, s.kind, out);
+    return ct_str_take(rt, &sb, kind, out);
+}
+
+static int m_replace(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, ct_val *out) {
+    int rc;
+    if ((rc = str_arg(rt, args[0], "replace() argument 1")) ||
+        (rc = str_arg(rt, args[1], "replace() argument 2")))
+        return rc;
+    int64_t count = -1;
+    if (n_args > 2 && (rc = int_arg(rt, args[2], &count)))
+        return rc;
+    return ct_str_replace(rt, s, args[0], args[1], count, s.kind, out);
 }
 
 static int m_join(ct_rt *rt, ct_val s, ct_val seq, ct_val *out) {
@@ -602,7 +561,7 @@ static int m_join(ct_rt *rt, ct_val s, ct_val seq, ct_val *out) {
             return ct_error(rt, ERR_TOOLARGE, "join result exceeds %u MiB", CT_MAX_OUTPUT >> 20);
         }
     }
-    return str_result(rt, &sb, s.kind, out);
+    return ct_str_take(rt, &sb, s.kind, out);
 }
 
 static int m_splitlines(ct_rt *rt, ct_val s, bool keepends, ct_val *out) {
@@ -694,7 +653,7 @@ static int m_pad(ct_rt *rt, ct_val s, const ct_val *args, size_t n_args, int id,
     strbuf_append(&sb, s.s.p + body, s.s.n - body);
     for (int64_t i = 0; i < marg - left; i++)
         strbuf_append(&sb, fill, fill_n);
-    return str_result(rt, &sb, s.kind, out);
+    return ct_str_take(rt, &sb, s.kind, out);
 }
 
 static int m_partition(ct_rt *rt, ct_val s, ct_val sep, bool right, ct_val *out) {
@@ -820,7 +779,7 @@ static int str_method(ct_rt *rt, int id, ct_val s, const ct_val *args, size_t n_
                     ct_py_upper(&sb, s.s.p + st, i - st);
             }
         }
-        return str_result(rt, &sb, s.kind, out);
+        return ct_str_take(rt, &sb, s.kind, out);
     case M_REPLACE:
         if ((rc = want_args(rt, fname, n_args, n_kw, 2, 3)))
             return rc;
@@ -864,7 +823,7 @@ static int str_method(ct_rt *rt, int id, ct_val s, const ct_val *args, size_t n_
         return m_join(rt, s, args[0], out);
     case M_SPLITLINES: {
         bool keep = false;
-        if (n_args > 1 || (n_kw && !(n_kw == 1 && name_is(kw_names[0], kw_lens[0], "keepends"))))
+        if (n_args > 1 || (n_kw && !(n_kw == 1 && ct_name_is(kw_names[0], kw_lens[0], "keepends"))))
             return ct_error(rt, ERR_INVAL, "splitlines() takes at most 1 argument");
         if (n_args)
             keep = ct_truthy(args[0]);
@@ -1190,7 +1149,7 @@ static int g_strftime(ct_rt *rt, const ct_val *args, size_t n_args, size_t n_kw,
             return ct_error(rt, ERR_UNSUPPORTED, "unsupported strftime directive '%%%c'", c);
         }
     }
-    return str_result(rt, &sb, 0, out);
+    return ct_str_take(rt, &sb, 0, out);
 }
 
 int ct_func_call(ct_rt *rt, const ct_func *fn, const ct_val *args, size_t n_args,

@@ -24,7 +24,8 @@
 
 typedef struct vec {
     ct_node **v;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
 } vec;
 
 typedef struct parser {
@@ -118,16 +119,8 @@ static int expect_type(parser *p, int type, const char *what) {
 }
 
 static int vec_push(parser *p, vec *v, ct_node *x) {
-    if (v->n == v->cap) {
-        uint32_t cap = v->cap ? v->cap * 2 : 4;
-        ct_node **nv = arena_alloc(p->t->a, cap * sizeof *nv);
-        if (!nv)
-            return p_nomem();
-        if (v->n)
-            memcpy(nv, v->v, v->n * sizeof *nv);
-        v->v = nv;
-        v->cap = cap;
-    }
+    if (arena_grow(p->t->a, (void **)&v->v, &v->cap, (size_t)v->n + 1, sizeof *v->v))
+        return p_nomem();
     v->v[v->n++] = x;
     return 0;
 }
@@ -199,20 +192,10 @@ static int sym_intern(parser *p, const char *name, size_t len, int *out) {
         }
         k = (k + 1) & (p->hash_cap - 1);
     }
-    if (s->n == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 64;
-        const char **nn = arena_alloc(p->t->a, (size_t)cap * sizeof *nn);
-        size_t *nl = arena_alloc(p->t->a, (size_t)cap * sizeof *nl);
-        if (!nn || !nl)
-            return p_nomem();
-        if (s->n) {
-            memcpy(nn, s->names, (size_t)s->n * sizeof *nn);
-            memcpy(nl, s->lens, (size_t)s->n * sizeof *nl);
-        }
-        s->names = nn;
-        s->lens = nl;
-        s->cap = cap;
-    }
+    if (arena_grow(p->t->a, (void **)&s->names, &s->cap_names, (size_t)s->n + 1,
+                   sizeof *s->names) ||
+        arena_grow(p->t->a, (void **)&s->lens, &s->cap_lens, (size_t)s->n + 1, sizeof *s->lens))
+        return p_nomem();
     s->names[s->n] = name;
     s->lens[s->n] = len;
     p->hash[k] = s->n;

@@ -384,3 +384,14 @@ ptrdiff_t ct_memfind(const char *hay, size_t n, const char *needle, size_t m, si
     const char *r = memmem(hay + from, n - from, needle, m);
     return r ? r - hay : -1;
 }
+
+bool ct_name_is(const char *s, size_t n, const char *lit) {
+    return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+const ct_named *ct_named_find(const ct_named *t, size_t n, const char *name, size_t len) {
+    for (size_t i = 0; i < n; i++)
+        if (ct_name_is(name, len, t[i].name))
+            return &t[i];
+    return NULL;
+}

@@ -46,10 +46,7 @@ enum {
     T_UPPER,
 };
 
-static const struct {
-    const char *name;
-    int id;
-} tests[] = {
+static const ct_named tests[] = {
     {"boolean", T_BOOLEAN},
     {"callable", T_CALLABLE},
     {"defined", T_DEFINED},
@@ -91,16 +88,10 @@ static const struct {
     {"upper", T_UPPER},
 };
 
-static bool name_eq(const char *a, size_t n, const char *b) {
-    return strlen(b) == n && memcmp(a, b, n) == 0;
-}
-
 int ct_test_id(const char *name, size_t len, bool *known_unsupported) {
     *known_unsupported = false;
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        if (name_eq(name, len, tests[i].name))
-            return tests[i].id;
-    return -1;
+    const ct_named *t = ct_named_find(tests, sizeof tests / sizeof *tests, name, len);
+    return t ? t->id : -1;
 }
 
 /* ---- tests ----------------------------------------------------------------------------------- */
@@ -115,18 +106,7 @@ static int test_mod(ct_rt *rt, ct_val v, ct_val m, int64_t *out) {
     if (v.t == CT_UNDEF)
         return ct_undef_fail(rt, v);
     if ((v.t == CT_INT || v.t == CT_BOOL) && (m.t == CT_INT || m.t == CT_BOOL)) {
-        int64_t x = v.t == CT_BOOL ? v.b : v.i, y = m.t == CT_BOOL ? m.b : m.i;
-        if (y == 0)
-            return ct_error(rt, ERR_INVAL, "integer modulo by zero");
-        if (y == -1) {
-            *out = 0;
-            return 0;
-        }
-        int64_t r = x % y;
-        if (r != 0 && ((r < 0) != (y < 0)))
-            r += y;
-        *out = r;
-        return 0;
+        return ct_int_mod(rt, v.t == CT_BOOL ? v.b : v.i, m.t == CT_BOOL ? m.b : m.i, out);
     }
     if (ct_is_num(v) && ct_is_num(m)) {
         double x = v.t == CT_FLOAT ? v.f : (double)(v.t == CT_BOOL ? v.b : v.i);

@@ -106,7 +106,7 @@ int ct_dict_new(ct_rt *rt, size_t cap, ct_val *out) {
     if (!d)
         return ct_nomem(rt);
     d->n = 0;
-    d->cap = cap;
+    d->cap_keys = d->cap_vals = cap;
     d->keys = cap ? arena_alloc(rt->a, cap * sizeof *d->keys) : NULL;
     d->vals = cap ? arena_alloc(rt->a, cap * sizeof *d->vals) : NULL;
     if (cap && (!d->keys || !d->vals))
@@ -142,19 +142,9 @@ int ct_dict_set(ct_rt *rt, ct_dict *d, ct_val key, ct_val val) {
         d->vals[i] = val;
         return 0;
     }
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 8;
-        ct_val *k = arena_alloc(rt->a, cap * sizeof *k), *v = arena_alloc(rt->a, cap * sizeof *v);
-        if (!k || !v)
-            return ct_nomem(rt);
-        if (d->n) {
-            memcpy(k, d->keys, d->n * sizeof *k);
-            memcpy(v, d->vals, d->n * sizeof *v);
-        }
-        d->keys = k;
-        d->vals = v;
-        d->cap = cap;
-    }
+    if (arena_grow(rt->a, (void **)&d->keys, &d->cap_keys, d->n + 1, sizeof *d->keys) ||
+        arena_grow(rt->a, (void **)&d->vals, &d->cap_vals, d->n + 1, sizeof *d->vals))
+        return ct_nomem(rt);
     d->keys[d->n] = key;
     d->vals[d->n] = val;
     d->n++;
@@ -220,6 +210,13 @@ int ct_str_from_buf(ct_rt *rt, strbuf *sb, ct_val *out) {
         return ct_nomem(rt);
     int rc = ct_str_new(rt, sb->data, sb->len, out);
     strbuf_reset(sb);
+    return rc;
+}
+
+int ct_str_take(ct_rt *rt, strbuf *sb, int kind, ct_val *out) {
+    int rc = ct_str_from_buf(rt, sb, out);
+    strbuf_deinit(sb);
+    out->kind = (uint8_t)kind;
     return rc;
 }
 
@@ -405,102 +402,60 @@ int ct_hash_check(ct_rt *rt, ct_val key) {
 
 /* ---- names ----------------------------------------------------------------------------------- */
 
-static const char *seq_type_name(int kind) {
-    switch (kind) {
-    case CT_SEQ_TUPLE:
-        return "tuple";
-    case CT_SEQ_GEN:
-        return "generator";
-    case CT_SEQ_ITEMS:
-        return "dict_items";
-    case CT_SEQ_KEYS:
-        return "dict_keys";
-    case CT_SEQ_VALUES:
-        return "dict_values";
-    case CT_SEQ_RANGE:
-        return "range";
-    default:
-        return "list";
-    }
+/* Each kind of value's Python type name (type(x).__name__) and how jinja2 names an instance in
+ * an undefined's message ("'dict object' has no attribute 'x'"). */
+typedef struct type_names {
+    const char *name, *obj;
+} type_names;
+
+static const type_names type_rows[] = {
+    [CT_UNDEF] = {"Undefined", "jinja2.runtime.Undefined object"},
+    [CT_NONE] = {"NoneType", "None"},
+    [CT_BOOL] = {"bool", "bool object"},
+    [CT_INT] = {"int", "int object"},
+    [CT_FLOAT] = {"float", "float object"},
+    [CT_STR] = {"str", "str object"},
+    [CT_LIST] = {"list", "list object"},
+    [CT_DICT] = {"dict", "dict object"},
+    [CT_NS] = {"Namespace", "jinja2.utils.Namespace object"},
+    [CT_MACRO] = {"Macro", "jinja2.runtime.Macro object"},
+    [CT_FUNC] = {"builtin_function_or_method", "builtin_function_or_method object"},
+    [CT_LOOP] = {"LoopContext", "jinja2.runtime.LoopContext object"},
+};
+
+/* CT_LIST by ct_seq_kind. */
+static const type_names seq_rows[] = {
+    [CT_SEQ_LIST] = {"list", "list object"},
+    [CT_SEQ_TUPLE] = {"tuple", "tuple object"},
+    [CT_SEQ_GEN] = {"generator", "generator object"},
+    [CT_SEQ_ITEMS] = {"dict_items", "dict_items object"},
+    [CT_SEQ_KEYS] = {"dict_keys", "dict_keys object"},
+    [CT_SEQ_VALUES] = {"dict_values", "dict_values object"},
+    [CT_SEQ_RANGE] = {"range", "range object"},
+};
+
+static const type_names *type_row(ct_val v) {
+    static const type_names markup = {"Markup", "markupsafe.Markup object"};
+    static const type_names other = {"object", "object"};
+    if (v.t == CT_FLOAT && v.kind == 1) /* a JSON integer too large for int64: still an int */
+        return &type_rows[CT_INT];
+    if (v.t == CT_STR && v.kind)
+        return &markup;
+    if (v.t == CT_LIST)
+        return &seq_rows[v.kind < sizeof seq_rows / sizeof *seq_rows ? v.kind : CT_SEQ_LIST];
+    if ((size_t)v.t < sizeof type_rows / sizeof *type_rows)
+        return &type_rows[v.t];
+    return &other;
 }
 
 const char *ct_type_name(ct_val v) {
-    switch (v.t) {
-    case CT_UNDEF:
-        return "Undefined";
-    case CT_NONE:
-        return "NoneType";
-    case CT_BOOL:
-        return "bool";
-    case CT_INT:
-        return "int";
-    case CT_FLOAT:
-        return v.kind == 1 ? "int" : "float";
-    case CT_STR:
-        return v.kind ? "Markup" : "str";
-    case CT_LIST:
-        if (v.kind == CT_SEQ_GEN && v.l->gen_type)
-            return v.l->gen_type;
-        return seq_type_name(v.kind);
-    case CT_DICT:
-        return "dict";
-    case CT_NS:
-        return "Namespace";
-    case CT_MACRO:
-        return "Macro";
-    case CT_FUNC:
-        return "builtin_function_or_method";
-    case CT_LOOP:
-        return "LoopContext";
-    default:
-        return "object";
-    }
+    if (v.t == CT_LIST && v.kind == CT_SEQ_GEN && v.l->gen_type)
+        return v.l->gen_type;
+    return type_row(v)->name;
 }
 
 const char *ct_obj_type_repr(ct_val v) {
-    switch (v.t) {
-    case CT_UNDEF:
-        return "jinja2.runtime.Undefined object";
-    case CT_NONE:
-        return "None";
-    case CT_BOOL:
-        return "bool object";
-    case CT_INT:
-        return "int object";
-    case CT_FLOAT:
-        return v.kind == 1 ? "int object" : "float object";
-    case CT_STR:
-        return v.kind ? "markupsafe.Markup object" : "str object";
-    case CT_LIST:
-        switch (v.kind) {
-        case CT_SEQ_TUPLE:
-            return "tuple object";
-        case CT_SEQ_GEN:
-            return "generator object";
-        case CT_SEQ_ITEMS:
-            return "dict_items object";
-        case CT_SEQ_KEYS:
-            return "dict_keys object";
-        case CT_SEQ_VALUES:
-            return "dict_values object";
-        case CT_SEQ_RANGE:
-            return "range object";
-        default:
-            return "list object";
-        }
-    case CT_DICT:
-        return "dict object";
-    case CT_NS:
-        return "jinja2.utils.Namespace object";
-    case CT_MACRO:
-        return "jinja2.runtime.Macro object";
-    case CT_FUNC:
-        return "builtin_function_or_method object";
-    case CT_LOOP:
-        return "jinja2.runtime.LoopContext object";
-    default:
-        return "object";
-    }
+    return type_row(v)->obj;
 }
 
 /* ---- str / repr ------------------------------------------------------------------------------ */
@@ -536,23 +491,10 @@ static int repr_dict(ct_rt *rt, const ct_dict *d, strbuf *sb, int depth) {
 }
 
 static int str_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
+    if (ct_scalar_write(sb, v, true))
+        return 0;
     switch (v.t) {
     case CT_UNDEF:
-        return 0;
-    case CT_NONE:
-        strbuf_append(sb, "None", 4);
-        return 0;
-    case CT_BOOL:
-        strbuf_puts(sb, v.b ? "True" : "False");
-        return 0;
-    case CT_INT:
-        strbuf_printf(sb, "%" PRId64, v.i);
-        return 0;
-    case CT_FLOAT:
-        if (v.kind == 1)
-            strbuf_puts(sb, v.raw);
-        else
-            ct_float_repr(sb, v.f);
         return 0;
     case CT_STR:
         strbuf_append(sb, v.s.p, v.s.n);
@@ -605,7 +547,7 @@ static int repr_rec(ct_rt *rt, ct_val v, strbuf *sb, int depth) {
         case CT_SEQ_ITEMS:
         case CT_SEQ_KEYS:
         case CT_SEQ_VALUES:
-            strbuf_puts(sb, seq_type_name(v.kind));
+            strbuf_puts(sb, type_row(v)->name);
             strbuf_append(sb, "([", 2);
             rc = repr_items(rt, v.l, sb, depth);
             strbuf_append(sb, "])", 2);

@@ -27,6 +27,7 @@
  * regex steps (tok_pre.c).
  */
 #include "base/err.h"
+#include "base/mem.h"
 #include "base/utf8.h"
 #include "tokenizer/tok_int.h"
 
@@ -70,26 +71,10 @@ typedef struct tok_sess {
     tokenizer_work *work; /* NULL unless counting (tokenizer_encode_counted) */
 } tok_sess;
 
-static int tok_grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return err_set(ERR_NOMEM, "tokenizer: out of memory");
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 static int tok_emit(tok_sess *s, int32_t id) {
-    if (s->n_ids == s->cap_ids) {
-        int rc = tok_grow((void **)&s->ids, &s->cap_ids, s->n_ids + 1, sizeof *s->ids);
-        if (rc)
-            return rc;
-    }
+    int rc = mem_grow((void **)&s->ids, &s->cap_ids, s->n_ids + 1, sizeof *s->ids);
+    if (rc)
+        return rc;
     s->ids[s->n_ids++] = id;
     return 0;
 }
@@ -101,7 +86,7 @@ static bool tok_bigram_before(const tok_bigram *a, const tok_bigram *b) {
 }
 
 static int tok_heap_push(tok_sess *s, tok_bigram b) {
-    int rc = tok_grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof *s->heap);
+    int rc = mem_grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof *s->heap);
     if (rc)
         return rc;
     if (s->work)
@@ -187,7 +172,7 @@ static int tok_spm_symbol_out(tok_sess *s, const char *p, uint32_t n) {
 static int tok_spm_run(tok_sess *s, const char *text, size_t n) {
     if (n == 0)
         return 0;
-    int rc = tok_grow((void **)&s->sym, &s->cap_sym, n, sizeof *s->sym);
+    int rc = mem_grow((void **)&s->sym, &s->cap_sym, n, sizeof *s->sym);
     if (rc)
         return rc;
     int32_t ns = 0;
@@ -224,7 +209,7 @@ static int tok_spm_run(tok_sess *s, const char *text, size_t n) {
 
 static int tok_spm_fragment(tok_sess *s, const char *text, size_t len, bool prefix_space) {
     /* each byte becomes at most 3 (a space becomes U+2581) */
-    int rc = tok_grow((void **)&s->buf, &s->cap_buf, 3 * (len + 1), 1);
+    int rc = mem_grow((void **)&s->buf, &s->cap_buf, 3 * (len + 1), 1);
     if (rc)
         return rc;
     size_t n = 0;
@@ -258,9 +243,9 @@ static int tok_bpe_try(tok_sess *s, int32_t left, int32_t right) {
 
 static int tok_bpe_word(tok_sess *s, const char *word, size_t len) {
     const tokenizer *t = s->t;
-    int rc = tok_grow((void **)&s->enc, &s->cap_enc, 2 * len, 1);
+    int rc = mem_grow((void **)&s->enc, &s->cap_enc, 2 * len, 1);
     if (!rc)
-        rc = tok_grow((void **)&s->sym, &s->cap_sym, len, sizeof *s->sym);
+        rc = mem_grow((void **)&s->sym, &s->cap_sym, len, sizeof *s->sym);
     if (rc)
         return rc;
     size_t n = 0;
@@ -312,7 +297,7 @@ static int tok_bpe_word(tok_sess *s, const char *word, size_t len) {
 
 static int tok_bpe_fragment(tok_sess *s, const char *text, size_t len) {
     /* invalid bytes become U+FFFD (3 bytes) */
-    int rc = tok_grow((void **)&s->buf, &s->cap_buf, 3 * len + 1, 1);
+    int rc = mem_grow((void **)&s->buf, &s->cap_buf, 3 * len + 1, 1);
     if (rc)
         return rc;
     size_t n = 0;
@@ -346,11 +331,9 @@ static int tok_bpe_fragment(tok_sess *s, const char *text, size_t len) {
 /* ---- special-token partition ---- */
 
 static int tok_frag_push(tok_frag **v, size_t *n, size_t *cap, tok_frag f) {
-    if (*n == *cap) {
-        int rc = tok_grow((void **)v, cap, *n + 1, sizeof **v);
-        if (rc)
-            return rc;
-    }
+    int rc = mem_grow((void **)v, cap, *n + 1, sizeof **v);
+    if (rc)
+        return rc;
     (*v)[(*n)++] = f;
     return 0;
 }

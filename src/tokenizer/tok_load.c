@@ -15,6 +15,7 @@
  */
 #include "base/err.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "base/utf8.h"
 #include "tokenizer/tok_int.h"
 
@@ -138,16 +139,8 @@ typedef struct tok_buf {
 static int tok_buf_put(tok_buf *b, const void *s, size_t n, uint32_t *off) {
     if (b->len + n + 1 > TOK_POOL_MAX)
         return err_set(ERR_TOOLARGE, "tokenizer: vocabulary text exceeds %u bytes", TOK_POOL_MAX);
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return err_set(ERR_NOMEM, "tokenizer: out of memory for the vocabulary pool");
-        b->p = p;
-        b->cap = cap;
-    }
+    if (mem_grow((void **)&b->p, &b->cap, b->len + n + 1, 1))
+        return err_set(ERR_NOMEM, "tokenizer: out of memory for the vocabulary pool");
     *off = (uint32_t)b->len;
     if (n)
         memcpy(b->p + b->len, s, n);
@@ -327,17 +320,33 @@ static int tok_load_model(tokenizer *t, const gguf *g) {
     return 0;
 }
 
+/* The array of strings at key into *arr: 0, or ERR_FORMAT naming the key when it is missing (why
+ * follows in the message) or holds other values. */
+static int tok_string_array(const tokenizer *t, const gguf *g, const char *key, const char *why,
+                            gguf_arr *arr) {
+    int rc = gguf_get_arr(g, key, arr);
+    if (rc == ERR_NOTFOUND)
+        return err_set(ERR_FORMAT, "%s: missing key %s%s", t->name, key, why);
+    if (rc)
+        return rc;
+    if (arr->type != GGUF_VT_STRING)
+        return err_set(ERR_FORMAT, "%s: %s is an array of %s, expected string", t->name, key,
+                       gguf_vtype_name(arr->type));
+    return 0;
+}
+
+/* The attribute of each tokenizer.ggml.token_type (llama.cpp's numbering); others UNDEFINED. */
+static const uint32_t tok_type_attr[7] = {
+    [1] = TOKENIZER_ATTR_NORMAL,       [2] = TOKENIZER_ATTR_UNKNOWN, [3] = TOKENIZER_ATTR_CONTROL,
+    [4] = TOKENIZER_ATTR_USER_DEFINED, [5] = TOKENIZER_ATTR_UNUSED,  [6] = TOKENIZER_ATTR_BYTE,
+};
+
 /* Reads tokens, scores and types into the pool and the records; builds the piece map. */
 static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
     gguf_arr toks, scores, types;
-    int rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &toks);
-    if (rc == ERR_NOTFOUND)
-        return err_set(ERR_FORMAT, "%s: missing key tokenizer.ggml.tokens", t->name);
+    int rc = tok_string_array(t, g, "tokenizer.ggml.tokens", "", &toks);
     if (rc)
         return rc;
-    if (toks.type != GGUF_VT_STRING)
-        return err_set(ERR_FORMAT, "%s: tokenizer.ggml.tokens is an array of %s, expected string",
-                       t->name, gguf_vtype_name(toks.type));
     if (toks.n == 0 || toks.n > TOK_MAX_VOCAB)
         return err_set(ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries (expected 1..%d)",
                        t->name, (unsigned long long)toks.n, TOK_MAX_VOCAB);
@@ -405,29 +414,7 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
         if (k->score != k->score) /* NaN would break the merge order: rank it last */
             k->score = -FLT_MAX;
         int64_t ty = have_types ? gguf_arr_i64(&types, (uint64_t)id) : 1;
-        switch (ty) {
-        case 1:
-            k->attr = TOKENIZER_ATTR_NORMAL;
-            break;
-        case 2:
-            k->attr = TOKENIZER_ATTR_UNKNOWN;
-            break;
-        case 3:
-            k->attr = TOKENIZER_ATTR_CONTROL;
-            break;
-        case 4:
-            k->attr = TOKENIZER_ATTR_USER_DEFINED;
-            break;
-        case 5:
-            k->attr = TOKENIZER_ATTR_UNUSED;
-            break;
-        case 6:
-            k->attr = TOKENIZER_ATTR_BYTE;
-            break;
-        default:
-            k->attr = TOKENIZER_ATTR_UNDEFINED;
-            break;
-        }
+        k->attr = ty >= 1 && ty <= 6 ? tok_type_attr[ty] : TOKENIZER_ATTR_UNDEFINED;
     }
     t->pool = pool->p; /* lookups below read pieces from the pool */
     for (int32_t id = 0; id < n; id++) {
@@ -455,15 +442,9 @@ static int tok_load_tokens(tokenizer *t, const gguf *g, tok_buf *pool) {
  * match and is skipped. */
 static int tok_load_merges(tokenizer *t, const gguf *g) {
     gguf_arr arr;
-    int rc = gguf_get_arr(g, "tokenizer.ggml.merges", &arr);
-    if (rc == ERR_NOTFOUND)
-        return err_set(ERR_FORMAT, "%s: missing key tokenizer.ggml.merges (required for gpt2)",
-                       t->name);
+    int rc = tok_string_array(t, g, "tokenizer.ggml.merges", " (required for gpt2)", &arr);
     if (rc)
         return rc;
-    if (arr.type != GGUF_VT_STRING)
-        return err_set(ERR_FORMAT, "%s: tokenizer.ggml.merges is an array of %s, expected string",
-                       t->name, gguf_vtype_name(arr.type));
     if (arr.n > TOK_MAX_VOCAB)
         return err_set(ERR_FORMAT, "%s: tokenizer.ggml.merges has %llu entries (at most %d)",
                        t->name, (unsigned long long)arr.n, TOK_MAX_VOCAB);
@@ -760,16 +741,6 @@ static int tok_load_special_list(tokenizer *t, const gguf *g) {
     return 0;
 }
 
-static int tok_hex(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 /* Computes each token's decoded bytes into the pool (tokenizer_token_text) and the SPM byte
  * fallback table. */
 static int tok_load_texts(tokenizer *t, tok_buf *pool) {
@@ -810,7 +781,7 @@ static int tok_load_texts(tokenizer *t, tok_buf *pool) {
                 }
             }
         } else if (t->kind == TOKENIZER_SPM && (a & TOKENIZER_ATTR_BYTE)) {
-            int hi = n == 6 ? tok_hex(s[3]) : -1, lo = n == 6 ? tok_hex(s[4]) : -1;
+            int hi = n == 6 ? utf8_hex_digit(s[3]) : -1, lo = n == 6 ? utf8_hex_digit(s[4]) : -1;
             if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>' || hi < 0 || lo < 0) {
                 rc = err_set(ERR_FORMAT,
                              "%s: tokenizer.ggml.tokens[%d] '%.*s' has the byte type but is not "

@@ -32,6 +32,7 @@
 #include <pcre2.h>
 
 #include "base/err.h"
+#include "base/mem.h"
 #include "base/utf8.h"
 #include "tokenizer/tok_int.h"
 
@@ -312,14 +313,8 @@ void tok_pre_free(tokenizer *t) {
 }
 
 int tok_spans_push(tok_spans *s, uint32_t off, uint32_t len) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        tok_span *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return err_set(ERR_NOMEM, "tokenizer: out of memory");
-        s->v = v;
-        s->cap = cap;
-    }
+    if (mem_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v))
+        return err_set(ERR_NOMEM, "tokenizer: out of memory");
     s->v[s->n].off = off;
     s->v[s->n].len = len;
     s->n++;

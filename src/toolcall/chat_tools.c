@@ -21,14 +21,14 @@
  */
 #include "toolcall/tc_registry.h"
 #include "base/err.h"
+#include "base/mem.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-    bool
-    chat_tool_param_is_string(const json_value *schema) {
+bool chat_tool_param_is_string(const json_value *schema) {
     if (!schema || schema->type != JSON_OBJECT)
         return false;
     const json_value *t = json_get(schema, "type");
@@ -220,14 +220,8 @@ int ctp_add_call(chat_tool_parser *p, const char *name, size_t nl, const json_va
             return ctp_fail(p, "the function name \"%.*s\" contains the control byte %s",
                             (int)(i > 64 ? 64 : i), name, ctp_byte(b, name[i]));
         }
-    if (p->n_calls == p->cap_calls) {
-        int nc = p->cap_calls ? p->cap_calls * 2 : 4;
-        chat_tool_call *c = realloc(p->calls, (size_t)nc * sizeof *c);
-        if (!c)
-            return err_set(ERR_NOMEM, "tool parser: out of memory");
-        p->calls = c;
-        p->cap_calls = nc;
-    }
+    if (mem_grow((void **)&p->calls, &p->cap_calls, (size_t)p->n_calls + 1, sizeof *p->calls))
+        return err_set(ERR_NOMEM, "tool parser: out of memory");
     strbuf sb;
     strbuf_init(&sb);
     if (args)
@@ -303,19 +297,38 @@ int ctp_add_json_call(chat_tool_parser *p, arena *a, const json_value *v, const 
     return ctp_add_call(p, name, nl, obj);
 }
 
-int ctp_add_json_text(chat_tool_parser *p, const char *text, size_t n, const char *what) {
-    arena *a = ctp_arena();
-    if (!a)
-        return ERR_NOMEM;
-    json_value *v;
-    int rc = json_parse(a, text, n, &v);
+int ctp_parse_json(chat_tool_parser *p, arena *a, const char *text, size_t n, const char *what,
+                   json_value **v) {
+    int rc = json_parse(a, text, n, v);
     if (rc && rc != ERR_NOMEM) {
         char ex[256];
         rc = ctp_fail(p, "%s is not valid JSON (%s): \"%s\"", what, err_detail(),
                       ctp_excerpt(ex, sizeof ex, text, n));
     }
+    return rc;
+}
+
+int ctp_add_json_text(chat_tool_parser *p, const char *text, size_t n, const char *what) {
+    arena *a = ctp_arena();
+    if (!a)
+        return ERR_NOMEM;
+    json_value *v;
+    int rc = ctp_parse_json(p, a, text, n, what, &v);
     if (!rc)
         rc = ctp_add_json_call(p, a, v, what);
+    arena_destroy(a);
+    return rc;
+}
+
+int ctp_add_args_text(chat_tool_parser *p, const char *name, size_t nl, const char *text,
+                      size_t n) {
+    arena *a = ctp_arena();
+    if (!a)
+        return ERR_NOMEM;
+    const json_value *args;
+    int rc = ctp_parse_args(p, a, name, nl, text, n, &args);
+    if (!rc)
+        rc = ctp_add_call(p, name, nl, args);
     arena_destroy(a);
     return rc;
 }
@@ -552,6 +565,68 @@ static int ctp_outside(chat_tool_parser *p, strbuf *content, bool eof) {
     return CTP_NEED;
 }
 
+/* 1 when s[0..n) starts with lit or, lit2 not NULL, with lit2 (*which: the one it starts with);
+ * else 0 when more text could make it so, -1 when it cannot. */
+static int ctp_starts2(const char *s, size_t n, const char *lit, const char *lit2,
+                       const char **which) {
+    int a = ctp_starts(s, n, lit), b = lit2 ? ctp_starts(s, n, lit2) : -1;
+    *which = a == 1 ? lit : lit2;
+    return a == 1 || b == 1 ? 1 : a == 0 || b == 0 ? 0 : -1;
+}
+
+/* The region function of the formats whose calls come in sections (ctp_section). */
+static int ctp_section_region(chat_tool_parser *p, bool eof, const ctp_section *sec) {
+    char ex[256];
+    const char *m;
+    if (p->sub == 0) {
+        if (ctp_starts2(p->pending.data, p->pending.len, sec->begin, sec->begin2, &m) == 1)
+            ctp_consume(p, strlen(m));
+        p->sub = 1;
+    }
+    for (;;) {
+        const char *s = p->pending.data;
+        size_t n = p->pending.len, i = ctp_skip_ws(s, n, 0);
+        if (i == n) {
+            if (!eof)
+                return CTP_NEED;
+            if (p->region_calls > 0) {
+                ctp_consume(p, n);
+                return CTP_DONE;
+            }
+            return ctp_fail(p, "a %s tool-call section was opened but holds no complete call",
+                            sec->family);
+        }
+        int c = ctp_starts(s + i, n - i, sec->call_begin);
+        if (c == 1) {
+            size_t from = i + strlen(sec->call_begin), el = strlen(sec->call_end);
+            size_t at = ctp_find(s, n, p->scan > from ? p->scan : from, sec->call_end);
+            if (at == n) {
+                p->scan = n - from >= el ? n - el + 1 : from;
+                if (eof)
+                    return ctp_fail(p, "a %s tool call was started but %s never came: \"%s\"",
+                                    sec->family, sec->call_end,
+                                    ctp_excerpt(ex, sizeof ex, s + i, n - i));
+                return CTP_NEED;
+            }
+            int rc = sec->body(p, s + from, at - from);
+            if (rc)
+                return rc;
+            ctp_consume(p, at + el);
+            p->scan = 0;
+            continue;
+        }
+        int e = ctp_starts2(s + i, n - i, sec->end, sec->end2, &m);
+        if (e == 1) {
+            ctp_consume(p, i + strlen(m));
+            return CTP_DONE;
+        }
+        if ((c == 0 || e == 0) && !eof)
+            return CTP_NEED;
+        return ctp_fail(p, "unexpected %s in a %s tool-call section (expected %s or %s)",
+                        ctp_byte(ex, s[i]), sec->family, sec->call_begin, sec->end);
+    }
+}
+
 /* Runs the machine over pending. */
 static int ctp_run(chat_tool_parser *p, strbuf *content, bool eof) {
     for (;;) {
@@ -564,7 +639,8 @@ static int ctp_run(chat_tool_parser *p, strbuf *content, bool eof) {
                 return strbuf_failed(content) ? err_set(ERR_NOMEM, "tool parser: out of memory")
                                               : 0;
         } else {
-            r = p->syn->region(p, content, eof);
+            r = p->syn->region ? p->syn->region(p, content, eof)
+                               : ctp_section_region(p, eof, p->syn->section);
             if (r == CTP_NEED && eof) {
                 char ex[256];
                 r = ctp_fail(p, "a tool call was started but not completed: \"%s\"",

@@ -9,7 +9,8 @@
  *                       grammar rows, its detection rule
  *
  * How a format plugs in (ctp_syntax): its markers (the first n_open open a call), a region
- * function that consumes a call region from the start of the pending buffer, and, for LLAMA3
+ * function that consumes a call region from the start of the pending buffer (or a ctp_section,
+ * whose regions the generic section reader consumes), and, for LLAMA3
  * only, a lead function: the rule for a call that starts without a marker at the beginning of
  * the output. The generic scanner (chat_tools.c) does everything outside calls.
  *
@@ -47,6 +48,18 @@ typedef struct ctp_span {
     bool in_str, esc, started;
 } ctp_span;
 
+/* A section of calls (DEEPSEEK, KIMI_K2, DSML): [begin] (call_begin BODY call_end)* end,
+ * whitespace between; body parses one call, BODY being the text between the two markers. The
+ * section may also start with call_begin directly, and at the end of the output a section with at
+ * least one call needs no end marker. begin2 and end2, when not NULL, are a second spelling of
+ * begin and end (DSML's function_calls and tool_calls). chat_tools.c reads sections for every
+ * format whose ctp_syntax names one. */
+typedef struct ctp_section {
+    const char *family; /* for messages */
+    const char *begin, *begin2, *call_begin, *call_end, *end, *end2;
+    int (*body)(chat_tool_parser *p, const char *s, size_t n);
+} ctp_section;
+
 typedef struct ctp_syntax {
     const char *const *markers;
     int n_markers;
@@ -56,6 +69,7 @@ typedef struct ctp_syntax {
      * bytes of content (whitespace) before the region, which starts with *sep bytes of
      * separator (LLAMA3's ';'): the region gets them in p->r0 and consumes them with a call. */
     int (*lead)(chat_tool_parser *p, bool eof, size_t *skip, size_t *sep);
+    const ctp_section *section; /* region NULL: the regions are sections of calls */
 } ctp_syntax;
 
 enum ctp_state { CTP_OUTSIDE, CTP_INSIDE, CTP_FAILED };
@@ -75,7 +89,8 @@ struct chat_tool_parser {
     char tail[64];    /* the longest suffix of the content released so far that is a proper */
     size_t tail_len;  /* prefix of a marker (non-empty only right before a call region) */
     chat_tool_call *calls;
-    int n_calls, cap_calls;
+    int n_calls;
+    size_t cap_calls;
     arena *tools_a;          /* owns tools */
     const json_value *tools; /* set_tools's copy, or NULL */
     char error[384];         /* the failure, for finish */
@@ -97,18 +112,6 @@ int ctp_tag_region(chat_tool_parser *p, strbuf *content, bool eof);
  * ERR_NOMEM. */
 int ctp_qwen3_xml_call(chat_tool_parser *p, arena *a, const char *s, size_t n);
 int ctp_glm_call(chat_tool_parser *p, arena *a, const char *s, size_t n);
-
-/* A section of calls: [begin] (call_begin BODY call_end)* end, whitespace between; body parses
- * one call. The section may also start with call_begin directly, and at the end of the output
- * a section with at least one call needs no end marker. */
-typedef struct ctp_section {
-    const char *family; /* for messages */
-    const char *begin, *call_begin, *call_end, *end;
-    int (*body)(chat_tool_parser *p, const char *s, size_t n);
-} ctp_section;
-
-/* The section reader of DEEPSEEK and KIMI_K2 (tc_deepseek.c), a region function given sec. */
-int ctp_section_region(chat_tool_parser *p, bool eof, const ctp_section *sec);
 
 /* ---- helpers (chat_tools.c) ---- */
 
@@ -156,8 +159,17 @@ int ctp_add_call(chat_tool_parser *p, const char *name, size_t nl, const json_va
  * ("<tool_call> body"). Returns 0, ERR_FORMAT, ERR_NOMEM. */
 int ctp_add_json_call(chat_tool_parser *p, arena *a, const json_value *v, const char *what);
 
+/* Parses text[0..n) as JSON into *v (values in a). Returns 0, ERR_FORMAT through ctp_fail ("<what>
+ * is not valid JSON (<why>): <excerpt>"), ERR_NOMEM. */
+int ctp_parse_json(chat_tool_parser *p, arena *a, const char *text, size_t n, const char *what,
+                   json_value **v);
+
 /* Parses text[0..n) as such an object and appends the call. */
 int ctp_add_json_text(chat_tool_parser *p, const char *text, size_t n, const char *what);
+
+/* Appends a call named name[0..nl) whose arguments are text[0..n), parsed by ctp_parse_args.
+ * Returns 0, ERR_FORMAT (through ctp_fail), ERR_NOMEM. */
+int ctp_add_args_text(chat_tool_parser *p, const char *name, size_t nl, const char *text, size_t n);
 
 /* Parses a call's arguments text (an object, or a JSON string holding one) into *out. */
 int ctp_parse_args(chat_tool_parser *p, arena *a, const char *name, size_t nl, const char *text,

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tc_deepseek: the DeepSeek V3 / V3.1 family, DEEPSEEK_V3 and DEEPSEEK_V31: parser and grammar
- * rows, and the section reader (ctp_section_region) that tc_kimi.c shares.
+ * rows.
  *
- * A region is one <｜tool▁calls▁begin｜> section (or a call that starts without it); each call is
- * parsed when its <｜tool▁call▁end｜> arrives; the body is V3's
- * TYPE<｜tool▁sep｜>NAME\n```json\n{...}\n``` or V3.1's NAME<｜tool▁sep｜>{...}, told apart by
- * what follows the separator.
+ * A region is one <｜tool▁calls▁begin｜> section (or a call that starts without it), read by
+ * chat_tools.c's section reader; each call is parsed when its <｜tool▁call▁end｜> arrives. The
+ * body is V3's TYPE<｜tool▁sep｜>NAME\n```json\n{...}\n``` or V3.1's NAME<｜tool▁sep｜>{...},
+ * told apart by what follows the separator.
  */
 #include "toolcall/tc_registry.h"
 #include "base/err.h"
@@ -49,77 +49,14 @@ static int ctp_deepseek_call(chat_tool_parser *p, const char *s, size_t n) {
     if (nl == 0 || jn == 0)
         return ctp_fail(p, "DeepSeek tool call without a name or arguments: \"%s\"",
                         ctp_excerpt(ex, sizeof ex, s, n));
-    arena *a = ctp_arena();
-    if (!a)
-        return ERR_NOMEM;
-    const json_value *args;
-    int rc = ctp_parse_args(p, a, nm, nl, js, jn, &args);
-    if (!rc)
-        rc = ctp_add_call(p, nm, nl, args);
-    arena_destroy(a);
-    return rc;
+    return ctp_add_args_text(p, nm, nl, js, jn);
 }
 
-int ctp_section_region(chat_tool_parser *p, bool eof, const ctp_section *sec) {
-    char ex[256];
-    if (p->sub == 0) {
-        if (ctp_starts(p->pending.data, p->pending.len, sec->begin) == 1)
-            ctp_consume(p, strlen(sec->begin));
-        p->sub = 1;
-    }
-    for (;;) {
-        const char *s = p->pending.data;
-        size_t n = p->pending.len, i = ctp_skip_ws(s, n, 0);
-        if (i == n) {
-            if (!eof)
-                return CTP_NEED;
-            if (p->region_calls > 0) {
-                ctp_consume(p, n);
-                return CTP_DONE;
-            }
-            return ctp_fail(p, "a %s tool-call section was opened but holds no complete call",
-                            sec->family);
-        }
-        int c = ctp_starts(s + i, n - i, sec->call_begin);
-        if (c == 1) {
-            size_t from = i + strlen(sec->call_begin), el = strlen(sec->call_end);
-            size_t at = ctp_find(s, n, p->scan > from ? p->scan : from, sec->call_end);
-            if (at == n) {
-                p->scan = n - from >= el ? n - el + 1 : from;
-                if (eof)
-                    return ctp_fail(p, "a %s tool call was started but %s never came: \"%s\"",
-                                    sec->family, sec->call_end,
-                                    ctp_excerpt(ex, sizeof ex, s + i, n - i));
-                return CTP_NEED;
-            }
-            int rc = sec->body(p, s + from, at - from);
-            if (rc)
-                return rc;
-            ctp_consume(p, at + el);
-            p->scan = 0;
-            continue;
-        }
-        int e = ctp_starts(s + i, n - i, sec->end);
-        if (e == 1) {
-            ctp_consume(p, i + strlen(sec->end));
-            return CTP_DONE;
-        }
-        if ((c == 0 || e == 0) && !eof)
-            return CTP_NEED;
-        return ctp_fail(p, "unexpected %s in a %s tool-call section (expected %s or %s)",
-                        ctp_byte(ex, s[i]), sec->family, sec->call_begin, sec->end);
-    }
-}
+static const ctp_section ctp_deepseek_section = {
+    "DeepSeek", DS_CALLS, NULL, DS_CALL, DS_CALL_END, DS_CALLS_END, NULL, ctp_deepseek_call};
 
-static const ctp_section ctp_deepseek_section = {"DeepSeek",  DS_CALLS,     DS_CALL,
-                                                 DS_CALL_END, DS_CALLS_END, ctp_deepseek_call};
-
-static int ctp_deepseek_region(chat_tool_parser *p, strbuf *content, bool eof) {
-    (void)content;
-    return ctp_section_region(p, eof, &ctp_deepseek_section);
-}
-
-static const ctp_syntax ctp_deepseek = {ctp_deepseek_markers, 5, 2, ctp_deepseek_region, NULL};
+static const ctp_syntax ctp_deepseek = {ctp_deepseek_markers, 5, 2, NULL, NULL,
+                                        &ctp_deepseek_section};
 
 static const tg_syntax tg_deepseek_v3 = {true,
                                          TG_PARAMS_JSON,

@@ -2,9 +2,9 @@
 /*
  * tc_dsml: the DeepSeek V3.2 / V4 DSML family, DSML and DSML_V4: parser and grammar rows.
  *
- * A region is one <｜DSML｜function_calls> (or tool_calls) block; inside it, invokes are parsed
- * one by one as each </｜DSML｜invoke> arrives, so calls become visible before the block closes.
- * Between invokes only whitespace is allowed.
+ * A region is one <｜DSML｜function_calls> (or tool_calls) block, read by chat_tools.c's section
+ * reader; inside it, invokes are parsed one by one as each </｜DSML｜invoke> arrives, so calls
+ * become visible before the block closes. Between invokes only whitespace is allowed.
  */
 #include "toolcall/tc_registry.h"
 #include "base/err.h"
@@ -64,10 +64,10 @@ static int ctp_dsml_attrs(const char *s, size_t n, size_t *i, const char **v, si
     }
 }
 
-/* One invoke: s[0..n) from "<｜DSML｜invoke" to just before "</｜DSML｜invoke>". */
+/* One invoke: s[0..n) from just after "<｜DSML｜invoke" to just before "</｜DSML｜invoke>". */
 static int ctp_dsml_invoke(chat_tool_parser *p, const char *s, size_t n) {
     char ex[256];
-    size_t i = strlen(DSML_INVOKE);
+    size_t i = 0;
     const char *nm;
     size_t nl;
     int unused;
@@ -101,58 +101,11 @@ static int ctp_dsml_invoke(chat_tool_parser *p, const char *s, size_t n) {
     return rc;
 }
 
-static int ctp_dsml_region(chat_tool_parser *p, strbuf *content, bool eof) {
-    char ex[256];
-    (void)content;
-    if (p->sub == 0) {
-        bool fc = ctp_starts(p->pending.data, p->pending.len, DSML_FC) == 1;
-        ctp_consume(p, strlen(fc ? DSML_FC : DSML_TC));
-        p->sub = 1;
-    }
-    for (;;) {
-        const char *s = p->pending.data;
-        size_t n = p->pending.len, i = ctp_skip_ws(s, n, 0);
-        if (i == n) {
-            if (!eof)
-                return CTP_NEED;
-            if (p->region_calls > 0) {
-                ctp_consume(p, n);
-                return CTP_DONE;
-            }
-            return ctp_fail(p, "a DSML tool-call block was opened but holds no complete invoke");
-        }
-        int inv = ctp_starts(s + i, n - i, DSML_INVOKE);
-        if (inv == 1) {
-            size_t from = i + strlen(DSML_INVOKE);
-            size_t at = ctp_find(s, n, p->scan > from ? p->scan : from, DSML_INVOKE_END);
-            if (at == n) {
-                size_t el = strlen(DSML_INVOKE_END);
-                p->scan = n - from >= el ? n - el + 1 : from;
-                if (eof)
-                    return ctp_fail(p, "a DSML invoke was started but never closed: \"%s\"",
-                                    ctp_excerpt(ex, sizeof ex, s + i, n - i));
-                return CTP_NEED;
-            }
-            int rc = ctp_dsml_invoke(p, s + i, at - i);
-            if (rc)
-                return rc;
-            ctp_consume(p, at + strlen(DSML_INVOKE_END));
-            p->scan = 0;
-            continue;
-        }
-        int e1 = ctp_starts(s + i, n - i, DSML_FC_END), e2 = ctp_starts(s + i, n - i, DSML_TC_END);
-        if (e1 == 1 || e2 == 1) {
-            ctp_consume(p, i + strlen(e1 == 1 ? DSML_FC_END : DSML_TC_END));
-            return CTP_DONE;
-        }
-        if ((inv == 0 || e1 == 0 || e2 == 0) && !eof)
-            return CTP_NEED;
-        return ctp_fail(p, "unexpected %s in a DSML tool-call block (expected %s or its end)",
-                        ctp_byte(ex, s[i]), DSML_INVOKE);
-    }
-}
+static const ctp_section ctp_dsml_section = {"DSML",      DSML_FC,         DSML_TC,
+                                             DSML_INVOKE, DSML_INVOKE_END, DSML_FC_END,
+                                             DSML_TC_END, ctp_dsml_invoke};
 
-static const ctp_syntax ctp_dsml = {ctp_dsml_markers, 8, 2, ctp_dsml_region, NULL};
+static const ctp_syntax ctp_dsml = {ctp_dsml_markers, 8, 2, NULL, NULL, &ctp_dsml_section};
 
 static const tg_syntax tg_dsml = {true,
                                   TG_PARAMS_DSML,

@@ -55,7 +55,7 @@ int ctp_glm_call(chat_tool_parser *p, arena *a, const char *s, size_t n) {
     return ctp_add_call(p, name, nl, obj);
 }
 
-static const ctp_syntax ctp_glm = {ctp_glm_markers, 2, 1, ctp_tag_region, NULL};
+static const ctp_syntax ctp_glm = {ctp_glm_markers, 2, 1, ctp_tag_region, NULL, NULL};
 
 static const tg_syntax tg_glm = {true,          TG_PARAMS_GLM,  "",   "", "",
                                  "<tool_call>", "</tool_call>", false};

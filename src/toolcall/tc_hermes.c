@@ -56,7 +56,7 @@ int ctp_tag_region(chat_tool_parser *p, strbuf *content, bool eof) {
     return CTP_DONE;
 }
 
-static const ctp_syntax ctp_hermes = {ctp_hermes_markers, 2, 1, ctp_tag_region, NULL};
+static const ctp_syntax ctp_hermes = {ctp_hermes_markers, 2, 1, ctp_tag_region, NULL, NULL};
 
 static const tg_syntax tg_hermes = {false, TG_PARAMS_JSON, "{\"name\": ",  ", \"arguments\": ",
                                     "}",   "<tool_call>",  "</tool_call>", true};

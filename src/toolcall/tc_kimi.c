@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tc_kimi: the Kimi K2 family, KIMI_K2: parser and grammar row. Sections
- * <|tool_calls_section_begin|> ... <|tool_calls_section_end|> are read by tc_deepseek.c's section
+ * <|tool_calls_section_begin|> ... <|tool_calls_section_end|> are read by chat_tools.c's section
  * reader; each call is functions.NAME:IDX<|tool_call_argument_begin|>{...} between
  * <|tool_call_begin|> and <|tool_call_end|>.
  */
@@ -42,26 +42,13 @@ static int ctp_kimi_call(chat_tool_parser *p, const char *s, size_t n) {
     if (nl == 0 || jn == 0)
         return ctp_fail(p, "Kimi tool call without a name or arguments: \"%s\"",
                         ctp_excerpt(ex, sizeof ex, s, n));
-    arena *a = ctp_arena();
-    if (!a)
-        return ERR_NOMEM;
-    const json_value *args;
-    int rc = ctp_parse_args(p, a, nm, nl, js, jn, &args);
-    if (!rc)
-        rc = ctp_add_call(p, nm, nl, args);
-    arena_destroy(a);
-    return rc;
+    return ctp_add_args_text(p, nm, nl, js, jn);
 }
 
-static const ctp_section ctp_kimi_section = {"Kimi",        KIMI_CALLS,     KIMI_CALL,
-                                             KIMI_CALL_END, KIMI_CALLS_END, ctp_kimi_call};
+static const ctp_section ctp_kimi_section = {"Kimi",        KIMI_CALLS,     NULL, KIMI_CALL,
+                                             KIMI_CALL_END, KIMI_CALLS_END, NULL, ctp_kimi_call};
 
-static int ctp_kimi_region(chat_tool_parser *p, strbuf *content, bool eof) {
-    (void)content;
-    return ctp_section_region(p, eof, &ctp_kimi_section);
-}
-
-static const ctp_syntax ctp_kimi_k2 = {ctp_kimi_markers, 5, 2, ctp_kimi_region, NULL};
+static const ctp_syntax ctp_kimi_k2 = {ctp_kimi_markers, 5, 2, NULL, NULL, &ctp_kimi_section};
 
 static const tg_syntax tg_kimi_k2 = {true,
                                      TG_PARAMS_JSON,

@@ -74,10 +74,7 @@ static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool eof) {
     if (!a)
         return ERR_NOMEM;
     json_value *v;
-    int rc = json_parse(a, s, end, &v);
-    if (rc && rc != ERR_NOMEM)
-        rc = ctp_fail(p, "JSON tool call is not valid JSON (%s): \"%s\"", err_detail(),
-                      ctp_excerpt(ex, sizeof ex, s, end));
+    int rc = ctp_parse_json(p, a, s, end, "JSON tool call", &v);
     bool is_call = !rc && (json_get(v, "parameters") || json_get(v, "arguments"));
     if (!rc && !is_call && p->sub == 2) {
         /* a JSON object that merely starts like a call: content, separator included, released
@@ -94,7 +91,8 @@ static int ctp_llama3_region(chat_tool_parser *p, strbuf *content, bool eof) {
     return CTP_DONE;
 }
 
-static const ctp_syntax ctp_llama3 = {ctp_llama3_markers, 1, 1, ctp_llama3_region, ctp_llama3_lead};
+static const ctp_syntax ctp_llama3 = {ctp_llama3_markers, 1,   1, ctp_llama3_region,
+                                      ctp_llama3_lead,    NULL};
 
 static const tg_syntax tg_llama3 = {
     false, TG_PARAMS_JSON, "{\"name\": ", ", \"parameters\": ", "}", "", "", false};

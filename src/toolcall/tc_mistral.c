@@ -20,15 +20,11 @@ static const char *const ctp_mistral_markers[] = {M_CALLS, M_ARGS, M_CALL_ID};
 
 /* A JSON array of calls (or one call object) in s[0..n). */
 static int ctp_mistral_json(chat_tool_parser *p, const char *s, size_t n) {
-    char ex[256];
     arena *a = ctp_arena();
     if (!a)
         return ERR_NOMEM;
     json_value *v;
-    int rc = json_parse(a, s, n, &v);
-    if (rc && rc != ERR_NOMEM)
-        rc = ctp_fail(p, "%s calls are not valid JSON (%s): \"%s\"", M_CALLS, err_detail(),
-                      ctp_excerpt(ex, sizeof ex, s, n));
+    int rc = ctp_parse_json(p, a, s, n, M_CALLS " calls", &v);
     if (!rc && v->type == JSON_ARRAY) {
         if (v->arr.n == 0)
             rc = ctp_fail(p, "%s is followed by an empty array", M_CALLS);
@@ -128,21 +124,14 @@ static int ctp_mistral_region(chat_tool_parser *p, strbuf *content, bool eof) {
     if (r < 0)
         return ctp_fail(p, "the arguments of %s\"%.*s\" start with %s, not a JSON object", M_CALLS,
                         (int)p->r0, s, ctp_byte(ex, s[p->r1]));
-    arena *ar = ctp_arena();
-    if (!ar)
-        return ERR_NOMEM;
-    const json_value *args;
-    int rc = ctp_parse_args(p, ar, s, p->r0, s + p->r1, end, &args);
-    if (!rc)
-        rc = ctp_add_call(p, s, p->r0, args);
-    arena_destroy(ar);
+    int rc = ctp_add_args_text(p, s, p->r0, s + p->r1, end);
     if (rc)
         return rc;
     ctp_consume(p, p->r1 + end);
     return CTP_DONE;
 }
 
-static const ctp_syntax ctp_mistral = {ctp_mistral_markers, 3, 1, ctp_mistral_region, NULL};
+static const ctp_syntax ctp_mistral = {ctp_mistral_markers, 3, 1, ctp_mistral_region, NULL, NULL};
 
 static const tg_syntax tg_mistral = {
     false, TG_PARAMS_JSON, "{\"name\": ", ", \"arguments\": ", "}", "[TOOL_CALLS][", "]", false};

@@ -61,7 +61,7 @@ int ctp_qwen3_xml_call(chat_tool_parser *p, arena *a, const char *s, size_t n) {
     return ctp_add_call(p, name, nl, obj);
 }
 
-static const ctp_syntax ctp_qwen3_xml = {ctp_qwen3_markers, 3, 2, ctp_tag_region, NULL};
+static const ctp_syntax ctp_qwen3_xml = {ctp_qwen3_markers, 3, 2, ctp_tag_region, NULL, NULL};
 
 static const tg_syntax tg_qwen3_xml = {true,          TG_PARAMS_QWEN3, "<function=",     ">\n",
                                        "</function>", "<tool_call>\n", "\n</tool_call>", false};

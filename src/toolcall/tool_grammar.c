@@ -40,18 +40,23 @@ void tool_grammar_limits_default(tool_grammar_limits *l) {
 
 /* ---- context helpers ---- */
 
-size_t tg_push(tg_ctx *c, const char *fmt, ...) {
+static size_t tg_vpush(tg_ctx *c, const char *fmt, va_list ap) {
     size_t mark = c->path_len;
     if (c->path_len < sizeof c->path - 1) {
-        va_list ap;
-        va_start(ap, fmt);
         int n = vsnprintf(c->path + c->path_len, sizeof c->path - c->path_len, fmt, ap);
-        va_end(ap);
         if (n > 0)
             c->path_len += (size_t)n;
         if (c->path_len > sizeof c->path - 1)
             c->path_len = sizeof c->path - 1;
     }
+    return mark;
+}
+
+size_t tg_push(tg_ctx *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t mark = tg_vpush(c, fmt, ap);
+    va_end(ap);
     return mark;
 }
 
@@ -515,20 +520,30 @@ int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *ma
     return 0;
 }
 
-int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
-    const json_value *props = json_get(s, "properties"), *req = json_get(s, "required");
-    if (props && props->type == JSON_NULL)
-        props = NULL;
-    if (req && req->type == JSON_NULL)
-        req = NULL;
-    if (props && props->type != JSON_OBJECT)
+int tg_object_members(tg_ctx *c, const json_value *s, const json_value **props,
+                      const json_value **req) {
+    *props = json_get(s, "properties");
+    *req = json_get(s, "required");
+    if (*props && (*props)->type == JSON_NULL)
+        *props = NULL;
+    if (*req && (*req)->type == JSON_NULL)
+        *req = NULL;
+    if (*props && (*props)->type != JSON_OBJECT)
         return tg_fail(c, ERR_INVAL, "\"properties\" must be an object");
-    if (req && req->type != JSON_ARRAY)
+    if (*req && (*req)->type != JSON_ARRAY)
         return tg_fail(c, ERR_INVAL, "\"required\" must be an array of strings");
-    size_t n_req = req ? req->arr.n : 0, n_props = props ? props->obj.n : 0;
-    for (size_t i = 0; i < n_req; i++)
-        if (req->arr.items[i]->type != JSON_STRING)
+    for (size_t i = 0; *req && i < (*req)->arr.n; i++)
+        if ((*req)->arr.items[i]->type != JSON_STRING)
             return tg_fail(c, ERR_INVAL, "\"required\"[%zu] must be a string", i);
+    return 0;
+}
+
+int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
+    const json_value *props, *req;
+    int rc = tg_object_members(c, s, &props, &req);
+    if (rc)
+        return rc;
+    size_t n_req = req ? req->arr.n : 0, n_props = props ? props->obj.n : 0;
     size_t n = n_props;
     for (size_t i = 0; i < n_req; i++)
         if (!json_get(props, req->arr.items[i]->str.s))
@@ -542,20 +557,14 @@ int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
             return 0;
         }
         int32_t lo, hi;
-        int rc = tg_counts(c, s, "minProperties", "maxProperties", c->lim.items, c->lim.max_items,
-                           &lo, &hi);
+        rc = tg_counts(c, s, "minProperties", "maxProperties", c->lim.items, c->lim.max_items, &lo,
+                       &hi);
         if (rc)
             return rc;
         grammar_node *val;
-        if (ap && ap->type == JSON_OBJECT) {
-            size_t m = tg_push(c, ".additionalProperties");
-            rc = tg_schema(c, ap, &val);
-            tg_pop(c, m);
-            if (rc)
-                return rc;
-        } else {
-            val = tg_any(c, c->lim.any_depth);
-        }
+        if ((rc = tg_schema_at(c, ap && ap->type == JSON_OBJECT ? ap : NULL, &val,
+                               ".additionalProperties")))
+            return rc;
         grammar_node *member =
             tg_cat(c, 3, tg_string(c, 1, tg_max(c->lim.string_chars)), tg_str(c, ": "), val);
         *out = tg_cat(c, 3, tg_str(c, "{"), grammar_ast_list(a, member, tg_str(c, ", "), lo, hi),
@@ -564,7 +573,6 @@ int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
     }
     int64_t mn, mx;
     bool g;
-    int rc;
     if ((rc = tg_count(c, s, "minProperties", &mn, &g)))
         return rc;
     if (g && (size_t)mn > n_req)
@@ -592,10 +600,9 @@ int tg_object(tg_ctx *c, const json_value *s, grammar_node **out) {
         for (size_t r = 0; r < n_req; r++)
             required |=
                 tg_is(key, kl, req->arr.items[r]->str.s) && req->arr.items[r]->str.len == kl;
-        size_t m = tg_push(c, ".properties.%.*s", (int)(kl > 64 ? 64 : kl), key);
         grammar_node *val;
-        rc = tg_schema(c, props->obj.vals[i], &val);
-        tg_pop(c, m);
+        rc = tg_schema_at(c, props->obj.vals[i], &val, ".properties.%.*s", (int)(kl > 64 ? 64 : kl),
+                          key);
         opt[k] = !required;
         items[k++] = grammar_ast_cat2(a, tg_key_lit(c, key, kl), val);
     }
@@ -622,15 +629,8 @@ static int tg_array(tg_ctx *c, const json_value *s, grammar_node **out) {
         return rc;
     const json_value *it = json_get(s, "items");
     grammar_node *item;
-    if (it && it->type != JSON_NULL) {
-        size_t m = tg_push(c, ".items");
-        rc = tg_schema(c, it, &item);
-        tg_pop(c, m);
-        if (rc)
-            return rc;
-    } else {
-        item = tg_any(c, c->lim.any_depth);
-    }
+    if ((rc = tg_schema_at(c, it && it->type != JSON_NULL ? it : NULL, &item, ".items")))
+        return rc;
     *out = tg_cat(c, 3, tg_str(c, "["), grammar_ast_list(c->a, item, tg_str(c, ", "), lo, hi),
                   tg_str(c, "]"));
     return 0;
@@ -736,9 +736,8 @@ static int tg_schema_ref(tg_ctx *c, const json_value *s, const json_value *v, gr
     if (c->n_refs == TG_MAX_REFS)
         return tg_fail(c, ERR_TOOLARGE, "more than %d nested $ref", TG_MAX_REFS);
     c->refs[c->n_refs++] = target;
-    size_t m = tg_push(c, "($ref %.*s)", (int)(v->str.len > 80 ? 80 : v->str.len), v->str.s);
-    rc = tg_schema(c, target, out);
-    tg_pop(c, m);
+    rc = tg_schema_at(c, target, out, "($ref %.*s)", (int)(v->str.len > 80 ? 80 : v->str.len),
+                      v->str.s);
     c->n_refs--;
     if (!rc && c->n_memo < TG_MAX_MEMO) {
         c->memo[c->n_memo].target = target;
@@ -784,9 +783,7 @@ static int tg_schema_anyof(tg_ctx *c, const json_value *s, const json_value *v,
     if (!alts)
         return tg_nomem(c);
     for (size_t i = 0; i < v->arr.n && !rc; i++) {
-        size_t m = tg_push(c, ".%s[%zu]", kw, i);
-        rc = tg_schema(c, v->arr.items[i], &alts[i]);
-        tg_pop(c, m);
+        rc = tg_schema_at(c, v->arr.items[i], &alts[i], ".%s[%zu]", kw, i);
     }
     if (!rc)
         *base = grammar_ast_alt(c->a, alts, (int)v->arr.n);
@@ -884,9 +881,7 @@ static int tg_schema_inner(tg_ctx *c, const json_value *s, grammar_node **out) {
             return tg_fail(c, ERR_UNSUPPORTED,
                            "\"allOf\" is supported by constrained decoding "
                            "only with a single schema and nothing beside it");
-        size_t m = tg_push(c, ".allOf[0]");
-        rc = tg_schema(c, v->arr.items[0], &base);
-        tg_pop(c, m);
+        rc = tg_schema_at(c, v->arr.items[0], &base, ".allOf[0]");
     } else if ((v = json_get(s, "type")) && v->type != JSON_NULL) {
         rc = tg_schema_type(c, s, v, &base);
     } else {
@@ -909,6 +904,20 @@ int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out) {
     c->depth--;
     if (!rc && (grammar_ast_failed(c->a) || !*out))
         rc = tg_nomem(c);
+    return rc;
+}
+
+int tg_schema_at(tg_ctx *c, const json_value *s, grammar_node **out, const char *fmt, ...) {
+    if (!s) {
+        *out = tg_any(c, c->lim.any_depth);
+        return 0;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    size_t mark = tg_vpush(c, fmt, ap);
+    va_end(ap);
+    int rc = tg_schema(c, s, out);
+    tg_pop(c, mark);
     return rc;
 }
 

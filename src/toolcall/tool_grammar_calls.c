@@ -108,19 +108,11 @@ static int tg_xml_params(tg_ctx *c, chat_tool_format f, const tg_syntax *syn, co
     int rc = tg_check_keywords(c, par);
     if (rc)
         return rc;
-    const json_value *props = json_get(par, "properties"), *req = json_get(par, "required");
-    if (props && props->type == JSON_NULL)
-        props = NULL;
-    if (req && req->type == JSON_NULL)
-        req = NULL;
-    if (props && props->type != JSON_OBJECT)
-        return tg_fail(c, ERR_INVAL, "\"properties\" must be an object");
-    if (req && req->type != JSON_ARRAY)
-        return tg_fail(c, ERR_INVAL, "\"required\" must be an array of strings");
+    const json_value *props, *req;
+    if ((rc = tg_object_members(c, par, &props, &req)))
+        return rc;
     for (size_t i = 0; req && i < req->arr.n; i++) {
         const json_value *r = req->arr.items[i];
-        if (r->type != JSON_STRING)
-            return tg_fail(c, ERR_INVAL, "\"required\"[%zu] must be a string", i);
         if (!json_get(props, r->str.s))
             return tg_fail(c, ERR_UNSUPPORTED,
                            "required \"%.*s\" is not among the properties; the %s tool-call "

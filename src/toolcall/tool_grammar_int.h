@@ -100,10 +100,21 @@ int tg_check_keywords(tg_ctx *c, const json_value *s);
 int tg_counts(tg_ctx *c, const json_value *s, const char *min_kw, const char *max_kw, int32_t def,
               int32_t cap, int32_t *lo, int32_t *hi);
 
+/* The "properties" (*props: an object, or NULL) and "required" (*req: an array of strings, or
+ * NULL) of object schema s, JSON null counting as absent. Returns 0, or ERR_INVAL through tg_fail
+ * when either has another type. */
+int tg_object_members(tg_ctx *c, const json_value *s, const json_value **props,
+                      const json_value **req);
+
 /* The expression of a JSON object valid under object schema s (keywords already checked). */
 int tg_object(tg_ctx *c, const json_value *s, grammar_node **out);
 
 /* The expression of a JSON value valid under schema s (NULL: any value). */
 int tg_schema(tg_ctx *c, const json_value *s, grammar_node **out);
+
+/* tg_schema of sub-schema s, with fmt's text appended to the error path meanwhile; s NULL: any
+ * value up to the limits' any_depth (nothing is pushed). */
+int tg_schema_at(tg_ctx *c, const json_value *s, grammar_node **out, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif
