@@ -65,6 +65,11 @@ static void t_strbuf(void) {
     strbuf_json_str(&sb, "\xC3\xA9\xF0\x9F\x98\x80", 6, true);
     T_CHECK(strcmp(sb.data, "\"\\u00e9\\ud83d\\ude00\"") == 0);
     strbuf_reset(&sb);
+    strbuf_json_cstr(&sb, "x\"");
+    strbuf_putc(&sb, ' ');
+    strbuf_json_cstr(&sb, NULL);
+    T_CHECK(strcmp(sb.data, "\"x\\\"\" null") == 0);
+    strbuf_reset(&sb);
     strbuf_json_num(&sb, 0.1);
     strbuf_putc(&sb, ' ');
     strbuf_json_num(&sb, 3);

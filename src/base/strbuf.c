@@ -149,6 +149,13 @@ void strbuf_json_str(strbuf *sb, const char *s, size_t n, bool ascii_only) {
     strbuf_putc(sb, '"');
 }
 
+void strbuf_json_cstr(strbuf *sb, const char *s) {
+    if (s)
+        strbuf_json_str(sb, s, strlen(s), false);
+    else
+        strbuf_puts(sb, "null");
+}
+
 void strbuf_json_num(strbuf *sb, double v) {
     if (!isfinite(v)) {
         strbuf_puts(sb, "null");

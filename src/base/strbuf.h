@@ -43,6 +43,10 @@ void strbuf_printf(strbuf *sb, const char *fmt, ...) __attribute__((format(print
  * U+FFFF), otherwise UTF-8 is copied as is. Invalid UTF-8 bytes are written as U+FFFD. */
 void strbuf_json_str(strbuf *sb, const char *s, size_t n, bool ascii_only);
 
+/* Appends the NUL-terminated s as strbuf_json_str(sb, s, strlen(s), false) does, or null when s
+ * is NULL (a field that may be absent). */
+void strbuf_json_cstr(strbuf *sb, const char *s);
+
 /* Appends a double the way JSON writers that round-trip do: the shortest decimal that reads back
  * as the same double ("%.17g" trimmed), integers without exponent up to 1e16, and "NaN"/"Infinity"
  * never (non-finite values become null). */

@@ -72,19 +72,12 @@ void hunt_ledger_names(const hunt_ledger *lg, uint64_t mask, strbuf *out) {
         strbuf_puts(out, "(none)");
 }
 
-static void jstr(strbuf *o, const char *s) {
-    if (s)
-        strbuf_json_str(o, s, strlen(s), false);
-    else
-        strbuf_puts(o, "null");
-}
-
 static void jnames(strbuf *o, const hunt_ledger *lg, uint64_t mask) {
     strbuf_putc(o, '[');
     for (int i = 0, n = 0; i < lg->n_toggles; i++)
         if (mask & ((uint64_t)1 << i)) {
             strbuf_puts(o, n++ ? "," : "");
-            jstr(o, lg->toggles[i].name);
+            strbuf_json_cstr(o, lg->toggles[i].name);
         }
     strbuf_putc(o, ']');
 }
@@ -101,20 +94,20 @@ static uint64_t hunt_ledger_ruled_out(const hunt_ledger *lg) {
 
 void hunt_ledger_json(const hunt_ledger *lg, strbuf *o) {
     strbuf_puts(o, "{\"verity_bisect\":1,\"launch\":");
-    jstr(o, lg->launch);
+    strbuf_json_cstr(o, lg->launch);
     strbuf_puts(o, ",\"health\":");
-    jstr(o, lg->health);
+    strbuf_json_cstr(o, lg->health);
     strbuf_puts(o, ",\"hunt\":");
-    jstr(o, lg->hunt);
+    strbuf_json_cstr(o, lg->hunt);
     strbuf_puts(o, ",\"toggles\":[");
     for (int i = 0; i < lg->n_toggles; i++) {
         const hunt_toggle *t = &lg->toggles[i];
         strbuf_puts(o, i ? ",{\"name\":" : "{\"name\":");
-        jstr(o, t->name);
+        strbuf_json_cstr(o, t->name);
         strbuf_puts(o, ",\"off\":");
-        jstr(o, t->off);
+        strbuf_json_cstr(o, t->off);
         strbuf_puts(o, ",\"on\":");
-        jstr(o, t->on);
+        strbuf_json_cstr(o, t->on);
         strbuf_puts(o, ",\"likelihood\":");
         strbuf_json_num(o, t->likelihood);
         strbuf_puts(o, ",\"cost\":");
@@ -138,12 +131,12 @@ void hunt_ledger_json(const hunt_ledger *lg, strbuf *o) {
         strbuf_puts(o, ",\"config\":{");
         for (int t = 0; t < lg->n_toggles; t++) {
             strbuf_puts(o, t ? "," : "");
-            jstr(o, lg->toggles[t].name);
+            strbuf_json_cstr(o, lg->toggles[t].name);
             strbuf_putc(o, ':');
-            jstr(o, (e->flipped >> t) & 1 ? lg->toggles[t].off : lg->toggles[t].on);
+            strbuf_json_cstr(o, (e->flipped >> t) & 1 ? lg->toggles[t].off : lg->toggles[t].on);
         }
         strbuf_puts(o, "},\"hypothesis\":");
-        jstr(o, e->hypothesis);
+        strbuf_json_cstr(o, e->hypothesis);
         strbuf_printf(o, ",\"sessions\":%lld,\"corrupt\":%lld,\"errors\":%lld,\"rate\":",
                       (long long)e->sessions, (long long)e->corrupt, (long long)e->errors);
         strbuf_json_num(o, e->sessions ? (double)e->corrupt / (double)e->sessions : 0);
@@ -154,18 +147,18 @@ void hunt_ledger_json(const hunt_ledger *lg, strbuf *o) {
         strbuf_puts(o, "],\"llr\":");
         strbuf_json_num(o, e->llr);
         strbuf_puts(o, ",\"verdict\":");
-        jstr(o, e->verdict);
+        strbuf_json_cstr(o, e->verdict);
         strbuf_puts(o, ",\"wall_s\":");
         strbuf_json_num(o, e->wall_s);
         strbuf_printf(o, ",\"restarts\":%d,\"next_session\":%lld,\"note\":", e->restarts,
                       (long long)e->next_index);
-        jstr(o, e->note);
+        strbuf_json_cstr(o, e->note);
         strbuf_putc(o, '}');
     }
     uint64_t all = lg->n_toggles >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << lg->n_toggles) - 1);
     uint64_t ruled = hunt_ledger_ruled_out(lg) & ~lg->culprit;
     strbuf_puts(o, "],\"summary\":{\"state\":");
-    jstr(o, lg->state);
+    strbuf_json_cstr(o, lg->state);
     strbuf_puts(o, ",\"culprit\":");
     jnames(o, lg, lg->culprit);
     strbuf_puts(o, ",\"ruled_out\":");
@@ -173,7 +166,7 @@ void hunt_ledger_json(const hunt_ledger *lg, strbuf *o) {
     strbuf_puts(o, ",\"remaining\":");
     jnames(o, lg, all & ~ruled & ~lg->culprit);
     strbuf_printf(o, ",\"restarts\":%d,\"conclusion\":", hunt_ledger_restarts(lg));
-    jstr(o, lg->conclusion);
+    strbuf_json_cstr(o, lg->conclusion);
     strbuf_puts(o, "}}\n");
 }
 

@@ -10,13 +10,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static void jstr(strbuf *o, const char *s) {
-    if (s)
-        strbuf_json_str(o, s, strlen(s), false);
-    else
-        strbuf_puts(o, "null");
-}
-
 static void jcell(strbuf *o, const hunt_cell *c) {
     strbuf_printf(o,
                   "\"n\":%lld,\"corrupt\":%lld,\"benign\":%lld,\"clean\":%lld,\"errors\":%lld,"
@@ -37,7 +30,7 @@ static void jmask(strbuf *o, unsigned m) {
     for (int k = 0; k < HUNT_F_COUNT; k++)
         if (m & (1u << k)) {
             strbuf_puts(o, n++ ? "," : "");
-            jstr(o, hunt_finding_name(k));
+            strbuf_json_cstr(o, hunt_finding_name(k));
         }
     strbuf_putc(o, ']');
 }
@@ -58,7 +51,7 @@ static void report_json_evidence(strbuf *o, const hunt_session_rec *r) {
     const hunt_eval *e = &r->eval;
     strbuf_printf(o, ",\"evidence\":{\"turn\":%d,\"diverged\":%s,\"where\":", r->shown_turn,
                   e->diverged ? "true" : "false");
-    jstr(o, e->diverged ? e->where : NULL);
+    strbuf_json_cstr(o, e->diverged ? e->where : NULL);
     strbuf_printf(o, ",\"offset\":%ld,\"token\":%d,\"near_tie\":\"%s\",\"tie_gap\":", e->div_offset,
                   e->div_token, hunt_neartie_name(e->neartie));
     if (e->tie_gap < 0)
@@ -70,22 +63,22 @@ static void report_json_evidence(strbuf *o, const hunt_session_rec *r) {
     strbuf_puts(o, ",\"model_level\":");
     jmask(o, e->model_level);
     strbuf_puts(o, ",\"why\":");
-    jstr(o, e->why);
+    strbuf_json_cstr(o, e->why);
     strbuf_puts(o, ",\"test\":");
-    jstr(o, r->test_text);
+    strbuf_json_cstr(o, r->test_text);
     strbuf_puts(o, ",\"reference\":");
-    jstr(o, r->ref_text);
+    strbuf_json_cstr(o, r->ref_text);
     strbuf_putc(o, '}');
 }
 
 /* "config": what the run was asked to do (opens the report object). */
 static void report_json_config(const hunt_results *res, strbuf *o) {
     strbuf_puts(o, "{\"verity_hunt\":1,\"config\":{\"url\":");
-    jstr(o, res->cfg.url);
+    strbuf_json_cstr(o, res->cfg.url);
     strbuf_puts(o, ",\"model\":");
-    jstr(o, res->cfg.model);
+    strbuf_json_cstr(o, res->cfg.model);
     strbuf_puts(o, ",\"reference\":");
-    jstr(o, res->cfg.ref_url);
+    strbuf_json_cstr(o, res->cfg.ref_url);
     strbuf_printf(o, ",\"reference_concurrency\":%d,\"concurrency\":[", res->cfg.ref_conc);
     for (int i = 0; i < res->cfg.n_conc; i++)
         strbuf_printf(o, "%s%d", i ? "," : "", res->cfg.conc[i]);
@@ -149,7 +142,7 @@ static void report_json_breakdowns(const hunt_results *res, strbuf *o) {
 /* "confound" and "oracles": what each oracle counted. */
 static void report_json_oracles(const hunt_results *res, strbuf *o) {
     strbuf_puts(o, ",\"confound\":");
-    jstr(o, res->agg.confound);
+    strbuf_json_cstr(o, res->agg.confound);
     strbuf_printf(o,
                   ",\"oracles\":{\"exact\":{\"diverged_sessions\":%lld},\"near_tie\":{"
                   "\"threshold\":",
@@ -196,7 +189,7 @@ static void report_json_client(const hunt_results *res, strbuf *o) {
  * corruptions over time. */
 static void report_json_timeline(const hunt_results *res, strbuf *o) {
     strbuf_puts(o, ",\"metrics\":{\"flavor\":");
-    jstr(o, res->obs.metrics_flavor);
+    strbuf_json_cstr(o, res->obs.metrics_flavor);
     strbuf_puts(o, ",\"samples\":[");
     for (int64_t i = 0; i < res->obs.n_samples; i++) {
         const hunt_metrics_sample *s = &res->obs.samples[i];
@@ -252,7 +245,7 @@ static void report_json_sessions(const hunt_results *res, strbuf *o) {
             report_json_evidence(o, r);
         if (r->error) {
             strbuf_puts(o, ",\"error\":");
-            jstr(o, r->error);
+            strbuf_json_cstr(o, r->error);
         }
         strbuf_putc(o, '}');
     }
