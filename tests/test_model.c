@@ -263,7 +263,7 @@ static void env_open(run_env *e, const char *path, kn_isa isa, bool kv_f16, int 
     T_OK(model_load(path, isa, &e->m));
     const model_hparams *hp = model_get_hparams(e->m);
     kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .kv_dim = model_kv_dim(e->m),
                        .block_size = 16,
                        .n_blocks = n_blocks,
                        .f16 = kv_f16};
