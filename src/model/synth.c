@@ -11,6 +11,9 @@
  *   gqa: embd 224, 2 layers, 7 heads, 1 KV head (head 32), FFN 448, context 4096, rope base 1e4,
  *         tied output: 0.5b's seven query heads per KV head in a tiny model (grouped attention
  *         and its split of a group into units, in the invariance tests).
+ * Architecture qwen3moe: the shape's attention (with qwen3's Q/K norms), and in every layer
+ * SYNTH_MOE_EXPERTS experts of FFN n_ff / 2, SYNTH_MOE_USED of them per token, with a router
+ * (ffn_gate_inp, F32) instead of the dense FFN; feed_forward_length stays the shape's n_ff.
  */
 #include "model/synth.h"
 #include "base/cpu.h"
@@ -23,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define SYNTH_MOE_EXPERTS 8
+#define SYNTH_MOE_USED    2
 
 typedef struct synth_shape {
     const char *name;
@@ -62,13 +68,14 @@ float synth_normal(uint64_t seed, uint64_t key, uint64_t i) {
     return (float)(i & 1 ? r * sin(a) : r * cos(a));
 }
 
-/* Writes tensor name [ne0] (ne1 == 0) or [ne0, ne1] of N(mean, std) values; its type is the
- * plan's choice for it (quantize.h): F32 for vectors and norms. */
-static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
-                        int64_t n_layer, bool tied, const char *name, int64_t ne0, int64_t ne1,
-                        float mean, float std) {
-    int type = quant_tensor_type(plan, name, ne1 ? 2 : 1, ne0, n_layer, tied);
-    int64_t n = ne0 * (ne1 ? ne1 : 1);
+/* Writes tensor name [ne0] (ne1 == 0), [ne0, ne1] (ne2 == 0) or [ne0, ne1, ne2] of N(mean, std)
+ * values; its type is the plan's choice for it (quantize.h): F32 for vectors and norms. */
+static int synth_tensor3(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                         int64_t n_layer, bool tied, const char *name, int64_t ne0, int64_t ne1,
+                         int64_t ne2, float mean, float std) {
+    uint32_t nd = ne2 ? 3 : ne1 ? 2 : 1;
+    int type = quant_tensor_type(plan, name, nd, ne0, n_layer, tied);
+    int64_t n = ne0 * (ne1 ? ne1 : 1) * (ne2 ? ne2 : 1);
     float *f = malloc((size_t)n * sizeof(float));
     if (!f)
         return err_set(ERR_NOMEM, "synth: out of memory for '%s'", name);
@@ -81,7 +88,7 @@ static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *p
         return err_set(ERR_INVAL, "synth: type %s does not fit row length %lld of '%s'",
                        kn_type_name(type), (long long)ne0, name);
     }
-    int64_t rows = ne1 ? ne1 : 1;
+    int64_t rows = (ne1 ? ne1 : 1) * (ne2 ? ne2 : 1);
     void *d = malloc((size_t)(rb * rows));
     if (!d) {
         free(f);
@@ -93,10 +100,16 @@ static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *p
         free(d);
         return rc0;
     }
-    int64_t ne[2] = {ne0, ne1};
-    int rc = gguf_writer_add_tensor(w, name, type, ne1 ? 2 : 1, ne, d, false);
+    int64_t ne[3] = {ne0, ne1, ne2};
+    int rc = gguf_writer_add_tensor(w, name, type, nd, ne, d, false);
     free(d);
     return rc;
+}
+
+static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                        int64_t n_layer, bool tied, const char *name, int64_t ne0, int64_t ne1,
+                        float mean, float std) {
+    return synth_tensor3(w, o, plan, n_layer, tied, name, ne0, ne1, 0, mean, std);
 }
 
 /* The chat template of synthetic models (our own): ChatML-style turns, tools listed as JSON
@@ -220,8 +233,10 @@ int synth_write(const synth_opts *o, const char *path) {
         return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny, small, 0.5b or gqa)",
                        o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
-        return err_set(ERR_INVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
+        strcmp(arch, "qwen3moe"))
+        return err_set(ERR_INVAL,
+                       "synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe)", arch);
     quant_plan plan;
     if (o->q4_k_m) {
         quant_plan_parse("q4_k_m", &plan);
@@ -266,6 +281,21 @@ int synth_write(const synth_opts *o, const char *path) {
             snprintf(key, sizeof key, "%s.%s", arch, hp[i].suffix);
             rc = hp[i].is_f ? gguf_writer_set_f32(w, key, hp[i].f)
                             : gguf_writer_set_u32(w, key, (uint32_t)hp[i].u);
+        }
+    }
+    /* qwen3moe: SYNTH_MOE_EXPERTS experts of n_ff / 2, SYNTH_MOE_USED per token */
+    bool moe = !strcmp(arch, "qwen3moe");
+    int64_t n_ff_exp = sh->n_ff / 2;
+    if (!rc && moe) {
+        struct {
+            const char *suffix;
+            int64_t v;
+        } mk[] = {{"expert_count", SYNTH_MOE_EXPERTS},
+                  {"expert_used_count", SYNTH_MOE_USED},
+                  {"expert_feed_forward_length", n_ff_exp}};
+        for (size_t i = 0; !rc && i < sizeof mk / sizeof *mk; i++) {
+            snprintf(key, sizeof key, "%s.%s", arch, mk[i].suffix);
+            rc = gguf_writer_set_u32(w, key, (uint32_t)mk[i].v);
         }
     }
     if (!rc && o->sliding_window > 0) {
@@ -321,20 +351,29 @@ int synth_write(const synth_opts *o, const char *path) {
         rc = synth_tensor(w, o, &plan, NL, tied, "output_norm.weight", sh->n_embd, 0, 1.0f, std);
     if (!rc && !tied)
         rc = synth_tensor(w, o, &plan, NL, tied, "output.weight", sh->n_embd, n_vocab, 0, std);
-    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
+    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3") || moe;
     for (int64_t l = 0; l < sh->n_layer && !rc; l++) {
 #define T(suffix, ne0, ne1, mean)                                                                  \
     (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
      synth_tensor(w, o, &plan, NL, tied, name, ne0, ne1, mean, std))
+#define T3(suffix, ne0, ne1, ne2)                                                                  \
+    (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
+     synth_tensor3(w, o, &plan, NL, tied, name, ne0, ne1, ne2, 0.0f, std))
         if ((rc = T("attn_norm.weight", sh->n_embd, 0, 1.0f)) ||
             (rc = T("attn_q.weight", sh->n_embd, q_dim, 0.0f)) ||
             (rc = T("attn_k.weight", sh->n_embd, kv_dim, 0.0f)) ||
             (rc = T("attn_v.weight", sh->n_embd, kv_dim, 0.0f)) ||
             (rc = T("attn_output.weight", q_dim, sh->n_embd, 0.0f)) ||
-            (rc = T("ffn_norm.weight", sh->n_embd, 0, 1.0f)) ||
-            (rc = T("ffn_gate.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
-            (rc = T("ffn_up.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
-            (rc = T("ffn_down.weight", sh->n_ff, sh->n_embd, 0.0f)))
+            (rc = T("ffn_norm.weight", sh->n_embd, 0, 1.0f)))
+            break;
+        if (!moe && ((rc = T("ffn_gate.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
+                     (rc = T("ffn_up.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
+                     (rc = T("ffn_down.weight", sh->n_ff, sh->n_embd, 0.0f))))
+            break;
+        if (moe && ((rc = T("ffn_gate_inp.weight", sh->n_embd, SYNTH_MOE_EXPERTS, 0.0f)) ||
+                    (rc = T3("ffn_gate_exps.weight", sh->n_embd, n_ff_exp, SYNTH_MOE_EXPERTS)) ||
+                    (rc = T3("ffn_up_exps.weight", sh->n_embd, n_ff_exp, SYNTH_MOE_EXPERTS)) ||
+                    (rc = T3("ffn_down_exps.weight", n_ff_exp, sh->n_embd, SYNTH_MOE_EXPERTS))))
             break;
         if (qwen2 &&
             ((rc = T("attn_q.bias", q_dim, 0, 0.0f)) || (rc = T("attn_k.bias", kv_dim, 0, 0.0f)) ||
@@ -344,6 +383,7 @@ int synth_write(const synth_opts *o, const char *path) {
                       (rc = T("attn_k_norm.weight", hd, 0, 1.0f))))
             break;
 #undef T
+#undef T3
     }
     if (!rc)
         rc = gguf_writer_write(w, path);

@@ -7,12 +7,20 @@
 # nothing). Under the sanitizer builds a reduced matrix of 3 runs (VERITY_TEST_SCALE < 1).
 . "$(dirname "$0")/lib.bash"
 
-# f32 and q8_0 llama models, and a Qwen3 Q4_K_M-style file made the way users make them:
-# synth (F32) then quantize
+# f32 and q8_0 llama models, a Qwen3 Q4_K_M-style file made the way users make them (synth (F32)
+# then quantize), mixture-of-experts models: a synthetic qwen3moe of Q8_0 experts and the
+# reference qwen3moe file of ../shared/models/arch (skipped without it)
 "$VERITY" synth --shape small --arch qwen3 --type f32 --seed 11 -o "$TMP/qwen3-f32.gguf" 2>"$TMP/err" &&
     "$VERITY" quantize "$TMP/qwen3-f32.gguf" "$TMP/tiny-qwen3_q4_k_m.gguf" q4_k_m 2>>"$TMP/err" ||
     fail invariance.qwen3_q4_k_m "synth/quantize failed: $(cat "$TMP/err")"
-for type in f32 q8_0 qwen3_q4_k_m; do
+"$VERITY" synth --shape tiny --arch qwen3moe --type q8_0 --seed 11 -o "$TMP/tiny-qwen3moe_q8_0.gguf" 2>"$TMP/err" ||
+    fail invariance.qwen3moe_q8_0 "synth failed: $(cat "$TMP/err")"
+types="f32 q8_0 qwen3_q4_k_m qwen3moe_q8_0"
+if need_shared invariance.qwen3moe_reference models/arch/qwen3moe.gguf; then
+    ln -s "$(cd "$SHARED/models/arch" && pwd)/qwen3moe.gguf" "$TMP/tiny-qwen3moe_reference.gguf"
+    types="$types qwen3moe_reference"
+fi
+for type in $types; do
     model="$TMP/tiny-$type.gguf"
     if [ ! -e "$model" ] && ! "$VERITY" synth --shape tiny --type "$type" --seed 11 -o "$model" 2>"$TMP/err"; then
         fail "invariance.$type" "synth failed: $(cat "$TMP/err")"; continue
