@@ -7,11 +7,13 @@
  *    tokens of 4 prompts (BOS added) with F16 KV against greedy-ref.json and with F32 KV against
  *    greedy-ref-f32kv.json, equal, or first different at a position whose reference top-2 gap is
  *    below 0.01 nats (a near tie two correct engines may order either way; printed);
- *  - the MoE FFN's batch invariance, as every kernel's: a token's logits computed alone equal
- *    (memcmp) its logits in a batch where other tokens share its experts (the same token in
- *    another sequence routes identically; 16 tokens of 2 experts among 8 share by pigeonhole),
- *    on the scalar reference and every SIMD instruction set, for float and quantized experts;
- *  - bad MoE files: a missing or misshapen expert tensor, missing or inconsistent expert counts
+ *  - the MoE FFN's (and MLA's) batch invariance, as every kernel's: a token's logits computed
+ *    alone equal (memcmp) its logits in a batch where other tokens share its experts (the same
+ *    token in another sequence routes identically; 16 tokens of 2 experts among 8 share by
+ *    pigeonhole), on the scalar reference and every SIMD instruction set, for float and
+ *    quantized weights, qwen3moe and deepseek2;
+ *  - bad MoE and MLA files: a missing or misshapen expert or attention tensor, missing or
+ *    inconsistent expert counts or MLA sizes, an unknown gating function, a legacy MLA layout
  *    are refused with an error naming the tensor or key.
  */
 #include "test.h"
@@ -27,6 +29,7 @@
 #include "model/synth.h"
 #include "tokenizer/tokenizer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,23 +60,27 @@ static void env_close(run_env *e) {
     model_destroy(e->m);
 }
 
-static const char *synth_moe(const char *shape, int type, bool q4_k_m, uint64_t seed) {
+static const char *synth_arch(const char *arch, const char *shape, int type, bool q4_k_m,
+                              uint64_t seed) {
     static char path[512];
-    snprintf(path, sizeof path, "%s/moe-%s-%d-%d-%llu.gguf", test_tmpdir(), shape, type, q4_k_m,
-             (unsigned long long)seed);
-    synth_opts o = {
-        .shape = shape, .arch = "qwen3moe", .type = type, .q4_k_m = q4_k_m, .seed = seed};
+    snprintf(path, sizeof path, "%s/%s-%s-%d-%d-%llu.gguf", test_tmpdir(), arch, shape, type,
+             q4_k_m, (unsigned long long)seed);
+    synth_opts o = {.shape = shape, .arch = arch, .type = type, .q4_k_m = q4_k_m, .seed = seed};
     T_OK(synth_write(&o, path));
     return path;
+}
+
+static const char *synth_moe(const char *shape, int type, bool q4_k_m, uint64_t seed) {
+    return synth_arch("qwen3moe", shape, type, q4_k_m, seed);
 }
 
 /* ---- the registry ---- */
 
 static void t_registry(void) {
-    const char *names[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+    const char *names[] = {"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"};
     char list[256];
     model_arch_names(list, sizeof list);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         const model_arch *a = model_arch_find(names[i]);
         T_CHECKF(a && !strcmp(a->name, names[i]), "%s not registered", names[i]);
         T_CHECK(a->read_hparams && a->bind_layer && a->kv_dim && a->forward_layer);
@@ -92,6 +99,18 @@ static void t_registry(void) {
     T_EQ_INT(hp.n_ff_exp, 64);
     T_EQ_INT(hp.expert_gating, KN_GATING_SOFTMAX);
     T_CHECK(hp.expert_weights_norm && hp.rope_neox);
+    /* a synthetic deepseek2: MLA, YaRN, grouped sigmoid routing */
+    T_OK(gguf_open(synth_arch("deepseek2", "tiny", GGUF_TYPE_F32, false, 1), &g));
+    T_OK(model_hparams_read(g, &hp));
+    gguf_close(g);
+    T_EQ_INT(hp.n_lora_kv, 32);
+    T_EQ_INT(hp.head_dim, 32 + 16);
+    T_EQ_INT(hp.n_head_kv, 1);
+    T_EQ_INT(hp.n_expert_groups, 4);
+    T_EQ_INT(hp.expert_gating, KN_GATING_SIGMOID);
+    T_CHECK(hp.rope_yarn && !hp.rope_neox && hp.expert_weights_scale == 2.5f);
+    /* (1 + 0.1 ln 4)^2 / sqrt(48) */
+    T_CHECKF(fabsf(hp.attn_scale - 0.187130f) < 1e-5f, "attn scale %g", hp.attn_scale);
 }
 
 /* ---- the reference files ---- */
@@ -226,6 +245,11 @@ static void t_ref_qwen3moe(void) {
     ref_check("qwen3moe", false);
 }
 
+static void t_ref_deepseek2(void) {
+    ref_check("deepseek2", true);
+    ref_check("deepseek2", false);
+}
+
 /* ---- MoE batch invariance ---- */
 
 #define INV_SEQS 16
@@ -255,15 +279,17 @@ static void moe_batch(run_env *e, const int32_t *toks, int n, float *out) {
 static void t_moe_invariance(void) {
     test_skip_missing_isas();
     const struct {
-        const char *shape;
+        const char *arch, *shape;
         int type;
         bool q4_k_m;
-    } ms[] = {{"tiny", GGUF_TYPE_F32, false},
-              {"tiny", GGUF_TYPE_Q8_0, false},
-              {"tiny", GGUF_TYPE_Q4_0, false},
-              {"small", GGUF_TYPE_Q4_K, true}};
+    } ms[] = {
+        {"qwen3moe", "tiny", GGUF_TYPE_F32, false},  {"qwen3moe", "tiny", GGUF_TYPE_Q8_0, false},
+        {"qwen3moe", "tiny", GGUF_TYPE_Q4_0, false}, {"qwen3moe", "small", GGUF_TYPE_Q4_K, true},
+        {"deepseek2", "tiny", GGUF_TYPE_F32, false}, {"deepseek2", "tiny", GGUF_TYPE_Q8_0, false},
+        {"deepseek2", "small", GGUF_TYPE_Q4_K, true}};
     for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
-        const char *path = synth_moe(ms[mi].shape, ms[mi].type, ms[mi].q4_k_m, 5 + mi);
+        const char *path =
+            synth_arch(ms[mi].arch, ms[mi].shape, ms[mi].type, ms[mi].q4_k_m, 5 + mi);
         run_env e;
         env_open(&e, path, KN_ISA_SCALAR, true, 1, INV_SEQS, INV_SEQS);
         int64_t V = model_get_hparams(e.m)->n_vocab;
@@ -286,9 +312,10 @@ static void t_moe_invariance(void) {
                 moe_batch(&e, toks, INV_SEQS, batch);
                 for (int s = 0; s < INV_SEQS; s++)
                     T_CHECKF(memcmp(alone + s * V, batch + s * V, (size_t)V * sizeof(float)) == 0,
-                             "%s %s: token %d batched (isa %s, %d threads) differs from alone "
-                             "(scalar)",
-                             ms[mi].shape, ms[mi].q4_k_m ? "q4_k_m" : kn_type_name(ms[mi].type), s,
+                             "%s %s %s: token %d batched (isa %s, %d threads) differs from "
+                             "alone (scalar)",
+                             ms[mi].arch, ms[mi].shape,
+                             ms[mi].q4_k_m ? "q4_k_m" : kn_type_name(ms[mi].type), s,
                              kn_isa_name((kn_isa)isa), threads);
                 /* and alone on this ISA */
                 moe_batch(&e, toks + 2, 1, batch);
@@ -304,9 +331,11 @@ static void t_moe_invariance(void) {
 /* ---- bad input ---- */
 
 /* Copies src to dst without tensor `drop` and with tensor `reshape` given a last dimension one
- * smaller (its data truncated), and without metadata key `drop_key` (each may be NULL). */
-static void write_damaged(const char *src, const char *dst, const char *drop, const char *reshape,
-                          const char *drop_key) {
+ * smaller (its data truncated), without metadata key `drop_key`, and with u32 key `set_key` set
+ * to set_val (each may be NULL). */
+static void write_damaged_set(const char *src, const char *dst, const char *drop,
+                              const char *reshape, const char *drop_key, const char *set_key,
+                              uint32_t set_val) {
     gguf *g;
     T_OK(gguf_open(src, &g));
     gguf_writer *w = gguf_writer_create();
@@ -316,6 +345,8 @@ static void write_damaged(const char *src, const char *dst, const char *drop, co
             continue;
         T_OK(gguf_writer_copy_kv(w, g, i));
     }
+    if (set_key)
+        T_OK(gguf_writer_set_u32(w, set_key, set_val));
     for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
         char name[128];
@@ -330,6 +361,11 @@ static void write_damaged(const char *src, const char *dst, const char *drop, co
     T_OK(gguf_writer_write(w, dst));
     gguf_writer_destroy(w);
     gguf_close(g);
+}
+
+static void write_damaged(const char *src, const char *dst, const char *drop, const char *reshape,
+                          const char *drop_key) {
+    write_damaged_set(src, dst, drop, reshape, drop_key, NULL, 0);
 }
 
 static void t_bad_moe(void) {
@@ -382,10 +418,45 @@ static void t_bad_moe(void) {
     model_destroy(m);
 }
 
+static void t_bad_deepseek2(void) {
+    char src[512], bad[600];
+    snprintf(src, sizeof src, "%s", synth_arch("deepseek2", "tiny", GGUF_TYPE_Q8_0, false, 9));
+    snprintf(bad, sizeof bad, "%s/bad-ds2.gguf", test_tmpdir());
+    model *m;
+    const struct {
+        const char *drop, *reshape, *drop_key, *set_key;
+        uint32_t val;
+        int rc;
+        const char *named;
+    } cases[] = {
+        {"blk.1.attn_k_b.weight", NULL, NULL, NULL, 0, ERR_FORMAT, "'blk.1.attn_k_b.weight'"},
+        {NULL, "blk.0.attn_v_b.weight", NULL, NULL, 0, ERR_INVAL, "'blk.0.attn_v_b.weight'"},
+        {"blk.1.ffn_down_shexp.weight", NULL, NULL, NULL, 0, ERR_FORMAT, "ffn_down_shexp"},
+        {NULL, NULL, NULL, "deepseek2.expert_gating_func", 7, ERR_UNSUPPORTED,
+         "expert_gating_func 7"},
+        {NULL, NULL, "deepseek2.attention.key_length_mla", NULL, 0, ERR_UNSUPPORTED,
+         "key_length_mla"},
+        {NULL, NULL, NULL, "deepseek2.attention.kv_lora_rank", 40, ERR_FORMAT, "kv_lora_rank 40"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        write_damaged_set(src, bad, cases[i].drop, cases[i].reshape, cases[i].drop_key,
+                          cases[i].set_key, cases[i].val);
+        int rc = model_load(bad, KN_ISA_SCALAR, &m);
+        T_CHECKF(rc == cases[i].rc, "case %zu: model_load returned %d (%s), expected %d", i, rc,
+                 err_detail(), cases[i].rc);
+        T_CHECKF(strstr(err_detail(), cases[i].named), "case %zu: '%s' does not name %s", i,
+                 err_detail(), cases[i].named);
+    }
+    T_OK(model_load(src, KN_ISA_SCALAR, &m));
+    model_destroy(m);
+}
+
 int main(void) {
     test_run("arch.registry", t_registry);
     test_run("arch.reference_qwen3moe", t_ref_qwen3moe);
+    test_run("arch.reference_deepseek2", t_ref_deepseek2);
     test_run("arch.moe_token_alone_eq_batched", t_moe_invariance);
     test_run("arch.bad_moe_file", t_bad_moe);
+    test_run("arch.bad_deepseek2_file", t_bad_deepseek2);
     return test_summary();
 }

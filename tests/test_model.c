@@ -606,6 +606,7 @@ static void t_invariance(void) {
         {"llama", GGUF_TYPE_F16, "llama3", 13, NULL}, {"llama", GGUF_TYPE_F16, NULL, 0, "gqa"},
         {"qwen2", GGUF_TYPE_F32, NULL, 0, "gqa"},     {"qwen3moe", GGUF_TYPE_Q8_0, NULL, 0, NULL},
         {"qwen3moe", TYPE_Q4_K_M, NULL, 0, NULL},     {"qwen3moe", GGUF_TYPE_F32, NULL, 0, "gqa"},
+        {"deepseek2", GGUF_TYPE_Q8_0, NULL, 0, NULL}, {"deepseek2", TYPE_Q4_K_M, NULL, 0, NULL},
     };
     for (int ti = 0; ti < (int)(sizeof vs / sizeof *vs); ti++) {
         const char *path = synth_shaped(vs[ti].shape, vs[ti].arch, vs[ti].type, false, 21,

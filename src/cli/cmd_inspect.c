@@ -84,7 +84,15 @@ static void inspect_print_model(const gguf *g) {
            hp.rope_has_factors ? ", frequency factors" : "", hp.rms_eps);
     if (hp.sliding_window > 0)
         printf("; sliding window %lld", (long long)hp.sliding_window);
+    if (hp.rope_yarn)
+        printf("; yarn over an original context of %lld", (long long)hp.n_ctx_orig);
     printf("\n");
+    if (hp.n_lora_kv > 0)
+        printf("  latent attention: q lora %lld, kv lora %lld, q/k head %lld (rope %lld), v head "
+               "%lld, cache row %lld, score scale %g\n",
+               (long long)hp.n_lora_q, (long long)hp.n_lora_kv, (long long)hp.head_dim_qk,
+               (long long)hp.n_rot, (long long)hp.head_dim_v, (long long)hp.head_dim,
+               hp.attn_scale);
     if (hp.n_expert > 0) {
         printf("  experts: %lld, used per token %lld, expert ff %lld", (long long)hp.n_expert,
                (long long)hp.n_expert_used, (long long)hp.n_ff_exp);

@@ -182,6 +182,9 @@ static inline const void *kn_attn_row_ptr(const kn_attn_kv *kv, const void *base
            (size_t)((p % kv->block_size) * kv->kv_stride + kvh * head_dim) * esz;
 }
 
+/* The longest head row the attention kernels take (MLA's latent rows: 512 + 64 in DeepSeek-V3). */
+#define KN_ATTN_HEAD_MAX 1024
+
 /* out[0..head_dim) = softmax(q . K[start..n_pos) * scale) V for kv head kvh, causal over positions
  * start..n_pos-1, where start = max(0, n_pos - window) with a sliding window, else 0. Keys are read
  * in position order in chunks [c*chunk, (c+1)*chunk) (boundaries fixed in absolute position; the

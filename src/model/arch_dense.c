@@ -64,7 +64,7 @@ static int arch_dense_llama3_factors(model *m, float factor) {
     return 0;
 }
 
-int arch_dense_read_hparams(model *m, bool ff_required) {
+int arch_dense_read_sizes(model *m, bool ff_required) {
     const gguf *g = m->g;
     model_hparams *hp = &m->hp;
     int rc;
@@ -84,20 +84,56 @@ int arch_dense_read_hparams(model *m, bool ff_required) {
                        gguf_path(g), (long long)hp->n_embd, (long long)hp->n_layer,
                        (long long)hp->n_ff, (long long)hp->n_head, (long long)hp->n_head_kv,
                        (long long)hp->n_ctx_train);
-    int64_t def_hd = hp->n_embd / hp->n_head;
-    if ((rc = model_read_int(m, "attention.key_length", false, def_hd, &hp->head_dim)))
+    return 0;
+}
+
+/* YaRN (llama.cpp's rope_yarn with ext_factor 1): per RoPE pair i, the angle per position is the
+ * interpolated frequency freq_scale * base^(-2i/n_rot) blended with the original one by a ramp
+ * over the pairs between the correction dimensions of beta_fast and beta_slow; computed in
+ * double, once, at load. cos and sin are not scaled (the architectures that take YaRN cancel
+ * its magnitude correction there and scale the attention instead). */
+static int arch_dense_yarn(model *m, float factor) {
+    model_hparams *hp = &m->hp;
+    float beta_fast, beta_slow, ext;
+    int rc;
+    if ((rc = model_read_int(m, "rope.scaling.original_context_length", false, hp->n_ctx_train,
+                             &hp->n_ctx_orig)) ||
+        (rc = model_read_f32(m, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast)) ||
+        (rc = model_read_f32(m, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow)) ||
+        (rc = model_read_f32(m, "rope.scaling.yarn_ext_factor", -1.0f, &ext)) ||
+        (rc = model_read_f32(m, "rope.scaling.yarn_log_multiplier", 0.0f, &hp->yarn_log_mul)))
         return rc;
-    int64_t vlen;
-    if ((rc = model_read_int(m, "attention.value_length", false, hp->head_dim, &vlen)))
-        return rc;
-    if (vlen != hp->head_dim || hp->head_dim <= 0 || hp->head_dim > 512)
-        return err_set(ERR_UNSUPPORTED, "%s: head size %lld (value %lld) is not supported",
-                       gguf_path(g), (long long)hp->head_dim, (long long)vlen);
-    if ((rc = model_read_int(m, "rope.dimension_count", false, hp->head_dim, &hp->n_rot)))
-        return rc;
-    if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
-        return err_set(ERR_FORMAT, "%s: rope.dimension_count %lld invalid for head size %lld",
-                       gguf_path(g), (long long)hp->n_rot, (long long)hp->head_dim);
+    if (ext < 0.0f)
+        ext = 1.0f;
+    if (hp->n_ctx_orig <= 0 || !(beta_fast > 0) || !(beta_slow > 0))
+        return err_set(ERR_FORMAT,
+                       "%s: yarn: original context %lld, beta fast %g / slow %g invalid",
+                       gguf_path(m->g), (long long)hp->n_ctx_orig, beta_fast, beta_slow);
+    int64_t half = hp->n_rot / 2;
+    double n = (double)hp->n_rot, base = hp->rope_base, pi = 3.14159265358979323846;
+    /* the pair index where the rotation count over the original context is beta */
+    double lo = floor(n * log((double)hp->n_ctx_orig / (beta_fast * 2 * pi)) / (2 * log(base)));
+    double hi = ceil(n * log((double)hp->n_ctx_orig / (beta_slow * 2 * pi)) / (2 * log(base)));
+    lo = lo > 0 ? lo : 0;
+    hi = hi < n - 1 ? hi : n - 1;
+    m->rope_theta = malloc((size_t)half * sizeof(double));
+    if (!m->rope_theta)
+        return err_set(ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < half; i++) {
+        double extrap = pow(base, -2.0 * (double)i / n), interp = extrap / (double)factor;
+        double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+        double ramp = (1.0 - (y < 0 ? 0 : y > 1 ? 1 : y)) * (double)ext;
+        m->rope_theta[i] = interp * (1.0 - ramp) + extrap * ramp;
+    }
+    hp->rope_freq_scale = 1.0f / factor;
+    hp->rope_yarn = true;
+    return 0;
+}
+
+int arch_dense_read_rope(model *m, bool yarn) {
+    const gguf *g = m->g;
+    model_hparams *hp = &m->hp;
+    int rc;
     if ((rc = model_read_f32(m, "rope.freq_base", 10000.0f, &hp->rope_base)) ||
         (rc = model_read_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps)))
         return rc;
@@ -116,11 +152,14 @@ int arch_dense_read_hparams(model *m, bool ff_required) {
         } else if (gguf_str_eq(st, "llama3")) {
             if ((rc = arch_dense_llama3_factors(m, factor)))
                 return rc;
+        } else if (yarn && gguf_str_eq(st, "yarn")) {
+            if ((rc = arch_dense_yarn(m, factor)))
+                return rc;
         } else {
             return err_set(ERR_UNSUPPORTED,
-                           "%s: rope scaling type '%.*s' is not supported (linear, "
-                           "llama3)",
-                           gguf_path(g), (int)st.len, st.s);
+                           "%s: rope scaling type '%.*s' is not supported for %s (linear, "
+                           "llama3%s)",
+                           gguf_path(g), (int)st.len, st.s, hp->arch_name, yarn ? ", yarn" : "");
         }
     }
     if ((rc = model_read_int(m, "attention.sliding_window", false, 0, &hp->sliding_window)))
@@ -130,6 +169,29 @@ int arch_dense_read_hparams(model *m, bool ff_required) {
         return err_set(ERR_FORMAT, "%s: rms epsilon %g / rope base %g invalid", gguf_path(g),
                        hp->rms_eps, hp->rope_base);
     return 0;
+}
+
+int arch_dense_read_hparams(model *m, bool ff_required) {
+    const gguf *g = m->g;
+    model_hparams *hp = &m->hp;
+    int rc = arch_dense_read_sizes(m, ff_required);
+    if (rc)
+        return rc;
+    int64_t def_hd = hp->n_embd / hp->n_head;
+    if ((rc = model_read_int(m, "attention.key_length", false, def_hd, &hp->head_dim)))
+        return rc;
+    int64_t vlen;
+    if ((rc = model_read_int(m, "attention.value_length", false, hp->head_dim, &vlen)))
+        return rc;
+    if (vlen != hp->head_dim || hp->head_dim <= 0 || hp->head_dim > 512)
+        return err_set(ERR_UNSUPPORTED, "%s: head size %lld (value %lld) is not supported",
+                       gguf_path(g), (long long)hp->head_dim, (long long)vlen);
+    if ((rc = model_read_int(m, "rope.dimension_count", false, hp->head_dim, &hp->n_rot)))
+        return rc;
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return err_set(ERR_FORMAT, "%s: rope.dimension_count %lld invalid for head size %lld",
+                       gguf_path(g), (long long)hp->n_rot, (long long)hp->head_dim);
+    return arch_dense_read_rope(m, false);
 }
 
 int64_t arch_dense_kv_dim(const model_hparams *hp) {
@@ -224,16 +286,23 @@ static void arch_dense_rows_qkv_post(fwd_ctx *c, const fwd_phase *ph, int64_t r0
     }
 }
 
+typedef struct arch_dense_attn {
+    float scale;
+    bool v_is_k;
+} arch_dense_attn;
+
 /* Attention units [p0, p1): unit u is token u / units_per_token, kv head kvh and the
  * attn_per_unit-head slice s of its query heads (see fwd_step). */
 static void arch_dense_rows_attention(fwd_ctx *c, const fwd_phase *ph, int64_t p0, int64_t p1,
                                       int thread) {
     const model_hparams *hp = &c->m->hp;
+    const arch_dense_attn *opt = ph->arg;
     int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, per = c->attn_per_unit;
     int64_t slices = (group + per - 1) / per, units_tok = hp->n_head_kv * slices;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = opt->scale;
     kn_attn_kv kv = {.k_base = kv_pool_k_base(c->kv, ph->layer),
-                     .v_base = kv_pool_v_base(c->kv, ph->layer),
+                     .v_base = opt->v_is_k ? kv_pool_k_base(c->kv, ph->layer)
+                                           : kv_pool_v_base(c->kv, ph->layer),
                      .block_bytes = kv_pool_block_bytes(c->kv),
                      .block_size = kv_pool_block_size(c->kv),
                      .kv_stride = c->kv_dim,
@@ -272,6 +341,22 @@ static void arch_dense_rows_swiglu(fwd_ctx *c, const fwd_phase *ph, int64_t r0, 
         fwd_quantize_rows(c, c->g, FF, r0, r1);
 }
 
+void arch_dense_phase_attention(fwd_ctx *c, int64_t l, float scale, bool v_is_k) {
+    const model_hparams *hp = &c->m->hp;
+    int64_t T = c->n_tok;
+    arch_dense_attn opt = {.scale = scale, .v_is_k = v_is_k};
+    /* a unit's work grows with its position; the mean is a fine guess for chunking */
+    int64_t mean_pos = c->tok_pos[T / 2] + 1, per = c->attn_per_unit;
+    int64_t units = T * hp->n_head_kv * ((hp->n_head / hp->n_head_kv + per - 1) / per);
+    fwd_phase ph = {.c = c,
+                    .fn = arch_dense_rows_attention,
+                    .layer = l,
+                    .units = units,
+                    .uneven = true,
+                    .arg = &opt};
+    fwd_phase_run(c, &ph, 2 * mean_pos * hp->head_dim * per);
+}
+
 void arch_dense_forward_attn(fwd_ctx *c, int64_t l) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *L = &c->m->layers[l];
@@ -286,11 +371,7 @@ void arch_dense_forward_attn(fwd_ctx *c, int64_t l) {
                      {.w = L->wv, .x = c->xn, .y = c->v, .rows = T}};
     fwd_phase_matmul(c, 3, qkv);
     fwd_phase_rows(c, arch_dense_rows_qkv_post, l, T, 4 * (c->q_dim + c->kv_dim), false, NULL);
-    /* a unit's work grows with its position; the mean is a fine guess for chunking */
-    int64_t mean_pos = c->tok_pos[T / 2] + 1, per = c->attn_per_unit;
-    int64_t units = T * hp->n_head_kv * ((hp->n_head / hp->n_head_kv + per - 1) / per);
-    fwd_phase_rows_uneven(c, arch_dense_rows_attention, l, units,
-                          2 * mean_pos * hp->head_dim * per);
+    arch_dense_phase_attention(c, l, 1.0f / sqrtf((float)hp->head_dim), false);
     if (kn_mat_wants_q8(L->wo))
         fwd_phase_rows(c, arch_dense_rows_att_quant, l, T, 2 * c->q_dim, false, NULL);
     fwd_mm o = {.w = L->wo, .x = c->att, .y = c->y, .rows = T};

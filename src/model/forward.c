@@ -77,13 +77,24 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->v = fwd_alloc(T * (size_t)c->kv_dim * F, &fail);
     c->g = fwd_alloc(T * FF * F, &fail);
     c->u = fwd_alloc(T * FF * F, &fail);
+    /* quantized activations: every matmul input row (tokens, outputs, expert slots) at the
+     * widest K, or what the architecture asks for beyond that */
     size_t arows = T > O ? T : O;
     if ((size_t)moe_act_rows(hp, max_tokens) > arows)
         arows = (size_t)moe_act_rows(hp, max_tokens);
-    c->aq = fwd_alloc(arows * (size_t)c->act_k, &fail);
-    c->aqd = fwd_alloc(arows * (size_t)(c->act_k / 32 + 1) * F, &fail);
-    c->aqs = fwd_alloc(arows * (size_t)(c->act_k / 32 + 1) * sizeof(int32_t), &fail);
-    c->aqs16 = fwd_alloc(arows * (size_t)(c->act_k / 32 + 1) * sizeof(int32_t), &fail);
+    size_t aelems = arows * (size_t)c->act_k, ablocks = arows * (size_t)(c->act_k / 32 + 1);
+    if (m->arch->ctx_act) {
+        int64_t rows = 0, elems = 0;
+        m->arch->ctx_act(hp, max_tokens, &rows, &elems);
+        if ((size_t)elems > aelems)
+            aelems = (size_t)elems;
+        if ((size_t)(elems / 32 + rows) > ablocks)
+            ablocks = (size_t)(elems / 32 + rows);
+    }
+    c->aq = fwd_alloc(aelems, &fail);
+    c->aqd = fwd_alloc(ablocks * F, &fail);
+    c->aqs = fwd_alloc(ablocks * sizeof(int32_t), &fail);
+    c->aqs16 = fwd_alloc(ablocks * sizeof(int32_t), &fail);
     c->rope = fwd_alloc(T * (size_t)hp->n_rot * F, &fail);
     c->tok_id = fwd_alloc(T * sizeof(int32_t), &fail);
     c->tok_pos = fwd_alloc(T * sizeof(int32_t), &fail);
@@ -104,6 +115,8 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     }
     c->n_threads = n_threads; /* the scratch arrays' length, also for a failed create */
     if (!fail && moe_ctx_create(c))
+        fail = true;
+    if (!fail && m->arch->ctx_create && m->arch->ctx_create(c))
         fail = true;
     if (fail) {
         fwd_ctx_destroy(c);
@@ -126,6 +139,8 @@ void fwd_ctx_destroy(fwd_ctx *c) {
         return;
     pool_destroy(c->threads);
     moe_ctx_destroy(c);
+    if (c->m->arch->ctx_destroy)
+        c->m->arch->ctx_destroy(c);
     free(c->x);
     free(c->xn);
     free(c->y);
@@ -181,6 +196,8 @@ static void fwd_embed(fwd_ctx *c, int64_t r0, int64_t r1) {
                            pow((double)hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
             if (c->m->rope_factors)
                 theta /= (double)c->m->rope_factors[i];
+            if (c->m->rope_theta) /* YaRN */
+                theta = pos * c->m->rope_theta[i];
             cs[2 * i] = (float)cos(theta);
             cs[2 * i + 1] = (float)sin(theta);
         }
@@ -259,7 +276,7 @@ static int64_t fwd_chunks(int64_t units, int64_t unit_work, int64_t min_work, in
     return n < 1 ? 1 : n;
 }
 
-static void fwd_phase_run(fwd_ctx *c, fwd_phase *ph, int64_t unit_work) {
+void fwd_phase_run(fwd_ctx *c, fwd_phase *ph, int64_t unit_work) {
     /* uneven units (attention: a token's keys): more, smaller chunks even them out */
     int64_t per_thread = ph->uneven ? 16 : 4;
     int64_t n =
@@ -270,12 +287,6 @@ static void fwd_phase_run(fwd_ctx *c, fwd_phase *ph, int64_t unit_work) {
 void fwd_phase_rows(fwd_ctx *c, fwd_rows_fn fn, int64_t layer, int64_t units, int64_t unit_work,
                     bool quant, const void *arg) {
     fwd_phase ph = {.c = c, .fn = fn, .layer = layer, .units = units, .quant = quant, .arg = arg};
-    fwd_phase_run(c, &ph, unit_work);
-}
-
-void fwd_phase_rows_uneven(fwd_ctx *c, fwd_rows_fn fn, int64_t layer, int64_t units,
-                           int64_t unit_work) {
-    fwd_phase ph = {.c = c, .fn = fn, .layer = layer, .units = units, .uneven = true};
     fwd_phase_run(c, &ph, unit_work);
 }
 

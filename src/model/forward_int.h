@@ -60,6 +60,7 @@ struct fwd_ctx {
     void **mm_scratch;                        /* per thread */
     float **attn_scratch;                     /* per thread */
     fwd_moe *moe;                             /* MoE buffers (moe.c), or NULL */
+    void *arch_ctx;                           /* the architecture's buffers, or NULL */
     bool fault_attn_offsets, fault_big_batch; /* FAULT (b), (d): fault build only */
     /* the step being run */
     const fwd_batch *b;
@@ -102,13 +103,14 @@ struct fwd_phase {
 /* Most products in one matmul phase. */
 #define FWD_MM_MAX 1024
 
-/* Runs fn over `units` units of about unit_work operations each, chunked by their total work;
- * uneven: units differ in cost (attention: later tokens attend to more keys), so more, smaller
- * chunks, the heaviest claimed first. layer, quant, embed and arg are handed to fn in the phase. */
+/* Runs a row phase ph (c, fn, layer, units and whatever fn reads set) of about unit_work
+ * operations per unit, chunked by the total work; ph->uneven: units differ in cost (attention:
+ * later tokens attend to more keys), so more, smaller chunks, the heaviest claimed first. */
+void fwd_phase_run(fwd_ctx *c, fwd_phase *ph, int64_t unit_work);
+
+/* fwd_phase_run of fn over `units` units, with layer, quant and arg handed to fn in the phase. */
 void fwd_phase_rows(fwd_ctx *c, fwd_rows_fn fn, int64_t layer, int64_t units, int64_t unit_work,
                     bool quant, const void *arg);
-void fwd_phase_rows_uneven(fwd_ctx *c, fwd_rows_fn fn, int64_t layer, int64_t units,
-                           int64_t unit_work);
 
 /* The residual fold and a norm: for rows [u0, u1), x += y (or, with ph->embed, x = the token's
  * embedding and its RoPE angles), then xn = rmsnorm(x) * (const float *)ph->arg, quantized if
@@ -137,6 +139,12 @@ void arch_dense_forward_ffn(fwd_ctx *c, int64_t l);
 
 /* Attention then the dense FFN. */
 void arch_dense_forward_layer(fwd_ctx *c, int64_t l);
+
+/* The attention phase alone: c->q (n_head rows of head_dim per token, RoPE applied) against the
+ * KV pool's layer l (n_head_kv heads of head_dim per position) into c->att, scores times scale;
+ * v_is_k: the values are the keys' rows (MLA's latent cache: the output's first value_length
+ * elements are the latent result). */
+void arch_dense_phase_attention(fwd_ctx *c, int64_t l, float scale, bool v_is_k);
 
 /* ---- the mixture-of-experts FFN (moe.c) ---- */
 

@@ -12,6 +12,7 @@
 #include "base/err.h"
 #include "base/hash.h"
 #include "base/log.h"
+#include "kernels/kn_type_table.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,37 @@ int model_bind_mat(model *m, const char *name, int64_t k, int64_t n, bool requir
     return 0;
 }
 
+int model_bind_slices(model *m, const char *name, int64_t k, int64_t n, int64_t count, double share,
+                      kn_mat ***out) {
+    const gguf_tensor *t;
+    *out = NULL;
+    int rc = model_bind_tensor(m, name, k, n, count, true, &t);
+    if (rc)
+        return rc;
+    int64_t row_bytes = kn_type_row_bytes(t->type, k);
+    if (row_bytes <= 0)
+        return err_set(ERR_INVAL, "%s: tensor '%s': rows of %lld do not fit type %s",
+                       gguf_path(m->g), name, (long long)k, kn_type_name(t->type));
+    kn_mat **mats = calloc((size_t)count, sizeof *mats);
+    if (!mats)
+        return err_set(ERR_NOMEM, "out of memory loading '%s'", name);
+    *out = mats;
+    for (int64_t e = 0; e < count; e++) {
+        const char *data = (const char *)t->data + (size_t)(e * n * row_bytes);
+        if ((rc = kn_mat_create(t->type, data, n, k, m->isa, &mats[e])))
+            return err_wrap(rc, "%s: tensor '%s', slice %lld", gguf_path(m->g), name, (long long)e);
+        m->weight_bytes += (size_t)((double)kn_mat_bytes(mats[e]) * share);
+        m->flops_per_token += 2.0 * (double)n * (double)k * share;
+    }
+    return 0;
+}
+
+void model_free_slices(kn_mat **mats, int64_t count) {
+    for (int64_t e = 0; mats && e < count; e++)
+        kn_mat_destroy(mats[e]);
+    free(mats);
+}
+
 /* general.architecture into hp->arch_name, and its descriptor. */
 static int model_find_arch(model *m) {
     model_hparams *hp = &m->hp;
@@ -193,7 +225,7 @@ static int model_bind(model *m) {
         m->rope_factors = f;
         hp->rope_has_factors = true;
     }
-    hp->weight_type = m->layers[0].wq ? kn_mat_type(m->layers[0].wq) : -1;
+    hp->weight_type = kn_mat_type(m->layers[0].wq ? m->layers[0].wq : m->output);
     return 0;
 }
 
@@ -271,12 +303,15 @@ void model_destroy(model *m) {
             free(L->q_norm);
             free(L->k_norm);
             moe_free(L->moe, m->hp.n_expert);
+            if (m->arch->free_layer)
+                m->arch->free_layer(m, L);
         }
         free(m->layers);
     }
     kn_mat_destroy(m->output);
     free(m->output_norm);
     free(m->rope_factors);
+    free(m->rope_theta);
     gguf_close(m->g);
     free(m);
 }
@@ -292,6 +327,7 @@ int model_hparams_read(const gguf *g, model_hparams *out) {
     if (!rc)
         *out = m->hp;
     free(m->rope_factors);
+    free(m->rope_theta);
     free(m);
     return rc;
 }

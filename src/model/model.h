@@ -39,10 +39,21 @@ typedef struct model_hparams {
     float rope_base;
     float rope_freq_scale;  /* 1 / linear scaling factor */
     bool rope_has_factors;  /* per-dimension frequency factors (Llama 3.1 scaling) */
+    bool rope_yarn;         /* YaRN frequencies (rope.scaling.type yarn) */
+    int64_t n_ctx_orig;     /* YaRN: the original context length */
+    float yarn_log_mul;     /* YaRN: rope.scaling.yarn_log_multiplier as stored (0: absent) */
     int64_t sliding_window; /* attention sees the last sliding_window positions (0: all) */
     float rms_eps;
     bool tied_output; /* output projection is the token embedding */
     int weight_type;  /* type of the attention Q weight, for reporting */
+    /* multi-head latent attention (n_lora_kv 0: none). The KV cache holds per position the
+     * normed latent (n_lora_kv) and the roped key part (n_rot): head_dim = n_lora_kv + n_rot,
+     * n_head_kv = 1. */
+    int64_t n_lora_q;    /* query low-rank width (0: a full query projection) */
+    int64_t n_lora_kv;   /* latent width */
+    int64_t head_dim_qk; /* a query/key head as trained: nope + rope (key_length_mla) */
+    int64_t head_dim_v;  /* a value head (value_length_mla) */
+    float attn_scale;    /* the attention's score scale */
     /* mixture of experts (n_expert 0: a dense FFN of n_ff in every layer) */
     int64_t n_expert;           /* routed experts of an MoE layer */
     int64_t n_expert_used;      /* experts per token (k) */

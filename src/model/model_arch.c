@@ -9,13 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const model_arch arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe;
+extern const model_arch arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_deepseek2;
 
 static const model_arch *const model_archs[] = {
-    &arch_llama,
-    &arch_qwen2,
-    &arch_qwen3,
-    &arch_qwen3moe,
+    &arch_llama, &arch_qwen2, &arch_qwen3, &arch_qwen3moe, &arch_deepseek2,
 };
 
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof *model_archs)

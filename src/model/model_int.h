@@ -38,6 +38,7 @@ typedef struct model_layer {
     float *bq, *bk, *bv;            /* qwen2 biases, or NULL */
     float *q_norm, *k_norm;         /* qwen3 per-head norms [head_dim], or NULL */
     model_moe *moe;                 /* the MoE FFN, or NULL */
+    void *ext;                      /* the architecture's own tensors (model_arch.free_layer) */
 } model_layer;
 
 typedef struct model_arch {
@@ -52,6 +53,15 @@ typedef struct model_arch {
     int64_t (*kv_dim)(const model_hparams *hp);
     /* Runs layer l of the step c is computing (forward_int.h says what is where). */
     void (*forward_layer)(fwd_ctx *c, int64_t l);
+    /* Optional (NULL: nothing to do). Frees what bind_layer put in L->ext. */
+    void (*free_layer)(const model *m, model_layer *L);
+    /* Optional: the architecture's buffers of a forward context (fwd_ctx.arch_ctx), created
+     * with it (0 or ERR_NOMEM) and destroyed with it (also after a failed create). */
+    int (*ctx_create)(fwd_ctx *c);
+    void (*ctx_destroy)(fwd_ctx *c);
+    /* Optional: the quantized-activation space the layer's matmuls need beyond one row of the
+     * widest input per token (*rows rows, *elems elements in all), for max_tokens tokens. */
+    void (*ctx_act)(const model_hparams *hp, int64_t max_tokens, int64_t *rows, int64_t *elems);
 } model_arch;
 
 struct model {
@@ -62,6 +72,7 @@ struct model {
     const gguf_tensor *tok_embd;
     float *output_norm;
     float *rope_factors; /* [n_rot / 2] frequency divisors, or NULL */
+    double *rope_theta;  /* [n_rot / 2] YaRN: the angle per position of each pair, or NULL */
     kn_mat *output;
     model_layer *layers;
     size_t weight_bytes;
@@ -102,12 +113,27 @@ int model_bind_vec(model *m, const char *name, int64_t n, bool required, float *
 int model_bind_mat(model *m, const char *name, int64_t k, int64_t n, bool required, double share,
                    kn_mat **out);
 
+/* A 3-D tensor [k, n, count] as count matrices [k, n] (its slices along the last dimension:
+ * experts, heads), each counting `share` of its bytes and FLOPs per token; *out is a malloc'd
+ * array (model_free_slices). Same errors as model_bind_tensor, slices named in kn_mat errors. */
+int model_bind_slices(model *m, const char *name, int64_t k, int64_t n, int64_t count, double share,
+                      kn_mat ***out);
+void model_free_slices(kn_mat **mats, int64_t count);
+
 /* ---- the dense transformer (arch_dense.c) ---- */
 
 /* The llama family's hyper-parameters (embedding, layers, heads, head sizes, FFN, context, RoPE
  * and its scaling, norm epsilon, sliding window); ff_required: feed_forward_length must be
- * present (an MoE model may omit it). Leaves rope_neox false. */
+ * present (an MoE model may omit it). Leaves rope_neox false. Made of the two parts below and the
+ * head sizes (key_length = value_length <= 512, rope.dimension_count) between them. */
 int arch_dense_read_hparams(model *m, bool ff_required);
+
+/* Embedding, layers, FFN, heads, KV heads, context, checked. */
+int arch_dense_read_sizes(model *m, bool ff_required);
+
+/* RoPE base, RMS epsilon, RoPE scaling (linear, llama3, and yarn if the architecture takes it),
+ * sliding window; needs n_rot. Leaves rope_neox false. */
+int arch_dense_read_rope(model *m, bool yarn);
 
 /* Binds layer l's attention: norm, Q, K, V, output; with biases (qwen2) and per-head Q/K norms
  * (qwen3) required, or optional if the flag is false (absent then). */
@@ -128,9 +154,9 @@ int64_t arch_dense_kv_dim(const model_hparams *hp);
 int moe_read_hparams(model *m);
 
 /* Binds layer l's MoE FFN: ffn_norm, ffn_gate_inp, the three expert tensors (3-D, sliced per
- * expert), exp_probs_b if has_bias, and the shared experts (ffn_*_shexp, n_ff_shexp wide) if
- * n_expert_shared > 0, with ffn_gate_inp_shexp if present. */
-int moe_bind_layer(model *m, int64_t l, bool has_bias);
+ * expert), the selection bias exp_probs_b if use_bias and the file has it, and the shared experts
+ * (ffn_*_shexp, n_ff_shexp wide) if n_ff_shexp > 0, with ffn_gate_inp_shexp if present. */
+int moe_bind_layer(model *m, int64_t l, bool use_bias);
 
 /* Frees a layer's MoE (NULL: no-op). */
 void moe_free(model_moe *moe, int64_t n_expert);

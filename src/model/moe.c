@@ -27,7 +27,6 @@
  * add), then y = acc + shared (times sigmoid(gate) if gated). Routing is per token (kn_route).
  */
 #include "base/err.h"
-#include "kernels/kn_type_table.h"
 #include "model/forward_int.h"
 
 #include <stdio.h>
@@ -81,37 +80,17 @@ int moe_read_hparams(model *m) {
 
 /* ---- binding ---- */
 
-/* The expert tensor "blk.<l>.<suffix>" [k, n, n_expert], one matrix per expert slice. */
+/* The expert tensor "blk.<l>.<suffix>" [k, n, n_expert], one matrix per expert slice; each counts
+ * n_expert_used / n_expert of its bytes and FLOPs per token. */
 static int moe_bind_experts(model *m, int64_t l, const char *suffix, int64_t k, int64_t n,
                             kn_mat ***out) {
     const model_hparams *hp = &m->hp;
     char name[96];
-    const gguf_tensor *t;
-    model_layer_name(name, l, suffix);
-    int rc = model_bind_tensor(m, name, k, n, hp->n_expert, true, &t);
-    if (rc)
-        return rc;
-    int64_t row_bytes = kn_type_row_bytes(t->type, k);
-    if (row_bytes <= 0)
-        return err_set(ERR_INVAL, "%s: tensor '%s': rows of %lld do not fit type %s",
-                       gguf_path(m->g), name, (long long)k, kn_type_name(t->type));
-    kn_mat **mats = calloc((size_t)hp->n_expert, sizeof *mats);
-    if (!mats)
-        return err_set(ERR_NOMEM, "out of memory loading '%s'", name);
-    *out = mats;
-    double share = (double)hp->n_expert_used / (double)hp->n_expert;
-    for (int64_t e = 0; e < hp->n_expert; e++) {
-        const char *data = (const char *)t->data + (size_t)(e * n * row_bytes);
-        if ((rc = kn_mat_create(t->type, data, n, k, m->isa, &mats[e])))
-            return err_wrap(rc, "%s: tensor '%s', expert %lld", gguf_path(m->g), name,
-                            (long long)e);
-        m->weight_bytes += (size_t)((double)kn_mat_bytes(mats[e]) * share);
-        m->flops_per_token += 2.0 * (double)n * (double)k * share;
-    }
-    return 0;
+    return model_bind_slices(m, model_layer_name(name, l, suffix), k, n, hp->n_expert,
+                             (double)hp->n_expert_used / (double)hp->n_expert, out);
 }
 
-int moe_bind_layer(model *m, int64_t l, bool has_bias) {
+int moe_bind_layer(model *m, int64_t l, bool use_bias) {
     const model_hparams *hp = &m->hp;
     model_layer *L = &m->layers[l];
     int64_t D = hp->n_embd, F = hp->n_ff_exp, FS = hp->n_ff_shexp;
@@ -125,8 +104,8 @@ int moe_bind_layer(model *m, int64_t l, bool has_bias) {
              model_bind_vec(m, model_layer_name(n, l, "ffn_norm.weight"), D, true, &L->ffn_norm)) ||
         (rc = model_bind_mat(m, model_layer_name(n, l, "ffn_gate_inp.weight"), D, hp->n_expert,
                              true, 1.0, &moe->gate_inp)) ||
-        (rc = model_bind_vec(m, model_layer_name(n, l, "exp_probs_b.bias"), hp->n_expert, has_bias,
-                             &moe->exp_probs_b)) ||
+        (use_bias && (rc = model_bind_vec(m, model_layer_name(n, l, "exp_probs_b.bias"),
+                                          hp->n_expert, false, &moe->exp_probs_b))) ||
         (rc = moe_bind_experts(m, l, "ffn_gate_exps.weight", D, F, &moe->gate_exps)) ||
         (rc = moe_bind_experts(m, l, "ffn_up_exps.weight", D, F, &moe->up_exps)) ||
         (rc = moe_bind_experts(m, l, "ffn_down_exps.weight", F, D, &moe->down_exps)))
@@ -166,12 +145,9 @@ int moe_bind_layer(model *m, int64_t l, bool has_bias) {
 void moe_free(model_moe *moe, int64_t n_expert) {
     if (!moe)
         return;
-    kn_mat **sets[3] = {moe->gate_exps, moe->up_exps, moe->down_exps};
-    for (int i = 0; i < 3; i++) {
-        for (int64_t e = 0; sets[i] && e < n_expert; e++)
-            kn_mat_destroy(sets[i][e]);
-        free(sets[i]);
-    }
+    model_free_slices(moe->gate_exps, n_expert);
+    model_free_slices(moe->up_exps, n_expert);
+    model_free_slices(moe->down_exps, n_expert);
     kn_mat_destroy(moe->gate_inp);
     kn_mat_destroy(moe->gate_shexp);
     kn_mat_destroy(moe->up_shexp);

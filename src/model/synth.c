@@ -14,6 +14,11 @@
  * Architecture qwen3moe: the shape's attention (with qwen3's Q/K norms), and in every layer
  * SYNTH_MOE_EXPERTS experts of FFN n_ff / 2, SYNTH_MOE_USED of them per token, with a router
  * (ffn_gate_inp, F32) instead of the dense FFN; feed_forward_length stays the shape's n_ff.
+ * Architecture deepseek2: the shape's embedding, layers and heads with multi-head latent
+ * attention (q_lora and kv_lora n_embd / 2, heads of 32 + 16 rope for Q/K and 32 for V, YaRN of
+ * factor 4 over an original context of 1024, yarn_log_multiplier 0.1); layer 0 has the shape's
+ * dense FFN, the others the MoE of qwen3moe plus one shared expert, sigmoid gating with a
+ * selection bias (exp_probs_b), 2 of 4 expert groups, weights normalised and scaled by 2.5.
  */
 #include "model/synth.h"
 #include "base/cpu.h"
@@ -224,6 +229,86 @@ static int synth_copy_vocab(gguf_writer *w, const char *path, int64_t *n_vocab) 
     return 0;
 }
 
+/* MLA sizes of the deepseek2 architecture for a shape (see the top of the file). */
+#define SYNTH_MLA_ROPE 16
+#define SYNTH_MLA_NOPE 32
+#define SYNTH_MLA_V    32
+
+/* deepseek2's metadata beyond the common keys and the experts' counts. */
+static int synth_mla_keys(gguf_writer *w, const synth_shape *sh) {
+    int64_t kl = sh->n_embd / 2;
+    struct {
+        const char *key;
+        int64_t u;
+        float f;
+        int kind; /* 0 u32, 1 f32, 2 bool */
+    } k[] = {
+        {"deepseek2.attention.head_count_kv", 1, 0, 0},
+        {"deepseek2.rope.dimension_count", SYNTH_MLA_ROPE, 0, 0},
+        {"deepseek2.attention.q_lora_rank", sh->n_embd / 2, 0, 0},
+        {"deepseek2.attention.kv_lora_rank", kl, 0, 0},
+        {"deepseek2.attention.key_length", kl + SYNTH_MLA_ROPE, 0, 0},
+        {"deepseek2.attention.value_length", kl, 0, 0},
+        {"deepseek2.attention.key_length_mla", SYNTH_MLA_NOPE + SYNTH_MLA_ROPE, 0, 0},
+        {"deepseek2.attention.value_length_mla", SYNTH_MLA_V, 0, 0},
+        {"deepseek2.leading_dense_block_count", 1, 0, 0},
+        {"deepseek2.expert_shared_count", 1, 0, 0},
+        {"deepseek2.expert_group_count", 4, 0, 0},
+        {"deepseek2.expert_group_used_count", 2, 0, 0},
+        {"deepseek2.expert_gating_func", 2, 0, 0},
+        {"deepseek2.expert_weights_scale", 0, 2.5f, 1},
+        {"deepseek2.expert_weights_norm", 1, 0, 2},
+        {"deepseek2.rope.scaling.factor", 0, 4.0f, 1},
+        {"deepseek2.rope.scaling.original_context_length", 1024, 0, 0},
+        {"deepseek2.rope.scaling.yarn_log_multiplier", 0, 0.1f, 1},
+    };
+    int rc = gguf_writer_set_str(w, "deepseek2.rope.scaling.type", "yarn", 4);
+    for (size_t i = 0; !rc && i < sizeof k / sizeof *k; i++)
+        rc = k[i].kind == 0   ? gguf_writer_set_u32(w, k[i].key, (uint32_t)k[i].u)
+             : k[i].kind == 1 ? gguf_writer_set_f32(w, k[i].key, k[i].f)
+                              : gguf_writer_set_bool(w, k[i].key, k[i].u != 0);
+    return rc;
+}
+
+/* One deepseek2 layer: MLA attention, then the dense FFN (layer 0) or the MoE with a shared
+ * expert and a selection bias. */
+static int synth_mla_layer(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                           const synth_shape *sh, bool tied, int64_t l) {
+    int64_t D = sh->n_embd, H = sh->n_head, QL = D / 2, KL = D / 2, R = SYNTH_MLA_ROPE;
+    int64_t QK = SYNTH_MLA_NOPE + R, V = SYNTH_MLA_V, E = SYNTH_MOE_EXPERTS, F = sh->n_ff / 2;
+    const float std = 0.02f;
+    char name[96];
+    int rc;
+#define T(suffix, ne0, ne1, ne2, mean)                                                             \
+    (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
+     synth_tensor3(w, o, plan, sh->n_layer, tied, name, ne0, ne1, ne2, mean, std))
+    if ((rc = T("attn_norm.weight", D, 0, 0, 1.0f)) || (rc = T("attn_q_a.weight", D, QL, 0, 0)) ||
+        (rc = T("attn_q_a_norm.weight", QL, 0, 0, 1.0f)) ||
+        (rc = T("attn_q_b.weight", QL, H * QK, 0, 0)) ||
+        (rc = T("attn_kv_a_mqa.weight", D, KL + R, 0, 0)) ||
+        (rc = T("attn_kv_a_norm.weight", KL, 0, 0, 1.0f)) ||
+        (rc = T("attn_k_b.weight", QK - R, KL, H, 0)) || (rc = T("attn_v_b.weight", KL, V, H, 0)) ||
+        (rc = T("attn_output.weight", H * V, D, 0, 0)) ||
+        (rc = T("ffn_norm.weight", D, 0, 0, 1.0f)))
+        return rc;
+    if (l == 0) {
+        if ((rc = T("ffn_gate.weight", D, sh->n_ff, 0, 0)) ||
+            (rc = T("ffn_up.weight", D, sh->n_ff, 0, 0)))
+            return rc;
+        return T("ffn_down.weight", sh->n_ff, D, 0, 0);
+    }
+    if ((rc = T("ffn_gate_inp.weight", D, E, 0, 0)) || (rc = T("exp_probs_b.bias", E, 0, 0, 0)) ||
+        (rc = T("ffn_gate_exps.weight", D, F, E, 0)) ||
+        (rc = T("ffn_up_exps.weight", D, F, E, 0)) ||
+        (rc = T("ffn_down_exps.weight", F, D, E, 0)) ||
+        (rc = T("ffn_gate_shexp.weight", D, F, 0, 0)) ||
+        (rc = T("ffn_up_shexp.weight", D, F, 0, 0)) ||
+        (rc = T("ffn_down_shexp.weight", F, D, 0, 0)))
+        return rc;
+#undef T
+    return 0;
+}
+
 int synth_write(const synth_opts *o, const char *path) {
     const synth_shape *sh = NULL;
     for (size_t i = 0; i < sizeof synth_shapes / sizeof *synth_shapes; i++)
@@ -234,9 +319,11 @@ int synth_write(const synth_opts *o, const char *path) {
                        o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
-        strcmp(arch, "qwen3moe"))
+        strcmp(arch, "qwen3moe") && strcmp(arch, "deepseek2"))
         return err_set(ERR_INVAL,
-                       "synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe)", arch);
+                       "synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, "
+                       "deepseek2)",
+                       arch);
     quant_plan plan;
     if (o->q4_k_m) {
         quant_plan_parse("q4_k_m", &plan);
@@ -283,8 +370,8 @@ int synth_write(const synth_opts *o, const char *path) {
                             : gguf_writer_set_u32(w, key, (uint32_t)hp[i].u);
         }
     }
-    /* qwen3moe: SYNTH_MOE_EXPERTS experts of n_ff / 2, SYNTH_MOE_USED per token */
-    bool moe = !strcmp(arch, "qwen3moe");
+    /* qwen3moe, deepseek2: SYNTH_MOE_EXPERTS experts of n_ff / 2, SYNTH_MOE_USED per token */
+    bool mla = !strcmp(arch, "deepseek2"), moe = !strcmp(arch, "qwen3moe") || mla;
     int64_t n_ff_exp = sh->n_ff / 2;
     if (!rc && moe) {
         struct {
@@ -298,6 +385,8 @@ int synth_write(const synth_opts *o, const char *path) {
             rc = gguf_writer_set_u32(w, key, (uint32_t)mk[i].v);
         }
     }
+    if (!rc && mla)
+        rc = synth_mla_keys(w, sh);
     if (!rc && o->sliding_window > 0) {
         snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
         rc = gguf_writer_set_u32(w, key, (uint32_t)o->sliding_window);
@@ -351,8 +440,10 @@ int synth_write(const synth_opts *o, const char *path) {
         rc = synth_tensor(w, o, &plan, NL, tied, "output_norm.weight", sh->n_embd, 0, 1.0f, std);
     if (!rc && !tied)
         rc = synth_tensor(w, o, &plan, NL, tied, "output.weight", sh->n_embd, n_vocab, 0, std);
-    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3") || moe;
-    for (int64_t l = 0; l < sh->n_layer && !rc; l++) {
+    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3") || (moe && !mla);
+    for (int64_t l = 0; l < sh->n_layer && !rc && mla; l++)
+        rc = synth_mla_layer(w, o, &plan, sh, tied, l);
+    for (int64_t l = 0; l < sh->n_layer && !rc && !mla; l++) {
 #define T(suffix, ne0, ne1, mean)                                                                  \
     (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
      synth_tensor(w, o, &plan, NL, tied, name, ne0, ne1, mean, std))
