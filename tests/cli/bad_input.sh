@@ -60,3 +60,23 @@ PY
 else
     fail bad.moe_expert_tensor "synth failed: $(cat "$TMP/err")"
 fi
+# a deepseek2 file naming an unknown expert gating function (7): one line naming it, exit 2
+if "$VERITY" synth --shape tiny --arch deepseek2 --type q8_0 --seed 1 -o "$TMP/ds2.gguf" 2>"$TMP/err"; then
+    python3 - "$TMP/ds2.gguf" "$TMP/ds2-gating.gguf" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+key = b'deepseek2.expert_gating_func'
+i = b.index(struct.pack('<Q', len(key)) + key) + 8 + len(key)
+assert struct.unpack_from('<I', b, i)[0] == 4  # GGUF uint32
+struct.pack_into('<I', b, i + 4, 7)
+open(sys.argv[2], 'wb').write(b)
+PY
+    err=$("$VERITY" generate -m "$TMP/ds2-gating.gguf" -p hi -n 1 2>&1 >/dev/null)
+    rc=$?
+    if [ $rc -ne 2 ]; then fail bad.unknown_gating_function "exit code $rc, expected 2: $err"
+    elif [ "$(printf '%s' "$err" | grep -c '')" -ne 1 ]; then fail bad.unknown_gating_function "not one line: $err"
+    elif ! grep -q "expert_gating_func 7" <<<"$err"; then fail bad.unknown_gating_function "does not name it: $err"
+    else pass bad.unknown_gating_function; fi
+else
+    fail bad.unknown_gating_function "synth failed: $(cat "$TMP/err")"
+fi
