@@ -4,8 +4,8 @@
  * whichever thread is free claims (so a descheduled thread delays only the chunk it holds). A
  * phase's work is divided three ways, each of which keeps a value's computation independent of
  * the division:
- *   rows   - token rows [T*i/n, T*(i+1)/n): embedding, norms, RoPE, KV writes, SwiGLU, residuals,
- *            activation quantization;
+ *   rows   - token rows [T*i/n, T*(i+1)/n) (or expert slots): embedding, norms, RoPE, KV
+ *            writes, routing, SwiGLU, residuals, activation quantization;
  *   cols   - kn_matmul's column blocks (Q, K and V in one phase; gate and up in one);
  *   heads  - attention units: one token's query heads of one KV head (up to attn-group of them,
  *            fewer when a step has too few units to keep every thread busy), each head's result
@@ -17,8 +17,9 @@
  * and projected last. forward_int.h has the phase machinery the layers use.
  *
  * RoPE angles are computed per token from its absolute position in double precision
- * (theta_i = freq_scale * pos * base^(-2i/n_rot)), so they are the same for a position whichever
- * step computes it.
+ * (theta_i = freq_scale * pos * base^(-2i/n_rot), divided by the Llama 3 factor of pair i if any;
+ * with YaRN pos times the pair's blended frequency), so they are the same for a position
+ * whichever step computes it.
  */
 #include "base/err.h"
 #include "base/flags.h"
