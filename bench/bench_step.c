@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     const model_hparams *hp = model_get_hparams(m);
     int per = (P + 64 + 15) / 16; /* blocks of 16 positions per sequence, room for decode */
     kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .kv_dim = model_kv_dim(m),
                        .block_size = 16,
                        .n_blocks = (int64_t)per * B,
                        .f16 = true};

@@ -221,7 +221,7 @@ static int bench_run_create(const cli_model *cm, const bench_opts *o, int max_b,
     int64_t bs = flags_int(FLAG_KV_BLOCK);
     *r = (bench_run){.hp = hp, .blocks_per = (P + G + bs - 1) / bs};
     kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .kv_dim = model_kv_dim(cm->m),
                        .block_size = bs,
                        .n_blocks = r->blocks_per * max_b,
                        .f16 = strcmp(flags_str(FLAG_KV_DTYPE), "f16") == 0};
@@ -331,8 +331,7 @@ static int bench_measure(const cli_model *cm, const bench_opts *o, int threads, 
 static void bench_rows_fractions(const bench_roof *rf, bench_row *rows, int n) {
     for (int i = 0; i < n; i++) {
         rows[i].prefill_fma = rf->flops_tok * rows[i].prefill_tok_s / (rf->fma * 1e9);
-        rows[i].decode_bw =
-            (double)rf->wbytes * rows[i].decode_tok_s / rows[i].b / (rf->bw * 1e9);
+        rows[i].decode_bw = (double)rf->wbytes * rows[i].decode_tok_s / rows[i].b / (rf->bw * 1e9);
         rows[i].decode_fma = rf->flops_tok * rows[i].decode_tok_s / (rf->fma * 1e9);
     }
 }

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_inspect: `verity inspect FILE.gguf` prints the header, every metadata entry (long arrays
- * abbreviated to their first elements) and the tensor table. Output goes to stdout.
+ * abbreviated to their first elements), the tensor table, and the model's hyper-parameters as its
+ * architecture reads them (model_hparams_read: defaults filled in, experts and routing for MoE
+ * models), or why it cannot be loaded. Output goes to stdout.
  */
 #include "base/err.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
+#include "kernels/kn.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -54,6 +58,58 @@ static void inspect_print_arr(const gguf_arr *a, int depth) {
     if (a->n > show)
         fputs(", ...", stdout);
     putchar(']');
+}
+
+static const char *inspect_gating_name(int g) {
+    static const char *names[] = {"none", "softmax", "sigmoid", "softmax-weight", "sqrt-softplus"};
+    return g >= 0 && g <= KN_GATING_SQRT_SOFTPLUS ? names[g] : "?";
+}
+
+/* The hyper-parameters as the architecture reads them; a file verity cannot run says why (the
+ * command still succeeds: the file itself was read). */
+static void inspect_print_model(const gguf *g) {
+    model_hparams hp;
+    if (model_hparams_read(g, &hp)) {
+        printf("model: not loadable: %s\n", err_detail());
+        return;
+    }
+    printf("model: %s\n", hp.arch_name);
+    printf("  layers %lld, embd %lld, heads %lld, kv heads %lld, head size %lld, ff %lld, "
+           "context %lld\n",
+           (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_head,
+           (long long)hp.n_head_kv, (long long)hp.head_dim, (long long)hp.n_ff,
+           (long long)hp.n_ctx_train);
+    printf("  rope: %lld dims, %s pairs, base %g, freq scale %g%s; rms eps %g", (long long)hp.n_rot,
+           hp.rope_neox ? "neox" : "interleaved", hp.rope_base, hp.rope_freq_scale,
+           hp.rope_has_factors ? ", frequency factors" : "", hp.rms_eps);
+    if (hp.sliding_window > 0)
+        printf("; sliding window %lld", (long long)hp.sliding_window);
+    if (hp.rope_yarn)
+        printf("; yarn over an original context of %lld", (long long)hp.n_ctx_orig);
+    printf("\n");
+    if (hp.n_lora_kv > 0)
+        printf("  latent attention: q lora %lld, kv lora %lld, q/k head %lld (rope %lld), v head "
+               "%lld, cache row %lld, score scale %g\n",
+               (long long)hp.n_lora_q, (long long)hp.n_lora_kv, (long long)hp.head_dim_qk,
+               (long long)hp.n_rot, (long long)hp.head_dim_v, (long long)hp.head_dim,
+               hp.attn_scale);
+    if (hp.n_expert > 0) {
+        printf("  experts: %lld, used per token %lld, expert ff %lld", (long long)hp.n_expert,
+               (long long)hp.n_expert_used, (long long)hp.n_ff_exp);
+        if (hp.n_expert_shared > 0 || hp.n_ff_shexp > 0)
+            printf(", shared %lld (ff %lld)", (long long)hp.n_expert_shared,
+                   (long long)hp.n_ff_shexp);
+        if (hp.n_layer_dense_lead > 0)
+            printf(", leading dense layers %lld", (long long)hp.n_layer_dense_lead);
+        printf("\n  routing: %s gating", inspect_gating_name(hp.expert_gating));
+        if (hp.n_expert_groups > 1)
+            printf(", %lld of %lld groups", (long long)hp.n_group_used,
+                   (long long)hp.n_expert_groups);
+        printf(", weights %s", hp.expert_weights_norm ? "normalised" : "not normalised");
+        if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
+            printf(", scaled by %g", hp.expert_weights_scale);
+        printf("\n");
+    }
 }
 
 int cmd_inspect(int argc, char **argv) {
@@ -112,6 +168,7 @@ int cmd_inspect(int argc, char **argv) {
         total += t->size_bytes;
     }
     printf("tensor bytes: %llu\n", (unsigned long long)total);
+    inspect_print_model(g);
     gguf_close(g);
     return 0;
 }

@@ -103,7 +103,7 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
     o->kv_blocks = per_seq * o->max_batch;
     int64_t mib = flags_int(FLAG_KV_MEM);
     kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = (int64_t)hp->n_head_kv * hp->head_dim,
+                       .kv_dim = model_kv_dim(m),
                        .block_size = o->block_size,
                        .n_blocks = 1,
                        .f16 = o->kv_f16};
@@ -139,7 +139,7 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     e->n_vocab = hp->n_vocab;
     e->budget = (int64_t)o->chunk + o->max_batch;
     kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = hp->n_head_kv * hp->head_dim,
+                       .kv_dim = model_kv_dim(m),
                        .block_size = o->block_size,
                        .n_blocks = o->kv_blocks,
                        .f16 = o->kv_f16};

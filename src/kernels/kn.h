@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kn: the compute kernels of the forward pass: matmul over packed weights, activation
- * quantization, RMSNorm, RoPE, SiLU-gated FFN, softmax and exp, and attention over paged KV.
+ * quantization, RMSNorm, RoPE, SiLU-gated FFN, softmax and exp, attention over paged KV, and the
+ * mixture-of-experts routers.
  *
  * Invariance (P1) is a property of every kernel here, not of the callers:
  *   - Each output element is computed by one canonical sequence of IEEE-754 single-precision
@@ -181,6 +182,9 @@ static inline const void *kn_attn_row_ptr(const kn_attn_kv *kv, const void *base
            (size_t)((p % kv->block_size) * kv->kv_stride + kvh * head_dim) * esz;
 }
 
+/* The longest head row the attention kernels take (MLA's latent rows: 512 + 64 in DeepSeek-V3). */
+#define KN_ATTN_HEAD_MAX 1024
+
 /* out[0..head_dim) = softmax(q . K[start..n_pos) * scale) V for kv head kvh, causal over positions
  * start..n_pos-1, where start = max(0, n_pos - window) with a sliding window, else 0. Keys are read
  * in position order in chunks [c*chunk, (c+1)*chunk) (boundaries fixed in absolute position; the
@@ -202,6 +206,69 @@ size_t kn_attn_scratch_floats(int64_t g, int64_t head_dim, int64_t chunk);
 void kn_attn_rows(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
                   int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out,
                   kn_isa isa);
+
+/* ---- Mixture-of-experts routing (kn_route.c) ----
+ *
+ * Per token row, scalar only (a router row is n_expert values, a few hundred at most): the gate
+ * function over the router logits, an optional selection bias, optional group limiting, top-k,
+ * and the weights of the selected experts, in the order llama.cpp's build_moe_ffn defines (the
+ * reference these models are checked against). Each function reads only its own row, so the
+ * routing of a token never depends on the batch. exp is kn_expf; log1p and sqrt are libm's
+ * (fixed for a build). */
+
+/* Gate functions, numbered as GGUF's <arch>.expert_gating_func. */
+typedef enum kn_gating {
+    KN_GATING_NONE = 0,
+    KN_GATING_SOFTMAX = 1,        /* p = softmax(logits) over all experts */
+    KN_GATING_SIGMOID = 2,        /* p = 1 / (1 + exp(-logit)) */
+    KN_GATING_SOFTMAX_WEIGHT = 3, /* p = logit; the k selected weights are then softmaxed */
+    KN_GATING_SQRT_SOFTPLUS = 4,  /* p = sqrt(softplus(logit)), softplus(x) = x above 20 */
+} kn_gating;
+
+/* A router's configuration (one per MoE layer; pointers are borrowed). */
+typedef struct kn_router {
+    int64_t n_expert;     /* experts (>= 1) */
+    int64_t n_used;       /* k: experts per token, 1..n_expert */
+    kn_gating gating;     /* SOFTMAX .. SQRT_SOFTPLUS */
+    const float *bias;    /* [n_expert] added to p for the selection only (exp_probs_b), or NULL */
+    int64_t n_group;      /* expert groups for group-limited routing (<= 1: none); divides
+                           * n_expert into groups of at least 2 */
+    int64_t n_group_used; /* groups kept, 1..n_group */
+    bool norm;            /* normalise the k weights by their sum (clamped >= KN_ROUTE_SUM_MIN) */
+    float scale;          /* multiply the weights by it, unless it is 0 or 1 */
+} kn_router;
+
+/* The smallest weight sum the normalisation divides by (the smallest normal F16). */
+#define KN_ROUTE_SUM_MIN 6.103515625e-5f
+
+/* p[e] = gate(logits)[e] for e < n. SOFTMAX: m = max, e_i = kn_expf(l_i - m), s = e_0 + e_1 + ...
+ * in index order, p_i = e_i * (1 / s). SIGMOID: 1 / (1 + kn_expf(-l)). SOFTMAX_WEIGHT: p = l.
+ * SQRT_SOFTPLUS: sqrtf(l > 20 ? l : log1pf(kn_expf(l))). p may alias logits. */
+void kn_route_gate(kn_gating g, const float *logits, int64_t n, float *p);
+
+/* sel[0..k) = the indices of the k largest s[0..n) in descending order of s; equal values go
+ * lower index first, and NaN ranks below every number. 1 <= k <= n. */
+void kn_route_topk(const float *s, int64_t n, int64_t k, int32_t *sel);
+
+/* Group limiting (DeepSeek-V3): s[0..n) is n_group groups of n / n_group consecutive experts; a
+ * group's score is the sum of its two largest s (largest first); every expert outside the
+ * n_group_used best groups (kn_route_topk over the group scores) is set to -INFINITY. */
+void kn_route_group_mask(float *s, int64_t n, int64_t n_group, int64_t n_group_used);
+
+/* Weights of the k selected experts: w[r] = p[sel[r]]; for SOFTMAX_WEIGHT then the softmax of
+ * the k values (as kn_route_gate); if norm, w[r] = w[r] / max(w[0] + ... + w[k-1],
+ * KN_ROUTE_SUM_MIN) (sum in rank order); then w[r] *= scale unless scale is 0 or 1. */
+void kn_route_weights(const kn_router *r, const float *p, const int32_t *sel, float *w);
+
+/* Routes one token from its router logits [n_expert]: p = gate(logits); the selection scores are
+ * p + bias (or p), group-masked if n_group > 1; sel = top-k of them; w = kn_route_weights from the
+ * unbiased p. scratch: 2 * n_expert floats. */
+void kn_route(const kn_router *r, const float *logits, float *scratch, int32_t *sel, float *w);
+
+/* Hash routing (DeepSeek-V4's leading layers): sel[0..k) = table[token * k + r], the expert ids
+ * the model file lists for this token id. Returns false (sel untouched) if any id is outside
+ * [0, n_expert). */
+bool kn_route_hash(const int32_t *table, int64_t k, int64_t n_expert, int32_t token, int32_t *sel);
 
 /* Converts n floats to F16 (kn_f32_to_f16 semantics) or copies them (f16 false). */
 void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa);

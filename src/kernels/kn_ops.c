@@ -129,7 +129,7 @@ static void kn_attn_load(const kn_attn_kv *kv, const void *base, int64_t p, int6
 
 static void kn_attn_row_ref(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
                             int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out) {
-    float kbuf[512], vbuf[512]; /* head_dim <= 512 is checked by the model loader */
+    float kbuf[KN_ATTN_HEAD_MAX], vbuf[KN_ATTN_HEAD_MAX]; /* the model loaders check head_dim */
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0.0f;

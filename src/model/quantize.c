@@ -69,7 +69,8 @@ static bool quant_ends_with(const char *s, const char *suffix) {
 
 int quant_tensor_type(const quant_plan *p, const char *name, uint32_t n_dims, int64_t ne0,
                       int64_t n_layer, bool tied) {
-    if (n_dims < 2 || !quant_ends_with(name, "weight") || strstr(name, "_norm.weight"))
+    if (n_dims < 2 || !quant_ends_with(name, "weight") || strstr(name, "_norm.weight") ||
+        strstr(name, "ffn_gate_inp"))
         return GGUF_TYPE_F32;
     int type = p->type;
     if (p->q4_k_m) {
@@ -179,8 +180,7 @@ static int quant_convert(const gguf *g, const gguf_tensor *t, const char *name, 
         if (!kn_type_supported(t->type)) {
             free(dst);
             return err_set(ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which verity cannot read",
-                           gguf_path(g), name,
-                           kn_type_name(t->type) ? kn_type_name(t->type) : "?");
+                           gguf_path(g), name, kn_type_name(t->type) ? kn_type_name(t->type) : "?");
         }
         float *f = malloc((size_t)(rows * k) * sizeof(float));
         if (!f) {

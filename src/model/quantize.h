@@ -15,7 +15,9 @@
  *     are not a multiple of 256);
  *   - attn_v.weight and ffn_down.weight of the layers where use_more_bits(i, n) holds,
  *     i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2 (n layers, integer division): Q6_K;
- * then the fallback above. Norms, biases and every other 1-D tensor are F32.
+ * then the fallback above. Norms, biases, every other 1-D tensor and the MoE routers
+ * (ffn_gate_inp, as llama.cpp's quantize keeps them) are F32. Expert tensors (3-D) are quantized
+ * like matrices, row by row.
  */
 #ifndef VERITY_MODEL_QUANTIZE_H
 #define VERITY_MODEL_QUANTIZE_H

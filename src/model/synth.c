@@ -11,6 +11,14 @@
  *   gqa: embd 224, 2 layers, 7 heads, 1 KV head (head 32), FFN 448, context 4096, rope base 1e4,
  *         tied output: 0.5b's seven query heads per KV head in a tiny model (grouped attention
  *         and its split of a group into units, in the invariance tests).
+ * Architecture qwen3moe: the shape's attention (with qwen3's Q/K norms), and in every layer
+ * SYNTH_MOE_EXPERTS experts of FFN n_ff / 2, SYNTH_MOE_USED of them per token, with a router
+ * (ffn_gate_inp, F32) instead of the dense FFN; feed_forward_length stays the shape's n_ff.
+ * Architecture deepseek2: the shape's embedding, layers and heads with multi-head latent
+ * attention (q_lora and kv_lora n_embd / 2, heads of 32 + 16 rope for Q/K and 32 for V, YaRN of
+ * factor 4 over an original context of 1024, yarn_log_multiplier 0.1); layer 0 has the shape's
+ * dense FFN, the others the MoE of qwen3moe plus one shared expert, sigmoid gating with a
+ * selection bias (exp_probs_b), 2 of 4 expert groups, weights normalised and scaled by 2.5.
  */
 #include "model/synth.h"
 #include "base/cpu.h"
@@ -23,6 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define SYNTH_MOE_EXPERTS 8
+#define SYNTH_MOE_USED    2
 
 typedef struct synth_shape {
     const char *name;
@@ -62,13 +73,14 @@ float synth_normal(uint64_t seed, uint64_t key, uint64_t i) {
     return (float)(i & 1 ? r * sin(a) : r * cos(a));
 }
 
-/* Writes tensor name [ne0] (ne1 == 0) or [ne0, ne1] of N(mean, std) values; its type is the
- * plan's choice for it (quantize.h): F32 for vectors and norms. */
-static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
-                        int64_t n_layer, bool tied, const char *name, int64_t ne0, int64_t ne1,
-                        float mean, float std) {
-    int type = quant_tensor_type(plan, name, ne1 ? 2 : 1, ne0, n_layer, tied);
-    int64_t n = ne0 * (ne1 ? ne1 : 1);
+/* Writes tensor name [ne0] (ne1 == 0), [ne0, ne1] (ne2 == 0) or [ne0, ne1, ne2] of N(mean, std)
+ * values; its type is the plan's choice for it (quantize.h): F32 for vectors and norms. */
+static int synth_tensor3(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                         int64_t n_layer, bool tied, const char *name, int64_t ne0, int64_t ne1,
+                         int64_t ne2, float mean, float std) {
+    uint32_t nd = ne2 ? 3 : ne1 ? 2 : 1;
+    int type = quant_tensor_type(plan, name, nd, ne0, n_layer, tied);
+    int64_t n = ne0 * (ne1 ? ne1 : 1) * (ne2 ? ne2 : 1);
     float *f = malloc((size_t)n * sizeof(float));
     if (!f)
         return err_set(ERR_NOMEM, "synth: out of memory for '%s'", name);
@@ -81,7 +93,7 @@ static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *p
         return err_set(ERR_INVAL, "synth: type %s does not fit row length %lld of '%s'",
                        kn_type_name(type), (long long)ne0, name);
     }
-    int64_t rows = ne1 ? ne1 : 1;
+    int64_t rows = (ne1 ? ne1 : 1) * (ne2 ? ne2 : 1);
     void *d = malloc((size_t)(rb * rows));
     if (!d) {
         free(f);
@@ -93,10 +105,16 @@ static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *p
         free(d);
         return rc0;
     }
-    int64_t ne[2] = {ne0, ne1};
-    int rc = gguf_writer_add_tensor(w, name, type, ne1 ? 2 : 1, ne, d, false);
+    int64_t ne[3] = {ne0, ne1, ne2};
+    int rc = gguf_writer_add_tensor(w, name, type, nd, ne, d, false);
     free(d);
     return rc;
+}
+
+static int synth_tensor(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                        int64_t n_layer, bool tied, const char *name, int64_t ne0, int64_t ne1,
+                        float mean, float std) {
+    return synth_tensor3(w, o, plan, n_layer, tied, name, ne0, ne1, 0, mean, std);
 }
 
 /* The chat template of synthetic models (our own): ChatML-style turns, tools listed as JSON
@@ -211,6 +229,86 @@ static int synth_copy_vocab(gguf_writer *w, const char *path, int64_t *n_vocab) 
     return 0;
 }
 
+/* MLA sizes of the deepseek2 architecture for a shape (see the top of the file). */
+#define SYNTH_MLA_ROPE 16
+#define SYNTH_MLA_NOPE 32
+#define SYNTH_MLA_V    32
+
+/* deepseek2's metadata beyond the common keys and the experts' counts. */
+static int synth_mla_keys(gguf_writer *w, const synth_shape *sh) {
+    int64_t kl = sh->n_embd / 2;
+    struct {
+        const char *key;
+        int64_t u;
+        float f;
+        int kind; /* 0 u32, 1 f32, 2 bool */
+    } k[] = {
+        {"deepseek2.attention.head_count_kv", 1, 0, 0},
+        {"deepseek2.rope.dimension_count", SYNTH_MLA_ROPE, 0, 0},
+        {"deepseek2.attention.q_lora_rank", sh->n_embd / 2, 0, 0},
+        {"deepseek2.attention.kv_lora_rank", kl, 0, 0},
+        {"deepseek2.attention.key_length", kl + SYNTH_MLA_ROPE, 0, 0},
+        {"deepseek2.attention.value_length", kl, 0, 0},
+        {"deepseek2.attention.key_length_mla", SYNTH_MLA_NOPE + SYNTH_MLA_ROPE, 0, 0},
+        {"deepseek2.attention.value_length_mla", SYNTH_MLA_V, 0, 0},
+        {"deepseek2.leading_dense_block_count", 1, 0, 0},
+        {"deepseek2.expert_shared_count", 1, 0, 0},
+        {"deepseek2.expert_group_count", 4, 0, 0},
+        {"deepseek2.expert_group_used_count", 2, 0, 0},
+        {"deepseek2.expert_gating_func", 2, 0, 0},
+        {"deepseek2.expert_weights_scale", 0, 2.5f, 1},
+        {"deepseek2.expert_weights_norm", 1, 0, 2},
+        {"deepseek2.rope.scaling.factor", 0, 4.0f, 1},
+        {"deepseek2.rope.scaling.original_context_length", 1024, 0, 0},
+        {"deepseek2.rope.scaling.yarn_log_multiplier", 0, 0.1f, 1},
+    };
+    int rc = gguf_writer_set_str(w, "deepseek2.rope.scaling.type", "yarn", 4);
+    for (size_t i = 0; !rc && i < sizeof k / sizeof *k; i++)
+        rc = k[i].kind == 0   ? gguf_writer_set_u32(w, k[i].key, (uint32_t)k[i].u)
+             : k[i].kind == 1 ? gguf_writer_set_f32(w, k[i].key, k[i].f)
+                              : gguf_writer_set_bool(w, k[i].key, k[i].u != 0);
+    return rc;
+}
+
+/* One deepseek2 layer: MLA attention, then the dense FFN (layer 0) or the MoE with a shared
+ * expert and a selection bias. */
+static int synth_mla_layer(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                           const synth_shape *sh, bool tied, int64_t l) {
+    int64_t D = sh->n_embd, H = sh->n_head, QL = D / 2, KL = D / 2, R = SYNTH_MLA_ROPE;
+    int64_t QK = SYNTH_MLA_NOPE + R, V = SYNTH_MLA_V, E = SYNTH_MOE_EXPERTS, F = sh->n_ff / 2;
+    const float std = 0.02f;
+    char name[96];
+    int rc;
+#define T(suffix, ne0, ne1, ne2, mean)                                                             \
+    (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
+     synth_tensor3(w, o, plan, sh->n_layer, tied, name, ne0, ne1, ne2, mean, std))
+    if ((rc = T("attn_norm.weight", D, 0, 0, 1.0f)) || (rc = T("attn_q_a.weight", D, QL, 0, 0)) ||
+        (rc = T("attn_q_a_norm.weight", QL, 0, 0, 1.0f)) ||
+        (rc = T("attn_q_b.weight", QL, H * QK, 0, 0)) ||
+        (rc = T("attn_kv_a_mqa.weight", D, KL + R, 0, 0)) ||
+        (rc = T("attn_kv_a_norm.weight", KL, 0, 0, 1.0f)) ||
+        (rc = T("attn_k_b.weight", QK - R, KL, H, 0)) || (rc = T("attn_v_b.weight", KL, V, H, 0)) ||
+        (rc = T("attn_output.weight", H * V, D, 0, 0)) ||
+        (rc = T("ffn_norm.weight", D, 0, 0, 1.0f)))
+        return rc;
+    if (l == 0) {
+        if ((rc = T("ffn_gate.weight", D, sh->n_ff, 0, 0)) ||
+            (rc = T("ffn_up.weight", D, sh->n_ff, 0, 0)))
+            return rc;
+        return T("ffn_down.weight", sh->n_ff, D, 0, 0);
+    }
+    if ((rc = T("ffn_gate_inp.weight", D, E, 0, 0)) || (rc = T("exp_probs_b.bias", E, 0, 0, 0)) ||
+        (rc = T("ffn_gate_exps.weight", D, F, E, 0)) ||
+        (rc = T("ffn_up_exps.weight", D, F, E, 0)) ||
+        (rc = T("ffn_down_exps.weight", F, D, E, 0)) ||
+        (rc = T("ffn_gate_shexp.weight", D, F, 0, 0)) ||
+        (rc = T("ffn_up_shexp.weight", D, F, 0, 0)) ||
+        (rc = T("ffn_down_shexp.weight", F, D, 0, 0)))
+        return rc;
+#undef T
+    return 0;
+}
+
 int synth_write(const synth_opts *o, const char *path) {
     const synth_shape *sh = NULL;
     for (size_t i = 0; i < sizeof synth_shapes / sizeof *synth_shapes; i++)
@@ -220,8 +318,12 @@ int synth_write(const synth_opts *o, const char *path) {
         return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny, small, 0.5b or gqa)",
                        o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
-        return err_set(ERR_INVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
+        strcmp(arch, "qwen3moe") && strcmp(arch, "deepseek2"))
+        return err_set(ERR_INVAL,
+                       "synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, "
+                       "deepseek2)",
+                       arch);
     quant_plan plan;
     if (o->q4_k_m) {
         quant_plan_parse("q4_k_m", &plan);
@@ -268,6 +370,23 @@ int synth_write(const synth_opts *o, const char *path) {
                             : gguf_writer_set_u32(w, key, (uint32_t)hp[i].u);
         }
     }
+    /* qwen3moe, deepseek2: SYNTH_MOE_EXPERTS experts of n_ff / 2, SYNTH_MOE_USED per token */
+    bool mla = !strcmp(arch, "deepseek2"), moe = !strcmp(arch, "qwen3moe") || mla;
+    int64_t n_ff_exp = sh->n_ff / 2;
+    if (!rc && moe) {
+        struct {
+            const char *suffix;
+            int64_t v;
+        } mk[] = {{"expert_count", SYNTH_MOE_EXPERTS},
+                  {"expert_used_count", SYNTH_MOE_USED},
+                  {"expert_feed_forward_length", n_ff_exp}};
+        for (size_t i = 0; !rc && i < sizeof mk / sizeof *mk; i++) {
+            snprintf(key, sizeof key, "%s.%s", arch, mk[i].suffix);
+            rc = gguf_writer_set_u32(w, key, (uint32_t)mk[i].v);
+        }
+    }
+    if (!rc && mla)
+        rc = synth_mla_keys(w, sh);
     if (!rc && o->sliding_window > 0) {
         snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
         rc = gguf_writer_set_u32(w, key, (uint32_t)o->sliding_window);
@@ -321,20 +440,31 @@ int synth_write(const synth_opts *o, const char *path) {
         rc = synth_tensor(w, o, &plan, NL, tied, "output_norm.weight", sh->n_embd, 0, 1.0f, std);
     if (!rc && !tied)
         rc = synth_tensor(w, o, &plan, NL, tied, "output.weight", sh->n_embd, n_vocab, 0, std);
-    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
-    for (int64_t l = 0; l < sh->n_layer && !rc; l++) {
+    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3") || (moe && !mla);
+    for (int64_t l = 0; l < sh->n_layer && !rc && mla; l++)
+        rc = synth_mla_layer(w, o, &plan, sh, tied, l);
+    for (int64_t l = 0; l < sh->n_layer && !rc && !mla; l++) {
 #define T(suffix, ne0, ne1, mean)                                                                  \
     (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
      synth_tensor(w, o, &plan, NL, tied, name, ne0, ne1, mean, std))
+#define T3(suffix, ne0, ne1, ne2)                                                                  \
+    (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
+     synth_tensor3(w, o, &plan, NL, tied, name, ne0, ne1, ne2, 0.0f, std))
         if ((rc = T("attn_norm.weight", sh->n_embd, 0, 1.0f)) ||
             (rc = T("attn_q.weight", sh->n_embd, q_dim, 0.0f)) ||
             (rc = T("attn_k.weight", sh->n_embd, kv_dim, 0.0f)) ||
             (rc = T("attn_v.weight", sh->n_embd, kv_dim, 0.0f)) ||
             (rc = T("attn_output.weight", q_dim, sh->n_embd, 0.0f)) ||
-            (rc = T("ffn_norm.weight", sh->n_embd, 0, 1.0f)) ||
-            (rc = T("ffn_gate.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
-            (rc = T("ffn_up.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
-            (rc = T("ffn_down.weight", sh->n_ff, sh->n_embd, 0.0f)))
+            (rc = T("ffn_norm.weight", sh->n_embd, 0, 1.0f)))
+            break;
+        if (!moe && ((rc = T("ffn_gate.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
+                     (rc = T("ffn_up.weight", sh->n_embd, sh->n_ff, 0.0f)) ||
+                     (rc = T("ffn_down.weight", sh->n_ff, sh->n_embd, 0.0f))))
+            break;
+        if (moe && ((rc = T("ffn_gate_inp.weight", sh->n_embd, SYNTH_MOE_EXPERTS, 0.0f)) ||
+                    (rc = T3("ffn_gate_exps.weight", sh->n_embd, n_ff_exp, SYNTH_MOE_EXPERTS)) ||
+                    (rc = T3("ffn_up_exps.weight", sh->n_embd, n_ff_exp, SYNTH_MOE_EXPERTS)) ||
+                    (rc = T3("ffn_down_exps.weight", n_ff_exp, sh->n_embd, SYNTH_MOE_EXPERTS))))
             break;
         if (qwen2 &&
             ((rc = T("attn_q.bias", q_dim, 0, 0.0f)) || (rc = T("attn_k.bias", kv_dim, 0, 0.0f)) ||
@@ -344,6 +474,7 @@ int synth_write(const synth_opts *o, const char *path) {
                       (rc = T("attn_k_norm.weight", hd, 0, 1.0f))))
             break;
 #undef T
+#undef T3
     }
     if (!rc)
         rc = gguf_writer_write(w, path);

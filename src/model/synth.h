@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * synth: writes deterministic random-weight models, the test and benchmark fixtures (`verity
- * synth`, and `verity bench` without -m). Weights are N(0, 0.02) from a counter-based generator keyed by (seed,
- * tensor name, element index), so a file depends only on its options; norm weights are
- * 1 + N(0, 0.02). The tokenizer is copied from another GGUF (--vocab-from) or is the built-in
+ * synth`, and `verity bench` without -m). Weights are N(0, 0.02) from a counter-based generator
+ * keyed by (seed, tensor name, element index), so a file depends only on its options; norm weights
+ * are 1 + N(0, 0.02). The tokenizer is copied from another GGUF (--vocab-from) or is the built-in
  * byte-level SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>,
  * U+2581 and the 94 printable ASCII characters, so any text encodes (characters or byte fallback).
  */
@@ -19,7 +19,7 @@
 
 typedef struct synth_opts {
     const char *shape; /* "tiny", "small" or "0.5b" */
-    const char *arch;  /* "llama" (default), "qwen2", "qwen3" */
+    const char *arch;  /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "deepseek2" */
     int type;          /* gguf type of the weight matrices (after the fallback of
                         * quantize.h for rows the type's block does not divide) */
     bool q4_k_m;       /* the Q4_K_M mix of quantize.h instead (type is then ignored) */

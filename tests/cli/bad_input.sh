@@ -35,3 +35,48 @@ for c in serve generate tokenize bench synth convert quantize chat-template insp
     out=$("$VERITY" "$c" --help 2>/dev/null) && grep -q "usage: verity $c" <<<"$out" || bad_help="$bad_help $c"
 done
 [ -z "$bad_help" ] && pass bad.help_every_command || fail bad.help_every_command "no usage from:$bad_help"
+# a mixture-of-experts file with a missing expert tensor (its name changed in the header) or a
+# misshapen one (4 experts where the file says 8): one line naming the tensor, exit 2
+if "$VERITY" synth --shape tiny --arch qwen3moe --type q8_0 --seed 1 -o "$TMP/moe.gguf" 2>"$TMP/err"; then
+    perl -0777 -pe 's/blk\.1\.ffn_up_exps\.weight/blk.1.ffn_up_exps.weighx/' "$TMP/moe.gguf" >"$TMP/moe-missing.gguf"
+    python3 - "$TMP/moe.gguf" "$TMP/moe-shape.gguf" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+name = b'blk.0.ffn_down_exps.weight'
+i = b.index(struct.pack('<Q', len(name)) + name) + 8 + len(name)
+assert struct.unpack_from('<I', b, i)[0] == 3
+struct.pack_into('<Q', b, i + 4 + 16, 4)  # ne[2]: 8 experts -> 4
+open(sys.argv[2], 'wb').write(b)
+PY
+    for c in missing:blk.1.ffn_up_exps.weight shape:blk.0.ffn_down_exps.weight; do
+        kind=${c%%:*} tensor=${c#*:}
+        err=$("$VERITY" generate -m "$TMP/moe-$kind.gguf" -p hi -n 1 2>&1 >/dev/null)
+        rc=$?
+        if [ $rc -ne 2 ]; then fail "bad.moe_${kind}_expert_tensor" "exit code $rc, expected 2: $err"
+        elif [ "$(printf '%s' "$err" | grep -c '')" -ne 1 ]; then fail "bad.moe_${kind}_expert_tensor" "not one line: $err"
+        elif ! grep -qF "'$tensor'" <<<"$err"; then fail "bad.moe_${kind}_expert_tensor" "does not name $tensor: $err"
+        else pass "bad.moe_${kind}_expert_tensor"; fi
+    done
+else
+    fail bad.moe_expert_tensor "synth failed: $(cat "$TMP/err")"
+fi
+# a deepseek2 file naming an unknown expert gating function (7): one line naming it, exit 2
+if "$VERITY" synth --shape tiny --arch deepseek2 --type q8_0 --seed 1 -o "$TMP/ds2.gguf" 2>"$TMP/err"; then
+    python3 - "$TMP/ds2.gguf" "$TMP/ds2-gating.gguf" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+key = b'deepseek2.expert_gating_func'
+i = b.index(struct.pack('<Q', len(key)) + key) + 8 + len(key)
+assert struct.unpack_from('<I', b, i)[0] == 4  # GGUF uint32
+struct.pack_into('<I', b, i + 4, 7)
+open(sys.argv[2], 'wb').write(b)
+PY
+    err=$("$VERITY" generate -m "$TMP/ds2-gating.gguf" -p hi -n 1 2>&1 >/dev/null)
+    rc=$?
+    if [ $rc -ne 2 ]; then fail bad.unknown_gating_function "exit code $rc, expected 2: $err"
+    elif [ "$(printf '%s' "$err" | grep -c '')" -ne 1 ]; then fail bad.unknown_gating_function "not one line: $err"
+    elif ! grep -q "expert_gating_func 7" <<<"$err"; then fail bad.unknown_gating_function "does not name it: $err"
+    else pass bad.unknown_gating_function; fi
+else
+    fail bad.unknown_gating_function "synth failed: $(cat "$TMP/err")"
+fi

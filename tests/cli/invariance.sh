@@ -7,12 +7,26 @@
 # nothing). Under the sanitizer builds a reduced matrix of 3 runs (VERITY_TEST_SCALE < 1).
 . "$(dirname "$0")/lib.bash"
 
-# f32 and q8_0 llama models, and a Qwen3 Q4_K_M-style file made the way users make them:
-# synth (F32) then quantize
+# f32 and q8_0 llama models, a Qwen3 Q4_K_M-style file made the way users make them (synth (F32)
+# then quantize), mixture-of-experts models: synthetic qwen3moe and deepseek2 (MLA) of Q8_0
+# weights and the reference qwen3moe and deepseek2 files of ../shared/models/arch (skipped
+# without them)
 "$VERITY" synth --shape small --arch qwen3 --type f32 --seed 11 -o "$TMP/qwen3-f32.gguf" 2>"$TMP/err" &&
     "$VERITY" quantize "$TMP/qwen3-f32.gguf" "$TMP/tiny-qwen3_q4_k_m.gguf" q4_k_m 2>>"$TMP/err" ||
     fail invariance.qwen3_q4_k_m "synth/quantize failed: $(cat "$TMP/err")"
-for type in f32 q8_0 qwen3_q4_k_m; do
+types="f32 q8_0 qwen3_q4_k_m"
+for arch in qwen3moe deepseek2; do
+    if "$VERITY" synth --shape tiny --arch $arch --type q8_0 --seed 11 -o "$TMP/tiny-${arch}_q8_0.gguf" 2>"$TMP/err"; then
+        types="$types ${arch}_q8_0"
+    else
+        fail "invariance.${arch}_q8_0" "synth failed: $(cat "$TMP/err")"
+    fi
+    if need_shared "invariance.${arch}_reference" "models/arch/$arch.gguf"; then
+        ln -s "$(cd "$SHARED/models/arch" && pwd)/$arch.gguf" "$TMP/tiny-${arch}_reference.gguf"
+        types="$types ${arch}_reference"
+    fi
+done
+for type in $types; do
     model="$TMP/tiny-$type.gguf"
     if [ ! -e "$model" ] && ! "$VERITY" synth --shape tiny --type "$type" --seed 11 -o "$model" 2>"$TMP/err"; then
         fail "invariance.$type" "synth failed: $(cat "$TMP/err")"; continue

@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * forward_int: the forward context and its phase machinery, shared by forward.c (the step: ctx,
+ * embedding, output) and the architectures' layer code (arch_dense.c, moe.c, arch_<name>.c).
+ *
+ * A step is a sequence of phases; each phase is one pool_for over chunks that whichever thread is
+ * free claims. A row phase runs a function over units [u0, u1) of a chunk (token rows, attention
+ * units, expert slots); a matmul phase runs up to FWD_MM_MAX products, each over its own rows,
+ * split by column blocks (and row panels). No phase divides a value's computation, so the bits
+ * never depend on the chunking (forward.c's note).
+ *
+ * What a layer finds and leaves (model_arch.forward_layer): the step's tokens are in tok_id /
+ * tok_pos / tok_seq (n_tok rows). Entering layer 0 nothing is computed; its first row phase must
+ * embed (fwd_rows_residual_norm with embed). Entering layer l > 0, x holds the residual stream and
+ * y the previous layer's last output, not yet added: the layer's first phase folds it in. A layer
+ * leaves its last output in y, again not added (the next layer, or the output norm, adds it).
+ */
+#ifndef VERITY_MODEL_FORWARD_INT_H
+#define VERITY_MODEL_FORWARD_INT_H
+
+#include "base/pool.h"
+#include "model/forward.h"
+#include "model/model_int.h"
+
+typedef struct fwd_moe fwd_moe;
+
+struct fwd_ctx {
+    model *m;
+    kv_pool *kv;
+    pool *threads;
+    int n_threads;
+    int64_t max_tokens, max_outputs, attn_chunk;
+    /* mm-panel: matmuls over more rows run panel by panel, every thread sweeping the columns of
+     * one panel before the next: a panel's activations (under 1 MiB at K = 896) stay in the L2
+     * across the sweep, where a whole 4096-row prefill step's would stream from L3 for every
+     * column block; each panel converts the weights again, a cost amortised over its 256 rows as
+     * at batch 1. 0: one panel of all rows. */
+    int64_t mm_panel;
+    int64_t attn_group;    /* most query heads per attention unit (attn-group, <= the GQA group) */
+    bool attn_per_row;     /* attn-group 0: kn_attn_row per head, one head per unit */
+    int64_t attn_per_unit; /* the step being run: heads per attention unit */
+    int64_t q_dim, kv_dim, act_k; /* act_k: widest matmul input */
+    int64_t n_ff_max;             /* widest dense or shared-expert FFN (g, u) */
+    /* [max_tokens][...] */
+    float *x, *xn, *q, *k, *v, *att, *y, *g, *u;
+    /* [act_rows][act_k]: quantized activations of a matmul's input rows (act_rows: the most rows
+     * any matmul of a step has, tokens, outputs or expert slots) */
+    int8_t *aq;
+    float *aqd;
+    int32_t *aqs;
+    int32_t *aqs16;  /* per-16 sums (Q6_K weights) */
+    float *rope;     /* [max_tokens][n_rot/2][2] */
+    int32_t *tok_id; /* per token row */
+    int32_t *tok_pos;
+    int32_t *tok_seq;
+    /* [max_outputs][...] */
+    int64_t *out_row;
+    float *out_x;
+    float *logits;
+    void **mm_scratch;                        /* per thread */
+    float **attn_scratch;                     /* per thread */
+    fwd_moe *moe;                             /* MoE buffers (moe.c), or NULL */
+    void *arch_ctx;                           /* the architecture's buffers, or NULL */
+    bool fault_attn_offsets, fault_big_batch; /* FAULT (b), (d): fault build only */
+    /* the step being run */
+    const fwd_batch *b;
+    int64_t n_tok, n_out;
+};
+
+/* Work per chunk below which a phase is not split further: a chunk should cost well above a
+ * claim (tens of nanoseconds) and a wake-up; a tiny model's phases run on the caller alone. */
+#define FWD_CHUNK_WORK    32768
+#define FWD_MM_CHUNK_WORK 262144
+
+typedef struct fwd_phase fwd_phase;
+
+/* A row phase's work on units [u0, u1), run by thread `thread`. */
+typedef void (*fwd_rows_fn)(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int64_t u1, int thread);
+
+/* One matrix product of a matmul phase: y[row0 + r] = x[row0 + r] W^T for r < rows, x quantized
+ * beforehand (into c->aq etc. at the same rows, row stride K) if W wants it. */
+typedef struct fwd_mm {
+    const kn_mat *w;
+    const float *x; /* [..][K] */
+    float *y;       /* [..][N] */
+    int64_t row0, rows;
+    int64_t chunks, panels; /* set by fwd_phase_matmul */
+} fwd_mm;
+
+struct fwd_phase {
+    fwd_ctx *c;
+    fwd_rows_fn fn; /* row phases */
+    int64_t layer;
+    int64_t units;   /* rows, outputs, attention units or expert slots */
+    bool quant;      /* quantize the rows the phase produces for a Q8 matmul */
+    bool embed;      /* fwd_rows_residual_norm: embed instead of adding the residual */
+    bool uneven;     /* units differ in cost: more chunks, claimed from the last */
+    const void *arg; /* the phase function's argument (a norm weight, a layer's MoE) */
+    fwd_mm *mm;      /* matmul phases */
+    int n_mm;
+};
+
+/* Most products in one matmul phase. */
+#define FWD_MM_MAX 1024
+
+/* Runs a row phase ph (c, fn, layer, units and whatever fn reads set) of about unit_work
+ * operations per unit, chunked by the total work; ph->uneven: units differ in cost (attention:
+ * later tokens attend to more keys), so more, smaller chunks, the heaviest claimed first. */
+void fwd_phase_run(fwd_ctx *c, fwd_phase *ph, int64_t unit_work);
+
+/* fwd_phase_run of fn over `units` units, with layer, quant and arg handed to fn in the phase. */
+void fwd_phase_rows(fwd_ctx *c, fwd_rows_fn fn, int64_t layer, int64_t units, int64_t unit_work,
+                    bool quant, const void *arg);
+
+/* The residual fold and a norm: for rows [u0, u1), x += y (or, with ph->embed, x = the token's
+ * embedding and its RoPE angles), then xn = rmsnorm(x) * (const float *)ph->arg, quantized if
+ * ph->quant. */
+void fwd_rows_residual_norm(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int64_t u1, int thread);
+
+/* One fwd_rows_residual_norm phase over the step's tokens. */
+void fwd_phase_residual_norm(fwd_ctx *c, int64_t layer, const float *w, bool embed, bool quant);
+
+/* y = x W^T for n_mm products (<= FWD_MM_MAX; products sharing an input share its
+ * quantization), one chunk per group of 64 columns at most; fills each mm's chunks and panels. */
+void fwd_phase_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm);
+
+/* Quantizes rows [r0, r1) of x (row stride k) into c->aq etc. at the same rows. */
+void fwd_quantize_rows(fwd_ctx *c, const float *x, int64_t k, int64_t r0, int64_t r1);
+
+/* ---- the dense transformer's layer (arch_dense.c) ---- */
+
+/* Attention of layer l: the residual fold (or embedding) and attn_norm, Q/K/V, biases, Q/K norms,
+ * RoPE, the KV write, attention, the output projection into y. */
+void arch_dense_forward_attn(fwd_ctx *c, int64_t l);
+
+/* The dense SwiGLU FFN of layer l: the residual fold and ffn_norm, gate and up, SwiGLU, down
+ * into y. */
+void arch_dense_forward_ffn(fwd_ctx *c, int64_t l);
+
+/* Attention then the dense FFN. */
+void arch_dense_forward_layer(fwd_ctx *c, int64_t l);
+
+/* The attention phase alone: c->q (n_head rows of head_dim per token, RoPE applied) against the
+ * KV pool's layer l (n_head_kv heads of head_dim per position) into c->att, scores times scale;
+ * v_is_k: the values are the keys' rows (MLA's latent cache: the output's first value_length
+ * elements are the latent result). */
+void arch_dense_phase_attention(fwd_ctx *c, int64_t l, float scale, bool v_is_k);
+
+/* ---- the mixture-of-experts FFN (moe.c) ---- */
+
+/* Creates the MoE buffers of c for its model (max_tokens rows, n_expert_used slots each) when the
+ * model has experts; no-op otherwise. Returns 0 or ERR_NOMEM. */
+int moe_ctx_create(fwd_ctx *c);
+void moe_ctx_destroy(fwd_ctx *c);
+
+/* Rows of matmul input the MoE of a model with hp needs (max_tokens * n_expert_used, 0 if
+ * dense), for sizing c->aq. */
+int64_t moe_act_rows(const model_hparams *hp, int64_t max_tokens);
+
+/* The MoE FFN of layer l (m->layers[l].moe): the residual fold and ffn_norm, the router, each
+ * token's experts, the routed experts over their gathered rows, the shared experts, and their
+ * weighted sum into y. */
+void moe_forward_ffn(fwd_ctx *c, int64_t l);
+
+#endif
