@@ -182,7 +182,8 @@ static int out_printf(outbuf *b, const char *fmt, ...) {
 
 static size_t out_pending(const outbuf *b) { return b->len - b->off; }
 
-/* Appends the OpenAI error JSON for message to b. */
+/* Appends the OpenAI error JSON for message to b: type "server_error" for 500 and 503 (the server's
+ * state), "invalid_request_error" for everything the request itself caused (501 and 505 too). */
 static int json_error(outbuf *b, int status, const char *message) {
     int rc = out_printf(b, "{\"error\":{\"message\":\"");
     for (const unsigned char *p = (const unsigned char *)message; !rc && *p; p++) {
@@ -195,7 +196,8 @@ static int json_error(outbuf *b, int status, const char *message) {
     }
     if (!rc)
         rc = out_printf(b, "\",\"type\":\"%s\",\"param\":null,\"code\":null}}",
-                        status >= 500 ? "server_error" : "invalid_request_error");
+                        status == 500 || status == 503 ? "server_error"
+                                                       : "invalid_request_error");
     return rc;
 }
 

@@ -190,7 +190,7 @@ int srv_http_respond(srv_http_req *req, int status, const char *headers, const c
 
 /* srv_http_respond with a JSON body in the OpenAI error shape:
  * {"error":{"message":message,"type":"invalid_request_error","param":null,"code":null}}
- * (type "server_error" for a 5xx status). Same returns. */
+ * (type "server_error" for 500 and 503). Same returns. */
 int srv_http_respond_error(srv_http_req *req, int status, const char *message);
 
 /* Starts a streamed answer with status and headers as for srv_http_respond (no Content-Length;
