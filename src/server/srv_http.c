@@ -102,7 +102,8 @@ struct conn {
     uint64_t body_got;
     srv_http_chunk chunk;
     srv_http_req *req; /* the current request (the layer's reference) */
-    bool peer_eof, shut_wr;
+    bool peer_eof; /* the client's read EOF; written under s->mu (answers read it) */
+    bool shut_wr;
     size_t drained;
     uint32_t events;
     unsigned char key[16];
@@ -915,7 +916,9 @@ static bool conn_read(conn *c) {
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return true;
         if (n == 0 && !c->shut_wr) {
+            pthread_mutex_lock(&s->mu);
             c->peer_eof = true; /* still sending our answer: finish it, then close */
+            pthread_mutex_unlock(&s->mu);
             return true;
         }
         conn_close(c);
@@ -949,8 +952,8 @@ static bool conn_read(conn *c) {
 /* The client's read EOF while its request is with the handler (see srv_http.h). */
 static bool conn_peer_eof(conn *c) {
     srv_http *s = c->s;
-    c->peer_eof = true;
     pthread_mutex_lock(&s->mu);
+    c->peer_eof = true;
     c->close_after = true;
     bool gone = false;
     if (c->req && c->req->answer == ANSWER_NONE) {
