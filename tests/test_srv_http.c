@@ -84,6 +84,15 @@ static void on_request(void *user, srv_http_req *req) {
         pthread_mutex_unlock(&held_mu);
         return;
     }
+    if (strcmp(path, "/big") == 0) {
+        size_t big = 8u << 20;
+        char *out = malloc(big);
+        memset(out, 'b', big);
+        srv_http_respond(req, 200, NULL, out, big);
+        free(out);
+        srv_http_req_release(req);
+        return;
+    }
     size_t n;
     const char *b = srv_http_req_body(req, &n);
     char *out = malloc(n + 256);
@@ -774,6 +783,54 @@ static void case_half_close(void) {
     stop();
 }
 
+static void case_write_stall(void) {
+    srv_http_cfg cfg;
+    base_cfg(&cfg);
+    cfg.idle_timeout_ms = 300;
+    start(&cfg, 4096);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int rcv = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    T_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    PUTS(fd, "GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
+    /* the client never reads its 8 MiB answer: the connection is closed as stalled */
+    T_CHECK(wait_open(1));
+    T_CHECKF(wait_open(0), "a client that stopped reading was not closed");
+    srv_http_stats st;
+    srv_http_stats_get(srv, &st);
+    T_EQ_INT(st.timed_out, 1);
+    close(fd);
+    stop();
+}
+
+static void case_stream_http10(void) {
+    srv_http_cfg cfg;
+    base_cfg(&cfg);
+    start(&cfg, 0);
+    int fd = dial();
+    PUTS(fd, "GET /stream HTTP/1.0\r\n\r\n");
+    srv_http_req *req = wait_held();
+    T_CHECK(req);
+    T_OK(srv_http_stream_begin(req, 200, "Content-Type: text/event-stream\r\n"));
+    T_OK(srv_http_stream_write(req, "data: a\n\n", 9, 1000));
+    T_OK(srv_http_stream_write(req, "data: b\n\n", 9, 1000));
+    T_OK(srv_http_stream_end(req));
+    T_EQ_INT(srv_http_stream_write(req, "x", 1, 0), ERR_STATE);
+    T_EQ_INT(srv_http_respond(req, 200, NULL, "x", 1), ERR_STATE);
+    srv_http_req_release(req);
+    size_t n;
+    char *b = read_to_close(fd, &n);
+    T_CHECKF(strncmp(b, "HTTP/1.1 200 ", 13) == 0 && strcasestr(b, "Connection: close") &&
+                 !strcasestr(b, "Transfer-Encoding") && strstr(b, "\r\n\r\ndata: a\n\ndata: b\n\n") &&
+                 count_status_lines(b) == 1,
+             "got %s", b);
+    free(b);
+    close(fd);
+    stop();
+}
+
 static void *shutdown_main(void *arg) {
     srv_http_shutdown(arg, BACKSTOP_MS);
     return NULL;
@@ -822,6 +879,8 @@ int main(void) {
     test_run("srv_http.stream_backpressure", case_stream_backpressure);
     test_run("srv_http.gone_mid_stream", case_gone_mid_stream);
     test_run("srv_http.half_close_answered", case_half_close);
+    test_run("srv_http.write_stall_closed", case_write_stall);
+    test_run("srv_http.stream_http10_close_delimited", case_stream_http10);
     test_run("srv_http.graceful_shutdown", case_shutdown);
     return test_summary();
 }

@@ -99,6 +99,8 @@ struct conn {
     char *in;
     size_t in_len, in_cap;
     int64_t t0_ns; /* idle since (HEAD, empty input), head's first byte, body start, linger start */
+    int64_t t_sent_ns; /* under s->mu: when queued output last moved or began to wait */
+    bool stall_armed;  /* under s->mu: output waits and t_sent_ns times it */
     uint64_t body_got;
     srv_http_chunk chunk;
     srv_http_req *req; /* the current request (the layer's reference) */
@@ -210,10 +212,19 @@ static void wake_event_thread(srv_http *s) {
     (void)r;
 }
 
+/* Starts the stall clock of c's output if it is not running (s->mu held). */
+static void conn_arm_stall_locked(conn *c) {
+    if (!c->stall_armed) {
+        c->stall_armed = true;
+        c->t_sent_ns = clock_now_ns();
+    }
+}
+
 /* Puts c on the wake list (s->mu held) and wakes the event thread. */
 static void conn_wake_locked(conn *c) {
     if (c->closed)
         return;
+    conn_arm_stall_locked(c);
     if (!c->in_wake) {
         c->in_wake = true;
         c->wake_next = c->s->wake;
@@ -610,6 +621,7 @@ static bool conn_flush(conn *c, bool *drained) {
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->out.off += (size_t)n;
+            c->t_sent_ns = clock_now_ns();
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -622,6 +634,8 @@ static bool conn_flush(conn *c, bool *drained) {
     if (out_pending(&c->out) < s->cfg.out_cap_bytes)
         pthread_cond_broadcast(&c->room);
     *drained = out_pending(&c->out) == 0;
+    if (*drained)
+        c->stall_armed = false; /* the stall clock runs only while output waits */
     if (*drained && c->out.cap > 4 * s->cfg.out_cap_bytes) {
         free(c->out.p);
         c->out = (outbuf){0};
@@ -957,8 +971,10 @@ static bool conn_peer_eof(conn *c) {
     c->close_after = true;
     bool gone = false;
     if (c->req && c->req->answer == ANSWER_NONE) {
-        if (c->req->h.minor == 1)
+        if (c->req->h.minor == 1) {
             out_put(&c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            conn_arm_stall_locked(c);
+        }
         else
             gone = true;
     }
@@ -1105,6 +1121,18 @@ static void scan_deadlines(srv_http *s, int64_t now) {
         } else if (c->state == CONN_CLOSING) {
             if ((c->shut_wr && el > ms_ns(g->linger_ms)) ||
                 el > ms_ns(g->linger_ms) + ms_ns(g->head_timeout_ms)) {
+                conn_close(c);
+                continue;
+            }
+        } else if (c->state == CONN_HANDLER) {
+            /* a client that stops reading an answer: after idle_timeout_ms without progress
+             * the connection is closed and the request becomes gone */
+            pthread_mutex_lock(&s->mu);
+            bool stalled = out_pending(&c->out) > 0 && c->stall_armed &&
+                           now - c->t_sent_ns > ms_ns(g->idle_timeout_ms);
+            s->stats.timed_out += stalled;
+            pthread_mutex_unlock(&s->mu);
+            if (stalled) {
                 conn_close(c);
                 continue;
             }

@@ -47,7 +47,8 @@
  * Limits (srv_http_cfg; a 0 field takes the default in brackets):
  *   head_timeout_ms [10000]   the head must be complete this long after its first byte: else 408
  *   idle_timeout_ms [30000]   a connection with no request in progress is closed after this (no
- *                             response: nothing was asked)
+ *                             response: nothing was asked); so is one whose queued answer has
+ *                             not moved for this long (a client that stopped reading: gone)
  *   body_grace_ms [5000], body_min_bytes_per_s [1024]   after the grace period a body must have
  *                             arrived at this average rate since its start: else 408 and close
  *   body_timeout_ms [0: none] an absolute bound on receiving a body (408)
@@ -61,12 +62,14 @@
  *   linger_ms [2000]          after a final answer with "Connection: close", unread input is
  *                             drained this long so the close does not reset the answer away
  *
- * Memory per connection: about 600 bytes of connection state, plus while a head is arriving an
- * input buffer of at most max_head_bytes + 4 KiB (freed when the connection goes idle), plus a
- * request object (about 2.2 KiB and the head's bytes) while a request is in progress, plus its
- * body (at most the body limit; grown as bytes arrive, never ahead of them), plus the output
- * buffer (at most out_cap_bytes plus one write for a stream; the whole body for srv_http_respond).
- * An idle or trickling connection costs no more than about 21 KiB; max_conns bounds the count.
+ * Memory per connection (x86-64): 312 bytes of connection state and a kernel socket, plus while a
+ * head is arriving an input buffer of max_head_bytes + 4 KiB (20 KiB by default; freed when the
+ * connection goes idle), plus a request object (2,200 bytes and a copy of its head) while a
+ * request is in progress, plus its body (at most its body limit, grown by doubling as bytes
+ * arrive, so at most twice what arrived), plus the output buffer (at most out_cap_bytes plus one
+ * write for a stream; the whole answer for srv_http_respond). An idle connection costs 312
+ * bytes; one trickling a head about 21 KiB; max_conns bounds the count; max_body_total_bytes
+ * bounds the bodies being received together.
  *
  * Threads and ownership: the event thread owns the sockets, the epoll set and the connections'
  * read side. One mutex (per srv_http) guards what the caller's threads touch: each connection's
