@@ -96,8 +96,8 @@ static void on_request(void *user, srv_http_req *req) {
     size_t n;
     const char *b = srv_http_req_body(req, &n);
     char *out = malloc(n + 256);
-    int len = snprintf(out, 256, "%s %s %s|", srv_http_req_method(req), path,
-                       srv_http_req_query(req));
+    int len =
+        snprintf(out, 256, "%s %s %s|", srv_http_req_method(req), path, srv_http_req_query(req));
     memcpy(out + len, b, n);
     srv_http_respond(req, 200, "Content-Type: text/plain\r\n", out, (size_t)len + n);
     free(out);
@@ -149,7 +149,8 @@ static void stop(void) {
 static int dial(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     T_CHECK(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     T_CHECKF(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
     return fd;
@@ -313,7 +314,8 @@ static void case_parse_head(void) {
         T_CHECKF(parse_status(cases[i].req) == cases[i].status, "case %zu: got %d, want %d", i,
                  parse_status(cases[i].req), cases[i].status);
     /* fields, path and query, keep-alive */
-    const char *r = "GET /a/b?x=1&y HTTP/1.1\r\nHost: h\r\nConnection: close\r\nX-K:  v v \r\n\r\nrest";
+    const char *r =
+        "GET /a/b?x=1&y HTTP/1.1\r\nHost: h\r\nConnection: close\r\nX-K:  v v \r\n\r\nrest";
     srv_http_head h;
     srv_http_parse_limits lim = {16384, 100};
     int st;
@@ -368,8 +370,12 @@ static void case_parse_chunked(void) {
         T_CHECK(n == 11 && memcmp(out, "hello world", 11) == 0);
     }
     static const char *bad[] = {
-        "zz\r\nhello\r\n0\r\n\r\n", "-5\r\nhello\r\n0\r\n\r\n", "5\nhello\r\n0\r\n\r\n",
-        "5\r\nhelloX\r\n0\r\n\r\n", "1000000000000000\r\n", "0x5\r\nhello\r\n0\r\n\r\n",
+        "zz\r\nhello\r\n0\r\n\r\n",
+        "-5\r\nhello\r\n0\r\n\r\n",
+        "5\nhello\r\n0\r\n\r\n",
+        "5\r\nhelloX\r\n0\r\n\r\n",
+        "1000000000000000\r\n",
+        "0x5\r\nhello\r\n0\r\n\r\n",
         "5\r\nhello\r\n0\r\n folded\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -462,7 +468,8 @@ static void case_http10_and_continue(void) {
     close(fd);
     /* refused on the head: no 100, one final answer, closed */
     fd = dial();
-    PUTS(fd, "POST /reject HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
+    PUTS(fd,
+         "POST /reject HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
     b = read_to_close(fd, &n);
     T_CHECKF(strncmp(b, "HTTP/1.1 401 ", 13) == 0 && count_status_lines(b) == 1, "got %s", b);
     T_CHECK(strstr(b, "\"message\":\"no key\""));
@@ -477,19 +484,35 @@ static void case_malformed(void) {
         int status;
     } cases[] = {
         {"cl_minus_one", "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n", 400},
-        {"cl_1e23", "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000000000000000000\r\n\r\n", 413},
+        {"cl_1e23",
+         "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000000000000000000\r\n\r\n", 413},
         {"cl_plus", "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: +5\r\n\r\nhello", 400},
-        {"cl_two", "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
-        {"te_twice", "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 400},
+        {"cl_two",
+         "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+         400},
+        {"te_twice",
+         "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, "
+         "chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+         400},
         {"te_gzip", "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\nxx", 501},
-        {"te_and_cl", "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400},
-        {"bad_chunk", "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400},
+        {"te_and_cl",
+         "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: "
+         "5\r\n\r\n",
+         400},
+        {"bad_chunk",
+         "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: "
+         "chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+         400},
         {"obs_fold", "GET /echo HTTP/1.1\r\nHost: t\r\nX: a\r\n b\r\n\r\n", 400},
         {"bare_lf", "GET /echo HTTP/1.1\nHost: t\n\n", 400},
         {"version", "GET /echo HTTP/3.0\r\nHost: t\r\n\r\n", 505},
         {"no_host", "GET /echo HTTP/1.1\r\n\r\n", 400},
-        {"body_limit", "POST /small HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello world", 413},
-        {"chunked_limit", "POST /small HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nhello wo\r\n8\r\nrld hell\r\n0\r\n\r\n", 413},
+        {"body_limit", "POST /small HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello world",
+         413},
+        {"chunked_limit",
+         "POST /small HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n8\r\nhello "
+         "wo\r\n8\r\nrld hell\r\n0\r\n\r\n",
+         413},
     };
     srv_http_cfg cfg;
     base_cfg(&cfg);
@@ -548,7 +571,8 @@ static void case_idle_thousand(void) {
         setrlimit(RLIMIT_NOFILE, &rl);
         getrlimit(RLIMIT_NOFILE, &rl);
         if (rl.rlim_cur < 2 * N + 64)
-            test_skip("RLIMIT_NOFILE %llu is below %d", (unsigned long long)rl.rlim_cur, 2 * N + 64);
+            test_skip("RLIMIT_NOFILE %llu is below %d", (unsigned long long)rl.rlim_cur,
+                      2 * N + 64);
     }
     srv_http_cfg cfg;
     base_cfg(&cfg);
@@ -687,7 +711,8 @@ static void case_stream_backpressure(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     int rcv = 4096;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     T_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
     PUTS(fd, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -791,7 +816,8 @@ static void case_write_stall(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     int rcv = 4096;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     T_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
     PUTS(fd, "GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -823,8 +849,8 @@ static void case_stream_http10(void) {
     size_t n;
     char *b = read_to_close(fd, &n);
     T_CHECKF(strncmp(b, "HTTP/1.1 200 ", 13) == 0 && strcasestr(b, "Connection: close") &&
-                 !strcasestr(b, "Transfer-Encoding") && strstr(b, "\r\n\r\ndata: a\n\ndata: b\n\n") &&
-                 count_status_lines(b) == 1,
+                 !strcasestr(b, "Transfer-Encoding") &&
+                 strstr(b, "\r\n\r\ndata: a\n\ndata: b\n\n") && count_status_lines(b) == 1,
              "got %s", b);
     free(b);
     close(fd);

@@ -73,14 +73,14 @@ typedef struct conn conn;
 struct srv_http_req {
     srv_http *s;
     conn *c;
-    int refs;          /* under s->mu */
-    int answer;        /* ANSWER_*, under s->mu */
-    bool chunked;      /* the stream uses chunked coding (else close-delimited) */
-    bool body_done;    /* the body was read (or there was none): set before on_request */
-    bool handed;       /* on_request was called */
+    int refs;       /* under s->mu */
+    int answer;     /* ANSWER_*, under s->mu */
+    bool chunked;   /* the stream uses chunked coding (else close-delimited) */
+    bool body_done; /* the body was read (or there was none): set before on_request */
+    bool handed;    /* on_request was called */
     atomic_bool gone;
-    srv_http_head h;   /* spans into head */
-    char *head;        /* the head's bytes, each token NUL-terminated in place */
+    srv_http_head h; /* spans into head */
+    char *head;      /* the head's bytes, each token NUL-terminated in place */
     char *body;
     size_t body_len, body_cap, body_limit, body_counted;
 };
@@ -104,7 +104,7 @@ struct conn {
     uint64_t body_got;
     srv_http_chunk chunk;
     srv_http_req *req; /* the current request (the layer's reference) */
-    bool peer_eof; /* the client's read EOF; written under s->mu (answers read it) */
+    bool peer_eof;     /* the client's read EOF; written under s->mu (answers read it) */
     bool shut_wr;
     size_t drained;
     uint32_t events;
@@ -183,7 +183,9 @@ static int out_printf(outbuf *b, const char *fmt, ...) {
     return out_put(b, tmp, (size_t)n);
 }
 
-static size_t out_pending(const outbuf *b) { return b->len - b->off; }
+static size_t out_pending(const outbuf *b) {
+    return b->len - b->off;
+}
 
 /* Appends the OpenAI error JSON for message to b: type "server_error" for 500 and 503 (the server's
  * state), "invalid_request_error" for everything the request itself caused (501 and 505 too). */
@@ -199,12 +201,13 @@ static int json_error(outbuf *b, int status, const char *message) {
     }
     if (!rc)
         rc = out_printf(b, "\",\"type\":\"%s\",\"param\":null,\"code\":null}}",
-                        status == 500 || status == 503 ? "server_error"
-                                                       : "invalid_request_error");
+                        status == 500 || status == 503 ? "server_error" : "invalid_request_error");
     return rc;
 }
 
-static int64_t ms_ns(int ms) { return (int64_t)ms * 1000000; }
+static int64_t ms_ns(int ms) {
+    return (int64_t)ms * 1000000;
+}
 
 static void wake_event_thread(srv_http *s) {
     uint64_t one = 1;
@@ -302,13 +305,27 @@ static int respond_error_locked(srv_http_req *r, int status, const char *message
 
 /* ---- public request API ---- */
 
-const char *srv_http_req_method(const srv_http_req *r) { return r->head + r->h.method.off; }
-const char *srv_http_req_path(const srv_http_req *r) { return r->head + r->h.path.off; }
-const char *srv_http_req_query(const srv_http_req *r) { return r->head + r->h.query.off; }
-const char *srv_http_req_peer(const srv_http_req *r) { return r->c->peer; }
-int srv_http_req_minor(const srv_http_req *r) { return r->h.minor; }
-bool srv_http_req_is_head(const srv_http_req *r) { return r->h.is_head; }
-int srv_http_req_header_count(const srv_http_req *r) { return r->h.n_fields; }
+const char *srv_http_req_method(const srv_http_req *r) {
+    return r->head + r->h.method.off;
+}
+const char *srv_http_req_path(const srv_http_req *r) {
+    return r->head + r->h.path.off;
+}
+const char *srv_http_req_query(const srv_http_req *r) {
+    return r->head + r->h.query.off;
+}
+const char *srv_http_req_peer(const srv_http_req *r) {
+    return r->c->peer;
+}
+int srv_http_req_minor(const srv_http_req *r) {
+    return r->h.minor;
+}
+bool srv_http_req_is_head(const srv_http_req *r) {
+    return r->h.is_head;
+}
+int srv_http_req_header_count(const srv_http_req *r) {
+    return r->h.n_fields;
+}
 
 const char *srv_http_req_header(const srv_http_req *r, const char *name) {
     const srv_http_field *f = srv_http_head_field(&r->h, r->head, name);
@@ -328,7 +345,9 @@ const char *srv_http_req_body(const srv_http_req *r, size_t *len) {
     return r->body ? r->body : "";
 }
 
-void srv_http_req_set_body_limit(srv_http_req *r, size_t max_bytes) { r->body_limit = max_bytes; }
+void srv_http_req_set_body_limit(srv_http_req *r, size_t max_bytes) {
+    r->body_limit = max_bytes;
+}
 
 bool srv_http_request_gone(const srv_http_req *r) {
     return atomic_load((atomic_bool *)&r->gone);
@@ -394,7 +413,8 @@ static int wait_room_locked(srv_http_req *r, int timeout_ms) {
     conn *c = r->c;
     struct timespec until;
     bool timed = false;
-    while (!atomic_load(&r->gone) && !c->closed && out_pending(&c->out) >= r->s->cfg.out_cap_bytes) {
+    while (!atomic_load(&r->gone) && !c->closed &&
+           out_pending(&c->out) >= r->s->cfg.out_cap_bytes) {
         if (timeout_ms <= 0)
             return ERR_BUSY;
         if (!timed) {
@@ -617,8 +637,8 @@ static bool conn_flush(conn *c, bool *drained) {
     bool ok = true;
     pthread_mutex_lock(&s->mu);
     while (out_pending(&c->out) > 0) {
-        ssize_t n = send(c->fd, c->out.p + c->out.off, out_pending(&c->out),
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n =
+            send(c->fd, c->out.p + c->out.off, out_pending(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->out.off += (size_t)n;
             c->t_sent_ns = clock_now_ns();
@@ -685,7 +705,8 @@ static int body_grow(srv_http *s, srv_http_req *r, size_t want) {
         cap *= 2;
     if (cap > r->body_limit + 1 && want + 1 <= r->body_limit + 1)
         cap = r->body_limit + 1;
-    if (s->cfg.max_body_total_bytes && s->body_total + (cap - r->body_cap) > s->cfg.max_body_total_bytes)
+    if (s->cfg.max_body_total_bytes &&
+        s->body_total + (cap - r->body_cap) > s->cfg.max_body_total_bytes)
         return ERR_FULL;
     char *p = realloc(r->body, cap);
     if (!p)
@@ -794,8 +815,9 @@ static bool conn_read_body(conn *c) {
         size_t n = c->in_len < left ? c->in_len : left;
         int rc = body_grow(s, r, r->body_len + n);
         if (rc) {
-            conn_fail(c, 503, rc == ERR_FULL ? "server busy: too many request bodies in flight"
-                                             : "out of memory");
+            conn_fail(c, 503,
+                      rc == ERR_FULL ? "server busy: too many request bodies in flight"
+                                     : "out of memory");
             return true;
         }
         memcpy(r->body + r->body_len, c->in, n);
@@ -812,8 +834,9 @@ static bool conn_read_body(conn *c) {
         want = r->body_limit + 1;
     int rc = body_grow(s, r, want);
     if (rc) {
-        conn_fail(c, 503, rc == ERR_FULL ? "server busy: too many request bodies in flight"
-                                         : "out of memory");
+        conn_fail(c, 503,
+                  rc == ERR_FULL ? "server busy: too many request bodies in flight"
+                                 : "out of memory");
         return true;
     }
     size_t used = 0, got = 0;
@@ -974,8 +997,7 @@ static bool conn_peer_eof(conn *c) {
         if (c->req->h.minor == 1) {
             out_put(&c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
             conn_arm_stall_locked(c);
-        }
-        else
+        } else
             gone = true;
     }
     pthread_mutex_unlock(&s->mu);
@@ -1186,8 +1208,7 @@ static void *event_main(void *arg) {
             }
             if ((ev & EPOLLIN) && !conn_read(c))
                 continue;
-            if ((ev & EPOLLRDHUP) && c->state == CONN_HANDLER && !c->peer_eof &&
-                !conn_peer_eof(c))
+            if ((ev & EPOLLRDHUP) && c->state == CONN_HANDLER && !c->peer_eof && !conn_peer_eof(c))
                 continue;
             conn_step(c);
         }
@@ -1270,7 +1291,8 @@ int srv_http_create(const srv_http_cfg *cfg, srv_http **out) {
     }
     struct epoll_event e1 = {.events = EPOLLIN, .data.ptr = &tag_listen};
     struct epoll_event e2 = {.events = EPOLLIN, .data.ptr = &tag_event};
-    if (epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &e1) || epoll_ctl(s->ep, EPOLL_CTL_ADD, s->evfd, &e2)) {
+    if (epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &e1) ||
+        epoll_ctl(s->ep, EPOLL_CTL_ADD, s->evfd, &e2)) {
         rc = err_set(ERR_IO, "srv_http_create: epoll_ctl: %s", strerror(errno));
         goto fail;
     }

@@ -124,13 +124,13 @@ typedef struct srv_http_cfg {
 
 /* Counters since create, for /metrics and tests. */
 typedef struct srv_http_stats {
-    uint64_t accepted;         /* connections accepted (and served or refused) */
-    uint64_t refused_cap;      /* answered 503 at max_conns */
-    uint64_t refused_addr;     /* answered 429 at max_conns_per_addr */
-    uint64_t timed_out;        /* closed by the head, body or idle deadline */
-    uint64_t bad_requests;     /* answered 4xx/5xx by the parser or a limit */
-    uint64_t requests;         /* heads handed to on_head */
-    int open_conns;            /* connections open now */
+    uint64_t accepted;     /* connections accepted (and served or refused) */
+    uint64_t refused_cap;  /* answered 503 at max_conns */
+    uint64_t refused_addr; /* answered 429 at max_conns_per_addr */
+    uint64_t timed_out;    /* closed by the head, body or idle deadline */
+    uint64_t bad_requests; /* answered 4xx/5xx by the parser or a limit */
+    uint64_t requests;     /* heads handed to on_head */
+    int open_conns;        /* connections open now */
 } srv_http_stats;
 
 /* Starts the layer on cfg->listen_fd with its event thread.
@@ -164,7 +164,8 @@ const char *srv_http_req_query(const srv_http_req *req);
  * NULL when absent. Valid until the request is released. */
 const char *srv_http_req_header(const srv_http_req *req, const char *name);
 
-/* Number of header fields, and the i-th (0 <= i < count) name and value; false when out of range. */
+/* Number of header fields, and the i-th (0 <= i < count) name and value; false when out of range.
+ */
 int srv_http_req_header_count(const srv_http_req *req);
 bool srv_http_req_header_at(const srv_http_req *req, int i, const char **name, const char **value);
 

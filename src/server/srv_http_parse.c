@@ -25,9 +25,13 @@ static bool is_tchar(unsigned char c) {
 }
 
 /* field-vchar, SP, HTAB or obs-text */
-static bool is_value_char(unsigned char c) { return c == '\t' || (c >= 0x20 && c != 0x7f); }
+static bool is_value_char(unsigned char c) {
+    return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
 
-static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
+static char lower(char c) {
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
 
 static bool span_ieq(const char *buf, srv_http_span s, const char *lit) {
     size_t n = strlen(lit);
@@ -116,8 +120,8 @@ static size_t head_end(const char *buf, size_t len, size_t start, bool *bare_lf)
     return 0;
 }
 
-static int parse_request_line(const char *buf, size_t a, size_t eol, srv_http_head *h,
-                              int *status, const char **why) {
+static int parse_request_line(const char *buf, size_t a, size_t eol, srv_http_head *h, int *status,
+                              const char **why) {
     size_t i = a;
     while (i < eol && is_tchar((unsigned char)buf[i]))
         i++;
@@ -131,8 +135,8 @@ static int parse_request_line(const char *buf, size_t a, size_t eol, srv_http_he
         return fail(status, why, 400, "malformed request line (target)");
     h->target = (srv_http_span){(uint32_t)t, (uint32_t)(i - t)};
     size_t v = i + 1;
-    if (eol - v != 8 || memcmp(buf + v, "HTTP/", 5) != 0 || buf[v + 6] != '.' ||
-        buf[v + 5] < '0' || buf[v + 5] > '9' || buf[v + 7] < '0' || buf[v + 7] > '9')
+    if (eol - v != 8 || memcmp(buf + v, "HTTP/", 5) != 0 || buf[v + 6] != '.' || buf[v + 5] < '0' ||
+        buf[v + 5] > '9' || buf[v + 7] < '0' || buf[v + 7] > '9')
         return fail(status, why, 400, "malformed request line (version)");
     if (buf[v + 5] != '1' || (buf[v + 7] != '0' && buf[v + 7] != '1'))
         return fail(status, why, 505, "HTTP version not supported (HTTP/1.0 and HTTP/1.1 are)");
@@ -192,7 +196,8 @@ int srv_http_parse_head(const char *buf, size_t len, const srv_http_parse_limits
     te_count te = {0, 0};
     int te_empty = 0;
     conn_opts conn = {false, false};
-    int max_fields = lim->max_fields < SRV_HTTP_MAX_HEADERS ? lim->max_fields : SRV_HTTP_MAX_HEADERS;
+    int max_fields =
+        lim->max_fields < SRV_HTTP_MAX_HEADERS ? lim->max_fields : SRV_HTTP_MAX_HEADERS;
 
     size_t i = eol + 2;
     while (i < end - 2) {
@@ -319,7 +324,9 @@ enum {
     CH_DONE,
 };
 
-void srv_http_chunk_init(srv_http_chunk *c) { memset(c, 0, sizeof *c); }
+void srv_http_chunk_init(srv_http_chunk *c) {
+    memset(c, 0, sizeof *c);
+}
 
 static int hexval(char ch) {
     if (ch >= '0' && ch <= '9')
@@ -466,32 +473,59 @@ out:
 
 const char *srv_http_reason(int status) {
     switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 204:
+        return "No Content";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 415:
+        return "Unsupported Media Type";
+    case 417:
+        return "Expectation Failed";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 499:
+        return "Client Closed Request";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Unknown";
     }
 }

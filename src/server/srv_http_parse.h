@@ -57,19 +57,19 @@ typedef struct srv_http_field {
 
 /* A parsed request head. Spans point into the buffer given to srv_http_parse_head. */
 typedef struct srv_http_head {
-    size_t head_len;             /* bytes of the head, blank line (and skipped empty lines) included */
-    srv_http_span method;        /* "GET" */
-    srv_http_span target;        /* "/v1/models?x=1" as sent (origin or absolute form, or "*") */
-    srv_http_span path;          /* "/v1/models" */
-    srv_http_span query;         /* "x=1" (len 0 when there is no '?') */
-    int minor;                   /* 0 for HTTP/1.0, 1 for HTTP/1.1 */
+    size_t head_len;      /* bytes of the head, blank line (and skipped empty lines) included */
+    srv_http_span method; /* "GET" */
+    srv_http_span target; /* "/v1/models?x=1" as sent (origin or absolute form, or "*") */
+    srv_http_span path;   /* "/v1/models" */
+    srv_http_span query;  /* "x=1" (len 0 when there is no '?') */
+    int minor;            /* 0 for HTTP/1.0, 1 for HTTP/1.1 */
     int n_fields;
     srv_http_field fields[SRV_HTTP_MAX_HEADERS];
-    int body;                    /* SRV_HTTP_BODY_* */
-    uint64_t content_length;     /* when body == SRV_HTTP_BODY_LENGTH */
-    bool keep_alive;             /* the connection may carry another request after this one */
-    bool expect_continue;        /* Expect: 100-continue (HTTP/1.1 only) */
-    bool is_head;                /* method HEAD: the response has no body */
+    int body;                /* SRV_HTTP_BODY_* */
+    uint64_t content_length; /* when body == SRV_HTTP_BODY_LENGTH */
+    bool keep_alive;         /* the connection may carry another request after this one */
+    bool expect_continue;    /* Expect: 100-continue (HTTP/1.1 only) */
+    bool is_head;            /* method HEAD: the response has no body */
 } srv_http_head;
 
 /* Limits the head parser enforces. */
