@@ -776,8 +776,13 @@ static bool conn_parse_head(conn *c) {
     int act = s->cfg.on_head ? s->cfg.on_head(s->cfg.user, r) : SRV_HTTP_HEAD_READ_BODY;
     if (act == SRV_HTTP_HEAD_ANSWERED) {
         pthread_mutex_lock(&s->mu);
-        if (r->answer == ANSWER_NONE)
+        if (r->answer == ANSWER_NONE) {
             respond_error_locked(r, 500, "the request was not answered");
+        } else if (r->answer == ANSWER_STREAM) {
+            /* a stream begun in on_head cannot be continued (nobody holds req): cut it */
+            r->answer = ANSWER_DONE;
+            c->close_after = true;
+        }
         if (!r->body_done)
             c->close_after = true;
         pthread_mutex_unlock(&s->mu);

@@ -12,20 +12,21 @@
  *     answers right there (srv_http_respond or srv_http_respond_error inside the callback: a
  *     refusal such as 401 before any body byte is read, or a cheap route such as /health and
  *     /metrics answered inline so it works while every worker is busy) and returns
- *     SRV_HTTP_HEAD_ANSWERED; or it returns SRV_HTTP_HEAD_READ_BODY, optionally after lowering or
- *     raising the body limit for this request (srv_http_req_set_body_limit). For
- *     "Expect: 100-continue" the layer sends "100 Continue" only on READ_BODY, so a refused
- *     request never has its body sent. A body larger than the limit is a 413.
- *   on_request(user, req): the body is complete (srv_http_req_body). Ownership of one reference
- *     to req passes to the caller, who answers from any thread and then calls
- *     srv_http_req_release. The answer may also be given inside on_request.
+ *     SRV_HTTP_HEAD_ANSWERED (a whole answer only: a stream begun there is cut, since nobody
+ *     holds the request afterwards); or it returns SRV_HTTP_HEAD_READ_BODY, optionally after
+ * lowering or raising the body limit for this request (srv_http_req_set_body_limit). For "Expect:
+ * 100-continue" the layer sends "100 Continue" only on READ_BODY, so a refused request never has
+ * its body sent. A body larger than the limit is a 413. on_request(user, req): the body is complete
+ * (srv_http_req_body). Ownership of one reference to req passes to the caller, who answers from any
+ * thread and then calls srv_http_req_release. The answer may also be given inside on_request.
  *
  * Answers: srv_http_respond (status, extra header lines, whole body) or a stream
  * (srv_http_stream_begin, srv_http_stream_write..., srv_http_stream_end): chunked transfer
  * coding for HTTP/1.1, close-delimited for HTTP/1.0. Each request gets exactly one answer; a
  * second is refused with ERR_STATE. Whatever the handler does, the status line is sent once: the
- * layer's own error answers (400, 408, 413, 431, 501, ...) are only sent before a request reaches
- * the handler, or when the handler returned ANSWERED without answering (500).
+ * layer's own error answers (400, 408, 413, 431, 501, ...) are only sent before on_request and
+ * only while the request has no answer (a body over the limit after on_head said READ_BODY, a
+ * body too slow), or when on_head returned ANSWERED without answering (500).
  *
  * Backpressure: each connection has an output buffer of out_cap_bytes. srv_http_stream_write
  * BLOCKS the calling thread while the buffer holds out_cap_bytes or more unsent bytes, up to its
