@@ -46,6 +46,11 @@ static int on_head(void *user, srv_http_req *req) {
         srv_http_respond(req, 200, "Content-Type: text/plain\r\n", "ok", 2);
         return SRV_HTTP_HEAD_ANSWERED;
     }
+    if (strcmp(path, "/peer") == 0) {
+        const char *p = srv_http_req_peer(req);
+        srv_http_respond(req, 200, NULL, p, strlen(p));
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
     if (strcmp(path, "/reject") == 0) {
         srv_http_respond_error(req, 401, "no key");
         return SRV_HTTP_HEAD_ANSWERED;
@@ -857,6 +862,65 @@ static void case_stream_http10(void) {
     stop();
 }
 
+static void case_ipv6_per_addr(void) {
+    int lfd = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 64) != 0) {
+        if (lfd >= 0)
+            close(lfd);
+        test_skip("no IPv6 loopback here");
+    }
+    socklen_t sl = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &sl);
+    srv_http_cfg cfg;
+    base_cfg(&cfg);
+    cfg.max_conns_per_addr = 2;
+    cfg.listen_fd = lfd;
+    cfg.on_head = on_head;
+    cfg.on_request = on_request;
+    T_OK(srv_http_create(&cfg, &srv));
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = socket(AF_INET6, SOCK_STREAM, 0);
+        T_CHECK(connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0);
+        if (i == 1)
+            T_CHECK(wait_open(2));
+    }
+    size_t n;
+    char *b = read_to_close(fds[2], &n);
+    T_CHECKF(strncmp(b, "HTTP/1.1 429 ", 13) == 0, "got %.40s", b);
+    free(b);
+    PUTS(fds[0], "GET /peer HTTP/1.1\r\nHost: t\r\n\r\n");
+    char head[4096], body[4096];
+    size_t bl;
+    T_EQ_INT(read_response(fds[0], head, sizeof head, body, sizeof body, &bl, false), 200);
+    T_CHECKF(strcmp(body, "::1") == 0, "peer %s", body);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+    stop();
+}
+
+static void case_shutdown_deadline(void) {
+    srv_http_cfg cfg;
+    base_cfg(&cfg);
+    start(&cfg, 0);
+    int fd = dial();
+    PUTS(fd, "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n");
+    srv_http_req *req = wait_held();
+    T_CHECK(req);
+    /* nobody answers: at the deadline the connection is closed and the request is gone */
+    srv_http_shutdown(srv, 200);
+    T_CHECK(srv_http_request_gone(req));
+    T_EQ_INT(srv_http_respond(req, 200, NULL, "late", 4), ERR_CANCELLED);
+    srv_http_req_release(req);
+    size_t n;
+    char *b = read_to_close(fd, &n);
+    T_EQ_INT(n, 0);
+    free(b);
+    close(fd);
+    stop();
+}
+
 static void *shutdown_main(void *arg) {
     srv_http_shutdown(arg, BACKSTOP_MS);
     return NULL;
@@ -908,5 +972,7 @@ int main(void) {
     test_run("srv_http.write_stall_closed", case_write_stall);
     test_run("srv_http.stream_http10_close_delimited", case_stream_http10);
     test_run("srv_http.graceful_shutdown", case_shutdown);
+    test_run("srv_http.shutdown_deadline_gone", case_shutdown_deadline);
+    test_run("srv_http.ipv6_per_address_limit", case_ipv6_per_addr);
     return test_summary();
 }
