@@ -187,6 +187,20 @@ static size_t out_pending(const outbuf *b) {
     return b->len - b->off;
 }
 
+/* Appends "HTTP/1.1 <status> <reason>\r\nDate: <IMF-fixdate>\r\n" (RFC 9110 6.6.1: an origin
+ * server with a clock sends Date). Day and month names are spelled here, not by the locale. */
+static int out_status(outbuf *b, int status) {
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    return out_printf(b, "HTTP/1.1 %d %s\r\nDate: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n", status,
+                      srv_http_reason(status), days[tm.tm_wday % 7], tm.tm_mday,
+                      months[tm.tm_mon % 12], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
 /* Appends the OpenAI error JSON for message to b: type "server_error" for 500 and 503 (the server's
  * state), "invalid_request_error" for everything the request itself caused (501 and 505 too). */
 static int json_error(outbuf *b, int status, const char *message) {
@@ -273,7 +287,7 @@ static int respond_locked(srv_http_req *r, int status, const char *headers, cons
     }
     bool close = answer_closes(r);
     size_t mark = c->out.len;
-    int rc = out_printf(&c->out, "HTTP/1.1 %d %s\r\n", status, srv_http_reason(status));
+    int rc = out_status(&c->out, status);
     if (!rc && headers)
         rc = out_put(&c->out, headers, strlen(headers));
     if (!rc)
@@ -388,7 +402,7 @@ int srv_http_stream_begin(srv_http_req *r, int status, const char *headers) {
         r->chunked = r->h.minor == 1;
         bool close = !r->chunked || answer_closes(r);
         size_t mark = c->out.len;
-        rc = out_printf(&c->out, "HTTP/1.1 %d %s\r\n", status, srv_http_reason(status));
+        rc = out_status(&c->out, status);
         if (!rc && headers)
             rc = out_put(&c->out, headers, strlen(headers));
         if (!rc && r->chunked)
@@ -617,11 +631,11 @@ static void conn_fail(conn *c, int status, const char *why) {
         respond_error_locked(c->req, status, why);
     } else if (!c->req) {
         outbuf b = {0};
-        if (json_error(&b, status, why) == 0 &&
+        if (json_error(&b, status, why) == 0 && out_status(&c->out, status) == 0 &&
             out_printf(&c->out,
-                       "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
-                       "%zu\r\nConnection: close\r\n\r\n",
-                       status, srv_http_reason(status), b.len) == 0)
+                       "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: "
+                       "close\r\n\r\n",
+                       b.len) == 0)
             out_put(&c->out, b.p, b.len);
         free(b.p);
     }
@@ -1015,11 +1029,11 @@ static bool conn_peer_eof(conn *c) {
 
 static void refuse(int fd, int status, const char *why) {
     outbuf b = {0}, body = {0};
-    if (json_error(&body, status, why) == 0 &&
+    if (json_error(&body, status, why) == 0 && out_status(&b, status) == 0 &&
         out_printf(&b,
-                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
-                   "%zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
-                   status, srv_http_reason(status), body.len) == 0 &&
+                   "Content-Type: application/json\r\nContent-Length: %zu\r\nRetry-After: "
+                   "1\r\nConnection: close\r\n\r\n",
+                   body.len) == 0 &&
         out_put(&b, body.p, body.len) == 0) {
         ssize_t n = send(fd, b.p, b.len, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)n;

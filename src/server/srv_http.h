@@ -186,9 +186,9 @@ void srv_http_req_set_body_limit(srv_http_req *req, size_t max_bytes);
 
 /* ---- answering; any thread ---- */
 
-/* Queues a whole answer: status line, then headers (extra header lines, each ending in CRLF, such
- * as "Content-Type: application/json\r\n"; NULL for none; the layer adds Content-Length and
- * Connection), then body[0, len) (omitted for HEAD). Returns 0; ERR_STATE if req was already
+/* Queues a whole answer: status line and Date, then headers (extra header lines, each ending in
+ * CRLF, such as "Content-Type: application/json\r\n"; NULL for none; never Content-Length,
+ * Transfer-Encoding or Connection, which the layer adds), then body[0, len) (omitted for HEAD). Returns 0; ERR_STATE if req was already
  * answered; ERR_CANCELLED if the client is gone (nothing sent); ERR_NOMEM. */
 int srv_http_respond(srv_http_req *req, int status, const char *headers, const char *body,
                      size_t len);
