@@ -52,7 +52,7 @@ else
 endif
 
 CFLAGS_ALL := $(BASE_CFLAGS) $(OPT) $(EXTRA_CFLAGS)
-LDLIBS := -lm -pthread -lmicrohttpd -lpcre2-8 -lcurl -lxxhash -lhiredis
+LDLIBS := -lm -pthread -lpcre2-8 -lcurl -lxxhash -lhiredis
 LDFLAGS_ALL := $(filter -fsanitize%,$(OPT)) $(EXTRA_LDFLAGS)
 
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2

@@ -131,7 +131,7 @@ struct srv_http {
     int n_conns;
     bool stopping, listen_on;
     int64_t listen_pause_until_ns, last_scan_ns;
-    size_t body_total;
+    _Atomic size_t body_total; /* written by the event thread only; read by srv_http_stats_get */
     addr_entry *addrs[SRV_HTTP_ADDR_BUCKETS];
 };
 
@@ -312,7 +312,11 @@ static int respond_error_locked(srv_http_req *r, int status, const char *message
         free(b.p);
         return ERR_NOMEM;
     }
-    int rc = respond_locked(r, status, "Content-Type: application/json\r\n", b.p, b.len);
+    /* a 503 is the server's state, not the request's: the client may retry */
+    int rc = respond_locked(r, status,
+                            status == 503 ? "Content-Type: application/json\r\nRetry-After: 1\r\n"
+                                          : "Content-Type: application/json\r\n",
+                            b.p, b.len);
     free(b.p);
     return rc;
 }
@@ -732,6 +736,21 @@ static int body_grow(srv_http *s, srv_http_req *r, size_t want) {
     return 0;
 }
 
+/* Allocates r's body for exactly n bytes (and the NUL), counting n against the budget. Returns 0,
+ * ERR_FULL (the budget has no room), ERR_NOMEM. */
+static int body_reserve(srv_http *s, srv_http_req *r, size_t n) {
+    if (s->cfg.max_body_total_bytes && s->body_total + n > s->cfg.max_body_total_bytes)
+        return ERR_FULL;
+    char *p = realloc(r->body, n + 1);
+    if (!p)
+        return ERR_NOMEM;
+    s->body_total += n - r->body_counted;
+    r->body_counted = n;
+    r->body = p;
+    r->body_cap = n + 1;
+    return 0;
+}
+
 static void conn_consume(conn *c, size_t n) {
     memmove(c->in, c->in + n, c->in_len - n);
     c->in_len -= n;
@@ -804,8 +823,18 @@ static bool conn_parse_head(conn *c) {
         return true;
     }
     if (r->h.body == SRV_HTTP_BODY_LENGTH && r->h.content_length > r->body_limit) {
-        conn_fail(c, 413, "request body too large");
+        conn_fail(c, 413, s->cfg.too_large_msg);
         return true;
+    }
+    /* a body of declared length takes its whole room of the budget now, before any byte of it
+     * arrives: what the head announced fits when it comes, and a client holding a half-sent
+     * body holds what it announced */
+    if (r->h.body == SRV_HTTP_BODY_LENGTH && r->h.content_length > 0) {
+        int rr = body_reserve(s, r, (size_t)r->h.content_length);
+        if (rr) {
+            conn_fail(c, 503, rr == ERR_FULL ? s->cfg.budget_msg : "out of memory");
+            return true;
+        }
     }
     c->state = CONN_BODY;
     c->t0_ns = clock_now_ns();
@@ -835,7 +864,7 @@ static bool conn_read_body(conn *c) {
         int rc = body_grow(s, r, r->body_len + n);
         if (rc) {
             conn_fail(c, 503,
-                      rc == ERR_FULL ? "server busy: too many request bodies in flight"
+                      rc == ERR_FULL ? s->cfg.budget_msg
                                      : "out of memory");
             return true;
         }
@@ -854,7 +883,7 @@ static bool conn_read_body(conn *c) {
     int rc = body_grow(s, r, want);
     if (rc) {
         conn_fail(c, 503,
-                  rc == ERR_FULL ? "server busy: too many request bodies in flight"
+                  rc == ERR_FULL ? s->cfg.budget_msg
                                  : "out of memory");
         return true;
     }
@@ -873,7 +902,7 @@ static bool conn_read_body(conn *c) {
     c->body_got += used;
     conn_consume(c, used);
     if (r->body_len > r->body_limit) {
-        conn_fail(c, 413, "request body too large");
+        conn_fail(c, 413, s->cfg.too_large_msg);
         return true;
     }
     if (rc == 1)
@@ -1294,6 +1323,10 @@ int srv_http_create(const srv_http_cfg *cfg, srv_http **out) {
         g->max_conns_per_addr = 64;
     if (!g->out_cap_bytes)
         g->out_cap_bytes = 65536;
+    if (!g->too_large_msg)
+        g->too_large_msg = "request body too large";
+    if (!g->budget_msg)
+        g->budget_msg = "server busy: too many request bodies in flight";
     s->lfd = cfg->listen_fd;
     s->ep = epoll_create1(EPOLL_CLOEXEC);
     s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1369,4 +1402,5 @@ void srv_http_stats_get(srv_http *s, srv_http_stats *st) {
     pthread_mutex_lock(&s->mu);
     *st = s->stats;
     pthread_mutex_unlock(&s->mu);
+    st->body_bytes = atomic_load(&s->body_total);
 }

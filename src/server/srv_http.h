@@ -55,8 +55,11 @@
  *   body_timeout_ms [0: none] an absolute bound on receiving a body (408)
  *   max_head_bytes [16384], max_headers [100]   beyond them: 431
  *   max_body_bytes [8 MiB]    the default per-request body limit (413)
- *   max_body_total_bytes [0: none]   bytes of request bodies held at once by all connections;
- *                             a body that would pass it gets 503
+ *   max_body_total_bytes [0: none]   bytes of request bodies being received at once by all
+ *                             connections (a body of declared length takes all of it when its
+ *                             head is parsed; a chunked one as it grows; given back when the body
+ *                             is handed to on_request); a body that would pass it gets 503 with
+ *                             Retry-After (every 503 of the layer carries Retry-After: 1)
  *   max_conns [1024]          connections at once; one more is answered 503 and closed
  *   max_conns_per_addr [64]   connections at once from one IPv4 or IPv6 address; beyond: 429
  *   out_cap_bytes [65536]     a stream's output buffer (backpressure above)
@@ -121,6 +124,9 @@ typedef struct srv_http_cfg {
     size_t max_body_bytes, max_body_total_bytes;
     int max_conns, max_conns_per_addr;
     size_t out_cap_bytes;
+    /* the messages of the layer's 413 (body over its limit) and 503 (no room in
+     * max_body_total_bytes) answers, so they can name the caller's settings; NULL: generic */
+    const char *too_large_msg, *budget_msg;
 } srv_http_cfg;
 
 /* Counters since create, for /metrics and tests. */
@@ -132,6 +138,7 @@ typedef struct srv_http_stats {
     uint64_t bad_requests; /* answered 4xx/5xx by the parser or a limit */
     uint64_t requests;     /* heads handed to on_head */
     int open_conns;        /* connections open now */
+    size_t body_bytes;     /* bytes of request bodies being received now (the budget's use) */
 } srv_http_stats;
 
 /* Starts the layer on cfg->listen_fd with its event thread.

@@ -166,7 +166,7 @@ def mode_halfclose(port, how, body, key):
     s.shutdown(socket.SHUT_WR)
     # the probe: a stream's first bytes after its headers are the ":" comment (chunk "3\r\n:\n\n");
     # a whole response's, the interim 100
-    probe = b"\r\n3\r\n:\n\n\r\n" if how == "stream" else b"HTTP/1.1 100 Continue\r\n\r\n"
+    probe = b"HTTP/1.1 100 Continue\r\n\r\n"
     data = b""
     try:
         while probe not in data:
