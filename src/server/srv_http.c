@@ -716,23 +716,29 @@ static srv_http_req *req_from_head(conn *c, const srv_http_head *h) {
 
 /* Grows r's body buffer to hold want bytes (and a NUL), within the global budget. */
 static int body_grow(srv_http *s, srv_http_req *r, size_t want) {
-    if (want + 1 <= r->body_cap)
-        return 0;
-    size_t cap = r->body_cap ? r->body_cap : 4096;
-    while (cap < want + 1)
-        cap *= 2;
-    if (cap > r->body_limit + 1 && want + 1 <= r->body_limit + 1)
-        cap = r->body_limit + 1;
-    if (s->cfg.max_body_total_bytes &&
-        s->body_total + (cap - r->body_cap) > s->cfg.max_body_total_bytes)
+    /* the budget counts the bytes the body needs (at most its limit: a chunked body is decoded
+     * into room for one byte more, to notice an excess, which must be a 413, not a 503), the
+     * allocation may be up to twice that (doubling) */
+    size_t need = want < r->body_limit ? want : r->body_limit;
+    if (need > r->body_counted && s->cfg.max_body_total_bytes &&
+        s->body_total + (need - r->body_counted) > s->cfg.max_body_total_bytes)
         return ERR_FULL;
-    char *p = realloc(r->body, cap);
-    if (!p)
-        return ERR_NOMEM;
-    s->body_total += cap - r->body_cap;
-    r->body_counted += cap - r->body_cap;
-    r->body = p;
-    r->body_cap = cap;
+    if (want + 1 > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 4096;
+        while (cap < want + 1)
+            cap *= 2;
+        if (cap > r->body_limit + 1 && want + 1 <= r->body_limit + 1)
+            cap = r->body_limit + 1;
+        char *p = realloc(r->body, cap);
+        if (!p)
+            return ERR_NOMEM;
+        r->body = p;
+        r->body_cap = cap;
+    }
+    if (need > r->body_counted) {
+        s->body_total += need - r->body_counted;
+        r->body_counted = need;
+    }
     return 0;
 }
 
