@@ -69,8 +69,9 @@
  * Memory per connection (x86-64): 312 bytes of connection state and a kernel socket, plus while a
  * head is arriving an input buffer of max_head_bytes + 4 KiB (20 KiB by default; freed when the
  * connection goes idle), plus a request object (2,200 bytes and a copy of its head) while a
- * request is in progress, plus its body (at most its body limit, grown by doubling as bytes
- * arrive, so at most twice what arrived), plus the output buffer (at most out_cap_bytes plus one
+ * request is in progress, plus its body (at most its body limit: a body of declared length is
+ * allocated whole when its head is parsed, address space the kernel backs as bytes arrive; a
+ * chunked one grows by doubling, so at most twice what arrived), plus the output buffer (at most out_cap_bytes plus one
  * write for a stream; the whole answer for srv_http_respond). An idle connection costs 312
  * bytes; one trickling a head about 21 KiB; max_conns bounds the count; max_body_total_bytes
  * bounds the bodies being received together.
