@@ -45,11 +45,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SRV_WORKERS_EXTRA 8
-#define SRV_WORKERS_MAX   1024
-#define SRV_WORKER_STACK  (2u << 20)
+#define SRV_WORKERS_EXTRA  8
+#define SRV_WORKERS_MAX    1024
+#define SRV_WORKER_STACK   (2u << 20)
 #define SRV_HEAD_TIMEOUT_S 10 /* the request head's deadline, when --timeout is longer */
-#define SRV_SHUTDOWN_MS   2000
+#define SRV_SHUTDOWN_MS    2000
 
 int srv_fail(srv_err *e, int status, const char *type, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -65,7 +65,7 @@ int srv_fail(srv_err *e, int status, const char *type, const char *param, const 
 
 /* Answers req with body[0, len) of Content-Type type and one optional extra header h1: v1. */
 static int srv_send(srv_http_req *req, int status, const char *type, const char *body, size_t len,
-                     const char *h1, const char *v1) {
+                    const char *h1, const char *v1) {
     char hdr[256];
     if (h1)
         snprintf(hdr, sizeof hdr, "Content-Type: %s\r\n%s: %s\r\n", type, h1, v1);
@@ -278,8 +278,7 @@ static int srv_route_admin(server *s, srv_http_req *c, const char *url) {
     return r;
 }
 
-static int srv_route_tokenize(server *s, srv_http_req *c,
-                                          const json_value *body) {
+static int srv_route_tokenize(server *s, srv_http_req *c, const json_value *body) {
     srv_err e;
     const char *text;
     size_t len;
@@ -326,8 +325,7 @@ static int srv_route_tokenize(server *s, srv_http_req *c,
     return r;
 }
 
-static int srv_route_detokenize(server *s, srv_http_req *c,
-                                            const json_value *body) {
+static int srv_route_detokenize(server *s, srv_http_req *c, const json_value *body) {
     srv_err e;
     const json_value *v = json_get(body, "tokens");
     if (!v || v->type != JSON_ARRAY) {

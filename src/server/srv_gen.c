@@ -93,11 +93,11 @@ struct srv_gen {
     int64_t t_arrival_ns;
     bool first_token;
     int64_t prompt_tokens;
-    strbuf out; /* SSE bytes not yet handed to the HTTP layer */
+    strbuf out;    /* SSE bytes not yet handed to the HTTP layer */
     bool finished; /* usage chunk and [DONE] appended */
     bool aborted;
-    bool cut;    /* some choice was cut by the server's shutdown */
-    arena *a;    /* copies of the parameters' strings */
+    bool cut;       /* some choice was cut by the server's shutdown */
+    arena *a;       /* copies of the parameters' strings */
     srv_stop *stop; /* the stop strings' automaton (in a), NULL when there are none */
 };
 

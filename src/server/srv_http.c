@@ -869,9 +869,7 @@ static bool conn_read_body(conn *c) {
         size_t n = c->in_len < left ? c->in_len : left;
         int rc = body_grow(s, r, r->body_len + n);
         if (rc) {
-            conn_fail(c, 503,
-                      rc == ERR_FULL ? s->cfg.budget_msg
-                                     : "out of memory");
+            conn_fail(c, 503, rc == ERR_FULL ? s->cfg.budget_msg : "out of memory");
             return true;
         }
         memcpy(r->body + r->body_len, c->in, n);
@@ -888,9 +886,7 @@ static bool conn_read_body(conn *c) {
         want = r->body_limit + 1;
     int rc = body_grow(s, r, want);
     if (rc) {
-        conn_fail(c, 503,
-                  rc == ERR_FULL ? s->cfg.budget_msg
-                                 : "out of memory");
+        conn_fail(c, 503, rc == ERR_FULL ? s->cfg.budget_msg : "out of memory");
         return true;
     }
     size_t used = 0, got = 0;

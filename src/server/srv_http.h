@@ -71,10 +71,10 @@
  * connection goes idle), plus a request object (2,200 bytes and a copy of its head) while a
  * request is in progress, plus its body (at most its body limit: a body of declared length is
  * allocated whole when its head is parsed, address space the kernel backs as bytes arrive; a
- * chunked one grows by doubling, so at most twice what arrived), plus the output buffer (at most out_cap_bytes plus one
- * write for a stream; the whole answer for srv_http_respond). An idle connection costs 312
- * bytes; one trickling a head about 21 KiB; max_conns bounds the count; max_body_total_bytes
- * bounds the bodies being received together.
+ * chunked one grows by doubling, so at most twice what arrived), plus the output buffer (at most
+ * out_cap_bytes plus one write for a stream; the whole answer for srv_http_respond). An idle
+ * connection costs 312 bytes; one trickling a head about 21 KiB; max_conns bounds the count;
+ * max_body_total_bytes bounds the bodies being received together.
  *
  * Threads and ownership: the event thread owns the sockets, the epoll set and the connections'
  * read side. One mutex (per srv_http) guards what the caller's threads touch: each connection's
@@ -196,8 +196,9 @@ void srv_http_req_set_body_limit(srv_http_req *req, size_t max_bytes);
 
 /* Queues a whole answer: status line and Date, then headers (extra header lines, each ending in
  * CRLF, such as "Content-Type: application/json\r\n"; NULL for none; never Content-Length,
- * Transfer-Encoding or Connection, which the layer adds), then body[0, len) (omitted for HEAD). Returns 0; ERR_STATE if req was already
- * answered; ERR_CANCELLED if the client is gone (nothing sent); ERR_NOMEM. */
+ * Transfer-Encoding or Connection, which the layer adds), then body[0, len) (omitted for HEAD).
+ * Returns 0; ERR_STATE if req was already answered; ERR_CANCELLED if the client is gone (nothing
+ * sent); ERR_NOMEM. */
 int srv_http_respond(srv_http_req *req, int status, const char *headers, const char *body,
                      size_t len);
 

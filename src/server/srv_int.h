@@ -26,8 +26,8 @@
 struct server {
     server_opts o;
     char *api_key;
-    srv_http *http;      /* the connection layer; NULL until server_create has started it */
-    int listen_fd;       /* ours until srv_http_create takes it, then -1 */
+    srv_http *http; /* the connection layer; NULL until server_create has started it */
+    int listen_fd;  /* ours until srv_http_create takes it, then -1 */
     int port;
     atomic_bool ready;
     atomic_bool draining;
@@ -41,7 +41,7 @@ struct server {
     struct srv_job *pool_head, *pool_tail;
     int pool_queued, pool_idle, n_workers, max_workers;
     bool pool_stop;
-    pthread_t *workers; /* [max_workers] */
+    pthread_t *workers;                      /* [max_workers] */
     char too_large_msg[96], budget_msg[160]; /* the layer's 413 and 503 messages */
     server_model sm;
     srv_metrics *metrics;
