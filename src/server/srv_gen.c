@@ -32,7 +32,8 @@
  * the EOF of a request that has no answer yet with an interim "100 Continue", which a closed
  * socket answers with a reset (gone) and a half-closed client reads. A stream therefore begins
  * (its status line and headers) with its first event, not before: until then its request has no
- * answer and can be probed; after, its next write fails if the client closed.
+ * answer and can be probed; after, the first pump that sees the read EOF (srv_http_request_eof)
+ * writes an SSE comment line, which a closed socket answers with a reset (gone).
  *
  * Streams are pushed (srv_gen_stream): the worker formats the events of each pump and writes them
  * as one chunk; while the client's output buffer is full the write blocks (backpressure), so a
@@ -833,7 +834,7 @@ static int srv_gen_flush(srv_gen *g, bool *begun) {
 }
 
 void srv_gen_stream(srv_gen *g) {
-    bool begun = false;
+    bool begun = false, probed = false;
     for (;;) {
         if (srv_gen_flush(g, &begun)) {
             g->aborted = true; /* the client is gone (or out of memory): cancel the rest */
@@ -886,6 +887,13 @@ void srv_gen_stream(srv_gen *g) {
                 if (!g->ch[i].done)
                     eloop_req_cancel(g->ch[i].q);
             return;
+        }
+        /* a begun stream whose client's read side ended: an SSE comment line, which a
+         * half-closed client ignores and a closed socket answers with a reset (gone), so a
+         * stream that is not producing (a held engine, a long prefill) still notices */
+        if (begun && !probed && srv_http_request_eof(g->req)) {
+            probed = true;
+            strbuf_puts(&g->out, ":\n\n");
         }
         if (got)
             for (int i = 0; i < g->n_ch; i++)

@@ -1400,6 +1400,14 @@ void srv_http_destroy(srv_http *s) {
     free(s);
 }
 
+bool srv_http_request_eof(const srv_http_req *r) {
+    srv_http *s = r->c->s;
+    pthread_mutex_lock(&s->mu);
+    bool eof = r->c->peer_eof;
+    pthread_mutex_unlock(&s->mu);
+    return eof;
+}
+
 void srv_http_stats_get(srv_http *s, srv_http_stats *st) {
     pthread_mutex_lock(&s->mu);
     *st = s->stats;

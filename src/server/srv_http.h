@@ -225,6 +225,13 @@ int srv_http_stream_end(srv_http_req *req);
 /* Whether the client went away (see the design note). Any thread; cheap (one atomic load). */
 bool srv_http_request_gone(const srv_http_req *req);
 
+/* Whether the client's read side has ended (a half-close, or a close not yet known as one) while
+ * the caller holds req. The layer probes a request with no answer yet itself (interim 100); a
+ * begun stream's next write fails if the client closed, so a stream that may sit without writing
+ * can write something its client ignores (an SSE comment) once this turns true, and a closed
+ * client then shows as gone. Any thread. */
+bool srv_http_request_eof(const srv_http_req *req);
+
 /* Releases the caller's reference (the one on_request gave). An unanswered request is answered
  * 500 first (a begun stream is cut: its connection closed). NULL is a no-op. */
 void srv_http_req_release(srv_http_req *req);
