@@ -98,6 +98,7 @@ def p99_ms(lat):
 def run(port, key, pid, n_idle, n_trickle, seconds):
     out = {}
     lat0, bad0 = [], []
+    good_round(port, key, 5, [], bad0)  # warm-up, not timed (first-touch of the model's pages)
     good_round(port, key, 40, lat0, bad0)
     print("baseline ok=%d bad=%d p99_ms=%.1f %s" % (len(lat0), len(bad0), p99_ms(lat0),
                                                      "|".join(bad0[:3])))
