@@ -52,7 +52,7 @@ else
 endif
 
 CFLAGS_ALL := $(BASE_CFLAGS) $(OPT) $(EXTRA_CFLAGS)
-LDLIBS := -lm -pthread -lmicrohttpd -lpcre2-8 -lcurl -lxxhash -lhiredis
+LDLIBS := -lm -pthread -lpcre2-8 -lcurl -lxxhash -lhiredis
 LDFLAGS_ALL := $(filter -fsanitize%,$(OPT)) $(EXTRA_LDFLAGS)
 
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2
@@ -170,6 +170,7 @@ FUZZ_FILES_tool_grammar := src/sample/grammar.c src/sample/grammar_vocab.c src/k
 FUZZ_DEPS_request := all
 FUZZ_ALL := $(filter-out %_avx2.c %_avx512.c,$(LIB_SRCS))
 FUZZ_DEPS_sse := src/base src/hunt
+FUZZ_FILES_http := src/server/srv_http_parse.c
 build/fuzz/fuzz_%: fuzz/fuzz_%.c FORCE
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(if $(filter all,$(FUZZ_DEPS_$*)),-DVERITY_NO_SIMD=1) $< \

@@ -8,7 +8,7 @@
  * belongs here. Build and run from the repository root:
  *
  *   make && cc -O2 -Isrc bench/bench_tokenize.c build/release/libverity.a -lm -pthread \
- *       -lpcre2-8 -lmicrohttpd -lcurl -o build/bench_tokenize && build/bench_tokenize
+ *       -lpcre2-8 -lcurl -o build/bench_tokenize && build/bench_tokenize
  *
  * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the best of 5 runs, so other
  * processes on a shared machine inflate them less than wall time would.

@@ -13,7 +13,6 @@ need=(
   "libclang-rt-14-dev:/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a"
   "python3:/usr/bin/python3"
   "libpcre2-dev:/usr/include/pcre2.h"
-  "libmicrohttpd-dev:/usr/include/microhttpd.h"
   "curl:/usr/bin/curl"
   "prometheus:/usr/bin/promtool"
   "nodejs:/usr/bin/node"

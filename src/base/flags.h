@@ -86,7 +86,14 @@ enum flag_kind {
       "serve: seconds to let in-flight requests finish after SIGTERM; then those left get 503 "    \
       "(a stream: an error event)")                                                                \
     X(TIMEOUT, "timeout", FLAG_KIND_INT, "600", "1:86400",                                         \
-      "serve: seconds a connection may stay idle or take to send its request")                     \
+      "serve: seconds a connection may stay idle or take to send its request (the request head "   \
+      "has its own deadline, at most 10 s)")                                                        \
+    X(MAX_CONNS, "max-conns", FLAG_KIND_INT, "1024", "1:1000000",                               \
+      "serve: client connections open at once; one more is answered 503 and closed (idle ones "    \
+      "cost about 300 bytes, no thread)")                                                          \
+    X(MAX_CONNS_PER_ADDR, "max-conns-per-addr", FLAG_KIND_INT, "128", "1:1000000",                  \
+      "serve: client connections open at once from one IP address; one more is answered 429 and " \
+      "closed")                                                                                    \
     X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024",                                          \
       "serve: largest request body in MiB; larger ones get 413 (refused on their headers when "    \
       "they declare a length)")                                                                    \

@@ -2,7 +2,8 @@
 /*
  * cmd_serve: `verity serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--max-batch N] [--ctx N]
  * [--kv-mem MiB] [--chunk N] [--queue-max N] [--api-key KEY | --api-key-file F]
- * [--drain-timeout S] [--max-body MIB] [--max-body-total MIB]
+ * [--drain-timeout S] [--timeout S] [--max-body MIB] [--max-body-total MIB] [--max-conns N]
+ * [--max-conns-per-addr N]
  * [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]
  * [--chat-template-kwargs JSON] [-t THREADS]`; every option is also a VERITY_* environment
  * variable (they are toggles in the registry, flags.h).
@@ -230,6 +231,8 @@ static int serve_start(serve_state *s) {
                           .timeout_s = (int)flags_int(FLAG_TIMEOUT),
                           .max_body_bytes = (size_t)flags_int(FLAG_MAX_BODY) << 20,
                           .max_body_total_bytes = (size_t)flags_int(FLAG_MAX_BODY_TOTAL) << 20,
+                          .max_conns = (int)flags_int(FLAG_MAX_CONNS),
+                          .max_conns_per_addr = (int)flags_int(FLAG_MAX_CONNS_PER_ADDR),
                           .max_batch = flags_int(FLAG_MAX_BATCH),
                           .drain_timeout_s = (int)flags_int(FLAG_DRAIN_TIMEOUT),
                           .admin_api = flags_int(FLAG_ADMIN_API) != 0};

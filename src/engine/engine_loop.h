@@ -55,7 +55,7 @@ int engine_loop_create(engine *e, eloop_step_cb step_cb, void *step_ud, engine_l
 /* Cancels every request (their handlers receive CANCELLED), stops and joins the thread; a
  * request submitted afterwards finishes CANCELLED at once. The loop stays valid for
  * engine_loop_stats, engine_loop_pending and the request functions until engine_loop_destroy, so
- * a server can stop the engine, then its connection threads (which may still read the stats or
+ * a server can stop the engine, then its worker threads (which may still read the stats or
  * release requests), then free the loop. Idempotent. The engine is not destroyed. */
 void engine_loop_stop(engine_loop *l);
 

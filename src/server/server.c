@@ -1,25 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server: lifecycle, libmicrohttpd wiring, request bodies and limits, authentication, routing, and
- * the small routes (health, models, metrics, flags, tokenize, detokenize). The generation routes
- * are in srv_request.c (parsing) and srv_gen.c (running and formatting).
+ * server: lifecycle, the wiring to the HTTP layer (srv_http.h), the worker pool, authentication,
+ * routing, and the small routes (health, models, metrics, flags, tokenize, detokenize). The
+ * generation routes are in srv_request.c (parsing) and srv_gen.c (running and formatting).
  *
- * libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a handler may
- * block while its request generates; it polls the client socket on every pump of its wait, so a
- * client that goes away is noticed within one engine step or SRV_POLL_MS, whichever comes first,
- * and its request cancelled (srv_peer_state says what a poll means; srv_gen.c how a half-closed
- * client is told from a gone one). We create and bind the listening socket ourselves
- * (SO_REUSEADDR, port 0 supported) and hand it to the daemon.
+ * Threads: srv_http's one event thread owns every connection; no thread is tied to a connection,
+ * so idle or trickling clients cost memory and a slot under the connection caps, never a thread.
+ * It calls srv_on_head with each parsed head and srv_on_request with each complete body.
  *
- * Before the body: the handler's first call for a request sees its headers only, and whatever
- * would refuse the request anyway is answered there, so the body is never read (srv_first_call):
- * a missing or wrong API key (401; "Expect: 100-continue" then gets no 100), a Content-Length
- * over --max-body (413), a body the global budget has no room for (503 with Retry-After). The
- * budget, --max-body-total, bounds the bytes of bodies being received by all connections
- * together: a body of declared length takes its bytes at the first call, a chunked one as they
- * arrive, and they are given back once the body is parsed (the JSON tree holds copies) or the
- * request ends. So the memory bodies can take before authentication is nil, and after it at most
- * the budget, whatever the number of connections.
+ * Before the body (srv_on_head, on the event thread, never blocking on the engine's work): a
+ * missing or wrong API key is answered 401 there, so the body is never read ("Expect:
+ * 100-continue" gets no 100); so is a declared body over --max-body (413). The cheap routes
+ * (/health, /metrics, /v1/models, /v1/flags), and every refusal that needs no body (loading,
+ * draining, 404, 405), are answered inline too, so they work while every worker is busy; HEAD is
+ * GET without the body bytes. Everything else reads its body. The layer bounds the bytes of
+ * bodies being received by all connections together (--max-body-total: a declared body takes
+ * its room when its head is parsed; beyond it 503 with Retry-After), and frames bodies itself.
+ *
+ * After the body (srv_on_request): the request is queued for the worker pool, which parses the
+ * JSON, renders templates, tokenizes and runs the generation, so none of that runs on the event
+ * thread. Workers are started as needed up to max_batch + queue_max + SRV_WORKERS_EXTRA (at most
+ * SRV_WORKERS_MAX): enough for every sequence admission can hold (srv_gen_start counts them
+ * exactly) and a few small requests beside them. A request arriving when every worker is busy
+ * and the queue holds as many as there are workers gets 429 with Retry-After.
+ *
+ * A worker answers with srv_http_respond or a stream (srv_gen.c), checks the layer's gone flag on
+ * every pump of its wait (the layer probes a half-closed client), and releases the request.
  * Per-request memory is one arena, freed when the request completes.
  */
 #include "server/srv_int.h"
@@ -32,7 +38,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,16 +45,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-typedef struct srv_conn {
-    server *s;
-    strbuf body;
-    int64_t body_held; /* bytes this request counts in s->body_bytes */
-    bool too_large;    /* over --max-body: the rest of the body is discarded, then 413 */
-    bool over_budget;  /* over --max-body-total: the rest is discarded, then 503 */
-    bool answered;
-    bool http11; /* the request line said HTTP/1.1 */
-    int64_t t_arrival_ns;
-} srv_conn;
+#define SRV_WORKERS_EXTRA  8
+#define SRV_WORKERS_MAX    1024
+#define SRV_WORKER_STACK   (2u << 20)
+#define SRV_HEAD_TIMEOUT_S 10 /* the request head's deadline, when --timeout is longer */
+#define SRV_SHUTDOWN_MS    2000
 
 int srv_fail(srv_err *e, int status, const char *type, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -63,49 +63,22 @@ int srv_fail(srv_err *e, int status, const char *type, const char *param, const 
     return -1;
 }
 
-enum srv_peer srv_peer_state(int fd) {
-    if (fd < 0)
-        return SRV_PEER_OK;
-    struct pollfd pfd = {.fd = fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&pfd, 1, 0) <= 0)
-        return SRV_PEER_OK;
-    /* POLLHUP on TCP: both directions are shut (a reset, or our side closed too); POLLERR: a
-     * pending error (ECONNRESET after a reset) */
-    if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))
-        return SRV_PEER_GONE;
-    if (pfd.revents & POLLIN) {
-        char c;
-        ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (r > 0)
-            return SRV_PEER_OK; /* a pipelined request: still there */
-        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return SRV_PEER_GONE;
-        if (r == 0)
-            return SRV_PEER_EOF;
-    }
-    return pfd.revents & POLLRDHUP ? SRV_PEER_EOF : SRV_PEER_OK;
-}
-
-static enum MHD_Result srv_send(struct MHD_Connection *c, unsigned status, const char *type,
-                                const char *body, size_t len, const char *h1, const char *v1) {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", type);
+/* Answers req with body[0, len) of Content-Type type and one optional extra header h1: v1. */
+static int srv_send(srv_http_req *req, int status, const char *type, const char *body, size_t len,
+                    const char *h1, const char *v1) {
+    char hdr[256];
     if (h1)
-        MHD_add_response_header(r, h1, v1);
-    enum MHD_Result rc = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return rc;
+        snprintf(hdr, sizeof hdr, "Content-Type: %s\r\n%s: %s\r\n", type, h1, v1);
+    else
+        snprintf(hdr, sizeof hdr, "Content-Type: %s\r\n", type);
+    return srv_http_respond(req, status, hdr, body, len); /* a gone client: nothing to do */
 }
 
-static enum MHD_Result srv_send_json(struct MHD_Connection *c, unsigned status, const strbuf *sb) {
-    return srv_send(c, status, "application/json", sb->data, sb->len, NULL, NULL);
+static int srv_send_json(srv_http_req *req, int status, const strbuf *sb) {
+    return srv_send(req, status, "application/json", sb->data, sb->len, NULL, NULL);
 }
 
-static enum MHD_Result srv_send_error_h(struct MHD_Connection *c, const srv_err *e, const char *h1,
-                                        const char *v1) {
+static int srv_send_error_h(srv_http_req *req, const srv_err *e, const char *h1, const char *v1) {
     strbuf sb;
     strbuf_init(&sb);
     strbuf_puts(&sb, "{\"error\":{\"message\":");
@@ -123,22 +96,21 @@ static enum MHD_Result srv_send_error_h(struct MHD_Connection *c, const srv_err 
     else
         strbuf_printf(&sb, "%d", e->status);
     strbuf_puts(&sb, "}}");
-    enum MHD_Result rc =
-        srv_send(c, (unsigned)e->status, "application/json", sb.data, sb.len, h1, v1);
+    int rc = srv_send(req, e->status, "application/json", sb.data, sb.len, h1, v1);
     strbuf_deinit(&sb);
     return rc;
 }
 
-static enum MHD_Result srv_send_error(struct MHD_Connection *c, const srv_err *e) {
-    return srv_send_error_h(c, e, NULL, NULL);
+static int srv_send_error(srv_http_req *req, const srv_err *e) {
+    return srv_send_error_h(req, e, NULL, NULL);
 }
 
 /* Constant-time comparison of the bearer token (no early exit on the first differing byte; the
  * length is compared the same way). */
-static bool srv_auth_ok(const server *s, struct MHD_Connection *c) {
+static bool srv_auth_ok(const server *s, const srv_http_req *req) {
     if (!s->api_key || !s->api_key[0])
         return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *h = srv_http_req_header(req, "Authorization");
     if (!h || strncmp(h, "Bearer ", 7) != 0)
         return false;
     const char *tok = h + 7;
@@ -149,106 +121,25 @@ static bool srv_auth_ok(const server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-/* ---- request bodies ---- */
-
-/* Takes n bytes of the body budget (--max-body-total) for cc; false, taking nothing, when they do
- * not fit. */
-static bool srv_body_take(server *s, srv_conn *cc, int64_t n) {
-    int64_t cur = atomic_load(&s->body_bytes), cap = (int64_t)s->o.max_body_total_bytes;
-    do {
-        if (n > cap - cur)
-            return false;
-    } while (!atomic_compare_exchange_weak(&s->body_bytes, &cur, cur + n));
-    cc->body_held += n;
-    return true;
-}
-
-/* Frees cc's body and gives its bytes back to the budget: once it is parsed (the tree holds
- * copies), when it is refused, or when the request ends. */
-static void srv_body_release(server *s, srv_conn *cc) {
-    strbuf_deinit(&cc->body);
-    if (cc->body_held) {
-        atomic_fetch_sub(&s->body_bytes, cc->body_held);
-        cc->body_held = 0;
-    }
-}
-
-/* The request's Content-Length: -1 when it has none (a chunked body) or it is not a plain
- * decimal number (then the body is counted as it arrives, as a chunked one is); INT64_MAX when it
- * is larger. */
-static int64_t srv_content_length(struct MHD_Connection *c) {
-    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (!v)
-        return -1;
-    while (*v == ' ' || *v == '\t')
-        v++;
-    if (*v < '0' || *v > '9')
-        return -1;
-    int64_t n = 0;
-    for (; *v >= '0' && *v <= '9'; v++)
-        n = n > (INT64_MAX - 9) / 10 ? INT64_MAX : n * 10 + (*v - '0');
-    while (*v == ' ' || *v == '\t')
-        v++;
-    return *v ? -1 : n;
-}
-
-static enum MHD_Result srv_refuse_unauthorized(server *s, struct MHD_Connection *c) {
+static void srv_refuse_unauthorized(server *s, srv_http_req *req) {
     srv_err e;
     srv_metrics_reject(s->metrics, SRV_REJECT_UNAUTHORIZED);
     srv_fail(&e, 401, "authentication_error", NULL, "missing or invalid API key");
-    return srv_send_error_h(c, &e, "WWW-Authenticate", "Bearer");
+    srv_send_error_h(req, &e, "WWW-Authenticate", "Bearer");
 }
 
-static enum MHD_Result srv_refuse_too_large(server *s, struct MHD_Connection *c) {
+static void srv_refuse_too_large(server *s, srv_http_req *req) {
     srv_err e;
     srv_metrics_reject(s->metrics, SRV_REJECT_TOO_LARGE);
     srv_fail(&e, 413, "invalid_request_error", NULL,
              "request body larger than --max-body (%zu MiB)", s->o.max_body_bytes >> 20);
     e.code = "request_too_large";
-    return srv_send_error_h(c, &e, NULL, NULL);
-}
-
-static enum MHD_Result srv_refuse_over_budget(server *s, struct MHD_Connection *c) {
-    srv_err e;
-    srv_metrics_reject(s->metrics, SRV_REJECT_BODY_BUDGET);
-    srv_fail(&e, 503, "server_error", NULL,
-             "the server is receiving as many request bodies as --max-body-total (%zu MiB) "
-             "allows; retry later",
-             s->o.max_body_total_bytes >> 20);
-    e.code = "body_budget_exhausted";
-    return srv_send_error_h(c, &e, "Retry-After", "1");
-}
-
-/* The first call of a request: its headers are read, none of its body. What would refuse the
- * request anyway is decided here and answered at once, so that its body is never read: a missing
- * or wrong API key (401), a declared body larger than --max-body (413), one the body budget has
- * no room for now (503). A response queued now makes libmicrohttpd skip the body: it answers no
- * "Expect: 100-continue" with 100, sends the response and closes the connection. A body of
- * declared length takes its bytes of the budget now, so what the headers announced fits when it
- * comes; a chunked one takes them as they arrive (srv_handler). */
-static enum MHD_Result srv_first_call(server *s, struct MHD_Connection *c, srv_conn *cc,
-                                      const char *url, const char *method) {
-    if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) && !strcmp(url, "/health"))
-        return MHD_YES; /* open to all: load balancers probe it without a key */
-    if (!srv_auth_ok(s, c)) {
-        cc->answered = true;
-        return srv_refuse_unauthorized(s, c);
-    }
-    int64_t len = srv_content_length(c);
-    if (len > 0 && (uint64_t)len > s->o.max_body_bytes) {
-        cc->answered = true;
-        return srv_refuse_too_large(s, c);
-    }
-    if (len > 0 && !srv_body_take(s, cc, len)) {
-        cc->answered = true;
-        return srv_refuse_over_budget(s, c);
-    }
-    return MHD_YES;
+    srv_send_error_h(req, &e, NULL, NULL);
 }
 
 /* ---- small routes ---- */
 
-static enum MHD_Result srv_route_health(server *s, struct MHD_Connection *c) {
+static int srv_route_health(server *s, srv_http_req *c) {
     if (!atomic_load(&s->ready))
         return srv_send(c, 503, "application/json", "{\"status\":\"loading\"}", 20, NULL, NULL);
     if (atomic_load(&s->draining))
@@ -256,7 +147,7 @@ static enum MHD_Result srv_route_health(server *s, struct MHD_Connection *c) {
     return srv_send(c, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL);
 }
 
-static enum MHD_Result srv_route_models(server *s, struct MHD_Connection *c) {
+static int srv_route_models(server *s, srv_http_req *c) {
     strbuf sb;
     strbuf_init(&sb);
     strbuf_puts(&sb, "{\"object\":\"list\",\"data\":[");
@@ -271,27 +162,52 @@ static enum MHD_Result srv_route_models(server *s, struct MHD_Connection *c) {
                       (long long)clock_wall_s(), (long long)s->sm.n_ctx);
     }
     strbuf_puts(&sb, "]}");
-    enum MHD_Result rc = srv_send_json(c, 200, &sb);
+    int rc = srv_send_json(c, 200, &sb);
     strbuf_deinit(&sb);
     return rc;
 }
 
-static enum MHD_Result srv_route_metrics(server *s, struct MHD_Connection *c) {
+static int srv_route_metrics(server *s, srv_http_req *c) {
     strbuf sb;
     strbuf_init(&sb);
     eloop_stats st;
     memset(&st, 0, sizeof st);
     if (s->sm.loop)
         engine_loop_stats(s->sm.loop, &st);
-    srv_metrics_write(s->metrics, &st, s->sm.name ? s->sm.name : "", atomic_load(&s->body_bytes),
-                      &sb);
-    enum MHD_Result rc =
+    srv_http_stats hs;
+    srv_http_stats_get(s->http, &hs);
+    srv_metrics_write(s->metrics, &st, s->sm.name ? s->sm.name : "", (int64_t)hs.body_bytes, &sb);
+    /* the connection layer's own counters (srv_http_stats) */
+    strbuf_printf(&sb,
+                  "# HELP verity_http_connections_open Client connections open now.\n"
+                  "# TYPE verity_http_connections_open gauge\n"
+                  "verity_http_connections_open %d\n"
+                  "# HELP verity_http_connections_total Client connections accepted.\n"
+                  "# TYPE verity_http_connections_total counter\n"
+                  "verity_http_connections_total %llu\n"
+                  "# HELP verity_http_connections_refused_total Connections refused at a cap "
+                  "(limit: total for --max-conns, per_address for --max-conns-per-addr).\n"
+                  "# TYPE verity_http_connections_refused_total counter\n"
+                  "verity_http_connections_refused_total{limit=\"total\"} %llu\n"
+                  "verity_http_connections_refused_total{limit=\"per_address\"} %llu\n"
+                  "# HELP verity_http_timeouts_total Connections closed by the head, body or "
+                  "idle deadline.\n"
+                  "# TYPE verity_http_timeouts_total counter\n"
+                  "verity_http_timeouts_total %llu\n"
+                  "# HELP verity_http_bad_requests_total Requests the HTTP layer refused itself "
+                  "(malformed, too large, too slow).\n"
+                  "# TYPE verity_http_bad_requests_total counter\n"
+                  "verity_http_bad_requests_total %llu\n",
+                  hs.open_conns, (unsigned long long)hs.accepted,
+                  (unsigned long long)hs.refused_cap, (unsigned long long)hs.refused_addr,
+                  (unsigned long long)hs.timed_out, (unsigned long long)hs.bad_requests);
+    int rc =
         srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", sb.data, sb.len, NULL, NULL);
     strbuf_deinit(&sb);
     return rc;
 }
 
-static enum MHD_Result srv_route_flags(struct MHD_Connection *c) {
+static int srv_route_flags(srv_http_req *c) {
     strbuf sb;
     strbuf_init(&sb);
     strbuf_puts(&sb, "{\"object\":\"list\",\"data\":[");
@@ -311,7 +227,7 @@ static enum MHD_Result srv_route_flags(struct MHD_Connection *c) {
         strbuf_putc(&sb, '}');
     }
     strbuf_puts(&sb, "]}");
-    enum MHD_Result rc = srv_send_json(c, 200, &sb);
+    int rc = srv_send_json(c, 200, &sb);
     strbuf_deinit(&sb);
     return rc;
 }
@@ -320,8 +236,7 @@ static enum MHD_Result srv_route_flags(struct MHD_Connection *c) {
  * steps, release it, or run N steps of a held engine ({"steps":N}, default 1). Each answers once
  * the engine is in the state asked for, so a client can build a state (a full queue, a batch of
  * N, a request holding KV) without racing the engine. */
-static enum MHD_Result srv_route_admin(server *s, struct MHD_Connection *c, srv_conn *cc,
-                                       const char *url) {
+static int srv_route_admin(server *s, srv_http_req *c, const char *url) {
     srv_err e;
     strbuf sb;
     strbuf_init(&sb);
@@ -336,10 +251,9 @@ static enum MHD_Result srv_route_admin(server *s, struct MHD_Connection *c, srv_
         arena *a = arena_create(4096, 1 << 20);
         json_value *body = NULL;
         const json_value *v;
-        int rc = !a             ? ERR_NOMEM
-                 : cc->body.len ? json_parse(a, cc->body.data, cc->body.len, &body)
-                                : 0;
-        srv_body_release(s, cc);
+        size_t blen;
+        const char *bdata = srv_http_req_body(c, &blen);
+        int rc = !a ? ERR_NOMEM : blen ? json_parse(a, bdata, blen, &body) : 0;
         if (rc == 0 && body && body->type != JSON_OBJECT)
             rc = ERR_INVAL;
         if (rc == 0 && body && (v = json_get(body, "steps")) && (!json_as_int(v, &n) || n < 1))
@@ -359,13 +273,12 @@ static enum MHD_Result srv_route_admin(server *s, struct MHD_Connection *c, srv_
         }
         strbuf_printf(&sb, "{\"steps\":%lld}", (long long)taken);
     }
-    enum MHD_Result r = srv_send_json(c, 200, &sb);
+    int r = srv_send_json(c, 200, &sb);
     strbuf_deinit(&sb);
     return r;
 }
 
-static enum MHD_Result srv_route_tokenize(server *s, struct MHD_Connection *c,
-                                          const json_value *body) {
+static int srv_route_tokenize(server *s, srv_http_req *c, const json_value *body) {
     srv_err e;
     const char *text;
     size_t len;
@@ -407,13 +320,12 @@ static enum MHD_Result srv_route_tokenize(server *s, struct MHD_Connection *c,
         strbuf_printf(&sb, i ? ",%d" : "%d", ids[i]);
     strbuf_printf(&sb, "],\"count\":%zu,\"max_model_len\":%lld}", n, (long long)s->sm.n_ctx);
     free(ids);
-    enum MHD_Result r = srv_send_json(c, 200, &sb);
+    int r = srv_send_json(c, 200, &sb);
     strbuf_deinit(&sb);
     return r;
 }
 
-static enum MHD_Result srv_route_detokenize(server *s, struct MHD_Connection *c,
-                                            const json_value *body) {
+static int srv_route_detokenize(server *s, srv_http_req *c, const json_value *body) {
     srv_err e;
     const json_value *v = json_get(body, "tokens");
     if (!v || v->type != JSON_ARRAY) {
@@ -445,7 +357,7 @@ static enum MHD_Result srv_route_detokenize(server *s, struct MHD_Connection *c,
     strbuf_puts(&sb, "{\"prompt\":");
     strbuf_json_str(&sb, text.data, text.len, false);
     strbuf_putc(&sb, '}');
-    enum MHD_Result r = srv_send_json(c, 200, &sb);
+    int r = srv_send_json(c, 200, &sb);
     strbuf_deinit(&text);
     strbuf_deinit(&sb);
     return r;
@@ -453,8 +365,8 @@ static enum MHD_Result srv_route_detokenize(server *s, struct MHD_Connection *c,
 
 /* ---- generation routes ---- */
 
-static enum MHD_Result srv_route_generate(server *s, struct MHD_Connection *c, srv_conn *cc,
-                                          arena *a, const json_value *body, bool chat) {
+static int srv_route_generate(server *s, srv_http_req *c, int64_t t_arrival_ns, arena *a,
+                              const json_value *body, bool chat) {
     srv_err e;
     srv_params p;
     if (srv_parse_generate(s, a, body, chat, &p, &e) != 0) {
@@ -463,10 +375,7 @@ static enum MHD_Result srv_route_generate(server *s, struct MHD_Connection *c, s
                                            : SRV_REJECT_INVALID);
         return srv_send_error(c, &e);
     }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    int fd = ci ? ci->connect_fd : -1;
-    srv_gen *g = srv_gen_start(s, &p, fd, cc->http11, cc->t_arrival_ns, &e);
+    srv_gen *g = srv_gen_start(s, &p, c, t_arrival_ns, &e);
     if (!g) {
         if (e.status == 429) {
             srv_metrics_reject(s->metrics, SRV_REJECT_QUEUE_FULL);
@@ -477,26 +386,17 @@ static enum MHD_Result srv_route_generate(server *s, struct MHD_Connection *c, s
         return srv_send_error(c, &e);
     }
     if (p.stream) {
-        struct MHD_Response *r = MHD_create_response_from_callback(
-            MHD_SIZE_UNKNOWN, 16 * 1024, srv_gen_stream_read, g, srv_gen_free);
-        if (!r) {
-            srv_gen_free(g);
-            return MHD_NO;
-        }
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        enum MHD_Result rc = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        return rc;
+        srv_gen_stream(g);
+        srv_gen_free(g);
+        return 0;
     }
     strbuf sb;
     strbuf_init(&sb);
     int rc = srv_gen_complete(g, &sb, &e);
     srv_gen_free(g);
-    enum MHD_Result res;
+    int res = 0;
     if (rc == ERR_CANCELLED)
-        res = MHD_NO; /* the client is gone: close */
+        res = rc; /* the client is gone: nothing to answer */
     else if (rc)
         res = srv_send_error_h(c, &e, e.status == 503 ? "Retry-After" : NULL, "1");
     else
@@ -505,139 +405,211 @@ static enum MHD_Result srv_route_generate(server *s, struct MHD_Connection *c, s
     return res;
 }
 
-static enum MHD_Result srv_dispatch(server *s, struct MHD_Connection *c, srv_conn *cc,
-                                    const char *url, const char *method) {
+static bool srv_is_admin(const server *s, const char *url) {
+    return s->o.admin_api && !strncmp(url, "/admin/", 7) &&
+           (!strcmp(url + 7, "pause") || !strcmp(url + 7, "resume") || !strcmp(url + 7, "step"));
+}
+
+/* The head of a request, on the event thread (srv_http.h: on_head). Answers here whatever needs
+ * no body and no wait, in the order the routes always had: /health (open to all: load balancers
+ * probe it without a key), the API key, a declared body over --max-body, loading, /metrics,
+ * draining, /v1/models, /v1/flags, unknown routes and wrong methods. Everything else reads its
+ * body and goes to a worker. */
+static int srv_on_head(void *user, srv_http_req *c) {
+    server *s = user;
     srv_err e;
-    /* HEAD is GET without the body: libmicrohttpd sends the headers (Content-Length included)
-     * of the response queued for it and drops the body */
+    const char *method = srv_http_req_method(c), *url = srv_http_req_path(c);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
-    if (get && !strcmp(url, "/health"))
-        return srv_route_health(s, c);
-    /* the API key was checked on the headers (srv_first_call) */
-    if (cc->too_large)
-        return srv_refuse_too_large(s, c);
-    if (cc->over_budget)
-        return srv_refuse_over_budget(s, c);
+    if (get && !strcmp(url, "/health")) {
+        srv_route_health(s, c);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    if (!srv_auth_ok(s, c)) {
+        srv_refuse_unauthorized(s, c);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    /* the layer validated the field (digits only) */
+    const char *cl = srv_http_req_header(c, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
+        srv_refuse_too_large(s, c);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
     if (!atomic_load(&s->ready)) {
         srv_metrics_reject(s->metrics, SRV_REJECT_LOADING);
         srv_fail(&e, 503, "server_error", NULL, "the model is loading");
-        return srv_send_error_h(c, &e, "Retry-After", "1");
+        srv_send_error_h(c, &e, "Retry-After", "1");
+        return SRV_HTTP_HEAD_ANSWERED;
     }
-    if (get && !strcmp(url, "/metrics"))
-        return srv_route_metrics(s, c);
+    if (get && !strcmp(url, "/metrics")) {
+        srv_route_metrics(s, c);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
     /* before the drain check: a drained server's held engine must still be releasable */
-    if (s->o.admin_api && !strncmp(url, "/admin/", 7) &&
-        (!strcmp(url + 7, "pause") || !strcmp(url + 7, "resume") || !strcmp(url + 7, "step"))) {
-        if (!post) {
-            srv_fail(&e, 405, "invalid_request_error", NULL, "%s needs POST, not %s", url, method);
-            return srv_send_error_h(c, &e, "Allow", "POST");
-        }
-        return srv_route_admin(s, c, cc, url);
+    if (srv_is_admin(s, url)) {
+        if (post)
+            return SRV_HTTP_HEAD_READ_BODY;
+        srv_fail(&e, 405, "invalid_request_error", NULL, "%s needs POST, not %s", url, method);
+        srv_send_error_h(c, &e, "Allow", "POST");
+        return SRV_HTTP_HEAD_ANSWERED;
     }
     if (atomic_load(&s->draining)) {
         srv_metrics_reject(s->metrics, SRV_REJECT_DRAINING);
         srv_fail(&e, 503, "server_error", NULL, "the server is shutting down");
-        return srv_send_error(c, &e);
+        srv_send_error(c, &e);
+        return SRV_HTTP_HEAD_ANSWERED;
     }
-    if (get && !strcmp(url, "/v1/models"))
-        return srv_route_models(s, c);
-    if (get && !strcmp(url, "/v1/flags"))
-        return srv_route_flags(c);
+    if (get && !strcmp(url, "/v1/models")) {
+        srv_route_models(s, c);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    if (get && !strcmp(url, "/v1/flags")) {
+        srv_route_flags(c);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
     bool known = !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions") ||
                  !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize");
     if (!known) {
         srv_fail(&e, 404, "invalid_request_error", NULL, "no route %s %s", method, url);
-        return srv_send_error(c, &e);
+        srv_send_error(c, &e);
+        return SRV_HTTP_HEAD_ANSWERED;
     }
     if (!post) {
         srv_fail(&e, 405, "invalid_request_error", NULL, "%s needs POST, not %s", url, method);
-        return srv_send_error_h(c, &e, "Allow", "POST");
+        srv_send_error_h(c, &e, "Allow", "POST");
+        return SRV_HTTP_HEAD_ANSWERED;
     }
+    return SRV_HTTP_HEAD_READ_BODY;
+}
+
+/* A request with its whole body, on a worker: the admin routes and the POST routes. */
+static void srv_dispatch(server *s, srv_http_req *c, int64_t t_arrival_ns) {
+    srv_err e;
+    const char *url = srv_http_req_path(c);
+    if (srv_is_admin(s, url)) {
+        srv_route_admin(s, c, url);
+        return;
+    }
+    if (atomic_load(&s->draining)) { /* drained while it was queued or its body arrived */
+        srv_metrics_reject(s->metrics, SRV_REJECT_DRAINING);
+        srv_fail(&e, 503, "server_error", NULL, "the server is shutting down");
+        srv_send_error(c, &e);
+        return;
+    }
+    size_t blen;
+    const char *bdata = srv_http_req_body(c, &blen);
     arena *a = arena_create(64 * 1024, 64 * 1024 * 1024);
     json_value *body;
-    int rc = a ? json_parse(a, cc->body.data, cc->body.len, &body) : ERR_NOMEM;
-    srv_body_release(s, cc); /* the tree holds copies; the budget is for bodies being received */
-    enum MHD_Result res;
+    int rc = a ? json_parse(a, bdata, blen, &body) : ERR_NOMEM;
     if (rc) {
         srv_metrics_reject(s->metrics, SRV_REJECT_INVALID);
         srv_fail(&e, 400, "invalid_request_error", NULL, "request body is not valid JSON: %s",
                  err_detail());
-        res = srv_send_error(c, &e);
+        srv_send_error(c, &e);
     } else if (body->type != JSON_OBJECT) {
         srv_metrics_reject(s->metrics, SRV_REJECT_INVALID);
         srv_fail(&e, 400, "invalid_request_error", NULL, "request body must be a JSON object");
-        res = srv_send_error(c, &e);
+        srv_send_error(c, &e);
     } else if (!strcmp(url, "/tokenize")) {
-        res = srv_route_tokenize(s, c, body);
+        srv_route_tokenize(s, c, body);
     } else if (!strcmp(url, "/detokenize")) {
-        res = srv_route_detokenize(s, c, body);
+        srv_route_detokenize(s, c, body);
     } else {
-        res = srv_route_generate(s, c, cc, a, body, !strcmp(url, "/v1/chat/completions"));
+        srv_route_generate(s, c, t_arrival_ns, a, body, !strcmp(url, "/v1/chat/completions"));
     }
     arena_destroy(a);
-    return res;
 }
 
-static enum MHD_Result srv_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                   const char *method, const char *version, const char *upload_data,
-                                   size_t *upload_size, void **con_cls) {
-    server *s = cls;
-    srv_conn *cc = *con_cls;
-    if (!cc) {
-        cc = calloc(1, sizeof *cc);
-        if (!cc)
-            return MHD_NO;
-        cc->s = s;
-        cc->t_arrival_ns = clock_now_ns();
-        cc->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
-        strbuf_init(&cc->body);
-        *con_cls = cc;
-        atomic_fetch_add(&s->active, 1);
-        return srv_first_call(s, c, cc, url, method);
+/* ---- the worker pool ---- */
+
+typedef struct srv_job {
+    srv_http_req *req;
+    int64_t t_arrival_ns;
+    struct srv_job *next;
+} srv_job;
+
+static void *srv_worker_main(void *arg) {
+    server *s = arg;
+    pthread_mutex_lock(&s->pool_mu);
+    for (;;) {
+        while (!s->pool_head && !s->pool_stop)
+            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+        srv_job *j = s->pool_head;
+        if (!j)
+            break; /* stopping, and nothing left */
+        s->pool_head = j->next;
+        if (!s->pool_head)
+            s->pool_tail = NULL;
+        s->pool_queued--;
+        s->pool_idle--;
+        pthread_mutex_unlock(&s->pool_mu);
+        srv_dispatch(s, j->req, j->t_arrival_ns);
+        srv_http_req_release(j->req); /* an unanswered request is answered 500 */
+        free(j);
+        atomic_fetch_sub(&s->active, 1);
+        pthread_mutex_lock(&s->pool_mu);
+        s->pool_idle++;
     }
-    if (*upload_size) {
-        size_t n = *upload_size;
-        *upload_size = 0;
-        if (cc->answered || cc->too_large || cc->over_budget)
-            return MHD_YES; /* refused: the rest is discarded as it comes */
-        if (cc->body.len + n > s->o.max_body_bytes) {
-            cc->too_large = true;
-            srv_body_release(s, cc);
-            return MHD_YES;
-        }
-        /* a body of declared length took its bytes at the first call; a chunked one takes them
-         * now, as they arrive */
-        int64_t need = (int64_t)(cc->body.len + n) - cc->body_held;
-        if (need > 0 && !srv_body_take(s, cc, need)) {
-            cc->over_budget = true;
-            srv_body_release(s, cc);
-            return MHD_YES;
-        }
-        strbuf_append(&cc->body, upload_data, n);
-        if (strbuf_failed(&cc->body)) {
-            cc->too_large = true;
-            srv_body_release(s, cc);
-        }
-        return MHD_YES;
-    }
-    if (cc->answered)
-        return MHD_YES;
-    cc->answered = true;
-    return srv_dispatch(s, c, cc, url, method);
+    s->pool_idle--;
+    pthread_mutex_unlock(&s->pool_mu);
+    return NULL;
 }
 
-static void srv_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                          enum MHD_RequestTerminationCode toe) {
-    (void)c;
-    (void)toe;
-    server *s = cls;
-    srv_conn *cc = *con_cls;
-    if (!cc)
+/* A complete request, on the event thread (srv_http.h: on_request): queued for a worker, one
+ * started if none is idle and the pool may grow; 429 when the pool and its queue are full. */
+static void srv_on_request(void *user, srv_http_req *c) {
+    server *s = user;
+    atomic_fetch_add(&s->active, 1);
+    srv_job *j = malloc(sizeof *j);
+    bool queued = false;
+    if (j) {
+        *j = (srv_job){.req = c, .t_arrival_ns = clock_now_ns()};
+        pthread_mutex_lock(&s->pool_mu);
+        if (!s->pool_stop && s->pool_idle <= s->pool_queued && s->n_workers < s->max_workers) {
+            pthread_attr_t at;
+            pthread_attr_init(&at);
+            pthread_attr_setstacksize(&at, SRV_WORKER_STACK);
+            if (pthread_create(&s->workers[s->n_workers], &at, srv_worker_main, s) == 0) {
+                s->n_workers++;
+                s->pool_idle++;
+            }
+            pthread_attr_destroy(&at);
+        }
+        if (!s->pool_stop && s->pool_queued < s->max_workers && s->n_workers > 0) {
+            if (s->pool_tail)
+                s->pool_tail->next = j;
+            else
+                s->pool_head = j;
+            s->pool_tail = j;
+            s->pool_queued++;
+            queued = true;
+            pthread_cond_signal(&s->pool_cv);
+        }
+        pthread_mutex_unlock(&s->pool_mu);
+    }
+    if (queued)
         return;
-    srv_body_release(s, cc);
-    free(cc);
-    *con_cls = NULL;
+    free(j);
+    srv_err e;
+    srv_metrics_reject(s->metrics, SRV_REJECT_QUEUE_FULL);
+    srv_fail(&e, 429, "rate_limit_error", NULL,
+             "the server is at capacity (%d requests being handled or waiting for a handler); "
+             "retry later",
+             s->max_workers);
+    srv_send_error_h(c, &e, "Retry-After", "1");
+    srv_http_req_release(c);
     atomic_fetch_sub(&s->active, 1);
+}
+
+/* Stops the pool: its workers finish what is queued (the layer is shut down by then, so those
+ * requests are gone and cost nothing) and exit. */
+static void srv_pool_stop(server *s) {
+    pthread_mutex_lock(&s->pool_mu);
+    s->pool_stop = true;
+    pthread_cond_broadcast(&s->pool_cv);
+    pthread_mutex_unlock(&s->pool_mu);
+    for (int i = 0; i < s->n_workers; i++)
+        pthread_join(s->workers[i], NULL);
+    s->n_workers = 0;
 }
 
 int server_create(const server_opts *o, server **out) {
@@ -648,10 +620,15 @@ int server_create(const server_opts *o, server **out) {
     s->o = *o;
     s->listen_fd = -1;
     pthread_mutex_init(&s->admit_mu, NULL);
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_cond_init(&s->pool_cv, NULL);
+    int64_t nw = o->max_batch + o->queue_max + SRV_WORKERS_EXTRA;
+    s->max_workers = (int)(nw > SRV_WORKERS_MAX ? SRV_WORKERS_MAX : nw);
+    s->workers = calloc((size_t)s->max_workers, sizeof *s->workers);
     s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
     s->metrics = srv_metrics_create();
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_verity_%s", VERITY_VERSION);
-    if (!s->metrics) {
+    if (!s->metrics || !s->workers) {
         server_destroy(s);
         return err_set(ERR_NOMEM, "server: out of memory");
     }
@@ -675,18 +652,37 @@ int server_create(const server_opts *o, server **out) {
     socklen_t sl = sizeof sa;
     getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl);
     s->port = ntohs(sa.sin_port);
-    unsigned limit = (unsigned)(o->queue_max + 4 * o->max_batch + 64);
-    s->d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_SUSPEND_RESUME, 0,
-        NULL, NULL, srv_handler, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-        limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, srv_completed, s, MHD_OPTION_THREAD_STACK_SIZE,
-        (size_t)(1024 * 1024), MHD_OPTION_END);
-    if (!s->d) {
+    snprintf(s->too_large_msg, sizeof s->too_large_msg,
+             "request body larger than --max-body (%zu MiB)", o->max_body_bytes >> 20);
+    snprintf(s->budget_msg, sizeof s->budget_msg,
+             "the server is receiving as many request bodies as --max-body-total (%zu MiB) "
+             "allows; retry later",
+             o->max_body_total_bytes >> 20);
+    /* --timeout: how long a connection may stay idle or take to send its request; the head has
+     * its own, shorter deadline (at most SRV_HEAD_TIMEOUT_S), the body a rate floor besides */
+    int t_ms = o->timeout_s > 0 ? o->timeout_s * 1000 : 600 * 1000;
+    srv_http_cfg cfg = {
+        .listen_fd = s->listen_fd,
+        .on_head = srv_on_head,
+        .on_request = srv_on_request,
+        .user = s,
+        .head_timeout_ms = t_ms < SRV_HEAD_TIMEOUT_S * 1000 ? t_ms : SRV_HEAD_TIMEOUT_S * 1000,
+        .idle_timeout_ms = t_ms,
+        .body_timeout_ms = t_ms,
+        .max_body_bytes = o->max_body_bytes,
+        .max_body_total_bytes = o->max_body_total_bytes,
+        .max_conns = o->max_conns,
+        .max_conns_per_addr = o->max_conns_per_addr,
+        .too_large_msg = s->too_large_msg,
+        .budget_msg = s->budget_msg,
+    };
+    int rc = srv_http_create(&cfg, &s->http);
+    if (rc) {
         server_destroy(s);
-        return err_set(ERR_IO, "server: cannot start the HTTP daemon on %s:%d", o->host, o->port);
+        return err_set(rc, "server: cannot start the HTTP layer on %s:%d: %s", o->host, o->port,
+                       err_detail());
     }
+    s->listen_fd = -1; /* the layer's now */
     *out = s;
     return 0;
 }
@@ -723,13 +719,21 @@ int64_t server_active(const server *s) {
 void server_destroy(server *s) {
     if (!s)
         return;
-    if (s->d)
-        MHD_stop_daemon(s->d);
+    /* answers in progress get SRV_SHUTDOWN_MS to be sent; then every connection closes, so a
+     * worker still writing to a client that does not read sees it gone and finishes */
+    if (s->http)
+        srv_http_shutdown(s->http, SRV_SHUTDOWN_MS);
+    srv_pool_stop(s);
+    if (s->http)
+        srv_http_destroy(s->http);
     else if (s->listen_fd >= 0)
         close(s->listen_fd);
     srv_metrics_destroy(s->metrics);
     grammar_vocab_destroy(s->gvocab);
     pthread_mutex_destroy(&s->admit_mu);
+    pthread_mutex_destroy(&s->pool_mu);
+    pthread_cond_destroy(&s->pool_cv);
+    free(s->workers);
     free(s->api_key);
     free(s);
 }

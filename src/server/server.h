@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * server: the OpenAI-compatible HTTP server (`verity serve`). HTTP/1.1 with keep-alive on
- * libmicrohttpd, one thread per connection: a connection thread parses and validates a request,
- * renders the chat template, tokenizes, submits to the engine loop, and then reads its own
- * request's events, detokenizing with that request's flags, applying its stop strings and
- * tool-call parser, and writing SSE chunks or the final JSON. The engine thread owns scheduling
- * and the KV pool (engine_loop.h). Nothing per request is shared between requests.
+ * verity's own event-driven connection layer (srv_http.h: one event thread for every connection,
+ * with deadlines and caps), and a pool of worker threads: a worker parses and validates a
+ * request, renders the chat template, tokenizes, submits to the engine loop, and then reads its
+ * own request's events, detokenizing with that request's flags, applying its stop strings and
+ * tool-call parser, and pushing SSE chunks or the final JSON to the layer. The engine thread owns
+ * scheduling and the KV pool (engine_loop.h). Nothing per request is shared between requests.
  *
  * Lifecycle: server_create binds and listens at once, answering /health with 503 ("loading")
  * until server_set_ready attaches the model; server_drain makes every new request get 503 while
@@ -39,7 +40,10 @@ typedef struct server_opts {
     int port;                    /* 0 = any free port */
     int64_t queue_max;           /* sequences that may wait beyond the running batch before 429 */
     const char *api_key;         /* NULL or "" = no authentication */
-    int timeout_s;               /* connection idle / read timeout */
+    int timeout_s;               /* a connection's idle timeout, and the bound on sending a
+                                    request (the head also has its own deadline, at most 10 s) */
+    int max_conns;               /* client connections at once (--max-conns; 0: the layer's) */
+    int max_conns_per_addr;      /* ... from one address (--max-conns-per-addr; 0: the layer's) */
     size_t max_body_bytes;       /* larger request bodies get 413 (--max-body) */
     size_t max_body_total_bytes; /* bodies being received at once, all connections together;
                                     beyond it 503 with Retry-After (--max-body-total) */
@@ -85,7 +89,8 @@ int64_t server_active(const server *s);
 /* The server's metrics (the engine loop's step hook feeds its histograms). */
 struct srv_metrics *server_metrics(server *s);
 
-/* Stops listening, waits for connection threads, frees. The engine loop is not touched. */
+/* Stops listening, lets answers in progress be sent for up to 2 s, closes every connection,
+ * joins the workers, frees. The engine loop is not touched. */
 void server_destroy(server *s);
 
 #endif

@@ -25,13 +25,19 @@
  * one lock. A request needing more than that alone is a 400 naming n and the limit, never a 429
  * a client would retry forever; so --queue-max 0 means no waiting beyond the running batch.
  *
- * Disconnects: the client's socket is checked on every pump of the wait, tokens or not. A read
- * EOF is either a closed client or a half-closed one (shutdown of its writing side after the
- * request, legal in HTTP/1.1 and done by some tools), which TCP cannot tell apart until something
- * is sent: so the first EOF is answered with bytes any live client accepts (a stream: an SSE
- * comment; a whole response: an interim "100 Continue"), a closed socket answers them with a
- * reset, and only a reset or hang-up then counts as gone (srv_gen_client_gone). A half-closed
- * client gets its whole answer; a gone one is noticed one check later.
+ * Disconnects: the layer's gone flag (srv_http_request_gone) is checked on every pump of the
+ * wait, tokens or not, and a stream write that fails says the same. A read EOF is either a closed
+ * client or a half-closed one (shutdown of its writing side after the request, legal in HTTP/1.1
+ * and done by some tools), which TCP cannot tell apart until something is sent: the layer answers
+ * the EOF of a request that has no answer yet with an interim "100 Continue", which a closed
+ * socket answers with a reset (gone) and a half-closed client reads. A stream therefore begins
+ * (its status line and headers) with its first event, not before: until then its request has no
+ * answer and can be probed; after, the first pump that sees the read EOF (srv_http_request_eof)
+ * writes an SSE comment line, which a closed socket answers with a reset (gone).
+ *
+ * Streams are pushed (srv_gen_stream): the worker formats the events of each pump and writes them
+ * as one chunk; while the client's output buffer is full the write blocks (backpressure), so a
+ * client that reads slowly holds at most the layer's out_cap_bytes of its stream in memory.
  *
  * Shutdown: a request the engine cancels without being asked (the server stopped the engine when
  * --drain-timeout ran out) is cut, not finished: a whole response becomes a 503 with type
@@ -48,7 +54,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #define SRV_POLL_MS 20
 
@@ -83,20 +88,17 @@ struct srv_gen {
     srv_params p;
     srv_choice ch[SRV_MAX_CHOICES];
     int n_ch;
-    int fd;
+    srv_http_req *req; /* the request it answers (the worker holds it) */
     char id[48];
     int64_t created;
     int64_t t_arrival_ns;
     bool first_token;
     int64_t prompt_tokens;
-    strbuf out; /* SSE bytes not yet handed to the HTTP library */
-    size_t out_pos;
+    strbuf out;    /* SSE bytes not yet handed to the HTTP layer */
     bool finished; /* usage chunk and [DONE] appended */
     bool aborted;
-    bool http11; /* the request is HTTP/1.1: an interim response may probe a half-closed client */
-    bool probed; /* the client's EOF was seen and the probe sent */
-    bool cut;    /* some choice was cut by the server's shutdown */
-    arena *a;    /* copies of the parameters' strings */
+    bool cut;       /* some choice was cut by the server's shutdown */
+    arena *a;       /* copies of the parameters' strings */
     srv_stop *stop; /* the stop strings' automaton (in a), NULL when there are none */
 };
 
@@ -137,7 +139,7 @@ static int srv_gen_copy_params(srv_gen *g, const srv_params *p) {
     return 0;
 }
 
-srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, bool http11, int64_t t_arrival_ns,
+srv_gen *srv_gen_start(server *s, const srv_params *p, srv_http_req *req, int64_t t_arrival_ns,
                        srv_err *e) {
     int n_ch = p->n * p->n_prompts;
     int64_t cap = s->o.max_batch + s->o.queue_max;
@@ -160,8 +162,7 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, bool http11, int6
     }
     /* g->p.constraint is g's from here on: srv_gen_free drops it */
     g->s = s;
-    g->fd = fd;
-    g->http11 = http11;
+    g->req = req;
     g->n_ch = n_ch;
     g->created = clock_wall_s();
     g->t_arrival_ns = t_arrival_ns;
@@ -233,8 +234,7 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, bool http11, int6
     return g;
 }
 
-void srv_gen_free(void *vg) {
-    srv_gen *g = vg;
+void srv_gen_free(srv_gen *g) {
     if (!g)
         return;
     bool cancelled = false;
@@ -620,42 +620,17 @@ static void srv_gen_head(strbuf *sb, const srv_gen *g, const char *object) {
 }
 
 /* Whether g's client has gone away; called on every pump, so a request whose tokens keep coming is
- * checked as often as an idle one. An EOF alone does not say: a client that half-closed after
- * sending its request still reads the answer (srv_peer_state). So the first EOF is answered with
- * bytes that a client that is there accepts and a closed socket answers with a reset: a stream
- * gets an SSE comment line (queued in g->out, the caller sends it), a non-streaming HTTP/1.1
- * request an interim "100 Continue" (RFC 9110 section 15.2: a client must accept 1xx responses
- * it did not ask for before the final one). From then on only a reset or hang-up
- * (SRV_PEER_GONE), or a failed send, means gone. HTTP/1.0 has no interim responses: there an
- * EOF counts as gone, as it always did. */
-static bool srv_gen_client_gone(srv_gen *g, bool stream) {
-    switch (srv_peer_state(g->fd)) {
-    case SRV_PEER_OK:
-        return false;
-    case SRV_PEER_GONE:
-        return true;
-    case SRV_PEER_EOF:
-        break;
-    }
-    if (g->probed)
-        return false;
-    g->probed = true;
-    if (stream) {
-        strbuf_puts(&g->out, ":\n\n");
-        return false;
-    }
-    if (!g->http11)
-        return true;
-    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    ssize_t n = send(g->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-    return n != (ssize_t)(sizeof probe - 1);
+ * checked as often as an idle one. The layer decides (srv_http_request_gone): a hang-up, a reset,
+ * a failed write, or a read EOF that its probe of a half-closed client turned into a reset. */
+static bool srv_gen_client_gone(const srv_gen *g) {
+    return srv_http_request_gone(g->req);
 }
 
 int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
     while (!srv_all_done(g)) {
         /* the client is checked on every pump, whether tokens came or not */
         srv_gen_pump(g, SRV_POLL_MS);
-        if (!srv_all_done(g) && srv_gen_client_gone(g, false)) {
+        if (!srv_all_done(g) && srv_gen_client_gone(g)) {
             g->aborted = true;
             return ERR_CANCELLED;
         }
@@ -834,26 +809,44 @@ static void srv_stream_choice(srv_gen *g, srv_choice *c) {
     }
 }
 
-ssize_t srv_gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    srv_gen *g = cls;
+/* Sends g->out as one chunk, beginning the stream first if it has not begun. While the client's
+ * output buffer is full the write waits (the engine goes on producing; its events wait in the
+ * request's queue). Returns 0, or ERR_CANCELLED when the client is gone. */
+static int srv_gen_flush(srv_gen *g, bool *begun) {
+    if (!g->out.len)
+        return 0;
+    if (strbuf_failed(&g->out))
+        return ERR_NOMEM;
+    if (!*begun) {
+        int rc = srv_http_stream_begin(g->req, 200,
+                                       "Content-Type: text/event-stream\r\n"
+                                       "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+        if (rc)
+            return rc;
+        *begun = true;
+    }
+    int rc;
+    while ((rc = srv_http_stream_write(g->req, g->out.data, g->out.len, 100 * SRV_POLL_MS)) ==
+           ERR_BUSY)
+        ;
+    strbuf_reset(&g->out);
+    return rc;
+}
+
+void srv_gen_stream(srv_gen *g) {
+    bool begun = false, probed = false;
     for (;;) {
-        if (g->out_pos < g->out.len) {
-            size_t n = g->out.len - g->out_pos;
-            if (n > max)
-                n = max;
-            memcpy(buf, g->out.data + g->out_pos, n);
-            g->out_pos += n;
-            if (g->out_pos == g->out.len) {
-                strbuf_reset(&g->out);
-                g->out_pos = 0;
-            }
-            return (ssize_t)n;
+        if (srv_gen_flush(g, &begun)) {
+            g->aborted = true; /* the client is gone (or out of memory): cancel the rest */
+            for (int i = 0; i < g->n_ch; i++)
+                if (!g->ch[i].done)
+                    eloop_req_cancel(g->ch[i].q);
+            return;
         }
-        if (g->finished)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        if (g->aborted)
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (g->finished) {
+            srv_http_stream_end(g->req);
+            return;
+        }
         if (srv_all_done(g)) {
             for (int i = 0; i < g->n_ch; i++)
                 srv_stream_choice(g, &g->ch[i]);
@@ -888,12 +881,19 @@ ssize_t srv_gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         /* the client is checked on every pump, whether tokens came or not */
         bool got = srv_gen_pump(g, SRV_POLL_MS);
-        if (srv_gen_client_gone(g, true)) {
+        if (srv_gen_client_gone(g)) {
             g->aborted = true;
             for (int i = 0; i < g->n_ch; i++)
                 if (!g->ch[i].done)
                     eloop_req_cancel(g->ch[i].q);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return;
+        }
+        /* a begun stream whose client's read side ended: an SSE comment line, which a
+         * half-closed client ignores and a closed socket answers with a reset (gone), so a
+         * stream that is not producing (a held engine, a long prefill) still notices */
+        if (begun && !probed && srv_http_request_eof(g->req)) {
+            probed = true;
+            strbuf_puts(&g->out, ":\n\n");
         }
         if (got)
             for (int i = 0; i < g->n_ch; i++)

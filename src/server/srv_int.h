@@ -13,9 +13,9 @@
 #include "sample/grammar.h"
 #include "server/server.h"
 #include "server/srv_metrics.h"
+#include "server/srv_http.h"
 #include "server/srv_stop.h"
 
-#include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -26,20 +26,26 @@
 struct server {
     server_opts o;
     char *api_key;
-    struct MHD_Daemon *d;
-    int listen_fd;
+    srv_http *http; /* the connection layer; NULL until server_create has started it */
+    int listen_fd;  /* ours until srv_http_create takes it, then -1 */
     int port;
     atomic_bool ready;
     atomic_bool draining;
     /* admission: a request's check of the engine's load and its submissions happen under this
      * lock, so two requests never both take the last place (srv_gen_start) */
     pthread_mutex_t admit_mu;
-    /* bytes of request bodies received (or declared by Content-Length) and not yet parsed, all
-     * connections together; bounded by o.max_body_total_bytes */
-    _Atomic int64_t body_bytes;
+    /* the worker pool (server.c): a FIFO of complete requests under pool_mu; workers are
+     * started as needed up to max_workers and live until server_destroy */
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_cv;
+    struct srv_job *pool_head, *pool_tail;
+    int pool_queued, pool_idle, n_workers, max_workers;
+    bool pool_stop;
+    pthread_t *workers;                      /* [max_workers] */
+    char too_large_msg[96], budget_msg[160]; /* the layer's 413 and 503 messages */
     server_model sm;
     srv_metrics *metrics;
-    _Atomic int64_t active;
+    _Atomic int64_t active; /* requests handed to the pool and not yet released */
     _Atomic uint64_t next_id;
     char fingerprint[64];
     chat_tool_format tool_format;
@@ -111,10 +117,9 @@ typedef struct srv_gen srv_gen;
  * server holds at most max_batch + queue_max of them, running or waiting, and the check and the
  * submissions are one step under s->admit_mu. Returns NULL with e filled on failure: 429 when
  * the server is full now, 400 (param "n") when the request alone needs more sequences than the
- * server ever holds, 500 out of memory. fd is the client socket (disconnect detection), http11
- * whether the request is HTTP/1.1 (a half-closed client may then be probed with an interim
- * response, srv_peer_state). */
-srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, bool http11, int64_t t_arrival_ns,
+ * server ever holds, 500 out of memory. req is the HTTP request it answers (borrowed: the caller
+ * holds it until after srv_gen_free); its gone flag is checked on every pump. */
+srv_gen *srv_gen_start(server *s, const srv_params *p, srv_http_req *req, int64_t t_arrival_ns,
                        srv_err *e);
 
 /* Non-streaming: waits for every choice to finish and writes the whole response body into out.
@@ -123,22 +128,14 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, int fd, bool http11, int6
  * (503, type "server_shutdown_error", code "drain_timeout"). */
 int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e);
 
-/* Streaming: the libmicrohttpd content reader producing the SSE body of g. */
-ssize_t srv_gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
+/* Streaming: answers g's request with its SSE stream, pushing each event as it is ready
+ * (srv_http_stream_write, blocking while the client's output buffer is full), until the stream
+ * ends, the server's shutdown cuts it (an error event, no [DONE]) or the client goes (the rest is
+ * cancelled). The stream begins with its first event, so until then the request has no answer
+ * and the layer may probe a half-closed client. */
+void srv_gen_stream(srv_gen *g);
 
 /* Frees g, cancelling whatever is still running (the engine frees its KV at its next step). */
-void srv_gen_free(void *g);
-
-/* What a poll of a client's socket says while its request runs. A peer that closed its socket and
- * one that only shut down its writing side (a legal HTTP/1.1 half-close, done by some tools after
- * sending a request) look the same until something is sent to them: both are SRV_PEER_EOF. A
- * closed peer answers the next bytes sent with a reset, after which the socket is SRV_PEER_GONE;
- * a half-closed one reads them. */
-enum srv_peer {
-    SRV_PEER_OK,   /* nothing to say (or a pipelined request waiting: still there) */
-    SRV_PEER_EOF,  /* the peer will send no more: half-closed, or closed (not known yet) */
-    SRV_PEER_GONE, /* reset or hung up: nothing sent will arrive */
-};
-enum srv_peer srv_peer_state(int fd);
+void srv_gen_free(srv_gen *g);
 
 #endif

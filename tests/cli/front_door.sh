@@ -196,7 +196,7 @@ fi
 # engine stepped one step at a time, faster than the old 20 ms quiet period) is noticed within
 # a step or two, not when it finishes. A client that shuts down only its writing side after the
 # request still gets the whole answer, streamed or not: the server sees the EOF, probes (a
-# "100 Continue" interim response, or an SSE comment), and goes on.
+# "100 Continue" interim response; a held stream has not sent its headers yet), and goes on.
 if start_server front_door.dc_start -m "$MODEL" --admin-api 1; then
     c0=$(metric verity_requests_cancelled_total)
     admin pause >/dev/null

@@ -17,8 +17,9 @@
 #       GO_FILE exists, sends the rest, prints the response's status.
 #   halfclose PORT stream|whole BODY_JSON [KEY]
 #       Holds the engine (/admin/pause), sends the request, shuts down its writing side, reads
-#       until the server's probe of the half-closed client (a stream's ":" comment, a whole
-#       response's "100 Continue"), releases the engine and reads the answer to the end. Prints
+#       until the server's probe of the half-closed client (an interim "100 Continue": a stream's
+#       headers go out with its first event, so it too has no answer yet), releases the engine
+#       and reads the answer to the end. Prints
 #       "probe=yes|no status=N" and the body's last bytes.
 #   disconnect_while_stepping PORT MAX BODY_JSON [KEY]
 #       Holds the engine, sends the request, waits until it is queued, grants one step (it holds
@@ -164,9 +165,9 @@ def mode_halfclose(port, how, body, key):
     b = body.encode()
     s.sendall(request_head(len(b), extra) + b)
     s.shutdown(socket.SHUT_WR)
-    # the probe: a stream's first bytes after its headers are the ":" comment (chunk "3\r\n:\n\n");
-    # a whole response's, the interim 100
-    probe = b"\r\n3\r\n:\n\n\r\n" if how == "stream" else b"HTTP/1.1 100 Continue\r\n\r\n"
+    # the probe: the interim 100, for a whole response and a stream alike (the engine is held,
+    # so the stream has not begun)
+    probe = b"HTTP/1.1 100 Continue\r\n\r\n"
     data = b""
     try:
         while probe not in data:
