@@ -113,7 +113,7 @@ enum flag_kind {
       "serve: POST /admin/pause, /admin/resume and /admin/step hold the engine between steps, "    \
       "release it, or step it (tests, maintenance; behind --api-key like every route)")
 
-/* Fault injection (issue 5): the incident's bug classes, reproduced on purpose so that
+/* Fault injection: the incident's bug classes, reproduced on purpose so that
  * `verity hunt` and `verity bisect` can be shown to find them. They exist only in the fault
  * build (make faults, -DVERITY_FAULTS=1), never in release builds, and are all off by default.
  * Each needs concurrency to fire, as the originals did. */

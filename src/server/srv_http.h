@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * srv_http: verity's own event-driven HTTP/1.1 connection layer (issue 11 items 1 and 11).
+ * srv_http: verity's own event-driven HTTP/1.1 connection layer.
  *
  * One event thread owns every connection: it accepts on the caller's listening socket, reads and
  * parses request heads and bodies (srv_http_parse.h), enforces every deadline and limit, and

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# verity serve under attack from one machine (issue 11): 1,000 idle connections and 200 that
+# verity serve under attack from one machine: 1,000 idle connections and 200 that
 # trickle a request head one byte a second, rounds of 60 unauthenticated 8 MiB bodies with
 # --api-key set, and requests carrying the largest stop strings allowed (and one set over the
 # limit), while a well-behaved client keeps sending completions and /health probes
