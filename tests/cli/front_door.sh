@@ -313,3 +313,23 @@ if start_server front_door.queue0_start -m "$MODEL" --max-batch 1 --queue-max 0;
     check queue_max_0_n2_400 400 "$c" '"param":"n"' 'holds at most 1'
     stop_server
 fi
+
+# Framing the HTTP layer must refuse with exactly one status line and an error body, the server
+# serving on afterwards: a negative or huge Content-Length (libmicrohttpd sent its head twice for
+# these), a bad chunk size, chunked twice, an unknown transfer coding.
+if start_server front_door.framing_start -m "$MODEL"; then
+    req='POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n'
+    while read -r name want extra; do
+        got=$($RAW raw "$SRV_PORT" "$req$extra")
+        [ "$got" = "statuses=1 first=$want error=yes" ] && pass "front_door.framing_$name" || fail "front_door.framing_$name" "$got (expected one $want with an error body)"
+    done <<'CASES'
+cl_negative 400 Content-Length: -1\r\n\r\n{}
+cl_1e23 413 Content-Length: 100000000000000000000000\r\n\r\n{}
+chunk_size_bad 400 Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n
+te_chunked_twice 400 Transfer-Encoding: chunked, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n
+te_gzip 501 Transfer-Encoding: gzip\r\n\r\n{}
+CASES
+    c=$(http_code POST /v1/completions '{"prompt":"x","max_tokens":2}')
+    check framing_keeps_serving 200 "$c" '"finish_reason"'
+    stop_server
+fi

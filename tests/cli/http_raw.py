@@ -21,6 +21,11 @@
 #       headers go out with its first event, so it too has no answer yet), releases the engine
 #       and reads the answer to the end. Prints
 #       "probe=yes|no status=N" and the body's last bytes.
+#   raw PORT REQUEST
+#       Sends REQUEST (Python string escapes: \\r\\n) and reads until the server closes the
+#       connection. Prints "statuses=N first=S error=yes|no": how many status lines came back (a
+#       head sent twice counts 2), the first one's status, and whether the first response's body
+#       is an OpenAI-style error object.
 #   disconnect_while_stepping PORT MAX BODY_JSON [KEY]
 #       Holds the engine, sends the request, waits until it is queued, grants one step (it holds
 #       KV and has a token), closes the connection, and then steps the engine one step at a time,
@@ -28,6 +33,7 @@
 #       steps); prints "steps=N cancelled=yes|no". The engine stays held.
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -206,6 +212,28 @@ def mode_disconnect_while_stepping(port, max_steps, body, key):
     print("steps=%d cancelled=no" % max_steps)
 
 
+def mode_raw(port, request):
+    s = connect(port)
+    try:
+        s.sendall(request.encode("latin-1").decode("unicode_escape").encode("latin-1"))
+    except OSError:
+        pass  # the server may answer and close before it has read everything
+    data = read_all(s)
+    s.close()
+    n = len(re.findall(rb"(?:^|\r\n)HTTP/1\.[01] [0-9]{3} ", data))
+    got = responses(data)
+    first = got[0][0] if got else 0
+    error = "no"
+    if got:
+        try:
+            body = got[0][1]
+            e = json.loads(body[: body.rfind(b"}") + 1])["error"]
+            error = "yes" if isinstance(e.get("message"), str) and e["message"] else "no"
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    print("statuses=%d first=%d error=%s" % (n, first, error))
+
+
 def main(a):
     port = int(a[1])
     if a[0] == "head":
@@ -216,6 +244,8 @@ def main(a):
         mode_hold(port, int(a[2]), int(a[3]), a[4], a[5], a[6:])
     elif a[0] == "halfclose":
         mode_halfclose(port, a[2], a[3], a[4] if len(a) > 4 else None)
+    elif a[0] == "raw":
+        mode_raw(port, a[2])
     elif a[0] == "disconnect_while_stepping":
         mode_disconnect_while_stepping(port, int(a[2]), a[3], a[4] if len(a) > 4 else None)
     else:
