@@ -15,6 +15,7 @@
 #include "server/srv_http_parse.h"
 
 #include "base/err.h"
+#include "base/utf8.h"
 
 #include <string.h>
 
@@ -328,16 +329,6 @@ void srv_http_chunk_init(srv_http_chunk *c) {
     memset(c, 0, sizeof *c);
 }
 
-static int hexval(char ch) {
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 static int chunk_fail(srv_http_chunk *c, const char **why, const char *msg) {
     c->state = CH_DONE + 1;
     *why = msg;
@@ -357,7 +348,7 @@ int srv_http_chunk_decode(srv_http_chunk *c, const char *in, size_t in_len, size
         char ch = in[i];
         switch (c->state) {
         case CH_SIZE: {
-            int hv = hexval(ch);
+            int hv = utf8_hex_digit((unsigned char)ch);
             if (hv >= 0) {
                 if (++c->n_digits > SRV_HTTP_CHUNK_DIGITS_MAX)
                     return chunk_fail(c, why, "chunk size too large");
