@@ -49,6 +49,9 @@ enum flag_kind {
     X(ATTN_GROUP, "attn-group", FLAG_KIND_INT, "16", "0:16",                                       \
       "query heads of one KV head attended together, sharing each key and value read (0: the "     \
       "per-head kernel; speed only, same bits)")                                                   \
+    X(MOE_GROUP, "moe-group", FLAG_KIND_BOOL, "1", "0|1",                                        \
+      "mixture-of-experts: rows routed to one expert multiplied together, its weights read once "  \
+      "per step (0: each row's experts one row at a time; speed only, same bits)")                 \
     X(MAX_BATCH, "max-batch", FLAG_KIND_INT, "32", "1:4096", "most sequences in one engine step")  \
     X(CHUNK, "chunk", FLAG_KIND_INT, "512", "1:1048576",                                           \
       "most prompt tokens of one sequence prefilled in one step (chunked prefill)")                \

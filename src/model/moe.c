@@ -16,7 +16,9 @@
  *   8 SwiGLU (+ quantize)                              rows: slots
  *   9 down of every routed expert over its slots       matmul
  *  10 y = sum over ranks r of w_r * down_r [+ shared]  rows: tokens
- * Grouping (5-9) reads each expert's weights once per step for all the rows routed to it.
+ * Grouping (5-9) reads each expert's weights once per step for all the rows routed to it; toggle
+ * moe-group 0 multiplies each slot alone instead (one product per slot and matrix), the path a
+ * batch-dependence bug in grouping would not take, and the baseline grouping is measured against.
  *
  * Invariance (P1): a slot's input row is a copy of its token's normed row, quantized per row; an
  * expert's matmul over its slots computes each row exactly as it would alone (kn_matmul: a row's
@@ -27,6 +29,7 @@
  * add), then y = acc + shared (times sigmoid(gate) if gated). Routing is per token (kn_route).
  */
 #include "base/err.h"
+#include "base/flags.h"
 #include "model/forward_int.h"
 
 #include <stdio.h>
@@ -202,7 +205,8 @@ int moe_ctx_create(fwd_ctx *c) {
     f->gg = aligned_alloc(64, S * (size_t)f->ff * sizeof(float));
     f->ug = aligned_alloc(64, S * (size_t)f->ff * sizeof(float));
     f->scratch = malloc((size_t)f->n_threads * 2 * E * sizeof(float));
-    f->mm = malloc(2 * E * sizeof(fwd_mm));
+    f->mm =
+        malloc(2 * (S > E ? S : E) * sizeof(fwd_mm)); /* per expert, or per slot (moe-group 0) */
     if (!f->logits || !f->sh_gate || !f->sel || !f->w || !f->slot_of || !f->tok_of || !f->off ||
         !f->xg || !f->gg || !f->ug || !f->scratch || !f->mm)
         return ERR_NOMEM;
@@ -348,25 +352,26 @@ void moe_forward_ffn(fwd_ctx *c, int64_t l) {
     fwd_phase_rows(c, moe_rows_gather, l, T * k, 2 * D,
                    kn_mat_wants_q8(moe->gate_exps[0]) || kn_mat_wants_q8(moe->up_exps[0]), NULL);
     /* 7-9: every expert with slots, over its slots */
+    bool grouped = flags_int(FLAG_MOE_GROUP) != 0;
     int n = 0;
-    for (int64_t e = 0; e < E; e++) {
-        int64_t rows = f->off[e + 1] - f->off[e];
-        if (rows == 0)
-            continue;
-        f->mm[n++] = (fwd_mm){
-            .w = moe->gate_exps[e], .x = f->xg, .y = f->gg, .row0 = f->off[e], .rows = rows};
-        f->mm[n++] =
-            (fwd_mm){.w = moe->up_exps[e], .x = f->xg, .y = f->ug, .row0 = f->off[e], .rows = rows};
-    }
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r0 = f->off[e]; r0 < f->off[e + 1]; r0 = grouped ? f->off[e + 1] : r0 + 1) {
+            int64_t rows = grouped ? f->off[e + 1] - r0 : 1;
+            f->mm[n++] =
+                (fwd_mm){.w = moe->gate_exps[e], .x = f->xg, .y = f->gg, .row0 = r0, .rows = rows};
+            f->mm[n++] =
+                (fwd_mm){.w = moe->up_exps[e], .x = f->xg, .y = f->ug, .row0 = r0, .rows = rows};
+        }
     fwd_phase_matmul(c, n, f->mm);
     fwd_phase_rows(c, moe_rows_swiglu, l, T * k, 8 * F, kn_mat_wants_q8(moe->down_exps[0]), NULL);
-    n = 0;
-    for (int64_t e = 0; e < E; e++) {
-        int64_t rows = f->off[e + 1] - f->off[e];
-        if (rows > 0) /* the down outputs overwrite the gathered inputs, no longer read */
-            f->mm[n++] = (fwd_mm){
-                .w = moe->down_exps[e], .x = f->gg, .y = f->xg, .row0 = f->off[e], .rows = rows};
-    }
+    n = 0; /* the down outputs overwrite the gathered inputs, no longer read */
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r0 = f->off[e]; r0 < f->off[e + 1]; r0 = grouped ? f->off[e + 1] : r0 + 1)
+            f->mm[n++] = (fwd_mm){.w = moe->down_exps[e],
+                                  .x = f->gg,
+                                  .y = f->xg,
+                                  .row0 = r0,
+                                  .rows = grouped ? f->off[e + 1] - r0 : 1};
     fwd_phase_matmul(c, n, f->mm);
     /* 10: the weighted sum */
     fwd_phase_rows(c, moe_rows_combine, l, T, 2 * k * D, false, moe);
