@@ -114,7 +114,22 @@ enum flag_kind {
       "request's chat_template_kwargs replaces them key by key")                                   \
     X(ADMIN_API, "admin-api", FLAG_KIND_BOOL, "0", "0|1",                                          \
       "serve: POST /admin/pause, /admin/resume and /admin/step hold the engine between steps, "    \
-      "release it, or step it (tests, maintenance; behind --api-key like every route)")
+      "release it, or step it (tests, maintenance; behind --api-key like every route)")         \
+    X(ROUTER_WORKERS, "router-workers", FLAG_KIND_INT, "256", "1:4096",                            \
+      "router: worker threads, each proxying one request at a time (as many may wait; beyond: "    \
+      "429)")                                                                                      \
+    X(ROUTER_HEALTH_MS, "router-health-ms", FLAG_KIND_INT, "1000", "10:600000",                    \
+      "router: interval of the health and load polls of every backend (GET /v1/status)")           \
+    X(ROUTER_CACHE_AWARE, "router-cache-aware", FLAG_KIND_BOOL, "1", "0|1",                        \
+      "router: send a request to the backend that holds the longest known prefix of its prompt "   \
+      "(0: load alone decides; same bits either way, only speed differs)")                         \
+    X(ROUTER_BALANCE_ABS, "router-balance-abs", FLAG_KIND_INT, "8", "0:1000000",                   \
+      "router: when backends' loads (requests in flight plus waiting) differ by more than this, "  \
+      "the least loaded wins over the cache")                                                      \
+    X(ROUTER_CACHE_PCT, "router-cache-pct", FLAG_KIND_INT, "50", "0:100",                          \
+      "router: share (percent) of a prompt's blocks a backend must hold for the cache to decide")  \
+    X(BACKEND_API_KEY, "backend-api-key", FLAG_KIND_SECRET, "", "",                                \
+      "router: bearer token sent to the backends (empty = none)")
 
 /* Fault injection: the incident's bug classes, reproduced on purpose so that
  * `verity hunt` and `verity bisect` can be shown to find them. They exist only in the fault

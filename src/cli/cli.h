@@ -10,6 +10,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 int cmd_inspect(int argc, char **argv);
@@ -24,6 +25,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
 int cmd_hunt(int argc, char **argv);
 int cmd_bisect(int argc, char **argv);
+int cmd_router(int argc, char **argv);
 
 /* One sub-command: its name, entry point, one-line summary, and the usage text `verity NAME
  * --help` prints (NULL where the command prints its own). */
@@ -59,6 +61,10 @@ int cli_parse_f64(const char *cmd, const char *opt, const char *s, double lo, do
 /* Returns the value following option argv[*i] (advancing *i), or NULL after printing a usage
  * error if there is none. */
 const char *cli_next(const char *cmd, int argc, char **argv, int *i);
+
+/* Fills buf[0, cap) with the API key of --api-key or the first line of --api-key-file (not both;
+ * "" when neither is given). Returns 0 or prints a usage error naming cmd and returns 2. */
+int cli_load_api_key(const char *cmd, char *buf, size_t cap);
 
 /* The flag SIGINT and SIGTERM set once cli_stop_catch() has run: hunt and bisect poll it, stop
  * between requests or rounds and keep what they have. Static storage; 0 until a signal comes. */

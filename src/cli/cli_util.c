@@ -2,6 +2,7 @@
 /* cli_util: shared option parsing and error printing for the sub-commands. See cli.h. */
 #include "cli/cli.h"
 #include "base/err.h"
+#include "base/flags.h"
 
 #include <errno.h>
 #include <math.h>
@@ -66,6 +67,31 @@ const char *cli_next(const char *cmd, int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+static int cli_read_key_file(const char *cmd, const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return cli_usage_error(cmd, "--api-key-file %s: cannot open", path);
+    if (!fgets(buf, (int)cap, f)) {
+        fclose(f);
+        return cli_usage_error(cmd, "--api-key-file %s: empty", path);
+    }
+    fclose(f);
+    buf[strcspn(buf, "\r\n")] = 0;
+    if (!buf[0])
+        return cli_usage_error(cmd, "--api-key-file %s: empty first line", path);
+    return 0;
+}
+
+int cli_load_api_key(const char *cmd, char *buf, size_t cap) {
+    const char *key_file = flags_str(FLAG_API_KEY_FILE);
+    if (flags_str(FLAG_API_KEY)[0] && key_file[0])
+        return cli_usage_error(cmd, "give --api-key or --api-key-file, not both");
+    if (key_file[0])
+        return cli_read_key_file(cmd, key_file, buf, cap);
+    snprintf(buf, cap, "%s", flags_str(FLAG_API_KEY));
+    return 0;
 }
 
 static volatile sig_atomic_t cli_stop;

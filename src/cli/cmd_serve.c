@@ -45,21 +45,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int serve_read_key_file(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return cli_usage_error("serve", "--api-key-file %s: cannot open", path);
-    if (!fgets(buf, (int)cap, f)) {
-        fclose(f);
-        return cli_usage_error("serve", "--api-key-file %s: empty", path);
-    }
-    fclose(f);
-    buf[strcspn(buf, "\r\n")] = 0;
-    if (!buf[0])
-        return cli_usage_error("serve", "--api-key-file %s: empty first line", path);
-    return 0;
-}
-
 #define SERVE_MAX_NAMES 16
 
 /* Splits --served-model-name's comma-separated list into names (pointers into buf). Returns the
@@ -169,17 +154,7 @@ static int serve_parse_args(int argc, char **argv, serve_state *s) {
 
 /* Fills s->key from --api-key or the first line of --api-key-file (not both). */
 static int serve_load_key(serve_state *s) {
-    const char *key_file = flags_str(FLAG_API_KEY_FILE);
-    if (flags_str(FLAG_API_KEY)[0] && key_file[0])
-        return cli_usage_error("serve", "give --api-key or --api-key-file, not both");
-    if (key_file[0]) {
-        int st = serve_read_key_file(key_file, s->key, sizeof s->key);
-        if (st)
-            return st;
-    } else {
-        snprintf(s->key, sizeof s->key, "%s", flags_str(FLAG_API_KEY));
-    }
-    return 0;
+    return cli_load_api_key("serve", s->key, sizeof s->key);
 }
 
 /* Checks the option values before anything listens (a bad one exits 2): the served names, the

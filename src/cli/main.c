@@ -28,6 +28,17 @@ static const cli_command commands[] = {
      "chatml, llama3, llama2, mistral, gemma. Endpoints: /health,\n"
      "/v1/models, /v1/completions, /v1/chat/completions, /metrics, /tokenize, /detokenize,\n"
      "/v1/flags.\n"},
+    {"router", cmd_router, "OpenAI-compatible front balancing many verity servers",
+     "usage: verity router --replica URL[,URL...] [--host 127.0.0.1] [--port 8080]\n"
+     "                     [--api-key KEY | --api-key-file FILE] [--backend-api-key KEY]\n"
+     "                     [--timeout S] [--drain-timeout S] [--router-workers N]\n"
+     "                     [--router-health-ms MS] [--router-cache-aware 0|1]\n"
+     "                     [--router-balance-abs N] [--router-cache-pct P]\n"
+     "Each URL is http://HOST:PORT of a `verity serve`. Requests go to the replica holding the\n"
+     "longest known prefix of their prompt unless the load is uneven, then to the least loaded;\n"
+     "a request that has not streamed anything is retried on another replica. Endpoints: those\n"
+     "of verity serve, and /health and /metrics of the router itself.\n"
+     "--prefill URL,... --decode URL,... (disaggregated prefill/decode) is not supported yet.\n"},
     {"generate", cmd_generate, "generate text from a prompt or a JSONL file of prompts",
      "usage: verity generate [-m MODEL] (-p TEXT | --prompts FILE.jsonl) [-n N] [--temp T]\n"
      "                       [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"

@@ -12,6 +12,7 @@
 #include "hunt/hunt_client.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/http_fetch.h"
 #include "base/list.h"
 
 #include <curl/curl.h>
@@ -343,81 +344,14 @@ int64_t hunt_client_bytes(const hunt_client *c) {
     return c->bytes;
 }
 
-/* ---- blocking GET ---- */
-
-typedef struct hunt_get_buf {
-    char *p;
-    size_t cap, len;
-} hunt_get_buf;
-
-static size_t hunt_get_write(char *p, size_t size, size_t nmemb, void *ud) {
-    hunt_get_buf *b = ud;
-    size_t n = size * nmemb;
-    if (b->cap) {
-        size_t k = b->cap - 1 - b->len < n ? b->cap - 1 - b->len : n;
-        memcpy(b->p + b->len, p, k);
-        b->len += k;
-        b->p[b->len] = 0;
-    }
-    return n;
-}
+/* ---- blocking requests (base/http_fetch.h) ---- */
 
 int hunt_http_get(const char *url, const char *api_key, double timeout_s, long *status, char *body,
                   size_t cap) {
-    return hunt_http_fetch(url, api_key, NULL, timeout_s, status, body, cap);
+    return http_fetch_once(url, api_key, NULL, timeout_s, status, body, cap);
 }
 
 int hunt_http_fetch(const char *url, const char *api_key, const char *post_body, double timeout_s,
                     long *status, char *body, size_t cap) {
-    if (hunt_curl_global())
-        return ERR_INTERNAL;
-    CURL *e = curl_easy_init();
-    if (!e) {
-        hunt_curl_global_release();
-        return err_set(ERR_NOMEM, "out of memory for a request to %s", url);
-    }
-    hunt_get_buf b = {body, cap, 0};
-    if (cap)
-        body[0] = 0;
-    char errbuf[CURL_ERROR_SIZE] = "";
-    struct curl_slist *hd = NULL;
-    if (api_key && api_key[0]) {
-        char auth[1024];
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", api_key);
-        hd = curl_slist_append(hd, auth);
-    }
-    if (post_body) {
-        hd = curl_slist_append(hd, "Content-Type: application/json");
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, post_body);
-    }
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, hunt_get_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_PROXY, "");
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)((timeout_s > 0 ? timeout_s : 10) * 1000));
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)((timeout_s > 0 && timeout_s < 10 ? timeout_s : 10) * 1000));
-    CURLcode cc = curl_easy_perform(e);
-    int rc = 0;
-    *status = 0;
-    if (cc == CURLE_OK) {
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
-    } else {
-        const char *why = errbuf[0] ? errbuf : curl_easy_strerror(cc);
-        if (cc == CURLE_OPERATION_TIMEDOUT)
-            rc = err_set(ERR_TIMEOUT, "%s: %s", url, why);
-        else if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
-                 cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL)
-            rc = err_set(ERR_CONNECT, "%s: %s", url, why);
-        else
-            rc = err_set(ERR_PROTOCOL, "%s: %s", url, why);
-    }
-    curl_slist_free_all(hd);
-    curl_easy_cleanup(e);
-    hunt_curl_global_release();
-    return rc;
+    return http_fetch_once(url, api_key, post_body, timeout_s, status, body, cap);
 }

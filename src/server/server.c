@@ -105,20 +105,8 @@ static int srv_send_error(srv_http_req *req, const srv_err *e) {
     return srv_send_error_h(req, e, NULL, NULL);
 }
 
-/* Constant-time comparison of the bearer token (no early exit on the first differing byte; the
- * length is compared the same way). */
 static bool srv_auth_ok(const server *s, const srv_http_req *req) {
-    if (!s->api_key || !s->api_key[0])
-        return true;
-    const char *h = srv_http_req_header(req, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0)
-        return false;
-    const char *tok = h + 7;
-    size_t a = strlen(tok), b = strlen(s->api_key);
-    unsigned char diff = (unsigned char)(a != b);
-    for (size_t i = 0; i < b; i++)
-        diff |= (unsigned char)((i < a ? (unsigned char)tok[i] : 0) ^ (unsigned char)s->api_key[i]);
-    return diff == 0;
+    return srv_http_req_bearer_ok(req, s->api_key);
 }
 
 static void srv_refuse_unauthorized(server *s, srv_http_req *req) {
@@ -205,6 +193,24 @@ static int srv_route_metrics(server *s, srv_http_req *c) {
         srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", sb.data, sb.len, NULL, NULL);
     strbuf_deinit(&sb);
     return rc;
+}
+
+/* GET /v1/status: the load a router balances on, cheap enough to poll often: sequences running
+ * and waiting in the engine, KV blocks held and the pool's size, requests being handled, and
+ * whether the server is draining (a router then sends it nothing new). */
+static int srv_route_status(server *s, srv_http_req *c) {
+    eloop_stats st;
+    memset(&st, 0, sizeof st);
+    if (s->sm.loop)
+        engine_loop_stats(s->sm.loop, &st);
+    char body[320];
+    int n = snprintf(body, sizeof body,
+                     "{\"running\":%lld,\"waiting\":%lld,\"kv_used\":%lld,\"kv_total\":%lld,"
+                     "\"active\":%lld,\"draining\":%s}",
+                     (long long)st.e.running, (long long)st.e.waiting, (long long)st.e.kv_used,
+                     (long long)st.e.kv_total, (long long)atomic_load(&s->active),
+                     atomic_load(&s->draining) ? "true" : "false");
+    return srv_send(c, 200, "application/json", body, (size_t)n, NULL, NULL);
 }
 
 static int srv_route_flags(srv_http_req *c) {
@@ -442,6 +448,10 @@ static int srv_on_head(void *user, srv_http_req *c) {
     }
     if (get && !strcmp(url, "/metrics")) {
         srv_route_metrics(s, c);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    if (get && !strcmp(url, "/v1/status")) { /* answered while draining too: it says so */
+        srv_route_status(s, c);
         return SRV_HTTP_HEAD_ANSWERED;
     }
     /* before the drain check: a drained server's held engine must still be releasable */

@@ -19,7 +19,8 @@
  * max_body_total_bytes 503 with Retry-After; at most max_batch + queue_max sequences are held
  * (running or waiting), beyond that 429 with Retry-After, and a request needing more alone 400.
  *
- * Routes: GET /health, GET /v1/models, GET /metrics, GET /v1/flags, POST /tokenize,
+ * Routes: GET /health, GET /v1/models, GET /metrics, GET /v1/status (the load a router polls:
+ * running, waiting, kv_used, kv_total, active, draining), GET /v1/flags, POST /tokenize,
  * POST /detokenize, POST /v1/completions, POST /v1/chat/completions, and with admin_api
  * POST /admin/pause, /admin/resume, /admin/step (engine_loop_pause). Errors are OpenAI-shaped:
  * {"error":{"message","type","param","code"}} with the field named in message and param.

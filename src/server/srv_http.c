@@ -332,6 +332,20 @@ const char *srv_http_req_path(const srv_http_req *r) {
 const char *srv_http_req_query(const srv_http_req *r) {
     return r->head + r->h.query.off;
 }
+bool srv_http_req_bearer_ok(const srv_http_req *req, const char *key) {
+    if (!key || !key[0])
+        return true;
+    const char *h = srv_http_req_header(req, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0)
+        return false;
+    const char *tok = h + 7;
+    size_t a = strlen(tok), b = strlen(key);
+    unsigned char diff = (unsigned char)(a != b);
+    for (size_t i = 0; i < b; i++)
+        diff |= (unsigned char)((i < a ? (unsigned char)tok[i] : 0) ^ (unsigned char)key[i]);
+    return diff == 0;
+}
+
 const char *srv_http_req_peer(const srv_http_req *r) {
     return r->c->peer;
 }

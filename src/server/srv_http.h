@@ -178,6 +178,11 @@ const char *srv_http_req_header(const srv_http_req *req, const char *name);
 int srv_http_req_header_count(const srv_http_req *req);
 bool srv_http_req_header_at(const srv_http_req *req, int i, const char **name, const char **value);
 
+/* Whether req may pass an API key check: true when key is NULL or empty (no key required), else
+ * whether its Authorization field is exactly "Bearer " followed by key. The comparison takes the
+ * same time whatever the first differing byte (the length is compared the same way). */
+bool srv_http_req_bearer_ok(const srv_http_req *req, const char *key);
+
 /* The client's address as text ("127.0.0.1", "::1"). */
 const char *srv_http_req_peer(const srv_http_req *req);
 

@@ -1,0 +1,568 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * router: lifecycle, the wiring to the HTTP layer (server/srv_http.h), the worker pool and the
+ * proxying of one request. See router.h for what it does; rt_policy.c chooses, rt_backend.c
+ * keeps the backends' health and the metrics.
+ *
+ * One request on a worker (rt_proxy): choose a backend, send the body with the worker's own
+ * client, and pass the answer on as it arrives (rt_on_data). A streamed answer (Content-Type
+ * text/event-stream with a 2xx status) is passed on event by event: bytes are held until a blank
+ * line ends an event, so the client never holds half an event, and the stream begins with the
+ * first complete one. Any other answer is held whole and sent once complete, so a backend dying
+ * in the middle of it costs a retry, not a broken answer. While nothing has been passed on, a
+ * failed attempt (no connection, a cut answer, a 503 from a loading or draining backend) goes to
+ * the next backend; after that, never: the stream gets an error event and ends without [DONE].
+ */
+#include "router/rt_int.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/http_fetch.h"
+#include "base/log.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RT_SHUTDOWN_MS   2000
+#define RT_HEAD_TIMEOUT_S 10
+#define RT_WORKER_STACK  (512u << 10)
+#define RT_WRITE_WAIT_MS 1000
+/* a whole (non-streamed) answer held for passing on: beyond this the attempt fails */
+#define RT_MAX_ANSWER_BYTES ((size_t)256 << 20)
+
+int router_url_check(const char *url, char *norm, size_t cap) {
+    if (strncmp(url, "http://", 7) != 0)
+        return err_set(ERR_INVAL, "replica URL '%s': must start with http://", url);
+    const char *h = url + 7, *p = h;
+    if (*p == '[') {
+        p = strchr(p, ']');
+        if (!p)
+            return err_set(ERR_INVAL, "replica URL '%s': unterminated [IPv6] host", url);
+        p++;
+    } else {
+        while (*p && (isalnum((unsigned char)*p) || *p == '.' || *p == '-'))
+            p++;
+    }
+    if (p == h)
+        return err_set(ERR_INVAL, "replica URL '%s': no host", url);
+    if (*p != ':')
+        return err_set(ERR_INVAL, "replica URL '%s': no :PORT after the host", url);
+    const char *d = ++p;
+    long port = 0;
+    while (isdigit((unsigned char)*p) && port <= 65535)
+        port = port * 10 + (*p++ - '0');
+    if (p == d || port < 1 || port > 65535)
+        return err_set(ERR_INVAL, "replica URL '%s': port must be 1..65535", url);
+    if (*p == '/')
+        p++;
+    if (*p)
+        return err_set(ERR_INVAL, "replica URL '%s': unexpected '%s' after the port (no path)",
+                       url, p);
+    size_t n = (size_t)(p - url) - (p[-1] == '/');
+    if (n + 1 > cap)
+        return err_set(ERR_INVAL, "replica URL '%s': too long", url);
+    memcpy(norm, url, n);
+    norm[n] = 0;
+    return 0;
+}
+
+/* ---- answers of the router itself ---- */
+
+/* An OpenAI-shaped error: {"error":{"message","type","param":null,"code"}}, with an optional
+ * extra header line h (ending in CRLF). */
+static int rt_send_error(srv_http_req *req, int status, const char *type, const char *code,
+                         const char *h, const char *msg) {
+    strbuf sb, hd;
+    strbuf_init(&sb);
+    strbuf_init(&hd);
+    strbuf_puts(&sb, "{\"error\":{\"message\":");
+    strbuf_json_cstr(&sb, msg);
+    strbuf_puts(&sb, ",\"type\":");
+    strbuf_json_cstr(&sb, type);
+    strbuf_puts(&sb, ",\"param\":null,\"code\":");
+    if (code)
+        strbuf_json_cstr(&sb, code);
+    else
+        strbuf_printf(&sb, "%d", status);
+    strbuf_puts(&sb, "}}");
+    strbuf_puts(&hd, "Content-Type: application/json\r\n");
+    if (h)
+        strbuf_puts(&hd, h);
+    int rc = srv_http_respond(req, status, hd.data, sb.data, sb.len);
+    strbuf_deinit(&sb);
+    strbuf_deinit(&hd);
+    return rc;
+}
+
+static bool rt_any_up(router *r) {
+    return router_backends_up(r) > 0;
+}
+
+static void rt_route_health(router *r, srv_http_req *req) {
+    static const char ok[] = "{\"status\":\"ok\"}", none[] = "{\"status\":\"no_backend\"}",
+                      dr[] = "{\"status\":\"draining\"}";
+    const char *hd = "Content-Type: application/json\r\n";
+    if (atomic_load(&r->draining))
+        srv_http_respond(req, 503, hd, dr, sizeof dr - 1);
+    else if (!rt_any_up(r))
+        srv_http_respond(req, 503, hd, none, sizeof none - 1);
+    else
+        srv_http_respond(req, 200, hd, ok, sizeof ok - 1);
+}
+
+static void rt_route_metrics(router *r, srv_http_req *req) {
+    strbuf sb;
+    strbuf_init(&sb);
+    rt_metrics_write(r, &sb);
+    srv_http_stats hs;
+    srv_http_stats_get(r->http, &hs);
+    strbuf_printf(&sb,
+                  "# HELP verity_http_connections_open Client connections open now.\n"
+                  "# TYPE verity_http_connections_open gauge\n"
+                  "verity_http_connections_open %d\n",
+                  hs.open_conns);
+    srv_http_respond(req, 200, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n",
+                     sb.data, sb.len);
+    strbuf_deinit(&sb);
+}
+
+/* ---- proxying one request ---- */
+
+typedef struct rt_call {
+    srv_http_req *req;
+    long status;
+    bool sse;       /* the answer is a stream */
+    bool begun;     /* the client's stream has begun: no retry from here on */
+    int write_rc;   /* the client's write failed (gone) */
+    strbuf held;    /* a whole answer, or a stream's bytes after its last complete event */
+    char ctype[128];
+} rt_call;
+
+static int rt_on_data(void *ud, long status, const char *ct, const char *bytes, size_t n) {
+    rt_call *c = ud;
+    if (!c->status) {
+        c->status = status;
+        snprintf(c->ctype, sizeof c->ctype, "%s", ct);
+        c->sse = status >= 200 && status < 300 && !strncmp(ct, "text/event-stream", 17);
+    }
+    strbuf_append(&c->held, bytes, n);
+    if (strbuf_failed(&c->held) || c->held.len > RT_MAX_ANSWER_BYTES)
+        return ERR_NOMEM;
+    if (!c->sse)
+        return 0;
+    /* pass on everything up to the last blank line (the end of the last complete event) */
+    size_t end = 0;
+    for (size_t i = c->held.len; i >= 2; i--)
+        if (c->held.data[i - 1] == '\n' && c->held.data[i - 2] == '\n') {
+            end = i;
+            break;
+        }
+    if (!end)
+        return 0;
+    if (!c->begun) {
+        int rc = srv_http_stream_begin(c->req, (int)status,
+                                       "Content-Type: text/event-stream\r\n"
+                                       "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+        if (rc)
+            return c->write_rc = rc;
+        c->begun = true;
+    }
+    int rc;
+    while ((rc = srv_http_stream_write(c->req, c->held.data, end, RT_WRITE_WAIT_MS)) == ERR_BUSY)
+        ;
+    if (rc)
+        return c->write_rc = rc;
+    memmove(c->held.data, c->held.data + end, c->held.len - end);
+    c->held.len -= end;
+    return 0;
+}
+
+static bool rt_client_gone(void *ud) {
+    rt_call *c = ud;
+    return srv_http_request_gone(c->req);
+}
+
+/* Ends a begun stream whose backend failed: an error event as OpenAI streams one, no [DONE]. */
+static void rt_stream_fail(rt_call *c, const char *url, const char *why) {
+    strbuf sb;
+    strbuf_init(&sb);
+    char msg[512];
+    snprintf(msg, sizeof msg, "the backend %s failed during the stream: %s", url, why);
+    strbuf_puts(&sb, "data: {\"error\":{\"message\":");
+    strbuf_json_cstr(&sb, msg);
+    strbuf_puts(&sb, ",\"type\":\"server_error\",\"param\":null,\"code\":\"backend_failed\"}}\n\n");
+    int rc;
+    while ((rc = srv_http_stream_write(c->req, sb.data, sb.len, RT_WRITE_WAIT_MS)) == ERR_BUSY)
+        ;
+    srv_http_stream_end(c->req);
+    strbuf_deinit(&sb);
+}
+
+/* Sends a complete held answer as it came. */
+static void rt_pass_whole(rt_call *c) {
+    char hd[256];
+    snprintf(hd, sizeof hd, "Content-Type: %s\r\n%s", c->ctype[0] ? c->ctype : "application/json",
+             c->status == 429 || c->status == 503 ? "Retry-After: 1\r\n" : "");
+    srv_http_respond(c->req, (int)c->status, hd, c->held.data, c->held.len);
+}
+
+static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
+    size_t blen;
+    const char *body = srv_http_req_body(req, &blen);
+    const char *method = srv_http_req_method(req), *path = srv_http_req_path(req),
+               *query = srv_http_req_query(req);
+    bool post = !strcmp(method, "POST");
+    static _Thread_local uint64_t h[RT_MAX_BLOCKS];
+    int nh = post ? rt_prefix_hashes(body, blen, h) : 0;
+    uint64_t tried = 0;
+    rt_call c = {.req = req};
+    strbuf_init(&c.held);
+    char last_err[400] = "no backend is up";
+    bool have_whole = false; /* c holds a complete answer worth passing on if nothing better */
+    for (;;) {
+        int b = rt_policy_choose(r, h, nh, tried);
+        if (b < 0)
+            break;
+        tried |= 1ull << b;
+        const char *base = r->backends[b].url;
+        char url[1200];
+        snprintf(url, sizeof url, "%s%s%s%s", base, path, query[0] ? "?" : "", query);
+        c.status = 0;
+        c.sse = false;
+        c.ctype[0] = 0;
+        strbuf_reset(&c.held);
+        http_fetch_req q = {.url = url,
+                            .method = post ? NULL : "GET",
+                            .body = post ? body : NULL,
+                            .body_len = blen,
+                            .api_key = r->backend_api_key,
+                            .timeout_s = r->o.timeout_s,
+                            .on_data = rt_on_data,
+                            .should_abort = rt_client_gone,
+                            .ud = &c};
+        int64_t t0 = clock_now_ns();
+        long status = 0;
+        int rc = http_fetch_run(f, &q, &status);
+        double secs = (double)(clock_now_ns() - t0) * 1e-9;
+        if (!c.status)
+            c.status = status;
+        if (rc == 0 || c.write_rc || rc == ERR_CANCELLED) {
+            bool retry_503 = rc == 0 && !c.begun && c.status == 503;
+            rt_backend_done(r, b, retry_503 ? RT_OUT_RETRIED : RT_OUT_OK, secs, false);
+            if (c.write_rc || rc == ERR_CANCELLED)
+                goto done; /* the client went away */
+            if (retry_503) { /* loading or draining: another backend may take it */
+                snprintf(last_err, sizeof last_err, "%s answered 503", base);
+                have_whole = true;
+                continue;
+            }
+            if (c.begun) {
+                if (c.held.len) /* a last event without its blank line */
+                    srv_http_stream_write(req, c.held.data, c.held.len, RT_WRITE_WAIT_MS);
+                srv_http_stream_end(req);
+            } else {
+                rt_pass_whole(&c);
+            }
+            goto done;
+        }
+        snprintf(last_err, sizeof last_err, "%s", err_detail());
+        rt_backend_done(r, b, c.begun ? RT_OUT_ERROR : RT_OUT_RETRIED, secs,
+                        rc == ERR_CONNECT || (rc == ERR_PROTOCOL && !c.status));
+        if (c.begun) {
+            rt_stream_fail(&c, base, last_err);
+            goto done;
+        }
+        have_whole = false;
+        log_info("router: %s %s on %s failed before anything was passed on (%s); retrying", method,
+                 path, base, last_err);
+    }
+    if (have_whole) {
+        rt_pass_whole(&c);
+    } else {
+        char msg[600];
+        snprintf(msg, sizeof msg, "no backend could take the request (%s)", last_err);
+        rt_send_error(req, 503, "server_error", "no_backend", "Retry-After: 1\r\n", msg);
+    }
+done:
+    strbuf_deinit(&c.held);
+}
+
+/* ---- the HTTP layer's callbacks ---- */
+
+static bool rt_is_post_route(const char *url) {
+    return !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions") ||
+           !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize");
+}
+
+static bool rt_is_get_route(const char *url) {
+    return !strcmp(url, "/v1/models") || !strcmp(url, "/v1/flags");
+}
+
+/* The head, on the event thread: the same order of checks as `verity serve` (/health open to
+ * all, the API key, a declared body over the limit, /metrics, draining, unknown routes, wrong
+ * methods). The proxied routes read their body and go to a worker. */
+static int rt_on_head(void *user, srv_http_req *req) {
+    router *r = user;
+    const char *method = srv_http_req_method(req), *url = srv_http_req_path(req);
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    char msg[600];
+    if (get && !strcmp(url, "/health")) {
+        rt_route_health(r, req);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    if (!srv_http_req_bearer_ok(req, r->api_key)) {
+        rt_send_error(req, 401, "authentication_error", NULL, "WWW-Authenticate: Bearer\r\n",
+                      "missing or invalid API key");
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    const char *cl = srv_http_req_header(req, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > r->o.max_body_bytes) {
+        snprintf(msg, sizeof msg, "request body larger than --max-body (%zu MiB)",
+                 r->o.max_body_bytes >> 20);
+        rt_send_error(req, 413, "invalid_request_error", "request_too_large", NULL, msg);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    if (get && !strcmp(url, "/metrics")) {
+        rt_route_metrics(r, req);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    if (atomic_load(&r->draining)) {
+        rt_send_error(req, 503, "server_error", NULL, NULL, "the router is shutting down");
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    bool is_post = rt_is_post_route(url), is_get = rt_is_get_route(url);
+    if (!is_post && !is_get) {
+        snprintf(msg, sizeof msg, "no route %s %s", method, url);
+        rt_send_error(req, 404, "invalid_request_error", NULL, NULL, msg);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    if ((is_post && !post) || (is_get && !get)) {
+        snprintf(msg, sizeof msg, "%s needs %s, not %s", url, is_post ? "POST" : "GET", method);
+        rt_send_error(req, 405, "invalid_request_error", NULL,
+                      is_post ? "Allow: POST\r\n" : "Allow: GET, HEAD\r\n", msg);
+        return SRV_HTTP_HEAD_ANSWERED;
+    }
+    return SRV_HTTP_HEAD_READ_BODY;
+}
+
+typedef struct rt_job {
+    srv_http_req *req;
+    struct rt_job *next;
+} rt_job;
+
+static void *rt_worker_main(void *arg) {
+    router *r = arg;
+    http_fetch *f = NULL;
+    int frc = http_fetch_create(&f);
+    pthread_mutex_lock(&r->pool_mu);
+    for (;;) {
+        while (!r->pool_head && !r->pool_stop)
+            pthread_cond_wait(&r->pool_cv, &r->pool_mu);
+        rt_job *j = r->pool_head;
+        if (!j)
+            break;
+        r->pool_head = j->next;
+        if (!r->pool_head)
+            r->pool_tail = NULL;
+        r->pool_queued--;
+        pthread_mutex_unlock(&r->pool_mu);
+        if (frc)
+            rt_send_error(j->req, 500, "server_error", NULL, NULL,
+                          "the router's worker has no HTTP client");
+        else if (atomic_load(&r->draining))
+            rt_send_error(j->req, 503, "server_error", NULL, NULL, "the router is shutting down");
+        else
+            rt_proxy(r, f, j->req);
+        srv_http_req_release(j->req);
+        free(j);
+        atomic_fetch_sub(&r->active, 1);
+        pthread_mutex_lock(&r->pool_mu);
+    }
+    pthread_mutex_unlock(&r->pool_mu);
+    http_fetch_destroy(f);
+    return NULL;
+}
+
+/* A complete request, on the event thread: queued for the workers; 429 when as many wait as
+ * there are workers. */
+static void rt_on_request(void *user, srv_http_req *req) {
+    router *r = user;
+    atomic_fetch_add(&r->active, 1);
+    rt_job *j = malloc(sizeof *j);
+    bool queued = false;
+    if (j) {
+        *j = (rt_job){.req = req};
+        pthread_mutex_lock(&r->pool_mu);
+        if (!r->pool_stop && r->pool_queued < r->n_workers) {
+            if (r->pool_tail)
+                r->pool_tail->next = j;
+            else
+                r->pool_head = j;
+            r->pool_tail = j;
+            r->pool_queued++;
+            queued = true;
+            pthread_cond_signal(&r->pool_cv);
+        }
+        pthread_mutex_unlock(&r->pool_mu);
+    }
+    if (queued)
+        return;
+    free(j);
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "the router is at capacity (%d requests being proxied and as many waiting); retry "
+             "later",
+             r->n_workers);
+    rt_send_error(req, 429, "rate_limit_error", NULL, "Retry-After: 1\r\n", msg);
+    srv_http_req_release(req);
+    atomic_fetch_sub(&r->active, 1);
+}
+
+/* ---- lifecycle ---- */
+
+static int rt_listen(router *r) {
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)r->o.port);
+    if (inet_pton(AF_INET, r->o.host, &sa.sin_addr) != 1)
+        return err_set(ERR_INVAL, "router: host '%s' is not an IPv4 address", r->o.host);
+    r->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (r->listen_fd < 0 || setsockopt(r->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(r->listen_fd, (struct sockaddr *)&sa, sizeof sa) || listen(r->listen_fd, 1024))
+        return err_set(ERR_IO, "router: cannot listen on %s:%d: %s", r->o.host, r->o.port,
+                       strerror(errno));
+    socklen_t sl = sizeof sa;
+    getsockname(r->listen_fd, (struct sockaddr *)&sa, &sl);
+    r->port = ntohs(sa.sin_port);
+    return 0;
+}
+
+static int rt_start_workers(router *r) {
+    r->workers = calloc((size_t)r->o.workers, sizeof *r->workers);
+    if (!r->workers)
+        return err_set(ERR_NOMEM, "router: out of memory");
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, RT_WORKER_STACK);
+    for (int i = 0; i < r->o.workers; i++) {
+        if (pthread_create(&r->workers[i], &at, rt_worker_main, r)) {
+            pthread_attr_destroy(&at);
+            return err_set(ERR_INTERNAL, "router: cannot start worker %d", i);
+        }
+        r->n_workers++;
+    }
+    pthread_attr_destroy(&at);
+    return 0;
+}
+
+int router_create(const router_opts *o, router **out) {
+    *out = NULL;
+    if (o->n_replicas < 1 || o->n_replicas > ROUTER_MAX_BACKENDS)
+        return err_set(ERR_INVAL, "router: %d replicas (1..%d)", o->n_replicas,
+                       ROUTER_MAX_BACKENDS);
+    int rc = http_fetch_global_init();
+    if (rc)
+        return rc;
+    router *r = calloc(1, sizeof *r);
+    if (!r)
+        return err_set(ERR_NOMEM, "router: out of memory");
+    r->o = *o;
+    if (r->o.workers < 1)
+        r->o.workers = 1;
+    if (r->o.health_ms < 10)
+        r->o.health_ms = 10;
+    r->listen_fd = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->health_cv, NULL);
+    pthread_mutex_init(&r->pool_mu, NULL);
+    pthread_cond_init(&r->pool_cv, NULL);
+    r->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
+    r->backend_api_key =
+        o->backend_api_key && o->backend_api_key[0] ? strdup(o->backend_api_key) : NULL;
+    if ((rc = rt_backends_init(r)) || (rc = rt_listen(r))) {
+        router_destroy(r);
+        return rc;
+    }
+    rt_health_poll(r);
+    int t_ms = o->timeout_s > 0 ? o->timeout_s * 1000 : 600 * 1000;
+    srv_http_cfg cfg = {
+        .listen_fd = r->listen_fd,
+        .on_head = rt_on_head,
+        .on_request = rt_on_request,
+        .user = r,
+        .head_timeout_ms = t_ms < RT_HEAD_TIMEOUT_S * 1000 ? t_ms : RT_HEAD_TIMEOUT_S * 1000,
+        .idle_timeout_ms = t_ms,
+        .body_timeout_ms = t_ms,
+        .max_body_bytes = o->max_body_bytes,
+        .max_body_total_bytes = o->max_body_total_bytes,
+        .max_conns = o->max_conns,
+        .max_conns_per_addr = o->max_conns_per_addr,
+    };
+    if ((rc = rt_start_workers(r)) || (rc = rt_health_start(r))) {
+        router_destroy(r);
+        return rc;
+    }
+    if ((rc = srv_http_create(&cfg, &r->http))) {
+        router_destroy(r);
+        return err_set(rc, "router: cannot start the HTTP layer: %s", err_detail());
+    }
+    r->listen_fd = -1;
+    *out = r;
+    return 0;
+}
+
+int router_port(const router *r) {
+    return r->port;
+}
+
+int router_backends_up(router *r) {
+    pthread_mutex_lock(&r->mu);
+    int n = 0;
+    for (int i = 0; i < r->n_backends; i++)
+        n += r->backends[i].up;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+void router_drain(router *r) {
+    atomic_store(&r->draining, true);
+}
+
+int64_t router_active(const router *r) {
+    return atomic_load(&r->active);
+}
+
+void router_destroy(router *r) {
+    if (!r)
+        return;
+    if (r->http)
+        srv_http_shutdown(r->http, RT_SHUTDOWN_MS);
+    pthread_mutex_lock(&r->pool_mu);
+    r->pool_stop = true;
+    pthread_cond_broadcast(&r->pool_cv);
+    pthread_mutex_unlock(&r->pool_mu);
+    for (int i = 0; i < r->n_workers; i++)
+        pthread_join(r->workers[i], NULL);
+    rt_health_stop(r);
+    if (r->http)
+        srv_http_destroy(r->http);
+    else if (r->listen_fd >= 0)
+        close(r->listen_fd);
+    rt_backends_free(r);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->health_cv);
+    pthread_mutex_destroy(&r->pool_mu);
+    pthread_cond_destroy(&r->pool_cv);
+    free(r->workers);
+    free(r->api_key);
+    free(r->backend_api_key);
+    free(r);
+}

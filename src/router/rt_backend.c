@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rt_backend: the backends' state, the health thread and the router's /metrics.
+ *
+ * Health: every health_ms the thread sends GET /v1/status to each backend in turn (one blocking
+ * client, a timeout of at most 2 s each). A backend is up when it answers 200 and is not
+ * draining; its running and waiting sequences and KV blocks used feed the load (rt_policy.c). A
+ * backend the poll or a request cannot reach is out until a poll finds it answering again.
+ * Changes of health are logged and counted.
+ */
+#include "router/rt_int.h"
+#include "base/arena.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/http_fetch.h"
+#include "base/json.h"
+#include "base/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const double rt_bounds[RT_N_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                               0.5,   1,    2.5,   5,    10,  30};
+
+int rt_backends_init(router *r) {
+    r->n_backends = r->o.n_replicas;
+    r->backends = calloc((size_t)r->n_backends, sizeof *r->backends);
+    if (!r->backends)
+        return err_set(ERR_NOMEM, "router: out of memory");
+    for (int i = 0; i < r->n_backends; i++) {
+        rt_backend *b = &r->backends[i];
+        snprintf(b->url, sizeof b->url, "%s", r->o.replicas[i]);
+        b->prefix = calloc(RT_PREFIX_SLOTS, sizeof *b->prefix);
+        if (!b->prefix)
+            return err_set(ERR_NOMEM, "router: out of memory");
+    }
+    return 0;
+}
+
+void rt_backends_free(router *r) {
+    for (int i = 0; r->backends && i < r->n_backends; i++)
+        free(r->backends[i].prefix);
+    free(r->backends);
+    r->backends = NULL;
+}
+
+/* Sets b's health (under r->mu), logging and counting a change. */
+static void rt_set_up(rt_backend *b, bool up, const char *why) {
+    if (b->up == up)
+        return;
+    b->up = up;
+    b->health_changes++;
+    if (up)
+        log_info("router: backend %s is up", b->url);
+    else
+        log_warn("router: backend %s is out: %s", b->url, why);
+}
+
+typedef struct rt_status_buf {
+    char data[1024];
+    size_t len;
+} rt_status_buf;
+
+static int rt_status_data(void *ud, long status, const char *ct, const char *bytes, size_t n) {
+    (void)status, (void)ct;
+    rt_status_buf *sb = ud;
+    if (n > sizeof sb->data - 1 - sb->len)
+        return ERR_TOOLARGE;
+    memcpy(sb->data + sb->len, bytes, n);
+    sb->len += n;
+    sb->data[sb->len] = 0;
+    return 0;
+}
+
+static int64_t rt_json_int(const json_value *o, const char *key) {
+    int64_t v = 0;
+    const json_value *x = json_get(o, key);
+    if (!x || !json_as_int(x, &v))
+        return 0;
+    return v;
+}
+
+/* One backend's poll: its status, parsed, applied under r->mu. */
+static void rt_poll_one(router *r, http_fetch *f, int i) {
+    rt_backend *b = &r->backends[i];
+    char url[300];
+    snprintf(url, sizeof url, "%s/v1/status", b->url);
+    rt_status_buf sb = {.len = 0};
+    double t = r->o.health_ms < 2000 ? 2.0 : r->o.health_ms / 1000.0;
+    if (t > 2)
+        t = 2;
+    http_fetch_req q = {.url = url,
+                        .api_key = r->backend_api_key,
+                        .timeout_s = t,
+                        .on_data = rt_status_data,
+                        .ud = &sb};
+    long status = 0;
+    int rc = http_fetch_run(f, &q, &status);
+    char why[600] = "";
+    arena *a = arena_create(4096, 1 << 20);
+    json_value *v = NULL;
+    bool up = false, draining = false;
+    if (rc)
+        snprintf(why, sizeof why, "%s", err_detail());
+    else if (status != 200)
+        snprintf(why, sizeof why, "GET %s answered %ld", url, status);
+    else if (!a || json_parse(a, sb.data, sb.len, &v) || v->type != JSON_OBJECT)
+        snprintf(why, sizeof why, "GET %s: not a status object", url);
+    else {
+        const json_value *d = json_get(v, "draining");
+        if (d)
+            json_as_bool(d, &draining);
+        up = !draining;
+        if (draining)
+            snprintf(why, sizeof why, "draining");
+    }
+    pthread_mutex_lock(&r->mu);
+    if (v && v->type == JSON_OBJECT) {
+        b->running = rt_json_int(v, "running");
+        b->waiting = rt_json_int(v, "waiting");
+        b->kv_used = rt_json_int(v, "kv_used");
+        b->kv_total = rt_json_int(v, "kv_total");
+    }
+    rt_set_up(b, up, why);
+    pthread_mutex_unlock(&r->mu);
+    arena_destroy(a);
+}
+
+void rt_health_poll(router *r) {
+    http_fetch *f;
+    if (http_fetch_create(&f))
+        return;
+    for (int i = 0; i < r->n_backends; i++)
+        rt_poll_one(r, f, i);
+    http_fetch_destroy(f);
+}
+
+static void *rt_health_main(void *arg) {
+    router *r = arg;
+    http_fetch *f = NULL;
+    http_fetch_create(&f);
+    pthread_mutex_lock(&r->mu);
+    while (!r->health_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (int64_t)r->o.health_ms * 1000000;
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&r->health_cv, &r->mu, &ts);
+        if (r->health_stop || !f)
+            break;
+        pthread_mutex_unlock(&r->mu);
+        for (int i = 0; i < r->n_backends; i++)
+            rt_poll_one(r, f, i);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    http_fetch_destroy(f);
+    return NULL;
+}
+
+int rt_health_start(router *r) {
+    if (pthread_create(&r->health, NULL, rt_health_main, r))
+        return err_set(ERR_INTERNAL, "router: cannot start the health thread");
+    r->health_started = true;
+    return 0;
+}
+
+void rt_health_stop(router *r) {
+    if (!r->health_started)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->health_stop = true;
+    pthread_cond_broadcast(&r->health_cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->health, NULL);
+    r->health_started = false;
+}
+
+void rt_backend_done(router *r, int i, enum rt_outcome out, double seconds, bool unreachable) {
+    pthread_mutex_lock(&r->mu);
+    rt_backend *b = &r->backends[i];
+    b->inflight--;
+    b->n_outcome[out]++;
+    if (out == RT_OUT_OK) {
+        int k = 0;
+        while (k < RT_N_BUCKETS && seconds > rt_bounds[k])
+            k++;
+        b->lat_bucket[k]++;
+        b->lat_sum += seconds;
+    }
+    if (unreachable)
+        rt_set_up(b, false, "a request could not reach it");
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rt_metrics_write(router *r, strbuf *sb) {
+    static const char *dec[RT_N_DECISIONS] = {"cache", "least_load", "balance"};
+    static const char *outc[RT_N_OUTCOMES] = {"ok", "error", "retried"};
+    pthread_mutex_lock(&r->mu);
+    strbuf_puts(sb, "# HELP verity_router_backend_up Whether the backend is in the rotation.\n"
+                    "# TYPE verity_router_backend_up gauge\n");
+    for (int i = 0; i < r->n_backends; i++)
+        strbuf_printf(sb, "verity_router_backend_up{backend=\"%s\"} %d\n", r->backends[i].url,
+                      r->backends[i].up);
+    strbuf_puts(sb, "# HELP verity_router_backend_inflight Requests this router has in flight "
+                    "at the backend.\n# TYPE verity_router_backend_inflight gauge\n");
+    for (int i = 0; i < r->n_backends; i++)
+        strbuf_printf(sb, "verity_router_backend_inflight{backend=\"%s\"} %lld\n",
+                      r->backends[i].url, (long long)r->backends[i].inflight);
+    strbuf_puts(sb, "# HELP verity_router_backend_waiting Sequences waiting at the backend (its "
+                    "last status).\n# TYPE verity_router_backend_waiting gauge\n");
+    for (int i = 0; i < r->n_backends; i++)
+        strbuf_printf(sb, "verity_router_backend_waiting{backend=\"%s\"} %lld\n",
+                      r->backends[i].url, (long long)r->backends[i].waiting);
+    strbuf_puts(sb, "# HELP verity_router_backend_kv_used_ratio KV blocks held at the backend "
+                    "over its pool (its last status).\n"
+                    "# TYPE verity_router_backend_kv_used_ratio gauge\n");
+    for (int i = 0; i < r->n_backends; i++) {
+        const rt_backend *b = &r->backends[i];
+        strbuf_printf(sb, "verity_router_backend_kv_used_ratio{backend=\"%s\"} %.6f\n", b->url,
+                      b->kv_total > 0 ? (double)b->kv_used / (double)b->kv_total : 0.0);
+    }
+    strbuf_puts(sb, "# HELP verity_router_backend_health_changes_total Times the backend was "
+                    "taken out or put back.\n"
+                    "# TYPE verity_router_backend_health_changes_total counter\n");
+    for (int i = 0; i < r->n_backends; i++)
+        strbuf_printf(sb, "verity_router_backend_health_changes_total{backend=\"%s\"} %llu\n",
+                      r->backends[i].url, (unsigned long long)r->backends[i].health_changes);
+    strbuf_puts(sb, "# HELP verity_router_requests_total Attempts sent to a backend, by outcome "
+                    "(ok: answered; error: failed after streaming began, the client got an error; "
+                    "retried: failed before anything was passed on).\n"
+                    "# TYPE verity_router_requests_total counter\n");
+    for (int i = 0; i < r->n_backends; i++)
+        for (int k = 0; k < RT_N_OUTCOMES; k++)
+            strbuf_printf(sb, "verity_router_requests_total{backend=\"%s\",outcome=\"%s\"} %llu\n",
+                          r->backends[i].url, outc[k],
+                          (unsigned long long)r->backends[i].n_outcome[k]);
+    strbuf_puts(sb, "# HELP verity_router_request_seconds Time from sending a request to a "
+                    "backend to the end of its answer (answered attempts).\n"
+                    "# TYPE verity_router_request_seconds histogram\n");
+    for (int i = 0; i < r->n_backends; i++) {
+        const rt_backend *b = &r->backends[i];
+        uint64_t cum = 0;
+        for (int k = 0; k <= RT_N_BUCKETS; k++) {
+            cum += b->lat_bucket[k];
+            if (k < RT_N_BUCKETS)
+                strbuf_printf(sb, "verity_router_request_seconds_bucket{backend=\"%s\",le=\"%g\"} "
+                                  "%llu\n",
+                              b->url, rt_bounds[k], (unsigned long long)cum);
+            else
+                strbuf_printf(sb, "verity_router_request_seconds_bucket{backend=\"%s\",le=\"+Inf\"} "
+                                  "%llu\n",
+                              b->url, (unsigned long long)cum);
+        }
+        strbuf_printf(sb, "verity_router_request_seconds_sum{backend=\"%s\"} %.6f\n", b->url,
+                      b->lat_sum);
+        strbuf_printf(sb, "verity_router_request_seconds_count{backend=\"%s\"} %llu\n", b->url,
+                      (unsigned long long)cum);
+    }
+    strbuf_puts(sb, "# HELP verity_router_decisions_total Routing decisions (cache: the longest "
+                    "known prefix; least_load: the least loaded; balance: the least loaded because "
+                    "the load spread passed router-balance-abs).\n"
+                    "# TYPE verity_router_decisions_total counter\n");
+    for (int k = 0; k < RT_N_DECISIONS; k++)
+        strbuf_printf(sb, "verity_router_decisions_total{decision=\"%s\"} %llu\n", dec[k],
+                      (unsigned long long)r->n_decisions[k]);
+    strbuf_printf(sb,
+                  "# HELP verity_router_no_backend_total Requests answered 503 because no backend "
+                  "was up (or every one had failed them).\n"
+                  "# TYPE verity_router_no_backend_total counter\n"
+                  "verity_router_no_backend_total %llu\n"
+                  "# HELP verity_router_active Requests being proxied now.\n"
+                  "# TYPE verity_router_active gauge\n"
+                  "verity_router_active %lld\n",
+                  (unsigned long long)r->no_backend, (long long)atomic_load(&r->active));
+    pthread_mutex_unlock(&r->mu);
+}
