@@ -1,0 +1,248 @@
+# SPDX-License-Identifier: MIT
+# verity router over real processes on loopback: two `verity serve` replicas behind one router.
+#   - usage: no replica, a bad or repeated URL, --prefill/--decode: exit 2, one line on stderr
+#   - P1 through the router: the p1.mjs workload (64 requests) gives the same normalized bytes as
+#     one server, each request alone and all 64 at once (half of them streamed); one streamed
+#     request alone carries the same text as one server's stream; both replicas served
+#   - cache-aware: a prompt sent twice goes to the replica that holds it (a cache decision, and
+#     that replica's prefix cache reused positions)
+#   - verity hunt against the router finds nothing (concurrency 1 and 8, --tie-threshold 0)
+#   - auth: the router's --api-key is required (401 without it, 200 with it)
+#   - kill -9 of a replica holding a request that has streamed nothing: the request is retried on
+#     the other replica and its answer is complete and identical to one server's
+#   - a replica put back (a new process on its port) is found by the health poll and used again
+#   - kill -9 of a replica in the middle of a stream: the client gets what was streamed (a prefix
+#     of one server's answer), then an error event and the end of the stream, no [DONE], never a
+#     hang and never a token twice (the other replica is free, so a retry would show)
+#   - drain: SIGTERM lets a request in flight finish, answers 503 meanwhile, exits 0
+# Nothing depends on timing: replicas are held with --admin-api (pause, step), and every wait
+# polls for a state (a metric, a line in a file) with a backstop only for a hung process.
+. "$(dirname "$0")/lib.bash"
+
+nodedir="$(dirname "$0")/../node"
+MODEL="$TMP/tiny.gguf"
+"$VERITY" synth --shape tiny --type q8_0 --seed 5 -o "$MODEL" 2>/dev/null || { fail router.synth "synth failed"; exit 0; }
+command -v node >/dev/null || { fail router.node "node not found (scripts/setup.sh installs nodejs)"; exit 0; }
+
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill -9 -- -"$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+expect_exit2 router.usage_no_replica "$VERITY" router
+expect_exit2 router.usage_bad_url "$VERITY" router --replica http://127.0.0.1
+expect_exit2 router.usage_bad_scheme "$VERITY" router --replica https://127.0.0.1:8080
+expect_exit2 router.usage_path "$VERITY" router --replica http://127.0.0.1:8080/v1
+expect_exit2 router.usage_port "$VERITY" router --replica http://127.0.0.1:70000
+expect_exit2 router.usage_twice "$VERITY" router --replica http://127.0.0.1:8080,http://127.0.0.1:8080/
+expect_exit2 router.usage_empty "$VERITY" router --replica ,
+expect_exit2 router.usage_unknown "$VERITY" router --replica http://127.0.0.1:8080 --frobnicate 1
+expect_exit2 router.usage_disagg "$VERITY" router --prefill http://127.0.0.1:8080 --decode http://127.0.0.1:8081
+"$VERITY" router --prefill http://127.0.0.1:8080 --decode http://127.0.0.1:8081 2>&1 | grep -q "not supported yet" &&
+    pass router.disagg_says_not_supported || fail router.disagg_says_not_supported "no 'not supported yet'"
+
+SOPTS=(-m "$MODEL" -t 1 --admin-api 1)
+# replica VAR [PORT]: starts a server (on PORT when given); VAR_URL, VAR_PID, VAR_PORT
+replica() {
+    local v=$1 port=${2:-0}
+    if [ "$port" = 0 ]; then start_server "router.replica_$v" "${SOPTS[@]}" || return 1
+    else start_server "router.replica_$v" "${SOPTS[@]}" --port "$port" || return 1; fi
+    PIDS+=("$SRV_PID")
+    printf -v "${v}_URL" %s "$SRV_URL"; printf -v "${v}_PID" %s "$SRV_PID"; printf -v "${v}_PORT" %s "$SRV_PORT"
+}
+# start_router NAME ARGS...: `verity router --port 0 ARGS...`; sets RT_PID, RT_URL, RT_LOG
+start_router() {
+    local name=$1 port="" i; shift
+    RT_LOG="$TMP/router.$RANDOM.log"
+    setsid "$VERITY" router --port 0 "$@" >"$RT_LOG" 2>&1 &
+    RT_PID=$!
+    PIDS+=("$RT_PID")
+    for i in $(seq 1 600); do
+        port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$RT_LOG" | head -1)
+        [ -n "$port" ] && break
+        kill -0 "$RT_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$port" ]; then fail "$name" "router did not start: $(tail -c 400 "$RT_LOG")"; return 1; fi
+    RT_URL="http://127.0.0.1:$port"
+}
+# mv URL SERIES: the value of one series of URL's /metrics (exact name with labels)
+mv() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
+# wait_for CMD...: polls until CMD succeeds; 1 after 300 s (a backstop for a hung process only)
+wait_for() {
+    local i
+    for i in $(seq 1 3000); do "$@" && return 0; sleep 0.1; done
+    return 1
+}
+up_is() { [ "$(mv "$RT_URL" "verity_router_backend_up{backend=\"$1\"}")" = "$2" ]; }
+waiting_is() { [ "$(mv "$1" verity_requests_waiting)" = "$2" ]; }
+inflight_at() { # prints the backend URL that has N requests in flight at the router
+    curl -s "$RT_URL/metrics" | awk -v n="$1" '$1 ~ /^verity_router_backend_inflight/ && $2 == n {
+        sub(/.*backend="/, "", $1); sub(/".*/, "", $1); print $1; exit }'
+}
+has_inflight() { [ -n "$(inflight_at 1)" ]; }
+adm() { curl -s -o /dev/null -w '%{http_code}' -X POST -d "${3:-}" "$1/admin/$2" | grep -q 200; }
+# sse_text FILE: the text of a completions stream, concatenated (python3)
+sse_text() {
+    python3 -c '
+import json, sys
+t = ""
+for line in open(sys.argv[1]):
+    if line.startswith("data: {"):
+        d = json.loads(line[6:])
+        for c in d.get("choices", []):
+            t += c.get("text") or ""
+print(t, end="")' "$1"
+}
+# same_stream FILE: FILE's text and finish reason equal the reference stream's, and it ends with
+# [DONE] (how tokens are grouped into events depends on timing, the bytes they carry do not)
+same_stream() {
+    [ "$(sse_text "$1")" = "$(sse_text "$TMP/ref.stream")" ] && grep -q '"finish_reason":"length"' "$1" &&
+        grep -q '\[DONE\]' "$1"
+}
+p1() { VERITY_URL=$1 run_node "$2" -o "$TMP/p1.$2" "$nodedir/p1.mjs" "$3"; }
+same() {
+    if cmp -s "$TMP/p1.ref" "$TMP/p1.$1"; then pass "router.$1"
+    else fail "router.$1" "responses differ from one server's: $(diff "$TMP/p1.ref" "$TMP/p1.$1" | head -c 400)"; fi
+}
+STREAM_BODY='{"prompt":"Once upon a time there was","max_tokens":48,"temperature":0,"stream":true}'
+LONG_BODY='{"prompt":"Once upon a time","max_tokens":200,"temperature":0,"ignore_eos":true,"stream":true}'
+
+# --- the reference: one server ------------------------------------------------------------------
+replica REF || exit 0
+p1 "$REF_URL" ref record
+curl -sN "$REF_URL/v1/completions" -d "$STREAM_BODY" >"$TMP/ref.stream"
+curl -sN "$REF_URL/v1/completions" -d "$LONG_BODY" >"$TMP/ref.long"
+stop_server
+if [ "$(grep -c '' "$TMP/p1.ref")" -ne 64 ] || grep -q '"error"' "$TMP/p1.ref" || ! grep -q '\[DONE\]' "$TMP/ref.long"; then
+    fail router.reference "the reference run is incomplete"; exit 0
+fi
+
+replica A || exit 0
+replica B || exit 0
+start_router router.start --replica "$A_URL,$B_URL" --router-health-ms 100 || exit 0
+code=$(curl -s -o /dev/null -w '%{http_code}' "$RT_URL/health")
+[ "$code" = 200 ] && pass router.health_up || fail router.health_up "GET /health: $code"
+
+# --- P1 through the router ----------------------------------------------------------------------
+p1 "$RT_URL" alone record && same alone
+p1 "$RT_URL" concurrent replay && same concurrent
+curl -sN "$RT_URL/v1/completions" -d "$STREAM_BODY" >"$TMP/rt.stream"
+if same_stream "$TMP/rt.stream"; then pass router.stream_alone
+else fail router.stream_alone "$(sse_text "$TMP/rt.stream" | head -c 200) vs $(sse_text "$TMP/ref.stream" | head -c 200)"; fi
+oka=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$A_URL\",outcome=\"ok\"}")
+okb=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$B_URL\",outcome=\"ok\"}")
+[ "${oka:-0}" -gt 0 ] && [ "${okb:-0}" -gt 0 ] && pass "router.both_replicas_served($oka+$okb)" ||
+    fail router.both_replicas_served "ok: ${oka:-?} at A, ${okb:-?} at B"
+
+# --- cache-aware: the same long prompt twice goes where it was --------------------------------
+CB='{"prompt":"the cat sat on the mat while it rained and then the cat sat on the mat again and again and the dog","max_tokens":2,"temperature":0}'
+c0=$(mv "$RT_URL" 'verity_router_decisions_total{decision="cache"}')
+h0=$(( $(mv "$A_URL" verity_cached_prompt_tokens_total) + $(mv "$B_URL" verity_cached_prompt_tokens_total) ))
+curl -s "$RT_URL/v1/completions" -d "$CB" >/dev/null
+curl -s "$RT_URL/v1/completions" -d "$CB" >/dev/null
+c1=$(mv "$RT_URL" 'verity_router_decisions_total{decision="cache"}')
+h1=$(( $(mv "$A_URL" verity_cached_prompt_tokens_total) + $(mv "$B_URL" verity_cached_prompt_tokens_total) ))
+[ "$c1" -gt "$c0" ] && [ "$h1" -gt "$h0" ] && pass "router.cache_aware($((h1 - h0)) positions reused)" ||
+    fail router.cache_aware "cache decisions $c0 -> $c1, cached positions $h0 -> $h1"
+
+# --- verity hunt against the router ------------------------------------------------------------
+"$VERITY" hunt --quiet --json --url "$RT_URL" --tools 0 --temperature 1 --tie-threshold 0 --scrape-ms 0 \
+    --concurrency 1,8 --sessions 8 --turns 2 --max-tokens 32 >"$TMP/hunt.json" 2>"$TMP/hunt.err"
+rc=$?
+r=$(python3 -c "import json; d=json.load(open('$TMP/hunt.json')); print(d['summary']['n']==16 and d['summary']['errors']==0 and d['summary']['corrupt']==0 and d['oracles']['exact']['diverged_sessions']==0)" 2>/dev/null)
+[ $rc -eq 0 ] && [ "$r" = True ] && pass router.hunt_finds_nothing ||
+    fail router.hunt_finds_nothing "exit $rc, $r: $(tail -n 2 "$TMP/hunt.err")"
+
+# --- auth: a second router with --api-key -------------------------------------------------------
+R1=$RT_URL R1_PID=$RT_PID
+if start_router router.auth --replica "$A_URL,$B_URL" --api-key sesame; then
+    c1=$(curl -s -o /dev/null -w '%{http_code}' "$RT_URL/v1/models")
+    c2=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sesame' "$RT_URL/v1/models")
+    c3=$(curl -s -o /dev/null -w '%{http_code}' "$RT_URL/health")
+    [ "$c1" = 401 ] && [ "$c2" = 200 ] && [ "$c3" = 200 ] && pass router.api_key ||
+        fail router.api_key "without key $c1, with key $c2, /health $c3"
+    kill -9 -- -"$RT_PID" 2>/dev/null
+fi
+RT_URL=$R1 RT_PID=$R1_PID
+
+# --- kill -9 of a replica before anything streamed: retried on the other ----------------------
+adm "$A_URL" pause && adm "$B_URL" pause
+curl -sN "$RT_URL/v1/completions" -d "$STREAM_BODY" >"$TMP/retry.stream" &
+CURL1=$!
+if wait_for has_inflight; then
+    X=$(inflight_at 1)
+    if [ "$X" = "$A_URL" ]; then XP=$A_PID XPORT=$A_PORT Y=$B_URL; else XP=$B_PID XPORT=$B_PORT Y=$A_URL; fi
+    wait_for waiting_is "$X" 1
+    kill -9 -- -"$XP"
+    wait "$XP" 2>/dev/null
+    if wait_for waiting_is "$Y" 1 && adm "$Y" resume && wait "$CURL1"; then
+        if same_stream "$TMP/retry.stream"; then pass router.retry_before_first_byte
+        else fail router.retry_before_first_byte "the retried stream differs: $(sse_text "$TMP/retry.stream" | head -c 200)"; fi
+    else fail router.retry_before_first_byte "the request did not reach the other replica"; fi
+    rt=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"retried\"}")
+    [ "${rt:-0}" -ge 1 ] && up_is "$X" 0 && pass router.dead_replica_out || fail router.dead_replica_out "retried ${rt:-?}, up $(mv "$RT_URL" "verity_router_backend_up{backend=\"$X\"}")"
+    # a request now goes to the live replica
+    code=$(curl -s -o "$TMP/one" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"a","max_tokens":2}')
+    [ "$code" = 200 ] && pass router.serves_with_one_down || fail router.serves_with_one_down "HTTP $code: $(head -c 200 "$TMP/one")"
+
+    # --- put back: a new process on the dead replica's port is used again --------------------
+    if replica X2 "$XPORT" && wait_for up_is "$X" 1; then
+        o0=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"ok\"}")
+        for i in 1 2 3 4 5 6; do curl -s "$RT_URL/v1/completions" -d "{\"prompt\":\"x$i\",\"max_tokens\":2}" >/dev/null; done
+        o1=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"ok\"}")
+        [ "$o1" -gt "$o0" ] && pass "router.put_back_used_again($((o1 - o0)) of 6)" || fail router.put_back_used_again "ok at $X: $o0 -> $o1"
+    else fail router.put_back_used_again "the replica put back on $X was not seen up"; fi
+
+    # --- kill -9 in the middle of a stream: an error event, no retry, no hang ----------------
+    adm "$X" pause && adm "$Y" pause
+    curl -sN "$RT_URL/v1/completions" -d "$LONG_BODY" >"$TMP/cut.stream" &
+    CURL2=$!
+    if wait_for has_inflight; then
+        Z=$(inflight_at 1)
+        if [ "$Z" = "$X" ]; then ZP=$X2_PID W=$Y; else ZP=$([ "$Y" = "$A_URL" ] && echo "$A_PID" || echo "$B_PID"); W=$X; fi
+        adm "$W" resume   # the other replica is free: a retry would run there and show twice
+        wait_for waiting_is "$Z" 1
+        streamed() { adm "$Z" step '{"steps":1}'; grep -q '"text":"[^"]' "$TMP/cut.stream"; }
+        if wait_for streamed; then
+            kill -9 -- -"$ZP"
+            t=0; while kill -0 "$CURL2" 2>/dev/null && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+            if kill -0 "$CURL2" 2>/dev/null; then kill "$CURL2"; fail router.cut_stream_error "the client hangs"
+            else
+                got=$(sse_text "$TMP/cut.stream"); want=$(sse_text "$TMP/ref.long")
+                if ! grep -q '"code":"backend_failed"' "$TMP/cut.stream"; then fail router.cut_stream_error "no error event: $(tail -c 300 "$TMP/cut.stream")"
+                elif grep -q '\[DONE\]' "$TMP/cut.stream"; then fail router.cut_stream_error "the cut stream ends with [DONE]"
+                elif [ -z "$got" ] || [ "${want#"$got"}" = "$want" ] || [ ${#got} -ge ${#want} ]; then
+                    fail router.cut_stream_error "the text streamed is not a proper prefix of one server's (${#got} vs ${#want} bytes)"
+                else pass "router.cut_stream_error(${#got} of ${#want} bytes, then the error)"; fi
+            fi
+            er=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$Z\",outcome=\"error\"}")
+            [ "${er:-0}" = 1 ] && pass router.cut_counted || fail router.cut_counted "error count ${er:-?} at $Z"
+        else fail router.cut_stream_error "nothing was streamed"; fi
+    else fail router.cut_stream_error "the request did not reach a replica"; fi
+    # the router still serves
+    code=$(curl -s -o "$TMP/one" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"b","max_tokens":2}')
+    [ "$code" = 200 ] && pass router.serves_after_cut || fail router.serves_after_cut "HTTP $code: $(head -c 200 "$TMP/one")"
+else fail router.retry_before_first_byte "the request did not reach a replica"; fi
+
+# --- drain: SIGTERM lets the request in flight finish -------------------------------------------
+LIVE=$(curl -s "$RT_URL/metrics" | awk '$1 ~ /^verity_router_backend_up/ && $2 == 1 { sub(/.*backend="/, "", $1); sub(/".*/, "", $1); print $1; exit }')
+if [ -n "$LIVE" ] && adm "$LIVE" pause; then
+    curl -s -o "$TMP/drain.body" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"c","max_tokens":3}' >"$TMP/drain.code" &
+    CURL3=$!
+    wait_for has_inflight
+    kill -TERM "$RT_PID"
+    draining() { curl -s "$RT_URL/health" | grep -q draining; }
+    wait_for draining
+    c503=$(curl -s -o /dev/null -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"d","max_tokens":3}')
+    adm "$LIVE" resume
+    wait "$CURL3"
+    t=0; while kill -0 "$RT_PID" 2>/dev/null && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+    wait "$RT_PID" 2>/dev/null; st=$?
+    if [ "$(cat "$TMP/drain.code")" = 200 ] && grep -q '"finish_reason"' "$TMP/drain.body" && [ "$c503" = 503 ] && [ $st -eq 0 ]; then
+        pass router.drain
+    else fail router.drain "in flight: $(cat "$TMP/drain.code"), new: $c503, exit $st"; fi
+else fail router.drain "no live replica to hold"; fi
