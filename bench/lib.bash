@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: MIT
 # Helpers for the benchmark scripts.
 
-# bench_serve LOG ARGS...: starts `build/release/verity serve --port 0 ARGS...` in the background
-# with its output in LOG, waits up to 120 s for its "listening" line; sets BENCH_PID and
-# BENCH_PORT. Returns 1, with one line on stderr, if it does not come up.
-bench_serve() {
-    local log=$1; shift
-    build/release/verity serve --port 0 "$@" >"$log" 2>&1 &
+# bench_start LOG CMD ARGS...: starts `build/release/verity CMD --port 0 ARGS...` (serve or router)
+# in the background with its output in LOG, waits up to 120 s for its "listening" line; sets
+# BENCH_PID and BENCH_PORT. Returns 1, with one line on stderr, if it does not come up.
+bench_start() {
+    local log=$1 cmd=$2; shift 2
+    build/release/verity "$cmd" --port 0 "$@" >"$log" 2>&1 &
     BENCH_PID=$!
     BENCH_PORT=""
     local i
@@ -16,7 +16,13 @@ bench_serve() {
         kill -0 "$BENCH_PID" 2>/dev/null || break
         sleep 0.1
     done
-    echo "$0: the server did not start: $(tail -c 300 "$log")" >&2
+    echo "$0: verity $cmd did not start: $(tail -c 300 "$log")" >&2
     kill -TERM "$BENCH_PID" 2>/dev/null
     return 1
+}
+
+# bench_serve LOG ARGS...: bench_start LOG serve ARGS...
+bench_serve() {
+    local log=$1; shift
+    bench_start "$log" serve "$@"
 }

@@ -3,12 +3,13 @@
 // in a row: 10-token prompts ("Story N:" with BOS on the synthetic byte-level vocabulary), so the
 // run is decode as `verity bench --prompt 10` measures it, and G generated tokens (ignore_eos, so
 // every request runs to G). Reports generated tokens (from each stream's usage chunk) per second
-// over the whole run, and client-side percentiles of time to first token and inter-token latency,
-// as one JSON line. Throws (exit 1) if a request fails or a count is short.
+// over the whole run, and client-side percentiles of time to first token, inter-token latency and
+// each request's whole time (e2e), as one JSON line. Throws (exit 1) if a request fails or a count
+// is short.
 // Usage: VERITY_URL=... node serve_client.mjs CONCURRENCY REQUESTS_PER_CLIENT GEN
 const [C, R, G] = process.argv.slice(2).map(Number);
 const url = process.env.VERITY_URL + '/v1/completions';
-const ttft = [], itl = [];
+const ttft = [], itl = [], e2e = [];
 let tokens = 0;
 
 async function one(i) {
@@ -36,6 +37,7 @@ async function one(i) {
       }
     }
   }
+  e2e.push(performance.now() - t0);
 }
 
 async function client(c) { for (let r = 0; r < R; r++) await one(c * R + r); }
@@ -48,4 +50,5 @@ console.log(JSON.stringify({
   concurrency: C, requests: C * R, gen: G, seconds: +secs.toFixed(3), tok_s: +(tokens / secs).toFixed(2),
   ttft_ms: { p50: +pct(ttft, 0.5).toFixed(1), p90: +pct(ttft, 0.9).toFixed(1), p99: +pct(ttft, 0.99).toFixed(1) },
   itl_ms: { p50: +pct(itl, 0.5).toFixed(1), p90: +pct(itl, 0.9).toFixed(1), p99: +pct(itl, 0.99).toFixed(1) },
+  e2e_ms: { p50: +pct(e2e, 0.5).toFixed(1), p90: +pct(e2e, 0.9).toFixed(1), p99: +pct(e2e, 0.99).toFixed(1) },
 }));

@@ -3,7 +3,8 @@
  * http_fetch: libcurl's easy interface, one handle per fetcher. See http_fetch.h.
  *
  * The handle is reset (curl_easy_reset keeps the connection cache) and configured for each
- * request, so nothing of one request leaks into the next but its open connections. The write
+ * request (on a pool the handle is attached once to the pool's share, whose connection cache
+ * replaces the handle's; curl_easy_reset keeps it), so nothing of one request leaks into the next but its open connections. The write
  * callback reads the status and Content-Type once, when the first body bytes arrive (the headers
  * are complete by then), and passes the bytes on; a non-zero answer from on_data makes the
  * callback refuse the bytes, which aborts the transfer with CURLE_WRITE_ERROR, mapped back to the
@@ -20,6 +21,14 @@
 
 struct http_fetch {
     CURL *easy;
+    http_fetch_pool *pool;
+};
+
+struct http_fetch_pool {
+    CURLSH *share;
+    /* libcurl's lock callbacks: one lock per kind of shared data (libcurl may hold one kind's
+     * lock while taking another's, so a single lock would deadlock) */
+    pthread_mutex_t mu[CURL_LOCK_DATA_LAST];
 };
 
 typedef struct http_fetch_call {
@@ -45,7 +54,52 @@ int http_fetch_global_init(void) {
     return 0;
 }
 
-int http_fetch_create(http_fetch **out) {
+static void http_fetch_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *ud) {
+    (void)h, (void)a;
+    pthread_mutex_lock(&((http_fetch_pool *)ud)->mu[d]);
+}
+
+static void http_fetch_unlock(CURL *h, curl_lock_data d, void *ud) {
+    (void)h;
+    pthread_mutex_unlock(&((http_fetch_pool *)ud)->mu[d]);
+}
+
+int http_fetch_pool_create(http_fetch_pool **out) {
+    *out = NULL;
+    if (http_fetch_global_init())
+        return ERR_INTERNAL;
+    http_fetch_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return err_set(ERR_NOMEM, "http_fetch: out of memory");
+    p->share = curl_share_init();
+    if (!p->share) {
+        free(p);
+        return err_set(ERR_INTERNAL, "http_fetch: libcurl could not create a share");
+    }
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&p->mu[i], NULL);
+    curl_share_setopt(p->share, CURLSHOPT_LOCKFUNC, http_fetch_lock);
+    curl_share_setopt(p->share, CURLSHOPT_UNLOCKFUNC, http_fetch_unlock);
+    curl_share_setopt(p->share, CURLSHOPT_USERDATA, p);
+    if (curl_share_setopt(p->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK ||
+        curl_share_setopt(p->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK) {
+        http_fetch_pool_destroy(p);
+        return err_set(ERR_INTERNAL, "http_fetch: libcurl cannot share connections");
+    }
+    *out = p;
+    return 0;
+}
+
+void http_fetch_pool_destroy(http_fetch_pool *p) {
+    if (!p)
+        return;
+    curl_share_cleanup(p->share);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&p->mu[i]);
+    free(p);
+}
+
+int http_fetch_create(http_fetch_pool *pool, http_fetch **out) {
     *out = NULL;
     if (http_fetch_global_init())
         return ERR_INTERNAL;
@@ -56,6 +110,12 @@ int http_fetch_create(http_fetch **out) {
     if (!f->easy) {
         free(f);
         return err_set(ERR_INTERNAL, "http_fetch: libcurl could not create a handle");
+    }
+    f->pool = pool;
+    /* once: curl_easy_reset keeps the share */
+    if (pool && curl_easy_setopt(f->easy, CURLOPT_SHARE, pool->share) != CURLE_OK) {
+        http_fetch_destroy(f);
+        return err_set(ERR_INTERNAL, "http_fetch: libcurl cannot attach the connection pool");
     }
     *out = f;
     return 0;
@@ -189,7 +249,7 @@ int http_fetch_once(const char *url, const char *api_key, const char *post_body,
     if (cap)
         body[0] = 0;
     http_fetch *f;
-    int rc = http_fetch_create(&f);
+    int rc = http_fetch_create(NULL, &f);
     if (rc)
         return rc;
     http_fetch_buf b = {body, cap, 0};

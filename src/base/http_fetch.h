@@ -6,7 +6,10 @@
  *
  * A fetcher (http_fetch_create) keeps its connections open between requests, so a worker that
  * sends request after request to the same servers reuses them (keep-alive); it belongs to one
- * thread at a time. http_fetch_run sends one request and hands the response body to on_data as it
+ * thread at a time. Fetchers created on one pool (http_fetch_pool) share one cache of idle
+ * connections instead, so many workers hold no more connections to a server than they use at
+ * once (a worker pool of 256 threads would otherwise keep up to 256 idle connections to each
+ * server, past its per-address cap). http_fetch_run sends one request and hands the response body to on_data as it
  * arrives, with the status and Content-Type known from the first call on; on_progress (optional)
  * is asked about every 100 ms whether to give up (a client that went away).
  *
@@ -23,6 +26,7 @@
 #include <stddef.h>
 
 typedef struct http_fetch http_fetch;
+typedef struct http_fetch_pool http_fetch_pool;
 
 /* Response bytes: status is the HTTP status, content_type the response's Content-Type ("" when
  * absent). Returns 0 to continue or a negative error code, which aborts the transfer and becomes
@@ -51,9 +55,17 @@ typedef struct http_fetch_req {
  * the first call has returned; call it from main before starting threads. */
 int http_fetch_global_init(void);
 
-/* Creates a fetcher. Returns 0 and *out, ERR_NOMEM or ERR_INTERNAL (libcurl could not be set
- * up). */
-int http_fetch_create(http_fetch **out);
+/* Creates a cache of idle connections that fetchers on any thread share (under its lock).
+ * Returns 0 and *out, ERR_NOMEM or ERR_INTERNAL. */
+int http_fetch_pool_create(http_fetch_pool **out);
+
+/* Frees the pool and closes its connections; every fetcher created on it must be destroyed first.
+ * NULL is a no-op. */
+void http_fetch_pool_destroy(http_fetch_pool *p);
+
+/* Creates a fetcher on pool (NULL: its own connections). Returns 0 and *out, ERR_NOMEM or
+ * ERR_INTERNAL (libcurl could not be set up). */
+int http_fetch_create(http_fetch_pool *pool, http_fetch **out);
 
 /* Closes its connections and frees it. NULL is a no-op. */
 void http_fetch_destroy(http_fetch *f);

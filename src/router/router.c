@@ -253,12 +253,14 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
         if (!c.status)
             c.status = status;
         if (rc == 0 || c.write_rc || rc == ERR_CANCELLED) {
-            bool retry_503 = rc == 0 && !c.begun && c.status == 503;
+            /* refused before any work (loading, draining, full, over its connection cap):
+             * another backend may take it */
+            bool retry_503 = rc == 0 && !c.begun && (c.status == 503 || c.status == 429);
             rt_backend_done(r, b, retry_503 ? RT_OUT_RETRIED : RT_OUT_OK, secs, false);
             if (c.write_rc || rc == ERR_CANCELLED)
                 goto done; /* the client went away */
-            if (retry_503) { /* loading or draining: another backend may take it */
-                snprintf(last_err, sizeof last_err, "%s answered 503", base);
+            if (retry_503) {
+                snprintf(last_err, sizeof last_err, "%s answered %ld", base, c.status);
                 have_whole = true;
                 continue;
             }
@@ -359,7 +361,7 @@ typedef struct rt_job {
 static void *rt_worker_main(void *arg) {
     router *r = arg;
     http_fetch *f = NULL;
-    int frc = http_fetch_create(&f);
+    int frc = http_fetch_create(r->conns, &f);
     pthread_mutex_lock(&r->pool_mu);
     for (;;) {
         while (!r->pool_head && !r->pool_stop)
@@ -487,7 +489,8 @@ int router_create(const router_opts *o, router **out) {
     r->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
     r->backend_api_key =
         o->backend_api_key && o->backend_api_key[0] ? strdup(o->backend_api_key) : NULL;
-    if ((rc = rt_backends_init(r)) || (rc = rt_listen(r))) {
+    if ((rc = rt_backends_init(r)) || (rc = http_fetch_pool_create(&r->conns)) ||
+        (rc = rt_listen(r))) {
         router_destroy(r);
         return rc;
     }
@@ -557,6 +560,7 @@ void router_destroy(router *r) {
     else if (r->listen_fd >= 0)
         close(r->listen_fd);
     rt_backends_free(r);
+    http_fetch_pool_destroy(r->conns);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->health_cv);
     pthread_mutex_destroy(&r->pool_mu);

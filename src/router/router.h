@@ -14,15 +14,16 @@
  *
  * Threads: the HTTP layer's event thread answers /health, /metrics and every refusal inline and
  * queues complete requests for a fixed pool of workers; a worker sends its request to a backend
- * with its own blocking client (base/http_fetch.h, connections kept alive per worker) and
- * streams the answer through. A health thread polls every backend's GET /v1/status (running and
+ * with its own blocking client (base/http_fetch.h; the workers share one cache of kept-alive
+ * connections, so a backend sees no more connections than requests at once) and streams the
+ * answer through. A health thread polls every backend's GET /v1/status (running and
  * waiting sequences, KV blocks used, draining) every health_ms: a backend that fails it or
  * drains is taken out, one that answers again is put back. A request whose backend cannot be
  * reached is also taken out at once (passive check).
  *
  * Retries and duplication: a request is retried on another backend only while nothing of its
  * answer has been passed to the client (refused connection, a backend dying before its first
- * byte, a 503 from a backend that started draining, a whole answer cut short); once a stream has
+ * byte, a 503 or 429 from a backend loading, draining or full, a whole answer cut short); once a stream has
  * passed an event on, a failing backend ends it with an OpenAI error event and no [DONE], never a
  * second attempt, so no token is ever sent twice.
  *

@@ -130,7 +130,7 @@ static void rt_poll_one(router *r, http_fetch *f, int i) {
 
 void rt_health_poll(router *r) {
     http_fetch *f;
-    if (http_fetch_create(&f))
+    if (http_fetch_create(NULL, &f))
         return;
     for (int i = 0; i < r->n_backends; i++)
         rt_poll_one(r, f, i);
@@ -140,7 +140,7 @@ void rt_health_poll(router *r) {
 static void *rt_health_main(void *arg) {
     router *r = arg;
     http_fetch *f = NULL;
-    http_fetch_create(&f);
+    http_fetch_create(NULL, &f);
     pthread_mutex_lock(&r->mu);
     while (!r->health_stop) {
         struct timespec ts;

@@ -9,6 +9,7 @@
 #ifndef VERITY_ROUTER_RT_INT_H
 #define VERITY_ROUTER_RT_INT_H
 
+#include "base/http_fetch.h"
 #include "base/strbuf.h"
 #include "router/router.h"
 #include "server/srv_http.h"
@@ -71,6 +72,7 @@ struct router {
     bool pool_stop;
     int n_workers;
     pthread_t *workers;
+    http_fetch_pool *conns; /* the workers' shared idle connections to the backends */
 };
 
 /* ---- rt_policy.c ---- */

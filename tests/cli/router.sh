@@ -15,6 +15,7 @@
 #     of one server's answer), then an error event and the end of the stream, no [DONE], never a
 #     hang and never a token twice (the other replica is free, so a retry would show)
 #   - drain: SIGTERM lets a request in flight finish, answers 503 meanwhile, exits 0
+#   - contrib/router/local.sh starts a router and two replicas, serves, and stops them all on SIGTERM
 # Nothing depends on timing: replicas are held with --admin-api (pause, step), and every wait
 # polls for a state (a metric, a line in a file) with a backstop only for a hung process.
 . "$(dirname "$0")/lib.bash"
@@ -246,3 +247,21 @@ if [ -n "$LIVE" ] && adm "$LIVE" pause; then
         pass router.drain
     else fail router.drain "in flight: $(cat "$TMP/drain.code"), new: $c503, exit $st"; fi
 else fail router.drain "no live replica to hold"; fi
+
+# --- contrib/router/local.sh: a router and two replicas on one machine, stopped by SIGTERM -------
+CLOG="$TMP/contrib.log"
+VERITY=$VERITY ROUTER_PORT=0 setsid bash "$(dirname "$0")/../../contrib/router/local.sh" -m "$MODEL" -t 1 >"$CLOG" 2>&1 &
+CPID=$!
+PIDS+=("$CPID")
+contrib_up() { grep -q 'verity router: listening on .*2 replicas, 2 up' "$CLOG"; }
+if wait_for contrib_up; then
+    CURL_URL=$(sed -n 's/.*verity router: listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$CLOG")
+    kids=$(pgrep -g "$CPID" | grep -vx "$CPID" | tr '\n' ' ')
+    code=$(curl -s -o "$TMP/c.body" -w '%{http_code}' "$CURL_URL/v1/completions" -d '{"prompt":"e","max_tokens":2}')
+    kill -TERM "$CPID"
+    wait "$CPID"; st=$?
+    left=""
+    for k in $kids; do kill -0 "$k" 2>/dev/null && left="$left $k"; done
+    [ "$code" = 200 ] && [ $st -eq 0 ] && [ -z "$left" ] && pass router.contrib_local ||
+        fail router.contrib_local "HTTP $code, exit $st, left running:${left:- none}"
+else fail router.contrib_local "did not come up: $(tail -n 3 "$CLOG")"; fi
