@@ -8,6 +8,8 @@
 # token, inter-token latency and whole-request latency percentiles direct and through the router,
 # their differences (the router's added latency), and the router's CPU time (user + system, from
 # /proc) per streamed token.
+# The node client opens more connections than it has streams (one per request at times), so both
+# take --max-conns-per-addr 4096.
 # Usage: bench/router.sh [MODEL.gguf] [C=64] [R=4] [G=64]; ROUNDS [3] from the environment. Exit 2
 # if a request fails or a process does not start.
 set -u
@@ -17,10 +19,11 @@ MODEL=${1:-} C=${2:-64} R=${3:-4} G=${4:-64} ROUNDS=${ROUNDS:-3}
 out=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$out"' EXIT
-bench_serve "$out/server.log" ${MODEL:+-m "$MODEL"} --max-batch "$C" --queue-max 1024 || exit 2
+bench_serve "$out/server.log" ${MODEL:+-m "$MODEL"} --max-batch "$C" --queue-max 1024 \
+    --max-conns-per-addr 4096 || exit 2
 pids+=("$BENCH_PID")
 direct="http://127.0.0.1:$BENCH_PORT"
-bench_start "$out/router.log" router --replica "$direct" || exit 2
+bench_start "$out/router.log" router --replica "$direct" --max-conns-per-addr 4096 || exit 2
 rpid=$BENCH_PID
 pids+=("$rpid")
 routed="http://127.0.0.1:$BENCH_PORT"

@@ -10,8 +10,8 @@
  * line ends an event, so the client never holds half an event, and the stream begins with the
  * first complete one. Any other answer is held whole and sent once complete, so a backend dying
  * in the middle of it costs a retry, not a broken answer. While nothing has been passed on, a
- * failed attempt (no connection, a cut answer, a 503 from a loading or draining backend) goes to
- * the next backend; after that, never: the stream gets an error event and ends without [DONE].
+ * failed attempt (no connection, a cut answer, a 503 or 429 from a backend loading, draining or
+ * full) goes to the next backend (the last such refusal is passed on when none is left); after that, never: the stream gets an error event and ends without [DONE].
  */
 #include "router/rt_int.h"
 #include "base/clock.h"
