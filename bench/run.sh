@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # `make bench`: every benchmark of BENCHMARKS.md in one run, in its order: engine roofline
 # fractions for F16, Q8_0, Q4_K_M and Q6_K at batch 1 and 32 (prefill 256, 64 decode steps),
-# the matmul micro-benchmark, the serving benchmark, the KV cache benchmark and the hunt benchmark.
+# the matmul micro-benchmark, the serving benchmark, the router benchmark, the KV cache benchmark
+# and the hunt benchmark.
 # About 25 minutes on a 2-core machine; the synthetic models are made once into ~/.cache/verity/
 # (1.8 GB).
 set -u
@@ -21,6 +22,8 @@ build/release/bench_matmul 2 f16 && BM_05B=1 build/release/bench_matmul 2 f16 &&
     BM_MATS=60 BM_M1=1 build/release/bench_matmul 2 q8_0 || exit 2
 echo "== bench/serve.sh"
 bench/serve.sh || exit 2
+echo "== bench/router.sh"
+bench/router.sh || exit 2
 echo "== bench/kv_cache.sh"
 bench/kv_cache.sh || exit 2
 echo "== bench/hunt.sh"
