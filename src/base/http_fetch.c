@@ -4,11 +4,11 @@
  *
  * The handle is reset (curl_easy_reset keeps the connection cache) and configured for each
  * request (on a pool the handle is attached once to the pool's share, whose connection cache
- * replaces the handle's; curl_easy_reset keeps it), so nothing of one request leaks into the next but its open connections. The write
- * callback reads the status and Content-Type once, when the first body bytes arrive (the headers
- * are complete by then), and passes the bytes on; a non-zero answer from on_data makes the
- * callback refuse the bytes, which aborts the transfer with CURLE_WRITE_ERROR, mapped back to the
- * caller's code. The progress callback carries should_abort.
+ * replaces the handle's; curl_easy_reset keeps it), so nothing of one request leaks into the next
+ * but its open connections. The write callback reads the status and Content-Type once, when the
+ * first body bytes arrive (the headers are complete by then), and passes the bytes on; a non-zero
+ * answer from on_data makes the callback refuse the bytes, which aborts the transfer with
+ * CURLE_WRITE_ERROR, mapped back to the caller's code. The progress callback carries should_abort.
  */
 #include "base/http_fetch.h"
 #include "base/err.h"

@@ -9,9 +9,9 @@
  * thread at a time. Fetchers created on one pool (http_fetch_pool) share one cache of idle
  * connections instead, so many workers hold no more connections to a server than they use at
  * once (a worker pool of 256 threads would otherwise keep up to 256 idle connections to each
- * server, past its per-address cap). http_fetch_run sends one request and hands the response body to on_data as it
- * arrives, with the status and Content-Type known from the first call on; on_progress (optional)
- * is asked about every 100 ms whether to give up (a client that went away).
+ * server, past its per-address cap). http_fetch_run sends one request and hands the response body
+ * to on_data as it arrives, with the status and Content-Type known from the first call on;
+ * on_progress (optional) is asked about every 100 ms whether to give up (a client that went away).
  *
  * Only the URL given is contacted: no redirects are followed and proxies from the environment are
  * ignored, so "loopback" stays loopback. Signals are not used for timeouts (safe in threads).
@@ -39,14 +39,14 @@ typedef bool (*http_fetch_abort_fn)(void *ud);
 
 typedef struct http_fetch_req {
     const char *url;
-    const char *method;    /* NULL: POST when body is non-NULL, else GET */
-    const char *body;      /* request body (not copied; valid during the call), NULL: none */
+    const char *method; /* NULL: POST when body is non-NULL, else GET */
+    const char *body;   /* request body (not copied; valid during the call), NULL: none */
     size_t body_len;
-    const char *api_key;   /* "Authorization: Bearer KEY" when non-NULL and non-empty */
-    const char *accept;    /* an Accept header value, or NULL */
-    double timeout_s;      /* whole request; 0 = 600 s */
-    double connect_timeout_s; /* 0 = min(timeout_s, 10 s) */
-    http_fetch_data_fn on_data; /* NULL: the body is discarded */
+    const char *api_key;              /* "Authorization: Bearer KEY" when non-NULL and non-empty */
+    const char *accept;               /* an Accept header value, or NULL */
+    double timeout_s;                 /* whole request; 0 = 600 s */
+    double connect_timeout_s;         /* 0 = min(timeout_s, 10 s) */
+    http_fetch_data_fn on_data;       /* NULL: the body is discarded */
     http_fetch_abort_fn should_abort; /* NULL: never */
     void *ud;
 } http_fetch_req;

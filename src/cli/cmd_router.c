@@ -113,8 +113,8 @@ int cmd_router(int argc, char **argv) {
     static router_args a; /* 16 KiB of URLs: not on the stack */
     memset(&a, 0, sizeof a);
     int st;
-    if ((st = router_parse_args(argc, argv, &a)) || (st = cli_load_api_key("router", a.key,
-                                                                           sizeof a.key)))
+    if ((st = router_parse_args(argc, argv, &a)) ||
+        (st = cli_load_api_key("router", a.key, sizeof a.key)))
         return st;
     sigset_t sigs;
     sigemptyset(&sigs);

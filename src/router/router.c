@@ -11,13 +11,15 @@
  * first complete one. Any other answer is held whole and sent once complete, so a backend dying
  * in the middle of it costs a retry, not a broken answer. While nothing has been passed on, a
  * failed attempt (no connection, a cut answer, a 503 or 429 from a backend loading, draining or
- * full) goes to the next backend (the last such refusal is passed on when none is left); after that, never: the stream gets an error event and ends without [DONE].
+ * full) goes to the next backend (the last such refusal is passed on when none is left); after
+ * that, never: the stream gets an error event and ends without [DONE].
  */
 #include "router/rt_int.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/http_fetch.h"
 #include "base/log.h"
+#include "base/workq.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -29,10 +31,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define RT_SHUTDOWN_MS   2000
+#define RT_SHUTDOWN_MS    2000
 #define RT_HEAD_TIMEOUT_S 10
-#define RT_WORKER_STACK  (512u << 10)
-#define RT_WRITE_WAIT_MS 1000
+#define RT_WORKER_STACK   (512u << 10)
+#define RT_WRITE_WAIT_MS  1000
 /* a whole (non-streamed) answer held for passing on: beyond this the attempt fails */
 #define RT_MAX_ANSWER_BYTES ((size_t)256 << 20)
 
@@ -62,8 +64,8 @@ int router_url_check(const char *url, char *norm, size_t cap) {
     if (*p == '/')
         p++;
     if (*p)
-        return err_set(ERR_INVAL, "replica URL '%s': unexpected '%s' after the port (no path)",
-                       url, p);
+        return err_set(ERR_INVAL, "replica URL '%s': unexpected '%s' after the port (no path)", url,
+                       p);
     size_t n = (size_t)(p - url) - (p[-1] == '/');
     if (n + 1 > cap)
         return err_set(ERR_INVAL, "replica URL '%s': too long", url);
@@ -137,10 +139,10 @@ static void rt_route_metrics(router *r, srv_http_req *req) {
 typedef struct rt_call {
     srv_http_req *req;
     long status;
-    bool sse;       /* the answer is a stream */
-    bool begun;     /* the client's stream has begun: no retry from here on */
-    int write_rc;   /* the client's write failed (gone) */
-    strbuf held;    /* a whole answer, or a stream's bytes after its last complete event */
+    bool sse;     /* the answer is a stream */
+    bool begun;   /* the client's stream has begun: no retry from here on */
+    int write_rc; /* the client's write failed (gone) */
+    strbuf held;  /* a whole answer, or a stream's bytes after its last complete event */
     char ctype[128];
 } rt_call;
 
@@ -192,7 +194,7 @@ static bool rt_client_gone(void *ud) {
 static void rt_stream_fail(rt_call *c, const char *url, const char *why) {
     strbuf sb;
     strbuf_init(&sb);
-    char msg[512];
+    char msg[1024];
     snprintf(msg, sizeof msg, "the backend %s failed during the stream: %s", url, why);
     strbuf_puts(&sb, "data: {\"error\":{\"message\":");
     strbuf_json_cstr(&sb, msg);
@@ -353,42 +355,33 @@ static int rt_on_head(void *user, srv_http_req *req) {
     return SRV_HTTP_HEAD_READ_BODY;
 }
 
-typedef struct rt_job {
-    srv_http_req *req;
-    struct rt_job *next;
-} rt_job;
-
-static void *rt_worker_main(void *arg) {
-    router *r = arg;
+/* A worker's state: its HTTP client, on the router's shared connection pool (NULL if it could
+ * not be made: the worker then answers 500). */
+static void *rt_worker_init(void *user) {
+    router *r = user;
     http_fetch *f = NULL;
-    int frc = http_fetch_create(r->conns, &f);
-    pthread_mutex_lock(&r->pool_mu);
-    for (;;) {
-        while (!r->pool_head && !r->pool_stop)
-            pthread_cond_wait(&r->pool_cv, &r->pool_mu);
-        rt_job *j = r->pool_head;
-        if (!j)
-            break;
-        r->pool_head = j->next;
-        if (!r->pool_head)
-            r->pool_tail = NULL;
-        r->pool_queued--;
-        pthread_mutex_unlock(&r->pool_mu);
-        if (frc)
-            rt_send_error(j->req, 500, "server_error", NULL, NULL,
-                          "the router's worker has no HTTP client");
-        else if (atomic_load(&r->draining))
-            rt_send_error(j->req, 503, "server_error", NULL, NULL, "the router is shutting down");
-        else
-            rt_proxy(r, f, j->req);
-        srv_http_req_release(j->req);
-        free(j);
-        atomic_fetch_sub(&r->active, 1);
-        pthread_mutex_lock(&r->pool_mu);
-    }
-    pthread_mutex_unlock(&r->pool_mu);
-    http_fetch_destroy(f);
-    return NULL;
+    http_fetch_create(r->conns, &f);
+    return f;
+}
+
+static void rt_worker_fini(void *user, void *state) {
+    (void)user;
+    http_fetch_destroy(state);
+}
+
+/* Runs one request on a worker (base/workq.h). */
+static void rt_worker_run(void *user, void *state, void *item) {
+    router *r = user;
+    srv_http_req *req = item;
+    if (!state)
+        rt_send_error(req, 500, "server_error", NULL, NULL,
+                      "the router's worker has no HTTP client");
+    else if (atomic_load(&r->draining))
+        rt_send_error(req, 503, "server_error", NULL, NULL, "the router is shutting down");
+    else
+        rt_proxy(r, state, req);
+    srv_http_req_release(req);
+    atomic_fetch_sub(&r->active, 1);
 }
 
 /* A complete request, on the event thread: queued for the workers; 429 when as many wait as
@@ -396,31 +389,13 @@ static void *rt_worker_main(void *arg) {
 static void rt_on_request(void *user, srv_http_req *req) {
     router *r = user;
     atomic_fetch_add(&r->active, 1);
-    rt_job *j = malloc(sizeof *j);
-    bool queued = false;
-    if (j) {
-        *j = (rt_job){.req = req};
-        pthread_mutex_lock(&r->pool_mu);
-        if (!r->pool_stop && r->pool_queued < r->n_workers) {
-            if (r->pool_tail)
-                r->pool_tail->next = j;
-            else
-                r->pool_head = j;
-            r->pool_tail = j;
-            r->pool_queued++;
-            queued = true;
-            pthread_cond_signal(&r->pool_cv);
-        }
-        pthread_mutex_unlock(&r->pool_mu);
-    }
-    if (queued)
+    if (workq_push(r->pool, req) == 0)
         return;
-    free(j);
     char msg[200];
     snprintf(msg, sizeof msg,
              "the router is at capacity (%d requests being proxied and as many waiting); retry "
              "later",
-             r->n_workers);
+             r->o.workers);
     rt_send_error(req, 429, "rate_limit_error", NULL, "Retry-After: 1\r\n", msg);
     srv_http_req_release(req);
     atomic_fetch_sub(&r->active, 1);
@@ -448,21 +423,14 @@ static int rt_listen(router *r) {
 }
 
 static int rt_start_workers(router *r) {
-    r->workers = calloc((size_t)r->o.workers, sizeof *r->workers);
-    if (!r->workers)
-        return err_set(ERR_NOMEM, "router: out of memory");
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setstacksize(&at, RT_WORKER_STACK);
-    for (int i = 0; i < r->o.workers; i++) {
-        if (pthread_create(&r->workers[i], &at, rt_worker_main, r)) {
-            pthread_attr_destroy(&at);
-            return err_set(ERR_INTERNAL, "router: cannot start worker %d", i);
-        }
-        r->n_workers++;
-    }
-    pthread_attr_destroy(&at);
-    return 0;
+    workq_cfg wc = {.max_threads = r->o.workers,
+                    .max_queued = r->o.workers,
+                    .stack_bytes = RT_WORKER_STACK,
+                    .fn = rt_worker_run,
+                    .thread_init = rt_worker_init,
+                    .thread_fini = rt_worker_fini,
+                    .user = r};
+    return workq_create(&wc, &r->pool);
 }
 
 int router_create(const router_opts *o, router **out) {
@@ -484,8 +452,6 @@ int router_create(const router_opts *o, router **out) {
     r->listen_fd = -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->health_cv, NULL);
-    pthread_mutex_init(&r->pool_mu, NULL);
-    pthread_cond_init(&r->pool_cv, NULL);
     r->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
     r->backend_api_key =
         o->backend_api_key && o->backend_api_key[0] ? strdup(o->backend_api_key) : NULL;
@@ -548,12 +514,7 @@ void router_destroy(router *r) {
         return;
     if (r->http)
         srv_http_shutdown(r->http, RT_SHUTDOWN_MS);
-    pthread_mutex_lock(&r->pool_mu);
-    r->pool_stop = true;
-    pthread_cond_broadcast(&r->pool_cv);
-    pthread_mutex_unlock(&r->pool_mu);
-    for (int i = 0; i < r->n_workers; i++)
-        pthread_join(r->workers[i], NULL);
+    workq_destroy(r->pool); /* the layer is shut down: what is queued is gone and quick */
     rt_health_stop(r);
     if (r->http)
         srv_http_destroy(r->http);
@@ -563,9 +524,6 @@ void router_destroy(router *r) {
     http_fetch_pool_destroy(r->conns);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->health_cv);
-    pthread_mutex_destroy(&r->pool_mu);
-    pthread_cond_destroy(&r->pool_cv);
-    free(r->workers);
     free(r->api_key);
     free(r->backend_api_key);
     free(r);

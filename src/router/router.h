@@ -13,19 +13,19 @@
  * HTTP layer's caps are the server's (server/srv_http.h, the same layer).
  *
  * Threads: the HTTP layer's event thread answers /health, /metrics and every refusal inline and
- * queues complete requests for a fixed pool of workers; a worker sends its request to a backend
- * with its own blocking client (base/http_fetch.h; the workers share one cache of kept-alive
- * connections, so a backend sees no more connections than requests at once) and streams the
- * answer through. A health thread polls every backend's GET /v1/status (running and
- * waiting sequences, KV blocks used, draining) every health_ms: a backend that fails it or
- * drains is taken out, one that answers again is put back. A request whose backend cannot be
- * reached is also taken out at once (passive check).
+ * queues complete requests for workers started as needed (base/workq.h); a worker sends its request
+ * to a backend with its own blocking client (base/http_fetch.h; the workers share one cache of
+ * kept-alive connections, so a backend sees no more connections than requests at once) and streams
+ * the answer through. A health thread polls every backend's GET /v1/status (running and waiting
+ * sequences, KV blocks used, draining) every health_ms: a backend that fails it or drains is taken
+ * out, one that answers again is put back. A request whose backend cannot be reached is also taken
+ * out at once (passive check).
  *
  * Retries and duplication: a request is retried on another backend only while nothing of its
  * answer has been passed to the client (refused connection, a backend dying before its first
- * byte, a 503 or 429 from a backend loading, draining or full, a whole answer cut short); once a stream has
- * passed an event on, a failing backend ends it with an OpenAI error event and no [DONE], never a
- * second attempt, so no token is ever sent twice.
+ * byte, a 503 or 429 from a backend loading, draining or full, a whole answer cut short); once a
+ * stream has passed an event on, a failing backend ends it with an OpenAI error event and no
+ * [DONE], never a second attempt, so no token is ever sent twice.
  *
  * Routing (rt_policy.c): each request's prompt text (the completions prompt, or the chat
  * messages' roles and contents) is cut into fixed blocks of bytes whose chain hashes approximate
@@ -49,21 +49,21 @@
 #define ROUTER_MAX_BACKENDS 64
 
 typedef struct router_opts {
-    const char *host; /* IPv4 address to bind */
-    int port;         /* 0: any free port */
+    const char *host;            /* IPv4 address to bind */
+    int port;                    /* 0: any free port */
     const char *const *replicas; /* base URLs as router_url_check normalised them */
     int n_replicas;
-    const char *api_key;         /* clients must send it (NULL or "": none) */
-    const char *backend_api_key; /* sent to the backends (NULL or "": none) */
-    int timeout_s;               /* idle/body deadline of client connections, and the bound on
-                                    one backend request */
+    const char *api_key;               /* clients must send it (NULL or "": none) */
+    const char *backend_api_key;       /* sent to the backends (NULL or "": none) */
+    int timeout_s;                     /* idle/body deadline of client connections, and the bound on
+                                          one backend request */
     int max_conns, max_conns_per_addr; /* 0: the layer's defaults */
     size_t max_body_bytes, max_body_total_bytes;
-    int workers;       /* worker threads: requests proxied at once */
-    int health_ms;     /* interval of the health and load polls */
-    bool cache_aware;  /* false: load alone decides */
-    int balance_abs;   /* load spread beyond which the least loaded backend wins */
-    int cache_pct;     /* matched share of a prompt's blocks for the cache to decide */
+    int workers;      /* worker threads: requests proxied at once */
+    int health_ms;    /* interval of the health and load polls */
+    bool cache_aware; /* false: load alone decides */
+    int balance_abs;  /* load spread beyond which the least loaded backend wins */
+    int cache_pct;    /* matched share of a prompt's blocks for the cache to decide */
 } router_opts;
 
 typedef struct router router;

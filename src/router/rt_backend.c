@@ -247,12 +247,14 @@ void rt_metrics_write(router *r, strbuf *sb) {
         for (int k = 0; k <= RT_N_BUCKETS; k++) {
             cum += b->lat_bucket[k];
             if (k < RT_N_BUCKETS)
-                strbuf_printf(sb, "verity_router_request_seconds_bucket{backend=\"%s\",le=\"%g\"} "
-                                  "%llu\n",
+                strbuf_printf(sb,
+                              "verity_router_request_seconds_bucket{backend=\"%s\",le=\"%g\"} "
+                              "%llu\n",
                               b->url, rt_bounds[k], (unsigned long long)cum);
             else
-                strbuf_printf(sb, "verity_router_request_seconds_bucket{backend=\"%s\",le=\"+Inf\"} "
-                                  "%llu\n",
+                strbuf_printf(sb,
+                              "verity_router_request_seconds_bucket{backend=\"%s\",le=\"+Inf\"} "
+                              "%llu\n",
                               b->url, (unsigned long long)cum);
         }
         strbuf_printf(sb, "verity_router_request_seconds_sum{backend=\"%s\"} %.6f\n", b->url,

@@ -58,20 +58,13 @@ struct router {
     rt_backend *backends; /* [n_backends] */
     pthread_mutex_t mu;
     uint64_t n_decisions[RT_N_DECISIONS];
-    uint64_t no_backend;  /* requests answered 503 for want of a backend */
-    unsigned turn;        /* rotates the ties */
+    uint64_t no_backend; /* requests answered 503 for want of a backend */
+    unsigned turn;       /* rotates the ties */
     /* health thread */
     pthread_t health;
     bool health_started, health_stop;
     pthread_cond_t health_cv;
-    /* worker pool: a FIFO of complete requests */
-    pthread_mutex_t pool_mu;
-    pthread_cond_t pool_cv;
-    struct rt_job *pool_head, *pool_tail;
-    int pool_queued;
-    bool pool_stop;
-    int n_workers;
-    pthread_t *workers;
+    struct workq *pool;     /* the workers (base/workq.h), started as needed up to o.workers */
     http_fetch_pool *conns; /* the workers' shared idle connections to the backends */
 };
 

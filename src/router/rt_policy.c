@@ -103,7 +103,8 @@ int rt_policy_choose(router *r, const uint64_t *h, int n, uint64_t tried) {
         if (least < 0 || rt_less_loaded(b, &r->backends[least]))
             least = i;
         int m = n ? rt_match(b, h, n) : 0;
-        if (m > best_match || (m == best_match && m > 0 && rt_less_loaded(b, &r->backends[cached]))) {
+        if (m > best_match ||
+            (m == best_match && m > 0 && rt_less_loaded(b, &r->backends[cached]))) {
             best_match = m;
             cached = i;
         }
@@ -113,7 +114,8 @@ int rt_policy_choose(router *r, const uint64_t *h, int n, uint64_t tried) {
     if (least >= 0) {
         if (hi - lo > r->o.balance_abs)
             d = RT_DECIDE_BALANCE;
-        else if (r->o.cache_aware && cached >= 0 && (int64_t)best_match * 100 >= (int64_t)r->o.cache_pct * n) {
+        else if (r->o.cache_aware && cached >= 0 &&
+                 (int64_t)best_match * 100 >= (int64_t)r->o.cache_pct * n) {
             pick = cached;
             d = RT_DECIDE_CACHE;
         }

@@ -34,6 +34,7 @@
 #include "base/flags.h"
 #include "base/log.h"
 #include "base/version.h"
+#include "base/workq.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -534,34 +535,17 @@ static void srv_dispatch(server *s, srv_http_req *c, int64_t t_arrival_ns) {
 typedef struct srv_job {
     srv_http_req *req;
     int64_t t_arrival_ns;
-    struct srv_job *next;
 } srv_job;
 
-static void *srv_worker_main(void *arg) {
-    server *s = arg;
-    pthread_mutex_lock(&s->pool_mu);
-    for (;;) {
-        while (!s->pool_head && !s->pool_stop)
-            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
-        srv_job *j = s->pool_head;
-        if (!j)
-            break; /* stopping, and nothing left */
-        s->pool_head = j->next;
-        if (!s->pool_head)
-            s->pool_tail = NULL;
-        s->pool_queued--;
-        s->pool_idle--;
-        pthread_mutex_unlock(&s->pool_mu);
-        srv_dispatch(s, j->req, j->t_arrival_ns);
-        srv_http_req_release(j->req); /* an unanswered request is answered 500 */
-        free(j);
-        atomic_fetch_sub(&s->active, 1);
-        pthread_mutex_lock(&s->pool_mu);
-        s->pool_idle++;
-    }
-    s->pool_idle--;
-    pthread_mutex_unlock(&s->pool_mu);
-    return NULL;
+/* Runs one request on a worker (base/workq.h). */
+static void srv_worker_run(void *user, void *state, void *item) {
+    (void)state;
+    server *s = user;
+    srv_job *j = item;
+    srv_dispatch(s, j->req, j->t_arrival_ns);
+    srv_http_req_release(j->req); /* an unanswered request is answered 500 */
+    free(j);
+    atomic_fetch_sub(&s->active, 1);
 }
 
 /* A complete request, on the event thread (srv_http.h: on_request): queued for a worker, one
@@ -570,34 +554,11 @@ static void srv_on_request(void *user, srv_http_req *c) {
     server *s = user;
     atomic_fetch_add(&s->active, 1);
     srv_job *j = malloc(sizeof *j);
-    bool queued = false;
     if (j) {
         *j = (srv_job){.req = c, .t_arrival_ns = clock_now_ns()};
-        pthread_mutex_lock(&s->pool_mu);
-        if (!s->pool_stop && s->pool_idle <= s->pool_queued && s->n_workers < s->max_workers) {
-            pthread_attr_t at;
-            pthread_attr_init(&at);
-            pthread_attr_setstacksize(&at, SRV_WORKER_STACK);
-            if (pthread_create(&s->workers[s->n_workers], &at, srv_worker_main, s) == 0) {
-                s->n_workers++;
-                s->pool_idle++;
-            }
-            pthread_attr_destroy(&at);
-        }
-        if (!s->pool_stop && s->pool_queued < s->max_workers && s->n_workers > 0) {
-            if (s->pool_tail)
-                s->pool_tail->next = j;
-            else
-                s->pool_head = j;
-            s->pool_tail = j;
-            s->pool_queued++;
-            queued = true;
-            pthread_cond_signal(&s->pool_cv);
-        }
-        pthread_mutex_unlock(&s->pool_mu);
+        if (workq_push(s->pool, j) == 0)
+            return;
     }
-    if (queued)
-        return;
     free(j);
     srv_err e;
     srv_metrics_reject(s->metrics, SRV_REJECT_QUEUE_FULL);
@@ -610,18 +571,6 @@ static void srv_on_request(void *user, srv_http_req *c) {
     atomic_fetch_sub(&s->active, 1);
 }
 
-/* Stops the pool: its workers finish what is queued (the layer is shut down by then, so those
- * requests are gone and cost nothing) and exit. */
-static void srv_pool_stop(server *s) {
-    pthread_mutex_lock(&s->pool_mu);
-    s->pool_stop = true;
-    pthread_cond_broadcast(&s->pool_cv);
-    pthread_mutex_unlock(&s->pool_mu);
-    for (int i = 0; i < s->n_workers; i++)
-        pthread_join(s->workers[i], NULL);
-    s->n_workers = 0;
-}
-
 int server_create(const server_opts *o, server **out) {
     *out = NULL;
     server *s = calloc(1, sizeof *s);
@@ -630,15 +579,18 @@ int server_create(const server_opts *o, server **out) {
     s->o = *o;
     s->listen_fd = -1;
     pthread_mutex_init(&s->admit_mu, NULL);
-    pthread_mutex_init(&s->pool_mu, NULL);
-    pthread_cond_init(&s->pool_cv, NULL);
     int64_t nw = o->max_batch + o->queue_max + SRV_WORKERS_EXTRA;
     s->max_workers = (int)(nw > SRV_WORKERS_MAX ? SRV_WORKERS_MAX : nw);
-    s->workers = calloc((size_t)s->max_workers, sizeof *s->workers);
+    workq_cfg wc = {.max_threads = s->max_workers,
+                    .max_queued = s->max_workers,
+                    .stack_bytes = SRV_WORKER_STACK,
+                    .fn = srv_worker_run,
+                    .user = s};
+    workq_create(&wc, &s->pool);
     s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
     s->metrics = srv_metrics_create();
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_verity_%s", VERITY_VERSION);
-    if (!s->metrics || !s->workers) {
+    if (!s->metrics || !s->pool) {
         server_destroy(s);
         return err_set(ERR_NOMEM, "server: out of memory");
     }
@@ -733,7 +685,10 @@ void server_destroy(server *s) {
      * worker still writing to a client that does not read sees it gone and finishes */
     if (s->http)
         srv_http_shutdown(s->http, SRV_SHUTDOWN_MS);
-    srv_pool_stop(s);
+    /* the workers finish what is queued (the layer is shut down by then, so those requests are
+     * gone and cost nothing) and exit */
+    workq_destroy(s->pool);
+    s->pool = NULL;
     if (s->http)
         srv_http_destroy(s->http);
     else if (s->listen_fd >= 0)
@@ -741,9 +696,6 @@ void server_destroy(server *s) {
     srv_metrics_destroy(s->metrics);
     grammar_vocab_destroy(s->gvocab);
     pthread_mutex_destroy(&s->admit_mu);
-    pthread_mutex_destroy(&s->pool_mu);
-    pthread_cond_destroy(&s->pool_cv);
-    free(s->workers);
     free(s->api_key);
     free(s);
 }

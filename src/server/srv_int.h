@@ -34,14 +34,10 @@ struct server {
     /* admission: a request's check of the engine's load and its submissions happen under this
      * lock, so two requests never both take the last place (srv_gen_start) */
     pthread_mutex_t admit_mu;
-    /* the worker pool (server.c): a FIFO of complete requests under pool_mu; workers are
-     * started as needed up to max_workers and live until server_destroy */
-    pthread_mutex_t pool_mu;
-    pthread_cond_t pool_cv;
-    struct srv_job *pool_head, *pool_tail;
-    int pool_queued, pool_idle, n_workers, max_workers;
-    bool pool_stop;
-    pthread_t *workers;                      /* [max_workers] */
+    /* the worker pool (base/workq.h): workers are started as needed up to max_workers, as many
+     * requests may wait for one, and they live until server_destroy */
+    struct workq *pool;
+    int max_workers;
     char too_large_msg[96], budget_msg[160]; /* the layer's 413 and 503 messages */
     server_model sm;
     srv_metrics *metrics;
