@@ -403,25 +403,6 @@ static void rt_on_request(void *user, srv_http_req *req) {
 
 /* ---- lifecycle ---- */
 
-static int rt_listen(router *r) {
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)r->o.port);
-    if (inet_pton(AF_INET, r->o.host, &sa.sin_addr) != 1)
-        return err_set(ERR_INVAL, "router: host '%s' is not an IPv4 address", r->o.host);
-    r->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (r->listen_fd < 0 || setsockopt(r->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        bind(r->listen_fd, (struct sockaddr *)&sa, sizeof sa) || listen(r->listen_fd, 1024))
-        return err_set(ERR_IO, "router: cannot listen on %s:%d: %s", r->o.host, r->o.port,
-                       strerror(errno));
-    socklen_t sl = sizeof sa;
-    getsockname(r->listen_fd, (struct sockaddr *)&sa, &sl);
-    r->port = ntohs(sa.sin_port);
-    return 0;
-}
-
 static int rt_start_workers(router *r) {
     workq_cfg wc = {.max_threads = r->o.workers,
                     .max_queued = r->o.workers,
@@ -456,32 +437,33 @@ int router_create(const router_opts *o, router **out) {
     r->backend_api_key =
         o->backend_api_key && o->backend_api_key[0] ? strdup(o->backend_api_key) : NULL;
     if ((rc = rt_backends_init(r)) || (rc = http_fetch_pool_create(&r->conns)) ||
-        (rc = rt_listen(r))) {
+        (rc = srv_http_listen(r->o.host, r->o.port, &r->listen_fd, &r->port))) {
         router_destroy(r);
-        return rc;
+        char why[400]; /* err_detail() is the buffer err_set writes */
+        snprintf(why, sizeof why, "%s", err_detail());
+        return err_set(rc, "router: %s", why);
     }
     rt_health_poll(r);
-    int t_ms = o->timeout_s > 0 ? o->timeout_s * 1000 : 600 * 1000;
     srv_http_cfg cfg = {
         .listen_fd = r->listen_fd,
         .on_head = rt_on_head,
         .on_request = rt_on_request,
         .user = r,
-        .head_timeout_ms = t_ms < RT_HEAD_TIMEOUT_S * 1000 ? t_ms : RT_HEAD_TIMEOUT_S * 1000,
-        .idle_timeout_ms = t_ms,
-        .body_timeout_ms = t_ms,
         .max_body_bytes = o->max_body_bytes,
         .max_body_total_bytes = o->max_body_total_bytes,
         .max_conns = o->max_conns,
         .max_conns_per_addr = o->max_conns_per_addr,
     };
+    srv_http_cfg_timeouts(&cfg, o->timeout_s, RT_HEAD_TIMEOUT_S);
     if ((rc = rt_start_workers(r)) || (rc = rt_health_start(r))) {
         router_destroy(r);
         return rc;
     }
     if ((rc = srv_http_create(&cfg, &r->http))) {
         router_destroy(r);
-        return err_set(rc, "router: cannot start the HTTP layer: %s", err_detail());
+        char why[400];
+        snprintf(why, sizeof why, "%s", err_detail());
+        return err_set(rc, "router: cannot start the HTTP layer: %s", why);
     }
     r->listen_fd = -1;
     *out = r;

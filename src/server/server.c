@@ -594,26 +594,13 @@ int server_create(const server_opts *o, server **out) {
         server_destroy(s);
         return err_set(ERR_NOMEM, "server: out of memory");
     }
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)o->port);
-    if (inet_pton(AF_INET, o->host, &sa.sin_addr) != 1) {
+    int rc = srv_http_listen(o->host, o->port, &s->listen_fd, &s->port);
+    if (rc) {
         server_destroy(s);
-        return err_set(ERR_INVAL, "server: host '%s' is not an IPv4 address", o->host);
+        char why[400]; /* err_detail() is the buffer err_set writes */
+        snprintf(why, sizeof why, "%s", err_detail());
+        return err_set(rc, "server: %s", why);
     }
-    s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (s->listen_fd < 0 || setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        bind(s->listen_fd, (struct sockaddr *)&sa, sizeof sa) || listen(s->listen_fd, 1024)) {
-        int en = errno;
-        server_destroy(s);
-        return err_set(ERR_IO, "server: cannot listen on %s:%d: %s", o->host, o->port,
-                       strerror(en));
-    }
-    socklen_t sl = sizeof sa;
-    getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl);
-    s->port = ntohs(sa.sin_port);
     snprintf(s->too_large_msg, sizeof s->too_large_msg,
              "request body larger than --max-body (%zu MiB)", o->max_body_bytes >> 20);
     snprintf(s->budget_msg, sizeof s->budget_msg,
@@ -622,15 +609,11 @@ int server_create(const server_opts *o, server **out) {
              o->max_body_total_bytes >> 20);
     /* --timeout: how long a connection may stay idle or take to send its request; the head has
      * its own, shorter deadline (at most SRV_HEAD_TIMEOUT_S), the body a rate floor besides */
-    int t_ms = o->timeout_s > 0 ? o->timeout_s * 1000 : 600 * 1000;
     srv_http_cfg cfg = {
         .listen_fd = s->listen_fd,
         .on_head = srv_on_head,
         .on_request = srv_on_request,
         .user = s,
-        .head_timeout_ms = t_ms < SRV_HEAD_TIMEOUT_S * 1000 ? t_ms : SRV_HEAD_TIMEOUT_S * 1000,
-        .idle_timeout_ms = t_ms,
-        .body_timeout_ms = t_ms,
         .max_body_bytes = o->max_body_bytes,
         .max_body_total_bytes = o->max_body_total_bytes,
         .max_conns = o->max_conns,
@@ -638,7 +621,8 @@ int server_create(const server_opts *o, server **out) {
         .too_large_msg = s->too_large_msg,
         .budget_msg = s->budget_msg,
     };
-    int rc = srv_http_create(&cfg, &s->http);
+    srv_http_cfg_timeouts(&cfg, o->timeout_s, SRV_HEAD_TIMEOUT_S);
+    rc = srv_http_create(&cfg, &s->http);
     if (rc) {
         server_destroy(s);
         return err_set(rc, "server: cannot start the HTTP layer on %s:%d: %s", o->host, o->port,

@@ -1308,6 +1308,36 @@ static void *event_main(void *arg) {
 
 /* ---- lifetime ---- */
 
+int srv_http_listen(const char *host, int port, int *fd, int *bound_port) {
+    *fd = -1;
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return err_set(ERR_INVAL, "host '%s' is not an IPv4 address", host);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(s, (struct sockaddr *)&sa, sizeof sa) || listen(s, 1024)) {
+        int en = errno;
+        if (s >= 0)
+            close(s);
+        return err_set(ERR_IO, "cannot listen on %s:%d: %s", host, port, strerror(en));
+    }
+    socklen_t sl = sizeof sa;
+    getsockname(s, (struct sockaddr *)&sa, &sl);
+    *bound_port = ntohs(sa.sin_port);
+    *fd = s;
+    return 0;
+}
+
+void srv_http_cfg_timeouts(srv_http_cfg *cfg, int timeout_s, int head_max_s) {
+    int t_ms = timeout_s > 0 ? timeout_s * 1000 : 600 * 1000;
+    cfg->head_timeout_ms = t_ms < head_max_s * 1000 ? t_ms : head_max_s * 1000;
+    cfg->idle_timeout_ms = t_ms;
+    cfg->body_timeout_ms = t_ms;
+}
+
 int srv_http_create(const srv_http_cfg *cfg, srv_http **out) {
     if (!cfg || !out || cfg->listen_fd < 0 || !cfg->on_request ||
         cfg->max_headers > SRV_HTTP_MAX_HEADERS || cfg->max_headers < 0)

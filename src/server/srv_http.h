@@ -142,6 +142,18 @@ typedef struct srv_http_stats {
     size_t body_bytes;     /* bytes of request bodies being received now (the budget's use) */
 } srv_http_stats;
 
+/* Binds and listens on the IPv4 address host and port (0: any free port), with SO_REUSEADDR and
+ * a backlog of 1024: the socket a front gives srv_http_cfg.listen_fd. Returns 0 with *fd (the
+ * caller's until srv_http_create takes it) and *bound_port (the port actually bound); ERR_INVAL
+ * when host is not an IPv4 address, ERR_IO when the socket cannot listen (the detail names the
+ * address and the reason). */
+int srv_http_listen(const char *host, int port, int *fd, int *bound_port);
+
+/* Sets cfg's deadlines from one timeout (a front's --timeout, seconds; 0: 600): a connection may
+ * stay idle, and take to send its body, that long; its head must arrive within head_max_s or the
+ * timeout if shorter. */
+void srv_http_cfg_timeouts(srv_http_cfg *cfg, int timeout_s, int head_max_s);
+
 /* Starts the layer on cfg->listen_fd with its event thread.
  * Returns 0 and *out (destroy with srv_http_destroy), ERR_INVAL for a bad configuration
  * (listen_fd < 0, no on_request, max_headers above SRV_HTTP_MAX_HEADERS), ERR_NOMEM, or ERR_IO
