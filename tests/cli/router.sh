@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # verity router over real processes on loopback: two `verity serve` replicas behind one router.
 #   - usage: no replica, a bad or repeated URL, --prefill/--decode: exit 2, one line on stderr
+#   - no replica up: /health and requests get 503 (code no_backend, Retry-After), counted
 #   - P1 through the router: the p1.mjs workload (64 requests) gives the same normalized bytes as
 #     one server, each request alone and all 64 at once (half of them streamed); one streamed
 #     request alone carries the same text as one server's stream; both replicas served
@@ -111,6 +112,18 @@ same() {
 }
 STREAM_BODY='{"prompt":"Once upon a time there was","max_tokens":48,"temperature":0,"stream":true}'
 LONG_BODY='{"prompt":"Once upon a time","max_tokens":200,"temperature":0,"ignore_eos":true,"stream":true}'
+
+# --- no backend up: /health 503, a request 503 no_backend with Retry-After, never a hang ------
+FREE=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+if start_router router.no_backend --replica "http://127.0.0.1:$FREE"; then
+    h=$(curl -s -o /dev/null -w '%{http_code}' "$RT_URL/health")
+    c=$(curl -s -D "$TMP/nb.h" -o "$TMP/nb.body" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"a","max_tokens":2}')
+    n=$(mv "$RT_URL" verity_router_no_backend_total)
+    if [ "$h" = 503 ] && [ "$c" = 503 ] && grep -q '"code":"no_backend"' "$TMP/nb.body" &&
+       grep -qi '^retry-after: 1' "$TMP/nb.h" && [ "$n" = 1 ]; then pass router.no_backend_503
+    else fail router.no_backend_503 "health $h, request $c: $(head -c 200 "$TMP/nb.body"), counted ${n:-?}"; fi
+    kill -9 -- -"$RT_PID" 2>/dev/null
+fi
 
 # --- the reference: one server ------------------------------------------------------------------
 replica REF || exit 0
