@@ -27,7 +27,7 @@ static const cli_command commands[] = {
      "Without -m (or MODEL=path) it serves the embedded stories260K. Built-in chat templates:\n"
      "chatml, llama3, llama2, mistral, gemma. Endpoints: /health,\n"
      "/v1/models, /v1/completions, /v1/chat/completions, /metrics, /tokenize, /detokenize,\n"
-     "/v1/flags.\n"},
+     "/v1/flags, /v1/status.\n"},
     {"router", cmd_router, "OpenAI-compatible front balancing many verity servers",
      "usage: verity router --replica URL[,URL...] [--host 127.0.0.1] [--port 8080]\n"
      "                     [--api-key KEY | --api-key-file FILE] [--backend-api-key KEY]\n"

@@ -9,6 +9,7 @@
 #     that replica's prefix cache reused positions)
 #   - verity hunt against the router finds nothing (concurrency 1 and 8, --tie-threshold 0)
 #   - auth: the router's --api-key is required (401 without it, 200 with it)
+#   - a replica's GET /v1/status shows a waiting request
 #   - kill -9 of a replica holding a request that has streamed nothing: the request is retried on
 #     the other replica and its answer is complete and identical to one server's
 #   - a replica put back (a new process on its port) is found by the health poll and used again
@@ -59,6 +60,7 @@ replica() {
 start_router() {
     local name=$1 port="" i; shift
     RT_LOG="$TMP/router.$RANDOM.log"
+    : >"$RT_LOG" # exists before the child opens it, so the first read does not race its creation
     setsid "$VERITY" router --port 0 "$@" >"$RT_LOG" 2>&1 &
     RT_PID=$!
     PIDS+=("$RT_PID")
@@ -191,6 +193,10 @@ if wait_for has_inflight; then
     X=$(inflight_at 1)
     if [ "$X" = "$A_URL" ]; then XP=$A_PID XPORT=$A_PORT Y=$B_URL; else XP=$B_PID XPORT=$B_PORT Y=$A_URL; fi
     wait_for waiting_is "$X" 1
+    # the status a router polls says so too
+    st=$(curl -s "$X/v1/status")
+    grep -q '"waiting":1,' <<<"$st" && grep -q '"kv_total":[1-9]' <<<"$st" && grep -q '"draining":false}' <<<"$st" &&
+        pass router.status_endpoint || fail router.status_endpoint "GET /v1/status: $st"
     kill -9 -- -"$XP"
     wait "$XP" 2>/dev/null
     if wait_for waiting_is "$Y" 1 && adm "$Y" resume && wait "$CURL1"; then
@@ -263,6 +269,7 @@ else fail router.drain "no live replica to hold"; fi
 
 # --- contrib/router/local.sh: a router and two replicas on one machine, stopped by SIGTERM -------
 CLOG="$TMP/contrib.log"
+: >"$CLOG"
 VERITY=$VERITY ROUTER_PORT=0 setsid bash "$(dirname "$0")/../../contrib/router/local.sh" -m "$MODEL" -t 1 >"$CLOG" 2>&1 &
 CPID=$!
 PIDS+=("$CPID")
