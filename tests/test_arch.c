@@ -45,11 +45,8 @@ typedef struct run_env {
 static void env_open(run_env *e, const char *path, kn_isa isa, bool kv_f16, int threads,
                      int64_t max_tokens, int64_t n_blocks) {
     T_OK(model_load(path, isa, &e->m));
-    kv_pool_opts ko = {.n_layer = model_get_hparams(e->m)->n_layer,
-                       .kv_dim = model_kv_dim(e->m),
-                       .block_size = 16,
-                       .n_blocks = n_blocks,
-                       .f16 = kv_f16};
+    kv_pool_opts ko;
+    model_kv_pool_opts(e->m, kv_f16, 16, n_blocks, &ko);
     T_OK(kv_pool_create(&ko, &e->kv));
     T_OK(fwd_ctx_create(e->m, e->kv, max_tokens, max_tokens, threads, 64, &e->fc));
 }

@@ -22,6 +22,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/kn.h"
+#include "kv/kv_pool.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -101,6 +102,13 @@ uint64_t model_identity(const model *m);
 /* Elements each position of one layer occupies in the KV pool's K region (and in its V region):
  * the architecture's cache layout (n_head_kv * head_dim for the dense attention). */
 int64_t model_kv_dim(const model *m);
+
+/* The KV pool options for this model: n_layer, kv_dim, block_size, n_blocks and the K/V element
+ * type (f16) as given, and the architecture's layout (no V region for MLA's latent cache; the DSA
+ * indexer's key buffer, its element type from the index-kv-dtype toggle, "auto" following f16).
+ * Every pool a forward context of the model uses must be made with these options. */
+void model_kv_pool_opts(const model *m, bool f16, int64_t block_size, int64_t n_blocks,
+                        kv_pool_opts *o);
 
 /* Bytes of weights one forward pass reads per token for the matmuls (for roofline reporting);
  * for MoE layers the routed experts count n_expert_used / n_expert of their bytes. */

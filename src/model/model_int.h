@@ -38,6 +38,7 @@ typedef struct model_layer {
     float *bq, *bk, *bv;            /* qwen2 biases, or NULL */
     float *q_norm, *k_norm;         /* qwen3 per-head norms [head_dim], or NULL */
     model_moe *moe;                 /* the MoE FFN, or NULL */
+    void *sparse;                   /* the DSA indexer's tensors (arch_deepseek32.c), or NULL */
     void *ext;                      /* the architecture's own tensors (model_arch.free_layer) */
 } model_layer;
 
@@ -51,6 +52,9 @@ typedef struct model_arch {
     int (*bind_layer)(model *m, int64_t l);
     /* Elements per position of one layer in the KV pool's K region (and V region). */
     int64_t (*kv_dim)(const model_hparams *hp);
+    /* Optional (NULL: K and V regions of kv_dim each): the rest of the KV pool's layout for the
+     * model (no V region, a companion buffer), set in o after its sizes and element type. */
+    void (*kv_layout)(const model *m, kv_pool_opts *o);
     /* Runs layer l of the step c is computing (forward_int.h says what is where). */
     void (*forward_layer)(fwd_ctx *c, int64_t l);
     /* Optional (NULL: nothing to do). Frees what bind_layer put in L->ext. */
