@@ -247,6 +247,13 @@ static void t_ref_deepseek2(void) {
     ref_check("deepseek2", false);
 }
 
+/* deepseek32: the two files differ (F16 index keys move indexer scores enough to flip the top-k);
+ * each KV type must match its own. */
+static void t_ref_deepseek32(void) {
+    ref_check("deepseek32", true);
+    ref_check("deepseek32", false);
+}
+
 /* ---- MoE batch invariance ---- */
 
 #define INV_SEQS 16
@@ -452,6 +459,7 @@ int main(void) {
     test_run("arch.registry", t_registry);
     test_run("arch.reference_qwen3moe", t_ref_qwen3moe);
     test_run("arch.reference_deepseek2", t_ref_deepseek2);
+    test_run("arch.reference_deepseek32", t_ref_deepseek32);
     test_run("arch.moe_token_alone_eq_batched", t_moe_invariance);
     test_run("arch.bad_moe_file", t_bad_moe);
     test_run("arch.bad_deepseek2_file", t_bad_deepseek2);

@@ -316,7 +316,9 @@ void kn_topk_push(kn_topk_item *heap, int64_t *n, int64_t k, float score, int32_
 void kn_topk_positions(const kn_topk_item *heap, int64_t n, int32_t *pos);
 
 /* MLA attention of one query row over the selected positions pos[0..n) (ascending, n >= 1) of
- * kv head 0, values being the K rows of kv->v_base: scores[i] = kn_dot_ref(q, K[pos[i]]) * scale,
+ * kv head 0, values being the rows of kv->v_base. With F16 keys the query is first rounded to
+ * F16 (the reference engine multiplies F16 keys by an F16 query; its greedy outputs follow that
+ * rounding). scores[i] = kn_dot_ref(q, K[pos[i]]) * scale,
  * m = their max, p_i = kn_expf(scores[i] - m), out = (sum_i fma p_i V[pos[i]]) / (sum_i p_i),
  * in position order. scores: n floats of scratch. head_dim <= KN_ATTN_HEAD_MAX. */
 void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim,

@@ -214,7 +214,12 @@ void kn_topk_positions(const kn_topk_item *heap, int64_t n, int32_t *pos) {
 
 void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim,
                         const int32_t *pos, int64_t n, float scale, float *scores, float *out) {
-    float kbuf[KN_ATTN_HEAD_MAX];
+    float kbuf[KN_ATTN_HEAD_MAX], qbuf[KN_ATTN_HEAD_MAX];
+    if (kv->f16) { /* F16 keys: the query rounded to F16 too, the reference's KQ product */
+        for (int64_t d = 0; d < head_dim; d++)
+            qbuf[d] = kn_f16_to_f32(kn_f32_to_f16(q[d]));
+        q = qbuf;
+    }
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         const void *r = kn_attn_row_ptr(kv, kv->k_base, pos[i], 0, head_dim);

@@ -69,6 +69,12 @@ typedef struct model_hparams {
     int expert_gating;          /* kn_gating */
     bool expert_weights_norm;   /* the k weights are normalised to sum 1 */
     float expert_weights_scale; /* and multiplied by this (0 or 1: not) */
+    /* DeepSeek sparse attention (indexer_n_head 0: none): the lightning indexer's heads, head
+     * size (its first n_rot channels roped, NEOX pairs) and the keys each query attends to */
+    int64_t indexer_n_head;
+    int64_t indexer_head_dim;
+    int64_t indexer_top_k;
+    int64_t n_layer_nextn; /* trailing multi-token-prediction layers of the file, not run */
 } model_hparams;
 
 typedef struct model model;

@@ -38,7 +38,6 @@ typedef struct model_layer {
     float *bq, *bk, *bv;            /* qwen2 biases, or NULL */
     float *q_norm, *k_norm;         /* qwen3 per-head norms [head_dim], or NULL */
     model_moe *moe;                 /* the MoE FFN, or NULL */
-    void *sparse;                   /* the DSA indexer's tensors (arch_deepseek32.c), or NULL */
     void *ext;                      /* the architecture's own tensors (model_arch.free_layer) */
 } model_layer;
 
