@@ -74,10 +74,10 @@ static const char *synth_moe(const char *shape, int type, bool q4_k_m, uint64_t 
 /* ---- the registry ---- */
 
 static void t_registry(void) {
-    const char *names[] = {"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"};
+    const char *names[] = {"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "deepseek32"};
     char list[256];
     model_arch_names(list, sizeof list);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         const model_arch *a = model_arch_find(names[i]);
         T_CHECKF(a && !strcmp(a->name, names[i]), "%s not registered", names[i]);
         T_CHECK(a->read_hparams && a->bind_layer && a->kv_dim && a->forward_layer);
@@ -108,6 +108,15 @@ static void t_registry(void) {
     T_CHECK(hp.rope_yarn && !hp.rope_neox && hp.expert_weights_scale == 2.5f);
     /* (1 + 0.1 ln 4)^2 / sqrt(48) */
     T_CHECKF(fabsf(hp.attn_scale - 0.187130f) < 1e-5f, "attn scale %g", hp.attn_scale);
+    /* a synthetic deepseek32: deepseek2's and the indexer */
+    T_OK(gguf_open(synth_arch("deepseek32", "tiny", GGUF_TYPE_F32, false, 1), &g));
+    T_OK(model_hparams_read(g, &hp));
+    gguf_close(g);
+    T_EQ_INT(hp.n_lora_kv, 32);
+    T_EQ_INT(hp.indexer_n_head, 4);
+    T_EQ_INT(hp.indexer_head_dim, 32);
+    T_EQ_INT(hp.indexer_top_k, 8);
+    T_EQ_INT(hp.n_layer_nextn, 0);
 }
 
 /* ---- the reference files ---- */
@@ -455,6 +464,64 @@ static void t_bad_deepseek2(void) {
     model_destroy(m);
 }
 
+static void t_bad_deepseek32(void) {
+    char src[512], bad[600];
+    snprintf(src, sizeof src, "%s", synth_arch("deepseek32", "tiny", GGUF_TYPE_Q8_0, false, 9));
+    snprintf(bad, sizeof bad, "%s/bad-ds32.gguf", test_tmpdir());
+    model *m;
+    const struct {
+        const char *drop, *reshape, *drop_key, *set_key;
+        uint32_t val;
+        int rc;
+        const char *named;
+    } cases[] = {
+        {"blk.1.indexer.attn_k.weight", NULL, NULL, NULL, 0, ERR_FORMAT,
+         "'blk.1.indexer.attn_k.weight'"},
+        {"blk.0.indexer.k_norm.bias", NULL, NULL, NULL, 0, ERR_FORMAT,
+         "'blk.0.indexer.k_norm.bias'"},
+        {NULL, "blk.0.indexer.attn_q_b.weight", NULL, NULL, 0, ERR_INVAL,
+         "'blk.0.indexer.attn_q_b.weight'"},
+        {NULL, "blk.1.indexer.proj.weight", NULL, NULL, 0, ERR_INVAL,
+         "'blk.1.indexer.proj.weight'"},
+        {NULL, "blk.1.indexer.k_norm.weight", NULL, NULL, 0, ERR_INVAL,
+         "'blk.1.indexer.k_norm.weight'"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.key_length", 40, ERR_UNSUPPORTED,
+         "indexer.key_length 40"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.key_length", 8, ERR_UNSUPPORTED,
+         "indexer.key_length 8"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.key_length", 1024, ERR_UNSUPPORTED,
+         "indexer.key_length 1024"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.top_k", 0, ERR_FORMAT, "top_k 0"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.head_count", 0, ERR_FORMAT,
+         "head_count 0"},
+        {NULL, NULL, "deepseek32.attention.indexer.top_k", NULL, 0, ERR_NOTFOUND,
+         "deepseek32.attention.indexer.top_k"},
+        {NULL, NULL, "deepseek32.expert_gating_func", NULL, 0, ERR_NOTFOUND,
+         "deepseek32.expert_gating_func"},
+        {NULL, NULL, NULL, "deepseek32.attention.q_lora_rank", 0, ERR_UNSUPPORTED, "q_lora_rank"},
+        {NULL, NULL, NULL, "deepseek32.nextn_predict_layers", 2, ERR_FORMAT,
+         "nextn_predict_layers 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        write_damaged_set(src, bad, cases[i].drop, cases[i].reshape, cases[i].drop_key,
+                          cases[i].set_key, cases[i].val);
+        int rc = model_load(bad, KN_ISA_SCALAR, &m);
+        T_CHECKF(rc == cases[i].rc, "case %zu: model_load returned %d (%s), expected %d", i, rc,
+                 err_detail(), cases[i].rc);
+        T_CHECKF(strstr(err_detail(), cases[i].named), "case %zu: '%s' does not name %s", i,
+                 err_detail(), cases[i].named);
+        T_CHECK(!strchr(err_detail(), '\n'));
+    }
+    /* a trailing MTP layer (nextn_predict_layers 1) is not run: the file loads with one layer */
+    write_damaged_set(src, bad, NULL, NULL, NULL, "deepseek32.nextn_predict_layers", 1);
+    T_OK(model_load(bad, KN_ISA_SCALAR, &m));
+    T_EQ_INT(model_get_hparams(m)->n_layer, 1);
+    T_EQ_INT(model_get_hparams(m)->n_layer_nextn, 1);
+    model_destroy(m);
+    T_OK(model_load(src, KN_ISA_SCALAR, &m));
+    model_destroy(m);
+}
+
 int main(void) {
     test_run("arch.registry", t_registry);
     test_run("arch.reference_qwen3moe", t_ref_qwen3moe);
@@ -463,5 +530,6 @@ int main(void) {
     test_run("arch.moe_token_alone_eq_batched", t_moe_invariance);
     test_run("arch.bad_moe_file", t_bad_moe);
     test_run("arch.bad_deepseek2_file", t_bad_deepseek2);
+    test_run("arch.bad_deepseek32_file", t_bad_deepseek32);
     return test_summary();
 }
