@@ -80,3 +80,35 @@ PY
 else
     fail bad.unknown_gating_function "synth failed: $(cat "$TMP/err")"
 fi
+# a deepseek32 file whose indexer head size the kernel does not take (40: not a multiple of 16),
+# one with an indexer tensor missing (its name changed in the header), one with an indexer
+# tensor misshapen (8 heads of weights where the file says 4): one line naming it, exit 2
+if "$VERITY" synth --shape tiny --arch deepseek32 --type q8_0 --seed 1 -o "$TMP/ds32.gguf" 2>"$TMP/err"; then
+    perl -0777 -pe 's/blk\.1\.indexer\.attn_k\.weight/blk.1.indexer.attn_k.weighx/' "$TMP/ds32.gguf" >"$TMP/ds32-missing.gguf"
+    python3 - "$TMP/ds32.gguf" "$TMP/ds32-headsize.gguf" "$TMP/ds32-shape.gguf" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+key = b'deepseek32.attention.indexer.key_length'
+i = b.index(struct.pack('<Q', len(key)) + key) + 8 + len(key)
+assert struct.unpack_from('<I', b, i)[0] == 4  # GGUF uint32
+c = bytearray(b)
+struct.pack_into('<I', c, i + 4, 40)
+open(sys.argv[2], 'wb').write(c)
+name = b'blk.0.indexer.proj.weight'
+i = b.index(struct.pack('<Q', len(name)) + name) + 8 + len(name)
+assert struct.unpack_from('<I', b, i)[0] == 2
+struct.pack_into('<Q', b, i + 4 + 8, 8)  # ne[1]: 4 heads -> 8
+open(sys.argv[3], 'wb').write(b)
+PY
+    for c in headsize:indexer.key_length missing:blk.1.indexer.attn_k.weight shape:blk.0.indexer.proj.weight; do
+        kind=${c%%:*} what=${c#*:}
+        err=$("$VERITY" generate -m "$TMP/ds32-$kind.gguf" -p hi -n 1 2>&1 >/dev/null)
+        rc=$?
+        if [ $rc -ne 2 ]; then fail "bad.dsa_indexer_$kind" "exit code $rc, expected 2: $err"
+        elif [ "$(printf '%s' "$err" | grep -c '')" -ne 1 ]; then fail "bad.dsa_indexer_$kind" "not one line: $err"
+        elif ! grep -qF "$what" <<<"$err"; then fail "bad.dsa_indexer_$kind" "does not name $what: $err"
+        else pass "bad.dsa_indexer_$kind"; fi
+    done
+else
+    fail bad.dsa_indexer "synth failed: $(cat "$TMP/err")"
+fi
