@@ -321,8 +321,8 @@ void kn_topk_positions(const kn_topk_item *heap, int64_t n, int32_t *pos);
  * rounding). scores[i] = kn_dot_ref(q, K[pos[i]]) * scale,
  * m = their max, p_i = kn_expf(scores[i] - m), out = (sum_i fma p_i V[pos[i]]) / (sum_i p_i),
  * in position order. scores: n floats of scratch. head_dim <= KN_ATTN_HEAD_MAX. */
-void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim,
-                        const int32_t *pos, int64_t n, float scale, float *scores, float *out);
+void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim, const int32_t *pos,
+                        int64_t n, float scale, float *scores, float *out);
 
 /* Converts n floats to F16 (kn_f32_to_f16 semantics) or copies them (f16 false). */
 void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa);

@@ -212,8 +212,8 @@ void kn_topk_positions(const kn_topk_item *heap, int64_t n, int32_t *pos) {
     qsort(pos, (size_t)n, sizeof *pos, kn_cmp_i32);
 }
 
-void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim,
-                        const int32_t *pos, int64_t n, float scale, float *scores, float *out) {
+void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim, const int32_t *pos,
+                        int64_t n, float scale, float *scores, float *out) {
     float kbuf[KN_ATTN_HEAD_MAX], qbuf[KN_ATTN_HEAD_MAX];
     if (kv->f16) { /* F16 keys: the query rounded to F16 too, the reference's KQ product */
         for (int64_t d = 0; d < head_dim; d++)

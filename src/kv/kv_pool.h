@@ -39,9 +39,9 @@ typedef struct kv_pool_opts {
     int64_t block_size; /* positions per block */
     int64_t n_blocks;
     bool f16;
-    bool k_only;           /* no V region: the values are the K rows (MLA's latent cache) */
-    size_t ik_row_bytes;   /* the companion buffer's bytes per position and layer (0: none) */
-    const char *ik_name;   /* its name (at most 7 characters; static storage), if ik_row_bytes */
+    bool k_only;         /* no V region: the values are the K rows (MLA's latent cache) */
+    size_t ik_row_bytes; /* the companion buffer's bytes per position and layer (0: none) */
+    const char *ik_name; /* its name (at most 7 characters; static storage), if ik_row_bytes */
 } kv_pool_opts;
 
 /* Most buffers a block has (k, v, a companion). */

@@ -164,8 +164,7 @@ int arch_mla_bind_layer(model *m, int64_t l) {
 
 /* ---- forward ---- */
 
-void arch_mla_ctx_act(const model_hparams *hp, int64_t max_tokens, int64_t *rows,
-                      int64_t *elems) {
+void arch_mla_ctx_act(const model_hparams *hp, int64_t max_tokens, int64_t *rows, int64_t *elems) {
     int64_t nope = hp->head_dim_qk - hp->n_rot, w = nope > hp->n_lora_kv ? nope : hp->n_lora_kv;
     *rows = hp->n_head * max_tokens;
     *elems = *rows * (w > hp->head_dim_v ? w : hp->head_dim_v);

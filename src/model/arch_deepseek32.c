@@ -37,24 +37,24 @@
 
 /* A layer's indexer tensors (mla_layer.ext). */
 typedef struct dsa_layer {
-    kn_mat *wk;        /* indexer.attn_k [D][n_embd] */
-    kn_mat *wq_b;      /* indexer.attn_q_b [H * D][q_lora] */
-    kn_mat *wproj;     /* indexer.proj [H][n_embd] */
-    float *k_norm;     /* [D] */
-    float *k_norm_b;   /* [D] */
+    kn_mat *wk;      /* indexer.attn_k [D][n_embd] */
+    kn_mat *wq_b;    /* indexer.attn_q_b [H * D][q_lora] */
+    kn_mat *wproj;   /* indexer.proj [H][n_embd] */
+    float *k_norm;   /* [D] */
+    float *k_norm_b; /* [D] */
 } dsa_layer;
 
 /* A forward context's indexer buffers (mla_ctx.ext); T = max_tokens, H = indexer heads. */
 typedef struct dsa_ctx {
-    float *k;             /* [T][D]: index keys */
-    float *q;             /* [T][H * D]: index queries */
-    float *w;             /* [T][H]: head weights */
-    int32_t *sel;         /* [T][top_k]: each token's selected positions, ascending */
-    int64_t *n_sel;       /* [T] */
-    kn_topk_item **heap;  /* per thread [top_k] */
-    float **kbuf;         /* per thread [D] */
-    float **scores;       /* per thread [top_k] */
-    kn_ik_type ik;        /* the pool's index-key type */
+    float *k;            /* [T][D]: index keys */
+    float *q;            /* [T][H * D]: index queries */
+    float *w;            /* [T][H]: head weights */
+    int32_t *sel;        /* [T][top_k]: each token's selected positions, ascending */
+    int64_t *n_sel;      /* [T] */
+    kn_topk_item **heap; /* per thread [top_k] */
+    float **kbuf;        /* per thread [D] */
+    float **scores;      /* per thread [top_k] */
+    kn_ik_type ik;       /* the pool's index-key type */
     int n_threads;
 } dsa_ctx;
 
@@ -70,8 +70,7 @@ static int ds32_read_hparams(model *m) {
         (rc = model_read_int(m, "nextn_predict_layers", false, 0, &nextn)) ||
         (rc = arch_mla_read_hparams(m)) ||
         (rc = model_read_int(m, "attention.indexer.head_count", true, 0, &hp->indexer_n_head)) ||
-        (rc = model_read_int(m, "attention.indexer.key_length", true, 0,
-                             &hp->indexer_head_dim)) ||
+        (rc = model_read_int(m, "attention.indexer.key_length", true, 0, &hp->indexer_head_dim)) ||
         (rc = model_read_int(m, "attention.indexer.top_k", true, 0, &hp->indexer_top_k)))
         return rc;
     if (nextn >= hp->n_layer)
@@ -134,8 +133,8 @@ static int ds32_bind_layer(model *m, int64_t l) {
                              &I->k_norm)) ||
         (rc = model_bind_vec(m, model_layer_name(n, l, "indexer.k_norm.bias"), D, true,
                              &I->k_norm_b)) ||
-        (rc = model_bind_mat(m, model_layer_name(n, l, "indexer.proj.weight"), hp->n_embd, H,
-                             true, 1.0, &I->wproj)) ||
+        (rc = model_bind_mat(m, model_layer_name(n, l, "indexer.proj.weight"), hp->n_embd, H, true,
+                             1.0, &I->wproj)) ||
         (rc = model_bind_mat(m, model_layer_name(n, l, "indexer.attn_k.weight"), hp->n_embd, D,
                              true, 1.0, &I->wk)) ||
         (rc = model_bind_mat(m, model_layer_name(n, l, "indexer.attn_q_b.weight"), hp->n_lora_q,
@@ -201,8 +200,9 @@ static int ds32_ctx_create(fwd_ctx *c) {
     int t = kn_ik_type_from_name(kv_pool_ik_name(c->kv));
     if (t < 0 || kv_pool_ik_block_bytes(c->kv) !=
                      kn_ik_row_bytes(t, hp->indexer_head_dim) * (size_t)kv_pool_block_size(c->kv))
-        return err_set(ERR_INVAL, "forward: the KV pool has no index-key buffer for %s (make it "
-                                  "with model_kv_pool_opts)",
+        return err_set(ERR_INVAL,
+                       "forward: the KV pool has no index-key buffer for %s (make it "
+                       "with model_kv_pool_opts)",
                        hp->arch_name);
     mla_ctx *mc = c->arch_ctx;
     dsa_ctx *st = calloc(1, sizeof *st);
@@ -263,8 +263,7 @@ static void ds32_rows_index_kq(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int6
 }
 
 /* Tokens [t0, t1): every causal position's score, the top_k of them into the token's selection. */
-static void ds32_rows_select(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1,
-                             int thread) {
+static void ds32_rows_select(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_hparams *hp = &c->m->hp;
     dsa_ctx *st = ((mla_ctx *)c->arch_ctx)->ext;
     int64_t D = hp->indexer_head_dim, H = hp->indexer_n_head, K = hp->indexer_top_k;
@@ -278,8 +277,7 @@ static void ds32_rows_select(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_
         int64_t n_pos = (int64_t)c->tok_pos[t] + 1, n = 0;
         const float *q = st->q + t * H * D, *w = st->w + t * H;
         for (int64_t p = 0; p < n_pos; p++) {
-            kn_ik_load(base + (size_t)blocks[p / bs] * ibb + (size_t)(p % bs) * row, D, st->ik,
-                       kb);
+            kn_ik_load(base + (size_t)blocks[p / bs] * ibb + (size_t)(p % bs) * row, D, st->ik, kb);
             kn_topk_push(heap, &n, K, kn_index_score(q, w, H, D, kb), (int32_t)p);
         }
         kn_topk_positions(heap, n, st->sel + t * K);
