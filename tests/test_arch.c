@@ -431,17 +431,35 @@ static void t_bad_moe(void) {
     model_destroy(m);
 }
 
+/* A damaged copy of a file and what loading it must say. */
+typedef struct bad_case {
+    const char *drop, *reshape, *drop_key, *set_key;
+    uint32_t val;
+    int rc;
+    const char *named;
+} bad_case;
+
+/* Each case written from src into bad and loaded: its error code, one line naming the thing. */
+static void bad_cases_check(const char *src, const char *bad, const bad_case *cases, size_t n) {
+    model *m;
+    for (size_t i = 0; i < n; i++) {
+        write_damaged_set(src, bad, cases[i].drop, cases[i].reshape, cases[i].drop_key,
+                          cases[i].set_key, cases[i].val);
+        int rc = model_load(bad, KN_ISA_SCALAR, &m);
+        T_CHECKF(rc == cases[i].rc, "case %zu: model_load returned %d (%s), expected %d", i, rc,
+                 err_detail(), cases[i].rc);
+        T_CHECKF(strstr(err_detail(), cases[i].named), "case %zu: '%s' does not name %s", i,
+                 err_detail(), cases[i].named);
+        T_CHECK(!strchr(err_detail(), '\n'));
+    }
+}
+
 static void t_bad_deepseek2(void) {
     char src[512], bad[600];
     snprintf(src, sizeof src, "%s", synth_arch("deepseek2", "tiny", GGUF_TYPE_Q8_0, false, 9));
     snprintf(bad, sizeof bad, "%s/bad-ds2.gguf", test_tmpdir());
     model *m;
-    const struct {
-        const char *drop, *reshape, *drop_key, *set_key;
-        uint32_t val;
-        int rc;
-        const char *named;
-    } cases[] = {
+    const bad_case cases[] = {
         {"blk.1.attn_k_b.weight", NULL, NULL, NULL, 0, ERR_FORMAT, "'blk.1.attn_k_b.weight'"},
         {NULL, "blk.0.attn_v_b.weight", NULL, NULL, 0, ERR_INVAL, "'blk.0.attn_v_b.weight'"},
         {"blk.1.ffn_down_shexp.weight", NULL, NULL, NULL, 0, ERR_FORMAT, "ffn_down_shexp"},
@@ -451,15 +469,7 @@ static void t_bad_deepseek2(void) {
          "key_length_mla"},
         {NULL, NULL, NULL, "deepseek2.attention.kv_lora_rank", 40, ERR_FORMAT, "kv_lora_rank 40"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        write_damaged_set(src, bad, cases[i].drop, cases[i].reshape, cases[i].drop_key,
-                          cases[i].set_key, cases[i].val);
-        int rc = model_load(bad, KN_ISA_SCALAR, &m);
-        T_CHECKF(rc == cases[i].rc, "case %zu: model_load returned %d (%s), expected %d", i, rc,
-                 err_detail(), cases[i].rc);
-        T_CHECKF(strstr(err_detail(), cases[i].named), "case %zu: '%s' does not name %s", i,
-                 err_detail(), cases[i].named);
-    }
+    bad_cases_check(src, bad, cases, sizeof cases / sizeof *cases);
     T_OK(model_load(src, KN_ISA_SCALAR, &m));
     model_destroy(m);
 }
@@ -469,12 +479,7 @@ static void t_bad_deepseek32(void) {
     snprintf(src, sizeof src, "%s", synth_arch("deepseek32", "tiny", GGUF_TYPE_Q8_0, false, 9));
     snprintf(bad, sizeof bad, "%s/bad-ds32.gguf", test_tmpdir());
     model *m;
-    const struct {
-        const char *drop, *reshape, *drop_key, *set_key;
-        uint32_t val;
-        int rc;
-        const char *named;
-    } cases[] = {
+    const bad_case cases[] = {
         {"blk.1.indexer.attn_k.weight", NULL, NULL, NULL, 0, ERR_FORMAT,
          "'blk.1.indexer.attn_k.weight'"},
         {"blk.0.indexer.k_norm.bias", NULL, NULL, NULL, 0, ERR_FORMAT,
@@ -502,16 +507,7 @@ static void t_bad_deepseek32(void) {
         {NULL, NULL, NULL, "deepseek32.nextn_predict_layers", 2, ERR_FORMAT,
          "nextn_predict_layers 2"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        write_damaged_set(src, bad, cases[i].drop, cases[i].reshape, cases[i].drop_key,
-                          cases[i].set_key, cases[i].val);
-        int rc = model_load(bad, KN_ISA_SCALAR, &m);
-        T_CHECKF(rc == cases[i].rc, "case %zu: model_load returned %d (%s), expected %d", i, rc,
-                 err_detail(), cases[i].rc);
-        T_CHECKF(strstr(err_detail(), cases[i].named), "case %zu: '%s' does not name %s", i,
-                 err_detail(), cases[i].named);
-        T_CHECK(!strchr(err_detail(), '\n'));
-    }
+    bad_cases_check(src, bad, cases, sizeof cases / sizeof *cases);
     /* a trailing MTP layer (nextn_predict_layers 1) is not run: the file loads with one layer */
     write_damaged_set(src, bad, NULL, NULL, NULL, "deepseek32.nextn_predict_layers", 1);
     T_OK(model_load(bad, KN_ISA_SCALAR, &m));

@@ -345,12 +345,16 @@ void arch_mla_kv_layout(const model *m, kv_pool_opts *o) {
     o->k_only = true;
 }
 
-static void ds2_forward_layer(fwd_ctx *c, int64_t l) {
-    arch_mla_forward_attn(c, l, NULL);
+void arch_mla_forward_layer(fwd_ctx *c, int64_t l, const mla_hooks *hk) {
+    arch_mla_forward_attn(c, l, hk);
     if (l < c->m->hp.n_layer_dense_lead)
         arch_dense_forward_ffn(c, l);
     else
         moe_forward_ffn(c, l);
+}
+
+static void ds2_forward_layer(fwd_ctx *c, int64_t l) {
+    arch_mla_forward_layer(c, l, NULL);
 }
 
 const model_arch arch_deepseek2 = {

@@ -348,11 +348,7 @@ static void ds32_forward_layer(fwd_ctx *c, int64_t l) {
                     .n_qa = 1,
                     .after_qkv = ds32_after_qkv,
                     .attention = ds32_attention};
-    arch_mla_forward_attn(c, l, &hk);
-    if (l < c->m->hp.n_layer_dense_lead)
-        arch_dense_forward_ffn(c, l);
-    else
-        moe_forward_ffn(c, l);
+    arch_mla_forward_layer(c, l, &hk);
 }
 
 const model_arch arch_deepseek32 = {

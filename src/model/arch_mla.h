@@ -70,4 +70,8 @@ void arch_mla_kv_layout(const model *m, kv_pool_opts *o);
 /* The attention of layer l, with hk's additions (NULL: none), output into c->y. */
 void arch_mla_forward_attn(fwd_ctx *c, int64_t l, const mla_hooks *hk);
 
+/* The whole layer l: the attention above, then the dense FFN (before n_layer_dense_lead) or the
+ * MoE. */
+void arch_mla_forward_layer(fwd_ctx *c, int64_t l, const mla_hooks *hk);
+
 #endif
