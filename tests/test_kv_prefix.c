@@ -401,11 +401,13 @@ static engine *mk_engine(model *m, bool cache, int max_batch, int chunk, int64_t
     return mk_engine_disk(m, cache, max_batch, chunk, blocks, threads, NULL);
 }
 
-static void submit(engine *e, const workload *w, int i, run_out *o) {
+/* Request i of w with seed (seed 0: i * 7 + 1) in share group group (0: none). */
+static void submit_in(engine *e, const workload *w, int i, uint64_t seed, uint64_t group,
+                      run_out *o) {
     memset(o, 0, sizeof *o);
     sample_params sp = sample_params_default();
-    sp.seed = (uint64_t)i * 7 + 1;
-    if (i % 3 == 0)
+    sp.seed = seed ? seed : (uint64_t)i * 7 + 1;
+    if (i % 3 == 0 && !seed)
         sp.temperature = 0;
     engine_req r = {.id = (uint64_t)i + 1,
                     .prompt = w->p[i],
@@ -414,8 +416,13 @@ static void submit(engine *e, const workload *w, int i, run_out *o) {
                     .max_tokens = MAXG,
                     .ignore_eog = true,
                     .cb = on_event,
-                    .ud = o};
+                    .ud = o,
+                    .share_group = group};
     T_OK(engine_submit(e, &r));
+}
+
+static void submit(engine *e, const workload *w, int i, run_out *o) {
+    submit_in(e, w, i, 0, 0, o);
 }
 
 /* Runs requests [from, to) one at a time. */
@@ -539,6 +546,26 @@ static void engine_p1(const char *arch) {
                  "disk tier: %lld restored, %lld refused",
                  (long long)es.tiers[KV_TIER_DISK].restored,
                  (long long)es.tiers[KV_TIER_DISK].failures);
+        engine_destroy(e);
+        /* n > 1: three choices of one prompt (a share group) take its K/V and index keys from
+         * one computation, and each equals its request alone */
+        run_out alone[3], grp[3];
+        e = mk_engine(m, false, 4, 512, 64, 2);
+        for (int k = 0; k < 3; k++) {
+            submit_in(e, &w, 13, 100 + (uint64_t)k, 0, &alone[k]);
+            while (engine_busy(e))
+                T_OK(engine_step(e));
+        }
+        for (int k = 0; k < 3; k++)
+            submit_in(e, &w, 13, 100 + (uint64_t)k, 77, &grp[k]);
+        while (engine_busy(e))
+            T_OK(engine_step(e));
+        engine_stats_get(e, &es);
+        T_CHECKF(es.shared_positions > 0, "%lld positions shared", (long long)es.shared_positions);
+        for (int k = 0; k < 3; k++)
+            T_CHECKF(grp[k].n == alone[k].n &&
+                         !memcmp(grp[k].toks, alone[k].toks, sizeof grp[k].toks),
+                     "choice %d of the share group differs from its request alone", k);
         engine_destroy(e);
     }
     model_destroy(m);

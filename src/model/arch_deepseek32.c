@@ -33,7 +33,7 @@
 
 /* The indexer's head sizes the kernel takes: multiples of 16 up to 512, at least n_rot. */
 #define DSA_HEAD_MAX  512
-#define DSA_TOP_K_MAX 65536
+#define DSA_TOP_K_MAX 16384
 
 /* A layer's indexer tensors (mla_layer.ext). */
 typedef struct dsa_layer {
