@@ -13,7 +13,8 @@
  *   w_h = (indexer.proj x)_h / sqrt(head_dim * n_head);
  *   score(p) = sum_h w_h relu(q_h . k_p) for every position p <= the token's (causal);
  *   the top_k positions by score (an equal score: the lower position first; all of them while
- *   there are at most top_k), ascending, are the only keys of its MLA attention.
+ *   there are at most top_k), ascending, are the only keys of its MLA attention (with F16 KV
+ *   its query rounded to F16 first, as the reference multiplies them: kn_attn_sparse_row).
  * Every step is per token over absolute positions and the scoring reads the cache in position
  * order (kn_index_score, kn_topk_push), so a token's selection, and hence its output, never
  * depends on the batch, the chunking or the threads (P1). The index keys are part of the KV
