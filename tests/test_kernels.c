@@ -493,8 +493,8 @@ static void t_quant_roundtrip(void) {
         if (getenv("VERITY_TEST_VERBOSE"))
             fprintf(stderr, "%s: relative RMS error %.4f\n", kn_type_name(type), rms);
         if (rms_limit[ti] > 0)
-            T_CHECKF(rms <= rms_limit[ti], "%s: relative RMS error %.4f > %.4f",
-                     kn_type_name(type), rms, rms_limit[ti]);
+            T_CHECKF(rms <= rms_limit[ti], "%s: relative RMS error %.4f > %.4f", kn_type_name(type),
+                     rms, rms_limit[ti]);
         /* all-zero block stays exactly zero */
         for (int j = 0; j < 32; j++)
             T_CHECK(y[j] == 0.0f);
@@ -808,7 +808,26 @@ static void t_dsa(void) {
              var / 40);
     /* the score: heads whose dot is not positive add nothing */
     float q[2 * 4] = {1, 0, 0, 0, -1, 0, 0, 0}, w[2] = {2.0f, 5.0f}, key[4] = {0.5f, 1, 1, 1};
-    T_CHECK(kn_index_score(q, w, 2, 4, key) == 1.0f);
+    T_CHECK(kn_index_score(q, w, 2, 4, key, KN_ISA_SCALAR) == 1.0f);
+    /* every instruction set gives the scalar reference's bits, for any head size and count */
+    for (int isa = KN_ISA_AVX2; isa <= KN_ISA_AVX512; isa++) {
+        if (!kn_isa_available((kn_isa)isa))
+            continue;
+        float qq[17 * 70], ww[17], kk[70];
+        for (int trial = 0; trial < 200; trial++) {
+            int64_t d = 1 + (int64_t)(rnd64() % 70), h = 1 + (int64_t)(rnd64() % 17);
+            for (int64_t i = 0; i < h * d; i++)
+                qq[i] = rndf();
+            for (int64_t i = 0; i < d; i++)
+                kk[i] = rndf();
+            for (int64_t i = 0; i < h; i++)
+                ww[i] = rndf();
+            float ref = kn_index_score(qq, ww, h, d, kk, KN_ISA_SCALAR);
+            float got = kn_index_score(qq, ww, h, d, kk, (kn_isa)isa);
+            T_CHECKF(!memcmp(&ref, &got, sizeof ref), "isa %d, %lld heads of %lld: %a vs %a", isa,
+                     (long long)h, (long long)d, got, ref);
+        }
+    }
     /* top-k: the k best, ties to the lower position, whatever the push order */
     float sc[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8};
     kn_topk_item heap[5];

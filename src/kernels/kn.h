@@ -301,8 +301,9 @@ void kn_layernorm(const float *x, const float *w, const float *b, float eps, int
 
 /* The lightning indexer's score of one key row k[0..d) for a query of n_head heads q[h * d ..]
  * with weights w[h]: s = +0, then for h in order, s = fma(w[h], dot, s) where dot = kn_dot_ref
- * (q_h, k) is positive (relu). */
-float kn_index_score(const float *q, const float *w, int64_t n_head, int64_t d, const float *k);
+ * (q_h, k) is positive (relu). The same bits for every isa. */
+float kn_index_score(const float *q, const float *w, int64_t n_head, int64_t d, const float *k,
+                     kn_isa isa);
 
 /* Top-k selection, streaming: a heap of at most k (score, position) items keeps the k best
  * pushed so far, best meaning a higher score, or an equal score at a lower position (NaN counts

@@ -4,9 +4,9 @@
  * (f32, f16, bf16, fp8 e4m3 with a scale per key row), LayerNorm, the lightning indexer's score,
  * the top-k selection of key positions, and MLA attention over a selected set of positions.
  *
- * Scalar code only, and its own reference: the indexer's work per (query, key) is n_head dot
- * products of one head size, small next to the matmuls of a layer at the sizes the tests run;
- * a SIMD version goes beside it and is checked against it with memcmp. Every function reads one
+ * Scalar code, each function its own reference; the indexer's score, n_head dot products per
+ * (query, key) over every cached position, the one part whose work grows with the context, has
+ * an AVX2 version (kn_index_avx2.c) checked against it with memcmp. Every function reads one
  * query's (or one key's) data and the cache, in an order fixed by absolute positions, so a
  * token's selection and attention never depend on the batch, the chunking or the thread (P1).
  *
@@ -149,7 +149,12 @@ void kn_layernorm(const float *x, const float *w, const float *b, float eps, int
     }
 }
 
-float kn_index_score(const float *q, const float *w, int64_t n_head, int64_t d, const float *k) {
+float kn_index_score(const float *q, const float *w, int64_t n_head, int64_t d, const float *k,
+                     kn_isa isa) {
+#ifndef VERITY_NO_SIMD
+    if (isa == KN_ISA_AVX2 || isa == KN_ISA_AVX512) /* AVX-512 machines run the AVX2 kernel */
+        return kn_index_score_avx2(q, w, n_head, d, k);
+#endif
     float s = 0.0f;
     for (int64_t h = 0; h < n_head; h++) {
         float dot = kn_dot_ref(q + h * d, k, d);

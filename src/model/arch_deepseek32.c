@@ -279,7 +279,7 @@ static void ds32_rows_select(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_
         const float *q = st->q + t * H * D, *w = st->w + t * H;
         for (int64_t p = 0; p < n_pos; p++) {
             kn_ik_load(base + (size_t)blocks[p / bs] * ibb + (size_t)(p % bs) * row, D, st->ik, kb);
-            kn_topk_push(heap, &n, K, kn_index_score(q, w, H, D, kb), (int32_t)p);
+            kn_topk_push(heap, &n, K, kn_index_score(q, w, H, D, kb, c->m->isa), (int32_t)p);
         }
         kn_topk_positions(heap, n, st->sel + t * K);
         st->n_sel[t] = n;
