@@ -493,8 +493,8 @@ static void t_quant_roundtrip(void) {
         if (getenv("VERITY_TEST_VERBOSE"))
             fprintf(stderr, "%s: relative RMS error %.4f\n", kn_type_name(type), rms);
         if (rms_limit[ti] > 0)
-            T_CHECKF(rms <= rms_limit[ti], "%s: relative RMS error %.4f > %.4f", kn_type_name(type),
-                     rms, rms_limit[ti]);
+            T_CHECKF(rms <= rms_limit[ti], "%s: relative RMS error %.4f > %.4f",
+                     kn_type_name(type), rms, rms_limit[ti]);
         /* all-zero block stays exactly zero */
         for (int j = 0; j < 32; j++)
             T_CHECK(y[j] == 0.0f);
