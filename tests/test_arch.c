@@ -20,6 +20,7 @@
 #include "test_isa.h"
 #include "base/arena.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/json.h"
 #include "gguf/gguf.h"
 #include "kv/kv_pool.h"
@@ -494,6 +495,30 @@ static void t_bad_deepseek32(void) {
          "nextn_predict_layers 2"},
     };
     bad_cases_check(src, bad, cases, sizeof cases / sizeof *cases);
+    /* a forward context over a pool made without the index keys is refused, naming them */
+    T_OK(model_load(src, KN_ISA_SCALAR, &m));
+    kv_pool_opts ko;
+    model_kv_pool_opts(m, true, 16, 4, &ko);
+    T_CHECK(ko.k_only && ko.ik_row_bytes == 2 * 32 && !strcmp(ko.ik_name, "ik-f16"));
+    /* the index keys' type: auto follows the KV's; the toggle picks one (fp8: a scale and codes) */
+    model_kv_pool_opts(m, false, 16, 4, &ko);
+    T_CHECK(ko.ik_row_bytes == 4 * 32 && !strcmp(ko.ik_name, "ik-f32"));
+    T_OK(flags_set("index-kv-dtype", "fp8"));
+    model_kv_pool_opts(m, false, 16, 4, &ko);
+    T_CHECK(ko.ik_row_bytes == 4 + 32 && !strcmp(ko.ik_name, "ik-fp8"));
+    T_OK(flags_set("index-kv-dtype", "bf16"));
+    model_kv_pool_opts(m, true, 16, 4, &ko);
+    T_CHECK(ko.ik_row_bytes == 2 * 32 && !strcmp(ko.ik_name, "ik-bf16"));
+    T_OK(flags_set("index-kv-dtype", "auto"));
+    model_kv_pool_opts(m, true, 16, 4, &ko);
+    ko.ik_row_bytes = 0;
+    kv_pool *kv;
+    fwd_ctx *fc;
+    T_OK(kv_pool_create(&ko, &kv));
+    T_EQ_INT(fwd_ctx_create(m, kv, 8, 8, 1, 64, &fc), ERR_INVAL);
+    T_CHECKF(strstr(err_detail(), "index-key buffer"), "'%s'", err_detail());
+    kv_pool_destroy(kv);
+    model_destroy(m);
     /* a trailing MTP layer (nextn_predict_layers 1) is not run: the file loads with one layer */
     write_damaged_set(src, bad, NULL, NULL, NULL, "deepseek32.nextn_predict_layers", 1);
     T_OK(model_load(bad, KN_ISA_SCALAR, &m));
