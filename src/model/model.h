@@ -6,10 +6,12 @@
  * Supported architectures (general.architecture), one file each (src/model/arch_<name>.c, listed
  * in model_arch.c): "llama" (llama2.c-style models, TinyLlama, Llama-2/3 shapes; tied or untied
  * output), the llama-family variants "qwen2" (Q/K/V biases, NEOX RoPE) and "qwen3" (per-head Q/K
- * RMSNorm, NEOX RoPE), "qwen3moe" (qwen3 attention, mixture-of-experts FFN), and "deepseek2"
+ * RMSNorm, NEOX RoPE), "qwen3moe" (qwen3 attention, mixture-of-experts FFN), "deepseek2"
  * (DeepSeek-V2/V3, Kimi-K2: multi-head latent attention over a latent KV cache, YaRN, leading
- * dense layers, MoE with shared experts, selection bias and grouped routing). Weight types:
- * F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, mixed freely across tensors
+ * dense layers, MoE with shared experts, selection bias and grouped routing), and "deepseek32"
+ * (DeepSeek-V3.2: deepseek2 with DeepSeek sparse attention, a lightning indexer whose keys are a
+ * companion buffer of the KV blocks and that picks the positions each query attends to). Weight
+ * types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, mixed freely across tensors
  * (kn_type_supported), expert tensors included. Anything else is refused at load with
  * ERR_UNSUPPORTED naming the architecture, tensor or type.
  *
