@@ -69,11 +69,8 @@ int main(int argc, char **argv) {
     }
     const model_hparams *hp = model_get_hparams(m);
     int per = (P + 64 + 15) / 16; /* blocks of 16 positions per sequence, room for decode */
-    kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = model_kv_dim(m),
-                       .block_size = 16,
-                       .n_blocks = (int64_t)per * B,
-                       .f16 = true};
+    kv_pool_opts ko;
+    model_kv_pool_opts(m, true, 16, (int64_t)per * B, &ko);
     kv_pool *kv;
     fwd_ctx *fc;
     int32_t *blocks = malloc((size_t)per * (size_t)B * sizeof(int32_t));

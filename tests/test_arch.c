@@ -20,6 +20,7 @@
 #include "test_isa.h"
 #include "base/arena.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/json.h"
 #include "gguf/gguf.h"
 #include "kv/kv_pool.h"
@@ -45,11 +46,8 @@ typedef struct run_env {
 static void env_open(run_env *e, const char *path, kn_isa isa, bool kv_f16, int threads,
                      int64_t max_tokens, int64_t n_blocks) {
     T_OK(model_load(path, isa, &e->m));
-    kv_pool_opts ko = {.n_layer = model_get_hparams(e->m)->n_layer,
-                       .kv_dim = model_kv_dim(e->m),
-                       .block_size = 16,
-                       .n_blocks = n_blocks,
-                       .f16 = kv_f16};
+    kv_pool_opts ko;
+    model_kv_pool_opts(e->m, kv_f16, 16, n_blocks, &ko);
     T_OK(kv_pool_create(&ko, &e->kv));
     T_OK(fwd_ctx_create(e->m, e->kv, max_tokens, max_tokens, threads, 64, &e->fc));
 }
@@ -77,10 +75,10 @@ static const char *synth_moe(const char *shape, int type, bool q4_k_m, uint64_t 
 /* ---- the registry ---- */
 
 static void t_registry(void) {
-    const char *names[] = {"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"};
+    const char *names[] = {"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "deepseek32"};
     char list[256];
     model_arch_names(list, sizeof list);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         const model_arch *a = model_arch_find(names[i]);
         T_CHECKF(a && !strcmp(a->name, names[i]), "%s not registered", names[i]);
         T_CHECK(a->read_hparams && a->bind_layer && a->kv_dim && a->forward_layer);
@@ -111,6 +109,15 @@ static void t_registry(void) {
     T_CHECK(hp.rope_yarn && !hp.rope_neox && hp.expert_weights_scale == 2.5f);
     /* (1 + 0.1 ln 4)^2 / sqrt(48) */
     T_CHECKF(fabsf(hp.attn_scale - 0.187130f) < 1e-5f, "attn scale %g", hp.attn_scale);
+    /* a synthetic deepseek32: deepseek2's and the indexer */
+    T_OK(gguf_open(synth_arch("deepseek32", "tiny", GGUF_TYPE_F32, false, 1), &g));
+    T_OK(model_hparams_read(g, &hp));
+    gguf_close(g);
+    T_EQ_INT(hp.n_lora_kv, 32);
+    T_EQ_INT(hp.indexer_n_head, 4);
+    T_EQ_INT(hp.indexer_head_dim, 32);
+    T_EQ_INT(hp.indexer_top_k, 8);
+    T_EQ_INT(hp.n_layer_nextn, 0);
 }
 
 /* ---- the reference files ---- */
@@ -250,6 +257,13 @@ static void t_ref_deepseek2(void) {
     ref_check("deepseek2", false);
 }
 
+/* deepseek32: the two files differ (F16 index keys move indexer scores enough to flip the top-k);
+ * each KV type must match its own. */
+static void t_ref_deepseek32(void) {
+    ref_check("deepseek32", true);
+    ref_check("deepseek32", false);
+}
+
 /* ---- MoE batch invariance ---- */
 
 #define INV_SEQS 16
@@ -363,9 +377,27 @@ static void write_damaged_set(const char *src, const char *dst, const char *drop
     gguf_close(g);
 }
 
-static void write_damaged(const char *src, const char *dst, const char *drop, const char *reshape,
-                          const char *drop_key) {
-    write_damaged_set(src, dst, drop, reshape, drop_key, NULL, 0);
+/* A damaged copy of a file and what loading it must say. */
+typedef struct bad_case {
+    const char *drop, *reshape, *drop_key, *set_key;
+    uint32_t val;
+    int rc;
+    const char *named;
+} bad_case;
+
+/* Each case written from src into bad and loaded: its error code, one line naming the thing. */
+static void bad_cases_check(const char *src, const char *bad, const bad_case *cases, size_t n) {
+    model *m;
+    for (size_t i = 0; i < n; i++) {
+        write_damaged_set(src, bad, cases[i].drop, cases[i].reshape, cases[i].drop_key,
+                          cases[i].set_key, cases[i].val);
+        int rc = model_load(bad, KN_ISA_SCALAR, &m);
+        T_CHECKF(rc == cases[i].rc, "case %zu: model_load returned %d (%s), expected %d", i, rc,
+                 err_detail(), cases[i].rc);
+        T_CHECKF(strstr(err_detail(), cases[i].named), "case %zu: '%s' does not name %s", i,
+                 err_detail(), cases[i].named);
+        T_CHECK(!strchr(err_detail(), '\n'));
+    }
 }
 
 static void t_bad_moe(void) {
@@ -374,27 +406,18 @@ static void t_bad_moe(void) {
     snprintf(src, sizeof src, "%s", good);
     snprintf(bad, sizeof bad, "%s/bad-moe.gguf", test_tmpdir());
     model *m;
-    const struct {
-        const char *drop, *reshape, *drop_key;
-        int rc;
-        const char *named;
-    } cases[] = {
-        {"blk.1.ffn_up_exps.weight", NULL, NULL, ERR_FORMAT, "'blk.1.ffn_up_exps.weight'"},
-        {NULL, "blk.0.ffn_down_exps.weight", NULL, ERR_INVAL, "'blk.0.ffn_down_exps.weight'"},
-        {NULL, "blk.1.ffn_gate_exps.weight", NULL, ERR_INVAL, "expected [64, 64, 8]"},
-        {"blk.0.ffn_gate_inp.weight", NULL, NULL, ERR_FORMAT, "'blk.0.ffn_gate_inp.weight'"},
-        {NULL, "blk.0.ffn_gate_inp.weight", NULL, ERR_INVAL, "'blk.0.ffn_gate_inp.weight'"},
-        {NULL, NULL, "qwen3moe.expert_count", ERR_NOTFOUND, "qwen3moe.expert_count"},
+    const bad_case cases[] = {
+        {"blk.1.ffn_up_exps.weight", NULL, NULL, NULL, 0, ERR_FORMAT, "'blk.1.ffn_up_exps.weight'"},
+        {NULL, "blk.0.ffn_down_exps.weight", NULL, NULL, 0, ERR_INVAL,
+         "'blk.0.ffn_down_exps.weight'"},
+        {NULL, "blk.1.ffn_gate_exps.weight", NULL, NULL, 0, ERR_INVAL, "expected [64, 64, 8]"},
+        {"blk.0.ffn_gate_inp.weight", NULL, NULL, NULL, 0, ERR_FORMAT,
+         "'blk.0.ffn_gate_inp.weight'"},
+        {NULL, "blk.0.ffn_gate_inp.weight", NULL, NULL, 0, ERR_INVAL,
+         "'blk.0.ffn_gate_inp.weight'"},
+        {NULL, NULL, "qwen3moe.expert_count", NULL, 0, ERR_NOTFOUND, "qwen3moe.expert_count"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        write_damaged(src, bad, cases[i].drop, cases[i].reshape, cases[i].drop_key);
-        int rc = model_load(bad, KN_ISA_SCALAR, &m);
-        T_CHECKF(rc == cases[i].rc, "case %zu: model_load returned %d (%s), expected %d", i, rc,
-                 err_detail(), cases[i].rc);
-        T_CHECKF(strstr(err_detail(), cases[i].named), "case %zu: '%s' does not name %s", i,
-                 err_detail(), cases[i].named);
-        T_CHECK(!strchr(err_detail(), '\n'));
-    }
+    bad_cases_check(src, bad, cases, sizeof cases / sizeof *cases);
     /* inconsistent counts: more experts used than exist */
     gguf *g;
     T_OK(gguf_open(src, &g));
@@ -423,12 +446,7 @@ static void t_bad_deepseek2(void) {
     snprintf(src, sizeof src, "%s", synth_arch("deepseek2", "tiny", GGUF_TYPE_Q8_0, false, 9));
     snprintf(bad, sizeof bad, "%s/bad-ds2.gguf", test_tmpdir());
     model *m;
-    const struct {
-        const char *drop, *reshape, *drop_key, *set_key;
-        uint32_t val;
-        int rc;
-        const char *named;
-    } cases[] = {
+    const bad_case cases[] = {
         {"blk.1.attn_k_b.weight", NULL, NULL, NULL, 0, ERR_FORMAT, "'blk.1.attn_k_b.weight'"},
         {NULL, "blk.0.attn_v_b.weight", NULL, NULL, 0, ERR_INVAL, "'blk.0.attn_v_b.weight'"},
         {"blk.1.ffn_down_shexp.weight", NULL, NULL, NULL, 0, ERR_FORMAT, "ffn_down_shexp"},
@@ -438,15 +456,75 @@ static void t_bad_deepseek2(void) {
          "key_length_mla"},
         {NULL, NULL, NULL, "deepseek2.attention.kv_lora_rank", 40, ERR_FORMAT, "kv_lora_rank 40"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        write_damaged_set(src, bad, cases[i].drop, cases[i].reshape, cases[i].drop_key,
-                          cases[i].set_key, cases[i].val);
-        int rc = model_load(bad, KN_ISA_SCALAR, &m);
-        T_CHECKF(rc == cases[i].rc, "case %zu: model_load returned %d (%s), expected %d", i, rc,
-                 err_detail(), cases[i].rc);
-        T_CHECKF(strstr(err_detail(), cases[i].named), "case %zu: '%s' does not name %s", i,
-                 err_detail(), cases[i].named);
-    }
+    bad_cases_check(src, bad, cases, sizeof cases / sizeof *cases);
+    T_OK(model_load(src, KN_ISA_SCALAR, &m));
+    model_destroy(m);
+}
+
+static void t_bad_deepseek32(void) {
+    char src[512], bad[600];
+    snprintf(src, sizeof src, "%s", synth_arch("deepseek32", "tiny", GGUF_TYPE_Q8_0, false, 9));
+    snprintf(bad, sizeof bad, "%s/bad-ds32.gguf", test_tmpdir());
+    model *m;
+    const bad_case cases[] = {
+        {"blk.1.indexer.attn_k.weight", NULL, NULL, NULL, 0, ERR_FORMAT,
+         "'blk.1.indexer.attn_k.weight'"},
+        {"blk.0.indexer.k_norm.bias", NULL, NULL, NULL, 0, ERR_FORMAT,
+         "'blk.0.indexer.k_norm.bias'"},
+        {NULL, "blk.0.indexer.attn_q_b.weight", NULL, NULL, 0, ERR_INVAL,
+         "'blk.0.indexer.attn_q_b.weight'"},
+        {NULL, "blk.1.indexer.proj.weight", NULL, NULL, 0, ERR_INVAL,
+         "'blk.1.indexer.proj.weight'"},
+        {NULL, "blk.1.indexer.k_norm.weight", NULL, NULL, 0, ERR_INVAL,
+         "'blk.1.indexer.k_norm.weight'"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.key_length", 40, ERR_UNSUPPORTED,
+         "indexer.key_length 40"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.key_length", 8, ERR_UNSUPPORTED,
+         "indexer.key_length 8"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.key_length", 1024, ERR_UNSUPPORTED,
+         "indexer.key_length 1024"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.top_k", 0, ERR_FORMAT, "top_k 0"},
+        {NULL, NULL, NULL, "deepseek32.attention.indexer.head_count", 0, ERR_FORMAT,
+         "head_count 0"},
+        {NULL, NULL, "deepseek32.attention.indexer.top_k", NULL, 0, ERR_NOTFOUND,
+         "deepseek32.attention.indexer.top_k"},
+        {NULL, NULL, "deepseek32.expert_gating_func", NULL, 0, ERR_NOTFOUND,
+         "deepseek32.expert_gating_func"},
+        {NULL, NULL, NULL, "deepseek32.attention.q_lora_rank", 0, ERR_UNSUPPORTED, "q_lora_rank"},
+        {NULL, NULL, NULL, "deepseek32.nextn_predict_layers", 2, ERR_FORMAT,
+         "nextn_predict_layers 2"},
+    };
+    bad_cases_check(src, bad, cases, sizeof cases / sizeof *cases);
+    /* a forward context over a pool made without the index keys is refused, naming them */
+    T_OK(model_load(src, KN_ISA_SCALAR, &m));
+    kv_pool_opts ko;
+    model_kv_pool_opts(m, true, 16, 4, &ko);
+    T_CHECK(ko.k_only && ko.ik_row_bytes == 2 * 32 && !strcmp(ko.ik_name, "ik-f16"));
+    /* the index keys' type: auto follows the KV's; the toggle picks one (fp8: a scale and codes) */
+    model_kv_pool_opts(m, false, 16, 4, &ko);
+    T_CHECK(ko.ik_row_bytes == 4 * 32 && !strcmp(ko.ik_name, "ik-f32"));
+    T_OK(flags_set("index-kv-dtype", "fp8"));
+    model_kv_pool_opts(m, false, 16, 4, &ko);
+    T_CHECK(ko.ik_row_bytes == 4 + 32 && !strcmp(ko.ik_name, "ik-fp8"));
+    T_OK(flags_set("index-kv-dtype", "bf16"));
+    model_kv_pool_opts(m, true, 16, 4, &ko);
+    T_CHECK(ko.ik_row_bytes == 2 * 32 && !strcmp(ko.ik_name, "ik-bf16"));
+    T_OK(flags_set("index-kv-dtype", "auto"));
+    model_kv_pool_opts(m, true, 16, 4, &ko);
+    ko.ik_row_bytes = 0;
+    kv_pool *kv;
+    fwd_ctx *fc;
+    T_OK(kv_pool_create(&ko, &kv));
+    T_EQ_INT(fwd_ctx_create(m, kv, 8, 8, 1, 64, &fc), ERR_INVAL);
+    T_CHECKF(strstr(err_detail(), "index-key buffer"), "'%s'", err_detail());
+    kv_pool_destroy(kv);
+    model_destroy(m);
+    /* a trailing MTP layer (nextn_predict_layers 1) is not run: the file loads with one layer */
+    write_damaged_set(src, bad, NULL, NULL, NULL, "deepseek32.nextn_predict_layers", 1);
+    T_OK(model_load(bad, KN_ISA_SCALAR, &m));
+    T_EQ_INT(model_get_hparams(m)->n_layer, 1);
+    T_EQ_INT(model_get_hparams(m)->n_layer_nextn, 1);
+    model_destroy(m);
     T_OK(model_load(src, KN_ISA_SCALAR, &m));
     model_destroy(m);
 }
@@ -455,8 +533,10 @@ int main(void) {
     test_run("arch.registry", t_registry);
     test_run("arch.reference_qwen3moe", t_ref_qwen3moe);
     test_run("arch.reference_deepseek2", t_ref_deepseek2);
+    test_run("arch.reference_deepseek32", t_ref_deepseek32);
     test_run("arch.moe_token_alone_eq_batched", t_moe_invariance);
     test_run("arch.bad_moe_file", t_bad_moe);
     test_run("arch.bad_deepseek2_file", t_bad_deepseek2);
+    test_run("arch.bad_deepseek32_file", t_bad_deepseek32);
     return test_summary();
 }

@@ -751,6 +751,132 @@ static void t_attention_rows(void) {
         test_skip("no SIMD ISA on this CPU");
 }
 
+/* The DSA kernels (kn_index.c): FP8 e4m3 codes, the index-key element types, LayerNorm, the
+ * indexer score's relu, the top-k order, and sparse attention against a float64 softmax. */
+static void t_dsa(void) {
+    /* every non-NaN code decodes to a value that encodes back to it (-0 stays -0) */
+    for (int b = 0; b < 256; b++) {
+        if ((b & 0x7f) == 0x7f)
+            continue;
+        float v = kn_e4m3_to_f32((uint8_t)b);
+        T_CHECKF(kn_f32_to_e4m3(v) == b, "code %02x -> %g -> %02x", b, v, kn_f32_to_e4m3(v));
+    }
+    T_CHECK(kn_e4m3_to_f32(0x7e) == 448.0f && kn_e4m3_to_f32(0x01) == 0x1p-9f);
+    T_CHECK(kn_f32_to_e4m3(1000.0f) == 0x7e && kn_f32_to_e4m3(-1e30f) == 0xfe); /* saturate */
+    T_CHECK(kn_e4m3_to_f32(0x7f) != kn_e4m3_to_f32(0x7f));                      /* NaN */
+    /* halfway between 1 (0x38) and 1.125 (0x39) rounds to even (1), above it to 1.125 */
+    T_CHECK(kn_f32_to_e4m3(1.0625f) == 0x38 && kn_f32_to_e4m3(1.07f) == 0x39);
+    T_CHECK(kn_f32_to_e4m3(1.1875f) == 0x3a); /* halfway 1.125 / 1.25: even is 1.25 */
+    /* key rows: f32 exact, f16/bf16 as the conversions, fp8 within half a step of its scale */
+    float k[40], back[40];
+    unsigned char row[4 * 40];
+    float amax = 0;
+    for (int i = 0; i < 40; i++) {
+        k[i] = rndf() * (i == 7 ? 9.0f : 1.0f);
+        amax = fabsf(k[i]) > amax ? fabsf(k[i]) : amax;
+    }
+    const kn_ik_type types[] = {KN_IK_F32, KN_IK_F16, KN_IK_BF16, KN_IK_FP8};
+    for (int ti = 0; ti < 4; ti++) {
+        kn_ik_type t = types[ti];
+        T_EQ_INT(kn_ik_type_from_name(kn_ik_name(t)), t);
+        T_CHECK(kn_ik_row_bytes(t, 40) <= sizeof row);
+        kn_ik_store(row, k, 40, t);
+        kn_ik_load(row, 40, t, back);
+        for (int i = 0; i < 40; i++) {
+            float want = t == KN_IK_F32    ? k[i]
+                         : t == KN_IK_F16  ? kn_f16_to_f32(kn_f32_to_f16(k[i]))
+                         : t == KN_IK_BF16 ? kn_bf16_to_f32(kn_f32_to_bf16(k[i]))
+                                           : back[i];
+            T_CHECKF(back[i] == want, "type %d element %d: %g, expected %g", t, i, back[i], want);
+            /* fp8: scale s = amax / 448; rounding is at most half a step, a sixteenth of the
+             * value's octave, or half of the subnormal step s * 2^-9 */
+            if (t == KN_IK_FP8)
+                T_CHECKF(fabsf(back[i] - k[i]) <= fabsf(k[i]) / 16.0f + amax / 448.0f * 0x1p-10f,
+                         "fp8 element %d: %g for %g", i, back[i], k[i]);
+        }
+    }
+    T_EQ_INT(kn_ik_type_from_name("ik-f8"), -1);
+    /* LayerNorm: mean 0, variance 1 before weight and bias */
+    float y[40];
+    kn_layernorm(k, NULL, NULL, 1e-6f, 40, y);
+    double mean = 0, var = 0;
+    for (int i = 0; i < 40; i++)
+        mean += y[i];
+    for (int i = 0; i < 40; i++)
+        var += (y[i] - mean / 40) * (y[i] - mean / 40);
+    T_CHECKF(fabs(mean / 40) < 1e-6 && fabs(var / 40 - 1) < 1e-4, "mean %g var %g", mean / 40,
+             var / 40);
+    /* the score: heads whose dot is not positive add nothing */
+    float q[2 * 4] = {1, 0, 0, 0, -1, 0, 0, 0}, w[2] = {2.0f, 5.0f}, key[4] = {0.5f, 1, 1, 1};
+    T_CHECK(kn_index_score(q, w, 2, 4, key, KN_ISA_SCALAR) == 1.0f);
+    /* every instruction set gives the scalar reference's bits, for any head size and count */
+    for (int isa = KN_ISA_AVX2; isa <= KN_ISA_AVX512; isa++) {
+        if (!kn_isa_available((kn_isa)isa))
+            continue;
+        float qq[17 * 70], ww[17], kk[70];
+        for (int trial = 0; trial < 200; trial++) {
+            int64_t d = 1 + (int64_t)(rnd64() % 70), h = 1 + (int64_t)(rnd64() % 17);
+            for (int64_t i = 0; i < h * d; i++)
+                qq[i] = rndf();
+            for (int64_t i = 0; i < d; i++)
+                kk[i] = rndf();
+            for (int64_t i = 0; i < h; i++)
+                ww[i] = rndf();
+            float ref = kn_index_score(qq, ww, h, d, kk, KN_ISA_SCALAR);
+            float got = kn_index_score(qq, ww, h, d, kk, (kn_isa)isa);
+            T_CHECKF(!memcmp(&ref, &got, sizeof ref), "isa %d, %lld heads of %lld: %a vs %a", isa,
+                     (long long)h, (long long)d, got, ref);
+        }
+    }
+    /* top-k: the k best, ties to the lower position, whatever the push order */
+    float sc[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8};
+    kn_topk_item heap[5];
+    int32_t sel[5], sel2[5];
+    int64_t n = 0, n2 = 0;
+    for (int p = 0; p < 12; p++)
+        kn_topk_push(heap, &n, 5, sc[p], p);
+    kn_topk_positions(heap, n, sel);
+    for (int p = 11; p >= 0; p--)
+        kn_topk_push(heap, &n2, 5, sc[p], p);
+    kn_topk_positions(heap, n2, sel2);
+    const int32_t want[5] = {4, 5, 7, 8, 11}; /* 9, 8, 6, and the first two 5s (4, 8) */
+    T_CHECK(n == 5 && n2 == 5 && !memcmp(sel, want, sizeof want) &&
+            !memcmp(sel2, want, sizeof want));
+    /* sparse attention over positions {1, 3, 4} of a 6-position F32 cache: the float64 softmax */
+    enum { HD = 8, NP = 6 };
+    float kv[NP * HD], qa[HD], out[HD], scratch[3];
+    for (int i = 0; i < NP * HD; i++)
+        kv[i] = rndf();
+    for (int i = 0; i < HD; i++)
+        qa[i] = rndf();
+    int32_t table[1] = {0};
+    kn_attn_kv a = {.k_base = kv,
+                    .v_base = kv,
+                    .block_bytes = sizeof kv,
+                    .table = table,
+                    .block_size = NP,
+                    .kv_stride = HD};
+    const int32_t pos[3] = {1, 3, 4};
+    kn_attn_sparse_row(qa, &a, HD, pos, 3, 0.5f, scratch, out);
+    double s[3], m = -1e300, l = 0;
+    for (int j = 0; j < 3; j++) {
+        s[j] = 0;
+        for (int d = 0; d < HD; d++)
+            s[j] += (double)qa[d] * kv[pos[j] * HD + d];
+        s[j] *= 0.5;
+        m = s[j] > m ? s[j] : m;
+    }
+    for (int j = 0; j < 3; j++)
+        l += exp(s[j] - m);
+    for (int d = 0; d < HD; d++) {
+        double o = 0;
+        for (int j = 0; j < 3; j++)
+            o += exp(s[j] - m) / l * kv[pos[j] * HD + d];
+        T_CHECKF(fabs(out[d] - o) < 1e-5, "sparse attention element %d: %g, expected %g", d, out[d],
+                 o);
+    }
+}
+
 int main(void) {
     test_run("kernels.f16_conversion_matches_f16c", t_f16_conv);
     test_run("kernels.expf", t_expf);
@@ -763,5 +889,6 @@ int main(void) {
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);
     test_run("kernels.attention", t_attention);
     test_run("kernels.attention_rows_eq_ref", t_attention_rows);
+    test_run("kernels.dsa", t_dsa);
     return test_summary();
 }

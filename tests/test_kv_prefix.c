@@ -10,9 +10,14 @@
  *     copy of a cached prefix adopting the cached nodes, copy-on-write of a shared block, and a
  *     bit flipped in a cached block's memory: detected before reuse, the block and everything
  *     after it dropped, counted;
+ *   - a companion buffer (the DSA index keys) moves with its block: in the checksum, the
+ *     copy-on-write copy and the blob; a blob with fewer buffers than the pool (a tier that left
+ *     the index keys out), more, or index keys of another type is refused;
  *   - the engine: 24 requests sharing system prompts and multi-turn histories give the same tokens
  *     with the cache off and alone (the reference), cold and warm one at a time, and batched and
- *     chunked in a pool so small that cached blocks are evicted and sequences preempted.
+ *     chunked in a pool so small that cached blocks are evicted and sequences preempted; for a
+ *     llama model and a deepseek32 one (latent cache and index keys), the latter also restoring
+ *     evicted blocks from the disk tier.
  */
 #include "test.h"
 
@@ -116,6 +121,95 @@ static void t_codec(void) {
     kv_pool_destroy(p2);
     free(blob);
     free(bad);
+    kv_pool_destroy(p);
+}
+
+/* A k_only pool (MLA) with a companion buffer of ik_row bytes named ik (ik_row 0: none). */
+static kv_pool *mk_pool_ik(int64_t n_blocks, const char *ik, size_t ik_row) {
+    kv_pool_opts o = {.n_layer = NL,
+                      .kv_dim = KVD,
+                      .block_size = BS,
+                      .n_blocks = n_blocks,
+                      .f16 = true,
+                      .k_only = true,
+                      .ik_row_bytes = ik_row,
+                      .ik_name = ik};
+    kv_pool *p;
+    T_OK(kv_pool_create(&o, &p));
+    return p;
+}
+
+/* Fills block id's K rows and index keys with bytes derived from seed. */
+static void fill_ik_block(kv_pool *p, int32_t id, unsigned seed) {
+    size_t kb = kv_pool_block_bytes(p), ib = kv_pool_ik_block_bytes(p);
+    for (int64_t l = 0; l < NL; l++) {
+        for (size_t i = 0; i < kb; i++)
+            ((unsigned char *)kv_pool_k_base(p, l))[(size_t)id * kb + i] =
+                (unsigned char)(seed * 7 + (unsigned)i + (unsigned)l * 13);
+        for (size_t i = 0; i < ib; i++)
+            ((unsigned char *)kv_pool_ik_base(p, l))[(size_t)id * ib + i] =
+                (unsigned char)(seed * 29 + (unsigned)i * 3 + (unsigned)l);
+    }
+}
+
+static bool same_ik(kv_pool *p, int32_t a, int32_t b) {
+    size_t ib = kv_pool_ik_block_bytes(p);
+    for (int64_t l = 0; l < NL; l++) {
+        const unsigned char *ik = kv_pool_ik_base(p, l);
+        if (memcmp(ik + (size_t)a * ib, ik + (size_t)b * ib, ib))
+            return false;
+    }
+    return true;
+}
+
+static void t_companion(void) {
+    kv_pool *p = mk_pool_ik(4, "ik-f16", 2 * 8);
+    T_EQ_INT(kv_pool_n_buffers(p), 2); /* k and the index keys: no V region */
+    T_CHECK(!strcmp(kv_pool_buffer_name(p, 1), "ik-f16"));
+    T_EQ_INT(kv_block_state_bytes(p), NL * BS * (KVD * 2 + 16));
+    T_CHECK(kv_pool_v_base(p, 1) == kv_pool_k_base(p, 1));
+    int32_t toks[BS] = {5, 6, 7, 8};
+    int32_t a = kv_pool_alloc(p), b = kv_pool_alloc(p);
+    fill_ik_block(p, a, 1);
+    fill_ik_block(p, b, 2);
+    uint64_t key = kv_block_key(7, toks, BS), sum = kv_block_checksum(p, a, key);
+    /* the index keys are in the checksum */
+    unsigned char *ik1 = kv_pool_ik_base(p, 1);
+    ik1[(size_t)a * kv_pool_ik_block_bytes(p) + 3] ^= 0x10;
+    T_CHECK(kv_block_checksum(p, a, key) != sum);
+    ik1[(size_t)a * kv_pool_ik_block_bytes(p) + 3] ^= 0x10;
+    /* copy-on-write copies them */
+    kv_block_copy(p, b, a);
+    T_CHECK(same_ik(p, a, b) && kv_block_checksum(p, b, key) == sum);
+    /* the blob carries them: a reload restores the index keys, not only K */
+    fill_ik_block(p, b, 3);
+    kv_block_meta m = {.identity = 99, .parent = 7, .key = key, .checksum = sum, .toks = toks};
+    size_t n = kv_block_blob_bytes(p);
+    unsigned char *blob = malloc(n);
+    T_CHECK(blob);
+    kv_block_encode(p, a, &m, blob);
+    T_OK(kv_block_decode(p, b, &m, blob, n, NULL));
+    T_CHECK(same_ik(p, a, b) && kv_block_checksum(p, b, key) == sum);
+    /* a pool without the companion (the same K) refuses the blob, and its own blob, which has
+     * one buffer fewer, is refused by p: a reload must never leave the index keys stale */
+    kv_pool *q = mk_pool_ik(4, NULL, 0);
+    int32_t qa = kv_pool_alloc(q);
+    T_CHECK(kv_block_decode(q, qa, &m, blob, n, NULL) == ERR_FORMAT);
+    size_t qn = kv_block_blob_bytes(q);
+    unsigned char *qblob = malloc(qn);
+    T_CHECK(qblob);
+    fill_ik_block(q, qa, 1);
+    kv_block_meta qm = m;
+    qm.checksum = kv_block_checksum(q, qa, key);
+    kv_block_encode(q, qa, &qm, qblob);
+    T_CHECK(kv_block_decode(p, b, &qm, qblob, qn, NULL) == ERR_FORMAT);
+    /* index keys of another type, of the same size, are refused by name */
+    kv_pool *r = mk_pool_ik(4, "ik-bf16", 2 * 8);
+    T_CHECK(kv_block_decode(r, kv_pool_alloc(r), &m, blob, n, NULL) == ERR_FORMAT);
+    free(blob);
+    free(qblob);
+    kv_pool_destroy(r);
+    kv_pool_destroy(q);
     kv_pool_destroy(p);
 }
 
@@ -285,8 +379,8 @@ typedef struct workload {
     int32_t len[NR];
 } workload;
 
-static engine *mk_engine(model *m, bool cache, int max_batch, int chunk, int64_t blocks,
-                         int threads) {
+static engine *mk_engine_disk(model *m, bool cache, int max_batch, int chunk, int64_t blocks,
+                              int threads, const char *disk_dir) {
     engine_opts o = {.max_batch = max_batch,
                      .chunk = chunk,
                      .kv_blocks = blocks,
@@ -294,17 +388,26 @@ static engine *mk_engine(model *m, bool cache, int max_batch, int chunk, int64_t
                      .threads = threads,
                      .attn_chunk = 64,
                      .prefix_cache = cache,
-                     .kv_verify = true};
+                     .kv_verify = true,
+                     .kv_disk_dir = disk_dir,
+                     .kv_disk_bytes = disk_dir ? 64 << 20 : 0};
     engine *e;
     T_OK(engine_create(m, NULL, &o, &e));
     return e;
 }
 
-static void submit(engine *e, const workload *w, int i, run_out *o) {
+static engine *mk_engine(model *m, bool cache, int max_batch, int chunk, int64_t blocks,
+                         int threads) {
+    return mk_engine_disk(m, cache, max_batch, chunk, blocks, threads, NULL);
+}
+
+/* Request i of w with seed (seed 0: i * 7 + 1) in share group group (0: none). */
+static void submit_in(engine *e, const workload *w, int i, uint64_t seed, uint64_t group,
+                      run_out *o) {
     memset(o, 0, sizeof *o);
     sample_params sp = sample_params_default();
-    sp.seed = (uint64_t)i * 7 + 1;
-    if (i % 3 == 0)
+    sp.seed = seed ? seed : (uint64_t)i * 7 + 1;
+    if (i % 3 == 0 && !seed)
         sp.temperature = 0;
     engine_req r = {.id = (uint64_t)i + 1,
                     .prompt = w->p[i],
@@ -313,8 +416,13 @@ static void submit(engine *e, const workload *w, int i, run_out *o) {
                     .max_tokens = MAXG,
                     .ignore_eog = true,
                     .cb = on_event,
-                    .ud = o};
+                    .ud = o,
+                    .share_group = group};
     T_OK(engine_submit(e, &r));
+}
+
+static void submit(engine *e, const workload *w, int i, run_out *o) {
+    submit_in(e, w, i, 0, 0, o);
 }
 
 /* Runs requests [from, to) one at a time. */
@@ -340,10 +448,10 @@ static void expect_same(const run_out *ref, const run_out *got, const char *what
                  "%s: request %d differs from the reference", what, i);
 }
 
-static void t_engine(void) {
+static void engine_p1(const char *arch) {
     char path[512];
-    snprintf(path, sizeof path, "%s/tiny-prefix.gguf", test_tmpdir());
-    synth_opts so = {.shape = "tiny", .type = GGUF_TYPE_F32, .seed = 23};
+    snprintf(path, sizeof path, "%s/tiny-prefix-%s.gguf", test_tmpdir(), arch);
+    synth_opts so = {.shape = "tiny", .type = GGUF_TYPE_F32, .seed = 23, .arch = arch};
     T_OK(synth_write(&so, path));
     kn_isa isa;
     T_OK(kn_isa_select(&isa));
@@ -421,12 +529,61 @@ static void t_engine(void) {
         T_CHECK(es.prefix.checksum_failures == 0);
         engine_destroy(e);
     }
+    if (strcmp(arch, "deepseek32") == 0) {
+        /* evicted blocks go to the disk tier; a second engine on the same directory (the same
+         * identity) restores them: latent rows and index keys, or the tokens would differ */
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/kv-disk-%s", test_tmpdir(), arch);
+        e = mk_engine_disk(m, true, 16, 8, 40, 2, dir);
+        run_all(e, &w, out);
+        expect_same(ref, out, "disk tier, first engine");
+        engine_destroy(e);
+        e = mk_engine_disk(m, true, 1, 512, 64, 1, dir);
+        run_alone(e, &w, 0, NR, out2);
+        expect_same(ref, out2, "disk tier, restored");
+        engine_stats_get(e, &es);
+        T_CHECKF(es.tiers[KV_TIER_DISK].restored > 0 && es.tiers[KV_TIER_DISK].failures == 0,
+                 "disk tier: %lld restored, %lld refused",
+                 (long long)es.tiers[KV_TIER_DISK].restored,
+                 (long long)es.tiers[KV_TIER_DISK].failures);
+        engine_destroy(e);
+        /* n > 1: three choices of one prompt (a share group) take its K/V and index keys from
+         * one computation, and each equals its request alone */
+        run_out alone[3], grp[3];
+        e = mk_engine(m, false, 4, 512, 64, 2);
+        for (int k = 0; k < 3; k++) {
+            submit_in(e, &w, 13, 100 + (uint64_t)k, 0, &alone[k]);
+            while (engine_busy(e))
+                T_OK(engine_step(e));
+        }
+        for (int k = 0; k < 3; k++)
+            submit_in(e, &w, 13, 100 + (uint64_t)k, 77, &grp[k]);
+        while (engine_busy(e))
+            T_OK(engine_step(e));
+        engine_stats_get(e, &es);
+        T_CHECKF(es.shared_positions > 0, "%lld positions shared", (long long)es.shared_positions);
+        for (int k = 0; k < 3; k++)
+            T_CHECKF(grp[k].n == alone[k].n &&
+                         !memcmp(grp[k].toks, alone[k].toks, sizeof grp[k].toks),
+                     "choice %d of the share group differs from its request alone", k);
+        engine_destroy(e);
+    }
     model_destroy(m);
+}
+
+static void t_engine(void) {
+    engine_p1("llama");
+}
+
+static void t_engine_dsa(void) {
+    engine_p1("deepseek32");
 }
 
 int main(void) {
     test_run("kv_block.codec", t_codec);
     test_run("kv_prefix.tree", t_prefix);
+    test_run("kv_block.companion", t_companion);
     test_run("kv_prefix.engine_p1", t_engine);
+    test_run("kv_prefix.engine_p1_deepseek32", t_engine_dsa);
     return test_summary();
 }

@@ -344,12 +344,8 @@ typedef struct run_env {
 static void env_open(run_env *e, const char *path, kn_isa isa, bool kv_f16, int threads,
                      int64_t max_tokens, int64_t n_blocks) {
     T_OK(model_load(path, isa, &e->m));
-    const model_hparams *hp = model_get_hparams(e->m);
-    kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = model_kv_dim(e->m),
-                       .block_size = 16,
-                       .n_blocks = n_blocks,
-                       .f16 = kv_f16};
+    kv_pool_opts ko;
+    model_kv_pool_opts(e->m, kv_f16, 16, n_blocks, &ko);
     T_OK(kv_pool_create(&ko, &e->kv));
     T_OK(fwd_ctx_create(e->m, e->kv, max_tokens, max_tokens, threads, 64, &e->fc));
 }
@@ -607,11 +603,13 @@ static void t_invariance(void) {
         {"qwen2", GGUF_TYPE_F32, NULL, 0, "gqa"},     {"qwen3moe", GGUF_TYPE_Q8_0, NULL, 0, NULL},
         {"qwen3moe", TYPE_Q4_K_M, NULL, 0, NULL},     {"qwen3moe", GGUF_TYPE_F32, NULL, 0, "gqa"},
         {"deepseek2", GGUF_TYPE_Q8_0, NULL, 0, NULL}, {"deepseek2", TYPE_Q4_K_M, NULL, 0, NULL},
+        {"deepseek32", GGUF_TYPE_Q8_0, NULL, 0, NULL}, {"deepseek32", GGUF_TYPE_F32, NULL, 0, NULL},
     };
     for (int ti = 0; ti < (int)(sizeof vs / sizeof *vs); ti++) {
         /* under sanitizers, one Q8_0 row per MoE architecture (their K-quant and gqa rows run
          * the same code paths as the dense rows above and test_arch's MoE rows) */
-        bool moe = !strcmp(vs[ti].arch, "qwen3moe") || !strcmp(vs[ti].arch, "deepseek2");
+        bool moe = !strcmp(vs[ti].arch, "qwen3moe") || !strcmp(vs[ti].arch, "deepseek2") ||
+                   !strcmp(vs[ti].arch, "deepseek32");
         if (moe && test_scale() < 1 && vs[ti].type != GGUF_TYPE_Q8_0)
             continue;
         const char *path = synth_shaped(vs[ti].shape, vs[ti].arch, vs[ti].type, false, 21,

@@ -43,6 +43,9 @@ enum flag_kind {
       "compute threads per forward pass (0 = one per online CPU)")                                 \
     X(KV_DTYPE, "kv-dtype", FLAG_KIND_ENUM, "f16", "f16|f32",                                      \
       "element type of cached keys and values")                                                    \
+    X(INDEX_KV_DTYPE, "index-kv-dtype", FLAG_KIND_ENUM, "auto", "auto|f32|f16|bf16|fp8",           \
+      "DeepSeek sparse attention: element type of the indexer's cached keys (auto: as kv-dtype; "  \
+      "fp8: e4m3 with an f32 scale per key row)")                                                  \
     X(KV_BLOCK, "kv-block", FLAG_KIND_INT, "16", "1:4096", "tokens per paged KV block")            \
     X(ATTN_CHUNK, "attn-chunk", FLAG_KIND_INT, "64", "1:65536",                                    \
       "attention key chunk length; chunk boundaries are multiples of it in absolute position")     \

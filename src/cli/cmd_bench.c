@@ -220,11 +220,9 @@ static int bench_run_create(const cli_model *cm, const bench_opts *o, int max_b,
     int64_t P = o->P, G = o->G;
     int64_t bs = flags_int(FLAG_KV_BLOCK);
     *r = (bench_run){.hp = hp, .blocks_per = (P + G + bs - 1) / bs};
-    kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = model_kv_dim(cm->m),
-                       .block_size = bs,
-                       .n_blocks = r->blocks_per * max_b,
-                       .f16 = strcmp(flags_str(FLAG_KV_DTYPE), "f16") == 0};
+    kv_pool_opts ko;
+    model_kv_pool_opts(cm->m, strcmp(flags_str(FLAG_KV_DTYPE), "f16") == 0, bs,
+                       r->blocks_per * max_b, &ko);
     r->step_tokens = P > BENCH_STEP_TOKENS ? P : BENCH_STEP_TOKENS;
     if (r->step_tokens < max_b)
         r->step_tokens = max_b;

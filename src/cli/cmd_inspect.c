@@ -93,6 +93,13 @@ static void inspect_print_model(const gguf *g) {
                (long long)hp.n_lora_q, (long long)hp.n_lora_kv, (long long)hp.head_dim_qk,
                (long long)hp.n_rot, (long long)hp.head_dim_v, (long long)hp.head_dim,
                hp.attn_scale);
+    if (hp.indexer_n_head > 0)
+        printf("  sparse attention (DSA indexer): %lld heads of %lld (rope %lld, neox pairs), top "
+               "%lld keys per query\n",
+               (long long)hp.indexer_n_head, (long long)hp.indexer_head_dim, (long long)hp.n_rot,
+               (long long)hp.indexer_top_k);
+    if (hp.n_layer_nextn > 0)
+        printf("  multi-token prediction layers: %lld (not run)\n", (long long)hp.n_layer_nextn);
     if (hp.n_expert > 0) {
         printf("  experts: %lld, used per token %lld, expert ff %lld", (long long)hp.n_expert,
                (long long)hp.n_expert_used, (long long)hp.n_ff_exp);

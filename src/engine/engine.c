@@ -102,11 +102,8 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
     int64_t per_seq = (o->n_ctx + o->block_size - 1) / o->block_size;
     o->kv_blocks = per_seq * o->max_batch;
     int64_t mib = flags_int(FLAG_KV_MEM);
-    kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = model_kv_dim(m),
-                       .block_size = o->block_size,
-                       .n_blocks = 1,
-                       .f16 = o->kv_f16};
+    kv_pool_opts ko;
+    model_kv_pool_opts(m, o->kv_f16, o->block_size, 1, &ko);
     size_t block_bytes = kv_block_state_bytes_of(&ko);
     if (mib > 0 && block_bytes)
         o->kv_blocks = (int64_t)(((size_t)mib << 20) / block_bytes);
@@ -138,16 +135,15 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
         e->o.n_ctx = hp->n_ctx_train;
     e->n_vocab = hp->n_vocab;
     e->budget = (int64_t)o->chunk + o->max_batch;
-    kv_pool_opts ko = {.n_layer = hp->n_layer,
-                       .kv_dim = model_kv_dim(m),
-                       .block_size = o->block_size,
-                       .n_blocks = o->kv_blocks,
-                       .f16 = o->kv_f16};
+    kv_pool_opts ko;
+    model_kv_pool_opts(m, o->kv_f16, o->block_size, o->kv_blocks, &ko);
     int rc = kv_pool_create(&ko, &e->kv);
     if (!e->o.identity) {
-        /* the root key: the model file, and what shapes its KV bytes */
+        /* the root key: the model file, and what shapes its KV bytes (the index keys' type) */
         uint64_t id[3] = {model_identity(m), (uint64_t)o->kv_f16, (uint64_t)o->block_size};
         e->o.identity = hash64(0, id, sizeof id);
+        if (ko.ik_row_bytes)
+            e->o.identity = hash64(e->o.identity, ko.ik_name, strlen(ko.ik_name));
     }
     kv_hier_opts ho = {
         .prefix = {.enabled = o->prefix_cache, .verify = o->kv_verify, .identity = e->o.identity},

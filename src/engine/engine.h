@@ -154,7 +154,7 @@ typedef struct engine_stats {
     int64_t shared_positions; /* prompt positions taken from a share-group peer (n > 1) */
     int64_t cached_positions; /* positions taken from the prefix cache instead of computed */
     int64_t last_step_seqs;   /* sequences in the last step */
-    int64_t kv_block_bytes;   /* bytes of one block (K and V, every layer) */
+    int64_t kv_block_bytes;   /* bytes of one block (every buffer, every layer) */
     kv_prefix_stats prefix;   /* the prefix cache (kv_prefix.h) */
     kv_hier_tier_stats tiers[KV_TIER_COUNT]; /* the tiers below it (kv_hier.h) */
 } engine_stats;

@@ -270,6 +270,61 @@ void kn_route(const kn_router *r, const float *logits, float *scratch, int32_t *
  * [0, n_expert). */
 bool kn_route_hash(const int32_t *table, int64_t k, int64_t n_expert, int32_t token, int32_t *sel);
 
+/* ---- DeepSeek sparse attention (kn_index.c) ----
+ *
+ * Scalar, one query or key row per call, fixed order over absolute positions (P1). */
+
+/* Element types of the indexer's key cache (the index-kv-dtype toggle). */
+typedef enum kn_ik_type { KN_IK_F32 = 0, KN_IK_F16, KN_IK_BF16, KN_IK_FP8 } kn_ik_type;
+
+/* The KV pool's name of an index-key buffer of type t ("ik-f32", "ik-f16", "ik-bf16", "ik-fp8"),
+ * and back (-1 for another name). */
+const char *kn_ik_name(kn_ik_type t);
+int kn_ik_type_from_name(const char *name);
+
+/* Bytes of one key row of d elements: 4d, 2d, 2d, or 4 + d (fp8: an f32 scale, then the codes). */
+size_t kn_ik_row_bytes(kn_ik_type t, int64_t d);
+
+/* Stores the key row k[0..d) as type t (f16 and bf16 rounded to nearest-even; fp8: scale s =
+ * max|k| / 448 (1 if all are 0), codes e4m3(k[i] / s)); loads it back (fp8: e4m3 value * s). */
+void kn_ik_store(void *dst, const float *k, int64_t d, kn_ik_type t);
+void kn_ik_load(const void *src, int64_t d, kn_ik_type t, float *out);
+
+/* FP8 e4m3 ("fn": bias 7, no infinities, 0x7f NaN, largest 448): round to nearest-even,
+ * saturating at +-448; and exact decoding. */
+uint8_t kn_f32_to_e4m3(float x);
+float kn_e4m3_to_f32(uint8_t b);
+
+/* LayerNorm with weight and bias (either may be NULL): mean and variance summed in double in
+ * index order, y = (x - mean) * (1 / sqrtf(var + eps)) * w + b. y may alias x. */
+void kn_layernorm(const float *x, const float *w, const float *b, float eps, int64_t n, float *y);
+
+/* The lightning indexer's score of one key row k[0..d) for a query of n_head heads q[h * d ..]
+ * with weights w[h]: s = +0, then for h in order, s = fma(w[h], dot, s) where dot = kn_dot_ref
+ * (q_h, k) is positive (relu). The same bits for every isa. */
+float kn_index_score(const float *q, const float *w, int64_t n_head, int64_t d, const float *k,
+                     kn_isa isa);
+
+/* Top-k selection, streaming: a heap of at most k (score, position) items keeps the k best
+ * pushed so far, best meaning a higher score, or an equal score at a lower position (NaN counts
+ * as -infinity); the result depends only on the set of pairs pushed, not their order. */
+typedef struct kn_topk_item {
+    float score;
+    int32_t pos;
+} kn_topk_item;
+void kn_topk_push(kn_topk_item *heap, int64_t *n, int64_t k, float score, int32_t pos);
+/* The heap's n positions into pos[0..n), ascending. */
+void kn_topk_positions(const kn_topk_item *heap, int64_t n, int32_t *pos);
+
+/* MLA attention of one query row over the selected positions pos[0..n) (ascending, n >= 1) of
+ * kv head 0, values being the rows of kv->v_base. With F16 keys the query is first rounded to
+ * F16 (the reference engine multiplies F16 keys by an F16 query; its greedy outputs follow that
+ * rounding). scores[i] = kn_dot_ref(q, K[pos[i]]) * scale,
+ * m = their max, p_i = kn_expf(scores[i] - m), out = (sum_i fma p_i V[pos[i]]) / (sum_i p_i),
+ * in position order. scores: n floats of scratch. head_dim <= KN_ATTN_HEAD_MAX. */
+void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim, const int32_t *pos,
+                        int64_t n, float scale, float *scores, float *out);
+
 /* Converts n floats to F16 (kn_f32_to_f16 semantics) or copies them (f16 false). */
 void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa);
 

@@ -89,6 +89,9 @@ void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1);
 /* Row kernels (kn_ops_*.c). */
 float kn_sumsq_avx512(const float *x, int64_t n);
 float kn_sumsq_avx2(const float *x, int64_t n);
+/* The lightning indexer's score (kn_index_avx2.c), bitwise kn_index_score's scalar code. */
+float kn_index_score_avx2(const float *q, const float *w, int64_t n_head, int64_t d,
+                          const float *k);
 void kn_scale_mul_avx512(const float *x, float r, const float *w, int64_t n, float *y);
 void kn_scale_mul_avx2(const float *x, float r, const float *w, int64_t n, float *y);
 void kn_swiglu_avx512(const float *g, const float *u, int64_t n, float *h);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kv_block: see kv_block.h. The pool keeps layer l's K of every block in one region and its V in
- * another (kv_pool.h); a block's bytes are read and written in place, layer by layer, without a
- * staging copy. Integers in the blob are written little-endian byte by byte, so the format does
+ * kv_block: see kv_block.h. The pool keeps each buffer of layer l (K, V, a companion) of every
+ * block in a region of its own (kv_pool.h); a block's bytes are read and written in place, layer
+ * by layer and buffer by buffer, without a staging copy. Integers in the blob are written little-endian byte by byte, so the format does
  * not depend on the host.
  */
 #include "kv/kv_block.h"
@@ -14,17 +14,13 @@
 
 #define KV_BLOB_MAGIC    "VKVB"
 #define KV_BLOB_VERSION  1u
-#define KV_BLOB_NBUF     2
 #define KV_BLOB_FIXED    (4 + 4 + 8 * 4 + 4 * 4)
 #define KV_BLOB_BUF_DESC 16
 
-/* The pool's buffers, in payload order within a layer. */
-static const char *const kv_block_buffers[KV_BLOB_NBUF] = {"k", "v"};
-
+/* Block id's bytes of the pool's buffer buf (kv_pool_buffer_name) of a layer. */
 static unsigned char *kv_block_bufp(const kv_pool *p, int32_t id, int64_t layer, int buf) {
-    unsigned char *base =
-        buf == 0 ? kv_pool_k_base((kv_pool *)p, layer) : kv_pool_v_base((kv_pool *)p, layer);
-    return base + (size_t)id * kv_pool_block_bytes(p);
+    return (unsigned char *)kv_pool_buffer_base((kv_pool *)p, layer, buf) +
+           (size_t)id * kv_pool_buffer_block_bytes(p, buf);
 }
 
 uint64_t kv_block_key(uint64_t parent, const int32_t *toks, int64_t n_toks) {
@@ -37,22 +33,25 @@ uint64_t kv_block_key(uint64_t parent, const int32_t *toks, int64_t n_toks) {
 uint64_t kv_block_checksum(const kv_pool *p, int32_t id, uint64_t key) {
     uint64_t h = key;
     for (int64_t l = 0; l < kv_pool_n_layer(p); l++)
-        for (int b = 0; b < KV_BLOB_NBUF; b++)
-            h = hash64(h, kv_block_bufp(p, id, l, b), kv_pool_block_bytes(p));
+        for (int b = 0; b < kv_pool_n_buffers(p); b++)
+            h = hash64(h, kv_block_bufp(p, id, l, b), kv_pool_buffer_block_bytes(p, b));
     return h;
 }
 
 /* The same chain over a blob's payload. */
 static uint64_t kv_block_payload_sum(const kv_pool *p, const unsigned char *pl, uint64_t key) {
     uint64_t h = key;
-    size_t bb = kv_pool_block_bytes(p);
-    for (int64_t s = 0; s < kv_pool_n_layer(p) * KV_BLOB_NBUF; s++)
-        h = hash64(h, pl + (size_t)s * bb, bb);
+    for (int64_t l = 0; l < kv_pool_n_layer(p); l++)
+        for (int b = 0; b < kv_pool_n_buffers(p); b++) {
+            size_t bb = kv_pool_buffer_block_bytes(p, b);
+            h = hash64(h, pl, bb);
+            pl += bb;
+        }
     return h;
 }
 
 static size_t kv_block_header_bytes(const kv_pool *p) {
-    return KV_BLOB_FIXED + KV_BLOB_NBUF * KV_BLOB_BUF_DESC +
+    return KV_BLOB_FIXED + (size_t)kv_pool_n_buffers(p) * KV_BLOB_BUF_DESC +
            (size_t)kv_pool_block_size(p) * sizeof(int32_t);
 }
 
@@ -94,19 +93,21 @@ void kv_block_encode(const kv_pool *p, int32_t id, const kv_block_meta *m, void 
     d = put_u64(d, m->checksum);
     d = put_u32(d, (uint32_t)bs);
     d = put_u32(d, (uint32_t)kv_pool_n_layer(p));
-    d = put_u32(d, KV_BLOB_NBUF);
+    int nbuf = kv_pool_n_buffers(p);
+    d = put_u32(d, (uint32_t)nbuf);
     d = put_u32(d, 0);
-    for (int b = 0; b < KV_BLOB_NBUF; b++) {
+    for (int b = 0; b < nbuf; b++) {
+        const char *name = kv_pool_buffer_name(p, b);
         memset(d, 0, 8);
-        memcpy(d, kv_block_buffers[b], strlen(kv_block_buffers[b]));
-        d = put_u64(d + 8, kv_pool_block_bytes(p));
+        memcpy(d, name, strlen(name));
+        d = put_u64(d + 8, kv_pool_buffer_block_bytes(p, b));
     }
     for (int64_t i = 0; i < bs; i++)
         d = put_u32(d, (uint32_t)m->toks[i]);
     for (int64_t l = 0; l < kv_pool_n_layer(p); l++)
-        for (int b = 0; b < KV_BLOB_NBUF; b++) {
-            memcpy(d, kv_block_bufp(p, id, l, b), kv_pool_block_bytes(p));
-            d += kv_pool_block_bytes(p);
+        for (int b = 0; b < nbuf; b++) {
+            memcpy(d, kv_block_bufp(p, id, l, b), kv_pool_buffer_block_bytes(p, b));
+            d += kv_pool_buffer_block_bytes(p, b);
         }
 }
 
@@ -125,22 +126,24 @@ static int kv_block_check_header(const kv_pool *p, const unsigned char *s, size_
                        get_u32(g), get_u32(g + 4), (long long)kv_pool_block_size(p),
                        (long long)kv_pool_n_layer(p));
     uint32_t nbuf = get_u32(g + 8);
-    if (nbuf != KV_BLOB_NBUF)
+    if (nbuf != (uint32_t)kv_pool_n_buffers(p))
         return err_set(ERR_FORMAT,
                        "kv blob: %u buffers, the pool restores %d: refused (a partial restore "
                        "would leave a buffer stale)",
-                       nbuf, KV_BLOB_NBUF);
+                       nbuf, kv_pool_n_buffers(p));
     if (n != kv_block_blob_bytes(p))
         return err_set(ERR_FORMAT, "kv blob: %zu bytes, expected %zu", n, kv_block_blob_bytes(p));
     const unsigned char *bd = s + KV_BLOB_FIXED;
-    for (int b = 0; b < KV_BLOB_NBUF; b++, bd += KV_BLOB_BUF_DESC) {
+    for (int b = 0; b < kv_pool_n_buffers(p); b++, bd += KV_BLOB_BUF_DESC) {
         char name[9] = {0};
         memcpy(name, bd, 8);
-        if (strcmp(name, kv_block_buffers[b]) != 0 || get_u64(bd + 8) != kv_pool_block_bytes(p))
-            return err_set(
-                ERR_FORMAT,
-                "kv blob: buffer %d is \"%s\" of %llu bytes, the pool's is \"%s\" of %zu", b, name,
-                (unsigned long long)get_u64(bd + 8), kv_block_buffers[b], kv_pool_block_bytes(p));
+        size_t bb = kv_pool_buffer_block_bytes(p, b);
+        if (strcmp(name, kv_pool_buffer_name(p, b)) != 0 || get_u64(bd + 8) != bb)
+            return err_set(ERR_FORMAT,
+                           "kv blob: buffer %d is \"%s\" of %llu bytes, the pool's is \"%s\" of "
+                           "%zu",
+                           b, name, (unsigned long long)get_u64(bd + 8),
+                           kv_pool_buffer_name(p, b), bb);
     }
     return 0;
 }
@@ -154,7 +157,7 @@ int kv_block_decode(kv_pool *p, int32_t id, const kv_block_meta *want, const voi
     int64_t bs = kv_pool_block_size(p);
     uint64_t identity = get_u64(s + 8), parent = get_u64(s + 16), key = get_u64(s + 24);
     uint64_t sum = get_u64(s + 32);
-    const unsigned char *tk = s + KV_BLOB_FIXED + KV_BLOB_NBUF * KV_BLOB_BUF_DESC;
+    const unsigned char *tk = s + KV_BLOB_FIXED + (size_t)kv_pool_n_buffers(p) * KV_BLOB_BUF_DESC;
     bool same = identity == want->identity && parent == want->parent && key == want->key;
     for (int64_t i = 0; same && i < bs; i++)
         same = get_u32(tk + 4 * i) == (uint32_t)want->toks[i];
@@ -162,17 +165,19 @@ int kv_block_decode(kv_pool *p, int32_t id, const kv_block_meta *want, const voi
         return err_set(ERR_NOTFOUND, "kv blob: holds block %016llx, expected %016llx",
                        (unsigned long long)key, (unsigned long long)want->key);
     const unsigned char *pl = tk + 4 * (size_t)bs;
-    size_t bb = kv_pool_block_bytes(p);
     if (kv_block_payload_sum(p, pl, key) != sum)
         return err_set(ERR_CHECKSUM, "kv blob %016llx: payload checksum mismatch",
                        (unsigned long long)key);
-    /* FAULT (i): the reload restores K but not V (the incident's host tier that forgot a
-     * companion buffer); the check below must catch it */
+    /* FAULT (i): the reload restores K but not V or the companion (the incident's host tier
+     * that forgot a companion buffer); the check below must catch it */
     bool skip_v = FLAG_FAULT(TIER_KONLY);
     for (int64_t l = 0; l < kv_pool_n_layer(p); l++)
-        for (int b = 0; b < KV_BLOB_NBUF; b++, pl += bb)
-            if (!(skip_v && b == 1))
+        for (int b = 0; b < kv_pool_n_buffers(p); b++) {
+            size_t bb = kv_pool_buffer_block_bytes(p, b);
+            if (!(skip_v && b > 0))
                 memcpy(kv_block_bufp(p, id, l, b), pl, bb);
+            pl += bb;
+        }
     if (kv_block_checksum(p, id, key) != sum)
         return err_set(ERR_CHECKSUM,
                        "kv blob %016llx: block %d differs from the blob after the load",

@@ -24,9 +24,10 @@
  * must never restore K and leave a companion buffer stale), the checksum over the payload, and
  * after writing the pool block, the checksum over the block as the pool now holds it.
  *
- * Buffers today: "k" and "v" (the pool's layout, kv_pool.h). An architecture that adds a companion
- * buffer per position (index keys, say) adds it to the pool and to kv_block_buffers, and old blobs
- * are then refused rather than half-restored.
+ * Buffers: the pool's own, in its order (kv_pool.h): "k", "v" unless the architecture's values
+ * are its K rows (MLA), and a companion buffer where the architecture has one (the DSA indexer's
+ * keys, named with their element type: "ik-f32", "ik-f16", "ik-bf16", "ik-fp8"). A blob of a pool
+ * without the companion, or with another index-key type, is refused rather than half-restored.
  */
 #ifndef VERITY_KV_KV_BLOCK_H
 #define VERITY_KV_KV_BLOCK_H

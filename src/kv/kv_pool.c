@@ -17,18 +17,40 @@ struct kv_pool {
     kv_pool_opts o;
     unsigned char *mem;
     size_t mem_bytes;
-    size_t block_bytes; /* one block of one layer's K (or V) */
-    size_t layer_bytes; /* K region of one layer */
+    int n_buf;
+    const char *buf_name[KV_POOL_MAX_BUFFERS];
+    size_t buf_block[KV_POOL_MAX_BUFFERS]; /* one block of one layer of buffer i */
+    size_t buf_off[KV_POOL_MAX_BUFFERS];   /* buffer i's region within a layer's */
+    size_t layer_bytes;                    /* all buffers' regions of one layer */
     int32_t *refs;
     int32_t *free_ids;
     int64_t n_free;
 };
 
-size_t kv_block_state_bytes_of(const kv_pool_opts *o) {
+/* The buffers of o: names and bytes per position; returns how many (0 for bad sizes). */
+static int kv_pool_buffers_of(const kv_pool_opts *o, const char **names, size_t *row_bytes) {
     if (o->n_layer <= 0 || o->kv_dim <= 0 || o->block_size <= 0)
         return 0;
-    __uint128_t b = (__uint128_t)(o->f16 ? 2 : 4) * (uint64_t)o->kv_dim * (uint64_t)o->block_size;
-    b *= (uint64_t)o->n_layer * 2;
+    int n = 0;
+    size_t row = (size_t)(o->f16 ? 2 : 4) * (size_t)o->kv_dim;
+    names[n] = "k", row_bytes[n++] = row;
+    if (!o->k_only)
+        names[n] = "v", row_bytes[n++] = row;
+    if (o->ik_row_bytes)
+        names[n] = o->ik_name, row_bytes[n++] = o->ik_row_bytes;
+    return n;
+}
+
+size_t kv_block_state_bytes_of(const kv_pool_opts *o) {
+    const char *names[KV_POOL_MAX_BUFFERS];
+    size_t rows[KV_POOL_MAX_BUFFERS];
+    int n = kv_pool_buffers_of(o, names, rows);
+    if (n == 0 || (uint64_t)o->kv_dim > UINT32_MAX || (uint64_t)o->block_size > UINT32_MAX)
+        return 0;
+    __uint128_t b = 0;
+    for (int i = 0; i < n; i++)
+        b += (__uint128_t)rows[i] * (uint64_t)o->block_size;
+    b *= (uint64_t)o->n_layer;
     if (b > (__uint128_t)SIZE_MAX / 2)
         return 0;
     return (size_t)b;
@@ -51,12 +73,19 @@ int kv_pool_create(const kv_pool_opts *o, kv_pool **out) {
                        "kv pool: invalid size (%lld layers, kv dim %lld, %lld blocks of %lld)",
                        (long long)o->n_layer, (long long)o->kv_dim, (long long)o->n_blocks,
                        (long long)o->block_size);
+    if (o->ik_row_bytes && (!o->ik_name || !o->ik_name[0] || strlen(o->ik_name) > 7))
+        return err_set(ERR_INVAL, "kv pool: the companion buffer needs a name of 1-7 characters");
     kv_pool *p = calloc(1, sizeof *p);
     if (!p)
         return err_set(ERR_NOMEM, "kv pool: out of memory");
     p->o = *o;
-    p->block_bytes = kv_block_state_bytes_of(o) / (2 * (size_t)o->n_layer);
-    p->layer_bytes = p->block_bytes * (size_t)o->n_blocks;
+    size_t rows[KV_POOL_MAX_BUFFERS];
+    p->n_buf = kv_pool_buffers_of(o, p->buf_name, rows);
+    for (int i = 0; i < p->n_buf; i++) {
+        p->buf_block[i] = rows[i] * (size_t)o->block_size;
+        p->buf_off[i] = p->layer_bytes;
+        p->layer_bytes += p->buf_block[i] * (size_t)o->n_blocks;
+    }
     p->mem_bytes = total;
     void *m = mem_alloc_large(total);
     p->refs = calloc((size_t)o->n_blocks, sizeof *p->refs);
@@ -126,22 +155,43 @@ bool kv_pool_f16(const kv_pool *p) {
     return p->o.f16;
 }
 size_t kv_pool_block_bytes(const kv_pool *p) {
-    return p->block_bytes;
+    return p->buf_block[0];
+}
+int kv_pool_n_buffers(const kv_pool *p) {
+    return p->n_buf;
+}
+const char *kv_pool_buffer_name(const kv_pool *p, int i) {
+    CHECK(i >= 0 && i < p->n_buf);
+    return p->buf_name[i];
+}
+size_t kv_pool_buffer_block_bytes(const kv_pool *p, int i) {
+    CHECK(i >= 0 && i < p->n_buf);
+    return p->buf_block[i];
+}
+void *kv_pool_buffer_base(kv_pool *p, int64_t layer, int i) {
+    CHECK(i >= 0 && i < p->n_buf && layer >= 0 && layer < p->o.n_layer);
+    return p->mem + (size_t)layer * p->layer_bytes + p->buf_off[i];
 }
 size_t kv_block_state_bytes(const kv_pool *p) {
-    return p->block_bytes * 2 * (size_t)p->o.n_layer;
+    size_t b = 0;
+    for (int i = 0; i < p->n_buf; i++)
+        b += p->buf_block[i];
+    return b * (size_t)p->o.n_layer;
 }
 
-/* Layout of a saved block: for each layer, K then V. */
+/* Block id of buffer i of layer l. */
+static unsigned char *kv_pool_blockp(const kv_pool *p, int32_t id, int64_t l, int i) {
+    return p->mem + (size_t)l * p->layer_bytes + p->buf_off[i] + (size_t)id * p->buf_block[i];
+}
+
+/* Layout of a saved block: for each layer, each buffer in order. */
 void kv_block_save(const kv_pool *p, int32_t id, void *dst) {
     CHECK(id >= 0 && id < p->o.n_blocks);
     unsigned char *d = dst;
     for (int64_t l = 0; l < p->o.n_layer; l++)
-        for (int kv = 0; kv < 2; kv++) {
-            const unsigned char *src = p->mem + ((size_t)l * 2 + (size_t)kv) * p->layer_bytes +
-                                       (size_t)id * p->block_bytes;
-            memcpy(d, src, p->block_bytes);
-            d += p->block_bytes;
+        for (int i = 0; i < p->n_buf; i++) {
+            memcpy(d, kv_pool_blockp(p, id, l, i), p->buf_block[i]);
+            d += p->buf_block[i];
         }
 }
 
@@ -149,18 +199,32 @@ void kv_block_load(kv_pool *p, int32_t id, const void *src, bool k, bool v) {
     CHECK(id >= 0 && id < p->o.n_blocks);
     const unsigned char *s = src;
     for (int64_t l = 0; l < p->o.n_layer; l++)
-        for (int kv = 0; kv < 2; kv++) {
-            if (kv == 0 ? k : v)
-                memcpy(p->mem + ((size_t)l * 2 + (size_t)kv) * p->layer_bytes +
-                           (size_t)id * p->block_bytes,
-                       s, p->block_bytes);
-            s += p->block_bytes;
+        for (int i = 0; i < p->n_buf; i++) {
+            if (i == 0 ? k : v)
+                memcpy(kv_pool_blockp(p, id, l, i), s, p->buf_block[i]);
+            s += p->buf_block[i];
         }
 }
 
+void kv_block_copy(kv_pool *p, int32_t dst, int32_t src) {
+    CHECK(dst >= 0 && dst < p->o.n_blocks && src >= 0 && src < p->o.n_blocks);
+    for (int64_t l = 0; l < p->o.n_layer; l++)
+        for (int i = 0; i < p->n_buf; i++)
+            memcpy(kv_pool_blockp(p, dst, l, i), kv_pool_blockp(p, src, l, i), p->buf_block[i]);
+}
+
 void *kv_pool_k_base(kv_pool *p, int64_t layer) {
-    return p->mem + (size_t)layer * 2 * p->layer_bytes;
+    return kv_pool_buffer_base(p, layer, 0);
 }
 void *kv_pool_v_base(kv_pool *p, int64_t layer) {
-    return p->mem + ((size_t)layer * 2 + 1) * p->layer_bytes;
+    return kv_pool_buffer_base(p, layer, p->o.k_only ? 0 : 1);
+}
+void *kv_pool_ik_base(kv_pool *p, int64_t layer) {
+    return p->o.ik_row_bytes ? kv_pool_buffer_base(p, layer, p->n_buf - 1) : NULL;
+}
+const char *kv_pool_ik_name(const kv_pool *p) {
+    return p->o.ik_row_bytes ? p->o.ik_name : NULL;
+}
+size_t kv_pool_ik_block_bytes(const kv_pool *p) {
+    return p->o.ik_row_bytes ? p->buf_block[p->n_buf - 1] : 0;
 }

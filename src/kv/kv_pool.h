@@ -6,9 +6,15 @@
  * order) that the engine owns; the forward pass writes K/V rows into the slots of the positions it
  * computes and reads them through kn_attn_kv.
  *
- * Layout: for each layer, a K region of n_blocks x block_size x kv_dim elements and a V region of
- * the same size; block b of layer l starts at kv_pool_k_base(l) + b * kv_pool_block_bytes().
- * Elements are F16 or F32 (the kv-dtype toggle).
+ * Buffers: a block holds, for every layer, one or more named buffers of per-position rows: "k"
+ * (kv_dim elements per position), "v" (the same, unless the architecture reads its values from
+ * the K rows: MLA's latent cache keeps no V region), and a companion buffer if the architecture
+ * has one (the DSA indexer's keys, named by their element type, e.g. "ik-f16"; rows of ik_row_bytes
+ * laid out by the model). Elements of K and V are F16 or F32 (the kv-dtype toggle).
+ *
+ * Layout: for each layer, for each buffer, a region of n_blocks x block_size rows; block b of
+ * buffer i of layer l starts at kv_pool_buffer_base(l, i) + b * kv_pool_buffer_block_bytes(i).
+ * kv_pool_k_base / kv_pool_v_base / kv_pool_ik_base are the three buffers by role.
  *
  * Reference counts let a block be shared (prefix cache, n > 1 sampling): kv_pool_alloc returns a
  * block with one reference, kv_block_ref adds one, kv_block_unref drops one and frees the block
@@ -33,18 +39,25 @@ typedef struct kv_pool_opts {
     int64_t block_size; /* positions per block */
     int64_t n_blocks;
     bool f16;
+    bool k_only;         /* no V region: the values are the K rows (MLA's latent cache) */
+    size_t ik_row_bytes; /* the companion buffer's bytes per position and layer (0: none) */
+    const char *ik_name; /* its name (at most 7 characters; static storage), if ik_row_bytes */
 } kv_pool_opts;
 
-/* Bytes of one block's K and V over all layers for pool options o (elements of 2 or 4 bytes x
- * kv_dim x block_size x 2 x n_layer; n_blocks is not used): the one block-size formula, which
- * kv_block_state_bytes and kv_pool_bytes agree with. 0 for non-positive sizes or overflow. */
+/* Most buffers a block has (k, v, a companion). */
+#define KV_POOL_MAX_BUFFERS 3
+
+/* Bytes of one block's buffers over all layers for pool options o (K: elements of 2 or 4 bytes x
+ * kv_dim x block_size, V the same unless k_only, the companion ik_row_bytes x block_size, all
+ * times n_layer; n_blocks is not used): the one block-size formula, which kv_block_state_bytes
+ * and kv_pool_bytes agree with. 0 for non-positive sizes or overflow. */
 size_t kv_block_state_bytes_of(const kv_pool_opts *o);
 
 /* Bytes a pool with these options needs (0 if the product overflows). */
 size_t kv_pool_bytes(const kv_pool_opts *o);
 
-/* Creates the pool. Returns 0, ERR_INVAL (non-positive sizes), ERR_NOMEM (detail gives the size).
- */
+/* Creates the pool. Returns 0, ERR_INVAL (non-positive sizes, a companion buffer without a name
+ * or with one longer than 7 characters), ERR_NOMEM (detail gives the size). */
 int kv_pool_create(const kv_pool_opts *o, kv_pool **out);
 void kv_pool_destroy(kv_pool *p);
 
@@ -61,19 +74,37 @@ int64_t kv_pool_n_layer(const kv_pool *p);
 int64_t kv_pool_n_free(const kv_pool *p);
 int64_t kv_pool_block_size(const kv_pool *p);
 bool kv_pool_f16(const kv_pool *p);
+/* Bytes of one block of one layer's K (and V) rows. */
 size_t kv_pool_block_bytes(const kv_pool *p);
 
-/* Bytes of one block's K and V over all layers (what kv_block_save writes). */
+/* The buffers, in payload order within a layer: how many, buffer i's name ("k", "v", or the
+ * companion's), its bytes per block of one layer, and layer l's region of it. */
+int kv_pool_n_buffers(const kv_pool *p);
+const char *kv_pool_buffer_name(const kv_pool *p, int i);
+size_t kv_pool_buffer_block_bytes(const kv_pool *p, int i);
+void *kv_pool_buffer_base(kv_pool *p, int64_t layer, int i);
+
+/* Bytes of one block's buffers over all layers (what kv_block_save writes). */
 size_t kv_block_state_bytes(const kv_pool *p);
 
-/* Copies block id's K and V (every layer) to dst (kv_block_state_bytes bytes). */
+/* Copies block id's buffers (every layer, in payload order) to dst (kv_block_state_bytes bytes). */
 void kv_block_save(const kv_pool *p, int32_t id, void *dst);
 
-/* Restores block id from src (saved by kv_block_save), K and/or V. */
+/* Restores block id from src (saved by kv_block_save): K if k, and every other buffer (V and the
+ * companion) if v. */
 void kv_block_load(kv_pool *p, int32_t id, const void *src, bool k, bool v);
 
-/* Base of layer l's K (V) region. */
+/* Copies every buffer of block src to block dst (copy-on-write). */
+void kv_block_copy(kv_pool *p, int32_t dst, int32_t src);
+
+/* Base of layer l's K region; of its V region (the K region in a k_only pool, whose values are
+ * the K rows); of its companion region (NULL without one). */
 void *kv_pool_k_base(kv_pool *p, int64_t layer);
 void *kv_pool_v_base(kv_pool *p, int64_t layer);
+void *kv_pool_ik_base(kv_pool *p, int64_t layer);
+
+/* The companion buffer's name (NULL without one) and bytes per block of one layer (0 without). */
+const char *kv_pool_ik_name(const kv_pool *p);
+size_t kv_pool_ik_block_bytes(const kv_pool *p);
 
 #endif

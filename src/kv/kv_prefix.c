@@ -396,13 +396,7 @@ int kv_prefix_copy_block(kv_prefix *px, kv_table *t, int32_t i) {
         return err_set(ERR_FULL, "kv prefix: no block free for a copy");
     int32_t src = t->ids[i], dst = kv_pool_alloc(px->p);
     CHECK(dst >= 0);
-    size_t bb = kv_pool_block_bytes(px->p);
-    for (int64_t l = 0; l < kv_pool_n_layer(px->p); l++) {
-        memcpy((unsigned char *)kv_pool_k_base(px->p, l) + (size_t)dst * bb,
-               (unsigned char *)kv_pool_k_base(px->p, l) + (size_t)src * bb, bb);
-        memcpy((unsigned char *)kv_pool_v_base(px->p, l) + (size_t)dst * bb,
-               (unsigned char *)kv_pool_v_base(px->p, l) + (size_t)src * bb, bb);
-    }
+    kv_block_copy(px->p, dst, src); /* every buffer: K, V, the companion */
     t->ids[i] = dst;
     if (t->n_sealed > i) {
         /* the copy will be written: t's sealed prefix ends before it */

@@ -27,39 +27,15 @@
  * token's result never depends on the batch (P1).
  */
 #include "base/err.h"
-#include "model/forward_int.h"
+#include "model/arch_mla.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A layer's attention tensors (model_layer.ext); attn_norm and attn_output are the layer's. */
-typedef struct ds2_layer {
-    kn_mat *wq_a, *wq_b; /* q_lora_rank > 0: [q_lora][n_embd], [n_head * qk][q_lora] */
-    float *q_a_norm;     /* [q_lora] */
-    kn_mat *wq;          /* q_lora_rank 0: [n_head * qk][n_embd] */
-    kn_mat *wkv_a;       /* [kv_lora + rope][n_embd] */
-    float *kv_a_norm;    /* [kv_lora] */
-    kn_mat **wk_b;       /* [n_head]: [kv_lora][nope] */
-    kn_mat **wv_b;       /* [n_head]: [v][kv_lora] */
-} ds2_layer;
-
-/* A forward context's buffers (fwd_ctx.arch_ctx); T = max_tokens, H = n_head. The query rows
- * [T][H][kv_lora + rope] are c->q, the attention's output rows c->att, the cache rows c->k. */
-typedef struct ds2_ctx {
-    float *qa;   /* [T][q_lora] */
-    float *qf;   /* [T][H * qk]: the full query heads */
-    float *qn;   /* [H * T][nope]: q_nope by head */
-    float *qabs; /* [H * T][kv_lora]: absorbed q_nope by head */
-    float *ol;   /* [H * T][kv_lora]: latent attention results by head */
-    float *vo;   /* [H * T][v]: value heads by head */
-    float *av;   /* [T][H * v]: value heads by token, attn_output's input */
-    fwd_mm *mm;  /* [H] */
-} ds2_ctx;
-
 /* ---- hyper-parameters ---- */
 
-static int ds2_read_hparams(model *m) {
+int arch_mla_read_hparams(model *m) {
     model_hparams *hp = &m->hp;
     const char *path = gguf_path(m->g);
     int64_t kv_heads, klen, vlen;
@@ -130,8 +106,8 @@ static int ds2_read_hparams(model *m) {
 
 /* ---- binding ---- */
 
-static void ds2_free_layer(const model *m, model_layer *L) {
-    ds2_layer *X = L->ext;
+void arch_mla_free_layer(const model *m, model_layer *L) {
+    mla_layer *X = L->ext;
     if (!X)
         return;
     kn_mat_destroy(X->wq_a);
@@ -146,12 +122,12 @@ static void ds2_free_layer(const model *m, model_layer *L) {
     L->ext = NULL;
 }
 
-static int ds2_bind_layer(model *m, int64_t l) {
+int arch_mla_bind_layer(model *m, int64_t l) {
     const model_hparams *hp = &m->hp;
     model_layer *L = &m->layers[l];
     int64_t D = hp->n_embd, H = hp->n_head, QK = hp->head_dim_qk, KL = hp->n_lora_kv;
     int64_t R = hp->n_rot, NOPE = QK - R, V = hp->head_dim_v, QL = hp->n_lora_q;
-    ds2_layer *X = calloc(1, sizeof *X);
+    mla_layer *X = calloc(1, sizeof *X);
     if (!X)
         return err_set(ERR_NOMEM, "out of memory");
     L->ext = X;
@@ -188,15 +164,14 @@ static int ds2_bind_layer(model *m, int64_t l) {
 
 /* ---- forward ---- */
 
-static void ds2_ctx_act(const model_hparams *hp, int64_t max_tokens, int64_t *rows,
-                        int64_t *elems) {
+void arch_mla_ctx_act(const model_hparams *hp, int64_t max_tokens, int64_t *rows, int64_t *elems) {
     int64_t nope = hp->head_dim_qk - hp->n_rot, w = nope > hp->n_lora_kv ? nope : hp->n_lora_kv;
     *rows = hp->n_head * max_tokens;
     *elems = *rows * (w > hp->head_dim_v ? w : hp->head_dim_v);
 }
 
-static void ds2_ctx_destroy(fwd_ctx *c) {
-    ds2_ctx *st = c->arch_ctx;
+void arch_mla_ctx_destroy(fwd_ctx *c) {
+    mla_ctx *st = c->arch_ctx;
     if (!st)
         return;
     free(st->qa);
@@ -211,9 +186,9 @@ static void ds2_ctx_destroy(fwd_ctx *c) {
     c->arch_ctx = NULL;
 }
 
-static int ds2_ctx_create(fwd_ctx *c) {
+int arch_mla_ctx_create(fwd_ctx *c) {
     const model_hparams *hp = &c->m->hp;
-    ds2_ctx *st = calloc(1, sizeof *st);
+    mla_ctx *st = calloc(1, sizeof *st);
     if (!st)
         return ERR_NOMEM;
     c->arch_ctx = st;
@@ -237,8 +212,8 @@ static int ds2_ctx_create(fwd_ctx *c) {
  * and the cache row [latent | k_pe] into the pool. */
 static void ds2_rows_kv(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_hparams *hp = &c->m->hp;
-    const ds2_layer *X = ph->arg;
-    ds2_ctx *st = c->arch_ctx;
+    const mla_layer *X = ph->arg;
+    mla_ctx *st = c->arch_ctx;
     int64_t KL = hp->n_lora_kv, HD = hp->head_dim, QL = hp->n_lora_q,
             bs = kv_pool_block_size(c->kv);
     bool f16 = kv_pool_f16(c->kv);
@@ -263,7 +238,7 @@ static void ds2_rows_kv(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1,
  * buffer (quantized there for k_b). */
 static void ds2_rows_q(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_hparams *hp = &c->m->hp;
-    ds2_ctx *st = c->arch_ctx;
+    mla_ctx *st = c->arch_ctx;
     int64_t H = hp->n_head, QK = hp->head_dim_qk, R = hp->n_rot, NOPE = QK - R;
     int64_t KL = hp->n_lora_kv, HD = hp->head_dim, T = c->n_tok;
     for (int64_t t = t0; t < t1; t++)
@@ -281,7 +256,7 @@ static void ds2_rows_q(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, 
 /* Tokens [t0, t1): each head's absorbed q_nope into the first kv_lora elements of its query row. */
 static void ds2_rows_qcat(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_hparams *hp = &c->m->hp;
-    ds2_ctx *st = c->arch_ctx;
+    mla_ctx *st = c->arch_ctx;
     int64_t H = hp->n_head, KL = hp->n_lora_kv, HD = hp->head_dim, T = c->n_tok;
     for (int64_t t = t0; t < t1; t++)
         for (int64_t h = 0; h < H; h++)
@@ -293,7 +268,7 @@ static void ds2_rows_qcat(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t
  * output) into the head-major buffer, quantized there for v_b. */
 static void ds2_rows_latent(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_hparams *hp = &c->m->hp;
-    ds2_ctx *st = c->arch_ctx;
+    mla_ctx *st = c->arch_ctx;
     int64_t H = hp->n_head, KL = hp->n_lora_kv, HD = hp->head_dim, T = c->n_tok;
     for (int64_t t = t0; t < t1; t++)
         for (int64_t h = 0; h < H; h++)
@@ -307,7 +282,7 @@ static void ds2_rows_latent(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t
 /* Tokens [t0, t1): the value heads back in token order, quantized for attn_output. */
 static void ds2_rows_v(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_hparams *hp = &c->m->hp;
-    ds2_ctx *st = c->arch_ctx;
+    mla_ctx *st = c->arch_ctx;
     int64_t H = hp->n_head, V = hp->head_dim_v, T = c->n_tok;
     for (int64_t t = t0; t < t1; t++)
         for (int64_t h = 0; h < H; h++)
@@ -316,31 +291,47 @@ static void ds2_rows_v(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, 
         fwd_quantize_rows(c, st->av, H * V, t0, t1);
 }
 
-static void ds2_forward_attn(fwd_ctx *c, int64_t l) {
+void arch_mla_forward_attn(fwd_ctx *c, int64_t l, const mla_hooks *hk) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *L = &c->m->layers[l];
-    const ds2_layer *X = L->ext;
-    ds2_ctx *st = c->arch_ctx;
+    const mla_layer *X = L->ext;
+    mla_ctx *st = c->arch_ctx;
     int64_t T = c->n_tok, H = hp->n_head, QK = hp->head_dim_qk, KL = hp->n_lora_kv;
     int64_t V = hp->head_dim_v, HD = hp->head_dim;
     const kn_mat *wq_in = X->wq_a ? X->wq_a : X->wq;
-    fwd_phase_residual_norm(c, l, L->attn_norm, l == 0,
-                            kn_mat_wants_q8(wq_in) || kn_mat_wants_q8(X->wkv_a));
-    fwd_mm in[2] = {{.w = wq_in, .x = c->xn, .y = X->wq_a ? st->qa : st->qf, .rows = T},
+    static const mla_hooks none = {0};
+    if (!hk)
+        hk = &none;
+    bool q8_x = kn_mat_wants_q8(wq_in) || kn_mat_wants_q8(X->wkv_a);
+    for (int i = 0; i < hk->n_x; i++)
+        q8_x = q8_x || kn_mat_wants_q8(hk->x_mm[i].w);
+    fwd_phase_residual_norm(c, l, L->attn_norm, l == 0, q8_x);
+    fwd_mm in[6] = {{.w = wq_in, .x = c->xn, .y = X->wq_a ? st->qa : st->qf, .rows = T},
                     {.w = X->wkv_a, .x = c->xn, .y = c->k, .rows = T}};
-    fwd_phase_matmul(c, 2, in);
-    fwd_phase_rows(c, ds2_rows_kv, l, T, 4 * (HD + hp->n_lora_q),
-                   X->wq_a && kn_mat_wants_q8(X->wq_b), X);
+    for (int i = 0; i < hk->n_x; i++)
+        in[2 + i] = hk->x_mm[i];
+    fwd_phase_matmul(c, 2 + hk->n_x, in);
+    bool q8_qa = X->wq_a && kn_mat_wants_q8(X->wq_b);
+    for (int i = 0; i < hk->n_qa; i++)
+        q8_qa = q8_qa || kn_mat_wants_q8(hk->qa_mm[i].w);
+    fwd_phase_rows(c, ds2_rows_kv, l, T, 4 * (HD + hp->n_lora_q), q8_qa, X);
     if (X->wq_a) {
-        fwd_mm qb = {.w = X->wq_b, .x = st->qa, .y = st->qf, .rows = T};
-        fwd_phase_matmul(c, 1, &qb);
+        fwd_mm qb[5] = {{.w = X->wq_b, .x = st->qa, .y = st->qf, .rows = T}};
+        for (int i = 0; i < hk->n_qa; i++)
+            qb[1 + i] = hk->qa_mm[i];
+        fwd_phase_matmul(c, 1 + hk->n_qa, qb);
     }
+    if (hk->after_qkv)
+        hk->after_qkv(c, l);
     fwd_phase_rows(c, ds2_rows_q, l, T, 4 * H * QK, kn_mat_wants_q8(X->wk_b[0]), X);
     for (int64_t h = 0; h < H; h++)
         st->mm[h] = (fwd_mm){.w = X->wk_b[h], .x = st->qn, .y = st->qabs, .row0 = h * T, .rows = T};
     fwd_phase_matmul(c, (int)H, st->mm);
     fwd_phase_rows(c, ds2_rows_qcat, l, T, 2 * H * KL, false, X);
-    arch_dense_phase_attention(c, l, hp->attn_scale, true);
+    if (hk->attention)
+        hk->attention(c, l, hp->attn_scale);
+    else
+        arch_dense_phase_attention(c, l, hp->attn_scale, true);
     fwd_phase_rows(c, ds2_rows_latent, l, T, 2 * H * KL, kn_mat_wants_q8(X->wv_b[0]), X);
     for (int64_t h = 0; h < H; h++)
         st->mm[h] = (fwd_mm){.w = X->wv_b[h], .x = st->ol, .y = st->vo, .row0 = h * T, .rows = T};
@@ -350,22 +341,31 @@ static void ds2_forward_attn(fwd_ctx *c, int64_t l) {
     fwd_phase_matmul(c, 1, &o);
 }
 
-static void ds2_forward_layer(fwd_ctx *c, int64_t l) {
-    ds2_forward_attn(c, l);
+void arch_mla_kv_layout(const model *m, kv_pool_opts *o) {
+    o->k_only = true;
+}
+
+void arch_mla_forward_layer(fwd_ctx *c, int64_t l, const mla_hooks *hk) {
+    arch_mla_forward_attn(c, l, hk);
     if (l < c->m->hp.n_layer_dense_lead)
         arch_dense_forward_ffn(c, l);
     else
         moe_forward_ffn(c, l);
 }
 
+static void ds2_forward_layer(fwd_ctx *c, int64_t l) {
+    arch_mla_forward_layer(c, l, NULL);
+}
+
 const model_arch arch_deepseek2 = {
     .name = "deepseek2",
-    .read_hparams = ds2_read_hparams,
-    .bind_layer = ds2_bind_layer,
+    .read_hparams = arch_mla_read_hparams,
+    .bind_layer = arch_mla_bind_layer,
     .kv_dim = arch_dense_kv_dim,
+    .kv_layout = arch_mla_kv_layout,
     .forward_layer = ds2_forward_layer,
-    .free_layer = ds2_free_layer,
-    .ctx_create = ds2_ctx_create,
-    .ctx_destroy = ds2_ctx_destroy,
-    .ctx_act = ds2_ctx_act,
+    .free_layer = arch_mla_free_layer,
+    .ctx_create = arch_mla_ctx_create,
+    .ctx_destroy = arch_mla_ctx_destroy,
+    .ctx_act = arch_mla_ctx_act,
 };

@@ -117,9 +117,12 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->n_threads = n_threads; /* the scratch arrays' length, also for a failed create */
     if (!fail && moe_ctx_create(c))
         fail = true;
-    if (!fail && m->arch->ctx_create && m->arch->ctx_create(c))
-        fail = true;
-    if (fail) {
+    int arc = !fail && m->arch->ctx_create ? m->arch->ctx_create(c) : 0;
+    if (arc && arc != ERR_NOMEM) { /* the architecture's error (its detail is set) */
+        fwd_ctx_destroy(c);
+        return arc;
+    }
+    if (fail || arc) {
         fwd_ctx_destroy(c);
         return err_set(ERR_NOMEM, "forward: out of memory for %lld-token buffers",
                        (long long)max_tokens);

@@ -332,6 +332,17 @@ int model_hparams_read(const gguf *g, model_hparams *out) {
     return rc;
 }
 
+void model_kv_pool_opts(const model *m, bool f16, int64_t block_size, int64_t n_blocks,
+                        kv_pool_opts *o) {
+    *o = (kv_pool_opts){.n_layer = m->hp.n_layer,
+                        .kv_dim = model_kv_dim(m),
+                        .block_size = block_size,
+                        .n_blocks = n_blocks,
+                        .f16 = f16};
+    if (m->arch->kv_layout)
+        m->arch->kv_layout(m, o);
+}
+
 int64_t model_kv_dim(const model *m) {
     return m->arch->kv_dim(&m->hp);
 }

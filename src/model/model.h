@@ -6,11 +6,13 @@
  * Supported architectures (general.architecture), one file each (src/model/arch_<name>.c, listed
  * in model_arch.c): "llama" (llama2.c-style models, TinyLlama, Llama-2/3 shapes; tied or untied
  * output), the llama-family variants "qwen2" (Q/K/V biases, NEOX RoPE) and "qwen3" (per-head Q/K
- * RMSNorm, NEOX RoPE), "qwen3moe" (qwen3 attention, mixture-of-experts FFN), and "deepseek2"
+ * RMSNorm, NEOX RoPE), "qwen3moe" (qwen3 attention, mixture-of-experts FFN), "deepseek2"
  * (DeepSeek-V2/V3, Kimi-K2: multi-head latent attention over a latent KV cache, YaRN, leading
- * dense layers, MoE with shared experts, selection bias and grouped routing). Weight types:
- * F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, mixed freely across tensors
- * (kn_type_supported), expert tensors included. Anything else is refused at load with
+ * dense layers, MoE with shared experts, selection bias and grouped routing), and "deepseek32"
+ * (DeepSeek-V3.2: deepseek2 with DeepSeek sparse attention, a lightning indexer whose keys are a
+ * companion buffer of the KV blocks and that picks the positions each query attends to). Weight
+ * types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, mixed freely across
+ * tensors (kn_type_supported), expert tensors included. Anything else is refused at load with
  * ERR_UNSUPPORTED naming the architecture, tensor or type.
  *
  * Lifetime: the GGUF file stays mapped for the model's life (embedding rows, tokenizer data);
@@ -22,6 +24,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/kn.h"
+#include "kv/kv_pool.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -68,6 +71,12 @@ typedef struct model_hparams {
     int expert_gating;          /* kn_gating */
     bool expert_weights_norm;   /* the k weights are normalised to sum 1 */
     float expert_weights_scale; /* and multiplied by this (0 or 1: not) */
+    /* DeepSeek sparse attention (indexer_n_head 0: none): the lightning indexer's heads, head
+     * size (its first n_rot channels roped, NEOX pairs) and the keys each query attends to */
+    int64_t indexer_n_head;
+    int64_t indexer_head_dim;
+    int64_t indexer_top_k;
+    int64_t n_layer_nextn; /* trailing multi-token-prediction layers of the file, not run */
 } model_hparams;
 
 typedef struct model model;
@@ -101,6 +110,13 @@ uint64_t model_identity(const model *m);
 /* Elements each position of one layer occupies in the KV pool's K region (and in its V region):
  * the architecture's cache layout (n_head_kv * head_dim for the dense attention). */
 int64_t model_kv_dim(const model *m);
+
+/* The KV pool options for this model: n_layer, kv_dim, block_size, n_blocks and the K/V element
+ * type (f16) as given, and the architecture's layout (no V region for MLA's latent cache; the DSA
+ * indexer's key buffer, its element type from the index-kv-dtype toggle, "auto" following f16).
+ * Every pool a forward context of the model uses must be made with these options. */
+void model_kv_pool_opts(const model *m, bool f16, int64_t block_size, int64_t n_blocks,
+                        kv_pool_opts *o);
 
 /* Bytes of weights one forward pass reads per token for the matmuls (for roofline reporting);
  * for MoE layers the routed experts count n_expert_used / n_expert of their bytes. */

@@ -9,10 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const model_arch arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_deepseek2;
+extern const model_arch arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_deepseek2,
+    arch_deepseek32;
 
 static const model_arch *const model_archs[] = {
-    &arch_llama, &arch_qwen2, &arch_qwen3, &arch_qwen3moe, &arch_deepseek2,
+    &arch_llama, &arch_qwen2, &arch_qwen3, &arch_qwen3moe, &arch_deepseek2, &arch_deepseek32,
 };
 
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof *model_archs)

@@ -51,6 +51,9 @@ typedef struct model_arch {
     int (*bind_layer)(model *m, int64_t l);
     /* Elements per position of one layer in the KV pool's K region (and V region). */
     int64_t (*kv_dim)(const model_hparams *hp);
+    /* Optional (NULL: K and V regions of kv_dim each): the rest of the KV pool's layout for the
+     * model (no V region, a companion buffer), set in o after its sizes and element type. */
+    void (*kv_layout)(const model *m, kv_pool_opts *o);
     /* Runs layer l of the step c is computing (forward_int.h says what is where). */
     void (*forward_layer)(fwd_ctx *c, int64_t l);
     /* Optional (NULL: nothing to do). Frees what bind_layer put in L->ext. */

@@ -19,6 +19,9 @@
  * factor 4 over an original context of 1024, yarn_log_multiplier 0.1); layer 0 has the shape's
  * dense FFN, the others the MoE of qwen3moe plus one shared expert, sigmoid gating with a
  * selection bias (exp_probs_b), 2 of 4 expert groups, weights normalised and scaled by 2.5.
+ * Architecture deepseek32: deepseek2's and a DSA lightning indexer in every layer (4 heads of
+ * 32, its first 16 channels roped, top 8 keys per query: the selection matters from the ninth
+ * position on).
  */
 #include "model/synth.h"
 #include "base/cpu.h"
@@ -234,8 +237,14 @@ static int synth_copy_vocab(gguf_writer *w, const char *path, int64_t *n_vocab) 
 #define SYNTH_MLA_NOPE 32
 #define SYNTH_MLA_V    32
 
-/* deepseek2's metadata beyond the common keys and the experts' counts. */
-static int synth_mla_keys(gguf_writer *w, const synth_shape *sh) {
+/* The DSA indexer of deepseek32 (see the top of the file). */
+#define SYNTH_DSA_HEADS 4
+#define SYNTH_DSA_DIM   32
+#define SYNTH_DSA_TOP_K 8
+
+/* deepseek2's (and deepseek32's) metadata beyond the common keys and the experts' counts; dsa:
+ * the indexer's too. */
+static int synth_mla_keys(gguf_writer *w, const synth_shape *sh, const char *arch, bool dsa) {
     int64_t kl = sh->n_embd / 2;
     struct {
         const char *key;
@@ -243,37 +252,45 @@ static int synth_mla_keys(gguf_writer *w, const synth_shape *sh) {
         float f;
         int kind; /* 0 u32, 1 f32, 2 bool */
     } k[] = {
-        {"deepseek2.attention.head_count_kv", 1, 0, 0},
-        {"deepseek2.rope.dimension_count", SYNTH_MLA_ROPE, 0, 0},
-        {"deepseek2.attention.q_lora_rank", sh->n_embd / 2, 0, 0},
-        {"deepseek2.attention.kv_lora_rank", kl, 0, 0},
-        {"deepseek2.attention.key_length", kl + SYNTH_MLA_ROPE, 0, 0},
-        {"deepseek2.attention.value_length", kl, 0, 0},
-        {"deepseek2.attention.key_length_mla", SYNTH_MLA_NOPE + SYNTH_MLA_ROPE, 0, 0},
-        {"deepseek2.attention.value_length_mla", SYNTH_MLA_V, 0, 0},
-        {"deepseek2.leading_dense_block_count", 1, 0, 0},
-        {"deepseek2.expert_shared_count", 1, 0, 0},
-        {"deepseek2.expert_group_count", 4, 0, 0},
-        {"deepseek2.expert_group_used_count", 2, 0, 0},
-        {"deepseek2.expert_gating_func", 2, 0, 0},
-        {"deepseek2.expert_weights_scale", 0, 2.5f, 1},
-        {"deepseek2.expert_weights_norm", 1, 0, 2},
-        {"deepseek2.rope.scaling.factor", 0, 4.0f, 1},
-        {"deepseek2.rope.scaling.original_context_length", 1024, 0, 0},
-        {"deepseek2.rope.scaling.yarn_log_multiplier", 0, 0.1f, 1},
+        {"attention.head_count_kv", 1, 0, 0},
+        {"rope.dimension_count", SYNTH_MLA_ROPE, 0, 0},
+        {"attention.q_lora_rank", sh->n_embd / 2, 0, 0},
+        {"attention.kv_lora_rank", kl, 0, 0},
+        {"attention.key_length", kl + SYNTH_MLA_ROPE, 0, 0},
+        {"attention.value_length", kl, 0, 0},
+        {"attention.key_length_mla", SYNTH_MLA_NOPE + SYNTH_MLA_ROPE, 0, 0},
+        {"attention.value_length_mla", SYNTH_MLA_V, 0, 0},
+        {"leading_dense_block_count", 1, 0, 0},
+        {"expert_shared_count", 1, 0, 0},
+        {"expert_group_count", 4, 0, 0},
+        {"expert_group_used_count", 2, 0, 0},
+        {"expert_gating_func", 2, 0, 0},
+        {"expert_weights_scale", 0, 2.5f, 1},
+        {"expert_weights_norm", 1, 0, 2},
+        {"rope.scaling.factor", 0, 4.0f, 1},
+        {"rope.scaling.original_context_length", 1024, 0, 0},
+        {"rope.scaling.yarn_log_multiplier", 0, 0.1f, 1},
+        {"attention.indexer.head_count", SYNTH_DSA_HEADS, 0, 0},
+        {"attention.indexer.key_length", SYNTH_DSA_DIM, 0, 0},
+        {"attention.indexer.top_k", SYNTH_DSA_TOP_K, 0, 0},
     };
-    int rc = gguf_writer_set_str(w, "deepseek2.rope.scaling.type", "yarn", 4);
-    for (size_t i = 0; !rc && i < sizeof k / sizeof *k; i++)
-        rc = k[i].kind == 0   ? gguf_writer_set_u32(w, k[i].key, (uint32_t)k[i].u)
-             : k[i].kind == 1 ? gguf_writer_set_f32(w, k[i].key, k[i].f)
-                              : gguf_writer_set_bool(w, k[i].key, k[i].u != 0);
+    size_t n = sizeof k / sizeof *k - (dsa ? 0 : 3);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    int rc = gguf_writer_set_str(w, key, "yarn", 4);
+    for (size_t i = 0; !rc && i < n; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch, k[i].key);
+        rc = k[i].kind == 0   ? gguf_writer_set_u32(w, key, (uint32_t)k[i].u)
+             : k[i].kind == 1 ? gguf_writer_set_f32(w, key, k[i].f)
+                              : gguf_writer_set_bool(w, key, k[i].u != 0);
+    }
     return rc;
 }
 
-/* One deepseek2 layer: MLA attention, then the dense FFN (layer 0) or the MoE with a shared
- * expert and a selection bias. */
+/* One deepseek2 layer: MLA attention (dsa: with deepseek32's indexer), then the dense FFN (layer
+ * 0) or the MoE with a shared expert and a selection bias. */
 static int synth_mla_layer(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
-                           const synth_shape *sh, bool tied, int64_t l) {
+                           const synth_shape *sh, bool tied, int64_t l, bool dsa) {
     int64_t D = sh->n_embd, H = sh->n_head, QL = D / 2, KL = D / 2, R = SYNTH_MLA_ROPE;
     int64_t QK = SYNTH_MLA_NOPE + R, V = SYNTH_MLA_V, E = SYNTH_MOE_EXPERTS, F = sh->n_ff / 2;
     const float std = 0.02f;
@@ -290,6 +307,13 @@ static int synth_mla_layer(gguf_writer *w, const synth_opts *o, const quant_plan
         (rc = T("attn_k_b.weight", QK - R, KL, H, 0)) || (rc = T("attn_v_b.weight", KL, V, H, 0)) ||
         (rc = T("attn_output.weight", H * V, D, 0, 0)) ||
         (rc = T("ffn_norm.weight", D, 0, 0, 1.0f)))
+        return rc;
+    int64_t IH = SYNTH_DSA_HEADS, ID = SYNTH_DSA_DIM;
+    if (dsa && ((rc = T("indexer.k_norm.weight", ID, 0, 0, 1.0f)) ||
+                (rc = T("indexer.k_norm.bias", ID, 0, 0, 0)) ||
+                (rc = T("indexer.proj.weight", D, IH, 0, 0)) ||
+                (rc = T("indexer.attn_k.weight", D, ID, 0, 0)) ||
+                (rc = T("indexer.attn_q_b.weight", QL, IH * ID, 0, 0))))
         return rc;
     if (l == 0) {
         if ((rc = T("ffn_gate.weight", D, sh->n_ff, 0, 0)) ||
@@ -319,10 +343,10 @@ int synth_write(const synth_opts *o, const char *path) {
                        o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
-        strcmp(arch, "qwen3moe") && strcmp(arch, "deepseek2"))
+        strcmp(arch, "qwen3moe") && strcmp(arch, "deepseek2") && strcmp(arch, "deepseek32"))
         return err_set(ERR_INVAL,
                        "synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, "
-                       "deepseek2)",
+                       "deepseek2, deepseek32)",
                        arch);
     quant_plan plan;
     if (o->q4_k_m) {
@@ -370,8 +394,10 @@ int synth_write(const synth_opts *o, const char *path) {
                             : gguf_writer_set_u32(w, key, (uint32_t)hp[i].u);
         }
     }
-    /* qwen3moe, deepseek2: SYNTH_MOE_EXPERTS experts of n_ff / 2, SYNTH_MOE_USED per token */
-    bool mla = !strcmp(arch, "deepseek2"), moe = !strcmp(arch, "qwen3moe") || mla;
+    /* qwen3moe, deepseek2, deepseek32: SYNTH_MOE_EXPERTS experts of n_ff / 2, SYNTH_MOE_USED per
+     * token */
+    bool dsa = !strcmp(arch, "deepseek32"), mla = !strcmp(arch, "deepseek2") || dsa;
+    bool moe = !strcmp(arch, "qwen3moe") || mla;
     int64_t n_ff_exp = sh->n_ff / 2;
     if (!rc && moe) {
         struct {
@@ -386,7 +412,7 @@ int synth_write(const synth_opts *o, const char *path) {
         }
     }
     if (!rc && mla)
-        rc = synth_mla_keys(w, sh);
+        rc = synth_mla_keys(w, sh, arch, dsa);
     if (!rc && o->sliding_window > 0) {
         snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
         rc = gguf_writer_set_u32(w, key, (uint32_t)o->sliding_window);
@@ -442,7 +468,7 @@ int synth_write(const synth_opts *o, const char *path) {
         rc = synth_tensor(w, o, &plan, NL, tied, "output.weight", sh->n_embd, n_vocab, 0, std);
     bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3") || (moe && !mla);
     for (int64_t l = 0; l < sh->n_layer && !rc && mla; l++)
-        rc = synth_mla_layer(w, o, &plan, sh, tied, l);
+        rc = synth_mla_layer(w, o, &plan, sh, tied, l, dsa);
     for (int64_t l = 0; l < sh->n_layer && !rc && !mla; l++) {
 #define T(suffix, ne0, ne1, mean)                                                                  \
     (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \

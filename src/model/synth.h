@@ -19,7 +19,8 @@
 
 typedef struct synth_opts {
     const char *shape; /* "tiny", "small" or "0.5b" */
-    const char *arch;  /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "deepseek2" */
+    const char *arch;  /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "deepseek2",
+                        * "deepseek32" */
     int type;          /* gguf type of the weight matrices (after the fallback of
                         * quantize.h for rows the type's block does not divide) */
     bool q4_k_m;       /* the Q4_K_M mix of quantize.h instead (type is then ignored) */

@@ -35,6 +35,16 @@ for c in serve generate tokenize bench synth convert quantize chat-template insp
     out=$("$VERITY" "$c" --help 2>/dev/null) && grep -q "usage: verity $c" <<<"$out" || bad_help="$bad_help $c"
 done
 [ -z "$bad_help" ] && pass bad.help_every_command || fail bad.help_every_command "no usage from:$bad_help"
+# expect_bad NAME MODEL WHAT: generate on MODEL exits 2 with one line on stderr naming WHAT
+expect_bad() {
+    local err rc
+    err=$("$VERITY" generate -m "$2" -p hi -n 1 2>&1 >/dev/null)
+    rc=$?
+    if [ $rc -ne 2 ]; then fail "$1" "exit code $rc, expected 2: $err"
+    elif [ "$(printf '%s' "$err" | grep -c '')" -ne 1 ]; then fail "$1" "not one line: $err"
+    elif ! grep -qF "$3" <<<"$err"; then fail "$1" "does not name $3: $err"
+    else pass "$1"; fi
+}
 # a mixture-of-experts file with a missing expert tensor (its name changed in the header) or a
 # misshapen one (4 experts where the file says 8): one line naming the tensor, exit 2
 if "$VERITY" synth --shape tiny --arch qwen3moe --type q8_0 --seed 1 -o "$TMP/moe.gguf" 2>"$TMP/err"; then
@@ -50,12 +60,7 @@ open(sys.argv[2], 'wb').write(b)
 PY
     for c in missing:blk.1.ffn_up_exps.weight shape:blk.0.ffn_down_exps.weight; do
         kind=${c%%:*} tensor=${c#*:}
-        err=$("$VERITY" generate -m "$TMP/moe-$kind.gguf" -p hi -n 1 2>&1 >/dev/null)
-        rc=$?
-        if [ $rc -ne 2 ]; then fail "bad.moe_${kind}_expert_tensor" "exit code $rc, expected 2: $err"
-        elif [ "$(printf '%s' "$err" | grep -c '')" -ne 1 ]; then fail "bad.moe_${kind}_expert_tensor" "not one line: $err"
-        elif ! grep -qF "'$tensor'" <<<"$err"; then fail "bad.moe_${kind}_expert_tensor" "does not name $tensor: $err"
-        else pass "bad.moe_${kind}_expert_tensor"; fi
+        expect_bad "bad.moe_${kind}_expert_tensor" "$TMP/moe-$kind.gguf" "'$tensor'"
     done
 else
     fail bad.moe_expert_tensor "synth failed: $(cat "$TMP/err")"
@@ -71,12 +76,34 @@ assert struct.unpack_from('<I', b, i)[0] == 4  # GGUF uint32
 struct.pack_into('<I', b, i + 4, 7)
 open(sys.argv[2], 'wb').write(b)
 PY
-    err=$("$VERITY" generate -m "$TMP/ds2-gating.gguf" -p hi -n 1 2>&1 >/dev/null)
-    rc=$?
-    if [ $rc -ne 2 ]; then fail bad.unknown_gating_function "exit code $rc, expected 2: $err"
-    elif [ "$(printf '%s' "$err" | grep -c '')" -ne 1 ]; then fail bad.unknown_gating_function "not one line: $err"
-    elif ! grep -q "expert_gating_func 7" <<<"$err"; then fail bad.unknown_gating_function "does not name it: $err"
-    else pass bad.unknown_gating_function; fi
+    expect_bad bad.unknown_gating_function "$TMP/ds2-gating.gguf" "expert_gating_func 7"
 else
     fail bad.unknown_gating_function "synth failed: $(cat "$TMP/err")"
+fi
+# a deepseek32 file whose indexer head size the kernel does not take (40: not a multiple of 16),
+# one with an indexer tensor missing (its name changed in the header), one with an indexer
+# tensor misshapen (8 heads of weights where the file says 4): one line naming it, exit 2
+if "$VERITY" synth --shape tiny --arch deepseek32 --type q8_0 --seed 1 -o "$TMP/ds32.gguf" 2>"$TMP/err"; then
+    perl -0777 -pe 's/blk\.1\.indexer\.attn_k\.weight/blk.1.indexer.attn_k.weighx/' "$TMP/ds32.gguf" >"$TMP/ds32-missing.gguf"
+    python3 - "$TMP/ds32.gguf" "$TMP/ds32-headsize.gguf" "$TMP/ds32-shape.gguf" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+key = b'deepseek32.attention.indexer.key_length'
+i = b.index(struct.pack('<Q', len(key)) + key) + 8 + len(key)
+assert struct.unpack_from('<I', b, i)[0] == 4  # GGUF uint32
+c = bytearray(b)
+struct.pack_into('<I', c, i + 4, 40)
+open(sys.argv[2], 'wb').write(c)
+name = b'blk.0.indexer.proj.weight'
+i = b.index(struct.pack('<Q', len(name)) + name) + 8 + len(name)
+assert struct.unpack_from('<I', b, i)[0] == 2
+struct.pack_into('<Q', b, i + 4 + 8, 8)  # ne[1]: 4 heads -> 8
+open(sys.argv[3], 'wb').write(b)
+PY
+    for c in headsize:indexer.key_length missing:blk.1.indexer.attn_k.weight shape:blk.0.indexer.proj.weight; do
+        kind=${c%%:*} what=${c#*:}
+        expect_bad "bad.dsa_indexer_$kind" "$TMP/ds32-$kind.gguf" "$what"
+    done
+else
+    fail bad.dsa_indexer "synth failed: $(cat "$TMP/err")"
 fi

@@ -62,3 +62,20 @@ if "$VERITY" synth --shape tiny --type f32 --seed 1 -o "$TMP/tiny.gguf" 2>"$TMP/
 else
     fail generate.utf8_stdout "synth failed: $(head -c 300 "$TMP/err")"
 fi
+# deepseek32 (DSA): inspect shows the indexer, and generate runs it (30 tokens from a 20-word
+# prompt: the indexer's top 8 selects from the ninth position on), the same text with 1 and 2
+# threads
+if "$VERITY" synth --shape tiny --arch deepseek32 --type f32 --seed 4 -o "$TMP/ds32.gguf" 2>"$TMP/err"; then
+    want="sparse attention (DSA indexer): 4 heads of 32 (rope 16, neox pairs), top 8 keys per query"
+    if "$VERITY" inspect "$TMP/ds32.gguf" | grep -qF "$want"; then pass generate.deepseek32_inspect
+    else fail generate.deepseek32_inspect "no line '$want' in: $("$VERITY" inspect "$TMP/ds32.gguf" | grep -v '^  blk' | tail -6)"; fi
+    p="the little dog ran over the hill and the sky was blue and green and then it was happy and sad"
+    "$VERITY" generate -m "$TMP/ds32.gguf" -p "$p" -n 30 --temp 0 -t 1 >"$TMP/ds1" 2>"$TMP/err" &&
+        "$VERITY" generate -m "$TMP/ds32.gguf" -p "$p" -n 30 --temp 0 -t 2 >"$TMP/ds2" 2>>"$TMP/err"
+    rc=$?
+    if [ $rc -ne 0 ]; then fail generate.deepseek32 "exit $rc: $(head -c 300 "$TMP/err")"
+    elif [ ! -s "$TMP/ds1" ] || ! cmp -s "$TMP/ds1" "$TMP/ds2"; then fail generate.deepseek32 "empty, or 1 and 2 threads differ"
+    else pass generate.deepseek32; fi
+else
+    fail generate.deepseek32 "synth failed: $(head -c 300 "$TMP/err")"
+fi

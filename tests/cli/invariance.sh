@@ -8,14 +8,14 @@
 . "$(dirname "$0")/lib.bash"
 
 # f32 and q8_0 llama models, a Qwen3 Q4_K_M-style file made the way users make them (synth (F32)
-# then quantize), mixture-of-experts models: synthetic qwen3moe and deepseek2 (MLA) of Q8_0
-# weights and the reference qwen3moe and deepseek2 files of ../shared/models/arch (skipped
-# without them)
+# then quantize), mixture-of-experts models: synthetic qwen3moe, deepseek2 (MLA) and deepseek32
+# (MLA with the DSA indexer) of Q8_0 weights and the reference qwen3moe, deepseek2 and deepseek32
+# files of ../shared/models/arch (skipped without them). deepseek32 also runs each index-kv-dtype.
 "$VERITY" synth --shape small --arch qwen3 --type f32 --seed 11 -o "$TMP/qwen3-f32.gguf" 2>"$TMP/err" &&
     "$VERITY" quantize "$TMP/qwen3-f32.gguf" "$TMP/tiny-qwen3_q4_k_m.gguf" q4_k_m 2>>"$TMP/err" ||
     fail invariance.qwen3_q4_k_m "synth/quantize failed: $(cat "$TMP/err")"
 types="f32 q8_0 qwen3_q4_k_m"
-for arch in qwen3moe deepseek2; do
+for arch in qwen3moe deepseek2 deepseek32; do
     if "$VERITY" synth --shape tiny --arch $arch --type q8_0 --seed 11 -o "$TMP/tiny-${arch}_q8_0.gguf" 2>"$TMP/err"; then
         types="$types ${arch}_q8_0"
     else
@@ -57,9 +57,23 @@ for type in $types; do
         if ! cmp -s "$TMP/gold" "$TMP/out"; then bad="$bad batch=$b,chunk=$c,threads=$t"; fi
     done
     case $type in # mixture of experts: each slot's experts one row at a time (moe-group 0)
-        qwen3moe* | deepseek2*)
+        qwen3moe* | deepseek2* | deepseek32*)
             "$VERITY" generate -m "$model" --prompts "$TMP/prompts.jsonl" --max-batch 64 --chunk 16 -t 2 --moe-group 0 --logits-digest >"$TMP/out" 2>"$TMP/err"
             cmp -s "$TMP/gold" "$TMP/out" || bad="$bad batch=64,chunk=16,threads=2,moe-group=0" ;;
+    esac
+    case $type in # the indexer's key types: each its own batch-1 reference, then batched/chunked
+        deepseek32*)
+            iks="f32 f16 bf16 fp8" ik_combos="64:16:2 7:1:2"
+            if awk -v s="$scale" 'BEGIN { exit !(s < 1) }'; then iks="bf16 fp8" ik_combos="64:16:2"; fi
+            for ik in $iks; do
+                "$VERITY" generate -m "$model" --prompts "$TMP/prompts.jsonl" --max-batch 1 --chunk 512 -t 1 --index-kv-dtype $ik --logits-digest >"$TMP/gold-ik" 2>"$TMP/err"
+                for combo in $ik_combos; do
+                    IFS=: read -r b c t <<<"$combo"
+                    "$VERITY" generate -m "$model" --prompts "$TMP/prompts.jsonl" --max-batch "$b" --chunk "$c" -t "$t" --index-kv-dtype $ik --logits-digest >"$TMP/out" 2>"$TMP/err"
+                    cmp -s "$TMP/gold-ik" "$TMP/out" || bad="$bad index-kv-dtype=$ik,batch=$b,chunk=$c,threads=$t"
+                done
+                [ "$(grep -c '' "$TMP/gold-ik")" -eq 64 ] || bad="$bad index-kv-dtype=$ik(reference run failed)"
+            done ;;
     esac
     if [ -z "$bad" ]; then pass "invariance.$type($(echo $combos | wc -w) configurations)"
     else fail "invariance.$type" "output differs for:$bad"; fi
