@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_hier: see kv_hier.h. The prefix cache's two hooks (a node evicted, a computed node sealed)
- * encode the block and hand the blob to the tier manager, which owns it from then on. A kv_fetch
+ * encode the block into a buffer from the manager's free list (kv_tiers_blob_alloc) and hand it
+ * to the manager, which owns it from then on; a decoded blob's buffer goes back to that list. A
+ * kv_fetch
  * keeps, per block of its request, the lookup's state and, once it came back, the blob, until the
  * request is admitted (or freed).
  */
@@ -49,7 +51,7 @@ static void hier_put(kv_hier *h, int tier, const kv_pool *p, int32_t id, uint64_
     if (!kv_tiers_has(h->tiers, tier))
         return;
     size_t n = kv_block_blob_bytes(p);
-    unsigned char *blob = malloc(n);
+    unsigned char *blob = kv_tiers_blob_alloc(h->tiers, n); /* recycled: no malloc per block */
     if (!blob)
         return; /* a tier is a cache: a block it never got is recomputed when needed */
     kv_block_meta m = {
@@ -249,7 +251,7 @@ int32_t kv_hier_load(kv_hier *h, kv_fetch *f, kv_table *t, const int32_t *toks, 
         uint64_t sum = 0;
         int rc = kv_block_decode(h->p, id, &want, sl->blob, sl->n, &sum);
         int tier = sl->tier;
-        free(sl->blob);
+        kv_tiers_blob_free(h->tiers, sl->blob, sl->n);
         sl->blob = NULL;
         if (rc) {
             log_error("kv cache: block %016llx (positions %lld..%lld) from the %s tier refused: "
