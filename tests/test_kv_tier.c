@@ -884,6 +884,20 @@ static void t_redis_real(void) {
                      "pipelined GET %d: wrong blob", i);
         free(got[i].data);
     }
+    /* an error reply (GET of a list: WRONGTYPE) fails its key alone, the connection stays */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "redis-cli -s %s RPUSH verity:kv:%016llx:%016llx x >/dev/null 2>&1",
+             redis_sock, 1ULL, 500ULL);
+    if (system(cmd) == 0) {
+        const uint64_t k3[3] = {400, 500, 401};
+        rops->get_many(rimpl, NULL, k3, 3, got);
+        T_EQ_INT(got[0].rc, 0);
+        T_EQ_INT(got[1].rc, ERR_IO);
+        T_EQ_INT(got[2].rc, 0);
+        T_CHECK(blob_is(got[2].data, got[2].n, 401, 1001));
+        free(got[0].data);
+        free(got[2].data);
+    }
     rops->destroy(rimpl);
     /* drop */
     kv_tiers_drop(a, KV_TIER_REDIS, 100);
