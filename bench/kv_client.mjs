@@ -60,6 +60,7 @@ async function stream(path, body) {
       const d = JSON.parse(ev.slice(6));
       if (d.error) throw new Error(`${path}: ${JSON.stringify(d.error).slice(0, 300)}`);
       const c = d.choices && d.choices[0];
+      if (c && c.error) throw new Error(`${path}: ${JSON.stringify(c.error).slice(0, 300)}`); // a streamed request's own failure
       const got = c && (c.text || (c.delta && (c.delta.content || c.delta.tool_calls || c.delta.reasoning_content)));
       if (got && !ttft) ttft = performance.now() - t0;
       if (d.usage) { usage = d.usage; if (!ttft) ttft = performance.now() - t0; }

@@ -275,6 +275,29 @@ static void t_prefix(void) {
     T_CHECK(st.cached == 6 && st.hits == 2);
     kv_prefix_release(px, &u);
 
+    /* for_each visits every cached node once, intact (on_evict checks), the evictable ones
+     * first, then those a table holds (here a's four, matched), and changes nothing */
+    T_CHECK(kv_prefix_match(px, &t, a, 4) == 4);
+    evict_log seen = {0};
+    kv_prefix_for_each(px, on_evict, &seen);
+    T_EQ_INT(seen.n, 6);
+    for (int i = 0; i < seen.n; i++)
+        for (int j = i + 1; j < seen.n; j++)
+            T_CHECK(seen.keys[i] != seen.keys[j]);
+    uint64_t ka0 = kv_block_key(7, a, BS), ka3 = ka0;
+    for (int j = 1; j < 4; j++)
+        ka3 = kv_block_key(ka3, a + j * BS, BS);
+    int pos0 = -1, pos3 = -1;
+    for (int i = 0; i < seen.n; i++) {
+        pos0 = seen.keys[i] == ka0 ? i : pos0;
+        pos3 = seen.keys[i] == ka3 ? i : pos3;
+    }
+    T_CHECKF(pos0 >= 2 && pos3 >= 2, "held blocks visited at %d and %d, before the evictable", pos0,
+             pos3);
+    kv_prefix_stats_get(px, &st);
+    T_CHECK(st.cached == 6 && st.evictable == 2 && log.n == 0);
+    kv_prefix_release(px, &t);
+
     /* a private copy of a's prefix adopts the cached nodes when sealed: its blocks are freed */
     for (int b2 = 0; b2 < 2; b2++)
         fill_block(p, kv_prefix_alloc(px, &t), a + b2 * BS);

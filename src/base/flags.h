@@ -76,6 +76,18 @@ enum flag_kind {
     X(KV_REDIS, "kv-redis", FLAG_KIND_STRING, "", "",                                              \
       "Redis KV tier (L3) shared by replicas: redis://HOST:PORT[/DB] or unix:///PATH (empty = "    \
       "none); sealed blocks are written to it and reused by any replica of the same model")        \
+    X(KV_DISK_DIRECT, "kv-disk-direct", FLAG_KIND_BOOL, "0", "0|1",                                \
+      "the disk KV tier reads its files with O_DIRECT into aligned buffers (0: through the page "  \
+      "cache, with read-ahead hints for a batch of files; speed only, same bytes, verified)")       \
+    X(KV_DISK_FLUSH, "kv-disk-flush", FLAG_KIND_BOOL, "1", "0|1",                                  \
+      "at shutdown, write the blocks the memory cache still holds to the disk KV tier, so a "      \
+      "restart on the same kv-disk-dir finds them (0: only evicted blocks reach the disk)")        \
+    X(KV_TIER_BATCH, "kv-tier-batch", FLAG_KIND_INT, "32", "1:256",                                \
+      "most block lookups the KV tiers' I/O thread answers together: Redis pipelines their GETs, " \
+      "the disk tier reads their files ahead (1: one at a time; speed only)")                      \
+    X(KV_BLOB_CACHE, "kv-blob-cache", FLAG_KIND_INT, "64", "0:65536",                              \
+      "buffers kept for reuse by blocks moving to and from the KV tiers, so sealing or evicting "  \
+      "a block does not allocate (0: allocate and free each; speed only)")                         \
     X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
       "compute threads spin briefly between parallel regions instead of sleeping at once")         \
     X(CTX, "ctx", FLAG_KIND_INT, "0", "0:16777216",                                                \

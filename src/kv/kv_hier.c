@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_hier: see kv_hier.h. The prefix cache's two hooks (a node evicted, a computed node sealed)
- * encode the block and hand the blob to the tier manager, which owns it from then on. A kv_fetch
+ * encode the block into a buffer from the manager's free list (kv_tiers_blob_alloc) and hand it
+ * to the manager, which owns it from then on; a decoded blob's buffer goes back to that list. A
+ * kv_fetch
  * keeps, per block of its request, the lookup's state and, once it came back, the blob, until the
  * request is admitted (or freed).
  */
@@ -49,7 +51,7 @@ static void hier_put(kv_hier *h, int tier, const kv_pool *p, int32_t id, uint64_
     if (!kv_tiers_has(h->tiers, tier))
         return;
     size_t n = kv_block_blob_bytes(p);
-    unsigned char *blob = malloc(n);
+    unsigned char *blob = kv_tiers_blob_alloc(h->tiers, n); /* recycled: no malloc per block */
     if (!blob)
         return; /* a tier is a cache: a block it never got is recomputed when needed */
     kv_block_meta m = {
@@ -110,9 +112,27 @@ int kv_hier_create(kv_pool *p, const kv_hier_opts *o, kv_hier **out) {
     return 0;
 }
 
+/* Writes every block L1 caches to the disk tier (most recently used first, so the put queue's
+ * bound keeps the hottest), for a restart on the same directory: one info line with the count. */
+static void hier_flush_disk(kv_hier *h) {
+    kv_tier_stats a, b;
+    kv_tiers_stats_get(h->tiers, KV_TIER_DISK, &a);
+    kv_prefix_stats ps;
+    kv_prefix_stats_get(h->px, &ps);
+    kv_prefix_for_each(h->px, hier_on_evict, h);
+    kv_tiers_stats_get(h->tiers, KV_TIER_DISK, &b);
+    if (ps.cached > 0)
+        log_info("kv cache: %lld cached blocks written to the disk tier at shutdown (%lld more "
+                 "dropped: the tiers' put queue was full)",
+                 (long long)(ps.cached - (b.puts_dropped - a.puts_dropped)),
+                 (long long)(b.puts_dropped - a.puts_dropped));
+}
+
 void kv_hier_destroy(kv_hier *h) {
     if (!h)
         return;
+    if (kv_tiers_has(h->tiers, KV_TIER_DISK) && flags_int(FLAG_KV_DISK_FLUSH))
+        hier_flush_disk(h);
     /* the tiers first: their queued puts hold their own copies, never pool memory */
     kv_tiers_destroy(h->tiers);
     kv_prefix_destroy(h->px);
@@ -249,7 +269,7 @@ int32_t kv_hier_load(kv_hier *h, kv_fetch *f, kv_table *t, const int32_t *toks, 
         uint64_t sum = 0;
         int rc = kv_block_decode(h->p, id, &want, sl->blob, sl->n, &sum);
         int tier = sl->tier;
-        free(sl->blob);
+        kv_tiers_blob_free(h->tiers, sl->blob, sl->n);
         sl->blob = NULL;
         if (rc) {
             log_error("kv cache: block %016llx (positions %lld..%lld) from the %s tier refused: "

@@ -6,7 +6,8 @@
  *
  * Down. A block evicted from L1 is encoded (kv_block.h) and put to L2. A block a sequence has
  * just computed and sealed is put to L3 at once (write-through), so another replica can reuse it
- * while this one still holds it.
+ * while this one still holds it. At shutdown (kv_hier_destroy) every block L1 still caches is put
+ * to L2 too (toggle kv-disk-flush), so a restart on the same directory finds the whole cache.
  *
  * Up. A queued request has a kv_fetch: the chain keys of its full known blocks and, for each
  * block past what L1 holds, the state of its lookup in the tiers. kv_hier_prefetch (every step,
@@ -48,6 +49,10 @@ typedef struct kv_hier_opts {
  * malformed Redis URL or disk bound, the detail names it); ERR_NOMEM. A tier that cannot be
  * reached is a warning, not an error (kv_tiers.h). */
 int kv_hier_create(kv_pool *p, const kv_hier_opts *o, kv_hier **out);
+
+/* With a disk tier and kv-disk-flush on, first queues a put of every block L1 caches (most
+ * recently used first; beyond the tiers' put-queue bound they are dropped and counted), then
+ * stops the tiers (which finishes the queued puts) and frees everything. NULL is a no-op. */
 void kv_hier_destroy(kv_hier *h);
 
 kv_prefix *kv_hier_prefix(kv_hier *h);

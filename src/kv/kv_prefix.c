@@ -235,21 +235,34 @@ static void px_drop_subtree(kv_prefix *px, int32_t id) {
     px_unlink(px, id);
 }
 
+/* Calls cb for node id. */
+static void px_visit(const kv_prefix *px, int32_t id, kv_prefix_evict_cb cb, void *ud) {
+    const px_node *n = &px->nodes[id];
+    uint64_t parent_key = n->parent != PX_NONE ? px->nodes[n->parent].key : px->o.identity;
+    cb(ud, px->p, id, n->key, parent_key, px->toks + (size_t)id * (size_t)px->bs, n->checksum);
+}
+
 /* Evicts the least recently used evictable node (a leaf unless a private copy carried its prefix
  * on, see kv_prefix.h), offering it to the tier below first. Returns false if none is evictable. */
 static bool px_evict_one(kv_prefix *px) {
     int32_t id = px->lru_head;
     if (id == PX_NONE)
         return false;
-    const px_node *n = &px->nodes[id];
-    if (px->evict_cb) {
-        uint64_t parent_key = n->parent != PX_NONE ? px->nodes[n->parent].key : px->o.identity;
-        px->evict_cb(px->evict_ud, px->p, id, n->key, parent_key,
-                     px->toks + (size_t)id * (size_t)px->bs, n->checksum);
-    }
+    if (px->evict_cb)
+        px_visit(px, id, px->evict_cb, px->evict_ud);
     px_drop_subtree(px, id);
     px->st.evictions++;
     return true;
+}
+
+void kv_prefix_for_each(kv_prefix *px, kv_prefix_evict_cb cb, void *ud) {
+    if (!px->o.enabled)
+        return;
+    for (int32_t id = px->lru_tail; id != PX_NONE; id = px->nodes[id].lru_prev)
+        px_visit(px, id, cb, ud);
+    for (int64_t i = 0; i < px->n_blocks; i++)
+        if (px->nodes[i].cached && !px->nodes[i].in_lru)
+            px_visit(px, (int32_t)i, cb, ud);
 }
 
 int32_t kv_prefix_alloc(kv_prefix *px, kv_table *t) {

@@ -118,6 +118,11 @@ void kv_prefix_release(kv_prefix *px, kv_table *t);
  * or ERR_FULL (no block available; t unchanged). */
 int kv_prefix_copy_block(kv_prefix *px, kv_table *t, int32_t i);
 
+/* Calls cb (same arguments as the eviction hook) for every cached node, the evictable ones most
+ * recently used first, then the ones tables still hold. Changes nothing: for writing the cache
+ * out (at shutdown, to the disk tier). No-op when disabled. */
+void kv_prefix_for_each(kv_prefix *px, kv_prefix_evict_cb cb, void *ud);
+
 typedef struct kv_prefix_stats {
     int64_t lookups;           /* blocks looked up by kv_prefix_match */
     int64_t hits;              /* blocks handed out from the cache */

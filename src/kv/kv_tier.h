@@ -17,6 +17,8 @@
 #ifndef VERITY_KV_KV_TIER_H
 #define VERITY_KV_KV_TIER_H
 
+#include "kv/kv_blobs.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,15 +29,29 @@ typedef struct kv_tier_usage {
     int64_t evictions; /* blobs evicted to stay within the tier's bound, since open */
 } kv_tier_usage;
 
+/* One key's answer in a batched lookup (get_many): as get's out-parameters and return code. */
+typedef struct kv_tier_got {
+    void *data; /* rc 0: the blob, from kv_blobs_alloc(pool, n); NULL otherwise */
+    size_t n;
+    int rc; /* 0, ERR_NOTFOUND, or another negative code */
+} kv_tier_got;
+
 typedef struct kv_tier_ops {
     const char *name; /* "disk", "redis": also the metrics label */
     /* Stores n bytes under key, replacing any value; data stays the caller's. Returns 0 or a
      * negative error code (the detail names the tier and the key). */
     int (*put)(void *impl, uint64_t key, const void *data, size_t n);
-    /* On a hit returns 0 with a malloc'd copy in *data (the caller frees it; never NULL, also for
-     * n == 0) and its size in *n; ERR_NOTFOUND on a miss; another negative code on failure (then
-     * *data is NULL). */
-    int (*get)(void *impl, uint64_t key, void **data, size_t *n);
+    /* On a hit returns 0 with a copy in *data, from kv_blobs_alloc(pool, *n) (pool may be NULL;
+     * the caller gives it back with kv_blobs_free or frees it; never NULL, also for n == 0) and
+     * its size in *n; ERR_NOTFOUND on a miss; another negative code on failure (then *data is
+     * NULL). */
+    int (*get)(void *impl, uint64_t key, kv_blobs *pool, void **data, size_t *n);
+    /* Optional (NULL: the manager calls get once per key). Looks up keys[0, n) together and
+     * fills got[i] with what get(keys[i]) would answer, each with its own code, so that a tier
+     * can overlap them: Redis pipelines the n GETs in one round trip, the disk tier hints the
+     * kernel to read every file ahead before reading the first. On a failure detail (err_set)
+     * names the first key that failed. */
+    void (*get_many)(void *impl, kv_blobs *pool, const uint64_t *keys, int n, kv_tier_got *got);
     /* Forgets key (a blob that failed verification). 0 (also when key was not there), or a
      * negative code. */
     int (*drop)(void *impl, uint64_t key);

@@ -8,10 +8,13 @@
  * garbage, which the block codec's checksum catches (the engine then drops it), and blobs are a
  * cache that can always be recomputed, so paying a flush per block buys nothing.
  *
- * Plain buffered I/O, not O_DIRECT or io_uring: blobs are written once and read back soon (often
- * from the page cache, which is the point of a warm L2), O_DIRECT would need aligned buffers and
- * sizes the codec does not produce, and one I/O thread doing whole-file reads and writes is
- * bounded by the device, not by syscall overhead, at KV block sizes (hundreds of KiB).
+ * Reads: one read() per file into a page-aligned buffer from the caller's free list (kv_blobs.h),
+ * no staging copy. A batch (get_many) opens every file and hints the kernel to read them all
+ * ahead (POSIX_FADV_WILLNEED) before reading the first, so the device streams while the first
+ * blobs are copied out. With flag kv-disk-direct the files are read with O_DIRECT instead (the
+ * buffers' alignment and capacity allow it), bypassing the page cache; a file system without
+ * O_DIRECT falls back to buffered reads. Writes stay buffered: blobs are written once and often
+ * read back soon, from the page cache, which is the point of a warm L2.
  *
  * MANIFEST holds "verity-kv-disk\nversion 1\nidentity <16 hex>\n". Blobs of another model or
  * settings must never be served, so a directory whose MANIFEST does not match exactly loses its
@@ -26,6 +29,7 @@
  */
 #include "base/err.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "base/list.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -61,6 +65,7 @@ typedef struct disk_tier {
     kv_tmap idx;
     list lru; /* of disk_ent, least recently used first: evicted first */
     int64_t bytes, blocks, evictions;
+    bool direct; /* reads with O_DIRECT (flag kv-disk-direct) */
 } disk_tier;
 
 static void disk_path(const disk_tier *d, uint64_t key, bool tmp, char *buf) {
@@ -156,60 +161,120 @@ static int disk_put(void *impl, uint64_t key, const void *data, size_t n) {
     return 0;
 }
 
-static int disk_get(void *impl, uint64_t key, void **data, size_t *n) {
-    disk_tier *d = impl;
-    *data = NULL;
-    *n = 0;
+/* Opens key's file for reading: 0 with *fd and *ent, ERR_NOTFOUND (not indexed, or removed
+ * behind our back: then forgotten), ERR_IO. With direct set, O_DIRECT where the file system
+ * allows it (*direct says whether it was). */
+static int disk_open_blob(disk_tier *d, uint64_t key, int *fd, disk_ent **ent, bool *direct) {
     kv_tmap_node *nd = kv_tmap_find(&d->idx, key);
     if (!nd)
         return ERR_NOTFOUND;
-    disk_ent *e = KV_TMAP_ENTRY(nd, disk_ent, node);
+    *ent = KV_TMAP_ENTRY(nd, disk_ent, node);
     char path[DISK_PATH_MAX];
     disk_path(d, key, false, path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) { /* removed behind our back */
-        disk_forget(d, e);
+    *direct = d->direct;
+    *fd = open(path, O_RDONLY | O_CLOEXEC | (d->direct ? O_DIRECT : 0));
+    if (*fd < 0 && d->direct && errno == EINVAL) { /* a file system without O_DIRECT (tmpfs) */
+        *direct = false;
+        *fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    if (*fd < 0 && errno == ENOENT) { /* removed behind our back */
+        disk_forget(d, *ent);
         return ERR_NOTFOUND;
     }
-    if (fd < 0)
+    if (*fd < 0)
         return err_set(ERR_IO, "kv disk tier: cannot open %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Reads the whole file open on fd (entry e, opened by disk_open_blob) into a buffer of pool, with
+ * one read() for the whole file (a loop only on a short read), and closes fd. O_DIRECT reads ask
+ * for the size rounded up to the alignment (the buffer's capacity covers it) and get the file's
+ * bytes. */
+static int disk_read_blob(disk_tier *d, disk_ent *e, int fd, bool direct, kv_blobs *pool,
+                          void **data, size_t *n) {
     struct stat sb;
     int rc = 0;
     char *buf = NULL;
-    size_t got = 0;
+    size_t got = 0, size = 0;
     if (fstat(fd, &sb) != 0 || sb.st_size > d->max_bytes) {
+        char path[DISK_PATH_MAX];
+        disk_path(d, e->node.key, false, path);
         rc = err_set(ERR_IO, "kv disk tier: %s: cannot stat, or larger than the tier", path);
         goto done;
     }
-    buf = malloc(sb.st_size ? (size_t)sb.st_size : 1);
+    size = (size_t)sb.st_size;
+    buf = kv_blobs_alloc(pool, size);
     if (!buf) {
-        rc = err_set(ERR_NOMEM, "kv disk tier: %s: out of memory (%lld bytes)", path,
-                     (long long)sb.st_size);
+        rc = err_set(ERR_NOMEM, "kv disk tier: key %016" PRIx64 ": out of memory (%zu bytes)",
+                     e->node.key, size);
         goto done;
     }
-    while (got < (size_t)sb.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
+    while (got < size) {
+        size_t want = size - got;
+        if (direct) /* got stays aligned: a direct read returns whole blocks until the end */
+            want = (want + KV_BLOBS_ALIGN - 1) / KV_BLOBS_ALIGN * KV_BLOBS_ALIGN;
+        ssize_t r = read(fd, buf + got, want);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0) {
-            rc = err_set(ERR_IO, "kv disk tier: short read of %s at byte %zu of %lld", path, got,
-                         (long long)sb.st_size);
+        if (r <= 0 || (direct && got + (size_t)r < size && (size_t)r % KV_BLOBS_ALIGN != 0)) {
+            char path[DISK_PATH_MAX];
+            disk_path(d, e->node.key, false, path);
+            rc = err_set(ERR_IO, "kv disk tier: short read of %s at byte %zu of %zu%s%s", path, got,
+                         size, r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
             goto done;
         }
         got += (size_t)r;
     }
     (void)futimens(fd, NULL); /* the LRU order survives a restart */
-    d->bytes += (int64_t)got - e->size;
-    e->size = (int64_t)got;
+    d->bytes += (int64_t)size - e->size;
+    e->size = (int64_t)size;
     list_unlink(&d->lru, &e->lru);
     list_push_last(&d->lru, &e->lru);
     *data = buf;
-    *n = got;
+    *n = size;
     buf = NULL;
 done:
-    free(buf);
+    kv_blobs_free(pool, buf, size);
     close(fd);
     return rc;
+}
+
+static int disk_get(void *impl, uint64_t key, kv_blobs *pool, void **data, size_t *n) {
+    disk_tier *d = impl;
+    *data = NULL;
+    *n = 0;
+    int fd;
+    disk_ent *e;
+    bool direct;
+    int rc = disk_open_blob(d, key, &fd, &e, &direct);
+    return rc ? rc : disk_read_blob(d, e, fd, direct, pool, data, n);
+}
+
+/* Opens every file first and, for buffered reads, tells the kernel to read them all ahead
+ * (POSIX_FADV_WILLNEED starts the reads without waiting), then reads them in order: the device
+ * works on the later files while the first ones are copied out. */
+static void disk_get_many(void *impl, kv_blobs *pool, const uint64_t *keys, int n,
+                          kv_tier_got *got) {
+    disk_tier *d = impl;
+    enum { DISK_BATCH = 64 };
+    for (int base = 0; base < n; base += DISK_BATCH) {
+        int m = n - base < DISK_BATCH ? n - base : DISK_BATCH;
+        int fd[DISK_BATCH];
+        disk_ent *e[DISK_BATCH];
+        bool direct[DISK_BATCH];
+        for (int i = 0; i < m; i++) {
+            kv_tier_got *g = &got[base + i];
+            *g = (kv_tier_got){.data = NULL, .n = 0, .rc = 0};
+            g->rc = disk_open_blob(d, keys[base + i], &fd[i], &e[i], &direct[i]);
+            if (!g->rc && !direct[i])
+                (void)posix_fadvise(fd[i], 0, 0, POSIX_FADV_WILLNEED);
+        }
+        for (int i = 0; i < m; i++) {
+            kv_tier_got *g = &got[base + i];
+            if (!g->rc)
+                g->rc = disk_read_blob(d, e[i], fd[i], direct[i], pool, &g->data, &g->n);
+        }
+    }
 }
 
 static int disk_drop(void *impl, uint64_t key) {
@@ -248,6 +313,7 @@ static const kv_tier_ops disk_ops = {
     .name = "disk",
     .put = disk_put,
     .get = disk_get,
+    .get_many = disk_get_many,
     .drop = disk_drop,
     .usage = disk_usage,
     .destroy = disk_destroy,
@@ -443,6 +509,7 @@ int kv_tier_disk_open(const char *dir, int64_t max_bytes, uint64_t identity,
     }
     d->max_bytes = max_bytes;
     d->identity = identity;
+    d->direct = flags_int(FLAG_KV_DISK_DIRECT) != 0;
     char why[1200];
     if (disk_manifest_check(d, why, sizeof why) == 0) {
         rc = disk_index(d);

@@ -18,6 +18,7 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/list.h"
 #include "base/log.h"
 #include "kv/kv_tier_int.h"
@@ -83,6 +84,15 @@ struct kv_tiers {
     list staging; /* of fetch_res, oldest first */
     int64_t staged_bytes;
     kv_tier_stats st[KV_TIER_COUNT];
+
+    kv_blobs *blobs; /* free list of blob buffers, shared by both threads (its own lock) */
+    int batch_max;   /* most fetches run together (flag kv-tier-batch) */
+    /* I/O thread only: one batch of operations, [batch_max] each */
+    tier_op **b_ops;
+    op_outcome *b_oc;
+    uint64_t *b_keys;
+    kv_tier_got *b_got;
+    int *b_idx;
 };
 
 const char *kv_tiers_tier_name(int tier) {
@@ -112,23 +122,48 @@ static void op_run_drop(kv_tiers *t, tier_op *op, op_outcome *oc) {
         snprintf(oc->why[op->tier], sizeof oc->why[op->tier], "%s", err_detail());
 }
 
-/* L2, then L3 on a miss or a failure. */
-static void op_run_fetch(kv_tiers *t, tier_op *op, op_outcome *oc) {
-    for (int i = 0; i < KV_TIER_COUNT && oc->hit_tier < 0; i++) {
+/* Records tier i's answer got for a fetch (no lock: the outcome is the I/O thread's). */
+static void fetch_note(op_outcome *oc, int i, const kv_tier_got *got, int64_t ns) {
+    oc->tried[i] = true;
+    oc->rc[i] = got->rc;
+    oc->ns[i] = ns;
+    if (got->rc < 0 && got->rc != ERR_NOTFOUND)
+        snprintf(oc->why[i], sizeof oc->why[i], "%s", err_detail());
+    if (got->rc == 0) {
+        oc->blob = got->data;
+        oc->n = got->n;
+        oc->hit_tier = i;
+    }
+}
+
+/* Fetches ops[0, n): L2, then L3 for the keys L2 missed or failed. A tier with get_many answers
+ * its keys in one call and each key's load time is the call's time over its keys (a pipeline's
+ * keys arrive together); otherwise key by key, each timed alone. */
+static void op_run_fetches(kv_tiers *t, tier_op **ops, op_outcome *oc, int n) {
+    for (int i = 0; i < KV_TIER_COUNT; i++) {
         if (!t->ops[i])
             continue;
-        void *data = NULL;
-        size_t n = 0;
-        int64_t t0 = clock_now_ns();
-        oc->tried[i] = true;
-        oc->rc[i] = t->ops[i]->get(t->impl[i], op->key, &data, &n);
-        oc->ns[i] = clock_now_ns() - t0;
-        if (oc->rc[i] < 0 && oc->rc[i] != ERR_NOTFOUND)
-            snprintf(oc->why[i], sizeof oc->why[i], "%s", err_detail());
-        if (oc->rc[i] == 0) {
-            oc->blob = data;
-            oc->n = n;
-            oc->hit_tier = i;
+        int m = 0;
+        for (int j = 0; j < n; j++)
+            if (oc[j].hit_tier < 0) {
+                t->b_idx[m] = j;
+                t->b_keys[m++] = ops[j]->key;
+            }
+        if (m == 0)
+            break;
+        if (t->ops[i]->get_many) {
+            int64_t t0 = clock_now_ns();
+            t->ops[i]->get_many(t->impl[i], t->blobs, t->b_keys, m, t->b_got);
+            int64_t ns = (clock_now_ns() - t0) / m;
+            for (int j = 0; j < m; j++)
+                fetch_note(&oc[t->b_idx[j]], i, &t->b_got[j], ns);
+            continue;
+        }
+        for (int j = 0; j < m; j++) {
+            kv_tier_got g = {.data = NULL, .n = 0, .rc = 0};
+            int64_t t0 = clock_now_ns();
+            g.rc = t->ops[i]->get(t->impl[i], t->b_keys[j], t->blobs, &g.data, &g.n);
+            fetch_note(&oc[t->b_idx[j]], i, &g, clock_now_ns() - t0);
         }
     }
 }
@@ -188,7 +223,7 @@ static void fetch_publish(kv_tiers *t, uint64_t key, op_outcome *oc) {
     while (t->staged_bytes > t->staging_max_bytes &&
            (o = LIST_ENTRY(t->staging.first, fetch_res, staged))) {
         staging_unlink(t, o);
-        free(o->blob);
+        kv_blobs_free(t->blobs, o->blob, o->n);
         o->blob = NULL;
         o->state = KV_FETCH_MISS;
         t->st[o->tier].staged_dropped++;
@@ -226,47 +261,70 @@ static void op_publish(kv_tiers *t, const tier_op *op, op_outcome *oc) {
         fetch_publish(t, op->key, oc);
 }
 
+/* Takes the next operations off the queue (mutex held): the first one and, if it is a fetch, the
+ * fetches right behind it, at most batch_max (only a run at the head, so the queue's order
+ * holds). Fetches found while stopping are abandoned (destroy frees their results). Returns how
+ * many are in t->b_ops; 0 when there is nothing to run. */
+static int tiers_take(kv_tiers *t) {
+    int n = 0;
+    tier_op *op;
+    while (n < t->batch_max && (op = LIST_ENTRY(t->queue.first, tier_op, queued))) {
+        if (n > 0 && (op->kind != OP_FETCH || t->b_ops[0]->kind != OP_FETCH))
+            break;
+        list_unlink(&t->queue, &op->queued);
+        t->q_ops--;
+        if (op->kind == OP_PUT)
+            t->q_bytes -= (int64_t)op->n;
+        if (t->stop && op->kind == OP_FETCH) {
+            free(op);
+            continue;
+        }
+        t->b_ops[n++] = op;
+    }
+    return n;
+}
+
 static void *tiers_main(void *arg) {
     kv_tiers *t = arg;
     pthread_mutex_lock(&t->mu);
     for (;;) {
         while (!t->queue.first && !t->stop)
             pthread_cond_wait(&t->cv, &t->mu);
-        tier_op *op = LIST_ENTRY(t->queue.first, tier_op, queued);
-        if (!op)
+        if (!t->queue.first)
             break; /* stopping and drained */
-        list_unlink(&t->queue, &op->queued);
-        t->q_ops--;
-        if (op->kind == OP_PUT)
-            t->q_bytes -= (int64_t)op->n;
-        if (t->stop && op->kind == OP_FETCH) {
-            free(op); /* abandoned: destroy frees its result */
+        int n = tiers_take(t);
+        if (n == 0)
             continue;
-        }
         pthread_mutex_unlock(&t->mu);
 
-        op_outcome oc;
-        memset(&oc, 0, sizeof oc);
-        oc.hit_tier = -1;
-        if (op->kind == OP_PUT)
-            op_run_put(t, op, &oc);
-        else if (op->kind == OP_DROP)
-            op_run_drop(t, op, &oc);
+        tier_op **ops = t->b_ops;
+        op_outcome *oc = t->b_oc;
+        for (int j = 0; j < n; j++) {
+            memset(&oc[j], 0, sizeof oc[j]);
+            oc[j].hit_tier = -1;
+        }
+        if (ops[0]->kind == OP_PUT)
+            op_run_put(t, ops[0], &oc[0]);
+        else if (ops[0]->kind == OP_DROP)
+            op_run_drop(t, ops[0], &oc[0]);
         else
-            op_run_fetch(t, op, &oc);
-        op_log(t, op, &oc);
+            op_run_fetches(t, ops, oc, n);
+        for (int j = 0; j < n; j++)
+            op_log(t, ops[j], &oc[j]);
         for (int i = 0; i < KV_TIER_COUNT; i++) {
             if (t->ops[i] && t->ops[i]->usage) {
-                t->ops[i]->usage(t->impl[i], &oc.use[i]);
-                oc.have_use[i] = true;
+                t->ops[i]->usage(t->impl[i], &oc[n - 1].use[i]);
+                oc[n - 1].have_use[i] = true;
             }
         }
 
         pthread_mutex_lock(&t->mu);
-        op_publish(t, op, &oc);
-        free(oc.blob);
-        free(op->blob);
-        free(op);
+        for (int j = 0; j < n; j++) {
+            op_publish(t, ops[j], &oc[j]);
+            kv_blobs_free(t->blobs, oc[j].blob, oc[j].n);
+            kv_blobs_free(t->blobs, ops[j]->blob, ops[j]->n);
+            free(ops[j]);
+        }
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -285,7 +343,7 @@ static void queue_push(kv_tiers *t, tier_op *op) {
 
 void kv_tiers_put(kv_tiers *t, int tier, uint64_t key, void *blob, size_t n) {
     if (!t) {
-        free(blob);
+        kv_blobs_free(NULL, blob, n);
         return;
     }
     tier_op *op = NULL;
@@ -299,7 +357,7 @@ void kv_tiers_put(kv_tiers *t, int tier, uint64_t key, void *blob, size_t n) {
             t->st[tier].puts_dropped++;
         pthread_mutex_unlock(&t->mu);
         free(op);
-        free(blob);
+        kv_blobs_free(t->blobs, blob, n);
         return;
     }
     *op = (tier_op){.kind = OP_PUT, .tier = tier, .key = key, .blob = blob, .n = n};
@@ -386,7 +444,7 @@ int kv_tiers_poll(kv_tiers *t, uint64_t key, void **blob, size_t *n, int *tier) 
         if (blob)
             *blob = r->blob;
         else
-            free(r->blob);
+            kv_blobs_free(t->blobs, r->blob, r->n);
         if (n)
             *n = r->n;
         if (tier)
@@ -394,6 +452,18 @@ int kv_tiers_poll(kv_tiers *t, uint64_t key, void **blob, size_t *n, int *tier) 
     }
     free(r);
     return state;
+}
+
+void *kv_tiers_blob_alloc(kv_tiers *t, size_t n) {
+    return kv_blobs_alloc(t ? t->blobs : NULL, n);
+}
+
+void kv_tiers_blob_free(kv_tiers *t, void *blob, size_t n) {
+    kv_blobs_free(t ? t->blobs : NULL, blob, n);
+}
+
+void kv_tiers_blob_stats(kv_tiers *t, kv_blobs_stats *out) {
+    kv_blobs_stats_get(t ? t->blobs : NULL, out);
 }
 
 bool kv_tiers_has(const kv_tiers *t, int tier) {
@@ -419,6 +489,40 @@ static void tiers_close_backends(const kv_tier_ops *const ops[KV_TIER_COUNT],
             ops[i]->destroy(impl[i]);
 }
 
+/* Frees what tiers_alloc allocated, and t (NULL: no-op). The mutex, the thread and the backends
+ * are the caller's. */
+static void tiers_free(kv_tiers *t) {
+    if (!t)
+        return;
+    kv_tmap_deinit(&t->res);
+    kv_blobs_destroy(t->blobs);
+    free(t->b_ops);
+    free(t->b_oc);
+    free(t->b_keys);
+    free(t->b_got);
+    free(t->b_idx);
+    free(t);
+}
+
+/* The results map, the blob free list (flag kv-blob-cache) and the I/O thread's batch arrays
+ * (flag kv-tier-batch). 0 or ERR_NOMEM. */
+static int tiers_alloc(kv_tiers *t) {
+    t->batch_max = (int)flags_int(FLAG_KV_TIER_BATCH);
+    if (t->batch_max < 1)
+        t->batch_max = 1;
+    size_t b = (size_t)t->batch_max;
+    t->b_ops = calloc(b, sizeof *t->b_ops);
+    t->b_oc = calloc(b, sizeof *t->b_oc);
+    t->b_keys = calloc(b, sizeof *t->b_keys);
+    t->b_got = calloc(b, sizeof *t->b_got);
+    t->b_idx = calloc(b, sizeof *t->b_idx);
+    if (!t->b_ops || !t->b_oc || !t->b_keys || !t->b_got || !t->b_idx)
+        return ERR_NOMEM;
+    if (kv_blobs_create((int)flags_int(FLAG_KV_BLOB_CACHE), &t->blobs))
+        return ERR_NOMEM;
+    return kv_tmap_init(&t->res) ? ERR_NOMEM : 0;
+}
+
 int kv_tiers_create_with(const kv_tiers_opts *o, const kv_tier_ops *const ops[KV_TIER_COUNT],
                          void *const impl[KV_TIER_COUNT], kv_tiers **out) {
     *out = NULL;
@@ -430,8 +534,8 @@ int kv_tiers_create_with(const kv_tiers_opts *o, const kv_tier_ops *const ops[KV
             (long long)(o->staging_max_bytes < 0 ? o->staging_max_bytes : o->queue_max_bytes));
     }
     kv_tiers *t = calloc(1, sizeof *t);
-    if (!t || kv_tmap_init(&t->res)) {
-        free(t);
+    if (!t || tiers_alloc(t)) {
+        tiers_free(t);
         tiers_close_backends(ops, impl);
         return err_set(ERR_NOMEM, "kv tiers: out of memory");
     }
@@ -459,9 +563,8 @@ int kv_tiers_create_with(const kv_tiers_opts *o, const kv_tier_ops *const ops[KV
     if (rc != 0) {
         pthread_cond_destroy(&t->cv);
         pthread_mutex_destroy(&t->mu);
-        kv_tmap_deinit(&t->res);
         tiers_close_backends(t->ops, t->impl);
-        free(t);
+        tiers_free(t);
         return err_set(ERR_INTERNAL, "kv tiers: cannot start the I/O thread (error %d)", rc);
     }
     *out = t;
@@ -519,14 +622,13 @@ void kv_tiers_destroy(kv_tiers *t) {
         while (nd) {
             kv_tmap_node *next = nd->hnext;
             fetch_res *r = KV_TMAP_ENTRY(nd, fetch_res, node);
-            free(r->blob);
+            kv_blobs_free(t->blobs, r->blob, r->n);
             free(r);
             nd = next;
         }
     }
-    kv_tmap_deinit(&t->res);
     tiers_close_backends(t->ops, t->impl);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
-    free(t);
+    tiers_free(t);
 }

@@ -6,8 +6,17 @@
  * The engine never waits for I/O: every call here only takes the manager's mutex for a few
  * list and map operations.
  *
- * Order: operations run one at a time on the I/O thread, in the order they were queued, so a
- * fetch queued after a put of the same key (on the same manager) sees that put.
+ * Order: operations run on the I/O thread in the order they were queued, so a fetch queued after
+ * a put of the same key (on the same manager) sees that put. Fetches queued one after another
+ * run together, at most kv-tier-batch of them (flags.h): a backend with get_many answers them in
+ * one call (Redis: one pipelined round trip; disk: every file read ahead), and each one's load
+ * time is the call's time shared by its keys. Puts and drops run one at a time.
+ *
+ * Blobs: every blob that crosses the manager, in a put or out of a poll, is a buffer of
+ * kv_blobs_alloc (kv_blobs.h): the manager keeps a free list of them (flag kv-blob-cache), so the
+ * engine encodes a block it seals or evicts into a recycled buffer (kv_tiers_blob_alloc), the I/O
+ * thread gives it back after the put, receives fetched blobs into recycled buffers, and the
+ * engine gives those back after decoding them (kv_tiers_blob_free).
  *
  * A fetch looks in L2, then in L3 on a miss; the first hit is held ("staged") until the engine
  * polls it. An L3 hit is not copied into L2 by the manager: the engine puts to L2 what it wants
@@ -90,9 +99,20 @@ void kv_tiers_destroy(kv_tiers *t);
 /* True if tier (KV_TIER_DISK, KV_TIER_REDIS) was opened. */
 bool kv_tiers_has(const kv_tiers *t, int tier);
 
-/* Queues a put of blob (n bytes, malloc'd) under key in tier; takes ownership of blob in every
- * case. Never waits: without that tier, or with the queue over its bound, the blob is freed and
- * the put counted as dropped. */
+/* A buffer for a blob of n bytes (kv_blobs_alloc from t's free list; t may be NULL), to encode a
+ * block into before kv_tiers_put. NULL when out of memory. Any thread. */
+void *kv_tiers_blob_alloc(kv_tiers *t, size_t n);
+
+/* Gives back blob (n bytes), a buffer of kv_tiers_blob_alloc or of a READY poll, for reuse
+ * (t NULL, or a full free list: freed). NULL blob is a no-op. Any thread. */
+void kv_tiers_blob_free(kv_tiers *t, void *blob, size_t n);
+
+/* t's free list counters (kv_blobs.h); zeros for NULL. */
+void kv_tiers_blob_stats(kv_tiers *t, kv_blobs_stats *out);
+
+/* Queues a put of blob (n bytes, from kv_tiers_blob_alloc(t, n) or kv_blobs_alloc(any, n)) under
+ * key in tier; takes ownership of blob in every case. Never waits: without that tier, or with the
+ * queue over its bound, the blob is given back and the put counted as dropped. */
 void kv_tiers_put(kv_tiers *t, int tier, uint64_t key, void *blob, size_t n);
 
 /* Queues a lookup of key: L2, then L3 on a miss. A no-op while a fetch of key is pending or its
@@ -100,10 +120,11 @@ void kv_tiers_put(kv_tiers *t, int tier, uint64_t key, void *blob, size_t n);
 void kv_tiers_fetch(kv_tiers *t, uint64_t key);
 
 /* Never waits. Returns KV_FETCH_NONE (never asked, or already polled), KV_FETCH_PENDING,
- * KV_FETCH_READY (hands over the blob: *blob malloc'd, the caller frees it, *n its size, *tier
- * where it came from), KV_FETCH_MISS (no tier had it, a tier failed, or the staged blob was
- * dropped for the staging bound). READY and MISS are reported once; the next poll says NONE.
- * blob, n and tier are written only on READY (*blob NULL otherwise); tier may be NULL. */
+ * KV_FETCH_READY (hands over the blob: *blob from kv_blobs_alloc, which the caller gives back
+ * with kv_tiers_blob_free or frees with free(), *n its size, *tier where it came from),
+ * KV_FETCH_MISS (no tier had it, a tier failed, or the staged blob was dropped for the staging
+ * bound). READY and MISS are reported once; the next poll says NONE. blob, n and tier are written
+ * only on READY (*blob NULL otherwise); tier may be NULL. */
 int kv_tiers_poll(kv_tiers *t, uint64_t key, void **blob, size_t *n, int *tier);
 
 /* Queues a drop: the engine found the blob from tier corrupt, and the tier forgets key. */

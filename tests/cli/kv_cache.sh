@@ -6,8 +6,9 @@
 # p1.mjs's "cache" workload) give byte-identical responses on a reference server with the cache
 # off, alone (--prefix-cache 0 --max-batch 1), and, held and released together (48 and more at
 # once), with the cache cold, warm in memory, evicted to disk and restored by the next process,
-# written to Redis by one process and restored by another, with Redis killed mid-run, and after
-# the disk files and Redis values were corrupted (bit flips, truncation, blocks swapped).
+# written to Redis by one process and restored by another, with Redis killed mid-run, written
+# from memory to disk at shutdown and restored by the next process, and after the disk files and
+# Redis values were corrupted (bit flips, truncation, blocks swapped).
 # P2: every corruption is refused (counted per tier in verity_kv_checksum_failures_total), never
 # used; a foreign or corrupt disk directory is cleared at start-up; an unreachable Redis is a
 # warning and a server without L3; a malformed Redis URL is exit code 2 with one line.
@@ -99,6 +100,29 @@ if start_server kv_cache.disk_read -m "$MODEL" --admin-api 1 --kv-blocks 48 --kv
     else same kv_cache.disk_read "$r blocks restored from disk"; fi
     stop_server
 fi
+
+# L1 written to disk at shutdown (kv-disk-flush): a pool that never evicts, so only the flush can
+# put blocks on disk; the restart on the same directory restores them. With the flush off the
+# restart has nothing to restore (the check can fail).
+for fl in 1 0; do
+    KVF="$TMP/kvf$fl"
+    if start_server kv_cache.flush_write$fl -m "$MODEL" --kv-disk-dir "$KVF" --kv-disk-flush $fl --max-batch 16 --chunk 8; then
+        p1 kv_cache.flush_write$fl record
+        ev=$(tier_metric verity_kv_cache_evictions_total l1)
+        [ "${ev:-0}" = 0 ] && same kv_cache.flush_write$fl "no eviction" || fail kv_cache.flush_write$fl "$ev blocks evicted: the pool is too small for this check"
+        stop_server
+    fi
+    if start_server kv_cache.flush_read$fl -m "$MODEL" --admin-api 1 --kv-disk-dir "$KVF" --max-batch 64 --chunk 8 -t 2; then
+        p1 kv_cache.flush_read$fl replay 1
+        r=$(tier_metric verity_kv_cache_restored_blocks_total disk)
+        f=$(tier_metric verity_kv_checksum_failures_total disk)
+        if [ "$f" != 0 ]; then fail kv_cache.flush_read$fl "$f blocks refused from an intact disk tier"
+        elif [ $fl = 1 ] && [ "${r:-0}" -le 0 ]; then fail kv_cache.flush_read1 "no block restored after a flush at shutdown"
+        elif [ $fl = 0 ] && [ "${r:-0}" != 0 ]; then fail kv_cache.flush_read0 "$r blocks restored without a flush: the check cannot tell"
+        else same kv_cache.flush_read$fl "$r blocks restored from disk"; fi
+        stop_server
+    fi
+done
 
 if [ $full = 1 ]; then
 # L2 integrity: a flipped bit in every third file, every fifth truncated, two files swapped
