@@ -228,7 +228,7 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
             return rc;
         }
     }
-    s->st.n_sent++;
+    s->st.n_sent += copies > 0;
     return 0;
 }
 

@@ -59,6 +59,10 @@
  *   and counted in n_dropped, never applied; a duplicate ACK likewise. A seq beyond the next
  *   expected one (a lost block) is a protocol error.
  *
+ * Connections: one carries transfers one after another (each its own id). A transfer that aborted
+ * on a protocol error, a timeout or a disconnect leaves the stream at an unknown point: close the
+ * connection then, and open a new one for the next transfer.
+ *
  * Threading: a kv_xfer_send or kv_xfer_recv belongs to one thread at a time (the sender and the
  * receiver of one transfer normally run in different threads or processes). Drain = the owner calls
  * cancel on each open transfer. Nothing here takes a lock.
