@@ -5,7 +5,8 @@
  * socketpair driven one explicit step at a time (no timing: every edge is reached by the order of
  * calls, a wire hook that rewrites or repeats a frame, a shutdown, or a zero timeout on an empty
  * socket), each edge of the header's state machine: a corrupted block or header, abort before,
- * during and after (either side), either peer dying, duplicate, foreign and late messages, the
+ * during and after (either side), either peer dying, a full receiver pool, duplicate, foreign
+ * and late messages, the
  * timeout. Every case counts the sender's release callbacks per block (each exactly once) and checks
  * the receiver's pool is back to all free unless the consumer took the blocks.
  */
@@ -558,6 +559,37 @@ static void t_gap(void) {
     fx_free(&f);
 }
 
+/* The receiver's pool has one free block: block 0 lands, block 1 finds none (ERR_FULL); the
+ * abort frees block 0 and the blocks held by others stay untouched. */
+static void t_pool_full(void) {
+    fx f;
+    fx_init(&f, true);
+    int32_t others[POOL_BLOCKS];
+    int n_others = 0;
+    while (kv_pool_n_free(f.dst) > 1)
+        others[n_others++] = kv_pool_alloc(f.dst);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(fx_send(&f, s, 1, false) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_error(r) == ERR_FULL);
+    T_CHECK(kv_pool_n_free(f.dst) == 1);
+    for (int i = 0; i < n_others; i++)
+        T_CHECK(kv_block_refcount(f.dst, others[i]) == 1);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_FULL);
+    check_releases(&f, 2);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    for (int i = 0; i < n_others; i++)
+        kv_block_unref(f.dst, others[i]);
+    check_dst_free(&f);
+    fx_free(&f);
+}
+
 /* The timeout: nothing on the socket and timeout_ms 0, so the wait ends at once on both sides. */
 static void t_timeout(void) {
     fx f;
@@ -603,6 +635,7 @@ int main(void) {
     test_run("kv_xfer.receiver_dies", t_receiver_dies);
     test_run("kv_xfer.duplicate_late", t_duplicate_late);
     test_run("kv_xfer.gap", t_gap);
+    test_run("kv_xfer.pool_full", t_pool_full);
     test_run("kv_xfer.timeout", t_timeout);
     return test_summary();
 }
