@@ -6,9 +6,9 @@
  * calls, a wire hook that rewrites or repeats a frame, a shutdown, or a zero timeout on an empty
  * socket), each edge of the header's state machine: a corrupted block or header, abort before,
  * during and after (either side), either peer dying, a full receiver pool, duplicate, foreign
- * and late messages, the
- * timeout. Every case counts the sender's release callbacks per block (each exactly once) and checks
- * the receiver's pool is back to all free unless the consumer took the blocks.
+ * and late messages, the timeout. Every case counts the sender's release callbacks per block (each
+ * exactly once) and checks the receiver's pool is back to all free unless the consumer took the
+ * blocks.
  */
 #include "test.h"
 
