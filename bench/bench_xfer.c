@@ -29,8 +29,8 @@
 enum { NB = 64, BS = 16, RUNS = 5 };
 #define IDENTITY 42ULL
 
-static kv_pool_opts popts = {.n_layer = 16, .kv_dim = 1024, .block_size = BS, .n_blocks = NB,
-                             .f16 = true};
+static kv_pool_opts popts = {
+    .n_layer = 16, .kv_dim = 1024, .block_size = BS, .n_blocks = NB, .f16 = true};
 static int32_t toks[NB * BS];
 static int n_transfers = 4;
 
@@ -61,8 +61,11 @@ static void *receiver(void *arg) {
     kv_xfer_conn *c = NULL;
     x->rc = kv_xfer_transport_find("tcp")->accept(x->l, -1, &c);
     for (int t = 0; x->rc == 0 && t < n_transfers * RUNS; t++) {
-        kv_xfer_recv_opts o = {.xfer_id = (uint64_t)t + 1, .identity = IDENTITY, .toks = toks,
-                               .n_toks = NB * BS, .timeout_ms = 30000};
+        kv_xfer_recv_opts o = {.xfer_id = (uint64_t)t + 1,
+                               .identity = IDENTITY,
+                               .toks = toks,
+                               .n_toks = NB * BS,
+                               .timeout_ms = 30000};
         kv_xfer_recv *r = NULL;
         x->rc = kv_xfer_recv_create(c, x->dst, &o, &r);
         if (x->rc)
@@ -175,7 +178,8 @@ int main(int argc, char **argv) {
            n_transfers, NB, state / 1024, bytes / 1048576.0, RUNS);
     printf("  memcpy            %7.2f GB/s\n", mc[RUNS / 2]);
     printf("  kv_xfer tcp       %7.2f GB/s  (%.1f%% of memcpy; encode + send + recv + decode + "
-           "verify)\n", xf[RUNS / 2], 100.0 * xf[RUNS / 2] / mc[RUNS / 2]);
+           "verify)\n",
+           xf[RUNS / 2], 100.0 * xf[RUNS / 2] / mc[RUNS / 2]);
     kv_xfer_conn_destroy(conn);
     kv_xfer_listener_destroy(x.l);
     kv_pool_destroy(src);

@@ -71,7 +71,9 @@ static void fx_init(fx *f, bool pair) {
         }
         uint64_t key = kv_block_key(parent, f->toks + b * BS, BS);
         f->ids[b] = id;
-        f->meta[b] = (kv_block_meta){.identity = IDENTITY, .parent = parent, .key = key,
+        f->meta[b] = (kv_block_meta){.identity = IDENTITY,
+                                     .parent = parent,
+                                     .key = key,
                                      .checksum = kv_block_checksum(f->src, id, key),
                                      .toks = f->toks + b * BS};
         parent = key;
@@ -101,8 +103,11 @@ static kv_xfer_send *fx_sender(fx *f, kv_xfer_wire_hook hook, void *ctx) {
 }
 
 static kv_xfer_recv *fx_receiver(fx *f, int timeout_ms) {
-    kv_xfer_recv_opts o = {.xfer_id = 7, .identity = IDENTITY, .toks = f->toks,
-                           .n_toks = NB * BS + 3, .timeout_ms = timeout_ms};
+    kv_xfer_recv_opts o = {.xfer_id = 7,
+                           .identity = IDENTITY,
+                           .toks = f->toks,
+                           .n_toks = NB * BS + 3,
+                           .timeout_ms = timeout_ms};
     kv_xfer_recv *r = NULL;
     T_CHECK(kv_xfer_recv_create(f->cr, f->dst, &o, &r) == 0);
     return r;
@@ -146,9 +151,9 @@ static void replay_next(int peek_fd, int write_fd) {
 /* ---- wire hooks ---- */
 
 typedef struct hook_cfg {
-    int seq;        /* the frame to act on */
-    long flip_at;   /* byte offset to flip (-1: none) */
-    int copies;     /* copies of that frame to write */
+    int seq;      /* the frame to act on */
+    long flip_at; /* byte offset to flip (-1: none) */
+    int copies;   /* copies of that frame to write */
 } hook_cfg;
 
 static int hook_fn(void *ctx, uint32_t seq, uint8_t *frame, size_t n) {
@@ -174,8 +179,11 @@ static void *tcp_receiver(void *arg) {
     kv_xfer_conn *c = NULL;
     if (kv_xfer_transport_find("tcp")->accept(t->l, -1, &c))
         return NULL;
-    kv_xfer_recv_opts o = {.xfer_id = 7, .identity = IDENTITY, .toks = t->f->toks,
-                           .n_toks = NB * BS + 3, .timeout_ms = -1};
+    kv_xfer_recv_opts o = {.xfer_id = 7,
+                           .identity = IDENTITY,
+                           .toks = t->f->toks,
+                           .n_toks = NB * BS + 3,
+                           .timeout_ms = -1};
     kv_xfer_recv *r = NULL;
     if (kv_xfer_recv_create(c, t->f->dst, &o, &r) == 0) {
         while (kv_xfer_recv_step(r) == KV_XFER_OPEN) {
@@ -235,8 +243,7 @@ static void t_corrupt_block(void) {
     T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
     T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
     T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
-    T_CHECKF(kv_xfer_recv_error(r) == ERR_CHECKSUM, "error %s",
-             err_name(kv_xfer_recv_error(r)));
+    T_CHECKF(kv_xfer_recv_error(r) == ERR_CHECKSUM, "error %s", err_name(kv_xfer_recv_error(r)));
     int32_t got[NB];
     T_CHECK(kv_xfer_recv_take(r, got, NB) == ERR_STATE);
     kv_xfer_stats rs = kv_xfer_recv_stats(r);
@@ -286,8 +293,8 @@ static void t_wrong_prompt(void) {
     int32_t other[NB * BS];
     memcpy(other, f.toks, sizeof other);
     other[1]++;
-    kv_xfer_recv_opts o = {.xfer_id = 7, .identity = IDENTITY, .toks = other, .n_toks = NB * BS,
-                           .timeout_ms = -1};
+    kv_xfer_recv_opts o = {
+        .xfer_id = 7, .identity = IDENTITY, .toks = other, .n_toks = NB * BS, .timeout_ms = -1};
     kv_xfer_recv *r = NULL;
     T_CHECK(kv_xfer_recv_create(f.cr, f.dst, &o, &r) == 0);
     T_CHECK(fx_send(&f, s, 0, true) == 0);
@@ -418,7 +425,8 @@ static void t_abort_after(void) {
     }
 }
 
-/* The sender dies mid-transfer: the receiver's ACK write or its read fails; it frees what it held. */
+/* The sender dies mid-transfer: the receiver's ACK write or its read fails; it frees what it held.
+ */
 static void t_sender_dies(void) {
     for (int variant = 0; variant < 2; variant++) {
         fx f;

@@ -41,7 +41,7 @@ void kv_xfer_conn_destroy(kv_xfer_conn *c) {
 
 enum { HDR_BYTES = 64, MSG_BLOCK = 1, MSG_ACK = 2, MSG_ABORT = 3, FLAG_FINAL = 1 };
 #define XFER_MAGIC 0x46584b56u /* "VKXF" */
-#define BODY_MAX ((uint64_t)1 << 32)
+#define BODY_MAX   ((uint64_t)1 << 32)
 
 typedef struct msg_hdr {
     uint8_t type, flags;
@@ -76,9 +76,8 @@ static int hdr_decode(const uint8_t *b, msg_hdr *h) {
     memcpy(&magic, b, 4);
     memcpy(&hh, b + 56, 8);
     if (magic != XFER_MAGIC || hh != hash64(XFER_MAGIC, b, 56))
-        return err_set(ERR_PROTOCOL, "kv_xfer: message header %s", magic != XFER_MAGIC
-                                                                       ? "has a bad magic"
-                                                                       : "fails its hash");
+        return err_set(ERR_PROTOCOL, "kv_xfer: message header %s",
+                       magic != XFER_MAGIC ? "has a bad magic" : "fails its hash");
     h->type = b[4];
     h->flags = b[5];
     memcpy(&h->xfer_id, b + 8, 8);
@@ -132,7 +131,7 @@ struct kv_xfer_send {
     int error;
     bool final_sent;
     kv_xfer_stats st;
-    send_entry *held; /* one per seq sent */
+    send_entry *held;                  /* one per seq sent */
     uint32_t n_held, cap_held, n_open; /* n_open: entries not yet released */
     uint8_t *frame;
     size_t frame_cap;
@@ -213,9 +212,14 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
     s->held[s->n_held++] = (send_entry){.id = id, .release = release, .ctx = ctx};
     s->n_open++;
     int64_t bs = kv_pool_block_size(p);
-    msg_hdr h = {.type = MSG_BLOCK, .flags = final ? FLAG_FINAL : 0, .xfer_id = s->o.xfer_id,
-                 .seq = seq, .pos0 = (int64_t)seq * bs, .pos1 = (int64_t)(seq + 1) * bs,
-                 .key = m->key, .body = blob};
+    msg_hdr h = {.type = MSG_BLOCK,
+                 .flags = final ? FLAG_FINAL : 0,
+                 .xfer_id = s->o.xfer_id,
+                 .seq = seq,
+                 .pos0 = (int64_t)seq * bs,
+                 .pos1 = (int64_t)(seq + 1) * bs,
+                 .key = m->key,
+                 .body = blob};
     hdr_encode(&h, s->frame);
     kv_block_encode(p, id, m, s->frame + HDR_BYTES);
     int copies = s->o.wire_hook ? s->o.wire_hook(s->o.wire_ctx, seq, s->frame, need) : 1;
@@ -249,8 +253,10 @@ kv_xfer_state kv_xfer_send_step(kv_xfer_send *s) {
         return s->state;
     }
     if (h.type == MSG_ABORT) {
-        err_set(h.code < 0 ? h.code : ERR_PROTOCOL, "kv_xfer transfer %llu: the receiver aborted "
-                "(%s)", (unsigned long long)s->o.xfer_id, err_name(h.code));
+        err_set(h.code < 0 ? h.code : ERR_PROTOCOL,
+                "kv_xfer transfer %llu: the receiver aborted "
+                "(%s)",
+                (unsigned long long)s->o.xfer_id, err_name(h.code));
         send_abort(s, h.code < 0 ? h.code : ERR_PROTOCOL, false);
         return s->state;
     }
@@ -288,8 +294,8 @@ struct kv_xfer_recv {
     bool taken;
     kv_xfer_stats st;
     int64_t bs, n_full;
-    uint64_t *keys;  /* n_full chain names, computed from the prompt */
-    int32_t *ids;    /* verified blocks, position order */
+    uint64_t *keys; /* n_full chain names, computed from the prompt */
+    int32_t *ids;   /* verified blocks, position order */
     uint32_t n_ids;
     uint8_t *body;
     size_t body_bytes;
@@ -301,8 +307,10 @@ int kv_xfer_recv_create(kv_xfer_conn *conn, kv_pool *p, const kv_xfer_recv_opts 
         return err_set(ERR_INVAL, "kv_xfer_recv_create: no connection, pool, options or tokens");
     int64_t bs = kv_pool_block_size(p), n_full = o->n_toks / bs;
     if (n_full < 1)
-        return err_set(ERR_INVAL, "kv_xfer_recv_create: %lld prompt tokens hold no full block of "
-                       "%lld", (long long)o->n_toks, (long long)bs);
+        return err_set(ERR_INVAL,
+                       "kv_xfer_recv_create: %lld prompt tokens hold no full block of "
+                       "%lld",
+                       (long long)o->n_toks, (long long)bs);
     kv_xfer_recv *r = calloc(1, sizeof *r);
     if (r) {
         r->keys = malloc((size_t)n_full * sizeof *r->keys);
@@ -367,9 +375,10 @@ static int recv_block(kv_xfer_recv *r, const msg_hdr *h) {
     if (h->seq != r->n_ids)
         return err_set(ERR_PROTOCOL, "kv_xfer transfer %llu: block %u arrived, block %u expected",
                        x, h->seq, r->n_ids);
-    if (h->seq >= r->n_full || h->pos0 != (int64_t)h->seq * r->bs ||
-        h->pos1 != h->pos0 + r->bs || h->body != r->body_bytes || h->key != r->keys[h->seq])
-        return err_set(ERR_PROTOCOL, "kv_xfer transfer %llu: block %u (positions %lld..%lld, %llu "
+    if (h->seq >= r->n_full || h->pos0 != (int64_t)h->seq * r->bs || h->pos1 != h->pos0 + r->bs ||
+        h->body != r->body_bytes || h->key != r->keys[h->seq])
+        return err_set(ERR_PROTOCOL,
+                       "kv_xfer transfer %llu: block %u (positions %lld..%lld, %llu "
                        "bytes) is not block %u of this prompt (%lld full blocks of %zu bytes)",
                        x, h->seq, (long long)h->pos0, (long long)h->pos1,
                        (unsigned long long)h->body, h->seq, (long long)r->n_full, r->body_bytes);
@@ -420,8 +429,10 @@ kv_xfer_state kv_xfer_recv_step(kv_xfer_recv *r) {
         return r->state;
     }
     if (h.type == MSG_ABORT) {
-        err_set(h.code < 0 ? h.code : ERR_PROTOCOL, "kv_xfer transfer %llu: the sender aborted "
-                "(%s)", (unsigned long long)r->o.xfer_id, err_name(h.code));
+        err_set(h.code < 0 ? h.code : ERR_PROTOCOL,
+                "kv_xfer transfer %llu: the sender aborted "
+                "(%s)",
+                (unsigned long long)r->o.xfer_id, err_name(h.code));
         recv_abort(r, h.code < 0 ? h.code : ERR_PROTOCOL, false);
         return r->state;
     }

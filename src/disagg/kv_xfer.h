@@ -142,8 +142,8 @@ typedef void (*kv_xfer_release_fn)(void *ctx, int32_t block);
 
 typedef struct kv_xfer_send_opts {
     uint64_t xfer_id;
-    int timeout_ms;                /* kv_xfer_send_step: no message for this long aborts */
-    kv_xfer_wire_hook wire_hook;   /* NULL in production */
+    int timeout_ms;              /* kv_xfer_send_step: no message for this long aborts */
+    kv_xfer_wire_hook wire_hook; /* NULL in production */
     void *wire_ctx;
 } kv_xfer_send_opts;
 
@@ -157,8 +157,8 @@ void kv_xfer_send_destroy(kv_xfer_send *s);
 /* Sends pool block id (named by m, as kv_block_encode takes it) as the next block of the transfer;
  * final marks the last one. Returns 0 or ERR_CONNECT (the peer is gone: the transfer aborted), and
  * from then on the block is HELD: release(ctx, id) runs exactly once, on its ACK or on abort (for
- * ERR_CONNECT before this returns). ERR_STATE (the transfer is not open, or final was already sent):
- * the block was not taken, release does not run, the caller keeps its reference. */
+ * ERR_CONNECT before this returns). ERR_STATE (the transfer is not open, or final was already
+ * sent): the block was not taken, release does not run, the caller keeps its reference. */
 int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_block_meta *m,
                        bool final, kv_xfer_release_fn release, void *ctx);
 
@@ -178,10 +178,10 @@ kv_xfer_stats kv_xfer_send_stats(const kv_xfer_send *s);
 
 typedef struct kv_xfer_recv_opts {
     uint64_t xfer_id;
-    uint64_t identity;     /* the key of block -1 (model, element type, block size) */
-    const int32_t *toks;   /* the request's prompt tokens (borrowed for the transfer's life) */
+    uint64_t identity;   /* the key of block -1 (model, element type, block size) */
+    const int32_t *toks; /* the request's prompt tokens (borrowed for the transfer's life) */
     int64_t n_toks;
-    int timeout_ms;        /* kv_xfer_recv_step: no message for this long aborts */
+    int timeout_ms; /* kv_xfer_recv_step: no message for this long aborts */
 } kv_xfer_recv_opts;
 
 /* Creates the receiving side of one transfer into pool p over conn (both borrowed). Returns 0,

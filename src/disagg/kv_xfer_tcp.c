@@ -108,8 +108,8 @@ static int tcp_resolve(const char *addr, bool passive, struct addrinfo **res) {
     int rc = tcp_split(addr, host, sizeof host, &port);
     if (rc)
         return rc;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = passive ? AI_PASSIVE : 0};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
     int g = getaddrinfo(host[0] ? host : NULL, port, &hints, res);
     if (g)
         return err_set(ERR_CONNECT, "kv_xfer tcp: '%s': %s", addr, gai_strerror(g));
@@ -166,8 +166,7 @@ static int tcp_accept(kv_xfer_listener *l, int timeout_ms, kv_xfer_conn **out) {
                        timeout_ms);
     int fd = pr < 0 ? -1 : accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0)
-        return err_set(ERR_CONNECT, "kv_xfer tcp: accept on port %d: %s", l->port,
-                       strerror(errno));
+        return err_set(ERR_CONNECT, "kv_xfer tcp: accept on port %d: %s", l->port, strerror(errno));
     return tcp_wrap(fd, out);
 }
 
