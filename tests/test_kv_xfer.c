@@ -546,6 +546,35 @@ static void t_duplicate_late(void) {
     fx_free(&f);
 }
 
+/* Garbage from the receiver's side: the sender's header check fails, it aborts with
+ * ERR_PROTOCOL, releases its blocks and tells the receiver, which frees what it held. */
+static void t_sender_protocol(void) {
+    fx f;
+    fx_init(&f, true);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(fx_send(&f, s, 1, false) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    unsigned char junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    T_CHECK(recv(f.fd_s, junk, sizeof junk, 0) == (ssize_t)sizeof junk); /* take ACK 0 away */
+    memset(junk, 0x5a, sizeof junk);
+    T_CHECK(write(f.fd_r, junk, sizeof junk) == (ssize_t)sizeof junk);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_PROTOCOL);
+    check_releases(&f, 2);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);    /* block 1, already on the wire */
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED); /* the sender's ABORT */
+    T_CHECK(kv_xfer_recv_error(r) == ERR_PROTOCOL);
+    T_CHECK(kv_xfer_recv_stats(r).n_released == 2);
+    check_dst_free(&f);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    check_releases(&f, 2);
+    fx_free(&f);
+}
+
 /* A gap (a lost block): block 1 never written, block 2 arrives: a protocol error. */
 static void t_gap(void) {
     fx f;
@@ -642,6 +671,7 @@ int main(void) {
     test_run("kv_xfer.sender_dies", t_sender_dies);
     test_run("kv_xfer.receiver_dies", t_receiver_dies);
     test_run("kv_xfer.duplicate_late", t_duplicate_late);
+    test_run("kv_xfer.sender_protocol", t_sender_protocol);
     test_run("kv_xfer.gap", t_gap);
     test_run("kv_xfer.pool_full", t_pool_full);
     test_run("kv_xfer.timeout", t_timeout);
