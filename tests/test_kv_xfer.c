@@ -129,6 +129,16 @@ static void check_dst_free(const fx *f) {
              (long long)kv_pool_n_free(f->dst), POOL_BLOCKS);
 }
 
+/* Ends a case: destroys both sides (a no-op cancel on ended transfers), checks each of the first n
+ * blocks was released exactly once and the receiver's pool is all free, frees the fixture. */
+static void fx_end(fx *f, kv_xfer_send *s, kv_xfer_recv *r, int n) {
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    check_releases(f, n);
+    check_dst_free(f);
+    fx_free(f);
+}
+
 /* The receiver's block holds exactly the sender's bytes. */
 static void check_same(const fx *f, int b, int32_t dst_id) {
     size_t n = kv_block_state_bytes(f->src);
@@ -260,11 +270,7 @@ static void t_corrupt_block(void) {
     T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
     T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
     T_CHECK(kv_xfer_recv_stats(r).n_dropped == 2);
-    check_dst_free(&f);
-    kv_xfer_send_destroy(s);
-    kv_xfer_recv_destroy(r);
-    check_releases(&f, 5);
-    fx_free(&f);
+    fx_end(&f, s, r, 5);
 }
 
 /* A header byte flipped: the header hash fails, a protocol error; nothing allocated. */
@@ -300,11 +306,7 @@ static void t_wrong_prompt(void) {
     T_CHECK(fx_send(&f, s, 0, true) == 0);
     T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
     T_CHECK(kv_xfer_recv_error(r) == ERR_PROTOCOL);
-    check_dst_free(&f);
-    kv_xfer_send_destroy(s);
-    kv_xfer_recv_destroy(r);
-    check_releases(&f, 1);
-    fx_free(&f);
+    fx_end(&f, s, r, 1);
 }
 
 /* Abort before any block: either side's cancel. */
@@ -336,10 +338,7 @@ static void t_abort_before(void) {
     T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
     T_CHECK(kv_xfer_send_error(s) == ERR_CANCELLED);
     check_releases(&f, 1);
-    kv_xfer_send_destroy(s);
-    kv_xfer_recv_destroy(r);
-    check_releases(&f, 1);
-    fx_free(&f);
+    fx_end(&f, s, r, 1);
 }
 
 /* Abort during: 3 of 6 blocks sent and verified, 2 ACKed; then each side cancels. */
@@ -443,10 +442,7 @@ static void t_sender_dies(void) {
         T_CHECK(kv_xfer_recv_stats(r).n_verified == 2 - variant);
         T_CHECK(kv_xfer_recv_stats(r).n_released == 2 - variant);
         check_dst_free(&f);
-        kv_xfer_recv_destroy(r);
-        kv_xfer_send_destroy(s);
-        check_releases(&f, 2 - variant);
-        fx_free(&f);
+        fx_end(&f, s, r, 2 - variant);
     }
 }
 
@@ -568,11 +564,7 @@ static void t_sender_protocol(void) {
     T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED); /* the sender's ABORT */
     T_CHECK(kv_xfer_recv_error(r) == ERR_PROTOCOL);
     T_CHECK(kv_xfer_recv_stats(r).n_released == 2);
-    check_dst_free(&f);
-    kv_xfer_send_destroy(s);
-    kv_xfer_recv_destroy(r);
-    check_releases(&f, 2);
-    fx_free(&f);
+    fx_end(&f, s, r, 2);
 }
 
 /* A gap (a lost block): block 1 never written, block 2 arrives: a protocol error. */
