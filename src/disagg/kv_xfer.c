@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kv_xfer: the framing, checks and ownership rules of kv_xfer.h over any transport connection.
+ * The sender keeps one entry per block it sent (its release callback and whether it ran); the
+ * receiver keeps the pool blocks it verified, in position order, until the consumer takes them.
+ * Both sides end a transfer through one function each (send_abort, recv_abort) that walks those
+ * entries once, so a block is released exactly once whatever ended the transfer.
+ */
+#include "disagg/kv_xfer.h"
+
+#include "base/err.h"
+#include "base/hash.h"
+#include "disagg/kv_xfer_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the transport table: one row per transport file ---- */
+
+static const kv_xfer_transport *const transports[] = {&kv_xfer_tcp};
+
+const kv_xfer_transport *kv_xfer_transport_find(const char *name) {
+    for (size_t i = 0; i < sizeof transports / sizeof transports[0]; i++)
+        if (name && strcmp(name, transports[i]->name) == 0)
+            return transports[i];
+    err_set(ERR_NOTFOUND, "kv_xfer: no transport '%s' (known: tcp)", name ? name : "");
+    return NULL;
+}
+
+void kv_xfer_conn_shutdown(kv_xfer_conn *c) {
+    if (c)
+        c->ops->shutdown(c);
+}
+
+void kv_xfer_conn_destroy(kv_xfer_conn *c) {
+    if (c)
+        c->ops->destroy(c);
+}
+
+/* ---- messages ---- */
+
+enum { HDR_BYTES = 64, MSG_BLOCK = 1, MSG_ACK = 2, MSG_ABORT = 3, FLAG_FINAL = 1 };
+#define XFER_MAGIC 0x46584b56u /* "VKXF" */
+#define BODY_MAX   ((uint64_t)1 << 32)
+
+typedef struct msg_hdr {
+    uint8_t type, flags;
+    uint64_t xfer_id;
+    uint32_t seq;
+    int32_t code;
+    int64_t pos0, pos1;
+    uint64_t key, body;
+} msg_hdr;
+
+static void hdr_encode(const msg_hdr *h, uint8_t *b) {
+    uint32_t magic = XFER_MAGIC;
+    uint16_t zero = 0;
+    memcpy(b + 0, &magic, 4);
+    b[4] = h->type;
+    b[5] = h->flags;
+    memcpy(b + 6, &zero, 2);
+    memcpy(b + 8, &h->xfer_id, 8);
+    memcpy(b + 16, &h->seq, 4);
+    memcpy(b + 20, &h->code, 4);
+    memcpy(b + 24, &h->pos0, 8);
+    memcpy(b + 32, &h->pos1, 8);
+    memcpy(b + 40, &h->key, 8);
+    memcpy(b + 48, &h->body, 8);
+    uint64_t hh = hash64(XFER_MAGIC, b, 56);
+    memcpy(b + 56, &hh, 8);
+}
+
+static int hdr_decode(const uint8_t *b, msg_hdr *h) {
+    uint32_t magic;
+    uint64_t hh;
+    memcpy(&magic, b, 4);
+    memcpy(&hh, b + 56, 8);
+    if (magic != XFER_MAGIC || hh != hash64(XFER_MAGIC, b, 56))
+        return err_set(ERR_PROTOCOL, "kv_xfer: message header %s",
+                       magic != XFER_MAGIC ? "has a bad magic" : "fails its hash");
+    h->type = b[4];
+    h->flags = b[5];
+    memcpy(&h->xfer_id, b + 8, 8);
+    memcpy(&h->seq, b + 16, 4);
+    memcpy(&h->code, b + 20, 4);
+    memcpy(&h->pos0, b + 24, 8);
+    memcpy(&h->pos1, b + 32, 8);
+    memcpy(&h->key, b + 40, 8);
+    memcpy(&h->body, b + 48, 8);
+    if (h->type < MSG_BLOCK || h->type > MSG_ABORT || h->body > BODY_MAX)
+        return err_set(ERR_PROTOCOL, "kv_xfer: message type %u with %llu body bytes", h->type,
+                       (unsigned long long)h->body);
+    return 0;
+}
+
+/* Writes a header-only message (ACK, ABORT). */
+static int msg_write_short(kv_xfer_conn *c, uint8_t type, uint64_t xfer_id, uint32_t seq,
+                           int32_t code) {
+    msg_hdr h = {.type = type, .xfer_id = xfer_id, .seq = seq, .code = code};
+    uint8_t b[HDR_BYTES];
+    hdr_encode(&h, b);
+    return c->ops->write_all(c, b, sizeof b);
+}
+
+/* Reads and discards a message's body (a dropped message). */
+static int msg_skip_body(kv_xfer_conn *c, uint64_t n, int timeout_ms) {
+    uint8_t junk[4096];
+    while (n > 0) {
+        size_t k = n < sizeof junk ? (size_t)n : sizeof junk;
+        int rc = c->ops->read_full(c, junk, k, timeout_ms);
+        if (rc)
+            return rc;
+        n -= k;
+    }
+    return 0;
+}
+
+/* ---- sender ---- */
+
+typedef struct send_entry {
+    int32_t id;
+    bool released;
+    kv_xfer_release_fn release;
+    void *ctx;
+} send_entry;
+
+struct kv_xfer_send {
+    kv_xfer_conn *conn;
+    kv_xfer_send_opts o;
+    kv_xfer_state state;
+    int error;
+    bool final_sent;
+    kv_xfer_stats st;
+    send_entry *held;                  /* one per seq sent */
+    uint32_t n_held, cap_held, n_open; /* n_open: entries not yet released */
+    uint8_t *frame;
+    size_t frame_cap;
+};
+
+int kv_xfer_send_create(kv_xfer_conn *conn, const kv_xfer_send_opts *o, kv_xfer_send **out) {
+    if (!conn || !o)
+        return err_set(ERR_INVAL, "kv_xfer_send_create: no connection or options");
+    kv_xfer_send *s = calloc(1, sizeof *s);
+    if (!s)
+        return err_set(ERR_NOMEM, "kv_xfer_send_create: transfer %llu",
+                       (unsigned long long)o->xfer_id);
+    s->conn = conn;
+    s->o = *o;
+    *out = s;
+    return 0;
+}
+
+static void send_release(kv_xfer_send *s, send_entry *e) {
+    if (e->released)
+        return;
+    e->released = true;
+    s->n_open--;
+    s->st.n_released++;
+    e->release(e->ctx, e->id);
+}
+
+/* Ends an open transfer with code: every HELD block released once; the peer told if notify. */
+static void send_abort(kv_xfer_send *s, int code, bool notify) {
+    if (s->state != KV_XFER_OPEN)
+        return;
+    s->state = KV_XFER_ABORTED;
+    s->error = code;
+    for (uint32_t i = 0; i < s->n_held; i++)
+        send_release(s, &s->held[i]);
+    if (notify)
+        (void)msg_write_short(s->conn, MSG_ABORT, s->o.xfer_id, 0, code);
+}
+
+void kv_xfer_send_cancel(kv_xfer_send *s, int code) {
+    send_abort(s, code, true);
+}
+
+void kv_xfer_send_destroy(kv_xfer_send *s) {
+    if (!s)
+        return;
+    send_abort(s, ERR_CANCELLED, true);
+    free(s->held);
+    free(s->frame);
+    free(s);
+}
+
+int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_block_meta *m,
+                       bool final, kv_xfer_release_fn release, void *ctx) {
+    if (s->state != KV_XFER_OPEN || s->final_sent)
+        return err_set(ERR_STATE, "kv_xfer transfer %llu: block %d sent after the transfer %s",
+                       (unsigned long long)s->o.xfer_id, id,
+                       s->state == KV_XFER_OPEN ? "sent its final block" : "ended");
+    size_t blob = kv_block_blob_bytes(p), need = HDR_BYTES + blob;
+    if (s->n_held == s->cap_held) {
+        uint32_t cap = s->cap_held ? 2 * s->cap_held : 16;
+        send_entry *h = realloc(s->held, cap * sizeof *h);
+        if (!h)
+            return err_set(ERR_NOMEM, "kv_xfer transfer %llu: %u block entries",
+                           (unsigned long long)s->o.xfer_id, cap);
+        s->held = h;
+        s->cap_held = cap;
+    }
+    if (need > s->frame_cap) {
+        uint8_t *f = realloc(s->frame, need);
+        if (!f)
+            return err_set(ERR_NOMEM, "kv_xfer transfer %llu: a %zu-byte frame",
+                           (unsigned long long)s->o.xfer_id, need);
+        s->frame = f;
+        s->frame_cap = need;
+    }
+    uint32_t seq = s->n_held;
+    s->held[s->n_held++] = (send_entry){.id = id, .release = release, .ctx = ctx};
+    s->n_open++;
+    int64_t bs = kv_pool_block_size(p);
+    msg_hdr h = {.type = MSG_BLOCK,
+                 .flags = final ? FLAG_FINAL : 0,
+                 .xfer_id = s->o.xfer_id,
+                 .seq = seq,
+                 .pos0 = (int64_t)seq * bs,
+                 .pos1 = (int64_t)(seq + 1) * bs,
+                 .key = m->key,
+                 .body = blob};
+    hdr_encode(&h, s->frame);
+    kv_block_encode(p, id, m, s->frame + HDR_BYTES);
+    int copies = s->o.wire_hook ? s->o.wire_hook(s->o.wire_ctx, seq, s->frame, need) : 1;
+    if (final)
+        s->final_sent = true;
+    for (int i = 0; i < copies; i++) {
+        int rc = s->conn->ops->write_all(s->conn, s->frame, need);
+        if (rc) {
+            send_abort(s, rc, false);
+            return rc;
+        }
+    }
+    s->st.n_sent += copies > 0;
+    return 0;
+}
+
+kv_xfer_state kv_xfer_send_step(kv_xfer_send *s) {
+    uint8_t b[HDR_BYTES];
+    msg_hdr h;
+    int rc = s->conn->ops->read_full(s->conn, b, sizeof b, s->o.timeout_ms);
+    if (rc == 0)
+        rc = hdr_decode(b, &h);
+    if (rc == 0 && h.body)
+        rc = msg_skip_body(s->conn, h.body, s->o.timeout_ms); /* a receiver sends none */
+    if (rc) {
+        send_abort(s, rc, rc != ERR_CONNECT);
+        return s->state;
+    }
+    if (s->state != KV_XFER_OPEN || h.xfer_id != s->o.xfer_id) {
+        s->st.n_dropped++;
+        return s->state;
+    }
+    if (h.type == MSG_ABORT) {
+        err_set(h.code < 0 ? h.code : ERR_PROTOCOL,
+                "kv_xfer transfer %llu: the receiver aborted "
+                "(%s)",
+                (unsigned long long)s->o.xfer_id, err_name(h.code));
+        send_abort(s, h.code < 0 ? h.code : ERR_PROTOCOL, false);
+        return s->state;
+    }
+    if (h.type != MSG_ACK || h.seq >= s->n_held || s->held[h.seq].released) {
+        s->st.n_dropped++; /* a duplicate ACK, or one for a block never sent */
+        return s->state;
+    }
+    s->st.n_acked++;
+    send_release(s, &s->held[h.seq]);
+    if (s->final_sent && s->n_open == 0)
+        s->state = KV_XFER_COMPLETE;
+    return s->state;
+}
+
+kv_xfer_state kv_xfer_send_state(const kv_xfer_send *s) {
+    return s->state;
+}
+
+int kv_xfer_send_error(const kv_xfer_send *s) {
+    return s->error;
+}
+
+kv_xfer_stats kv_xfer_send_stats(const kv_xfer_send *s) {
+    return s->st;
+}
+
+/* ---- receiver ---- */
+
+struct kv_xfer_recv {
+    kv_xfer_conn *conn;
+    kv_pool *pool;
+    kv_xfer_recv_opts o;
+    kv_xfer_state state;
+    int error;
+    bool taken;
+    kv_xfer_stats st;
+    int64_t bs, n_full;
+    uint64_t *keys; /* n_full chain names, computed from the prompt */
+    int32_t *ids;   /* verified blocks, position order */
+    uint32_t n_ids;
+    uint8_t *body;
+    size_t body_bytes;
+};
+
+int kv_xfer_recv_create(kv_xfer_conn *conn, kv_pool *p, const kv_xfer_recv_opts *o,
+                        kv_xfer_recv **out) {
+    if (!conn || !p || !o || !o->toks)
+        return err_set(ERR_INVAL, "kv_xfer_recv_create: no connection, pool, options or tokens");
+    int64_t bs = kv_pool_block_size(p), n_full = o->n_toks / bs;
+    if (n_full < 1)
+        return err_set(ERR_INVAL,
+                       "kv_xfer_recv_create: %lld prompt tokens hold no full block of "
+                       "%lld",
+                       (long long)o->n_toks, (long long)bs);
+    kv_xfer_recv *r = calloc(1, sizeof *r);
+    if (r) {
+        r->keys = malloc((size_t)n_full * sizeof *r->keys);
+        r->ids = malloc((size_t)n_full * sizeof *r->ids);
+        r->body_bytes = kv_block_blob_bytes(p);
+        r->body = malloc(r->body_bytes);
+    }
+    if (!r || !r->keys || !r->ids || !r->body) {
+        if (r) {
+            free(r->keys);
+            free(r->ids);
+            free(r->body);
+            free(r);
+        }
+        return err_set(ERR_NOMEM, "kv_xfer_recv_create: transfer %llu of %lld blocks",
+                       (unsigned long long)o->xfer_id, (long long)n_full);
+    }
+    r->conn = conn;
+    r->pool = p;
+    r->o = *o;
+    r->bs = bs;
+    r->n_full = n_full;
+    uint64_t parent = o->identity;
+    for (int64_t i = 0; i < n_full; i++)
+        parent = r->keys[i] = kv_block_key(parent, o->toks + i * bs, bs);
+    *out = r;
+    return 0;
+}
+
+/* Ends the transfer with code unless its blocks were taken: every held block freed once. */
+static void recv_abort(kv_xfer_recv *r, int code, bool notify) {
+    if (r->state == KV_XFER_ABORTED || r->taken)
+        return;
+    r->state = KV_XFER_ABORTED;
+    r->error = code;
+    for (uint32_t i = 0; i < r->n_ids; i++) {
+        kv_block_unref(r->pool, r->ids[i]);
+        r->st.n_released++;
+    }
+    r->n_ids = 0;
+    if (notify)
+        (void)msg_write_short(r->conn, MSG_ABORT, r->o.xfer_id, 0, code);
+}
+
+void kv_xfer_recv_cancel(kv_xfer_recv *r, int code) {
+    recv_abort(r, code, true);
+}
+
+void kv_xfer_recv_destroy(kv_xfer_recv *r) {
+    if (!r)
+        return;
+    recv_abort(r, ERR_CANCELLED, true);
+    free(r->keys);
+    free(r->ids);
+    free(r->body);
+    free(r);
+}
+
+/* Applies one BLOCK whose header h was read (its body not yet). Returns 0 or the abort code. */
+static int recv_block(kv_xfer_recv *r, const msg_hdr *h) {
+    unsigned long long x = (unsigned long long)r->o.xfer_id;
+    if (h->seq != r->n_ids)
+        return err_set(ERR_PROTOCOL, "kv_xfer transfer %llu: block %u arrived, block %u expected",
+                       x, h->seq, r->n_ids);
+    if (h->seq >= r->n_full || h->pos0 != (int64_t)h->seq * r->bs || h->pos1 != h->pos0 + r->bs ||
+        h->body != r->body_bytes || h->key != r->keys[h->seq])
+        return err_set(ERR_PROTOCOL,
+                       "kv_xfer transfer %llu: block %u (positions %lld..%lld, %llu "
+                       "bytes) is not block %u of this prompt (%lld full blocks of %zu bytes)",
+                       x, h->seq, (long long)h->pos0, (long long)h->pos1,
+                       (unsigned long long)h->body, h->seq, (long long)r->n_full, r->body_bytes);
+    int rc = r->conn->ops->read_full(r->conn, r->body, r->body_bytes, r->o.timeout_ms);
+    if (rc)
+        return rc;
+    int32_t id = kv_pool_alloc(r->pool);
+    if (id < 0)
+        return err_set(ERR_FULL, "kv_xfer transfer %llu: no free pool block for block %u", x,
+                       h->seq);
+    kv_block_meta want = {.identity = r->o.identity,
+                          .parent = h->seq ? r->keys[h->seq - 1] : r->o.identity,
+                          .key = r->keys[h->seq],
+                          .toks = r->o.toks + (int64_t)h->seq * r->bs};
+    rc = kv_block_decode(r->pool, id, &want, r->body, r->body_bytes, NULL);
+    if (rc) {
+        kv_block_unref(r->pool, id); /* RECEIVING -> FREED */
+        r->st.n_released++;
+        return err_wrap(rc, "kv_xfer transfer %llu: block %u", x, h->seq);
+    }
+    r->ids[r->n_ids++] = id; /* RECEIVING -> HELD */
+    r->st.n_verified++;
+    rc = msg_write_short(r->conn, MSG_ACK, r->o.xfer_id, h->seq, 0);
+    if (rc)
+        return rc;
+    r->st.n_acked++;
+    if (h->flags & FLAG_FINAL)
+        r->state = KV_XFER_COMPLETE;
+    return 0;
+}
+
+kv_xfer_state kv_xfer_recv_step(kv_xfer_recv *r) {
+    uint8_t b[HDR_BYTES];
+    msg_hdr h;
+    int rc = r->conn->ops->read_full(r->conn, b, sizeof b, r->o.timeout_ms);
+    if (rc == 0)
+        rc = hdr_decode(b, &h);
+    if (rc) {
+        if (r->state == KV_XFER_OPEN)
+            recv_abort(r, rc, rc != ERR_CONNECT);
+        return r->state;
+    }
+    bool dup = h.type == MSG_BLOCK && h.seq < r->n_ids;
+    if (r->state != KV_XFER_OPEN || h.xfer_id != r->o.xfer_id || dup || h.type == MSG_ACK) {
+        r->st.n_dropped++; /* late, foreign, duplicate, or an ACK the sender should not send */
+        if (msg_skip_body(r->conn, h.body, r->o.timeout_ms) && r->state == KV_XFER_OPEN)
+            recv_abort(r, ERR_CONNECT, false);
+        return r->state;
+    }
+    if (h.type == MSG_ABORT) {
+        err_set(h.code < 0 ? h.code : ERR_PROTOCOL,
+                "kv_xfer transfer %llu: the sender aborted "
+                "(%s)",
+                (unsigned long long)r->o.xfer_id, err_name(h.code));
+        recv_abort(r, h.code < 0 ? h.code : ERR_PROTOCOL, false);
+        return r->state;
+    }
+    rc = recv_block(r, &h);
+    if (rc)
+        recv_abort(r, rc, rc != ERR_CONNECT);
+    return r->state;
+}
+
+int kv_xfer_recv_take(kv_xfer_recv *r, int32_t *ids, int cap) {
+    if (r->state != KV_XFER_COMPLETE || r->taken)
+        return err_set(ERR_STATE, "kv_xfer transfer %llu: blocks %s",
+                       (unsigned long long)r->o.xfer_id,
+                       r->taken ? "already taken" : "taken before the transfer completed");
+    if ((uint32_t)cap < r->n_ids)
+        return err_set(ERR_RANGE, "kv_xfer transfer %llu: %u blocks, room for %d",
+                       (unsigned long long)r->o.xfer_id, r->n_ids, cap);
+    memcpy(ids, r->ids, r->n_ids * sizeof *ids);
+    r->taken = true; /* HELD -> HANDED */
+    r->st.n_handed = r->n_ids;
+    return (int)r->n_ids;
+}
+
+kv_xfer_state kv_xfer_recv_state(const kv_xfer_recv *r) {
+    return r->state;
+}
+
+int kv_xfer_recv_error(const kv_xfer_recv *r) {
+    return r->error;
+}
+
+kv_xfer_stats kv_xfer_recv_stats(const kv_xfer_recv *r) {
+    return r->st;
+}

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kv_xfer_int: what a transport file implements (private to src/disagg/). A connection is a
+ * reliable ordered byte stream with these operations; kv_xfer.c frames and checks messages on it.
+ */
+#ifndef VERITY_DISAGG_KV_XFER_INT_H
+#define VERITY_DISAGG_KV_XFER_INT_H
+
+#include "disagg/kv_xfer.h"
+
+typedef struct kv_xfer_conn_ops {
+    /* Writes all n bytes. Returns 0 or ERR_CONNECT (the peer is gone; detail says why). */
+    int (*write_all)(kv_xfer_conn *c, const void *buf, size_t n);
+    /* Reads exactly n bytes, waiting up to timeout_ms (-1: forever) for each part. Returns 0,
+     * ERR_TIMEOUT, ERR_CONNECT (end of stream or an error). */
+    int (*read_full)(kv_xfer_conn *c, void *buf, size_t n, int timeout_ms);
+    void (*shutdown)(kv_xfer_conn *c);
+    void (*destroy)(kv_xfer_conn *c);
+} kv_xfer_conn_ops;
+
+struct kv_xfer_conn {
+    const kv_xfer_conn_ops *ops;
+};
+
+/* The tcp transport's table row (kv_xfer_tcp.c). */
+extern const kv_xfer_transport kv_xfer_tcp;
+
+#endif

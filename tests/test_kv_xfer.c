@@ -1,0 +1,671 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_kv_xfer: the KV transfer library (disagg/kv_xfer.h) over real sockets: a TCP loopback
+ * transfer from a sender thread to a receiver thread, byte-identical on arrival; and, over a
+ * socketpair driven one explicit step at a time (no timing: every edge is reached by the order of
+ * calls, a wire hook that rewrites or repeats a frame, a shutdown, or a zero timeout on an empty
+ * socket), each edge of the header's state machine: a corrupted block or header, abort before,
+ * during and after (either side), either peer dying, a full receiver pool, duplicate, foreign
+ * and late messages, the timeout. Every case counts the sender's release callbacks per block (each
+ * exactly once) and checks the receiver's pool is back to all free unless the consumer took the
+ * blocks.
+ */
+#include "test.h"
+
+#include "base/err.h"
+#include "disagg/kv_xfer.h"
+#include "kv/kv_block.h"
+#include "kv/kv_pool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { NB = 8, BS = 4, POOL_BLOCKS = 32 };
+#define IDENTITY 0x1234abcdULL
+
+/* ---- fixture: a sender pool with NB sealed blocks, a receiver pool, a connection pair ---- */
+
+typedef struct fx {
+    kv_pool *src, *dst;
+    int32_t ids[NB];
+    kv_block_meta meta[NB];
+    int32_t toks[NB * BS + 3]; /* a partial tail block too */
+    int releases[POOL_BLOCKS]; /* sender release callbacks per block id */
+    int fd_s, fd_r;            /* the socketpair ends (sender, receiver) */
+    kv_xfer_conn *cs, *cr;
+} fx;
+
+static void fx_release(void *ctx, int32_t id) {
+    ((fx *)ctx)->releases[id]++;
+}
+
+static kv_pool *pool_make(void) {
+    kv_pool_opts o = {.n_layer = 2, .kv_dim = 8, .block_size = BS, .n_blocks = POOL_BLOCKS};
+    kv_pool *p = NULL;
+    T_CHECK(kv_pool_create(&o, &p) == 0);
+    return p;
+}
+
+static void fx_init(fx *f, bool pair) {
+    memset(f, 0, sizeof *f);
+    f->src = pool_make();
+    f->dst = pool_make();
+    for (int i = 0; i < NB * BS + 3; i++)
+        f->toks[i] = 100 + i * 7;
+    size_t bb = kv_pool_block_bytes(f->src);
+    uint64_t parent = IDENTITY;
+    for (int b = 0; b < NB; b++) {
+        int32_t id = kv_pool_alloc(f->src);
+        T_CHECK(id >= 0);
+        for (int l = 0; l < 2; l++) {
+            unsigned char *k = (unsigned char *)kv_pool_k_base(f->src, l) + (size_t)id * bb;
+            unsigned char *v = (unsigned char *)kv_pool_v_base(f->src, l) + (size_t)id * bb;
+            for (size_t i = 0; i < bb; i++) {
+                k[i] = (unsigned char)(i * 31 + b * 7 + l);
+                v[i] = (unsigned char)(i * 17 + b * 5 + l + 1);
+            }
+        }
+        uint64_t key = kv_block_key(parent, f->toks + b * BS, BS);
+        f->ids[b] = id;
+        f->meta[b] = (kv_block_meta){.identity = IDENTITY,
+                                     .parent = parent,
+                                     .key = key,
+                                     .checksum = kv_block_checksum(f->src, id, key),
+                                     .toks = f->toks + b * BS};
+        parent = key;
+    }
+    if (pair) {
+        int sv[2];
+        T_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+        f->fd_s = sv[0];
+        f->fd_r = sv[1];
+        T_CHECK(kv_xfer_conn_from_fd(sv[0], &f->cs) == 0);
+        T_CHECK(kv_xfer_conn_from_fd(sv[1], &f->cr) == 0);
+    }
+}
+
+static void fx_free(fx *f) {
+    kv_xfer_conn_destroy(f->cs);
+    kv_xfer_conn_destroy(f->cr);
+    kv_pool_destroy(f->src);
+    kv_pool_destroy(f->dst);
+}
+
+static kv_xfer_send *fx_sender(fx *f, kv_xfer_wire_hook hook, void *ctx) {
+    kv_xfer_send_opts o = {.xfer_id = 7, .timeout_ms = -1, .wire_hook = hook, .wire_ctx = ctx};
+    kv_xfer_send *s = NULL;
+    T_CHECK(kv_xfer_send_create(f->cs, &o, &s) == 0);
+    return s;
+}
+
+static kv_xfer_recv *fx_receiver(fx *f, int timeout_ms) {
+    kv_xfer_recv_opts o = {.xfer_id = 7,
+                           .identity = IDENTITY,
+                           .toks = f->toks,
+                           .n_toks = NB * BS + 3,
+                           .timeout_ms = timeout_ms};
+    kv_xfer_recv *r = NULL;
+    T_CHECK(kv_xfer_recv_create(f->cr, f->dst, &o, &r) == 0);
+    return r;
+}
+
+static int fx_send(fx *f, kv_xfer_send *s, int b, bool final) {
+    return kv_xfer_send_block(s, f->src, f->ids[b], &f->meta[b], final, fx_release, f);
+}
+
+/* Each of the first n blocks released exactly once, the rest never. */
+static void check_releases(const fx *f, int n) {
+    for (int b = 0; b < NB; b++)
+        T_CHECKF(f->releases[f->ids[b]] == (b < n ? 1 : 0), "block %d released %d times", b,
+                 f->releases[f->ids[b]]);
+}
+
+static void check_dst_free(const fx *f) {
+    T_CHECKF(kv_pool_n_free(f->dst) == POOL_BLOCKS, "receiver pool: %lld of %d free",
+             (long long)kv_pool_n_free(f->dst), POOL_BLOCKS);
+}
+
+/* Ends a case: destroys both sides (a no-op cancel on ended transfers), checks each of the first n
+ * blocks was released exactly once and the receiver's pool is all free, frees the fixture. */
+static void fx_end(fx *f, kv_xfer_send *s, kv_xfer_recv *r, int n) {
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    check_releases(f, n);
+    check_dst_free(f);
+    fx_free(f);
+}
+
+/* The receiver's block holds exactly the sender's bytes. */
+static void check_same(const fx *f, int b, int32_t dst_id) {
+    size_t n = kv_block_state_bytes(f->src);
+    unsigned char *a = malloc(n), *c = malloc(n);
+    kv_block_save(f->src, f->ids[b], a);
+    kv_block_save(f->dst, dst_id, c);
+    int same = memcmp(a, c, n) == 0;
+    free(a);
+    free(c);
+    T_CHECKF(same, "block %d differs after the transfer", b);
+}
+
+/* Duplicates the next message waiting on fd (peeked, not consumed) onto the other end. */
+static void replay_next(int peek_fd, int write_fd) {
+    unsigned char m[64];
+    T_CHECK(recv(peek_fd, m, sizeof m, MSG_PEEK) == (ssize_t)sizeof m);
+    T_CHECK(write(write_fd, m, sizeof m) == (ssize_t)sizeof m);
+}
+
+/* ---- wire hooks ---- */
+
+typedef struct hook_cfg {
+    int seq;      /* the frame to act on */
+    long flip_at; /* byte offset to flip (-1: none) */
+    int copies;   /* copies of that frame to write */
+} hook_cfg;
+
+static int hook_fn(void *ctx, uint32_t seq, uint8_t *frame, size_t n) {
+    hook_cfg *h = ctx;
+    if ((int)seq != h->seq)
+        return 1;
+    if (h->flip_at >= 0 && (size_t)h->flip_at < n)
+        frame[h->flip_at] ^= 0x40;
+    return h->copies;
+}
+
+/* ---- cases ---- */
+
+typedef struct tcp_rx {
+    kv_xfer_listener *l;
+    fx *f;
+    int32_t got[NB];
+    int n_got, state, error;
+} tcp_rx;
+
+static void *tcp_receiver(void *arg) {
+    tcp_rx *t = arg;
+    kv_xfer_conn *c = NULL;
+    if (kv_xfer_transport_find("tcp")->accept(t->l, -1, &c))
+        return NULL;
+    kv_xfer_recv_opts o = {.xfer_id = 7,
+                           .identity = IDENTITY,
+                           .toks = t->f->toks,
+                           .n_toks = NB * BS + 3,
+                           .timeout_ms = -1};
+    kv_xfer_recv *r = NULL;
+    if (kv_xfer_recv_create(c, t->f->dst, &o, &r) == 0) {
+        while (kv_xfer_recv_step(r) == KV_XFER_OPEN) {
+        }
+        t->state = kv_xfer_recv_state(r);
+        t->error = kv_xfer_recv_error(r);
+        t->n_got = kv_xfer_recv_take(r, t->got, NB);
+        kv_xfer_recv_destroy(r);
+    }
+    kv_xfer_conn_destroy(c);
+    return NULL;
+}
+
+static void t_tcp_transfer(void) {
+    fx f;
+    fx_init(&f, false);
+    const kv_xfer_transport *tcp = kv_xfer_transport_find("tcp");
+    T_CHECK(tcp && !kv_xfer_transport_find("carrier-pigeon"));
+    tcp_rx t = {.f = &f, .n_got = -1};
+    T_CHECK(tcp->listen("127.0.0.1:0", &t.l) == 0);
+    pthread_t th;
+    T_CHECK(pthread_create(&th, NULL, tcp_receiver, &t) == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", kv_xfer_listener_port(t.l));
+    T_CHECK(tcp->connect(addr, &f.cs) == 0);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    for (int b = 0; b < NB; b++) /* pipelined: every block before any ACK is read */
+        T_CHECK(fx_send(&f, s, b, b == NB - 1) == 0);
+    while (kv_xfer_send_step(s) == KV_XFER_OPEN) {
+    }
+    pthread_join(th, NULL);
+    kv_xfer_listener_destroy(t.l);
+    T_CHECKF(kv_xfer_send_state(s) == KV_XFER_COMPLETE, "sender ended %d (%s)",
+             kv_xfer_send_state(s), err_name(kv_xfer_send_error(s)));
+    T_CHECKF(t.state == KV_XFER_COMPLETE && t.n_got == NB, "receiver ended %d (%s), took %d",
+             t.state, err_name(t.error), t.n_got);
+    kv_xfer_stats st = kv_xfer_send_stats(s);
+    T_CHECK(st.n_sent == NB && st.n_acked == NB && st.n_released == NB && st.n_dropped == 0);
+    check_releases(&f, NB);
+    for (int b = 0; b < NB; b++)
+        check_same(&f, b, t.got[b]);
+    T_CHECK(kv_pool_n_free(f.dst) == POOL_BLOCKS - NB); /* the consumer owns them now */
+    kv_xfer_send_destroy(s);
+    check_releases(&f, NB);
+    fx_free(&f);
+}
+
+/* A byte of block 2's payload flipped on the wire: ERR_CHECKSUM, nothing handed on. */
+static void t_corrupt_block(void) {
+    fx f;
+    fx_init(&f, true);
+    hook_cfg h = {.seq = 2, .flip_at = 64 + (long)kv_block_blob_bytes(f.src) - 5, .copies = 1};
+    kv_xfer_send *s = fx_sender(&f, hook_fn, &h);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    for (int b = 0; b < 5; b++)
+        T_CHECK(fx_send(&f, s, b, b == 4) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECKF(kv_xfer_recv_error(r) == ERR_CHECKSUM, "error %s", err_name(kv_xfer_recv_error(r)));
+    int32_t got[NB];
+    T_CHECK(kv_xfer_recv_take(r, got, NB) == ERR_STATE);
+    kv_xfer_stats rs = kv_xfer_recv_stats(r);
+    T_CHECK(rs.n_verified == 2 && rs.n_released == 3 && rs.n_handed == 0);
+    check_dst_free(&f);
+    /* the sender: two ACKs, then the receiver's ABORT releases the other three */
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);
+    check_releases(&f, 2);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_CHECKSUM);
+    check_releases(&f, 5);
+    /* blocks 3 and 4 arriving after the abort are late: dropped, nothing allocated */
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_stats(r).n_dropped == 2);
+    fx_end(&f, s, r, 5);
+}
+
+/* A header byte flipped: the header hash fails, a protocol error; nothing allocated. */
+static void t_corrupt_header(void) {
+    fx f;
+    fx_init(&f, true);
+    hook_cfg h = {.seq = 0, .flip_at = 30, .copies = 1};
+    kv_xfer_send *s = fx_sender(&f, hook_fn, &h);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_error(r) == ERR_PROTOCOL);
+    check_dst_free(&f);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    check_releases(&f, 1);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    fx_free(&f);
+}
+
+/* Another prompt on the receiver: block 0's name is not the one it computes from its tokens. */
+static void t_wrong_prompt(void) {
+    fx f;
+    fx_init(&f, true);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    int32_t other[NB * BS];
+    memcpy(other, f.toks, sizeof other);
+    other[1]++;
+    kv_xfer_recv_opts o = {
+        .xfer_id = 7, .identity = IDENTITY, .toks = other, .n_toks = NB * BS, .timeout_ms = -1};
+    kv_xfer_recv *r = NULL;
+    T_CHECK(kv_xfer_recv_create(f.cr, f.dst, &o, &r) == 0);
+    T_CHECK(fx_send(&f, s, 0, true) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_error(r) == ERR_PROTOCOL);
+    fx_end(&f, s, r, 1);
+}
+
+/* Abort before any block: either side's cancel. */
+static void t_abort_before(void) {
+    fx f;
+    fx_init(&f, true);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    kv_xfer_send_cancel(s, ERR_CANCELLED);
+    T_CHECK(kv_xfer_send_state(s) == KV_XFER_ABORTED);
+    T_CHECK(fx_send(&f, s, 0, false) == ERR_STATE); /* not taken: never released */
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_error(r) == ERR_CANCELLED);
+    check_releases(&f, 0);
+    check_dst_free(&f);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    fx_free(&f);
+
+    /* the receiver cancels first; the sender's block already on the wire is late */
+    fx_init(&f, true);
+    s = fx_sender(&f, NULL, NULL);
+    r = fx_receiver(&f, -1);
+    kv_xfer_recv_cancel(r, ERR_CANCELLED);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_stats(r).n_dropped == 1);
+    check_dst_free(&f);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_CANCELLED);
+    check_releases(&f, 1);
+    fx_end(&f, s, r, 1);
+}
+
+/* Abort during: 3 of 6 blocks sent and verified, 2 ACKed; then each side cancels. */
+static void t_abort_during(void) {
+    for (int side = 0; side < 2; side++) {
+        fx f;
+        fx_init(&f, true);
+        kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+        kv_xfer_recv *r = fx_receiver(&f, -1);
+        for (int b = 0; b < 3; b++) {
+            T_CHECK(fx_send(&f, s, b, false) == 0);
+            T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+        }
+        T_CHECK(kv_xfer_recv_stats(r).n_verified == 3);
+        T_CHECK(kv_pool_n_free(f.dst) == POOL_BLOCKS - 3);
+        T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);
+        T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);
+        check_releases(&f, 2);
+        if (side == 0) { /* the sender (its request was cancelled, or the server drains) */
+            kv_xfer_send_cancel(s, ERR_CANCELLED);
+            check_releases(&f, 3);
+            T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED); /* the ABORT */
+        } else { /* the receiver (its client went away) */
+            kv_xfer_recv_cancel(r, ERR_CANCELLED);
+            T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);    /* ACK 2 */
+            T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED); /* the ABORT */
+            check_releases(&f, 3);
+        }
+        T_CHECK(kv_xfer_recv_stats(r).n_released == 3);
+        check_dst_free(&f);
+        kv_xfer_send_cancel(s, ERR_CANCELLED); /* again: a no-op */
+        kv_xfer_recv_cancel(r, ERR_CANCELLED);
+        T_CHECK(kv_xfer_recv_stats(r).n_released == 3);
+        kv_xfer_send_destroy(s);
+        kv_xfer_recv_destroy(r);
+        check_releases(&f, 3);
+        check_dst_free(&f);
+        fx_free(&f);
+    }
+}
+
+/* Abort after: complete; a cancel before the take frees the blocks, after it is a no-op. */
+static void t_abort_after(void) {
+    for (int taken = 0; taken < 2; taken++) {
+        fx f;
+        fx_init(&f, true);
+        kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+        kv_xfer_recv *r = fx_receiver(&f, -1);
+        for (int b = 0; b < 4; b++) {
+            T_CHECK(fx_send(&f, s, b, b == 3) == 0);
+            T_CHECK(kv_xfer_recv_step(r) == (b == 3 ? KV_XFER_COMPLETE : KV_XFER_OPEN));
+        }
+        for (int b = 0; b < 4; b++)
+            T_CHECK(kv_xfer_send_step(s) == (b == 3 ? KV_XFER_COMPLETE : KV_XFER_OPEN));
+        check_releases(&f, 4);
+        T_CHECK(fx_send(&f, s, 4, false) == ERR_STATE);
+        int32_t got[NB];
+        if (taken) {
+            T_CHECK(kv_xfer_recv_take(r, got, NB) == 4);
+            T_CHECK(kv_xfer_recv_take(r, got, NB) == ERR_STATE);
+            for (int b = 0; b < 4; b++)
+                check_same(&f, b, got[b]);
+        }
+        kv_xfer_send_cancel(s, ERR_CANCELLED);
+        T_CHECK(kv_xfer_send_state(s) == KV_XFER_COMPLETE);
+        kv_xfer_recv_cancel(r, ERR_CANCELLED);
+        T_CHECK(kv_xfer_recv_state(r) == (taken ? KV_XFER_COMPLETE : KV_XFER_ABORTED));
+        T_CHECK(kv_xfer_recv_stats(r).n_released == (taken ? 0 : 4));
+        T_CHECK(kv_pool_n_free(f.dst) == POOL_BLOCKS - (taken ? 4 : 0));
+        /* the receiver's ABORT (not taken) reaches a COMPLETE sender late: dropped */
+        if (!taken) {
+            T_CHECK(kv_xfer_send_step(s) == KV_XFER_COMPLETE);
+            T_CHECK(kv_xfer_send_stats(s).n_dropped == 1);
+        }
+        kv_xfer_send_destroy(s);
+        kv_xfer_recv_destroy(r);
+        check_releases(&f, 4);
+        if (taken)
+            for (int b = 0; b < 4; b++)
+                kv_block_unref(f.dst, got[b]);
+        check_dst_free(&f);
+        fx_free(&f);
+    }
+}
+
+/* The sender dies mid-transfer: the receiver's ACK write or its read fails; it frees what it held.
+ */
+static void t_sender_dies(void) {
+    for (int variant = 0; variant < 2; variant++) {
+        fx f;
+        fx_init(&f, true);
+        kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+        kv_xfer_recv *r = fx_receiver(&f, -1);
+        T_CHECK(fx_send(&f, s, 0, false) == 0);
+        if (variant == 0) /* block 1 is on the wire: it verifies, but its ACK cannot be written */
+            T_CHECK(fx_send(&f, s, 1, false) == 0);
+        T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+        kv_xfer_conn_shutdown(f.cs);
+        T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED); /* variant 1: end of stream */
+        T_CHECKF(kv_xfer_recv_error(r) == ERR_CONNECT, "%s", err_name(kv_xfer_recv_error(r)));
+        T_CHECK(kv_xfer_recv_stats(r).n_verified == 2 - variant);
+        T_CHECK(kv_xfer_recv_stats(r).n_released == 2 - variant);
+        check_dst_free(&f);
+        fx_end(&f, s, r, 2 - variant);
+    }
+}
+
+/* The receiver dies: the sender's next read, or its next write, aborts and releases all. */
+static void t_receiver_dies(void) {
+    fx f;
+    fx_init(&f, true);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(fx_send(&f, s, 1, false) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    kv_xfer_conn_shutdown(f.cr); /* the process dies (its pool goes with it): no ABORT sent */
+    kv_xfer_recv_destroy(r);
+    kv_xfer_conn_destroy(f.cr);
+    f.cr = NULL;
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN); /* ACK 0 */
+    check_releases(&f, 1);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_CONNECT);
+    check_releases(&f, 2);
+    kv_xfer_send_destroy(s);
+    check_releases(&f, 2);
+    fx_free(&f);
+
+    /* dead before the sender reads anything: the write itself fails and releases that block */
+    fx_init(&f, true);
+    s = fx_sender(&f, NULL, NULL);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    kv_xfer_conn_destroy(f.cr);
+    f.cr = NULL;
+    T_CHECK(fx_send(&f, s, 1, false) == ERR_CONNECT);
+    T_CHECK(kv_xfer_send_state(s) == KV_XFER_ABORTED);
+    check_releases(&f, 2);
+    T_CHECK(fx_send(&f, s, 2, false) == ERR_STATE);
+    kv_xfer_send_destroy(s);
+    check_releases(&f, 2);
+    fx_free(&f);
+}
+
+/* Duplicates: a BLOCK written twice, an ACK replayed, a foreign transfer id; late ones after the
+ * end. Each dropped and counted, never applied. */
+static void t_duplicate_late(void) {
+    fx f;
+    fx_init(&f, true);
+    hook_cfg h = {.seq = 1, .flip_at = -1, .copies = 2};
+    kv_xfer_send *s = fx_sender(&f, hook_fn, &h);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(fx_send(&f, s, 1, false) == 0); /* written twice */
+    for (int i = 0; i < 3; i++)
+        T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    kv_xfer_stats rs = kv_xfer_recv_stats(r);
+    T_CHECK(rs.n_verified == 2 && rs.n_dropped == 1 && rs.n_acked == 2);
+    T_CHECK(kv_pool_n_free(f.dst) == POOL_BLOCKS - 2);
+    /* ACK 0 replayed: applied once, the copy dropped */
+    replay_next(f.fd_s, f.fd_r);
+    for (int i = 0; i < 3; i++) /* ACK 0, ACK 1, the copy of ACK 0 */
+        T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_send_stats(s).n_dropped == 1 && kv_xfer_send_stats(s).n_acked == 2);
+    check_releases(&f, 2);
+    /* a block of another transfer on the same connection */
+    kv_xfer_send_opts fo = {.xfer_id = 99, .timeout_ms = -1};
+    kv_xfer_send *other = NULL;
+    T_CHECK(kv_xfer_send_create(f.cs, &fo, &other) == 0);
+    T_CHECK(kv_xfer_send_block(other, f.src, f.ids[2], &f.meta[2], true, fx_release, &f) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_recv_stats(r).n_dropped == 2);
+    /* the final block, written twice: the second copy arrives after COMPLETE */
+    h.seq = 2;
+    T_CHECK(fx_send(&f, s, 2, true) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_COMPLETE);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_COMPLETE);
+    rs = kv_xfer_recv_stats(r);
+    T_CHECK(rs.n_verified == 3 && rs.n_dropped == 3);
+    T_CHECK(kv_pool_n_free(f.dst) == POOL_BLOCKS - 3);
+    /* ACK 2 (COMPLETE), then ACK 2 replayed late */
+    replay_next(f.fd_s, f.fd_r);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_COMPLETE);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_COMPLETE);
+    T_CHECK(kv_xfer_send_stats(s).n_dropped == 2);
+    /* block 2 went out twice (this transfer and the foreign one): released once by each */
+    T_CHECK(f.releases[f.ids[2]] == 1);
+    kv_xfer_send_destroy(other); /* its block was never ACKed: released now */
+    T_CHECK(f.releases[f.ids[2]] == 2);
+    f.releases[f.ids[2]] = 1;
+    check_releases(&f, 3);
+    int32_t got[NB];
+    T_CHECK(kv_xfer_recv_take(r, got, NB) == 3);
+    for (int b = 0; b < 3; b++)
+        check_same(&f, b, got[b]);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    for (int b = 0; b < 3; b++)
+        kv_block_unref(f.dst, got[b]);
+    check_dst_free(&f);
+    fx_free(&f);
+}
+
+/* Garbage from the receiver's side: the sender's header check fails, it aborts with
+ * ERR_PROTOCOL, releases its blocks and tells the receiver, which frees what it held. */
+static void t_sender_protocol(void) {
+    fx f;
+    fx_init(&f, true);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(fx_send(&f, s, 1, false) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    unsigned char junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    T_CHECK(recv(f.fd_s, junk, sizeof junk, 0) == (ssize_t)sizeof junk); /* take ACK 0 away */
+    memset(junk, 0x5a, sizeof junk);
+    T_CHECK(write(f.fd_r, junk, sizeof junk) == (ssize_t)sizeof junk);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_PROTOCOL);
+    check_releases(&f, 2);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);    /* block 1, already on the wire */
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED); /* the sender's ABORT */
+    T_CHECK(kv_xfer_recv_error(r) == ERR_PROTOCOL);
+    T_CHECK(kv_xfer_recv_stats(r).n_released == 2);
+    fx_end(&f, s, r, 2);
+}
+
+/* A gap (a lost block): block 1 never written, block 2 arrives: a protocol error. */
+static void t_gap(void) {
+    fx f;
+    fx_init(&f, true);
+    hook_cfg h = {.seq = 1, .flip_at = -1, .copies = 0};
+    kv_xfer_send *s = fx_sender(&f, hook_fn, &h);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    for (int b = 0; b < 3; b++)
+        T_CHECK(fx_send(&f, s, b, b == 2) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_error(r) == ERR_PROTOCOL);
+    check_dst_free(&f);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    check_releases(&f, 3);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    fx_free(&f);
+}
+
+/* The receiver's pool has one free block: block 0 lands, block 1 finds none (ERR_FULL); the
+ * abort frees block 0 and the blocks held by others stay untouched. */
+static void t_pool_full(void) {
+    fx f;
+    fx_init(&f, true);
+    int32_t others[POOL_BLOCKS];
+    int n_others = 0;
+    while (kv_pool_n_free(f.dst) > 1)
+        others[n_others++] = kv_pool_alloc(f.dst);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(fx_send(&f, s, 1, false) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_recv_error(r) == ERR_FULL);
+    T_CHECK(kv_pool_n_free(f.dst) == 1);
+    for (int i = 0; i < n_others; i++)
+        T_CHECK(kv_block_refcount(f.dst, others[i]) == 1);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_FULL);
+    check_releases(&f, 2);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    for (int i = 0; i < n_others; i++)
+        kv_block_unref(f.dst, others[i]);
+    check_dst_free(&f);
+    fx_free(&f);
+}
+
+/* The timeout: nothing on the socket and timeout_ms 0, so the wait ends at once on both sides. */
+static void t_timeout(void) {
+    fx f;
+    fx_init(&f, true);
+    kv_xfer_send_opts o = {.xfer_id = 7, .timeout_ms = 0};
+    kv_xfer_send *s = NULL;
+    T_CHECK(kv_xfer_send_create(f.cs, &o, &s) == 0);
+    kv_xfer_recv *r = fx_receiver(&f, 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED); /* nothing sent yet */
+    T_CHECK(kv_xfer_recv_error(r) == ERR_TIMEOUT);
+    check_dst_free(&f);
+    /* the receiver's ABORT is on the wire now; the sender reads it */
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_TIMEOUT);
+    check_releases(&f, 1);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    fx_free(&f);
+
+    /* a sender whose receiver never answers */
+    fx_init(&f, true);
+    T_CHECK(kv_xfer_send_create(f.cs, &o, &s) == 0);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(fx_send(&f, s, 1, false) == 0);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    T_CHECK(kv_xfer_send_error(s) == ERR_TIMEOUT);
+    check_releases(&f, 2);
+    kv_xfer_send_destroy(s);
+    check_releases(&f, 2);
+    fx_free(&f);
+}
+
+int main(void) {
+    test_run("kv_xfer.tcp_transfer", t_tcp_transfer);
+    test_run("kv_xfer.corrupt_block", t_corrupt_block);
+    test_run("kv_xfer.corrupt_header", t_corrupt_header);
+    test_run("kv_xfer.wrong_prompt", t_wrong_prompt);
+    test_run("kv_xfer.abort_before", t_abort_before);
+    test_run("kv_xfer.abort_during", t_abort_during);
+    test_run("kv_xfer.abort_after", t_abort_after);
+    test_run("kv_xfer.sender_dies", t_sender_dies);
+    test_run("kv_xfer.receiver_dies", t_receiver_dies);
+    test_run("kv_xfer.duplicate_late", t_duplicate_late);
+    test_run("kv_xfer.sender_protocol", t_sender_protocol);
+    test_run("kv_xfer.gap", t_gap);
+    test_run("kv_xfer.pool_full", t_pool_full);
+    test_run("kv_xfer.timeout", t_timeout);
+    return test_summary();
+}
