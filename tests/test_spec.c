@@ -295,6 +295,7 @@ typedef struct run_cfg {
     bool prefix_cache;
     int64_t n_ctx;
     int32_t spec_k, spec_rows;
+    bool adapt; /* spec-adapt 1: the controller decides (else spec_k guesses every step) */
 } run_cfg;
 
 static engine *mk_engine(spec_env *env, const run_cfg *c) {
@@ -311,6 +312,7 @@ static engine *mk_engine(spec_env *env, const run_cfg *c) {
                      .spec_k = c->spec_k ? c->spec_k : 8,
                      .spec_rows = c->spec_rows ? c->spec_rows : 512,
                      .spec_ngram_min = 2,
+                     .spec_fixed_k = !c->adapt,
                      .draft_model = c->draft};
     engine *e;
     T_OK(engine_create(env->m, env->tok, &o, &e));
@@ -513,9 +515,37 @@ static void t_engine(void) {
          true,
          false,
          false},
+        {"ngram adaptive, batched, prefix cache",
+         {.spec = "ngram",
+          .max_batch = 8,
+          .chunk = 64,
+          .threads = 1,
+          .kv_blocks = 512,
+          .prefix_cache = true,
+          .n_ctx = 200,
+          .adapt = true},
+         false,
+         false,
+         false,
+         true},
+        {"draft (itself) adaptive, alone",
+         {.spec = "draft",
+          .draft = env.self_path,
+          .max_batch = 1,
+          .chunk = 512,
+          .threads = 1,
+          .kv_blocks = 256,
+          .n_ctx = 200,
+          .adapt = true},
+         true,
+         false,
+         false,
+         false},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const case_run *cr = &cases[c];
+        if (test_scale() < 1 && c % 2 == 0)
+            continue; /* sanitizers: every other case (batched, preempted, cached, adaptive) */
         kv_prefix_stats px_off = {0};
         if (cr->same_cache) {
             run_cfg off = cr->cfg;
@@ -622,6 +652,7 @@ static void t_eog(void) {
                          .prefix_cache = k == 2,
                          .kv_verify = true,
                          .spec = kinds[k],
+                         .spec_fixed_k = true,
                          .spec_k = 6,
                          .spec_rows = 64,
                          .spec_ngram_min = 2,
@@ -676,6 +707,76 @@ static void t_eog(void) {
     model_destroy(m);
 }
 
+/* Cancellation from a callback in the middle of an accepted run: the request gets no token after
+ * the one whose event cancelled it, then its CANCELLED finish, as without speculation. */
+typedef struct cancel_rec {
+    engine *e;
+    uint64_t id;
+    int after, n_tok, n_after_cancel;
+    bool cancelled;
+    engine_finish fin;
+} cancel_rec;
+
+static void on_cancel_event(void *ud, const engine_event *ev) {
+    cancel_rec *c = ud;
+    if (ev->token >= 0) {
+        c->n_tok++;
+        if (c->cancelled)
+            c->n_after_cancel++;
+        if (c->n_tok == c->after && !c->cancelled) {
+            T_OK(engine_cancel(c->e, c->id));
+            c->cancelled = true;
+        }
+    }
+    if (ev->finish != ENGINE_FINISH_NONE)
+        c->fin = ev->finish;
+}
+
+static void t_cancel(void) {
+    static spec_env env;
+    env_open(&env);
+    const char *kinds[] = {NULL, "ngram", "draft"};
+    for (int k = 0; k < 3; k++) {
+        run_cfg c = {.spec = kinds[k],
+                     .draft = env.self_path,
+                     .max_batch = 8,
+                     .chunk = 64,
+                     .threads = 1,
+                     .kv_blocks = 256,
+                     .n_ctx = 200};
+        engine *e = mk_engine(&env, &c);
+        cancel_rec cr[8];
+        for (int i = 0; i < 8; i++) {
+            cr[i] = (cancel_rec){.e = e, .id = (uint64_t)i + 1, .after = 3 + i * 4};
+            sample_params sp = sample_params_default();
+            sp.temperature = i % 2 ? 0.7 : 0;
+            sp.seed = (uint64_t)i;
+            engine_req q = {.id = cr[i].id,
+                            .prompt = env.p[i],
+                            .n_prompt = env.len[i],
+                            .sp = sp,
+                            .max_tokens = 100,
+                            .ignore_eog = true,
+                            .cb = on_cancel_event,
+                            .ud = &cr[i]};
+            T_OK(engine_submit(e, &q));
+        }
+        while (engine_busy(e))
+            T_OK(engine_step(e));
+        engine_stats st;
+        engine_stats_get(e, &st);
+        for (int i = 0; i < 8; i++)
+            T_CHECKF(cr[i].n_tok == cr[i].after && cr[i].n_after_cancel == 0 &&
+                         cr[i].fin == ENGINE_FINISH_CANCELLED,
+                     "%s: request %d: %d tokens (cancelled after %d), finish %d",
+                     kinds[k] ? kinds[k] : "off", i, cr[i].n_tok, cr[i].after, cr[i].fin);
+        if (k)
+            T_CHECK(st.spec_accepted > 0);
+        engine_destroy(e);
+    }
+    env_close(&env);
+}
+
 /* spec-rows 0, or a batch that fills spec-rows with decoding rows, drafts nothing. */
 static void t_backoff(void) {
     static spec_env env;
@@ -702,7 +803,8 @@ static void t_backoff(void) {
                      .spec = "ngram",
                      .spec_k = 8,
                      .spec_rows = 0,
-                     .spec_ngram_min = 2};
+                     .spec_ngram_min = 2,
+                     .spec_fixed_k = true};
     T_OK(engine_create(env.m, env.tok, &z, &e));
     run_round(e, &env, NULL, false, out);
     engine_stats st;
@@ -762,6 +864,7 @@ int main(void) {
     test_run("spec.ngram_automaton", t_ngram);
     test_run("spec.engine_p1", t_engine);
     test_run("spec.eog", t_eog);
+    test_run("spec.cancel", t_cancel);
     test_run("spec.backoff", t_backoff);
     test_run("spec.draft_refused", t_refused);
     return test_summary();

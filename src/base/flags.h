@@ -78,11 +78,14 @@ enum flag_kind {
       "kept only if the model's own sampler picks exactly it (same bytes as off); ngram: prompt "  \
       "lookup, draft: a draft model (draft-model), mtp: the model's MTP layers (not built yet)")   \
     X(SPEC_K, "spec-k", FLAG_KIND_INT, "8", "1:32",                                                \
-      "spec: most tokens drafted for one sequence in one step (each sequence drafts fewer, down "  \
-      "to pausing, while its recent drafts are refused)")                                          \
+      "spec: most tokens drafted for one sequence in one step")                                    \
     X(SPEC_ROWS, "spec-rows", FLAG_KIND_INT, "16", "0:4096",                                       \
       "spec: a step feeds drafted tokens only while its decoding sequences and drafted tokens "    \
       "together stay within this many rows (a fuller batch is compute-bound; 0 = never draft)")    \
+    X(SPEC_ADAPT, "spec-adapt", FLAG_KIND_BOOL, "1", "0|1",                                        \
+      "spec: each step drafts the number of tokens that maximizes expected tokens per second, "    \
+      "from the measured cost of a step by its rows and each sequence's recent acceptance (0: "    \
+      "always spec-k per sequence, within spec-rows)")                                             \
     X(SPEC_NGRAM_MIN, "spec-ngram-min", FLAG_KIND_INT, "2", "1:64",                                \
       "spec ngram: shortest suffix match, in tokens, whose continuation is drafted")               \
     X(DRAFT_MODEL, "draft-model", FLAG_KIND_STRING, "", "",                                        \

@@ -23,6 +23,7 @@
  */
 #include "engine/engine.h"
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/cpu.h"
 #include "base/err.h"
 #include "base/flags.h"
@@ -62,15 +63,23 @@ typedef struct eng_seq {
     int32_t fault_host_done;   /* positions saved */
     spec_seq *spq;             /* the drafter's state, NULL when speculation is off */
     int32_t n_draft;           /* guesses in toks[n_toks ..] fed this step */
-    int32_t spec_k;            /* guesses it asks for next (adaptive, 1..spec_k) */
-    int32_t spec_fails;        /* verifications in a row that accepted nothing */
-    int32_t spec_pause;        /* decoding steps left before it drafts again */
-    int32_t spec_backoff;      /* the next pause */
+    double spec_acc;           /* guesses accepted, recent ones weighing more (decayed) */
+    double spec_tested;        /* guesses tested: accepted ones and each first refused one */
 } eng_seq;
 
-/* Pauses of a sequence whose guesses keep being refused: the first, and the longest. */
-#define ENG_SPEC_PAUSE_MIN 4
-#define ENG_SPEC_PAUSE_MAX 256
+/* The controller of speculation (engine.h): a sequence's acceptance estimate is (accepted +
+ * ENG_SPEC_PRIOR_ACC) / (tested + ENG_SPEC_PRIOR_TESTED) over decayed counts (ENG_SPEC_DECAY per
+ * verification; ENG_SPEC_FORGET per decoding step, so an estimate drifts back to the prior and a
+ * sequence that stopped drafting tries again now and then). A step's cost by its rows is learned
+ * from pure decoding steps (EMA weight ENG_SPEC_COST_EMA); a row count never measured is
+ * estimated from the nearest measured ones, ENG_SPEC_COST_SLOPE of a step per row beyond them
+ * (optimistic, so that it gets tried and measured). */
+#define ENG_SPEC_PRIOR_ACC    1.0
+#define ENG_SPEC_PRIOR_TESTED 2.0
+#define ENG_SPEC_DECAY        0.9
+#define ENG_SPEC_FORGET       0.98
+#define ENG_SPEC_COST_EMA     0.2
+#define ENG_SPEC_COST_SLOPE   0.05
 
 struct engine {
     model *m;
@@ -107,7 +116,12 @@ struct engine {
     int64_t n_spec_verified; /* sequence steps that verified guesses */
     int64_t spec_accept_hist[SPEC_MAX_K + 1];
     int64_t step_tokens_hist[SPEC_MAX_K + 2];
-    bool spec_warned; /* the drafter's failure was logged */
+    bool spec_warned;  /* the drafter's failure was logged */
+    double *spec_cost; /* [spec_cost_n] seconds of a pure decoding step by its rows (0: never
+                          measured), an EMA */
+    int32_t spec_cost_n;
+    int32_t *spec_pick; /* [spec_rows] the order in which guesses were granted */
+    double *spec_alpha; /* [max_batch] acceptance estimates of this step's candidates */
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     bool f_kv_reuse, f_table_race, f_tier_reload, f_spec_accept;
     int32_t *f_freed_prev; /* FAULT (c): blocks freed at the end of the previous step */
@@ -151,6 +165,7 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
     o->spec_k = (int32_t)flags_int(FLAG_SPEC_K);
     o->spec_rows = (int32_t)flags_int(FLAG_SPEC_ROWS);
     o->spec_ngram_min = (int32_t)flags_int(FLAG_SPEC_NGRAM_MIN);
+    o->spec_fixed_k = flags_int(FLAG_SPEC_ADAPT) == 0;
     o->draft_model = flags_str(FLAG_DRAFT_MODEL);
 }
 
@@ -231,7 +246,12 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
         e->sreq = calloc((size_t)o->max_batch, sizeof *e->sreq);
         e->sreq_owner = calloc((size_t)o->max_batch, sizeof *e->sreq_owner);
         e->sgrant = calloc((size_t)o->max_batch, sizeof *e->sgrant);
-        if (!rc && (!e->sreq || !e->sreq_owner || !e->sgrant))
+        e->spec_cost_n = o->max_batch + o->spec_rows + 1;
+        e->spec_cost = calloc((size_t)e->spec_cost_n, sizeof *e->spec_cost);
+        e->spec_pick = calloc((size_t)o->spec_rows + 1, sizeof *e->spec_pick);
+        e->spec_alpha = calloc((size_t)o->max_batch, sizeof *e->spec_alpha);
+        if (!rc && (!e->sreq || !e->sreq_owner || !e->sgrant || !e->spec_cost || !e->spec_pick ||
+                    !e->spec_alpha))
             rc = err_set(ERR_NOMEM, "engine: out of memory");
     }
     e->running = calloc((size_t)o->max_batch, sizeof *e->running);
@@ -296,6 +316,9 @@ void engine_destroy(engine *e) {
     free(e->sreq);
     free(e->sreq_owner);
     free(e->sgrant);
+    free(e->spec_cost);
+    free(e->spec_pick);
+    free(e->spec_alpha);
     kv_hier_destroy(e->h);
     kv_pool_destroy(e->kv);
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
@@ -364,8 +387,6 @@ static int eng_submit(engine *e, const engine_req *r) {
     s->gs = r->constraint;
     s->cb = r->cb;
     s->ud = r->ud;
-    s->spec_k = e->o.spec_k;
-    s->spec_backoff = ENG_SPEC_PAUSE_MIN;
     sampler_accept_prompt(s->smp, r->prompt, r->n_prompt);
     if (e->wait_tail)
         e->wait_tail->next = s;
@@ -814,34 +835,65 @@ static bool eng_decoding(const eng_seq *s) {
     return s->n_toks - s->n_done == 1 && s->n_done >= s->n_prompt && s->plan == 1;
 }
 
-/* Plans this step's guesses (after eng_fit_pool, which planned and placed everything else): the
- * budget and spec_rows left are shared round-robin, one guess at a time, among the decoding
- * sequences that draft, each up to its adaptive k and to what max_tokens and the context still
- * allow; the drafter fills them; blocks for them come only from free or evictable ones. */
+/* The estimated seconds of a pure decoding step of r rows, from the measured ones (0 if no step
+ * of at most r rows was measured yet). */
+static double eng_spec_cost(const engine *e, int64_t r) {
+    if (r >= e->spec_cost_n)
+        r = e->spec_cost_n - 1;
+    if (e->spec_cost[r] > 0)
+        return e->spec_cost[r];
+    int64_t lo = r - 1, hi = r + 1;
+    while (lo >= 1 && e->spec_cost[lo] <= 0)
+        lo--;
+    while (hi < e->spec_cost_n && e->spec_cost[hi] <= 0)
+        hi++;
+    if (lo < 1)
+        return 0;
+    double up = e->spec_cost[lo] * (1 + ENG_SPEC_COST_SLOPE * (double)(r - lo));
+    if (hi >= e->spec_cost_n)
+        return up;
+    double lin = e->spec_cost[lo] +
+                 (e->spec_cost[hi] - e->spec_cost[lo]) * (double)(r - lo) / (double)(hi - lo);
+    return lin < up ? lin : up;
+}
+
+/* Plans this step's guesses (after eng_fit_pool, which planned and placed everything else). Only
+ * a step of decoding sequences alone drafts (a prefill chunk makes a step compute-bound already),
+ * within what is left of the budget and of spec_rows. Guesses are granted one at a time, each to
+ * the sequence whose next guess is the likeliest to be kept (its estimate to the power of the
+ * guess's place), and the number of guesses kept is the one that maximizes expected tokens per
+ * estimated second of the step: none, when no number beats the step without guesses. The
+ * drafter then fills them (it may propose fewer); blocks for them come only from free or
+ * evictable ones. */
 static void eng_spec_plan(engine *e) {
     if (!e->sp)
         return;
     int64_t used = 0, n_dec = 0;
+    bool prefill = false;
     for (int32_t i = 0; i < e->n_running; i++) {
-        used += e->running[i]->plan;
-        n_dec += eng_decoding(e->running[i]);
+        eng_seq *s = e->running[i];
+        used += s->plan;
+        if (eng_decoding(s)) {
+            n_dec++;
+            s->spec_acc *= ENG_SPEC_FORGET; /* evidence fades (ENG_SPEC_FORGET) */
+            s->spec_tested *= ENG_SPEC_FORGET;
+        } else if (s->plan) {
+            prefill = true;
+        }
     }
     int64_t allow = e->budget - used;
     if (allow > e->o.spec_rows - n_dec)
         allow = e->o.spec_rows - n_dec; /* a full batch is compute-bound: no guesses at all */
-    if (allow <= 0)
+    double base = n_dec > 0 ? eng_spec_cost(e, n_dec) : 0;
+    if (allow <= 0 || (!e->o.spec_fixed_k && (prefill || base <= 0)))
         return;
-    int32_t n = 0, kmax = 0;
+    int32_t n = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         eng_seq *s = e->running[i];
         if (!eng_decoding(s) || !s->spq)
             continue;
-        if (s->spec_pause > 0) {
-            s->spec_pause--;
-            continue;
-        }
         /* every guess could become a token, and one more comes from the last row */
-        int64_t k = s->spec_k;
+        int64_t k = e->o.spec_k;
         if (k > (int64_t)s->max_tokens - s->n_gen - 1)
             k = (int64_t)s->max_tokens - s->n_gen - 1;
         if (k > e->o.n_ctx - s->n_toks - 1)
@@ -854,16 +906,48 @@ static void eng_spec_plan(engine *e) {
                                 .k = (int32_t)k,
                                 .out = s->toks + s->n_toks};
         e->sgrant[n] = 0;
+        e->spec_alpha[n] =
+            (s->spec_acc + ENG_SPEC_PRIOR_ACC) / (s->spec_tested + ENG_SPEC_PRIOR_TESTED);
         e->sreq_owner[n++] = s;
-        if (k > kmax)
-            kmax = (int32_t)k;
     }
-    for (int32_t level = 1; level <= kmax && allow > 0; level++)
-        for (int32_t i = 0; i < n && allow > 0; i++)
-            if (e->sreq[i].k >= level) {
-                e->sgrant[i]++;
-                allow--;
+    /* grant guesses in order of their chance (fixed k: round-robin, every chance equal) and
+     * remember the best tokens per second (fixed k: as many as allowed) */
+    if (e->o.spec_fixed_k)
+        for (int32_t i = 0; i < n; i++)
+            e->spec_alpha[i] = 1.0 - 1e-9 * i;
+    double tokens = (double)n_dec, best = base > 0 ? tokens / base : 0;
+    int64_t best_d = 0;
+    for (int64_t d = 1; d <= allow; d++) {
+        int32_t pick = -1;
+        double gain = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (e->sgrant[i] >= e->sreq[i].k)
+                continue;
+            double g = e->spec_alpha[i];
+            for (int32_t j = 0; j < e->sgrant[i]; j++)
+                g *= e->spec_alpha[i];
+            if (g > gain) {
+                gain = g;
+                pick = i;
             }
+        }
+        if (pick < 0)
+            break;
+        e->sgrant[pick]++;
+        e->spec_pick[d - 1] = pick;
+        tokens += gain;
+        double c = eng_spec_cost(e, n_dec + d);
+        if (e->o.spec_fixed_k) {
+            best_d = d;
+        } else if (c > 0 && tokens / c > best) {
+            best = tokens / c;
+            best_d = d;
+        }
+    }
+    for (int32_t i = 0; i < n; i++)
+        e->sgrant[i] = 0;
+    for (int64_t d = 0; d < best_d; d++)
+        e->sgrant[e->spec_pick[d]]++;
     int32_t m = 0;
     for (int32_t i = 0; i < n; i++) {
         if (!e->sgrant[i])
@@ -896,22 +980,19 @@ static void eng_spec_plan(engine *e) {
     }
 }
 
-/* After a verification of nd guesses of which a were kept, adapts s's next k (engine.h). */
-static void eng_spec_adapt(const engine *e, eng_seq *s, int32_t nd, int32_t a) {
-    if (a > 0) {
-        int32_t k = a == nd ? s->spec_k * 2 : (a + 1 > s->spec_k / 2 ? a + 1 : s->spec_k / 2);
-        s->spec_k = k < e->o.spec_k ? k : e->o.spec_k;
-        s->spec_fails = 0;
-        s->spec_backoff = ENG_SPEC_PAUSE_MIN;
+/* Records a pure decoding step's duration under its rows (the controller's cost table). */
+static void eng_spec_measure(engine *e, int64_t rows, double seconds) {
+    if (!e->sp || rows < 1 || rows >= e->spec_cost_n)
         return;
-    }
-    s->spec_k = s->spec_k > 1 ? s->spec_k / 2 : 1;
-    if (++s->spec_fails >= 2) {
-        s->spec_fails = 0;
-        s->spec_pause = s->spec_backoff;
-        s->spec_backoff =
-            s->spec_backoff * 2 < ENG_SPEC_PAUSE_MAX ? s->spec_backoff * 2 : ENG_SPEC_PAUSE_MAX;
-    }
+    double *c = &e->spec_cost[rows];
+    *c = *c > 0 ? *c + ENG_SPEC_COST_EMA * (seconds - *c) : seconds;
+}
+
+/* After a verification of nd guesses of which a were kept, updates s's acceptance estimate: a
+ * accepted, and one more tested if the first refused one was reached. */
+static void eng_spec_adapt(eng_seq *s, int32_t nd, int32_t a) {
+    s->spec_acc = s->spec_acc * ENG_SPEC_DECAY + a;
+    s->spec_tested = s->spec_tested * ENG_SPEC_DECAY + a + (a < nd ? 1 : 0);
 }
 
 /* Samples a decoding sequence's rows (its last token's, then one per guess) in order while each
@@ -937,7 +1018,7 @@ static bool eng_verify(engine *e, eng_seq *s, const float *rows) {
         e->n_spec_verified++;
         e->n_spec_accepted += a;
         e->spec_accept_hist[a]++;
-        eng_spec_adapt(e, s, nd, a);
+        eng_spec_adapt(s, nd, a);
     }
     e->step_tokens_hist[s->n_toks - n_before]++;
     return done;
@@ -949,8 +1030,10 @@ int engine_step(engine *e) {
     if (e->n_running == 0)
         return 0;
     eng_fit_pool(e);
+    int64_t t_step = e->sp ? clock_now_ns() : 0; /* drafting, forward pass and sampling */
     eng_spec_plan(e);
-    int32_t nb = 0;
+    int32_t nb = 0, n_pure = 0;
+    int64_t rows = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < e->n_running; i++) {
             eng_seq *s = e->running[i];
@@ -967,6 +1050,8 @@ int engine_step(engine *e) {
                                               : last     ? 1
                                                          : 0};
             e->fs_owner[nb++] = s;
+            rows += s->plan;
+            n_pure += pass == 0;
             if (pass == 1)
                 e->n_prompt_computed += s->plan;
         }
@@ -1003,6 +1088,8 @@ int engine_step(engine *e) {
             o++;
         }
     }
+    if (e->sp && n_pure == nb)
+        eng_spec_measure(e, rows, (double)(clock_now_ns() - t_step) * 1e-9);
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     /* FAULT (c): the "transfer" of blocks freed last step lands now, into blocks that may have
      * been handed to another sequence meanwhile */

@@ -52,11 +52,21 @@
  * back blocks that hold nothing else; nothing is copied); only accepted positions are sealed into
  * the prefix cache (and so reach a tier). Guesses count against the step's token budget and are
  * fed only while the step's decoding sequences and guesses stay within spec_rows (a full batch is
- * compute-bound already: there speculation backs off entirely), only into free or evictable
- * blocks (a guess never preempts anything), and each sequence adapts its k to its recent
- * acceptance: all accepted doubles it, a partial acceptance keeps about what was accepted, and
- * nothing accepted halves it and, twice in a row, pauses drafting for a number of steps that
- * doubles each time (up to 256), so a sequence that never accepts stops paying.
+ * compute-bound already: there speculation backs off entirely), and only into free or evictable
+ * blocks (a guess never preempts anything).
+ *
+ * How many guesses (toggle spec-adapt): verifying rows is not free (on a CPU a third row can cost
+ * a third of a step), so the engine learns what a step of decoding sequences costs by its rows
+ * (the time of every such step, an EMA per row count) and keeps per sequence an estimate a of the
+ * chance that its next guess is kept (recent verifications: accepted guesses over guesses tested,
+ * with a prior of 1/2 that recent evidence outweighs and that returns as evidence fades). A step
+ * with decoding sequences only grants guesses one by one to the sequence whose next guess is the
+ * likeliest (a^j for its j-th), and keeps the number of guesses whose expected tokens per
+ * estimated second is best, none if none beats the step without them: a sequence whose guesses
+ * are refused stops drafting (it tries one guess again once its estimate has recovered), and one
+ * that copies gets up to spec_k. With spec-adapt 0 every decoding sequence drafts spec_k guesses
+ * in every step (within the budget and spec_rows). The controller reads the clock, so which
+ * guesses a run feeds varies from run to run; what it outputs does not (see above).
  *
  * Threading: an engine is driven by one thread; callbacks run on it during engine_step.
  */
@@ -118,6 +128,8 @@ typedef struct engine_opts {
     int32_t spec_k;           /* most guesses per sequence per step (spec-k, 1..SPEC_MAX_K) */
     int32_t spec_rows;        /* decoding rows plus guesses per step, at most (spec-rows) */
     int32_t spec_ngram_min;   /* ngram: shortest suffix match (spec-ngram-min) */
+    bool spec_fixed_k;        /* !spec-adapt: every decoding sequence drafts spec_k guesses in
+                                 every step, within the budget and spec_rows (tests, bisecting) */
     const char *draft_model;  /* draft: the draft model's GGUF (draft-model) */
 } engine_opts;
 

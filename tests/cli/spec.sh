@@ -8,9 +8,9 @@
 # all 64 held and released together (48 and more sequences at once), every other one streamed.
 # The draft model is the target's unquantized twin (the same synthetic weights in F32 beside the
 # target's Q8_0): it shares the vocabulary and guesses right often, not always. The speculative
-# servers feed guesses even in full batches (--spec-rows 512), and once with the default
-# --spec-rows, where a full batch backs off; their metrics must show guesses drafted, accepted
-# and refused, and /v1/flags the toggles. The same through `verity generate --prompts`, logits
+# servers feed guesses in every step, even in full batches (--spec-adapt 0 --spec-rows 512), and
+# once more each with the defaults (the adaptive controller; a full batch backs off); the first
+# ones' metrics must show guesses drafted, accepted and refused, and /v1/flags the toggles. The same through `verity generate --prompts`, logits
 # digests included.
 # Bad input: a draft model with another vocabulary, and --spec mtp on a model without MTP layers,
 # exit 2 with one line naming why. With the fault build (make faults), FAULT (i)
@@ -75,7 +75,7 @@ fi
 for mode in ngram draft; do
     extra=()
     [ $mode = draft ] && extra=(--draft-model "$DRAFT")
-    if spec_run $mode --spec $mode --spec-rows 512 "${extra[@]}"; then
+    if spec_run $mode --spec $mode --spec-rows 512 --spec-adapt 0 "${extra[@]}"; then
         if [ "${DRAFTED:-0}" -gt 0 ] && [ "${ACCEPTED:-0}" -gt 0 ] && [ "$ACCEPTED" -lt "$DRAFTED" ]; then
             pass "spec.${mode}_metrics($ACCEPTED of $DRAFTED guesses accepted)"
         else fail "spec.${mode}_metrics" "drafted ${DRAFTED:-none}, accepted ${ACCEPTED:-none}"; fi
@@ -93,11 +93,17 @@ for mode in ngram draft; do
         stop_server
     fi
 done
-# the default --spec-rows: with 48 and more sequences decoding, a step drafts nothing
-if spec_run ngram_default_rows --spec ngram; then
-    [ "${DRAFTED:-0}" -gt 0 ] && pass "spec.ngram_default_rows_drafts($DRAFTED)" || fail spec.ngram_default_rows_drafts "nothing drafted"
-    stop_server
-fi
+# the defaults (--spec-rows 16: with 48 and more sequences decoding, a step drafts nothing; the
+# adaptive controller: how many guesses depends on the measured cost and acceptance, and on the
+# clock)
+for mode in ngram draft; do
+    extra=()
+    [ $mode = draft ] && extra=(--draft-model "$DRAFT")
+    if spec_run ${mode}_defaults --spec $mode "${extra[@]}"; then
+        pass "spec.${mode}_defaults_drafted(${DRAFTED:-0} guesses, ${ACCEPTED:-0} accepted)"
+        stop_server
+    fi
+done
 
 # the command line: 64 prompts through one engine, tokens and logits digests
 awk -v n=64 'BEGIN { srand(4321); split("the a little girl dog ran over hill sky blue green said and then it was happy sad big small red ball tree", w, " ");
@@ -110,8 +116,9 @@ gen() { # OUT ARGS...
         [ "$(grep -c '"logits_digest"' "$out")" -eq 64 ]
 }
 if gen "$TMP/g.ref" --max-batch 1; then
-    for c in "ngram:--spec ngram --max-batch 16 --spec-rows 256" "draft:--spec draft --draft-model $DRAFT --max-batch 16 --spec-rows 256" \
-        "ngram_alone:--spec ngram --max-batch 1"; do
+    for c in "ngram:--spec ngram --max-batch 16 --spec-rows 256 --spec-adapt 0" \
+        "draft:--spec draft --draft-model $DRAFT --max-batch 16 --spec-rows 256 --spec-adapt 0" \
+        "ngram_alone:--spec ngram --max-batch 1 --spec-adapt 0" "ngram_adaptive:--spec ngram --max-batch 16"; do
         name=${c%%:*}
         # shellcheck disable=SC2086
         if ! gen "$TMP/g.$name" ${c#*:}; then fail "spec.generate_$name" "generate failed: $(tail -n 1 "$TMP/g.$name.err")"
@@ -143,9 +150,9 @@ case "$VERITY" in
 *"/build/release/"*)
     if [ ! -x "$FB" ]; then skip spec.fault "no fault build at $FB (make faults)"
     else
-        "$FB" generate -m "$MODEL" --prompts "$TMP/p.jsonl" --spec ngram --spec-rows 256 --max-batch 1 >"$TMP/f1" 2>/dev/null
-        VERITY_FAULT_SPEC_ACCEPT=1 "$FB" generate -m "$MODEL" --prompts "$TMP/p.jsonl" --spec ngram --spec-rows 256 --max-batch 1 >"$TMP/f1x" 2>/dev/null
-        VERITY_FAULT_SPEC_ACCEPT=1 "$FB" generate -m "$MODEL" --prompts "$TMP/p.jsonl" --spec ngram --spec-rows 256 --max-batch 16 >"$TMP/fnx" 2>/dev/null
+        "$FB" generate -m "$MODEL" --prompts "$TMP/p.jsonl" --spec ngram --spec-rows 256 --spec-adapt 0 --max-batch 1 >"$TMP/f1" 2>/dev/null
+        VERITY_FAULT_SPEC_ACCEPT=1 "$FB" generate -m "$MODEL" --prompts "$TMP/p.jsonl" --spec ngram --spec-rows 256 --spec-adapt 0 --max-batch 1 >"$TMP/f1x" 2>/dev/null
+        VERITY_FAULT_SPEC_ACCEPT=1 "$FB" generate -m "$MODEL" --prompts "$TMP/p.jsonl" --spec ngram --spec-rows 256 --spec-adapt 0 --max-batch 16 >"$TMP/fnx" 2>/dev/null
         d1=$(diff "$TMP/f1" "$TMP/f1x" | grep -c '^<'); dn=$(diff "$TMP/f1" "$TMP/fnx" | grep -c '^<')
         if [ "$(grep -c '' "$TMP/f1")" -eq 64 ] && [ "$d1" -eq 0 ] && [ "$dn" -gt 0 ]; then
             pass "spec.fault_spec_accept($dn of 64 corrupted when batched, 0 alone)"
