@@ -27,6 +27,8 @@ sideways=(
     "sample -> tokenizer"             # grammars match token texts (grammar_vocab)
     "template -> tokenizer"           # chat_prompt: the rendered prompt to token ids
     "toolcall -> sample"              # tool_grammar builds sample/grammar ASTs
+    "spec -> model"                   # the draft drafter runs a second model's forward pass
+    "spec -> kv/kv_pool.h"            # ... over its own KV pool (blocks only, no prefix cache)
     "gguf -> kernels/kn_type_table.h" # the one type-size table lives in kernels
     "router -> server/srv_http.h"     # the router serves clients on the server's HTTP layer
 )

@@ -88,6 +88,24 @@ enum flag_kind {
     X(KV_BLOB_CACHE, "kv-blob-cache", FLAG_KIND_INT, "64", "0:65536",                              \
       "buffers kept for reuse by blocks moving to and from the KV tiers, so sealing or evicting "  \
       "a block does not allocate (0: allocate and free each; speed only)")                         \
+    X(SPEC, "spec", FLAG_KIND_ENUM, "off", "off|ngram|draft|mtp",                                  \
+      "speculative decoding: drafted tokens are fed with a sequence's last token and each is "     \
+      "kept only if the model's own sampler picks exactly it (same bytes as off); ngram: prompt "  \
+      "lookup, draft: a draft model (draft-model), mtp: the model's MTP layers (not built yet)")   \
+    X(SPEC_K, "spec-k", FLAG_KIND_INT, "8", "1:32",                                                \
+      "spec: most tokens drafted for one sequence in one step")                                    \
+    X(SPEC_ROWS, "spec-rows", FLAG_KIND_INT, "16", "0:4096",                                       \
+      "spec: a step feeds drafted tokens only while its decoding sequences and drafted tokens "    \
+      "together stay within this many rows (a fuller batch is compute-bound; 0 = never draft)")    \
+    X(SPEC_ADAPT, "spec-adapt", FLAG_KIND_BOOL, "1", "0|1",                                        \
+      "spec: each step drafts the number of tokens that maximizes expected tokens per second, "    \
+      "from the measured cost of a step by its rows and each sequence's recent acceptance (0: "    \
+      "always spec-k per sequence, within spec-rows)")                                             \
+    X(SPEC_NGRAM_MIN, "spec-ngram-min", FLAG_KIND_INT, "2", "1:64",                                \
+      "spec ngram: shortest suffix match, in tokens, whose continuation is drafted")               \
+    X(DRAFT_MODEL, "draft-model", FLAG_KIND_STRING, "", "",                                        \
+      "spec draft: the draft model's GGUF; its vocabulary must be the model's (refused at "        \
+      "start-up otherwise)")                                                                       \
     X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
       "compute threads spin briefly between parallel regions instead of sleeping at once")         \
     X(CTX, "ctx", FLAG_KIND_INT, "0", "0:16777216",                                                \
@@ -169,7 +187,10 @@ enum flag_kind {
       "FAULT (g): a block loaded from the disk or Redis tier gets its K but not its V")             \
     X(FAULT_KV_CORRUPT, "fault-kv-corrupt", FLAG_KIND_ENUM, "none", "none|l1|disk|redis",         \
       "FAULT (h): one bit of every eighth KV block flips in memory after it is cached (l1), or in " \
-      "the blob written to the disk or Redis tier")
+      "the blob written to the disk or Redis tier")                                                \
+    X(FAULT_SPEC_ACCEPT, "fault-spec-accept", FLAG_KIND_BOOL, "0", "0|1",                          \
+      "FAULT (i): speculation keeps every drafted token without comparing it with the "            \
+      "sampler's pick, in steps that hold more than one sequence")
 #else
 #define FLAG_FAULT_LIST(X)
 #endif

@@ -513,6 +513,16 @@ static int gen_submit_items(engine *e, gen_ctx *g, int32_t n_items, bool ignore_
     return 0;
 }
 
+/* Tokens a decoding sequence kept per step, on average (1 without speculation). */
+static double gen_tokens_per_step(const engine_stats *st) {
+    int64_t steps = 0, toks = 0;
+    for (int t = 0; t <= SPEC_MAX_K + 1; t++) {
+        steps += st->step_tokens_hist[t];
+        toks += (int64_t)t * st->step_tokens_hist[t];
+    }
+    return steps ? (double)toks / (double)steps : 0.0;
+}
+
 /* Steps the engine until every item is done, printing batch results in input order as they
  * complete, then the timing line on stderr. */
 static int gen_run(engine *e, gen_ctx *g, int32_t n_items) {
@@ -535,12 +545,19 @@ static int gen_run(engine *e, gen_ctx *g, int32_t n_items) {
         fputc('\n', stderr);
     engine_stats st;
     engine_stats_get(e, &st);
+    char spec_note[160] = "";
+    if (st.spec_drafted > 0 || strcmp(flags_str(FLAG_SPEC), "off") != 0)
+        snprintf(spec_note, sizeof spec_note,
+                 ", spec %s: %lld drafted, %lld accepted (%.1f%%), %.2f tokens per decoding step",
+                 flags_str(FLAG_SPEC), (long long)st.spec_drafted, (long long)st.spec_accepted,
+                 st.spec_drafted ? 100.0 * (double)st.spec_accepted / (double)st.spec_drafted : 0.0,
+                 gen_tokens_per_step(&st));
     fprintf(stderr,
             "verity: %d prompt(s), %lld prompt tokens, %lld generated in %.3f s (%.1f tok/s), "
-            "%lld preemptions, %lld positions from the prefix cache\n",
+            "%lld preemptions, %lld positions from the prefix cache%s\n",
             n_items, (long long)n_prompt_tok, (long long)n_gen, dt,
             dt > 0 ? (double)n_gen / dt : 0.0, (long long)st.preemptions,
-            (long long)st.cached_positions);
+            (long long)st.cached_positions, spec_note);
     return 0;
 }
 

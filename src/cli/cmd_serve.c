@@ -5,8 +5,12 @@
  * [--drain-timeout S] [--timeout S] [--max-body MIB] [--max-body-total MIB] [--max-conns N]
  * [--max-conns-per-addr N]
  * [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]
- * [--chat-template-kwargs JSON] [-t THREADS]`; every option is also a VERITY_* environment
- * variable (they are toggles in the registry, flags.h).
+ * [--chat-template-kwargs JSON] [--spec off|ngram|draft|mtp] [--spec-k K] [--draft-model FILE]
+ * [-t THREADS]`; every option is also a VERITY_* environment variable (they are toggles in the
+ * registry, flags.h).
+ * Speculation: --spec draft needs --draft-model (checked before anything listens); a draft model
+ * whose vocabulary differs from the model's, and --spec mtp on a model without MTP layers, exit 2
+ * with one line naming why, once the model is loaded.
  *
  * Names: /v1/models lists every name of --served-model-name and a request's "model" may be any of
  * them; responses report the first. Without it the one name is the file name of -m (or
@@ -164,6 +168,8 @@ static int serve_load_options(serve_state *s) {
                                    sizeof s->names_buf, s->names);
     if (s->n_names < 0)
         return 2;
+    if (!strcmp(flags_str(FLAG_SPEC), "draft") && !flags_str(FLAG_DRAFT_MODEL)[0])
+        return cli_usage_error("serve", "--spec draft needs --draft-model FILE");
     const char *redis = flags_str(FLAG_KV_REDIS);
     if (redis[0] && kv_tier_redis_url_check(redis))
         return cli_usage_error("serve", "--kv-redis: %s", err_detail());
@@ -281,9 +287,9 @@ static void serve_set_ready(serve_state *s) {
     server_set_ready(s->srv, &sm);
     fprintf(stderr,
             "verity serve: listening on http://%s:%d (model %s, context %lld, batch %d, "
-            "%d threads)\n",
+            "%d threads, speculation %s)\n",
             s->so.host, server_port(s->srv), s->name, (long long)sm.n_ctx, s->eo.max_batch,
-            s->eo.threads);
+            s->eo.threads, s->eo.spec && s->eo.spec[0] ? s->eo.spec : "off");
 }
 
 /* Seconds the handlers of requests cut by the drain timeout get to send their 503s. */

@@ -24,6 +24,7 @@ static const cli_command commands[] = {
      "                    [--max-conns-per-addr N]\n"
      "                    [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]\n"
      "                    [--chat-template-kwargs JSON]\n"
+     "                    [--spec off|ngram|draft|mtp] [--spec-k K] [--draft-model FILE]\n"
      "Without -m (or MODEL=path) it serves the embedded stories260K. Built-in chat templates:\n"
      "chatml, llama3, llama2, mistral, gemma. Endpoints: /health,\n"
      "/v1/models, /v1/completions, /v1/chat/completions, /metrics, /tokenize, /detokenize,\n"
@@ -45,6 +46,7 @@ static const cli_command commands[] = {
      "                       [--frequency-penalty F] [--presence-penalty P] [--seed S]\n"
      "                       [--chat] [--system TEXT] [--chat-template NAME|FILE]\n"
      "                       [--chat-template-kwargs JSON] [--ignore-eos] [--logits-digest]\n"
+     "                       [--spec off|ngram|draft|mtp] [--spec-k K] [--draft-model FILE]\n"
      "                       [-t N]\n"
      "Without -m (or MODEL=path) it runs the embedded stories260K.\n"
      "Prints only the continuation on stdout; with --prompts, one JSON line per prompt.\n"},

@@ -11,9 +11,19 @@
  * A constrained sequence (engine.h) keeps its grammar state beside its sampler: both advance only
  * on tokens sampled in eng_sample, and preemption keeps both, so after recompute (which re-reads
  * known tokens without sampling them) they still describe exactly the tokens in toks.
+ *
+ * Speculation (engine.h): a decoding sequence's guesses are written into toks past n_toks (the
+ * array has room: guesses are limited to what max_tokens and the context still allow), so the
+ * step feeds toks[n_done .. n_done + 1 + n_draft) like any chunk. Sampling a row writes its token
+ * over the guess in the same slot; a token equal to the guess leaves toks as it was, and the
+ * first that differs ends the sequence's step with the sampled token in place. The scheduler
+ * plans guesses after everything else (eng_spec_plan), from what is left of the budget and of
+ * spec_rows, shared round-robin among the sequences that draft, into blocks that are free or
+ * evictable only.
  */
 #include "engine/engine.h"
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/cpu.h"
 #include "base/err.h"
 #include "base/flags.h"
@@ -22,6 +32,7 @@
 #include "kv/kv_pool.h"
 #include "kv/kv_prefix.h"
 #include "model/forward.h"
+#include "spec/spec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +61,25 @@ typedef struct eng_seq {
     int32_t fault_tag;
     unsigned char *fault_host; /* FAULT (f): K/V saved to the "host tier" at preemption */
     int32_t fault_host_done;   /* positions saved */
+    spec_seq *spq;             /* the drafter's state, NULL when speculation is off */
+    int32_t n_draft;           /* guesses in toks[n_toks ..] fed this step */
+    double spec_acc;           /* guesses accepted, recent ones weighing more (decayed) */
+    double spec_tested;        /* guesses tested: accepted ones and each first refused one */
 } eng_seq;
+
+/* The controller of speculation (engine.h): a sequence's acceptance estimate is (accepted +
+ * ENG_SPEC_PRIOR_ACC) / (tested + ENG_SPEC_PRIOR_TESTED) over decayed counts (ENG_SPEC_DECAY per
+ * verification; ENG_SPEC_FORGET per decoding step, so an estimate drifts back to the prior and a
+ * sequence that stopped drafting tries again now and then). A step's cost by its rows is learned
+ * from pure decoding steps (EMA weight ENG_SPEC_COST_EMA); a row count never measured is
+ * estimated from the nearest measured ones, ENG_SPEC_COST_SLOPE of a step per row beyond them
+ * (optimistic, so that it gets tried and measured). */
+#define ENG_SPEC_PRIOR_ACC    1.0
+#define ENG_SPEC_PRIOR_TESTED 2.0
+#define ENG_SPEC_DECAY        0.9
+#define ENG_SPEC_FORGET       0.98
+#define ENG_SPEC_COST_EMA     0.2
+#define ENG_SPEC_COST_SLOPE   0.05
 
 struct engine {
     model *m;
@@ -78,8 +107,23 @@ struct engine {
     int64_t n_cached_positions; /* positions taken from the prefix cache */
     int64_t last_step_seqs;
     int32_t step_first_tag;
+    spec_ctx *sp;            /* the drafter, NULL when speculation is off */
+    spec_req *sreq;          /* [max_batch] this step's draft requests */
+    eng_seq **sreq_owner;    /* [max_batch] their sequences */
+    int32_t *sgrant;         /* [max_batch] guesses each may feed */
+    int64_t n_spec_drafted;  /* guesses fed */
+    int64_t n_spec_accepted; /* guesses kept */
+    int64_t n_spec_verified; /* sequence steps that verified guesses */
+    int64_t spec_accept_hist[SPEC_MAX_K + 1];
+    int64_t step_tokens_hist[SPEC_MAX_K + 2];
+    bool spec_warned;  /* the drafter's failure was logged */
+    double *spec_cost; /* [spec_cost_n] seconds of a pure decoding step by its rows (0: never
+                          measured), an EMA */
+    int32_t spec_cost_n;
+    int32_t *spec_pick; /* [spec_rows] the order in which guesses were granted */
+    double *spec_alpha; /* [max_batch] acceptance estimates of this step's candidates */
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
-    bool f_kv_reuse, f_table_race, f_tier_reload;
+    bool f_kv_reuse, f_table_race, f_tier_reload, f_spec_accept;
     int32_t *f_freed_prev; /* FAULT (c): blocks freed at the end of the previous step */
     int64_t f_n_prev;
     unsigned char *f_noise; /* one block's worth of K/V noise */
@@ -114,6 +158,17 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
     o->kv_disk_dir = flags_str(FLAG_KV_DISK_DIR);
     o->kv_disk_bytes = flags_int(FLAG_KV_DISK_MEM) << 20;
     o->kv_redis_url = flags_str(FLAG_KV_REDIS);
+    o->spec = flags_str(FLAG_SPEC);
+    o->spec_k = (int32_t)flags_int(FLAG_SPEC_K);
+    o->spec_rows = (int32_t)flags_int(FLAG_SPEC_ROWS);
+    o->spec_ngram_min = (int32_t)flags_int(FLAG_SPEC_NGRAM_MIN);
+    o->spec_fixed_k = flags_int(FLAG_SPEC_ADAPT) == 0;
+    o->draft_model = flags_str(FLAG_DRAFT_MODEL);
+}
+
+/* True when o asks for a drafter. */
+static bool eng_spec_on(const engine_opts *o) {
+    return o->spec && o->spec[0] && strcmp(o->spec, "off") != 0;
 }
 
 int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine **out) {
@@ -135,6 +190,19 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
         e->o.n_ctx = hp->n_ctx_train;
     e->n_vocab = hp->n_vocab;
     e->budget = (int64_t)o->chunk + o->max_batch;
+    bool spec_on = eng_spec_on(o);
+    if (spec_on && (o->spec_k < 1 || o->spec_k > SPEC_MAX_K || o->spec_rows < 0)) {
+        free(e);
+        return err_set(ERR_INVAL, "engine: invalid speculation options (k %d, rows %d)", o->spec_k,
+                       o->spec_rows);
+    }
+    /* guesses add logit rows: at most spec_rows, and at most spec_k per sequence */
+    int64_t spec_outputs = 0;
+    if (spec_on) {
+        spec_outputs = (int64_t)o->max_batch * o->spec_k;
+        if (spec_outputs > o->spec_rows)
+            spec_outputs = o->spec_rows;
+    }
     kv_pool_opts ko;
     model_kv_pool_opts(m, o->kv_f16, o->block_size, o->kv_blocks, &ko);
     int rc = kv_pool_create(&ko, &e->kv);
@@ -155,7 +223,33 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     if (!rc)
         e->px = kv_hier_prefix(e->h);
     if (!rc)
-        rc = fwd_ctx_create(m, e->kv, e->budget, o->max_batch, o->threads, o->attn_chunk, &e->fc);
+        rc = fwd_ctx_create(m, e->kv, e->budget, o->max_batch + spec_outputs, o->threads,
+                            o->attn_chunk, &e->fc);
+    if (!rc && spec_on) {
+        spec_opts so = {.kind = o->spec,
+                        .target = m,
+                        .draft_path = o->draft_model,
+                        .max_seqs = o->max_batch,
+                        .max_k = o->spec_k,
+                        .ngram_min = o->spec_ngram_min > 0 ? o->spec_ngram_min : 1,
+                        .threads = o->threads,
+                        .attn_chunk = o->attn_chunk,
+                        .block_size = o->block_size,
+                        .kv_blocks = o->kv_blocks,
+                        .kv_f16 = o->kv_f16,
+                        .max_tokens = e->budget};
+        rc = spec_create(&so, &e->sp);
+        e->sreq = calloc((size_t)o->max_batch, sizeof *e->sreq);
+        e->sreq_owner = calloc((size_t)o->max_batch, sizeof *e->sreq_owner);
+        e->sgrant = calloc((size_t)o->max_batch, sizeof *e->sgrant);
+        e->spec_cost_n = o->max_batch + o->spec_rows + 1;
+        e->spec_cost = calloc((size_t)e->spec_cost_n, sizeof *e->spec_cost);
+        e->spec_pick = calloc((size_t)o->spec_rows + 1, sizeof *e->spec_pick);
+        e->spec_alpha = calloc((size_t)o->max_batch, sizeof *e->spec_alpha);
+        if (!rc && (!e->sreq || !e->sreq_owner || !e->sgrant || !e->spec_cost || !e->spec_pick ||
+                    !e->spec_alpha))
+            rc = err_set(ERR_NOMEM, "engine: out of memory");
+    }
     e->running = calloc((size_t)o->max_batch, sizeof *e->running);
     e->fs = calloc((size_t)o->max_batch, sizeof *e->fs);
     e->fs_owner = calloc((size_t)o->max_batch, sizeof *e->fs_owner);
@@ -166,6 +260,7 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     e->f_kv_reuse = FLAG_FAULT(KV_REUSE);
     e->f_table_race = FLAG_FAULT(TABLE_RACE);
     e->f_tier_reload = FLAG_FAULT(TIER_RELOAD);
+    e->f_spec_accept = FLAG_FAULT(SPEC_ACCEPT);
     if (!rc) {
         e->f_freed_prev = calloc((size_t)o->kv_blocks, sizeof(int32_t));
         e->f_noise = malloc(kv_block_state_bytes(e->kv));
@@ -193,6 +288,7 @@ static void eng_seq_free(engine *e, eng_seq *s) {
     if (!s)
         return;
     eng_release_blocks(e, s);
+    spec_seq_destroy(e->sp, s->spq);
     sampler_destroy(s->smp);
     grammar_state_destroy(s->gs);
     kv_table_deinit(&s->tab);
@@ -212,6 +308,13 @@ void engine_destroy(engine *e) {
         s = n;
     }
     fwd_ctx_destroy(e->fc);
+    spec_destroy(e->sp);
+    free(e->sreq);
+    free(e->sreq_owner);
+    free(e->sgrant);
+    free(e->spec_cost);
+    free(e->spec_pick);
+    free(e->spec_alpha);
     kv_hier_destroy(e->h);
     kv_pool_destroy(e->kv);
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
@@ -264,6 +367,8 @@ static int eng_submit(engine *e, const engine_req *r) {
     rc = kv_table_init(&s->tab, (int32_t)blocks);
     if (!rc && kv_hier_has_tiers(e->h))
         rc = kv_fetch_create((int32_t)blocks, &s->fetch);
+    if (!rc && e->sp)
+        rc = spec_seq_create(e->sp, s->cap, &s->spq);
     if (rc || !s->toks || (rc = sampler_create(&r->sp, (int)e->n_vocab, &s->smp))) {
         eng_seq_free(e, s);
         return rc ? rc : err_set(ERR_NOMEM, "engine: out of memory");
@@ -545,6 +650,7 @@ static void eng_preempt(engine *e, int32_t i) {
     }
 #endif
     eng_release_blocks(e, s);
+    spec_seq_park(e->sp, s->spq);
     s->n_done = 0;
     s->plan = 0;
     memmove(e->running + i, e->running + i + 1,
@@ -638,8 +744,9 @@ static void eng_fit_pool(engine *e) {
 #endif
 }
 
-/* Samples the next token of s from its logits row and reports it; returns true if s finished. */
-static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
+/* Samples the next token of s from its logits row and reports it; returns true if s finished.
+ * guess is the drafted token this row verifies, or -1 (read only by FAULT (i)). */
+static bool eng_sample(engine *e, eng_seq *s, const float *logits, int32_t guess) {
     if (s->n_gen >= s->max_tokens) {
         eng_emit_finish(s, ENGINE_FINISH_LENGTH);
         return true;
@@ -665,6 +772,14 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
         row = e->masked;
     }
     int32_t tok = sampler_sample(s->smp, row, s->n_gen, sr);
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    /* FAULT (i): the guess is kept without comparing it with the sampler's pick */
+    if (e->f_spec_accept && guess >= 0 && e->last_step_seqs > 1) {
+        tok = guess;
+        if (sr)
+            sr->token = guess;
+    }
+#endif
     if (s->gs && !grammar_accept(s->gs, tok)) {
         /* cannot happen: grammar_apply leaves the sampler only allowed tokens */
         log_error("request %llu: sampled token %d outside its grammar; stopping",
@@ -711,27 +826,228 @@ static bool eng_sample(engine *e, eng_seq *s, const float *logits) {
     return done;
 }
 
+/* True when s feeds exactly its last sampled token this step (the only steps that draft). */
+static bool eng_decoding(const eng_seq *s) {
+    return s->n_toks - s->n_done == 1 && s->n_done >= s->n_prompt && s->plan == 1;
+}
+
+/* The estimated seconds of a pure decoding step of r rows, from the measured ones (0 if no step
+ * of at most r rows was measured yet). */
+static double eng_spec_cost(const engine *e, int64_t r) {
+    if (r >= e->spec_cost_n)
+        r = e->spec_cost_n - 1;
+    if (e->spec_cost[r] > 0)
+        return e->spec_cost[r];
+    int64_t lo = r - 1, hi = r + 1;
+    while (lo >= 1 && e->spec_cost[lo] <= 0)
+        lo--;
+    while (hi < e->spec_cost_n && e->spec_cost[hi] <= 0)
+        hi++;
+    if (lo < 1)
+        return 0;
+    double up = e->spec_cost[lo] * (1 + ENG_SPEC_COST_SLOPE * (double)(r - lo));
+    if (hi >= e->spec_cost_n)
+        return up;
+    double lin = e->spec_cost[lo] +
+                 (e->spec_cost[hi] - e->spec_cost[lo]) * (double)(r - lo) / (double)(hi - lo);
+    return lin < up ? lin : up;
+}
+
+/* Plans this step's guesses (after eng_fit_pool, which planned and placed everything else). Only
+ * a step of decoding sequences alone drafts (a prefill chunk makes a step compute-bound already),
+ * within what is left of the budget and of spec_rows. Guesses are granted one at a time, each to
+ * the sequence whose next guess is the likeliest to be kept (its estimate to the power of the
+ * guess's place), and the number of guesses kept is the one that maximizes expected tokens per
+ * estimated second of the step: none, when no number beats the step without guesses. The
+ * drafter then fills them (it may propose fewer); blocks for them come only from free or
+ * evictable ones. */
+static void eng_spec_plan(engine *e) {
+    if (!e->sp)
+        return;
+    int64_t used = 0, n_dec = 0;
+    bool prefill = false;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        eng_seq *s = e->running[i];
+        used += s->plan;
+        if (eng_decoding(s)) {
+            n_dec++;
+            s->spec_acc *= ENG_SPEC_FORGET; /* evidence fades (ENG_SPEC_FORGET) */
+            s->spec_tested *= ENG_SPEC_FORGET;
+        } else if (s->plan) {
+            prefill = true;
+        }
+    }
+    int64_t allow = e->budget - used;
+    if (allow > e->o.spec_rows - n_dec)
+        allow = e->o.spec_rows - n_dec; /* a full batch is compute-bound: no guesses at all */
+    double base = n_dec > 0 ? eng_spec_cost(e, n_dec) : 0;
+    if (allow <= 0 || (!e->o.spec_fixed_k && (prefill || base <= 0)))
+        return;
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        eng_seq *s = e->running[i];
+        if (!eng_decoding(s) || !s->spq)
+            continue;
+        /* every guess could become a token, and one more comes from the last row */
+        int64_t k = e->o.spec_k;
+        if (k > (int64_t)s->max_tokens - s->n_gen - 1)
+            k = (int64_t)s->max_tokens - s->n_gen - 1;
+        if (k > e->o.n_ctx - s->n_toks - 1)
+            k = e->o.n_ctx - s->n_toks - 1;
+        if (k <= 0)
+            continue;
+        e->sreq[n] = (spec_req){.seq = s->spq,
+                                .toks = s->toks,
+                                .n_toks = s->n_toks,
+                                .k = (int32_t)k,
+                                .out = s->toks + s->n_toks};
+        e->sgrant[n] = 0;
+        e->spec_alpha[n] =
+            (s->spec_acc + ENG_SPEC_PRIOR_ACC) / (s->spec_tested + ENG_SPEC_PRIOR_TESTED);
+        e->sreq_owner[n++] = s;
+    }
+    /* grant guesses in order of their chance (fixed k: round-robin, every chance equal) and
+     * remember the best tokens per second (fixed k: as many as allowed) */
+    if (e->o.spec_fixed_k)
+        for (int32_t i = 0; i < n; i++)
+            e->spec_alpha[i] = 1.0 - 1e-9 * i;
+    double tokens = (double)n_dec, best = base > 0 ? tokens / base : 0;
+    int64_t best_d = 0;
+    for (int64_t d = 1; d <= allow; d++) {
+        int32_t pick = -1;
+        double gain = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (e->sgrant[i] >= e->sreq[i].k)
+                continue;
+            double g = e->spec_alpha[i];
+            for (int32_t j = 0; j < e->sgrant[i]; j++)
+                g *= e->spec_alpha[i];
+            if (g > gain) {
+                gain = g;
+                pick = i;
+            }
+        }
+        if (pick < 0)
+            break;
+        e->sgrant[pick]++;
+        e->spec_pick[d - 1] = pick;
+        tokens += gain;
+        double c = eng_spec_cost(e, n_dec + d);
+        if (e->o.spec_fixed_k) {
+            best_d = d;
+        } else if (c > 0 && tokens / c > best) {
+            best = tokens / c;
+            best_d = d;
+        }
+    }
+    for (int32_t i = 0; i < n; i++)
+        e->sgrant[i] = 0;
+    for (int64_t d = 0; d < best_d; d++)
+        e->sgrant[e->spec_pick[d]]++;
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!e->sgrant[i])
+            continue;
+        e->sreq[m] = e->sreq[i];
+        e->sreq[m].k = e->sgrant[i];
+        e->sreq_owner[m++] = e->sreq_owner[i];
+    }
+    if (spec_draft(e->sp, e->sreq, m) != 0) {
+        /* a drafter that fails costs its guesses, never a step: nothing is drafted */
+        if (!e->spec_warned)
+            log_warn("speculation: the %s drafter failed (%s); this step drafts nothing",
+                     spec_name(e->sp), err_detail());
+        e->spec_warned = true;
+        return;
+    }
+    for (int32_t i = 0; i < m; i++) {
+        eng_seq *s = e->sreq_owner[i];
+        int32_t nd = e->sreq[i].n_out;
+        /* blocks for positions up to n_done + nd: only from free or evictable ones */
+        int64_t want = eng_blocks_need(e, (int64_t)s->n_done + 1 + nd);
+        while (s->tab.n < want && kv_prefix_n_available(e->px) > 0)
+            CHECK(kv_prefix_alloc(e->px, &s->tab) >= 0);
+        int64_t room = (int64_t)s->tab.n * e->o.block_size - s->n_done - 1;
+        if (nd > room)
+            nd = (int32_t)room;
+        s->n_draft = nd;
+        s->plan = 1 + nd;
+        e->n_spec_drafted += nd;
+    }
+}
+
+/* Records a pure decoding step's duration under its rows (the controller's cost table). */
+static void eng_spec_measure(engine *e, int64_t rows, double seconds) {
+    if (!e->sp || rows < 1 || rows >= e->spec_cost_n)
+        return;
+    double *c = &e->spec_cost[rows];
+    *c = *c > 0 ? *c + ENG_SPEC_COST_EMA * (seconds - *c) : seconds;
+}
+
+/* After a verification of nd guesses of which a were kept, updates s's acceptance estimate: a
+ * accepted, and one more tested if the first refused one was reached. */
+static void eng_spec_adapt(eng_seq *s, int32_t nd, int32_t a) {
+    s->spec_acc = s->spec_acc * ENG_SPEC_DECAY + a;
+    s->spec_tested = s->spec_tested * ENG_SPEC_DECAY + a + (a < nd ? 1 : 0);
+}
+
+/* Samples a decoding sequence's rows (its last token's, then one per guess) in order while each
+ * token equals the next guess, then sets n_done to the positions whose fed tokens were all kept,
+ * gives back blocks that hold only refused guesses and seals what is complete. Returns true if s
+ * finished. */
+static bool eng_verify(engine *e, eng_seq *s, const float *rows) {
+    int32_t nd = s->n_draft, a = 0, base = s->n_done, n_before = s->n_toks;
+    bool done = false;
+    for (int32_t j = 0;; j++) {
+        int32_t guess = j < nd ? s->toks[s->n_toks] : -1; /* the slot the token is written to */
+        done = eng_sample(e, s, rows + (int64_t)j * e->n_vocab, guess);
+        if (done || s->cancelled || j == nd || s->toks[s->n_toks - 1] != guess)
+            break;
+        a++;
+    }
+    s->n_done = base + 1 + a;
+    s->n_draft = 0;
+    while (s->tab.n > eng_blocks_need(e, (int64_t)s->n_done + 1))
+        kv_prefix_pop(e->px, &s->tab);
+    kv_prefix_seal(e->px, &s->tab, s->toks, s->n_done / e->o.block_size);
+    if (nd > 0) {
+        e->n_spec_verified++;
+        e->n_spec_accepted += a;
+        e->spec_accept_hist[a]++;
+        eng_spec_adapt(s, nd, a);
+    }
+    e->step_tokens_hist[s->n_toks - n_before]++;
+    return done;
+}
+
 int engine_step(engine *e) {
     eng_reap_cancelled(e);
     eng_admit(e);
     if (e->n_running == 0)
         return 0;
     eng_fit_pool(e);
-    int32_t nb = 0;
+    int64_t t_step = e->sp ? clock_now_ns() : 0; /* drafting, forward pass and sampling */
+    eng_spec_plan(e);
+    int32_t nb = 0, n_pure = 0;
+    int64_t rows = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < e->n_running; i++) {
             eng_seq *s = e->running[i];
             bool decoding = s->n_toks - s->n_done == 1 && s->n_done >= s->n_prompt;
             if (!s->plan || (pass == 0) != decoding)
                 continue;
-            bool last = s->n_done + s->plan == s->n_toks;
+            bool last = s->n_done + s->plan >= s->n_toks;
             e->fs[nb] = (fwd_seq){.tokens = s->toks + s->n_done,
                                   .n_tokens = s->plan,
                                   .pos0 = s->n_done,
                                   .blocks = s->tab.ids,
                                   .n_blocks = s->tab.n,
-                                  .n_logits = last ? 1 : 0};
+                                  .n_logits = s->n_draft ? s->plan
+                                              : last     ? 1
+                                                         : 0};
             e->fs_owner[nb++] = s;
+            rows += s->plan;
+            n_pure += pass == 0;
             if (pass == 1)
                 e->n_prompt_computed += s->plan;
         }
@@ -747,15 +1063,29 @@ int engine_step(engine *e) {
     int64_t o = 0;
     for (int32_t i = 0; i < nb; i++) {
         eng_seq *s = e->fs_owner[i];
+        if (e->fs[i].n_tokens == 1 && s->n_done + 1 == s->n_toks && s->n_done >= s->n_prompt &&
+            !s->n_draft) {
+            /* a plain decoding step: the same path as a verification without guesses */
+            s->finished = eng_verify(e, s, logits + o * e->n_vocab);
+            o++;
+            continue;
+        }
+        if (s->n_draft) {
+            s->finished = eng_verify(e, s, logits + o * e->n_vocab);
+            o += e->fs[i].n_logits;
+            continue;
+        }
         s->n_done += e->fs[i].n_tokens;
         /* blocks the step filled join the cache at once, so requests queued behind with the same
          * prefix take them instead of computing them again */
         kv_prefix_seal(e->px, &s->tab, s->toks, s->n_done / e->o.block_size);
         if (e->fs[i].n_logits) {
-            s->finished = eng_sample(e, s, logits + o * e->n_vocab);
+            s->finished = eng_sample(e, s, logits + o * e->n_vocab, -1);
             o++;
         }
     }
+    if (e->sp && n_pure == nb)
+        eng_spec_measure(e, rows, (double)(clock_now_ns() - t_step) * 1e-9);
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     /* FAULT (c): the "transfer" of blocks freed last step lands now, into blocks that may have
      * been handed to another sequence meanwhile */
@@ -801,6 +1131,11 @@ void engine_stats_get(const engine *e, engine_stats *out) {
     out->shared_positions = e->n_shared_positions;
     out->cached_positions = e->n_cached_positions;
     out->last_step_seqs = e->last_step_seqs;
+    out->spec_drafted = e->n_spec_drafted;
+    out->spec_accepted = e->n_spec_accepted;
+    out->spec_verified = e->n_spec_verified;
+    memcpy(out->spec_accept_hist, e->spec_accept_hist, sizeof out->spec_accept_hist);
+    memcpy(out->step_tokens_hist, e->step_tokens_hist, sizeof out->step_tokens_hist);
     out->kv_block_bytes = (int64_t)kv_block_state_bytes(e->kv);
     kv_prefix_stats_get(e->px, &out->prefix);
     kv_hier_stats_get(e->h, out->tiers);

@@ -40,6 +40,34 @@
  * end-of-generation token had been sampled. The mask depends only on the request's own tokens,
  * so P1 holds. Logprobs of a constrained request are those of the masked distribution.
  *
+ * Speculative decoding (the spec toggle, spec/spec.h): a decoding sequence may feed, after its
+ * last token, up to k tokens a drafter guessed, with logits for all of them (1 + k rows, which P1
+ * makes bitwise the rows decoding them one by one would give). Then, row by row, the sequence
+ * samples exactly as above (grammar mask, penalties, logprobs, its draw for that output position,
+ * end-of-generation, max_tokens, the context limit) and reports the token; if the token equals the
+ * next guess, the next row is valid and is sampled too, otherwise the step ends for the sequence.
+ * Every token kept was sampled by the sequence's own sampler from its own row, in order, so the
+ * output is the one without speculation by construction; a finish in the middle stops where it
+ * would have stopped. The K/V of refused guesses is dropped by setting n_done back (and giving
+ * back blocks that hold nothing else; nothing is copied); only accepted positions are sealed into
+ * the prefix cache (and so reach a tier). Guesses count against the step's token budget and are
+ * fed only while the step's decoding sequences and guesses stay within spec_rows (a full batch is
+ * compute-bound already: there speculation backs off entirely), and only into free or evictable
+ * blocks (a guess never preempts anything).
+ *
+ * How many guesses (toggle spec-adapt): verifying rows is not free (on a CPU a third row can cost
+ * a third of a step), so the engine learns what a step of decoding sequences costs by its rows
+ * (the time of every such step, an EMA per row count) and keeps per sequence an estimate a of the
+ * chance that its next guess is kept (recent verifications: accepted guesses over guesses tested,
+ * with a prior of 1/2 that recent evidence outweighs and that returns as evidence fades). A step
+ * with decoding sequences only grants guesses one by one to the sequence whose next guess is the
+ * likeliest (a^j for its j-th), and keeps the number of guesses whose expected tokens per
+ * estimated second is best, none if none beats the step without them: a sequence whose guesses
+ * are refused stops drafting (it tries one guess again once its estimate has recovered), and one
+ * that copies gets up to spec_k. With spec-adapt 0 every decoding sequence drafts spec_k guesses
+ * in every step (within the budget and spec_rows). The controller reads the clock, so which
+ * guesses a run feeds varies from run to run; what it outputs does not (see above).
+ *
  * Threading: an engine is driven by one thread; callbacks run on it during engine_step.
  */
 #ifndef VERITY_ENGINE_ENGINE_H
@@ -50,6 +78,7 @@
 #include "model/model.h"
 #include "sample/grammar.h"
 #include "sample/sample.h"
+#include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdbool.h>
@@ -94,17 +123,26 @@ typedef struct engine_opts {
     const char *kv_disk_dir;  /* L2 tier directory (kv-disk-dir); NULL or "": none */
     int64_t kv_disk_bytes;    /* its bound (kv-disk-mem) */
     const char *kv_redis_url; /* L3 tier (kv-redis); NULL or "": none */
+    const char *spec;         /* drafter (toggle spec): NULL, "" or "off": none; "ngram", "draft",
+                                 "mtp" (spec.h) */
+    int32_t spec_k;           /* most guesses per sequence per step (spec-k, 1..SPEC_MAX_K) */
+    int32_t spec_rows;        /* decoding rows plus guesses per step, at most (spec-rows) */
+    int32_t spec_ngram_min;   /* ngram: shortest suffix match (spec-ngram-min) */
+    bool spec_fixed_k;        /* !spec-adapt: every decoding sequence drafts spec_k guesses in
+                                 every step, within the budget and spec_rows (tests, bisecting) */
+    const char *draft_model;  /* draft: the draft model's GGUF (draft-model) */
 } engine_opts;
 
 /* Fills opts from the toggle registry (max-batch, chunk, kv-block, kv-dtype, attn-chunk,
- * threads, prefix-cache, kv-verify, kv-disk-dir, kv-disk-mem, kv-redis) with n_ctx = 0 and
- * kv_blocks sized for max_batch full contexts. */
+ * threads, prefix-cache, kv-verify, kv-disk-dir, kv-disk-mem, kv-redis, spec, spec-k, spec-rows,
+ * spec-ngram-min, draft-model) with n_ctx = 0 and kv_blocks sized for max_batch full contexts. */
 void engine_opts_from_flags(engine_opts *o, const model *m);
 
 typedef struct engine engine;
 
 /* Creates an engine over model m (and its tokenizer, for end-of-generation tokens). Returns 0,
- * ERR_INVAL (bad options), ERR_NOMEM. */
+ * ERR_INVAL (bad options; a draft model whose vocabulary differs), ERR_UNSUPPORTED (spec mtp),
+ * the draft model's load error, ERR_NOMEM. */
 int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine **out);
 void engine_destroy(engine *e);
 
@@ -155,8 +193,14 @@ typedef struct engine_stats {
     int64_t cached_positions; /* positions taken from the prefix cache instead of computed */
     int64_t last_step_seqs;   /* sequences in the last step */
     int64_t kv_block_bytes;   /* bytes of one block (every buffer, every layer) */
-    kv_prefix_stats prefix;   /* the prefix cache (kv_prefix.h) */
-    kv_hier_tier_stats tiers[KV_TIER_COUNT]; /* the tiers below it (kv_hier.h) */
+    int64_t spec_drafted;     /* guesses fed for verification */
+    int64_t spec_accepted;    /* guesses the sequence's sampler picked */
+    int64_t spec_verified;    /* sequence steps that verified at least one guess */
+    int64_t spec_accept_hist[SPEC_MAX_K + 1]; /* verifications by guesses accepted (0..k) */
+    int64_t step_tokens_hist[SPEC_MAX_K + 2]; /* decoding sequence steps by tokens kept (0..k+1;
+                                                 0: it finished on an end-of-generation token) */
+    kv_prefix_stats prefix;                   /* the prefix cache (kv_prefix.h) */
+    kv_hier_tier_stats tiers[KV_TIER_COUNT];  /* the tiers below it (kv_hier.h) */
 } engine_stats;
 
 void engine_stats_get(const engine *e, engine_stats *out);

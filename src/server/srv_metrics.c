@@ -249,6 +249,51 @@ static void srv_metrics_write_cache(const eloop_stats *st, strbuf *sb) {
     srv_cache_load_hist(sb, st);
 }
 
+/* A histogram of small counts from per-value counts (counts[v] for v in 0..n-1), with the given
+ * upper bounds. */
+static void srv_count_hist(strbuf *sb, const char *name, const char *help, const int64_t *counts,
+                           int n, const int *bounds, int n_bounds) {
+    srv_family(sb, name, "histogram", help);
+    int64_t cum = 0, total = 0, sum = 0;
+    int v = 0;
+    for (int b = 0; b < n_bounds; b++) {
+        for (; v < n && v <= bounds[b]; v++)
+            cum += counts[v];
+        strbuf_printf(sb, "%s_bucket{le=\"%d\"} %lld\n", name, bounds[b], (long long)cum);
+    }
+    for (int i = 0; i < n; i++) {
+        total += counts[i];
+        sum += (int64_t)i * counts[i];
+    }
+    strbuf_printf(sb, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %lld\n%s_count %lld\n", name,
+                  (long long)total, name, (long long)sum, name, (long long)total);
+}
+
+/* Speculative decoding (engine.h): guesses fed and kept, and how many a step keeps. */
+static void srv_metrics_write_spec(const eloop_stats *st, strbuf *sb) {
+    srv_family(sb, "verity_spec_drafted_tokens_total", "counter",
+               "Drafted tokens fed to the model for verification (speculative decoding).");
+    strbuf_printf(sb, "verity_spec_drafted_tokens_total %lld\n", (long long)st->e.spec_drafted);
+    srv_family(sb, "verity_spec_accepted_tokens_total", "counter",
+               "Drafted tokens the request's own sampler picked, and so kept.");
+    strbuf_printf(sb, "verity_spec_accepted_tokens_total %lld\n", (long long)st->e.spec_accepted);
+    srv_family(sb, "verity_spec_acceptance_ratio", "gauge",
+               "Accepted over drafted tokens since start.");
+    strbuf_printf(sb, "verity_spec_acceptance_ratio %.6f\n",
+                  st->e.spec_drafted ? (double)st->e.spec_accepted / (double)st->e.spec_drafted
+                                     : 0.0);
+    static const int acc[] = {0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32};
+    srv_count_hist(sb, "verity_spec_acceptance_length",
+                   "Drafted tokens accepted in one verification (a decoding sequence's step that "
+                   "fed drafted tokens).",
+                   st->e.spec_accept_hist, SPEC_MAX_K + 1, acc, (int)(sizeof acc / sizeof *acc));
+    static const int per[] = {0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 33};
+    srv_count_hist(sb, "verity_spec_tokens_per_step",
+                   "Tokens a decoding sequence kept from one engine step (1 without speculation, "
+                   "0 when it ended on an end-of-generation token).",
+                   st->e.step_tokens_hist, SPEC_MAX_K + 2, per, (int)(sizeof per / sizeof *per));
+}
+
 void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_name,
                        int64_t body_bytes, strbuf *sb) {
     srv_family(sb, "verity_requests_running", "gauge", "Requests in the running batch.");
@@ -283,6 +328,7 @@ void srv_metrics_write(srv_metrics *m, const eloop_stats *st, const char *model_
     strbuf_printf(sb, "verity_shared_prompt_tokens_total %lld\n",
                   (long long)st->e.shared_positions);
     srv_metrics_write_cache(st, sb);
+    srv_metrics_write_spec(st, sb);
     srv_family(sb, "verity_engine_steps_total", "counter", "Engine steps run.");
     strbuf_printf(sb, "verity_engine_steps_total %lld\n", (long long)st->steps);
     srv_family(sb, "verity_request_success_total", "counter",

@@ -3,7 +3,7 @@
 # `verity flags --json` with its environment variable, off by default and absent from the release
 # build; each of (a)-(f), switched on by its variable, leaves output identical at batch 1 and
 # corrupts it when requests share steps (the property hunt relies on). The KV hierarchy's (g) and
-# (h) are exercised by kv_faults.sh. Fault (a) (the detokenizer) is checked
+# (h) are exercised by kv_faults.sh, speculation's (i) by spec.sh. Fault (a) (the detokenizer) is checked
 # through the server. Every run is checked (exit status 0, all 64 lines, each well formed) before
 # anything is compared with it: two crashed runs must fail, not compare equal.
 . "$(dirname "$0")/lib.bash"
@@ -15,7 +15,7 @@ case "$VERITY" in *"/build/release/"*) ;; *) skip faults "runs once, with the re
 j=$("$FB" flags --json)
 rc=$?
 missing=""
-for f in fault-detok-shared fault-attn-offsets fault-kv-reuse fault-big-batch fault-table-race fault-tier-reload fault-tier-konly; do
+for f in fault-detok-shared fault-attn-offsets fault-kv-reuse fault-big-batch fault-table-race fault-tier-reload fault-tier-konly fault-spec-accept; do
     env=VERITY_$(echo "${f}" | tr 'a-z-' 'A-Z_')
     grep -q "\"name\":\"$f\",\"env\":\"$env\",\"kind\":\"bool\",\"default\":\"0\",\"value\":\"0\"" <<<"$j" || missing="$missing $f"
 done

@@ -10,6 +10,10 @@
 // whatever the machine's speed; the caller checks the batch size histogram to prove it.
 // With VERITY_P1_WORKLOAD=cache the 64 requests share prefixes instead (system prompts,
 // multi-turn histories, long shared completions prompts): the KV cache's P1 workload.
+// With VERITY_P1_WORKLOAD=spec the 64 requests hold text to copy (a passage, then its beginning
+// again) and mix greedy and seeded sampling at temperature 0.7 and 1.0 with tool calls and
+// json_schema response formats (grammars), stop strings, n > 1 and logprobs: speculative
+// decoding's P1 workload.
 // Usage: VERITY_URL=http://127.0.0.1:PORT node p1.mjs record|replay > out.jsonl
 const base = process.env.VERITY_URL;
 const mode = process.argv[2];
@@ -41,6 +45,39 @@ if (process.env.VERITY_P1_WORKLOAD === 'cache') {
       temperature: k % 2 ? 0.9 : 0 };
     if (k % 6 === 1) body.n = 2;
     reqs.push({ path: '/v1/completions', body, chat: false });
+  }
+} else if (process.env.VERITY_P1_WORKLOAD === 'spec') {
+  const passages = Array.from({ length: 8 }, () => text(25 + rnd(25)));
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Current weather',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 40 },
+      unit: { enum: ['celsius', 'fahrenheit'] }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+    required: ['city'] } } },
+  { type: 'function', function: { name: 'search', parameters: { type: 'object',
+    properties: { query: { type: 'string', minLength: 1 }, limit: { type: 'integer', minimum: 1, maximum: 50 } },
+    required: ['query'] } } }];
+  const schema = { type: 'json_schema', json_schema: { name: 'w', strict: true, schema: { type: 'object',
+    properties: { temp: { type: 'number', minimum: -50, maximum: 50 }, sky: { enum: ['clear', 'cloudy', 'rain'] },
+      note: { type: ['string', 'null'], maxLength: 20 } }, required: ['temp', 'sky', 'note'], additionalProperties: false } } };
+  const temps = [0, 0.7, 1.0];
+  for (let i = 0; i < 64; i++) {
+    const chat = i % 2 === 0;
+    const p = passages[i % 8];
+    const cps = Array.from(p); // cut at a code point, never inside a surrogate pair
+    const again = cps.slice(0, 10 + rnd(cps.length - 10)).join('');
+    const body = { max_tokens: 12 + rnd(52), seed: i, temperature: temps[i % 3] };
+    if (i % 7 === 3) body.stop = ['e ', 'the'];
+    if (i % 11 === 5) body.n = 2;
+    if (chat) {
+      body.messages = [{ role: 'user', content: `${p}\nSay it again: ${again}` }];
+      if (i % 8 === 0) { body.tools = tools; body.tool_choice = 'required'; body.max_tokens += 100; }
+      else if (i % 8 === 4) { body.response_format = schema; body.max_tokens += 100; }
+      else if (i % 8 === 6) { body.tools = tools; body.tool_choice = 'auto'; }
+      if (i % 3 === 1) { body.logprobs = true; body.top_logprobs = 2; }
+    } else {
+      body.prompt = `${p} ${p} ${again}`;
+      if (i % 3 === 1) body.logprobs = 2;
+    }
+    reqs.push({ path: chat ? '/v1/chat/completions' : '/v1/completions', body, chat });
   }
 } else {
   for (let i = 0; i < 64; i++) {
