@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: MIT
 # `make bench`: every benchmark of BENCHMARKS.md in one run, in its order: engine roofline
 # fractions for F16, Q8_0, Q4_K_M and Q6_K at batch 1 and 32 (prefill 256, 64 decode steps),
-# the matmul micro-benchmark, the serving benchmark, the router benchmark, the KV cache benchmark
-# and the hunt benchmark.
-# About 25 minutes on a 2-core machine; the synthetic models are made once into ~/.cache/verity/
+# the matmul micro-benchmark, the serving benchmark, the router benchmark, the KV cache benchmark,
+# the speculative decoding benchmark and the hunt benchmark.
+# About 70 minutes on a 2-core machine (40 of them bench/spec.sh); the synthetic models are made
+# once into ~/.cache/verity/
 # (1.8 GB).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -26,5 +27,7 @@ echo "== bench/router.sh"
 bench/router.sh || exit 2
 echo "== bench/kv_cache.sh"
 bench/kv_cache.sh || exit 2
+echo "== bench/spec.sh"
+bench/spec.sh || exit 2
 echo "== bench/hunt.sh"
 bench/hunt.sh
