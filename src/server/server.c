@@ -624,9 +624,11 @@ int server_create(const server_opts *o, server **out) {
     srv_http_cfg_timeouts(&cfg, o->timeout_s, SRV_HEAD_TIMEOUT_S);
     rc = srv_http_create(&cfg, &s->http);
     if (rc) {
+        char why[400]; /* err_set must not format the detail into itself */
+        snprintf(why, sizeof why, "%s", err_detail());
         server_destroy(s);
         return err_set(rc, "server: cannot start the HTTP layer on %s:%d: %s", o->host, o->port,
-                       err_detail());
+                       why);
     }
     s->listen_fd = -1; /* the layer's now */
     *out = s;

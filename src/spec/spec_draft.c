@@ -137,7 +137,7 @@ static int dr_create(const spec_opts *o, void **impl) {
     int rc = model_load(o->draft_path, model_get_isa(o->target), &d->m);
     if (rc) {
         free(d);
-        return err_wrap(rc, "draft model %s", o->draft_path);
+        return err_wrap(rc, "draft model"); /* the detail names the file */
     }
     if ((rc = dr_check_vocab(o->target, d->m, o->draft_path))) {
         dr_destroy(d);
