@@ -53,6 +53,8 @@ endif
 
 CFLAGS_ALL := $(BASE_CFLAGS) $(OPT) $(EXTRA_CFLAGS)
 LDLIBS := -lm -pthread -lpcre2-8 -lcurl -lxxhash -lhiredis
+# the ucx KV transport (src/disagg/kv_xfer_ucx.c): Debian's libucx-dev
+LDLIBS += -lucp -lucs
 LDFLAGS_ALL := $(filter -fsanitize%,$(OPT)) $(EXTRA_LDFLAGS)
 
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2
