@@ -56,9 +56,23 @@
 #include <time.h>
 #include <ucp/api/ucp.h>
 
-enum { TAG_DATA = 1, TAG_FIN = 2, TAG_HELLO = 3, HANDSHAKE_MS = 10000, SPIN = 256, QUEUE = 16 };
-#define TAG_ANY_MASK 0
-#define TAG_ONE_MASK ((ucp_tag_t)-1)
+/* Tags: DATA (a write of at most SMALL bytes) and DATA_BIG (longer) differ in bit 0 only, so a
+ * read probes for either with TAG_DATA_MASK; FIN ends the stream; HELLO opens it. */
+enum {
+    TAG_DATA = 0x10,
+    TAG_DATA_BIG = 0x11,
+    TAG_FIN = 0x20,
+    TAG_HELLO = 0x30,
+    SMALL = 4096,
+    HANDSHAKE_MS = 10000,
+    FLUSH_MS = 1000,
+    SPIN = 256,
+    SLEEP_MAX_MS = 1000,
+    QUEUE = 16
+};
+#define TAG_ANY_MASK  0
+#define TAG_ONE_MASK  ((ucp_tag_t)-1)
+#define TAG_DATA_MASK (~(ucp_tag_t)1)
 #define HELLO_MAGIC  0x31584355464b5856ULL /* "VKFUCX1" */
 
 /* ---- the process's context ---- */
@@ -155,7 +169,7 @@ static int waiter_round(waiter *wt) {
     if (ucp_worker_arm(wt->w) == UCS_ERR_BUSY)
         return 0;
     struct pollfd pf = {.fd = wt->efd, .events = POLLIN};
-    (void)poll(&pf, 1, left);
+    (void)poll(&pf, 1, left < 0 || left > SLEEP_MAX_MS ? SLEEP_MAX_MS : left);
     return 0;
 }
 
@@ -207,20 +221,32 @@ static bool conn_peer_gone(ucx_conn *c) {
     return ucp_tag_probe_nb(c->w, TAG_FIN, TAG_ONE_MASK, 0, &info) != NULL;
 }
 
-/* Waits for request r of a send to complete. A send that cannot complete because the peer is
- * gone (its FIN here, or the endpoint failed) is cancelled by closing the endpoint. */
-static int conn_send_wait(ucx_conn *c, ucs_status_ptr_t r, const char *what) {
+/* Waits for request r of a send (or a flush) to complete. A request that cannot complete because
+ * the peer is gone (its FIN is here, or the endpoint failed), or that is still waiting after
+ * timeout_ms (-1: no limit), is cancelled by force-closing the endpoint. */
+static int conn_send_wait(ucx_conn *c, ucs_status_ptr_t r, const char *what, int timeout_ms) {
     if (UCS_PTR_IS_ERR(r))
         return err_set(ERR_CONNECT, "kv_xfer ucx: %s to %s: %s", what, c->peer,
                        ucs_status_string(UCS_PTR_STATUS(r)));
     if (r == NULL)
         return 0;
-    waiter wt = waiter_start(c->w, c->efd, -1);
+    waiter wt = waiter_start(c->w, c->efd, timeout_ms);
     ucs_status_t st;
     while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
         if (c->ep && conn_peer_gone(c))
             conn_close_ep(c);
-        (void)waiter_round(&wt);
+        if (!c->ep) {
+            /* closed: a rendezvous send the peer never fetched stays in progress; it is given
+             * back (ucp_request_free) and abandoned: nobody fetches from a closed endpoint */
+            ucp_worker_progress(c->w);
+            if ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+                ucp_request_cancel(c->w, r);
+                st = UCS_ERR_CANCELED;
+            }
+            break;
+        }
+        if (waiter_round(&wt) == ERR_TIMEOUT)
+            conn_close_ep(c);
     }
     ucp_request_free(r);
     if (st != UCS_OK)
@@ -234,7 +260,7 @@ static int conn_send(ucx_conn *c, const void *buf, size_t n, ucp_tag_t tag, cons
     if (!c->ep)
         return err_set(ERR_CONNECT, "kv_xfer ucx: %s to %s: %s", what, c->peer, conn_failure(c));
     ucp_request_param_t p = {0};
-    return conn_send_wait(c, ucp_tag_send_nbx(c->ep, buf, n, tag, &p), what);
+    return conn_send_wait(c, ucp_tag_send_nbx(c->ep, buf, n, tag, &p), what, -1);
 }
 
 /* Receives the probed message m (length n) into buf and waits for it to land. */
@@ -285,7 +311,7 @@ static int ucx_write_all(kv_xfer_conn *base, const void *buf, size_t n) {
     if (conn_peer_gone(c))
         return err_set(ERR_CONNECT, "kv_xfer ucx: write to %s: the peer closed the connection (%s)",
                        c->peer, c->fin_seen || !atomic_load(&c->failed) ? "FIN" : conn_failure(c));
-    return conn_send(c, buf, n, TAG_DATA, "write");
+    return conn_send(c, buf, n, n <= SMALL ? TAG_DATA : TAG_DATA_BIG, "write");
 }
 
 static int ucx_read_full(kv_xfer_conn *base, void *buf, size_t n, int timeout_ms) {
@@ -309,7 +335,7 @@ static int ucx_read_full(kv_xfer_conn *base, void *buf, size_t n, int timeout_ms
         int rc = conn_probe(c, 0, TAG_ANY_MASK, timeout_ms, &m, &info);
         if (rc)
             return rc;
-        if (info.sender_tag != TAG_DATA) {
+        if ((info.sender_tag & TAG_DATA_MASK) != TAG_DATA) {
             /* FIN, or a message no kv_xfer peer sends (taken off the queue; a longer one ends
              * truncated): either way the stream ends here */
             uint64_t junk;
@@ -349,6 +375,21 @@ static int ucx_read_full(kv_xfer_conn *base, void *buf, size_t n, int timeout_ms
     return 0;
 }
 
+/* Takes the small messages nobody will read off the queue (the peer's FIN, ACKs, an ABORT), so
+ * the worker is destroyed with none pending. A rendezvous message stays: receiving it would tell
+ * its sender it was delivered. */
+static void conn_drain(ucx_conn *c) {
+    static const ucp_tag_t tags[] = {TAG_DATA, TAG_FIN, TAG_HELLO};
+    uint8_t junk[SMALL];
+    ucp_worker_progress(c->w);
+    for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) {
+        ucp_tag_recv_info_t info;
+        ucp_tag_message_h m;
+        while ((m = ucp_tag_probe_nb(c->w, tags[i], TAG_ONE_MASK, 1, &info)) != NULL)
+            (void)conn_recv_msg(c, m, junk, info.length < sizeof junk ? info.length : sizeof junk);
+    }
+}
+
 static void ucx_shutdown(kv_xfer_conn *base) {
     ucx_conn *c = (ucx_conn *)base;
     if (c->closed)
@@ -359,14 +400,17 @@ static void ucx_shutdown(kv_xfer_conn *base) {
     if (!atomic_load(&c->failed)) {
         ucp_request_param_t p = {0};
         if (conn_send(c, NULL, 0, TAG_FIN, "FIN") == 0 && c->ep)
-            (void)conn_send_wait(c, ucp_ep_flush_nbx(c->ep, &p), "flush");
+            (void)conn_send_wait(c, ucp_ep_flush_nbx(c->ep, &p), "flush", FLUSH_MS);
     }
+    conn_drain(c);
     conn_close_ep(c);
 }
 
 static void conn_free(ucx_conn *c) {
-    if (c->w)
+    if (c->w) {
+        conn_drain(c);
         ucp_worker_destroy(c->w);
+    }
     free(c->stage);
     free(c);
     ctx_put();
@@ -457,7 +501,7 @@ static int ucx_connect(const char *addr, kv_xfer_conn **out) {
                                         UCP_EP_PARAM_FIELD_ERR_HANDLER,
                           .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
                           .sockaddr = {.addr = (const struct sockaddr *)&ss, .addrlen = len},
-                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_mode = UCP_ERR_HANDLING_MODE_NONE,
                           .err_handler = {.cb = conn_err_cb, .arg = c}};
     ucs_status_t st = ucp_ep_create(c->w, &ep, &c->ep);
     if (st != UCS_OK) {
@@ -597,7 +641,7 @@ static int ucx_accept(kv_xfer_listener *base, int timeout_ms, kv_xfer_conn **out
                                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                         UCP_EP_PARAM_FIELD_ERR_HANDLER,
                           .conn_request = req,
-                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_mode = UCP_ERR_HANDLING_MODE_NONE,
                           .err_handler = {.cb = conn_err_cb, .arg = c}};
     ucs_status_t st = ucp_ep_create(c->w, &ep, &c->ep);
     if (st != UCS_OK) {
