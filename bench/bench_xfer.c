@@ -189,7 +189,8 @@ int main(int argc, char **argv) {
         toks[i] = 1000 + i;
     kv_pool_opts big = {
         .n_layer = 16, .kv_dim = 1024, .block_size = BS, .n_blocks = NB, .f16 = true};
-    kv_pool_opts small = {.n_layer = 1, .kv_dim = 64, .block_size = BS, .n_blocks = NB, .f16 = true};
+    kv_pool_opts small = {
+        .n_layer = 1, .kv_dim = 64, .block_size = BS, .n_blocks = NB, .f16 = true};
     pools pb, ps;
     pools_make(&pb, &big);
     pools_make(&ps, &small);

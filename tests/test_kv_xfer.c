@@ -725,8 +725,8 @@ static void *big_sender(void *arg) {
         return NULL;
     t->at_block = -1;
     for (int b = 0; b < NB && t->rc_block == 0; b++) {
-        t->rc_block = kv_xfer_send_block(s, t->src, t->ids[b], &t->meta[b], b == NB - 1,
-                                         fx_release, t->f);
+        t->rc_block =
+            kv_xfer_send_block(s, t->src, t->ids[b], &t->meta[b], b == NB - 1, fx_release, t->f);
         t->at_block = b;
     }
     while (kv_xfer_send_state(s) == KV_XFER_OPEN && kv_xfer_send_step(s) == KV_XFER_OPEN) {
@@ -756,17 +756,14 @@ static void t_peer_destroyed(void) {
     for (int b = 0; b < NB; b++) {
         t.ids[b] = kv_pool_alloc(t.src);
         uint64_t key = kv_block_key(parent, f.toks + b * BS, BS);
-        t.meta[b] = (kv_block_meta){IDENTITY, parent, key,
-                                    kv_block_checksum(t.src, t.ids[b], key), f.toks + b * BS};
+        t.meta[b] = (kv_block_meta){IDENTITY, parent, key, kv_block_checksum(t.src, t.ids[b], key),
+                                    f.toks + b * BS};
         parent = key;
     }
     pthread_t th;
     T_CHECK(pthread_create(&th, NULL, big_sender, &t) == 0);
-    kv_xfer_recv_opts o = {.xfer_id = 7,
-                           .identity = IDENTITY,
-                           .toks = f.toks,
-                           .n_toks = NB * BS,
-                           .timeout_ms = -1};
+    kv_xfer_recv_opts o = {
+        .xfer_id = 7, .identity = IDENTITY, .toks = f.toks, .n_toks = NB * BS, .timeout_ms = -1};
     kv_xfer_recv *r = NULL;
     T_OK(kv_xfer_recv_create(f.cr, dst, &o, &r));
     T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
@@ -785,8 +782,8 @@ static void t_peer_destroyed(void) {
         T_CHECKF(t.at_block == 2 && t.rc_block == ERR_CONNECT, "the write of block %d: %s",
                  t.at_block, err_name(t.rc_block));
     for (int b = 0; b < NB; b++)
-        T_CHECKF(f.releases[t.ids[b]] == (b <= t.at_block ? 1 : 0), "block %d released %d times",
-                 b, f.releases[t.ids[b]]);
+        T_CHECKF(f.releases[t.ids[b]] == (b <= t.at_block ? 1 : 0), "block %d released %d times", b,
+                 f.releases[t.ids[b]]);
     kv_pool_destroy(t.src);
     kv_pool_destroy(dst);
     fx_free(&f);

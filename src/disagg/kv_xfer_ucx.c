@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_xfer_ucx: the "ucx" transport: libucx's UCP (Debian's libucx0). UCX picks the wire itself:
- * shared memory (posix/sysv) and cma (process_vm_readv) between processes of one machine, tcp
+ * shared memory (System V or POSIX) and cma (process_vm_readv) on one machine, tcp
  * between machines, RDMA where the hardware has it (UCX_TLS narrows the choice; UCX_LOG_LEVEL=info
  * or bench_xfer prints what was picked).
  *
@@ -11,7 +11,8 @@
  * once the client's arrived), so a connect to a port nobody listens on is ERR_CONNECT from connect
  * itself, naming the address, rather than a failure at the first write.
  *
- * The byte stream, over UCP's tag API. Every write_all is one tagged message (tag DATA); the
+ * The byte stream, over UCP's tag API. Every write_all is one tagged message (DATA; DATA_BIG
+ * above SMALL bytes, so a closing connection can take the small ones off its queue); the
  * reader probes for the next message (any tag, in the order they were sent: UCP matches one
  * sender's messages in order) and receives it straight into the caller's buffer when it fits in
  * what the read still wants, or into the connection's staging buffer otherwise, whose rest the
@@ -21,15 +22,22 @@
  * (each read then lands in place). write_all returns once UCP completed the send (for a
  * rendezvous message: once the receiver fetched it), so the caller may reuse its buffer.
  *
- * End of stream. shutdown (and destroy) sends a FIN message after everything written, waits until
- * the endpoint is flushed, then closes the endpoint. The peer's read that reaches the FIN, or a
- * read with nothing left when UCP reported the endpoint failed (the peer process died, the
- * connection was reset: the endpoint's error handler in UCP_ERR_HANDLING_MODE_PEER), is
- * ERR_CONNECT ("end of stream"); messages that arrived before it are still read first. A write
- * when the peer's FIN is queued or the endpoint failed is ERR_CONNECT too (a peer that closed does
- * not read any more), and a write still waiting for its rendezvous when that happens force-closes
- * the endpoint, which cancels it. Reads wait up to timeout_ms for a message to begin; a message
- * that began (probed) is received to its end (its bytes are on their way or the endpoint fails).
+ * End of stream. shutdown (and destroy) sends a FIN message after everything written, waits up
+ * to FLUSH_MS for the endpoint to flush (the FIN delivered), takes the small messages nobody will
+ * read off the queue, then force-closes the endpoint. The peer's read that reaches the FIN, or a
+ * read with nothing left when the endpoint's error handler reported a failure (the peer process
+ * died, the connection was reset), is ERR_CONNECT ("end of stream"); messages that arrived before
+ * it are still read first. A write when the peer's FIN is queued or the endpoint failed is
+ * ERR_CONNECT too (a peer that closed reads no more); a write still waiting for its rendezvous
+ * when that happens closes the endpoint and abandons the send (ucp_request_cancel, then
+ * ucp_request_free: UCX keeps the request until its worker goes; nobody fetches the buffer from a
+ * closed endpoint). Reads wait up to timeout_ms for a message to begin; a message that began
+ * (probed) is received to its end (its bytes are on their way, or the endpoint fails).
+ *
+ * Error handling mode NONE: UCX 1.13's UCP_ERR_HANDLING_MODE_PEER leaves out shared memory and cma
+ * (it would move every byte over tcp/lo); the error handler is still called in mode NONE when the
+ * connection manager sees the peer go (observed: UCS_ERR_CONNECTION_RESET), and the FIN covers
+ * every orderly end. A peer that vanishes without either is what kv_xfer's timeout_ms is for.
  *
  * Progress and threads. The process has one UCP context (created by the first listener or
  * connection, destroyed with the last; a mutex guards the count) with mt_workers_shared, and every
@@ -37,9 +45,10 @@
  * to one thread at a time (kv_xfer.h), and the sender and the receiver of a transfer are different
  * connections in different threads or processes, so no worker is ever progressed by two threads.
  * The owning thread progresses its worker inside each call: a wait spins on ucp_worker_progress
- * for a short while, then sleeps in poll() on the worker's event fd (ucp_worker_arm) until an event
- * or the deadline. The error handler and the listener's connection handler may run on UCX's async
- * thread: what they set is atomic or behind the listener's mutex.
+ * for SPIN idle rounds, then sleeps in poll() on the worker's event fd (ucp_worker_arm) until an
+ * event or the deadline, at most SLEEP_MAX_MS at a time (a safety net: a missed wakeup would cost
+ * a second, not a hang; none was seen). The error handler and the listener's connection handler
+ * may run on UCX's async thread: what they set is atomic or behind the listener's mutex.
  */
 #include "disagg/kv_xfer_int.h"
 
@@ -73,7 +82,7 @@ enum {
 #define TAG_ANY_MASK  0
 #define TAG_ONE_MASK  ((ucp_tag_t)-1)
 #define TAG_DATA_MASK (~(ucp_tag_t)1)
-#define HELLO_MAGIC  0x31584355464b5856ULL /* "VKFUCX1" */
+#define HELLO_MAGIC   0x31584355464b5856ULL /* "VKFUCX1" */
 
 /* ---- the process's context ---- */
 
@@ -90,8 +99,8 @@ static int ctx_get(void) {
         ucp_config_t *cfg = NULL;
         ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
         if (st == UCS_OK) {
-            ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES |
-                                            UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+            ucp_params_t p = {.field_mask =
+                                  UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
                               .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
                               .mt_workers_shared = 1};
             st = ucp_init(&p, cfg, &ctx);
@@ -286,7 +295,7 @@ static int conn_recv_msg(ucx_conn *c, ucp_tag_message_h m, void *buf, size_t n) 
 static int conn_probe(ucx_conn *c, ucp_tag_t tag, ucp_tag_t mask, int timeout_ms,
                       ucp_tag_message_h *m, ucp_tag_recv_info_t *info) {
     waiter wt = waiter_start(c->w, c->efd, timeout_ms);
-    for (int last = 0;; ) {
+    for (int last = 0;;) {
         if ((*m = ucp_tag_probe_nb(c->w, tag, mask, 1, info)) != NULL)
             return 0;
         if (last)
@@ -456,8 +465,7 @@ static int conn_hello(ucx_conn *c, bool client) {
     if (rc == 0 && info.length != sizeof theirs) {
         uint8_t junk[64];
         (void)conn_recv_msg(c, m, junk, info.length <= sizeof junk ? info.length : 0);
-        return err_set(ERR_PROTOCOL, "kv_xfer ucx: %s sent a %zu-byte hello", c->peer,
-                       info.length);
+        return err_set(ERR_PROTOCOL, "kv_xfer ucx: %s sent a %zu-byte hello", c->peer, info.length);
     }
     if (rc == 0)
         rc = conn_recv_msg(c, m, &theirs, sizeof theirs);
@@ -592,8 +600,7 @@ static int ucx_listen(const char *addr, kv_xfer_listener **out) {
         l->l = NULL;
     if (st != UCS_OK) {
         listener_free(l);
-        return err_set(ERR_CONNECT, "kv_xfer ucx: listen on '%s': %s", addr,
-                       ucs_status_string(st));
+        return err_set(ERR_CONNECT, "kv_xfer ucx: listen on '%s': %s", addr, ucs_status_string(st));
     }
     const struct sockaddr *sa = (const struct sockaddr *)&la.sockaddr;
     l->port = ntohs(sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
@@ -625,8 +632,8 @@ static int ucx_accept(kv_xfer_listener *base, int timeout_ms, kv_xfer_conn **out
     if (ucp_conn_request_query(req, &ra) == UCS_OK) {
         char host[64], serv[16];
         const struct sockaddr *sa = (const struct sockaddr *)&ra.client_address;
-        socklen_t sl = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                 : sizeof(struct sockaddr_in);
+        socklen_t sl =
+            sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
         if (getnameinfo(sa, sl, host, sizeof host, serv, sizeof serv,
                         NI_NUMERICHOST | NI_NUMERICSERV) == 0)
             snprintf(peer, sizeof peer, "%s:%s", host, serv);
