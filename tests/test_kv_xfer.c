@@ -26,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { NB = 8, BS = 4, POOL_BLOCKS = 32 };
@@ -743,23 +745,43 @@ static void *big_sender(void *arg) {
  * (ERR_CONNECT), every block it sent is released exactly once (ACKed or on the abort), blocks 3..7
  * were never taken; the receiver freed its 2 blocks. Deterministic: the receiver never reads past
  * block 1, so the sender cannot get past block 2. */
+static const kv_pool_opts big_opts = {
+    .n_layer = 4, .kv_dim = 2048, .block_size = BS, .n_blocks = NB};
+
+/* The sender's big pool with NB sealed blocks named by f's tokens. */
+static void big_make(big_tx *t, fx *f) {
+    t->f = f;
+    T_OK(kv_pool_create(&big_opts, &t->src));
+    T_CHECK(kv_block_blob_bytes(t->src) >= 256 * 1024);
+    uint64_t parent = IDENTITY;
+    for (int b = 0; b < NB; b++) {
+        t->ids[b] = kv_pool_alloc(t->src);
+        uint64_t key = kv_block_key(parent, f->toks + b * BS, BS);
+        t->meta[b] = (kv_block_meta){IDENTITY, parent, key,
+                                     kv_block_checksum(t->src, t->ids[b], key), f->toks + b * BS};
+        parent = key;
+    }
+}
+
+/* After the receiver died: the sender aborted with ERR_CONNECT and released every block it sent
+ * exactly once, the others never. */
+static void big_check(const big_tx *t) {
+    T_CHECKF(t->state == KV_XFER_ABORTED && t->error == ERR_CONNECT,
+             "sender ended %d (%s) at block %d (%s)", t->state, err_name(t->error), t->at_block,
+             err_name(t->rc_block));
+    for (int b = 0; b < NB; b++)
+        T_CHECKF(t->f->releases[t->ids[b]] == (b <= t->at_block ? 1 : 0),
+                 "block %d released %d times", b, t->f->releases[t->ids[b]]);
+}
+
 static void t_peer_destroyed(void) {
     fx f;
     fx_init(&f, true);
-    kv_pool_opts po = {.n_layer = 4, .kv_dim = 2048, .block_size = BS, .n_blocks = NB};
-    big_tx t = {.f = &f};
+    big_tx t;
+    memset(&t, 0, sizeof t);
+    big_make(&t, &f);
     kv_pool *dst = NULL;
-    T_OK(kv_pool_create(&po, &t.src));
-    T_OK(kv_pool_create(&po, &dst));
-    T_CHECK(kv_block_blob_bytes(t.src) >= 256 * 1024);
-    uint64_t parent = IDENTITY;
-    for (int b = 0; b < NB; b++) {
-        t.ids[b] = kv_pool_alloc(t.src);
-        uint64_t key = kv_block_key(parent, f.toks + b * BS, BS);
-        t.meta[b] = (kv_block_meta){IDENTITY, parent, key, kv_block_checksum(t.src, t.ids[b], key),
-                                    f.toks + b * BS};
-        parent = key;
-    }
+    T_OK(kv_pool_create(&big_opts, &dst));
     pthread_t th;
     T_CHECK(pthread_create(&th, NULL, big_sender, &t) == 0);
     kv_xfer_recv_opts o = {
@@ -775,17 +797,78 @@ static void t_peer_destroyed(void) {
     f.cr = NULL;
     T_CHECK(kv_pool_n_free(dst) == NB);
     pthread_join(th, NULL);
-    T_CHECKF(t.state == KV_XFER_ABORTED && t.error == ERR_CONNECT,
-             "sender ended %d (%s) at block %d (%s)", t.state, err_name(t.error), t.at_block,
-             err_name(t.rc_block));
+    big_check(&t);
     if (strcmp(tp->name, "ucx") == 0) /* tcp: the socket buffers hold a few blocks more */
         T_CHECKF(t.at_block == 2 && t.rc_block == ERR_CONNECT, "the write of block %d: %s",
                  t.at_block, err_name(t.rc_block));
-    for (int b = 0; b < NB; b++)
-        T_CHECKF(f.releases[t.ids[b]] == (b <= t.at_block ? 1 : 0), "block %d released %d times", b,
-                 f.releases[t.ids[b]]);
     kv_pool_destroy(t.src);
     kv_pool_destroy(dst);
+    fx_free(&f);
+}
+
+/* The receiver is another process, killed (SIGKILL) after it verified 2 blocks, while this
+ * process's sender thread is blocked writing block 2 (or a later one over tcp, whose socket
+ * buffers take a few): no FIN, no ABORT; the sender must see the connection fail (ERR_CONNECT)
+ * and release every block it sent exactly once. The child connects only after the fork (this
+ * process holds no UCX context then: every earlier case destroyed its connections). */
+static void t_peer_killed(void) {
+    int up[2], down[2];
+    T_CHECK(pipe(up) == 0 && pipe(down) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    T_CHECK(pid >= 0);
+    if (pid == 0) { /* the receiver: connect, verify 2 blocks, say so, wait to be killed */
+        close(up[0]);
+        close(down[1]);
+        char addr[64] = {0};
+        kv_xfer_conn *c = NULL;
+        kv_pool *dst = NULL;
+        kv_xfer_recv *r = NULL;
+        int32_t tk[NB * BS];
+        for (int i = 0; i < NB * BS; i++)
+            tk[i] = 100 + i * 7; /* fx_init's tokens */
+        kv_xfer_recv_opts o = {
+            .xfer_id = 7, .identity = IDENTITY, .toks = tk, .n_toks = NB * BS, .timeout_ms = -1};
+        char ok = 0;
+        if (read(down[0], addr, sizeof addr - 1) > 0 && tp->connect(addr, &c) == 0 &&
+            kv_pool_create(&big_opts, &dst) == 0 && kv_xfer_recv_create(c, dst, &o, &r) == 0 &&
+            kv_xfer_recv_step(r) == KV_XFER_OPEN && kv_xfer_recv_step(r) == KV_XFER_OPEN)
+            ok = 1;
+        if (write(up[1], &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(up[1]);
+    close(down[0]);
+    fx f;
+    fx_init(&f, false);
+    big_tx t;
+    memset(&t, 0, sizeof t);
+    big_make(&t, &f);
+    kv_xfer_listener *l = NULL;
+    T_OK(tp->listen("127.0.0.1:0", &l));
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", kv_xfer_listener_port(l));
+    T_CHECK(write(down[1], addr, strlen(addr)) == (ssize_t)strlen(addr));
+    int rc = tp->accept(l, 30000, &f.cs);
+    kv_xfer_listener_destroy(l);
+    if (rc)
+        kill(pid, SIGKILL);
+    T_CHECKF(rc == 0, "accept: %s", err_detail());
+    pthread_t th;
+    T_CHECK(pthread_create(&th, NULL, big_sender, &t) == 0);
+    char ok = 0;
+    ssize_t got = read(up[0], &ok, 1);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    pthread_join(th, NULL);
+    close(up[0]);
+    close(down[1]);
+    T_CHECKF(got == 1 && ok == 1, "the receiver process did not verify 2 blocks");
+    big_check(&t);
+    kv_pool_destroy(t.src);
     fx_free(&f);
 }
 
@@ -812,6 +895,7 @@ static const tcase cases[] = {
     {"timeout", t_timeout, false},
     {"closed_port", t_closed_port, false},
     {"peer_destroyed", t_peer_destroyed, false},
+    {"peer_killed", t_peer_killed, false},
 };
 
 static char ucx_skip[256];
