@@ -20,6 +20,11 @@
  * receiver verifies and ACKs, the sender sees COMPLETE), for the 1 MiB block and for a 4 KiB block
  * (1 layer x kv_dim 64); the median and the 90th percentile per transfer are printed.
  *
+ * CPU: the process's CPU time (every thread) per GB moved, beside memcpy's: on a machine where
+ * other work takes the cores, wall-clock bandwidth mostly measures the share of CPU the two
+ * threads got; CPU per GB measures the work a transfer costs (a wait that spins on UCX's progress
+ * counts too).
+ *
  * What UCX picked is in its log: run with UCX_LOG_LEVEL=info and read the "ep_cfg" lines
  * ("tag(sysv/memory cma/memory)": eager messages through System V shared memory, rendezvous by
  * cma, one copy by process_vm_readv). Wall time: on a machine shared with other work, every figure
@@ -44,6 +49,13 @@ static int32_t toks[NB * BS];
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds used by the whole process (every thread: the sender, the receiver, UCX's). */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -123,10 +135,10 @@ static void *receiver(void *arg) {
     return NULL;
 }
 
-/* Runs a phase; returns its wall time (connection set-up excluded); each transfer's time into
- * per (NULL: not kept). */
+/* Runs a phase; returns its wall time (connection set-up excluded); the process's CPU seconds in
+ * that time into *cpu; each transfer's time into per (NULL: not kept). */
 static double phase_run(const kv_xfer_transport *tp, pools *p, int n_transfers, int n_blocks,
-                        double *per) {
+                        double *per, double *cpu) {
     phase x = {.tp = tp, .p = p, .n_transfers = n_transfers, .n_blocks = n_blocks};
     int rc = tp->listen("127.0.0.1:0", &x.l);
     if (rc)
@@ -138,7 +150,7 @@ static double phase_run(const kv_xfer_transport *tp, pools *p, int n_transfers, 
     kv_xfer_conn *conn = NULL;
     if ((rc = tp->connect(addr, &conn)))
         die("connect", rc);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     for (int t = 0; t < n_transfers; t++) {
         double t1 = now_s();
         kv_xfer_send_opts o = {.xfer_id = (uint64_t)t + 1, .timeout_ms = 30000};
@@ -158,6 +170,8 @@ static double phase_run(const kv_xfer_transport *tp, pools *p, int n_transfers, 
             per[t] = now_s() - t1;
     }
     double dt = now_s() - t0;
+    if (cpu)
+        *cpu = cpu_s() - c0;
     pthread_join(th, NULL);
     if (x.rc)
         die("receiver", x.rc);
@@ -201,37 +215,45 @@ int main(int argc, char **argv) {
         die("memcpy buffers", ERR_NOMEM);
     memset(a, 1, span);
     memset(c, 2, span);
-    double mc[RUNS], xf[MAX_TP][RUNS], ratio[MAX_TP][RUNS];
+    double mc[RUNS], mc_cpu[RUNS], xf[MAX_TP][RUNS], ratio[MAX_TP][RUNS], xcpu[MAX_TP][RUNS];
     for (int run = 0; run < RUNS; run++) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         for (int t = 0; t < n_transfers; t++) {
             memcpy(c, a, span);
             a[t % span] ^= c[(t * 7919) % span]; /* keeps each copy live */
         }
         mc[run] = bytes / (now_s() - t0) / 1e9;
+        mc_cpu[run] = (cpu_s() - c0) / (bytes / 1e9);
         for (int k = 0; k < n_tp; k++) {
-            xf[k][run] = bytes / phase_run(tps[k], &pb, n_transfers, NB, NULL) / 1e9;
+            double cpu = 0;
+            xf[k][run] = bytes / phase_run(tps[k], &pb, n_transfers, NB, NULL, &cpu) / 1e9;
             ratio[k][run] = xf[k][run] / mc[run];
+            xcpu[k][run] = cpu / (bytes / 1e9);
         }
     }
     qsort(mc, RUNS, sizeof mc[0], cmp_d);
+    qsort(mc_cpu, RUNS, sizeof mc_cpu[0], cmp_d);
     printf("bench_xfer: %d transfers x %d blocks x %zu KiB (%.1f MiB per round), median of %d "
            "rounds\n",
            n_transfers, NB, state / 1024, bytes / 1048576.0, RUNS);
-    printf("  memcpy            %7.2f GB/s\n", mc[RUNS / 2]);
+    printf("  memcpy            %7.2f GB/s  CPU %6.3f s/GB\n", mc[RUNS / 2], mc_cpu[RUNS / 2]);
     for (int k = 0; k < n_tp; k++) {
         qsort(xf[k], RUNS, sizeof xf[k][0], cmp_d);
         qsort(ratio[k], RUNS, sizeof ratio[k][0], cmp_d);
+        qsort(xcpu[k], RUNS, sizeof xcpu[k][0], cmp_d);
         printf("  kv_xfer %-9s %7.2f GB/s  (%.1f%% of memcpy, median of the rounds' ratios "
                "%.1f%%..%.1f%%..%.1f%%)\n",
                tps[k]->name, xf[k][RUNS / 2], 100.0 * xf[k][RUNS / 2] / mc[RUNS / 2],
                100.0 * ratio[k][0], 100.0 * ratio[k][RUNS / 2], 100.0 * ratio[k][RUNS - 1]);
+        printf("    CPU %6.3f s/GB (sender + receiver + library threads; memcpy's CPU per GB is "
+               "%.1f%% of it)\n",
+               xcpu[k][RUNS / 2], 100.0 * mc_cpu[RUNS / 2] / xcpu[k][RUNS / 2]);
     }
     static double per[LAT_N];
     pools *lp[2] = {&pb, &ps};
     for (int g = 0; g < 2; g++)
         for (int k = 0; k < n_tp; k++) {
-            phase_run(tps[k], lp[g], LAT_N, 1, per);
+            phase_run(tps[k], lp[g], LAT_N, 1, per, NULL);
             qsort(per, LAT_N, sizeof per[0], cmp_d);
             printf("  1-block transfer  %-4s %6zu KiB block: median %8.1f us, p90 %8.1f us\n",
                    tps[k]->name, kv_block_state_bytes(lp[g]->src) / 1024, per[LAT_N / 2] * 1e6,
