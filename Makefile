@@ -53,7 +53,8 @@ endif
 
 CFLAGS_ALL := $(BASE_CFLAGS) $(OPT) $(EXTRA_CFLAGS)
 LDLIBS := -lm -pthread -lpcre2-8 -lcurl -lxxhash -lhiredis
-# the ucx KV transport (src/disagg/kv_xfer_ucx.c): Debian's libucx-dev
+# the ucx KV transport (src/disagg/kv_xfer_ucx.c): Debian's libucx-dev. Under TSan run with
+# UCX_MEM_EVENTS=no (tests/run.sh does): libucm's mmap/madvise hooks crash in TSan's interceptors.
 LDLIBS += -lucp -lucs
 LDFLAGS_ALL := $(filter -fsanitize%,$(OPT)) $(EXTRA_LDFLAGS)
 
