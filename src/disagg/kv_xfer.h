@@ -113,7 +113,9 @@ void kv_xfer_listener_destroy(kv_xfer_listener *l);
 int kv_xfer_conn_from_fd(int fd, kv_xfer_conn **out);
 
 /* Shuts the connection down both ways without freeing it (the peer sees end of stream; a test's
- * "the peer died"). */
+ * "the peer died"). Call it from the thread that owns the connection: on ucx it sends a FIN and
+ * closes the endpoint through the connection's worker, which only its owner may progress (tcp
+ * would allow another thread; ucx does not). */
 void kv_xfer_conn_shutdown(kv_xfer_conn *c);
 
 /* Closes and frees a connection (NULL is a no-op). */
