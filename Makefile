@@ -53,6 +53,10 @@ endif
 
 CFLAGS_ALL := $(BASE_CFLAGS) $(OPT) $(EXTRA_CFLAGS)
 LDLIBS := -lm -pthread -lpcre2-8 -lcurl -lxxhash -lhiredis
+# the ucx KV transport (src/disagg/kv_xfer_ucx.c): Debian's libucx-dev, linked --as-needed so only
+# a binary that uses the KV transfer loads it. Under TSan such a binary runs with
+# UCX_MEM_EVENTS=no (tests/run.sh does): libucm's mmap/madvise hooks crash in TSan's interceptors.
+LDLIBS += -Wl,--as-needed -lucp -lucs -Wl,--no-as-needed
 LDFLAGS_ALL := $(filter -fsanitize%,$(OPT)) $(EXTRA_LDFLAGS)
 
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2

@@ -23,6 +23,7 @@ need=(
   "libhiredis-dev:/usr/include/hiredis/hiredis.h"
   "redis-server:/usr/bin/redis-server"
   "redis-tools:/usr/bin/redis-benchmark"
+  "libucx-dev:/usr/include/ucp/api/ucp.h"
 )
 missing=()
 for entry in "${need[@]}"; do

@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_kv_xfer: the KV transfer library (disagg/kv_xfer.h) over real sockets: a TCP loopback
- * transfer from a sender thread to a receiver thread, byte-identical on arrival; and, over a
- * socketpair driven one explicit step at a time (no timing: every edge is reached by the order of
- * calls, a wire hook that rewrites or repeats a frame, a shutdown, or a zero timeout on an empty
- * socket), each edge of the header's state machine: a corrupted block or header, abort before,
- * during and after (either side), either peer dying, a full receiver pool, duplicate, foreign
- * and late messages, the timeout. Every case counts the sender's release callbacks per block (each
- * exactly once) and checks the receiver's pool is back to all free unless the consumer took the
- * blocks.
+ * test_kv_xfer: the KV transfer library (disagg/kv_xfer.h) over real connections, once per
+ * transport of the table ("tcp", then "ucx" with the real libucx; one SKIP line if UCX cannot
+ * start here): a loopback transfer from a sender thread to a receiver thread, byte-identical on
+ * arrival; and, over a connected pair driven one explicit step at a time (no timing: every edge is
+ * reached by the order of calls, a wire hook that rewrites or repeats a frame, a shutdown, or a
+ * zero timeout on an empty connection), each edge of the header's state machine: a corrupted block
+ * or header, abort before, during and after (either side), either peer dying, a full receiver
+ * pool, duplicate, foreign and late messages, the timeout. Every case counts the sender's release
+ * callbacks per block (each exactly once) and checks the receiver's pool is back to all free
+ * unless the consumer took the blocks. The tcp pair is a socketpair; the two cases that write raw
+ * bytes onto its fds (a replayed ACK, garbage from the receiver) run over tcp only. Both
+ * transports also run: a connect to a closed port (a clear ERR_CONNECT naming the address), and a
+ * receiver destroyed mid-transfer of 256 KiB blocks (UCX's rendezvous path) while the sender's
+ * thread is blocked writing: it sees end of stream, every block released exactly once.
  */
 #include "test.h"
 
@@ -21,11 +26,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { NB = 8, BS = 4, POOL_BLOCKS = 32 };
 #define IDENTITY 0x1234abcdULL
+
+/* The transport the cases run over ("tcp" or "ucx"); main runs the list once per transport. */
+static const kv_xfer_transport *tp;
+
+typedef struct dialer {
+    char addr[64];
+    kv_xfer_conn *c;
+    int rc;
+} dialer;
+
+static void *dial(void *arg) {
+    dialer *d = arg;
+    d->rc = tp->connect(d->addr, &d->c);
+    return NULL;
+}
+
+/* A connected pair over tp through a loopback listener (connect in a thread: it waits for the
+ * server's answer, which accept gives). */
+static void conn_pair(kv_xfer_conn **cs, kv_xfer_conn **cr) {
+    kv_xfer_listener *l = NULL;
+    T_OK(tp->listen("127.0.0.1:0", &l));
+    dialer d = {.c = NULL};
+    snprintf(d.addr, sizeof d.addr, "127.0.0.1:%d", kv_xfer_listener_port(l));
+    pthread_t th;
+    T_CHECK(pthread_create(&th, NULL, dial, &d) == 0);
+    int rc = tp->accept(l, 30000, cr);
+    pthread_join(th, NULL);
+    kv_xfer_listener_destroy(l);
+    T_CHECKF(rc == 0 && d.rc == 0, "accept %s, connect %s: %s", err_name(rc), err_name(d.rc),
+             err_detail());
+    *cs = d.c;
+}
 
 /* ---- fixture: a sender pool with NB sealed blocks, a receiver pool, a connection pair ---- */
 
@@ -78,7 +117,10 @@ static void fx_init(fx *f, bool pair) {
                                      .toks = f->toks + b * BS};
         parent = key;
     }
-    if (pair) {
+    if (pair && strcmp(tp->name, "tcp") != 0) {
+        f->fd_s = f->fd_r = -1;
+        conn_pair(&f->cs, &f->cr);
+    } else if (pair) {
         int sv[2];
         T_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
         f->fd_s = sv[0];
@@ -177,17 +219,17 @@ static int hook_fn(void *ctx, uint32_t seq, uint8_t *frame, size_t n) {
 
 /* ---- cases ---- */
 
-typedef struct tcp_rx {
+typedef struct xfer_rx {
     kv_xfer_listener *l;
     fx *f;
     int32_t got[NB];
     int n_got, state, error;
-} tcp_rx;
+} xfer_rx;
 
-static void *tcp_receiver(void *arg) {
-    tcp_rx *t = arg;
+static void *xfer_receiver(void *arg) {
+    xfer_rx *t = arg;
     kv_xfer_conn *c = NULL;
-    if (kv_xfer_transport_find("tcp")->accept(t->l, -1, &c))
+    if (tp->accept(t->l, -1, &c))
         return NULL;
     kv_xfer_recv_opts o = {.xfer_id = 7,
                            .identity = IDENTITY,
@@ -207,18 +249,17 @@ static void *tcp_receiver(void *arg) {
     return NULL;
 }
 
-static void t_tcp_transfer(void) {
+static void t_transfer(void) {
     fx f;
     fx_init(&f, false);
-    const kv_xfer_transport *tcp = kv_xfer_transport_find("tcp");
-    T_CHECK(tcp && !kv_xfer_transport_find("carrier-pigeon"));
-    tcp_rx t = {.f = &f, .n_got = -1};
-    T_CHECK(tcp->listen("127.0.0.1:0", &t.l) == 0);
+    T_CHECK(kv_xfer_transport_find(tp->name) == tp && !kv_xfer_transport_find("carrier-pigeon"));
+    xfer_rx t = {.f = &f, .n_got = -1};
+    T_CHECK(tp->listen("127.0.0.1:0", &t.l) == 0);
     pthread_t th;
-    T_CHECK(pthread_create(&th, NULL, tcp_receiver, &t) == 0);
+    T_CHECK(pthread_create(&th, NULL, xfer_receiver, &t) == 0);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", kv_xfer_listener_port(t.l));
-    T_CHECK(tcp->connect(addr, &f.cs) == 0);
+    T_CHECK(tp->connect(addr, &f.cs) == 0);
     kv_xfer_send *s = fx_sender(&f, NULL, NULL);
     for (int b = 0; b < NB; b++) /* pipelined: every block before any ACK is read */
         T_CHECK(fx_send(&f, s, b, b == NB - 1) == 0);
@@ -652,20 +693,238 @@ static void t_timeout(void) {
     fx_free(&f);
 }
 
+/* A connect to a port nobody listens on (a listener that was closed) is ERR_CONNECT from connect
+ * itself, naming the address. */
+static void t_closed_port(void) {
+    kv_xfer_listener *l = NULL;
+    T_OK(tp->listen("127.0.0.1:0", &l));
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", kv_xfer_listener_port(l));
+    kv_xfer_listener_destroy(l);
+    kv_xfer_conn *c = NULL;
+    int rc = tp->connect(addr, &c);
+    T_CHECKF(rc == ERR_CONNECT && c == NULL, "connect to a closed port: %s", err_name(rc));
+    T_CHECKF(strstr(err_detail(), addr) != NULL, "the error does not name %s: %s", addr,
+             err_detail());
+    T_CHECK(tp->connect("no-colon", &c) == ERR_INVAL);
+}
+
+/* ---- a peer destroyed mid-transfer, with blocks big enough for UCX's rendezvous ---- */
+
+typedef struct big_tx {
+    fx *f;
+    kv_pool *src;
+    int32_t ids[NB];
+    kv_block_meta meta[NB];
+    int rc_block, at_block, state, error;
+} big_tx;
+
+static void *big_sender(void *arg) {
+    big_tx *t = arg;
+    kv_xfer_send_opts o = {.xfer_id = 7, .timeout_ms = -1};
+    kv_xfer_send *s = NULL;
+    if (kv_xfer_send_create(t->f->cs, &o, &s))
+        return NULL;
+    t->at_block = -1;
+    for (int b = 0; b < NB && t->rc_block == 0; b++) {
+        t->rc_block =
+            kv_xfer_send_block(s, t->src, t->ids[b], &t->meta[b], b == NB - 1, fx_release, t->f);
+        t->at_block = b;
+    }
+    while (kv_xfer_send_state(s) == KV_XFER_OPEN && kv_xfer_send_step(s) == KV_XFER_OPEN) {
+    }
+    t->state = kv_xfer_send_state(s);
+    t->error = kv_xfer_send_error(s);
+    kv_xfer_send_destroy(s);
+    return NULL;
+}
+
+/* 256 KiB blocks: the sender's thread writes all 8 (each write waits until the receiver fetched a
+ * rendezvous message; over tcp the socket buffer fills); the receiver takes 2, then its process
+ * "dies" (shutdown, no ABORT, connection destroyed). The sender's write of block 2 fails
+ * (ERR_CONNECT), every block it sent is released exactly once (ACKed or on the abort), blocks 3..7
+ * were never taken; the receiver freed its 2 blocks. Deterministic: the receiver never reads past
+ * block 1, so the sender cannot get past block 2. */
+static const kv_pool_opts big_opts = {
+    .n_layer = 4, .kv_dim = 2048, .block_size = BS, .n_blocks = NB};
+
+/* The sender's big pool with NB sealed blocks named by f's tokens. */
+static void big_make(big_tx *t, fx *f) {
+    t->f = f;
+    T_OK(kv_pool_create(&big_opts, &t->src));
+    T_CHECK(kv_block_blob_bytes(t->src) >= 256 * 1024);
+    uint64_t parent = IDENTITY;
+    for (int b = 0; b < NB; b++) {
+        t->ids[b] = kv_pool_alloc(t->src);
+        uint64_t key = kv_block_key(parent, f->toks + b * BS, BS);
+        t->meta[b] = (kv_block_meta){IDENTITY, parent, key,
+                                     kv_block_checksum(t->src, t->ids[b], key), f->toks + b * BS};
+        parent = key;
+    }
+}
+
+/* After the receiver died: the sender aborted with ERR_CONNECT and released every block it sent
+ * exactly once, the others never. */
+static void big_check(const big_tx *t) {
+    T_CHECKF(t->state == KV_XFER_ABORTED && t->error == ERR_CONNECT,
+             "sender ended %d (%s) at block %d (%s)", t->state, err_name(t->error), t->at_block,
+             err_name(t->rc_block));
+    for (int b = 0; b < NB; b++)
+        T_CHECKF(t->f->releases[t->ids[b]] == (b <= t->at_block ? 1 : 0),
+                 "block %d released %d times", b, t->f->releases[t->ids[b]]);
+}
+
+static void t_peer_destroyed(void) {
+    fx f;
+    fx_init(&f, true);
+    big_tx t;
+    memset(&t, 0, sizeof t);
+    big_make(&t, &f);
+    kv_pool *dst = NULL;
+    T_OK(kv_pool_create(&big_opts, &dst));
+    pthread_t th;
+    T_CHECK(pthread_create(&th, NULL, big_sender, &t) == 0);
+    kv_xfer_recv_opts o = {
+        .xfer_id = 7, .identity = IDENTITY, .toks = f.toks, .n_toks = NB * BS, .timeout_ms = -1};
+    kv_xfer_recv *r = NULL;
+    T_OK(kv_xfer_recv_create(f.cr, dst, &o, &r));
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_pool_n_free(dst) == NB - 2);
+    kv_xfer_conn_shutdown(f.cr);
+    kv_xfer_recv_destroy(r);
+    kv_xfer_conn_destroy(f.cr);
+    f.cr = NULL;
+    T_CHECK(kv_pool_n_free(dst) == NB);
+    pthread_join(th, NULL);
+    big_check(&t);
+    if (strcmp(tp->name, "ucx") == 0) /* tcp: the socket buffers hold a few blocks more */
+        T_CHECKF(t.at_block == 2 && t.rc_block == ERR_CONNECT, "the write of block %d: %s",
+                 t.at_block, err_name(t.rc_block));
+    kv_pool_destroy(t.src);
+    kv_pool_destroy(dst);
+    fx_free(&f);
+}
+
+/* The receiver is another process, killed (SIGKILL) after it verified 2 blocks, while this
+ * process's sender thread is blocked writing block 2 (or a later one over tcp, whose socket
+ * buffers take a few): no FIN, no ABORT; the sender must see the connection fail (ERR_CONNECT)
+ * and release every block it sent exactly once. The child connects only after the fork (this
+ * process holds no UCX context then: every earlier case destroyed its connections). */
+static void t_peer_killed(void) {
+    int up[2], down[2];
+    T_CHECK(pipe(up) == 0 && pipe(down) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    T_CHECK(pid >= 0);
+    if (pid == 0) { /* the receiver: connect, verify 2 blocks, say so, wait to be killed */
+        close(up[0]);
+        close(down[1]);
+        char addr[64] = {0};
+        kv_xfer_conn *c = NULL;
+        kv_pool *dst = NULL;
+        kv_xfer_recv *r = NULL;
+        int32_t tk[NB * BS];
+        for (int i = 0; i < NB * BS; i++)
+            tk[i] = 100 + i * 7; /* fx_init's tokens */
+        kv_xfer_recv_opts o = {
+            .xfer_id = 7, .identity = IDENTITY, .toks = tk, .n_toks = NB * BS, .timeout_ms = -1};
+        char ok = 0;
+        if (read(down[0], addr, sizeof addr - 1) > 0 && tp->connect(addr, &c) == 0 &&
+            kv_pool_create(&big_opts, &dst) == 0 && kv_xfer_recv_create(c, dst, &o, &r) == 0 &&
+            kv_xfer_recv_step(r) == KV_XFER_OPEN && kv_xfer_recv_step(r) == KV_XFER_OPEN)
+            ok = 1;
+        if (write(up[1], &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(up[1]);
+    close(down[0]);
+    fx f;
+    fx_init(&f, false);
+    big_tx t;
+    memset(&t, 0, sizeof t);
+    big_make(&t, &f);
+    kv_xfer_listener *l = NULL;
+    T_OK(tp->listen("127.0.0.1:0", &l));
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", kv_xfer_listener_port(l));
+    T_CHECK(write(down[1], addr, strlen(addr)) == (ssize_t)strlen(addr));
+    int rc = tp->accept(l, 30000, &f.cs);
+    kv_xfer_listener_destroy(l);
+    if (rc)
+        kill(pid, SIGKILL);
+    T_CHECKF(rc == 0, "accept: %s", err_detail());
+    pthread_t th;
+    T_CHECK(pthread_create(&th, NULL, big_sender, &t) == 0);
+    char ok = 0;
+    ssize_t got = read(up[0], &ok, 1);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    pthread_join(th, NULL);
+    close(up[0]);
+    close(down[1]);
+    T_CHECKF(got == 1 && ok == 1, "the receiver process did not verify 2 blocks");
+    big_check(&t);
+    kv_pool_destroy(t.src);
+    fx_free(&f);
+}
+
+typedef struct tcase {
+    const char *name;
+    void (*fn)(void);
+    bool fd_only; /* needs the socketpair's fds (tcp only) */
+} tcase;
+
+static const tcase cases[] = {
+    {"transfer", t_transfer, false},
+    {"corrupt_block", t_corrupt_block, false},
+    {"corrupt_header", t_corrupt_header, false},
+    {"wrong_prompt", t_wrong_prompt, false},
+    {"abort_before", t_abort_before, false},
+    {"abort_during", t_abort_during, false},
+    {"abort_after", t_abort_after, false},
+    {"sender_dies", t_sender_dies, false},
+    {"receiver_dies", t_receiver_dies, false},
+    {"duplicate_late", t_duplicate_late, true},
+    {"sender_protocol", t_sender_protocol, true},
+    {"gap", t_gap, false},
+    {"pool_full", t_pool_full, false},
+    {"timeout", t_timeout, false},
+    {"closed_port", t_closed_port, false},
+    {"peer_destroyed", t_peer_destroyed, false},
+    {"peer_killed", t_peer_killed, false},
+};
+
+static char ucx_skip[256];
+
+static void t_ucx_missing(void) {
+    test_skip("%s", ucx_skip);
+}
+
 int main(void) {
-    test_run("kv_xfer.tcp_transfer", t_tcp_transfer);
-    test_run("kv_xfer.corrupt_block", t_corrupt_block);
-    test_run("kv_xfer.corrupt_header", t_corrupt_header);
-    test_run("kv_xfer.wrong_prompt", t_wrong_prompt);
-    test_run("kv_xfer.abort_before", t_abort_before);
-    test_run("kv_xfer.abort_during", t_abort_during);
-    test_run("kv_xfer.abort_after", t_abort_after);
-    test_run("kv_xfer.sender_dies", t_sender_dies);
-    test_run("kv_xfer.receiver_dies", t_receiver_dies);
-    test_run("kv_xfer.duplicate_late", t_duplicate_late);
-    test_run("kv_xfer.sender_protocol", t_sender_protocol);
-    test_run("kv_xfer.gap", t_gap);
-    test_run("kv_xfer.pool_full", t_pool_full);
-    test_run("kv_xfer.timeout", t_timeout);
+    const char *names[] = {"tcp", "ucx"};
+    for (int t = 0; t < 2; t++) {
+        tp = kv_xfer_transport_find(names[t]);
+        char full[96];
+        if (t == 1) { /* UCX may not start here (no usable transport): one SKIP line */
+            kv_xfer_listener *l = NULL;
+            int rc = tp->listen("127.0.0.1:0", &l);
+            kv_xfer_listener_destroy(l);
+            if (rc) {
+                snprintf(ucx_skip, sizeof ucx_skip, "UCX cannot start here: %s", err_detail());
+                test_run("kv_xfer.ucx", t_ucx_missing);
+                break;
+            }
+        }
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            if (t == 1 && cases[i].fd_only)
+                continue;
+            snprintf(full, sizeof full, "kv_xfer.%s.%s", names[t], cases[i].name);
+            test_run(full, cases[i].fn);
+        }
+    }
     return test_summary();
 }

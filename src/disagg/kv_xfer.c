@@ -17,14 +17,23 @@
 
 /* ---- the transport table: one row per transport file ---- */
 
-static const kv_xfer_transport *const transports[] = {&kv_xfer_tcp};
+static const kv_xfer_transport *const transports[] = {&kv_xfer_tcp, &kv_xfer_ucx};
 
 const kv_xfer_transport *kv_xfer_transport_find(const char *name) {
     for (size_t i = 0; i < sizeof transports / sizeof transports[0]; i++)
         if (name && strcmp(name, transports[i]->name) == 0)
             return transports[i];
-    err_set(ERR_NOTFOUND, "kv_xfer: no transport '%s' (known: tcp)", name ? name : "");
+    err_set(ERR_NOTFOUND, "kv_xfer: no transport '%s' (known: tcp, ucx)", name ? name : "");
     return NULL;
+}
+
+int kv_xfer_listener_port(const kv_xfer_listener *l) {
+    return l->ops->port(l);
+}
+
+void kv_xfer_listener_destroy(kv_xfer_listener *l) {
+    if (l)
+        l->ops->destroy(l);
 }
 
 void kv_xfer_conn_shutdown(kv_xfer_conn *c) {
@@ -226,7 +235,11 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
     if (final)
         s->final_sent = true;
     for (int i = 0; i < copies; i++) {
-        int rc = s->conn->ops->write_all(s->conn, s->frame, need);
+        /* header and blob as two writes: the same bytes on a stream, and each of the receiver's
+         * two reads can land in place on a message transport (kv_xfer_ucx.c) */
+        int rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES);
+        if (rc == 0)
+            rc = s->conn->ops->write_all(s->conn, s->frame + HDR_BYTES, need - HDR_BYTES);
         if (rc) {
             send_abort(s, rc, false);
             return rc;

@@ -4,10 +4,12 @@
  * server that continues the request (the receiver), over one transport, every byte checked (P2).
  *
  * Transports. A transport is one file (kv_xfer_<name>.c) plus one row of the table in kv_xfer.c
- * (kv_xfer_transport_find). Today: "tcp" (plain sockets, no dependency; kv_xfer_tcp.c). A "ucx"
- * transport (libucx: shared memory on one machine, RDMA where the hardware has it) is not written
- * yet; it would be kv_xfer_ucx.c and its row. A connection (kv_xfer_conn) is a reliable, ordered
- * byte stream; everything above it (framing, checks, ownership) is transport-independent.
+ * (kv_xfer_transport_find): "tcp" (plain sockets, no dependency; kv_xfer_tcp.c) and "ucx"
+ * (libucx's UCP, kv_xfer_ucx.c: UCX picks System V shared memory and cma on one machine, tcp
+ * between machines, RDMA where the hardware has it; a HELLO each way opens a connection, a FIN
+ * ends it). A connection (kv_xfer_conn) is a reliable, ordered byte stream; everything above it
+ * (framing, checks, ownership) is transport-independent. A BLOCK is written as two writes (its
+ * header, then its blob): the same bytes on the stream, and on ucx each lands in place.
  *
  * Wire. Every message is a 64-byte header plus a body (little-endian host assumed, packed):
  *   u32 magic "VKXF", u8 type, u8 flags, u16 zero, u64 transfer id, u32 seq, i32 code,
@@ -63,9 +65,12 @@
  * on a protocol error, a timeout or a disconnect leaves the stream at an unknown point: close the
  * connection then, and open a new one for the next transfer.
  *
- * Threading: a kv_xfer_send or kv_xfer_recv belongs to one thread at a time (the sender and the
- * receiver of one transfer normally run in different threads or processes). Drain = the owner calls
- * cancel on each open transfer. Nothing here takes a lock.
+ * Threading: a kv_xfer_send or kv_xfer_recv, and its connection, belong to one thread at a time
+ * (the sender and the receiver of one transfer run in different threads or processes: each end
+ * blocks in its own reads and writes). Drain = the owner calls cancel on each open transfer.
+ * Nothing here takes a lock. On ucx the owning thread is also the one that progresses the
+ * connection's UCP worker (inside its reads and writes); nothing else does, so a connection must
+ * not be used by two threads at once even for reading on one and writing on the other.
  */
 #ifndef VERITY_DISAGG_KV_XFER_H
 #define VERITY_DISAGG_KV_XFER_H
@@ -92,7 +97,9 @@ typedef struct kv_xfer_transport {
     int (*connect)(const char *addr, kv_xfer_conn **out);
 } kv_xfer_transport;
 
-/* The transport named name ("tcp"), or NULL (err_set ERR_NOTFOUND names it and the known ones). */
+/* The transport named name ("tcp", "ucx"), or NULL (err_set ERR_NOTFOUND names it and the known
+ * ones). The ucx transport's listen and connect return ERR_UNSUPPORTED when UCX cannot create a
+ * context on this machine. */
 const kv_xfer_transport *kv_xfer_transport_find(const char *name);
 
 /* The port a listener bound (for "host:0"). */
@@ -106,7 +113,9 @@ void kv_xfer_listener_destroy(kv_xfer_listener *l);
 int kv_xfer_conn_from_fd(int fd, kv_xfer_conn **out);
 
 /* Shuts the connection down both ways without freeing it (the peer sees end of stream; a test's
- * "the peer died"). */
+ * "the peer died"). Call it from the thread that owns the connection: on ucx it sends a FIN and
+ * closes the endpoint through the connection's worker, which only its owner may progress (tcp
+ * would allow another thread; ucx does not). */
 void kv_xfer_conn_shutdown(kv_xfer_conn *c);
 
 /* Closes and frees a connection (NULL is a no-op). */

@@ -22,7 +22,18 @@ struct kv_xfer_conn {
     const kv_xfer_conn_ops *ops;
 };
 
-/* The tcp transport's table row (kv_xfer_tcp.c). */
+/* A listener's operations (each transport's listener starts with a kv_xfer_listener). */
+typedef struct kv_xfer_listener_ops {
+    int (*port)(const kv_xfer_listener *l);
+    void (*destroy)(kv_xfer_listener *l);
+} kv_xfer_listener_ops;
+
+struct kv_xfer_listener {
+    const kv_xfer_listener_ops *ops;
+};
+
+/* The transports' table rows (kv_xfer_tcp.c, kv_xfer_ucx.c). */
 extern const kv_xfer_transport kv_xfer_tcp;
+extern const kv_xfer_transport kv_xfer_ucx;
 
 #endif

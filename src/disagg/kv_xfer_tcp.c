@@ -24,9 +24,12 @@ typedef struct tcp_conn {
     int fd;
 } tcp_conn;
 
-struct kv_xfer_listener {
+typedef struct tcp_listener {
+    kv_xfer_listener base;
     int fd, port;
-};
+} tcp_listener;
+
+static const kv_xfer_listener_ops tcp_listener_ops;
 
 static int tcp_write_all(kv_xfer_conn *c, const void *buf, size_t n) {
     tcp_conn *t = (tcp_conn *)c;
@@ -135,15 +138,16 @@ static int tcp_listen(const char *addr, kv_xfer_listener **out) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     getsockname(fd, (struct sockaddr *)&ss, &sl);
-    kv_xfer_listener *l = calloc(1, sizeof *l);
+    tcp_listener *l = calloc(1, sizeof *l);
     if (!l) {
         close(fd);
         return err_set(ERR_NOMEM, "kv_xfer tcp: listener for '%s'", addr);
     }
+    l->base.ops = &tcp_listener_ops;
     l->fd = fd;
     l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                              : ((struct sockaddr_in *)&ss)->sin_port);
-    *out = l;
+    *out = &l->base;
     return 0;
 }
 
@@ -156,7 +160,8 @@ static int tcp_wrap(int fd, kv_xfer_conn **out) {
     return rc;
 }
 
-static int tcp_accept(kv_xfer_listener *l, int timeout_ms, kv_xfer_conn **out) {
+static int tcp_accept(kv_xfer_listener *base, int timeout_ms, kv_xfer_conn **out) {
+    tcp_listener *l = (tcp_listener *)base;
     struct pollfd pf = {.fd = l->fd, .events = POLLIN};
     int pr;
     while ((pr = poll(&pf, 1, timeout_ms)) < 0 && errno == EINTR) {
@@ -187,15 +192,16 @@ static int tcp_connect(const char *addr, kv_xfer_conn **out) {
     return tcp_wrap(fd, out);
 }
 
-int kv_xfer_listener_port(const kv_xfer_listener *l) {
-    return l->port;
+static int tcp_listener_port(const kv_xfer_listener *l) {
+    return ((const tcp_listener *)l)->port;
 }
 
-void kv_xfer_listener_destroy(kv_xfer_listener *l) {
-    if (!l)
-        return;
+static void tcp_listener_destroy(kv_xfer_listener *base) {
+    tcp_listener *l = (tcp_listener *)base;
     close(l->fd);
     free(l);
 }
+
+static const kv_xfer_listener_ops tcp_listener_ops = {tcp_listener_port, tcp_listener_destroy};
 
 const kv_xfer_transport kv_xfer_tcp = {"tcp", tcp_listen, tcp_accept, tcp_connect};
