@@ -147,7 +147,6 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, srv_http_req *req, int64_
     int64_t cap = s->o.max_batch + s->o.queue_max;
     const char *role = s->sm.role ? s->sm.role : "both";
     const char *xerr = !p->xfer_id                            ? NULL
-                       : n_ch != 1                            ? "needs n 1 and one prompt"
                        : p->xfer_recv && !s->sm.kv_rx         ? "recv needs --role decode"
                        : !p->xfer_recv && !strcmp(role, "decode") ? "send_to needs --role prefill or both"
                                                               : NULL;
@@ -223,8 +222,9 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, srv_http_req *req, int64_
         int32_t len = g->p.prompt_lens[c->prompt_idx];
         engine_kv_in kin = {0};
         engine_kv_out kout = {0};
-        if (p->xfer_id && len / s->sm.kv_block_size >= 1) {
-            /* disagg.h: a transfer only carries full blocks; a shorter prompt has none */
+        if (p->xfer_id && i == 0 && p->n_prompts == 1 && len / s->sm.kv_block_size >= 1) {
+            /* disagg.h: a transfer carries one prompt's full blocks (a shorter prompt has none;
+             * several prompts: none), into the first choice (the others share its K/V) */
             int rc = 0;
             if (p->xfer_recv) {
                 rc = disagg_rx_expect(s->sm.kv_rx, p->xfer_id, g->p.prompts[0], len, &kin);
