@@ -82,8 +82,11 @@ static int router_parse_args(int argc, char **argv, router_args *a) {
         int st = router_add_urls(a, o, v, role);
         if (st)
             return st;
-        *(rep ? &a->n_rep : pre ? &a->n_pre : &a->n_dec) += 1;
     }
+    for (int i = 0; i < a->n; i++)
+        *(a->roles[i] == ROUTER_ROLE_REPLICA  ? &a->n_rep
+          : a->roles[i] == ROUTER_ROLE_PREFILL ? &a->n_pre
+                                               : &a->n_dec) += 1;
     if ((a->n_pre || a->n_dec) && a->n_rep)
         return cli_usage_error("router", "--replica cannot be mixed with --prefill/--decode (one "
                                          "router runs one flow)");
