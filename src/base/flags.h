@@ -201,7 +201,14 @@ enum flag_kind {
       "the blob written to the disk or Redis tier")                                                \
     X(FAULT_SPEC_ACCEPT, "fault-spec-accept", FLAG_KIND_BOOL, "0", "0|1",                          \
       "FAULT (i): speculation keeps every drafted token without comparing it with the "            \
-      "sampler's pick, in steps that hold more than one sequence")
+      "sampler's pick, in steps that hold more than one sequence")                                 \
+    X(FAULT_XFER, "fault-xfer", FLAG_KIND_ENUM, "none",                                            \
+      "none|corrupt|drop|delay|dup|late|reuse",                                                    \
+      "FAULT (j): KV transfers between prefill and decode servers: a sent block gets a bit "       \
+      "flipped (corrupt), is lost (drop), held past the timeout (delay) or sent twice (dup); the " \
+      "decode side gives up waiting at once and the blocks arrive after (late), or a received "    \
+      "block is overwritten while the transfer still holds it (reuse: the ownership rule "          \
+      "bypassed)")
 #else
 #define FLAG_FAULT_LIST(X)
 #endif

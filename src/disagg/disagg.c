@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/hash.h"
 #include "base/log.h"
 #include "disagg/kv_xfer.h"
@@ -42,6 +43,15 @@ void disagg_stats_get(disagg_stats *o) {
                         .tx_blocks_sent = atomic_load(&g_tx_sent),
                         .tx_blocks_acked = atomic_load(&g_tx_acked),
                         .tx_open = atomic_load(&g_tx_open)};
+}
+
+/* FAULT (j), fault-xfer: the fault build's transfer faults (flags.h); "none" elsewhere. */
+static const char *fault_xfer(void) {
+#if defined(VERITY_FAULTS) && VERITY_FAULTS
+    return flags_str(FLAG_FAULT_XFER);
+#else
+    return "none";
+#endif
 }
 
 static int hello_write(kv_xfer_conn *c, uint64_t id) {
@@ -150,7 +160,8 @@ static int32_t rx_hook_poll(void *ctx, const void *const **blobs, size_t *blob_b
         n = e->n_blobs;
     } else if (e->state == IN_FAILED || rx->stop) {
         n = 0;
-    } else if (clock_now_ns() - e->progress_ns > (int64_t)rx->o.timeout_ms * 1000000) {
+    } else if (clock_now_ns() - e->progress_ns > (int64_t)rx->o.timeout_ms * 1000000 ||
+               !strcmp(fault_xfer(), "late")) { /* FAULT (j) late: give up at once */
         /* no progress for the timeout (P never connected, or went silent): compute it here */
         atomic_fetch_add(&g_rx_expired, 1);
         log_warn("disagg: transfer %016llx made no progress in %d ms: the prompt is computed "
@@ -242,6 +253,19 @@ static void **rx_receive(disagg_rx *rx, rx_entry *e, kv_xfer_conn *conn, int32_t
         kv_pool_destroy(stage);
         return NULL;
     }
+    /* every block's name, and its checksum as verified (the blob handed on carries that one, so
+     * a block changed after its verification is refused at restore, never used) */
+    uint64_t *keys = malloc((size_t)n_full * sizeof *keys), *sums = calloc((size_t)n_full, 8);
+    if (!keys || !sums) {
+        free(keys);
+        free(sums);
+        kv_xfer_recv_destroy(r);
+        kv_pool_destroy(stage);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n_full; i++)
+        keys[i] = kv_block_key(i ? keys[i - 1] : rx->o.identity, e->toks + i * bs, bs);
+    bool f_reuse = !strcmp(fault_xfer(), "reuse");
     kv_xfer_state st = KV_XFER_OPEN;
     int64_t verified = 0;
     while (st == KV_XFER_OPEN) {
@@ -249,6 +273,24 @@ static void **rx_receive(disagg_rx *rx, rx_entry *e, kv_xfer_conn *conn, int32_t
         kv_xfer_stats s = kv_xfer_recv_stats(r);
         if (s.n_verified > verified) {
             atomic_fetch_add(&g_rx_verified, s.n_verified - verified);
+            for (int64_t i = verified; i < s.n_verified; i++) {
+                int32_t id = kv_xfer_recv_block(r, (uint32_t)i);
+                if (id < 0)
+                    break;
+                sums[i] = kv_block_checksum(stage, id, keys[i]);
+                if (f_reuse && i == 0) {
+                    /* FAULT (j) reuse: the verified block is written over while the transfer
+                     * still holds it, as if the pool had handed it to someone else */
+                    size_t sb = kv_block_state_bytes(stage);
+                    unsigned char *noise = malloc(sb);
+                    if (noise) {
+                        for (size_t k = 0; k < sb; k++)
+                            noise[k] = (unsigned char)(k * 2654435761u >> 13);
+                        kv_block_load(stage, id, noise, true, true);
+                        free(noise);
+                    }
+                }
+            }
             verified = s.n_verified;
             pthread_mutex_lock(&rx->mu);
             e->progress_ns = clock_now_ns();
@@ -262,16 +304,13 @@ static void **rx_receive(disagg_rx *rx, rx_entry *e, kv_xfer_conn *conn, int32_t
         blobs = calloc((size_t)n_full, sizeof *blobs);
         int n = ids && blobs ? kv_xfer_recv_take(r, ids, (int)n_full) : -1;
         if (n == (int)n_full) {
-            uint64_t key = rx->o.identity;
             bool ok = true;
             for (int i = 0; i < n; i++) {
                 const int32_t *bt = e->toks + (int64_t)i * bs;
-                uint64_t parent = key;
-                key = kv_block_key(parent, bt, bs);
                 kv_block_meta m = {.identity = rx->o.identity,
-                                   .parent = parent,
-                                   .key = key,
-                                   .checksum = kv_block_checksum(stage, ids[i], key),
+                                   .parent = i ? keys[i - 1] : rx->o.identity,
+                                   .key = keys[i],
+                                   .checksum = sums[i],
                                    .toks = bt};
                 blobs[i] = ok ? malloc(nb) : NULL;
                 if (blobs[i])
@@ -303,6 +342,8 @@ static void **rx_receive(disagg_rx *rx, rx_entry *e, kv_xfer_conn *conn, int32_t
     }
     kv_xfer_recv_destroy(r); /* frees whatever was not handed */
     kv_pool_destroy(stage);
+    free(keys);
+    free(sums);
     return blobs;
 }
 
@@ -533,12 +574,36 @@ static bool tx_next(disagg_tx *t, tx_item *it) {
     return got;
 }
 
+/* FAULT (j) on the sender's wire (kv_xfer_wire_hook): corrupt flips a payload bit of block 0,
+ * drop loses block 1 (block 0 if it is the only one), dup sends block 0 twice, delay holds block 0
+ * past the receiver's timeout. */
+static int tx_fault_hook(void *ctx, uint32_t seq, uint8_t *frame, size_t n) {
+    disagg_tx *t = ctx;
+    const char *f = fault_xfer();
+    if (!strcmp(f, "corrupt") && seq == 0) {
+        frame[n - 1 - 8] ^= 0x10; /* inside the payload's last bytes, not the header */
+    } else if (!strcmp(f, "drop") && seq == (t->n_full > 1 ? 1u : 0u)) {
+        return 0;
+    } else if (!strcmp(f, "dup") && seq == 0) {
+        return 2;
+    } else if (!strcmp(f, "delay") && seq == 0) {
+        struct timespec ts = {(t->o.timeout_ms + 300) / 1000,
+                              (long)((t->o.timeout_ms + 300) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
+}
+
 static void *tx_main(void *arg) {
     disagg_tx *t = arg;
     const kv_xfer_transport *tr = kv_xfer_transport_find(t->transport);
     kv_xfer_conn *conn = NULL;
     kv_xfer_send *s = NULL;
     kv_xfer_send_opts so = {.xfer_id = t->o.id, .timeout_ms = t->o.timeout_ms};
+    if (strcmp(fault_xfer(), "none")) {
+        so.wire_hook = tx_fault_hook;
+        so.wire_ctx = t;
+    }
     if (!tr || tr->connect(t->addr, &conn) || hello_write(conn, t->o.id) ||
         kv_xfer_send_create(conn, &so, &s))
         log_warn("disagg: transfer %016llx to %s not started: %s", (unsigned long long)t->o.id,
