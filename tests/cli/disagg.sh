@@ -21,6 +21,8 @@
 #   - afterwards every live server's KV is idle (kv_used 0 in /v1/status: no block leaked by a
 #     transfer, on either side) and no transfer is left open
 #   - verity hunt against the router finds nothing (concurrency 1 and 16, --tie-threshold 0)
+#   - contrib/router/disagg_local.sh starts a router, two prefill and two decode servers, serves,
+#     and stops them all on SIGTERM
 # Nothing depends on timing: servers are held with --admin-api (pause, step) and every wait polls
 # for a state (a metric, a line in a file) with a backstop only for a hung process.
 . "$(dirname "$0")/lib.bash"
@@ -218,3 +220,23 @@ p1 dalone "$RT_URL" record && same dref dalone "default model, one by one"
 p1 dconc "$RT_URL" replay && same dref dconc "default model, 64 at once"
 [ "$(restored "$DD_URL")" -gt 0 ] && pass disagg.default_transfers_happened || fail disagg.default_transfers_happened "nothing restored"
 wait_for idle "$DP_URL" "$DD_URL" && pass disagg.default_kv_idle_after || fail disagg.default_kv_idle_after "kv_used $(kv_used "$DP_URL") / $(kv_used "$DD_URL")"
+kill -9 -- -"$RT_PID" -"$DP_PID" -"$DD_PID" 2>/dev/null
+
+# --- contrib/router/disagg_local.sh: a router, two prefill and two decode servers, SIGTERM -------
+CLOG="$TMP/contrib.log"
+: >"$CLOG"
+VERITY=$VERITY ROUTER_PORT=0 setsid bash "$(dirname "$0")/../../contrib/router/disagg_local.sh" -m "$MODEL" -t 1 >"$CLOG" 2>&1 &
+CPID=$!
+PIDS+=("$CPID")
+contrib_up() { grep -q 'verity router: listening on .*2 prefill and 2 decode servers, 4 up' "$CLOG"; }
+if wait_for contrib_up; then
+    CURL_URL=$(sed -n 's/.*verity router: listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$CLOG")
+    kids=$(pgrep -g "$CPID" | grep -vx "$CPID" | tr '\n' ' ')
+    code=$(curl -s -o "$TMP/c.body" -w '%{http_code}' "$CURL_URL/v1/completions" -d '{"prompt":"once upon a time there was a cat who sat on the mat","max_tokens":2}')
+    kill -TERM "$CPID"
+    wait "$CPID"; st=$?
+    left=""
+    for k in $kids; do kill -0 "$k" 2>/dev/null && left="$left $k"; done
+    [ "$code" = 200 ] && [ $st -eq 0 ] && [ -z "$left" ] && pass disagg.contrib_local ||
+        fail disagg.contrib_local "HTTP $code, exit $st, left running:${left:- none}"
+else fail disagg.contrib_local "did not come up: $(tail -n 3 "$CLOG")"; fi
