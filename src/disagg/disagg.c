@@ -628,10 +628,12 @@ static void *tx_main(void *arg) {
                            .checksum = kv_block_checksum(t->o.pool, it.id, key),
                            .toks = bt};
         int rc = kv_xfer_send_block(s, t->o.pool, it.id, &m, final, tx_release, t);
-        if (rc == ERR_STATE)
-            tx_release(t, it.id);
-        else if (rc == 0)
+        if (rc == 0) {
             atomic_fetch_add(&g_tx_sent, 1);
+        } else if (rc != ERR_CONNECT) { /* not taken (ERR_STATE, ERR_NOMEM): ours to give back */
+            tx_release(t, it.id);
+            kv_xfer_send_cancel(s, rc); /* a gap would follow: end the transfer now */
+        }
         final_sent |= final && rc == 0;
     }
     if (s) {
