@@ -18,6 +18,9 @@
 #     the transfer is counted aborted, the other prefill server keeps serving
 #   - kill -9 of the decode server in the middle of a stream: the client gets a prefix, an error
 #     event and the end (no [DONE], never a hang); the other decode server keeps serving
+#   - the client disconnects while the decode server waits for the KV (the prefill server held):
+#     the decode side cuts the transfer, the prefill side finds it aborted when it runs again,
+#     and both give every block back
 #   - afterwards every live server's KV is idle (kv_used 0 in /v1/status: no block leaked by a
 #     transfer, on either side) and no transfer is left open
 #   - verity hunt against the router finds nothing (concurrency 1 and 16, --tie-threshold 0)
@@ -192,6 +195,26 @@ if wait_for heldd; then
     [ "$code" = 200 ] && pass disagg.serves_with_a_decode_down || fail disagg.serves_with_a_decode_down "HTTP $code: $(head -c 200 "$TMP/one")"
     LIVE_D=$W
 else fail disagg.decode_killed_mid_stream "the request did not reach a decode server"; adm "$D1_URL" resume; adm "$D2_URL" resume; LIVE_D=$D2_URL; fi
+
+# --- the client goes away while its decode server waits for the KV -----------------------------
+# the prefill server is held (the request sits in its queue), the decode server waits for the
+# transfer; the client disconnects: the decode side cuts the transfer, and when the prefill server
+# runs again its sender finds the transfer aborted and gives every block back
+adm "$LIVE_P" pause
+sa0=$(mv "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}')
+ra0=$(mv "$LIVE_D" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}')
+curl -s "$RT_URL/v1/completions" -d '{"prompt":"a client who leaves early: once upon a time there was a cat who sat on the mat","max_tokens":8}' >/dev/null &
+CURL3=$!
+both_hold() { waiting_is "$LIVE_P" 1 && waiting_is "$LIVE_D" 1; }
+if wait_for both_hold; then
+    kill "$CURL3"; wait "$CURL3" 2>/dev/null
+    d_free() { waiting_is "$LIVE_D" 0 && [ "$(mv "$LIVE_D" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}')" -gt "$ra0" ]; }
+    wait_for d_free
+    adm "$LIVE_P" resume
+    p_free() { [ "$(mv "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}')" -gt "$sa0" ]; }
+    if wait_for p_free && wait_for idle "$LIVE_P" "$LIVE_D"; then pass disagg.client_gone_both_sides_released
+    else fail disagg.client_gone_both_sides_released "send aborted $sa0 -> $(mv "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}'), kv_used $(kv_used "$LIVE_P") / $(kv_used "$LIVE_D")"; fi
+else fail disagg.client_gone_both_sides_released "the request was not held on both sides"; adm "$LIVE_P" resume; kill "$CURL3" 2>/dev/null; fi
 
 # --- no block leaked, no transfer left open -------------------------------------------------------
 opened() { [ "$(mv "$1" 'verity_kv_xfer_open{dir="send"}')" = 0 ] && [ "$(mv "$1" 'verity_kv_xfer_open{dir="recv"}')" = 0 ]; }
