@@ -174,6 +174,14 @@ static int serve_load_options(serve_state *s) {
         return 2;
     if (!kv_xfer_transport_find(flags_str(FLAG_KV_TRANSPORT)))
         return cli_usage_error("serve", "--kv-transport: %s", err_detail());
+    if (!strcmp(flags_str(FLAG_ROLE), "decode")) { /* checked before anything listens */
+        const char *kl = flags_str(FLAG_KV_LISTEN), *colon = strrchr(kl, ':');
+        char *end = NULL;
+        long port = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || colon == kl || !colon[1] || *end || port < 0 || port > 65535)
+            return cli_usage_error("serve", "--kv-listen '%s': expected HOST:PORT (port 0..65535)",
+                                   kl);
+    }
     if (!strcmp(flags_str(FLAG_SPEC), "draft") && !flags_str(FLAG_DRAFT_MODEL)[0])
         return cli_usage_error("serve", "--spec draft needs --draft-model FILE");
     const char *redis = flags_str(FLAG_KV_REDIS);

@@ -49,6 +49,8 @@ expect_exit2 disagg.usage_transport "$VERITY" serve --kv-transport nosuch
 "$VERITY" serve --kv-transport nosuch 2>&1 | grep -q "known: tcp" &&
     pass disagg.usage_transport_names_known || fail disagg.usage_transport_names_known "$("$VERITY" serve --kv-transport nosuch 2>&1)"
 expect_exit2 disagg.usage_role "$VERITY" serve --role middle
+expect_exit2 disagg.usage_kv_listen "$VERITY" serve --role decode --kv-listen nonsense
+expect_exit2 disagg.usage_kv_listen_port "$VERITY" serve --role decode --kv-listen 127.0.0.1:70000
 expect_exit2 disagg.usage_prefill_alone "$VERITY" router --prefill http://127.0.0.1:8080
 expect_exit2 disagg.usage_decode_alone "$VERITY" router --decode http://127.0.0.1:8080
 expect_exit2 disagg.usage_mixed "$VERITY" router --replica http://127.0.0.1:8080 --prefill http://127.0.0.1:8081 --decode http://127.0.0.1:8082
