@@ -44,6 +44,13 @@
  * kv_xfer transfer (released exactly once by kv_xfer's state machine), or a blob in host memory
  * owned by one entry; nothing is shared without a reference.
  *
+ * Limits, on purpose: a decode request waiting for its blocks holds its place at the head of the
+ * engine's queue (FIFO, like a tier lookup in flight), so a prefill server that dies before it
+ * connects costs the requests behind it up to timeout_ms; a transfer carries one prompt (a
+ * request with several prompts, or a prompt shorter than one block, transfers nothing and the
+ * decode server computes it); both servers must run the same model with the same KV settings
+ * (the blocks' names include them: a mismatch is refused block by block, then computed).
+ *
  * Threading: disagg_rx_expect, disagg_tx_create and disagg_tx_finish run on handler threads; the
  * hooks on the engine thread; the rest on the module's own threads. Counters are atomic.
  */
