@@ -321,7 +321,7 @@ static char *rt_disagg_start(router *r, int d, const char *path, const char *bod
             free(dbody);
             pf = NULL;
             dbody = NULL;
-            which = 1;
+            which = 2; /* the body could not carry a transfer (not a JSON object) */
         }
     }
     pthread_mutex_lock(&r->mu);
