@@ -24,6 +24,8 @@
 #   - afterwards every live server's KV is idle (kv_used 0 in /v1/status: no block leaked by a
 #     transfer, on either side) and no transfer is left open
 #   - verity hunt against the router finds nothing (concurrency 1 and 16, --tie-threshold 0)
+#   - drain: SIGTERM on the decode server while its request waits for the KV (the prefill server
+#     held): new requests get 503, the request is answered whole once the KV arrives, exit 0
 #   - contrib/router/disagg_local.sh starts a router, two prefill and two decode servers, serves,
 #     and stops them all on SIGTERM
 # Nothing depends on timing: servers are held with --admin-api (pause, step) and every wait polls
@@ -231,6 +233,28 @@ rc=$?
 r=$(python3 -c "import json; d=json.load(open('$TMP/hunt.json')); print(d['summary']['errors']==0 and d['summary']['corrupt']==0 and d['oracles']['exact']['diverged_sessions']==0)" 2>/dev/null)
 [ $rc -eq 0 ] && [ "$r" = True ] && pass disagg.hunt_finds_nothing ||
     fail disagg.hunt_finds_nothing "exit $rc, $r: $(tail -n 2 "$TMP/hunt.err")"
+
+# --- drain: SIGTERM on the decode server while its request waits for the KV --------------------
+# the prefill server is held, so the request is in flight on both; the decode server drains
+# (new requests 503), the prefill server runs again, the transfer completes and the request is
+# answered whole; the decode server exits 0 and the prefill server is idle
+if [ "$LIVE_D" = "$D1_URL" ]; then LIVE_D_PID=$D1_PID; else LIVE_D_PID=$D2_PID; fi
+adm "$LIVE_P" pause
+curl -s -o "$TMP/drain.body" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"a story told during a drain: once upon a time there was a cat who sat on the mat","max_tokens":6}' >"$TMP/drain.code" &
+CURL4=$!
+if wait_for both_hold; then
+    kill -TERM "$LIVE_D_PID"
+    draining() { curl -s "$LIVE_D/v1/status" | grep -q '"draining":true'; }
+    wait_for draining
+    c503=$(curl -s -o /dev/null -w '%{http_code}' "$LIVE_D/v1/completions" -d '{"prompt":"late","max_tokens":2}')
+    adm "$LIVE_P" resume
+    wait "$CURL4"
+    t=0; while kill -0 "$LIVE_D_PID" 2>/dev/null && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+    wait "$LIVE_D_PID" 2>/dev/null; st=$?
+    if [ "$(cat "$TMP/drain.code")" = 200 ] && grep -q '"finish_reason"' "$TMP/drain.body" && [ "$c503" = 503 ] &&
+        [ $st -eq 0 ] && wait_for idle "$LIVE_P"; then pass disagg.decode_drain
+    else fail disagg.decode_drain "in flight: $(cat "$TMP/drain.code"), new: $c503, exit $st, prefill kv_used $(kv_used "$LIVE_P")"; fi
+else fail disagg.decode_drain "the request was not held on both sides"; adm "$LIVE_P" resume; fi
 kill -9 -- -"$RT_PID" 2>/dev/null
 for p in "$P1_PID" "$P2_PID" "$D1_PID" "$D2_PID"; do kill -9 -- -"$p" 2>/dev/null; done
 
