@@ -28,6 +28,9 @@
 #     held): new requests get 503, the request is answered whole once the KV arrives, exit 0
 #   - contrib/router/disagg_local.sh starts a router, two prefill and two decode servers, serves,
 #     and stops them all on SIGTERM
+# Checked to fail on a planted defect: a decode server that never uses what it received (its
+# poll answering "nothing") fails transfers_happened, fresh_prompt_cached_tokens and
+# default_transfers_happened while every P1 comparison still passes.
 # Nothing depends on timing: servers are held with --admin-api (pause, step) and every wait polls
 # for a state (a metric, a line in a file) with a backstop only for a hung process.
 . "$(dirname "$0")/lib.bash"

@@ -16,7 +16,9 @@
 #     bypassed); the checksum recorded when it was verified no longer matches, so the restore
 #     refuses it (verity_kv_xfer_blocks_total{event="refused"})
 # After each, both servers' KV is idle (no block leaked by an aborted transfer) and no transfer
-# is left open. Runs once, with the release suite (like faults.sh).
+# is left open. Checked to fail on a planted defect: a receiver that hands on the checksum of the
+# block as it holds it at the end (not as verified) lets the reuse fault through, and
+# disagg_faults.reuse fails on differing responses. Runs once, with the release suite (like faults.sh).
 . "$(dirname "$0")/lib.bash"
 
 FB=${VERITY_FAULTS_BIN:-$(dirname "$0")/../../build/faults/verity}
