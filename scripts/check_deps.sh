@@ -31,6 +31,7 @@ sideways=(
     "spec -> kv/kv_pool.h"            # ... over its own KV pool (blocks only, no prefix cache)
     "gguf -> kernels/kn_type_table.h" # the one type-size table lives in kernels
     "router -> server/srv_http.h"     # the router serves clients on the server's HTTP layer
+    "server -> disagg/disagg.h"       # a request's KV transfer (prefill/decode roles)
 )
 
 allowed() { # from to header

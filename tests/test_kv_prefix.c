@@ -17,7 +17,12 @@
  *     with the cache off and alone (the reference), cold and warm one at a time, and batched and
  *     chunked in a pool so small that cached blocks are evicted and sequences preempted; for a
  *     llama model and a deepseek32 one (latent cache and index keys), the latter also restoring
- *     evicted blocks from the disk tier.
+ *     evicted blocks from the disk tier;
+ *   - disaggregation (engine.h's kv_out and kv_in hooks): a prefill engine hands over each full
+ *     prompt block once, in order, and is idle again when the references come back; a decode
+ *     engine that waited for them (the first poll says "still arriving") restores them and gives
+ *     the tokens of an engine that computed everything, with the cached count showing the blocks
+ *     were used; a corrupted blob is refused, the rest computed, the tokens still equal.
  */
 #include "test.h"
 
@@ -602,11 +607,156 @@ static void t_engine_dsa(void) {
     engine_p1("deepseek32");
 }
 
+/* ---- disaggregation: the engine's kv_out and kv_in hooks (engine.h) ---- */
+
+enum { DG_N = 6, DG_MAXB = 8 };
+
+typedef struct dg_out {
+    int32_t idx[DG_MAXB], id[DG_MAXB];
+    int n;
+    int ends;
+    bool complete;
+} dg_out;
+
+static void dg_block(void *ctx, int32_t index, int32_t id) {
+    dg_out *o = ctx;
+    if (o->n < DG_MAXB) {
+        o->idx[o->n] = index;
+        o->id[o->n++] = id;
+    }
+}
+
+static void dg_end(void *ctx, bool complete) {
+    dg_out *o = ctx;
+    o->ends++;
+    o->complete = complete;
+}
+
+typedef struct dg_in {
+    void *blobs[DG_MAXB];
+    int n;
+    size_t bytes;
+    int polls, dones;
+    int32_t restored, refused;
+} dg_in;
+
+static int32_t dg_poll(void *ctx, const void *const **blobs, size_t *bytes) {
+    dg_in *in = ctx;
+    if (in->polls++ == 0)
+        return -1; /* still arriving: the request must wait and ask again */
+    *blobs = (const void *const *)in->blobs;
+    *bytes = in->bytes;
+    return in->n;
+}
+
+static void dg_done(void *ctx, int32_t restored, int32_t refused) {
+    dg_in *in = ctx;
+    in->dones++;
+    in->restored = restored;
+    in->refused = refused;
+}
+
+static void dg_run(engine *e, const int32_t *p, int32_t n, uint64_t seed, run_out *o,
+                   engine_kv_in in, engine_kv_out out) {
+    memset(o, 0, sizeof *o);
+    sample_params sp = sample_params_default();
+    sp.seed = seed;
+    if (seed % 2)
+        sp.temperature = 0;
+    engine_req r = {.id = seed, .prompt = p, .n_prompt = n, .sp = sp, .max_tokens = MAXG,
+                    .ignore_eog = true, .cb = on_event, .ud = o, .kv_in = in, .kv_out = out};
+    T_OK(engine_submit(e, &r));
+    while (engine_busy(e))
+        T_OK(engine_step(e));
+}
+
+/* A prefill engine hands over each full prompt block once, in order, with a reference it gives
+ * back (its pool idle again); a decode engine restores them (verified) into its cache and gives
+ * the same tokens as an engine that computed everything, with the cached count saying the blocks
+ * were used; a corrupted blob is refused there and the rest computed, the tokens still equal. */
+static void t_engine_disagg(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny-disagg.gguf", test_tmpdir());
+    synth_opts so = {.shape = "tiny", .type = GGUF_TYPE_F32, .seed = 31, .arch = "llama"};
+    T_OK(synth_write(&so, path));
+    kn_isa isa;
+    T_OK(kn_isa_select(&isa));
+    model *m;
+    T_OK(model_load(path, isa, &m));
+    int32_t nv = (int32_t)model_get_hparams(m)->n_vocab;
+    engine *ref = mk_engine(m, false, 1, 64, 64, 1), *pe = mk_engine(m, true, 2, 16, 64, 1);
+    static int32_t p[DG_N][MAXP];
+    const int32_t len[DG_N] = {20, 32, 47, 64, 70, 15};
+    uint32_t st = 7;
+    for (int i = 0; i < DG_N; i++)
+        for (int j = 0; j < len[i]; j++)
+            p[i][j] = (int32_t)((st = st * 1103515245u + 12345u) >> 8) % nv;
+    const kv_pool *pp = engine_kv_pool(pe);
+    size_t nb = kv_block_blob_bytes(pp);
+    for (int corrupt = 0; corrupt < 2; corrupt++) {
+        engine *de = mk_engine(m, true, 2, 16, 64, 1);
+        T_CHECK(engine_kv_identity(de) == engine_kv_identity(pe));
+        for (int i = 0; i < DG_N; i++) {
+            run_out want, got, pre;
+            dg_run(ref, p[i], len[i], (uint64_t)i + 1, &want, (engine_kv_in){0},
+                   (engine_kv_out){0});
+            dg_out o = {0};
+            dg_run(pe, p[i], len[i], (uint64_t)i + 1, &pre,
+                   (engine_kv_in){0}, (engine_kv_out){.block = dg_block, .end = dg_end, .ctx = &o});
+            int full = len[i] / 16;
+            T_CHECKF(o.n == full && o.ends == 1 && o.complete, "request %d: %d of %d blocks, %d ends",
+                     i, o.n, full, o.ends);
+            dg_in in = {.n = o.n, .bytes = nb};
+            uint64_t key = engine_kv_identity(pe);
+            for (int b = 0; b < o.n; b++) {
+                T_CHECK(o.idx[b] == b);
+                uint64_t parent = key;
+                key = kv_block_key(parent, p[i] + b * 16, 16);
+                kv_block_meta bm = {.identity = engine_kv_identity(pe), .parent = parent,
+                                    .key = key, .checksum = kv_block_checksum(pp, o.id[b], key),
+                                    .toks = p[i] + b * 16};
+                in.blobs[b] = malloc(nb);
+                kv_block_encode(pp, o.id[b], &bm, in.blobs[b]);
+                engine_kv_unref(pe, o.id[b]);
+            }
+            if (corrupt && o.n > 1)
+                ((unsigned char *)in.blobs[1])[nb - 5] ^= 0x20;
+            dg_run(de, p[i], len[i], (uint64_t)i + 1, &got,
+                   (engine_kv_in){.poll = dg_poll, .done = dg_done, .ctx = &in}, (engine_kv_out){0});
+            T_CHECKF(got.n == want.n && !memcmp(got.toks, want.toks, sizeof want.toks) &&
+                         pre.n == want.n && !memcmp(pre.toks, want.toks, sizeof want.toks),
+                     "request %d (corrupt %d): tokens differ from the monolithic engine's", i,
+                     corrupt);
+            int32_t want_restored = corrupt && o.n > 1 ? 1 : o.n;
+            T_CHECKF(in.dones == 1 && in.polls >= 2 && in.restored == want_restored &&
+                         in.refused == (corrupt && o.n > 1),
+                     "request %d: done %d, polls %d, restored %d, refused %d", i, in.dones,
+                     in.polls, in.restored, in.refused);
+            int32_t cached = want_restored * 16 < len[i] ? want_restored * 16 : len[i] - 1;
+            T_CHECKF(got.cached == cached, "request %d: %d cached positions, %d expected", i,
+                     got.cached, cached);
+            for (int b = 0; b < o.n; b++)
+                free(in.blobs[b]);
+            engine_stats es;
+            engine_stats_get(pe, &es);
+            T_CHECKF(es.kv_used == 0, "prefill engine: %lld blocks still held", (long long)es.kv_used);
+        }
+        engine_stats es;
+        engine_stats_get(de, &es);
+        T_CHECK(es.kv_used == 0 && es.kv_in_refused == (corrupt ? 4 : 0));
+        engine_destroy(de);
+    }
+    engine_destroy(pe);
+    engine_destroy(ref);
+    model_destroy(m);
+}
+
 int main(void) {
     test_run("kv_block.codec", t_codec);
     test_run("kv_prefix.tree", t_prefix);
     test_run("kv_block.companion", t_companion);
     test_run("kv_prefix.engine_p1", t_engine);
     test_run("kv_prefix.engine_p1_deepseek32", t_engine_dsa);
+    test_run("kv_prefix.engine_disagg", t_engine_disagg);
     return test_summary();
 }

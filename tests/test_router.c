@@ -116,7 +116,7 @@ static void t_policy(void) {
     int n = hashes(body, ha);
     T_CHECK(n == 4);
     /* nothing known: the least loaded, ties in turn; it is recorded there */
-    int first = rt_policy_choose(r, ha, n, 0);
+    int first = rt_policy_choose(r, ha, n, 0, ROUTER_ROLE_REPLICA);
     T_CHECK(first >= 0 && r->n_decisions[RT_DECIDE_LEAST_LOAD] == 1);
     T_CHECK(r->backends[first].inflight == 1);
     rt_backend_done(r, first, RT_OUT_OK, 0.001, false);
@@ -124,14 +124,14 @@ static void t_policy(void) {
     /* the same prompt again goes there, as a cache decision, even when it is not the next in turn
      */
     for (int k = 0; k < 3; k++) {
-        int b = rt_policy_choose(r, ha, n, 0);
+        int b = rt_policy_choose(r, ha, n, 0, ROUTER_ROLE_REPLICA);
         T_CHECKF(b == first, "round %d went to %d, not %d", k, b, first);
         rt_backend_done(r, b, RT_OUT_OK, 0.001, false);
     }
     T_CHECK(r->n_decisions[RT_DECIDE_CACHE] == 3);
     /* a load spread beyond balance_abs: the least loaded wins over the cache */
     r->backends[first].waiting = 3;
-    int b = rt_policy_choose(r, ha, n, 0);
+    int b = rt_policy_choose(r, ha, n, 0, ROUTER_ROLE_REPLICA);
     T_CHECK(b != first && r->n_decisions[RT_DECIDE_BALANCE] == 1);
     rt_backend_done(r, b, RT_OUT_OK, 0.001, false);
     r->backends[first].waiting = 0;
@@ -144,16 +144,16 @@ static void t_policy(void) {
     int m = hashes(other, hb);
     T_CHECK(m == 4 && hb[0] == ha[0] && hb[1] != ha[1]);
     uint64_t cache_before = r->n_decisions[RT_DECIDE_CACHE];
-    b = rt_policy_choose(r, hb, m, 0);
+    b = rt_policy_choose(r, hb, m, 0, ROUTER_ROLE_REPLICA);
     T_CHECK(b >= 0 && r->n_decisions[RT_DECIDE_CACHE] == cache_before);
     rt_backend_done(r, b, RT_OUT_OK, 0.001, false);
     /* tried and down backends are skipped; none left: -1, counted */
     r->backends[1].up = false;
-    b = rt_policy_choose(r, ha, n, 1ull << first | 1ull << 1);
+    b = rt_policy_choose(r, ha, n, 1ull << first | 1ull << 1, ROUTER_ROLE_REPLICA);
     T_CHECK(b >= 0 && b != first && b != 1);
     rt_backend_done(r, b, RT_OUT_RETRIED, 0, true); /* unreachable: taken out */
     T_CHECK(!r->backends[b].up && r->backends[b].n_outcome[RT_OUT_RETRIED] == 1);
-    T_CHECK(rt_policy_choose(r, ha, n, 1ull << first) == -1 && r->no_backend == 1);
+    T_CHECK(rt_policy_choose(r, ha, n, 1ull << first, ROUTER_ROLE_REPLICA) == -1 && r->no_backend == 1);
     /* metrics name every backend and decision */
     strbuf sb;
     strbuf_init(&sb);
@@ -166,9 +166,9 @@ static void t_policy(void) {
 
     /* load alone: the same prompt goes round the backends */
     r = fake_router(2, false, 2, 50);
-    int b0 = rt_policy_choose(r, ha, n, 0);
+    int b0 = rt_policy_choose(r, ha, n, 0, ROUTER_ROLE_REPLICA);
     rt_backend_done(r, b0, RT_OUT_OK, 0, false);
-    int b1 = rt_policy_choose(r, ha, n, 0);
+    int b1 = rt_policy_choose(r, ha, n, 0, ROUTER_ROLE_REPLICA);
     rt_backend_done(r, b1, RT_OUT_OK, 0, false);
     T_CHECK(b0 != b1 && r->n_decisions[RT_DECIDE_CACHE] == 0);
     fake_router_free(r);
@@ -211,6 +211,30 @@ static void wq_fn(void *user, void *state, void *item) {
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Disaggregation: a choice for one role never lands on a backend of another. */
+static void t_policy_roles(void) {
+    router *r = fake_router(3, true, 2, 50);
+    r->backends[0].role = ROUTER_ROLE_PREFILL;
+    r->backends[1].role = ROUTER_ROLE_DECODE;
+    r->backends[2].role = ROUTER_ROLE_DECODE;
+    char body[300], as[129];
+    memset(as, 'a', 128);
+    as[128] = 0;
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\"}", as);
+    int n = hashes(body, ha);
+    for (int k = 0; k < 6; k++) {
+        int d = rt_policy_choose(r, ha, n, 0, ROUTER_ROLE_DECODE);
+        T_CHECK(d == 1 || d == 2);
+        rt_backend_done(r, d, RT_OUT_OK, 0.001, false);
+        int p = rt_policy_choose(r, ha, n, 0, ROUTER_ROLE_PREFILL);
+        T_CHECK(p == 0);
+        rt_backend_done(r, p, RT_OUT_OK, 0.001, false);
+    }
+    T_CHECK(rt_policy_choose(r, ha, n, 0, ROUTER_ROLE_REPLICA) == -1);
+    T_CHECK(rt_policy_choose(r, ha, n, 1ull << 0, ROUTER_ROLE_PREFILL) == -1);
+    fake_router_free(r);
+}
+
 static void t_workq(void) {
     wq_state w = {.n_done = 0};
     pthread_mutex_init(&w.mu, NULL);
@@ -251,6 +275,7 @@ int main(void) {
     test_run("router.url_check", t_url_check);
     test_run("router.prefix_hashes", t_prefix_hashes);
     test_run("router.policy", t_policy);
+    test_run("router.policy_roles", t_policy_roles);
     test_run("router.workq", t_workq);
     return test_summary();
 }

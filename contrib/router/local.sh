@@ -12,7 +12,8 @@
 # REPLICAS [2], ROUTER_PORT [8080; 0: any free port], ROUTER_ARGS (extra router options, such
 # as "--api-key KEY"). On several machines, start `verity serve --host 0.0.0.0` on each and one
 # `verity router --replica http://HOST1:PORT,http://HOST2:PORT` anywhere that reaches them: the
-# router only needs HTTP to every replica.
+# router only needs HTTP to every replica. For prefill/decode disaggregation (a router, prefill
+# and decode servers) see disagg_local.sh beside this file.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 V=${VERITY:-$(command -v verity || echo "$here/../../build/release/verity")}

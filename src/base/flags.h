@@ -162,7 +162,18 @@ enum flag_kind {
     X(ROUTER_CACHE_PCT, "router-cache-pct", FLAG_KIND_INT, "50", "0:100",                          \
       "router: share (percent) of a prompt's blocks a backend must hold for the cache to decide")  \
     X(BACKEND_API_KEY, "backend-api-key", FLAG_KIND_SECRET, "", "",                                \
-      "router: bearer token sent to the backends (empty = none)")
+      "router: bearer token sent to the backends (empty = none)")                                \
+    X(ROLE, "role", FLAG_KIND_ENUM, "both", "prefill|decode|both",                                 \
+      "serve: disaggregation role: prefill computes prompts' K/V and sends it to a decode "       \
+      "server, decode receives it (on --kv-listen) and generates, both is a monolithic server")    \
+    X(KV_TRANSPORT, "kv-transport", FLAG_KIND_STRING, "tcp", "",                                   \
+      "serve: the KV transfer transport between prefill and decode servers (tcp; ucx where built)")\
+    X(KV_LISTEN, "kv-listen", FLAG_KIND_STRING, "127.0.0.1:0", "",                                 \
+      "serve --role decode: HOST:PORT the KV receiver listens on (port 0 picks a free one; "       \
+      "GET /v1/status reports it as kv_addr)")                                                     \
+    X(KV_XFER_TIMEOUT, "kv-xfer-timeout", FLAG_KIND_INT, "10000", "100:600000",                   \
+      "serve: milliseconds without progress after which a KV transfer is aborted and the decode "  \
+      "server computes the prompt itself")
 
 /* Fault injection: the incident's bug classes, reproduced on purpose so that
  * `verity hunt` and `verity bisect` can be shown to find them. They exist only in the fault
@@ -190,7 +201,14 @@ enum flag_kind {
       "the blob written to the disk or Redis tier")                                                \
     X(FAULT_SPEC_ACCEPT, "fault-spec-accept", FLAG_KIND_BOOL, "0", "0|1",                          \
       "FAULT (i): speculation keeps every drafted token without comparing it with the "            \
-      "sampler's pick, in steps that hold more than one sequence")
+      "sampler's pick, in steps that hold more than one sequence")                                 \
+    X(FAULT_XFER, "fault-xfer", FLAG_KIND_ENUM, "none",                                            \
+      "none|corrupt|drop|delay|dup|late|reuse",                                                    \
+      "FAULT (j): KV transfers between prefill and decode servers: a sent block gets a bit "       \
+      "flipped (corrupt), is lost (drop), held past the timeout (delay) or sent twice (dup); the " \
+      "decode side gives up waiting at once and the blocks arrive after (late), or a received "    \
+      "block is overwritten while the transfer still holds it (reuse: the ownership rule "          \
+      "bypassed)")
 #else
 #define FLAG_FAULT_LIST(X)
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_router: `verity router --replica URL[,URL...] [--host 127.0.0.1] [--port 8080]
+ * cmd_router: `verity router --replica URL[,URL...] | --prefill URL[,...] --decode URL[,...]
+ * [--host 127.0.0.1] [--port 8080]
  * [--api-key KEY | --api-key-file FILE] [--backend-api-key KEY] [--timeout S] [--drain-timeout S]
  * [--max-body MIB] [--max-body-total MIB] [--max-conns N] [--max-conns-per-addr N]
  * [--router-workers N] [--router-health-ms MS] [--router-cache-aware 0|1]
@@ -8,9 +9,9 @@
  * `verity serve` replicas (router/router.h). --replica may be repeated; every URL is
  * http://HOST:PORT.
  *
- * --prefill URL,... and --decode URL,... (the disaggregated flow: prefill servers compute the
- * prompt's KV, decode servers continue from it) are parsed and refused with exit 2, "not supported
- * yet": the engine has no prefill and decode roles to route to.
+ * --prefill URL,... and --decode URL,... (both needed, and not with --replica): the disaggregated
+ * flow (router.h): prefill servers (`verity serve --role prefill`) compute the prompt's KV and
+ * send it to a decode server (`verity serve --role decode`), which continues from it.
  *
  * Bad input (no replica, a bad or repeated URL, an unknown option) exits 2 with one line on
  * stderr before anything listens. Prints "verity router: listening on http://HOST:PORT (N
@@ -35,13 +36,14 @@
 typedef struct router_args {
     char urls[ROUTER_MAX_BACKENDS][ROUTER_URL_MAX];
     const char *ptrs[ROUTER_MAX_BACKENDS];
+    int roles[ROUTER_MAX_BACKENDS]; /* ROUTER_ROLE_* */
     int n;
-    bool disagg; /* --prefill or --decode given */
+    int n_rep, n_pre, n_dec;
     char key[512];
 } router_args;
 
 /* Adds the comma-separated URLs of list. Returns 0 or prints a usage error and returns 2. */
-static int router_add_urls(router_args *a, const char *opt, const char *list) {
+static int router_add_urls(router_args *a, const char *opt, const char *list, int role) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", list);
     char *save = NULL;
@@ -55,6 +57,7 @@ static int router_add_urls(router_args *a, const char *opt, const char *list) {
             if (!strcmp(a->urls[i], a->urls[a->n]))
                 return cli_usage_error("router", "%s: %s is given twice", opt, a->urls[i]);
         a->ptrs[a->n] = a->urls[a->n];
+        a->roles[a->n] = role;
         a->n++;
         added++;
     }
@@ -64,8 +67,6 @@ static int router_add_urls(router_args *a, const char *opt, const char *list) {
 }
 
 static int router_parse_args(int argc, char **argv, router_args *a) {
-    router_args pd; /* the --prefill / --decode URLs, checked and then refused */
-    memset(&pd, 0, sizeof pd);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
         bool rep = !strcmp(o, "--replica"), pre = !strcmp(o, "--prefill"),
@@ -77,15 +78,22 @@ static int router_parse_args(int argc, char **argv, router_args *a) {
                                    o);
         if (!(v = cli_next("router", argc, argv, &i)))
             return 2;
-        int st = router_add_urls(rep ? a : &pd, o, v);
+        int role = rep ? ROUTER_ROLE_REPLICA : pre ? ROUTER_ROLE_PREFILL : ROUTER_ROLE_DECODE;
+        int st = router_add_urls(a, o, v, role);
         if (st)
             return st;
-        if (!rep)
-            a->disagg = true;
     }
-    if (a->disagg)
-        return cli_usage_error("router", "--prefill/--decode: prefill/decode disaggregation is not "
-                                         "supported yet (use --replica URL,...)");
+    for (int i = 0; i < a->n; i++)
+        *(a->roles[i] == ROUTER_ROLE_REPLICA  ? &a->n_rep
+          : a->roles[i] == ROUTER_ROLE_PREFILL ? &a->n_pre
+                                               : &a->n_dec) += 1;
+    if ((a->n_pre || a->n_dec) && a->n_rep)
+        return cli_usage_error("router", "--replica cannot be mixed with --prefill/--decode (one "
+                                         "router runs one flow)");
+    if ((a->n_pre > 0) != (a->n_dec > 0))
+        return cli_usage_error("router", "%s: the disaggregated flow needs both --prefill URL,... "
+                                         "and --decode URL,...",
+                               a->n_pre ? "--prefill without --decode" : "--decode without --prefill");
     if (!a->n)
         return cli_usage_error("router", "no backend: give --replica URL[,URL...]");
     return 0;
@@ -126,6 +134,7 @@ int cmd_router(int argc, char **argv) {
                      .port = (int)flags_int(FLAG_PORT),
                      .replicas = a.ptrs,
                      .n_replicas = a.n,
+                     .roles = a.roles,
                      .api_key = a.key,
                      .backend_api_key = flags_str(FLAG_BACKEND_API_KEY),
                      .timeout_s = (int)flags_int(FLAG_TIMEOUT),
@@ -142,8 +151,14 @@ int cmd_router(int argc, char **argv) {
     int rc = router_create(&o, &r);
     if (rc)
         return cli_fail("router", rc);
-    fprintf(stderr, "verity router: listening on http://%s:%d (%d replicas, %d up)\n", o.host,
-            router_port(r), a.n, router_backends_up(r));
+    if (a.n_pre)
+        fprintf(stderr,
+                "verity router: listening on http://%s:%d (%d prefill and %d decode servers, %d "
+                "up)\n",
+                o.host, router_port(r), a.n_pre, a.n_dec, router_backends_up(r));
+    else
+        fprintf(stderr, "verity router: listening on http://%s:%d (%d replicas, %d up)\n", o.host,
+                router_port(r), a.n, router_backends_up(r));
     router_wait_drain(r, &sigs);
     router_destroy(r);
     fprintf(stderr, "verity router: stopped\n");

@@ -6,7 +6,8 @@
  * [--max-conns-per-addr N]
  * [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]
  * [--chat-template-kwargs JSON] [--spec off|ngram|draft|mtp] [--spec-k K] [--draft-model FILE]
- * [-t THREADS]`; every option is also a VERITY_* environment variable (they are toggles in the
+ * [--role prefill|decode|both] [--kv-transport tcp|ucx] [--kv-listen HOST:PORT]
+ * [--kv-xfer-timeout MS] [-t THREADS]`; every option is also a VERITY_* environment variable (they are toggles in the
  * registry, flags.h).
  * Speculation: --spec draft needs --draft-model (checked before anything listens); a draft model
  * whose vocabulary differs from the model's, and --spec mtp on a model without MTP layers, exit 2
@@ -36,6 +37,8 @@
 #include "cli/cli.h"
 #include "template/chat_source.h"
 #include "cli/cli_model.h"
+#include "disagg/disagg.h"
+#include "disagg/kv_xfer.h"
 #include "engine/engine_loop.h"
 #include "kv/kv_tier.h"
 #include "server/server.h"
@@ -129,6 +132,7 @@ typedef struct serve_state {
     engine_opts eo;
     engine *e;
     engine_loop *loop;
+    disagg_rx *rx; /* --role decode: the KV receiver */
     char name[256];
 } serve_state;
 
@@ -168,6 +172,16 @@ static int serve_load_options(serve_state *s) {
                                    sizeof s->names_buf, s->names);
     if (s->n_names < 0)
         return 2;
+    if (!kv_xfer_transport_find(flags_str(FLAG_KV_TRANSPORT)))
+        return cli_usage_error("serve", "--kv-transport: %s", err_detail());
+    if (!strcmp(flags_str(FLAG_ROLE), "decode")) { /* checked before anything listens */
+        const char *kl = flags_str(FLAG_KV_LISTEN), *colon = strrchr(kl, ':');
+        char *end = NULL;
+        long port = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || colon == kl || !colon[1] || *end || port < 0 || port > 65535)
+            return cli_usage_error("serve", "--kv-listen '%s': expected HOST:PORT (port 0..65535)",
+                                   kl);
+    }
     if (!strcmp(flags_str(FLAG_SPEC), "draft") && !flags_str(FLAG_DRAFT_MODEL)[0])
         return cli_usage_error("serve", "--spec draft needs --draft-model FILE");
     const char *redis = flags_str(FLAG_KV_REDIS);
@@ -250,6 +264,26 @@ static int serve_start(serve_state *s) {
         server_destroy(s->srv);
         return status;
     }
+    if (!strcmp(flags_str(FLAG_ROLE), "decode")) {
+        disagg_rx_opts ro = {.transport = flags_str(FLAG_KV_TRANSPORT),
+                             .listen = flags_str(FLAG_KV_LISTEN),
+                             .identity = engine_kv_identity(s->e),
+                             .timeout_ms = (int)flags_int(FLAG_KV_XFER_TIMEOUT)};
+        engine_kv_pool_opts(s->e, &ro.pool);
+        if ((rc = disagg_rx_create(&ro, &s->rx))) {
+            status = rc == ERR_CONNECT || rc == ERR_INVAL
+                         ? cli_usage_error("serve", "--kv-listen: %s", err_detail())
+                         : cli_fail("serve", rc);
+            engine_loop_destroy(s->loop);
+            engine_destroy(s->e);
+            chat_template_destroy(s->tmpl);
+            chat_source_deinit(&s->tsrc);
+            arena_destroy(s->kw_arena);
+            cli_model_close(&s->cm);
+            server_destroy(s->srv);
+            return status;
+        }
+    }
     return 0;
 }
 
@@ -283,13 +317,21 @@ static void serve_set_ready(serve_state *s) {
                        .tmpl_src_len = s->tsrc.len,
                        .template_kwargs = s->kwargs,
                        .loop = s->loop,
-                       .n_ctx = engine_n_ctx(s->e)};
+                       .n_ctx = engine_n_ctx(s->e),
+                       .role = flags_str(FLAG_ROLE),
+                       .kv_rx = s->rx,
+                       .kv_pool = engine_kv_pool(s->e),
+                       .kv_identity = engine_kv_identity(s->e),
+                       .kv_block_size = s->eo.block_size,
+                       .kv_transport = flags_str(FLAG_KV_TRANSPORT),
+                       .kv_timeout_ms = (int)flags_int(FLAG_KV_XFER_TIMEOUT)};
     server_set_ready(s->srv, &sm);
     fprintf(stderr,
             "verity serve: listening on http://%s:%d (model %s, context %lld, batch %d, "
-            "%d threads, speculation %s)\n",
+            "%d threads, speculation %s, role %s%s%s)\n",
             s->so.host, server_port(s->srv), s->name, (long long)sm.n_ctx, s->eo.max_batch,
-            s->eo.threads, s->eo.spec && s->eo.spec[0] ? s->eo.spec : "off");
+            s->eo.threads, s->eo.spec && s->eo.spec[0] ? s->eo.spec : "off", sm.role,
+            s->rx ? ", kv on " : "", s->rx ? disagg_rx_addr(s->rx) : "");
 }
 
 /* Seconds the handlers of requests cut by the drain timeout get to send their 503s. */
@@ -336,6 +378,7 @@ static void serve_teardown(serve_state *s) {
      * threads, which may still read the loop's stats (/metrics), then free the loop */
     engine_loop_stop(s->loop);
     server_destroy(s->srv);
+    disagg_rx_destroy(s->rx); /* after the handlers: nothing expects a transfer any more */
     engine_loop_destroy(s->loop);
     engine_destroy(s->e);
     chat_template_destroy(s->tmpl);

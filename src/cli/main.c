@@ -25,12 +25,15 @@ static const cli_command commands[] = {
      "                    [--served-model-name NAME[,ALIAS...]] [--chat-template NAME|FILE]\n"
      "                    [--chat-template-kwargs JSON]\n"
      "                    [--spec off|ngram|draft|mtp] [--spec-k K] [--draft-model FILE]\n"
+     "                    [--role prefill|decode|both] [--kv-transport tcp|ucx]\n"
+     "                    [--kv-listen HOST:PORT] [--kv-xfer-timeout MS]\n"
      "Without -m (or MODEL=path) it serves the embedded stories260K. Built-in chat templates:\n"
      "chatml, llama3, llama2, mistral, gemma. Endpoints: /health,\n"
      "/v1/models, /v1/completions, /v1/chat/completions, /metrics, /tokenize, /detokenize,\n"
      "/v1/flags, /v1/status.\n"},
     {"router", cmd_router, "OpenAI-compatible front balancing many verity servers",
-     "usage: verity router --replica URL[,URL...] [--host 127.0.0.1] [--port 8080]\n"
+     "usage: verity router (--replica URL[,URL...] | --prefill URL[,...] --decode URL[,...])\n"
+     "                     [--host 127.0.0.1] [--port 8080]\n"
      "                     [--api-key KEY | --api-key-file FILE] [--backend-api-key KEY]\n"
      "                     [--timeout S] [--drain-timeout S] [--router-workers N]\n"
      "                     [--router-health-ms MS] [--router-cache-aware 0|1]\n"
@@ -39,7 +42,8 @@ static const cli_command commands[] = {
      "longest known prefix of their prompt unless the load is uneven, then to the least loaded;\n"
      "a request that has not streamed anything is retried on another replica. Endpoints: those\n"
      "of verity serve, and /health and /metrics of the router itself.\n"
-     "--prefill URL,... --decode URL,... (disaggregated prefill/decode) is not supported yet.\n"},
+     "With --prefill and --decode (servers started with --role prefill / --role decode) a\n"
+     "prefill server computes each prompt's KV and sends it to a decode server, which answers.\n"},
     {"generate", cmd_generate, "generate text from a prompt or a JSONL file of prompts",
      "usage: verity generate [-m MODEL] (-p TEXT | --prompts FILE.jsonl) [-n N] [--temp T]\n"
      "                       [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"

@@ -469,6 +469,10 @@ int kv_xfer_recv_take(kv_xfer_recv *r, int32_t *ids, int cap) {
     return (int)r->n_ids;
 }
 
+int32_t kv_xfer_recv_block(const kv_xfer_recv *r, uint32_t i) {
+    return i < r->n_ids ? r->ids[i] : -1;
+}
+
 kv_xfer_state kv_xfer_recv_state(const kv_xfer_recv *r) {
     return r->state;
 }

@@ -216,6 +216,10 @@ void kv_xfer_recv_cancel(kv_xfer_recv *r, int code);
  * COMPLETE or they were already taken; ERR_RANGE if cap is too small. */
 int kv_xfer_recv_take(kv_xfer_recv *r, int32_t *ids, int cap);
 
+/* The pool block holding verified block i (HELD, or HANDED once taken), or -1 if block i was not
+ * verified (yet). For a consumer that records what it verified (a checksum) before the end. */
+int32_t kv_xfer_recv_block(const kv_xfer_recv *r, uint32_t i);
+
 kv_xfer_state kv_xfer_recv_state(const kv_xfer_recv *r);
 int kv_xfer_recv_error(const kv_xfer_recv *r);
 kv_xfer_stats kv_xfer_recv_stats(const kv_xfer_recv *r);

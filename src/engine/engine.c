@@ -29,6 +29,7 @@
 #include "base/flags.h"
 #include "base/hash.h"
 #include "base/log.h"
+#include "kv/kv_block.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_prefix.h"
 #include "model/forward.h"
@@ -65,6 +66,9 @@ typedef struct eng_seq {
     int32_t n_draft;           /* guesses in toks[n_toks ..] fed this step */
     double spec_acc;           /* guesses accepted, recent ones weighing more (decayed) */
     double spec_tested;        /* guesses tested: accepted ones and each first refused one */
+    engine_kv_in kv_in;        /* disagg: blocks from another server (poll NULL once done) */
+    engine_kv_out kv_out;      /* disagg: blocks to another server (end NULL once ended) */
+    int32_t n_exported;        /* kv_out: prompt blocks handed so far */
 } eng_seq;
 
 /* The controller of speculation (engine.h): a sequence's acceptance estimate is (accepted +
@@ -87,6 +91,7 @@ struct engine {
     engine_opts o;
     int64_t n_vocab;
     kv_pool *kv;
+    kv_pool_opts kv_opts;
     kv_hier *h;
     kv_prefix *px; /* h's */
     fwd_ctx *fc;
@@ -105,6 +110,7 @@ struct engine {
     int64_t n_shared_positions; /* prompt positions taken from a group peer instead of computed */
     int64_t n_prompt_computed;  /* tokens fed while reading known tokens (prefill and recompute) */
     int64_t n_cached_positions; /* positions taken from the prefix cache */
+    int64_t n_kv_in_restored, n_kv_in_refused, n_kv_out_handed; /* disagg */
     int64_t last_step_seqs;
     int32_t step_first_tag;
     spec_ctx *sp;            /* the drafter, NULL when speculation is off */
@@ -205,6 +211,7 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     }
     kv_pool_opts ko;
     model_kv_pool_opts(m, o->kv_f16, o->block_size, o->kv_blocks, &ko);
+    e->kv_opts = ko;
     int rc = kv_pool_create(&ko, &e->kv);
     if (!e->o.identity) {
         /* the root key: the model file, and what shapes its KV bytes (the index keys' type) */
@@ -284,9 +291,83 @@ static void eng_release_blocks(engine *e, eng_seq *s) {
         kv_prefix_release(e->px, &s->tab);
 }
 
+/* Ends s's disagg hooks that are still open (kv_in.done, kv_out.end), each exactly once. */
+static void eng_kv_hooks_end(eng_seq *s) {
+    if (s->kv_in.poll) {
+        s->kv_in.poll = NULL;
+        s->kv_in.done(s->kv_in.ctx, 0, 0);
+    }
+    if (s->kv_out.end) {
+        void (*end)(void *, bool) = s->kv_out.end;
+        s->kv_out.end = NULL;
+        end(s->kv_out.ctx, false);
+    }
+}
+
+/* kv_out: hands over s's full prompt blocks sealed since the last call (a reference each); when
+ * all are handed, ends the hook as complete. */
+static void eng_kv_export(engine *e, eng_seq *s) {
+    if (!s->kv_out.end || s->cancelled)
+        return;
+    int32_t full = s->n_prompt / e->o.block_size, lim = s->tab.n_sealed < full ? s->tab.n_sealed
+                                                                                : full;
+    while (s->n_exported < lim) {
+        int32_t id = s->tab.ids[s->n_exported];
+        kv_block_ref(e->kv, id);
+        e->n_kv_out_handed++;
+        s->kv_out.block(s->kv_out.ctx, s->n_exported++, id);
+    }
+    if (s->n_exported == full) {
+        void (*end)(void *, bool) = s->kv_out.end;
+        s->kv_out.end = NULL;
+        end(s->kv_out.ctx, true);
+    }
+}
+
+/* kv_in at admission (t holds L1's and the tiers' prefix): restores the received blobs past it.
+ * Returns false while they are still arriving. */
+static bool eng_kv_import(engine *e, eng_seq *s, int32_t n_full) {
+    const void *const *blobs = NULL;
+    size_t nb = 0;
+    int32_t n = s->kv_in.poll(s->kv_in.ctx, &blobs, &nb);
+    if (n < 0)
+        return false;
+    int64_t bs = e->o.block_size;
+    int32_t restored = 0, refused = 0;
+    uint64_t identity = kv_prefix_identity(e->px);
+    for (int32_t j = s->tab.n; j < n && j < n_full; j++) {
+        const int32_t *bt = s->toks + (size_t)j * (size_t)bs;
+        uint64_t parent = s->tab.n_sealed ? s->tab.tail_key : identity;
+        uint64_t key = kv_prefix_next_key(e->px, &s->tab, bt);
+        int32_t id = kv_prefix_alloc(e->px, &s->tab);
+        if (id < 0)
+            break; /* no room: the rest is computed */
+        kv_block_meta want = {.identity = identity, .parent = parent, .key = key, .toks = bt};
+        uint64_t sum = 0;
+        int rc = kv_block_decode(e->kv, id, &want, blobs[j], nb, &sum);
+        if (rc) {
+            log_error("disagg: received block %d (positions %lld..%lld) of request %llu refused: "
+                      "%s; recomputed",
+                      j, (long long)(j * bs), (long long)((j + 1) * bs - 1),
+                      (unsigned long long)s->id, err_detail());
+            kv_prefix_pop(e->px, &s->tab);
+            refused++;
+            break;
+        }
+        kv_prefix_seal_loaded(e->px, &s->tab, bt, sum);
+        restored++;
+    }
+    e->n_kv_in_restored += restored;
+    e->n_kv_in_refused += refused;
+    s->kv_in.poll = NULL;
+    s->kv_in.done(s->kv_in.ctx, restored, refused);
+    return true;
+}
+
 static void eng_seq_free(engine *e, eng_seq *s) {
     if (!s)
         return;
+    eng_kv_hooks_end(s);
     eng_release_blocks(e, s);
     spec_seq_destroy(e->sp, s->spq);
     sampler_destroy(s->smp);
@@ -383,6 +464,10 @@ static int eng_submit(engine *e, const engine_req *r) {
     s->gs = r->constraint;
     s->cb = r->cb;
     s->ud = r->ud;
+    s->kv_in = r->kv_in;
+    s->kv_out = r->kv_out;
+    if (!s->kv_out.block)
+        s->kv_out.end = NULL;
     sampler_accept_prompt(s->smp, r->prompt, r->n_prompt);
     if (e->wait_tail)
         e->wait_tail->next = s;
@@ -395,9 +480,30 @@ static int eng_submit(engine *e, const engine_req *r) {
 
 int engine_submit(engine *e, const engine_req *r) {
     int rc = eng_submit(e, r);
-    if (rc)
+    if (rc) {
         grammar_state_destroy(r->constraint); /* owned from here on, whatever happens */
+        if (r->kv_in.poll)
+            r->kv_in.done(r->kv_in.ctx, 0, 0);
+        if (r->kv_out.block && r->kv_out.end)
+            r->kv_out.end(r->kv_out.ctx, false);
+    }
     return rc;
+}
+
+void engine_kv_unref(engine *e, int32_t id) {
+    kv_prefix_unref(e->px, id);
+}
+
+const kv_pool *engine_kv_pool(const engine *e) {
+    return e->kv;
+}
+
+void engine_kv_pool_opts(const engine *e, kv_pool_opts *out) {
+    *out = e->kv_opts;
+}
+
+uint64_t engine_kv_identity(const engine *e) {
+    return e->o.identity;
 }
 
 int engine_cancel(engine *e, uint64_t id) {
@@ -534,6 +640,13 @@ static bool eng_take_cached(engine *e, eng_seq *s) {
             return true;                       /* a tier is still looking: wait, in order */
         }
         got += more;
+    }
+    if (s->kv_in.poll) {
+        if (!eng_kv_import(e, s, s->n_toks / bs)) {
+            kv_prefix_release(e->px, &s->tab);
+            return true; /* the blocks are still arriving from another server: wait, in order */
+        }
+        got = s->tab.n;
     }
     if (eng_block_in_progress(e, s, got)) {
         kv_prefix_release(e->px, &s->tab);
@@ -1094,6 +1207,8 @@ int engine_step(engine *e) {
     e->f_n_prev = 0;
     int32_t running_before = e->n_running;
 #endif
+    for (int32_t i = 0; i < e->n_running; i++)
+        eng_kv_export(e, e->running[i]); /* before a finished sequence releases its blocks */
     for (int32_t i = 0; i < e->n_running;) {
         if (e->running[i]->finished) {
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
@@ -1138,6 +1253,9 @@ void engine_stats_get(const engine *e, engine_stats *out) {
     memcpy(out->step_tokens_hist, e->step_tokens_hist, sizeof out->step_tokens_hist);
     out->kv_block_bytes = (int64_t)kv_block_state_bytes(e->kv);
     kv_prefix_stats_get(e->px, &out->prefix);
+    out->kv_in_restored = e->n_kv_in_restored;
+    out->kv_in_refused = e->n_kv_in_refused;
+    out->kv_out_handed = e->n_kv_out_handed;
     kv_hier_stats_get(e->h, out->tiers);
 }
 

@@ -146,6 +146,38 @@ typedef struct engine engine;
 int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine **out);
 void engine_destroy(engine *e);
 
+/* Disaggregation (src/disagg/disagg.h): a request whose prompt K/V another server computes (in),
+ * or whose prompt K/V this server sends to another (out). Both optional (NULL functions: none);
+ * every function runs on the engine thread.
+ *
+ * In. At admission, after the prefix cache's match (and the tiers'), poll says whether the
+ * blocks arrived: -1 while they are still coming (the request waits, in FIFO order, like a tier
+ * lookup in flight; poll itself bounds the wait: past its deadline it answers 0); else the count
+ * n of blobs in *blobs, blocks 0..n-1 of the prompt in kv_block.h's format (blob_bytes each).
+ * The engine restores those past what L1 held into fresh blocks, each decoded and verified
+ * (kv_block_decode) and sealed into L1, stopping at the first refused one; the request then
+ * computes the rest (at least the partial tail block and its last token) and samples every token
+ * itself. done runs exactly once (after the restore, or when the request ends first), with the
+ * counts of blocks restored and refused; the blobs are the callee's until then.
+ *
+ * Out. Each time one of the prompt's full blocks is sealed (computed or taken from the cache),
+ * block(ctx, index, id) hands it over with a reference taken for the callee, who reads it from
+ * any thread (a sealed block is never written again) and gives the reference back on the engine
+ * thread (engine_kv_unref, or engine_loop_kv_unref from elsewhere). end(ctx, complete) runs
+ * exactly once: complete when every full prompt block was handed, false when the request ended
+ * (cancelled, failed) before; no block call follows it. */
+typedef struct engine_kv_in {
+    int32_t (*poll)(void *ctx, const void *const **blobs, size_t *blob_bytes);
+    void (*done)(void *ctx, int32_t restored, int32_t refused);
+    void *ctx;
+} engine_kv_in;
+
+typedef struct engine_kv_out {
+    void (*block)(void *ctx, int32_t index, int32_t id);
+    void (*end)(void *ctx, bool complete);
+    void *ctx;
+} engine_kv_out;
+
 typedef struct engine_req {
     uint64_t id;
     const int32_t *prompt; /* copied */
@@ -163,9 +195,11 @@ typedef struct engine_req {
     int32_t fault_tag;    /* fault build only: echoed as fault_step_tag to its step's peers */
     uint64_t share_group; /* nonzero: requests of the group with the same prompt share its K/V
                              (n > 1 choices); the shared bytes equal what each would compute */
+    engine_kv_in kv_in;   /* optional: the prompt's K/V comes from another server (above) */
+    engine_kv_out kv_out; /* optional: the prompt's K/V goes to another server (above) */
 } engine_req;
 
-/* Queues a request. Returns 0, ERR_INVAL (empty prompt, bad parameters), ERR_RANGE (the prompt
+/* Queues a request. On error kv_in.done and kv_out.end run before this returns. Returns 0, ERR_INVAL (empty prompt, bad parameters), ERR_RANGE (the prompt
  * does not fit the context, or its context could never fit the KV pool; the detail gives the
  * numbers), ERR_NOMEM. On error the callback is never called (and r->constraint is destroyed). */
 int engine_submit(engine *e, const engine_req *r);
@@ -199,6 +233,9 @@ typedef struct engine_stats {
     int64_t spec_accept_hist[SPEC_MAX_K + 1]; /* verifications by guesses accepted (0..k) */
     int64_t step_tokens_hist[SPEC_MAX_K + 2]; /* decoding sequence steps by tokens kept (0..k+1;
                                                  0: it finished on an end-of-generation token) */
+    int64_t kv_in_restored;  /* blocks received from another server and restored (disagg) */
+    int64_t kv_in_refused;   /* received blocks refused by verification: recomputed */
+    int64_t kv_out_handed;   /* blocks handed to a transfer to another server */
     kv_prefix_stats prefix;                   /* the prefix cache (kv_prefix.h) */
     kv_hier_tier_stats tiers[KV_TIER_COUNT];  /* the tiers below it (kv_hier.h) */
 } engine_stats;
@@ -207,6 +244,16 @@ void engine_stats_get(const engine *e, engine_stats *out);
 
 /* The context limit (prompt + generated) per request. */
 int64_t engine_n_ctx(const engine *e);
+
+/* Gives back a reference engine_kv_out.block handed over (engine thread only). */
+void engine_kv_unref(engine *e, int32_t id);
+
+/* The KV pool (for reading sealed blocks handed by kv_out from another thread), its options
+ * (a staging pool of the same geometry) and the cache's root key (kv_block.h's identity). The
+ * pool's geometry and the identity never change after engine_create. */
+const kv_pool *engine_kv_pool(const engine *e);
+void engine_kv_pool_opts(const engine *e, kv_pool_opts *out);
+uint64_t engine_kv_identity(const engine *e);
 
 /* Marks every request cancelled; each gets its CANCELLED event at the next engine_step. */
 void engine_cancel_all(engine *e);

@@ -44,8 +44,9 @@ struct eloop_req {
 };
 
 typedef struct eloop_msg {
-    enum { ELOOP_SUBMIT, ELOOP_CANCEL } kind;
+    enum { ELOOP_SUBMIT, ELOOP_CANCEL, ELOOP_KV_UNREF } kind;
     eloop_req *q;
+    int32_t block; /* ELOOP_KV_UNREF */
     struct eloop_msg *next;
 } eloop_msg;
 
@@ -144,7 +145,9 @@ static void eloop_update_stats(engine_loop *l) {
 
 static void eloop_handle(engine_loop *l, eloop_msg *m) {
     eloop_req *q = m->q;
-    if (m->kind == ELOOP_SUBMIT) {
+    if (m->kind == ELOOP_KV_UNREF) {
+        engine_kv_unref(l->e, m->block);
+    } else if (m->kind == ELOOP_SUBMIT) {
         q->req.id = q->id;
         q->req.cb = eloop_on_event;
         q->req.ud = q;
@@ -284,7 +287,17 @@ int engine_loop_create(engine *e, eloop_step_cb step_cb, void *step_ud, engine_l
 static void eloop_drop_msgs(engine_loop *l, eloop_msg *m) {
     while (m) {
         eloop_msg *n = m->next;
+        if (m->kind == ELOOP_KV_UNREF) { /* the engine is stopped: its pool goes with it */
+            free(m);
+            m = n;
+            continue;
+        }
         if (m->kind == ELOOP_SUBMIT) {
+            /* the engine never saw it: its disagg hooks end here, as engine_submit's would */
+            if (m->q->req.kv_in.poll)
+                m->q->req.kv_in.done(m->q->req.kv_in.ctx, 0, 0);
+            if (m->q->req.kv_out.block && m->q->req.kv_out.end)
+                m->q->req.kv_out.end(m->q->req.kv_out.ctx, false);
             eloop_event ev;
             memset(&ev, 0, sizeof ev);
             ev.token = -1;
@@ -379,6 +392,16 @@ static void eloop_post(engine_loop *l, eloop_msg *m) {
     l->tail = m;
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
+}
+
+int engine_loop_kv_unref(engine_loop *l, int32_t id) {
+    eloop_msg *m = calloc(1, sizeof *m);
+    if (!m)
+        return err_set(ERR_NOMEM, "engine loop: no memory to give back KV block %d", id);
+    m->kind = ELOOP_KV_UNREF;
+    m->block = id;
+    eloop_post(l, m);
+    return 0;
 }
 
 int engine_loop_submit(engine_loop *l, const engine_req *r, eloop_req **out) {

@@ -69,6 +69,12 @@ void engine_loop_destroy(engine_loop *l);
  * Returns 0 or ERR_NOMEM. */
 int engine_loop_submit(engine_loop *l, const engine_req *r, eloop_req **out);
 
+/* Gives back, from any thread, a KV block reference that a request's kv_out hook handed over
+ * (engine.h): the engine thread drops it (engine_kv_unref) before its next step. After
+ * engine_loop_stop it is a no-op (the pool goes with the engine). Returns 0 or ERR_NOMEM (the
+ * reference is then kept: the block stays used, never reused while read). */
+int engine_loop_kv_unref(engine_loop *l, int32_t id);
+
 /* Waits up to timeout_ms (0: do not wait, -1: forever) for the request's next event. Returns 0
  * and *ev, or ERR_TIMEOUT. After the finish event has been returned, further calls return
  * ERR_STATE. */

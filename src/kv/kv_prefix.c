@@ -390,6 +390,12 @@ void kv_prefix_pop(kv_prefix *px, kv_table *t) {
         px_lru_append(px, id);
 }
 
+void kv_prefix_unref(kv_prefix *px, int32_t id) {
+    kv_block_unref(px->p, id);
+    if (px->nodes && px->nodes[id].cached && kv_block_refcount(px->p, id) == 1)
+        px_lru_append(px, id);
+}
+
 void kv_prefix_release(kv_prefix *px, kv_table *t) {
     for (int32_t i = t->n - 1; i >= 0; i--) {
         int32_t id = t->ids[i];

@@ -111,6 +111,10 @@ void kv_prefix_seal_loaded(kv_prefix *px, kv_table *t, const int32_t *block_toks
 /* Releases t's last block (a block that was allocated but could not be filled). */
 void kv_prefix_pop(kv_prefix *px, kv_table *t);
 
+/* Drops one reference taken with kv_block_ref on block id outside any table (a transfer's); a
+ * cached block left with only the cache's reference becomes evictable, as kv_prefix_release. */
+void kv_prefix_unref(kv_prefix *px, int32_t id);
+
 /* Releases every block of t (last first; cached ones become evictable) and empties it. */
 void kv_prefix_release(kv_prefix *px, kv_table *t);
 

@@ -17,6 +17,7 @@
 #include "router/rt_int.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/hash.h"
 #include "base/http_fetch.h"
 #include "base/log.h"
 #include "base/workq.h"
@@ -214,6 +215,130 @@ static void rt_pass_whole(rt_call *c) {
     srv_http_respond(c->req, (int)c->status, hd, c->held.data, c->held.len);
 }
 
+/* ---- the disaggregated flow (router.h) ---- */
+
+/* body (a JSON object) with the members in extra appended (a later duplicate wins: json.h), in a
+ * new buffer; NULL if body is not an object. */
+static char *rt_body_with(const char *body, size_t len, const char *extra, size_t *out_len) {
+    size_t b = 0, e = len;
+    while (b < len && isspace((unsigned char)body[b]))
+        b++;
+    while (e > b && isspace((unsigned char)body[e - 1]))
+        e--;
+    if (e - b < 2 || body[b] != '{' || body[e - 1] != '}')
+        return NULL;
+    size_t k = e - 1;
+    while (k > b + 1 && isspace((unsigned char)body[k - 1]))
+        k--;
+    bool empty = k == b + 1;
+    size_t xl = strlen(extra), n = (e - 1) + (empty ? 0 : 1) + xl + 1;
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, body, e - 1);
+    size_t o = e - 1;
+    if (!empty)
+        out[o++] = ',';
+    memcpy(out + o, extra, xl);
+    o += xl;
+    out[o++] = '}';
+    out[o] = 0;
+    *out_len = o;
+    return out;
+}
+
+/* The prefill side of one request, on its own thread: its answer is read and dropped. */
+typedef struct rt_prefill {
+    router *r;
+    int b;
+    char url[1200];
+    char *body;
+    size_t len;
+    pthread_t thread;
+} rt_prefill;
+
+static void *rt_prefill_main(void *arg) {
+    rt_prefill *p = arg;
+    router *r = p->r;
+    http_fetch *f = NULL;
+    long status = 0;
+    int64_t t0 = clock_now_ns();
+    int rc = http_fetch_create(r->conns, &f);
+    if (!rc) {
+        http_fetch_req q = {.url = p->url,
+                            .body = p->body,
+                            .body_len = p->len,
+                            .api_key = r->backend_api_key,
+                            .timeout_s = r->o.timeout_s};
+        rc = http_fetch_run(f, &q, &status);
+    }
+    if (rc || status != 200)
+        log_warn("router: prefill on %s failed (%s): the decode server computes the prompt",
+                 r->backends[p->b].url, rc ? err_detail() : "not 200");
+    rt_backend_done(r, p->b, rc || status != 200 ? RT_OUT_ERROR : RT_OUT_OK,
+                    (double)(clock_now_ns() - t0) * 1e-9, rc == ERR_CONNECT);
+    http_fetch_destroy(f);
+    return NULL;
+}
+
+/* For a generation request sent to decode server d: picks a prefill server, starts its part
+ * and returns the body D gets (or NULL: D gets the original body and computes the prompt). */
+static char *rt_disagg_start(router *r, int d, const char *path, const char *body, size_t blen,
+                             const uint64_t *h, int nh, rt_prefill **pp, size_t *dlen) {
+    char kv[300];
+    pthread_mutex_lock(&r->mu);
+    snprintf(kv, sizeof kv, "%s", r->backends[d].kv_addr);
+    pthread_mutex_unlock(&r->mu);
+    int which = 0;
+    int p = kv[0] ? rt_policy_choose(r, h, nh, 0, ROUTER_ROLE_PREFILL) : -1;
+    which = !kv[0] ? 2 : p < 0 ? 1 : 0;
+    char *dbody = NULL;
+    rt_prefill *pf = NULL;
+    if (p >= 0) {
+        uint64_t id = atomic_fetch_add(&r->xfer_seq, 1) + 1;
+        id = hash64(id, &r, sizeof r) ^ (uint64_t)clock_now_ns();
+        id = id ? id : 1;
+        char ex[600];
+        bool chat = strstr(path, "chat") != NULL;
+        snprintf(ex, sizeof ex,
+                 "\"kv_transfer\":{\"id\":\"%016llx\",\"send_to\":\"%s\"},\"max_tokens\":1%s",
+                 (unsigned long long)id, kv, chat ? ",\"max_completion_tokens\":1" : "");
+        pf = calloc(1, sizeof *pf);
+        if (pf) {
+            pf->r = r;
+            pf->b = p;
+            snprintf(pf->url, sizeof pf->url, "%s%s", r->backends[p].url, path);
+            pf->body = rt_body_with(body, blen, ex, &pf->len);
+        }
+        snprintf(ex, sizeof ex, "\"kv_transfer\":{\"id\":\"%016llx\",\"recv\":true}",
+                 (unsigned long long)id);
+        dbody = pf && pf->body ? rt_body_with(body, blen, ex, dlen) : NULL;
+        if (!dbody || pthread_create(&pf->thread, NULL, rt_prefill_main, pf)) {
+            rt_backend_done(r, p, RT_OUT_ERROR, 0, false);
+            if (pf)
+                free(pf->body);
+            free(pf);
+            free(dbody);
+            pf = NULL;
+            dbody = NULL;
+            which = 2; /* the body could not carry a transfer (not a JSON object) */
+        }
+    }
+    pthread_mutex_lock(&r->mu);
+    r->n_disagg[which]++;
+    pthread_mutex_unlock(&r->mu);
+    *pp = pf;
+    return dbody;
+}
+
+static void rt_disagg_join(rt_prefill *pf) {
+    if (!pf)
+        return;
+    pthread_join(pf->thread, NULL);
+    free(pf->body);
+    free(pf);
+}
+
 static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
     size_t blen;
     const char *body = srv_http_req_body(req, &blen);
@@ -223,15 +348,29 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
     static _Thread_local uint64_t h[RT_MAX_BLOCKS];
     int nh = post ? rt_prefix_hashes(body, blen, h) : 0;
     uint64_t tried = 0;
+    /* disaggregated: every route goes to a decode server; a generation also to a prefill one */
+    int role = r->disagg ? ROUTER_ROLE_DECODE : ROUTER_ROLE_REPLICA;
+    bool gen = r->disagg && post &&
+               (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions"));
+    rt_prefill *pf = NULL;
+    char *dbody = NULL;
+    size_t dlen = 0;
     rt_call c = {.req = req};
     strbuf_init(&c.held);
     char last_err[400] = "no backend is up";
     bool have_whole = false; /* c holds a complete answer worth passing on if nothing better */
     for (;;) {
-        int b = rt_policy_choose(r, h, nh, tried);
+        int b = rt_policy_choose(r, h, nh, tried, role);
         if (b < 0)
             break;
+        bool first = tried == 0;
         tried |= 1ull << b;
+        if (gen && first)
+            dbody = rt_disagg_start(r, b, path, body, blen, h, nh, &pf, &dlen);
+        else if (dbody) { /* a retry on another decode server: no transfer, it computes */
+            free(dbody);
+            dbody = NULL;
+        }
         const char *base = r->backends[b].url;
         char url[1200];
         snprintf(url, sizeof url, "%s%s%s%s", base, path, query[0] ? "?" : "", query);
@@ -241,8 +380,8 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
         strbuf_reset(&c.held);
         http_fetch_req q = {.url = url,
                             .method = post ? NULL : "GET",
-                            .body = post ? body : NULL,
-                            .body_len = blen,
+                            .body = post ? (dbody ? dbody : body) : NULL,
+                            .body_len = dbody ? dlen : blen,
                             .api_key = r->backend_api_key,
                             .timeout_s = r->o.timeout_s,
                             .on_data = rt_on_data,
@@ -295,6 +434,8 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
     }
 done:
     strbuf_deinit(&c.held);
+    free(dbody);
+    rt_disagg_join(pf); /* bounded by --timeout: its server ends the request or dies */
 }
 
 /* ---- the HTTP layer's callbacks ---- */

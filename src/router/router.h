@@ -36,6 +36,19 @@
  * least cache_pct percent of the prompt's blocks; otherwise the least loaded (ties: least KV
  * used, then the next in turn). Each is a counted routing decision.
  *
+ * Disaggregation (--prefill URL,... --decode URL,...; disagg/disagg.h has the servers' side):
+ * for a generation request the router picks a decode server D (load-aware, as above, among the
+ * decode servers) and a prefill server P (cache-aware, among the prefill servers), and a fresh
+ * transfer id X. P gets the request with "kv_transfer":{"id":X,"send_to":D's kv_addr (from its
+ * /v1/status)} and max_tokens 1, on its own thread, its answer read and dropped; D gets it with
+ * "kv_transfer":{"id":X,"recv":true} and its answer is the client's, streamed or whole, exactly
+ * as with replicas (the same retries, errors and auth). D waits for P's blocks (bounded), takes
+ * them from its prefix cache and samples every token itself, so its answer is the monolithic
+ * one. If D fails before its first byte the request goes to another decode server without a
+ * transfer (it computes the prompt itself: slower, the same bytes); no prefill server up, or no
+ * kv_addr known for D: D computes it. /metrics gives each backend's role
+ * (verity_router_backend_role) and counts the transfers the router set up.
+ *
  * Drain: router_drain makes every new request get 503 while those in flight finish; the caller
  * waits for router_active to reach 0 (or its deadline) and destroys.
  */
@@ -48,11 +61,16 @@
 
 #define ROUTER_MAX_BACKENDS 64
 
+/* A backend's role: a monolithic replica, or one side of the disaggregated flow. */
+enum { ROUTER_ROLE_REPLICA = 0, ROUTER_ROLE_PREFILL = 1, ROUTER_ROLE_DECODE = 2 };
+
 typedef struct router_opts {
     const char *host;            /* IPv4 address to bind */
     int port;                    /* 0: any free port */
     const char *const *replicas; /* base URLs as router_url_check normalised them */
     int n_replicas;
+    const int *roles; /* [n_replicas] ROUTER_ROLE_*; NULL: every backend is a replica. With
+                         prefill and decode backends the router runs the disaggregated flow */
     const char *api_key;               /* clients must send it (NULL or "": none) */
     const char *backend_api_key;       /* sent to the backends (NULL or "": none) */
     int timeout_s;                     /* idle/body deadline of client connections, and the bound on

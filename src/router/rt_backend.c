@@ -32,6 +32,8 @@ int rt_backends_init(router *r) {
     for (int i = 0; i < r->n_backends; i++) {
         rt_backend *b = &r->backends[i];
         snprintf(b->url, sizeof b->url, "%s", r->o.replicas[i]);
+        b->role = r->o.roles ? r->o.roles[i] : ROUTER_ROLE_REPLICA;
+        r->disagg |= b->role != ROUTER_ROLE_REPLICA;
         b->prefix = calloc(RT_PREFIX_SLOTS, sizeof *b->prefix);
         if (!b->prefix)
             return err_set(ERR_NOMEM, "router: out of memory");
@@ -122,6 +124,21 @@ static void rt_poll_one(router *r, http_fetch *f, int i) {
         b->waiting = rt_json_int(v, "waiting");
         b->kv_used = rt_json_int(v, "kv_used");
         b->kv_total = rt_json_int(v, "kv_total");
+        /* a decode server's KV receiver; a wildcard host means: the host of its URL */
+        const char *ka = NULL;
+        size_t kl = 0;
+        b->kv_addr[0] = 0;
+        if (json_as_str(json_get(v, "kv_addr"), &ka, &kl) && kl > 0 && kl < 200) {
+            const char *colon = memrchr(ka, ':', kl);
+            bool wild = colon && ((colon - ka == 7 && !memcmp(ka, "0.0.0.0", 7)) || colon == ka);
+            if (wild) {
+                const char *h = b->url + 7, *e = strrchr(h, ':');
+                snprintf(b->kv_addr, sizeof b->kv_addr, "%.*s%.*s", (int)(e - h), h,
+                         (int)(kl - (size_t)(colon - ka)), colon);
+            } else {
+                snprintf(b->kv_addr, sizeof b->kv_addr, "%.*s", (int)kl, ka);
+            }
+        }
     }
     rt_set_up(b, up, why);
     pthread_mutex_unlock(&r->mu);
@@ -205,6 +222,25 @@ void rt_metrics_write(router *r, strbuf *sb) {
     for (int i = 0; i < r->n_backends; i++)
         strbuf_printf(sb, "verity_router_backend_up{backend=\"%s\"} %d\n", r->backends[i].url,
                       r->backends[i].up);
+    static const char *roles[3] = {"replica", "prefill", "decode"};
+    strbuf_puts(sb, "# HELP verity_router_backend_role The backend's role (replica, prefill, "
+                    "decode): always 1.\n# TYPE verity_router_backend_role gauge\n");
+    for (int i = 0; i < r->n_backends; i++)
+        strbuf_printf(sb, "verity_router_backend_role{backend=\"%s\",role=\"%s\"} 1\n",
+                      r->backends[i].url, roles[r->backends[i].role]);
+    if (r->disagg)
+        strbuf_printf(sb,
+                      "# HELP verity_router_disagg_requests_total Generation requests by how the "
+                      "prompt's KV reached the decode server (transfer: from a prefill server; "
+                      "no_prefill: none was up; no_kv_addr: the decode server's KV address is "
+                      "unknown, or the body cannot carry a transfer; both compute it on the "
+                      "decode server).\n"
+                      "# TYPE verity_router_disagg_requests_total counter\n"
+                      "verity_router_disagg_requests_total{path=\"transfer\"} %llu\n"
+                      "verity_router_disagg_requests_total{path=\"no_prefill\"} %llu\n"
+                      "verity_router_disagg_requests_total{path=\"no_kv_addr\"} %llu\n",
+                      (unsigned long long)r->n_disagg[0], (unsigned long long)r->n_disagg[1],
+                      (unsigned long long)r->n_disagg[2]);
     strbuf_puts(sb, "# HELP verity_router_backend_inflight Requests this router has in flight "
                     "at the backend.\n# TYPE verity_router_backend_inflight gauge\n");
     for (int i = 0; i < r->n_backends; i++)

@@ -34,6 +34,8 @@ enum rt_outcome { RT_OUT_OK, RT_OUT_ERROR, RT_OUT_RETRIED, RT_N_OUTCOMES };
 
 typedef struct rt_backend {
     char url[256]; /* base URL, no trailing slash */
+    int role;      /* ROUTER_ROLE_* */
+    char kv_addr[300]; /* decode: its KV receiver, "host:port" from /v1/status ("" unknown) */
     /* guarded by router.mu */
     bool up;
     int64_t inflight;          /* requests this router has sent it and not finished */
@@ -59,6 +61,10 @@ struct router {
     pthread_mutex_t mu;
     uint64_t n_decisions[RT_N_DECISIONS];
     uint64_t no_backend; /* requests answered 503 for want of a backend */
+    bool disagg;         /* prefill and decode backends: the disaggregated flow */
+    uint64_t n_disagg[3]; /* requests: with a transfer, without a prefill server, without a
+                             kv_addr (D computes) */
+    _Atomic uint64_t xfer_seq; /* transfer ids */
     unsigned turn;       /* rotates the ties */
     /* health thread */
     pthread_t health;
@@ -77,8 +83,9 @@ int rt_prefix_hashes(const char *body, size_t len, uint64_t *h);
 
 /* Chooses a backend among those up and not in tried (a bitmask of indices) for a prompt of
  * blocks h[0, n), counts the decision and the request as in flight there, and records the
- * prompt's blocks in its table. Returns the index, or -1 when none is left. */
-int rt_policy_choose(router *r, const uint64_t *h, int n, uint64_t tried);
+ * prompt's blocks in its table. Only backends of role `role` (ROUTER_ROLE_*) are considered.
+ * Returns the index, or -1 when none is left. */
+int rt_policy_choose(router *r, const uint64_t *h, int n, uint64_t tried, int role);
 
 /* ---- rt_backend.c ---- */
 

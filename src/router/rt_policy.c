@@ -87,7 +87,7 @@ static bool rt_less_loaded(const rt_backend *a, const rt_backend *b) {
     return a->kv_used * tb < b->kv_used * ta;
 }
 
-int rt_policy_choose(router *r, const uint64_t *h, int n, uint64_t tried) {
+int rt_policy_choose(router *r, const uint64_t *h, int n, uint64_t tried, int role) {
     pthread_mutex_lock(&r->mu);
     int nb = r->n_backends, least = -1, cached = -1, best_match = 0;
     int64_t lo = INT64_MAX, hi = INT64_MIN;
@@ -95,7 +95,7 @@ int rt_policy_choose(router *r, const uint64_t *h, int n, uint64_t tried) {
     for (int k = 0; k < nb; k++) {
         int i = (int)((start + (unsigned)k) % (unsigned)nb); /* ties go to the next in turn */
         rt_backend *b = &r->backends[i];
-        if (!b->up || (tried >> i & 1))
+        if (!b->up || (tried >> i & 1) || b->role != role)
             continue;
         int64_t l = rt_load(b);
         lo = l < lo ? l : lo;

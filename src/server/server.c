@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "base/version.h"
 #include "base/workq.h"
+#include "disagg/disagg.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -190,6 +191,41 @@ static int srv_route_metrics(server *s, srv_http_req *c) {
                   hs.open_conns, (unsigned long long)hs.accepted,
                   (unsigned long long)hs.refused_cap, (unsigned long long)hs.refused_addr,
                   (unsigned long long)hs.timed_out, (unsigned long long)hs.bad_requests);
+    /* disaggregation (disagg.h): transfers and blocks, both directions, and the engine's side */
+    disagg_stats ds;
+    disagg_stats_get(&ds);
+    strbuf_printf(&sb,
+                  "# HELP verity_kv_xfer_transfers_total KV transfers ended, by direction (send: "
+                  "a prefill server, recv: a decode server) and result (ok, aborted).\n"
+                  "# TYPE verity_kv_xfer_transfers_total counter\n"
+                  "verity_kv_xfer_transfers_total{dir=\"send\",result=\"ok\"} %lld\n"
+                  "verity_kv_xfer_transfers_total{dir=\"send\",result=\"aborted\"} %lld\n"
+                  "verity_kv_xfer_transfers_total{dir=\"recv\",result=\"ok\"} %lld\n"
+                  "verity_kv_xfer_transfers_total{dir=\"recv\",result=\"aborted\"} %lld\n"
+                  "# HELP verity_kv_xfer_open KV transfers in progress.\n"
+                  "# TYPE verity_kv_xfer_open gauge\n"
+                  "verity_kv_xfer_open{dir=\"send\"} %lld\n"
+                  "verity_kv_xfer_open{dir=\"recv\"} %lld\n"
+                  "# HELP verity_kv_xfer_blocks_total KV blocks: sent and acknowledged (prefill), "
+                  "received and verified (decode), dropped (duplicate or late messages), restored "
+                  "into the engine's cache and refused there (verification failed: recomputed).\n"
+                  "# TYPE verity_kv_xfer_blocks_total counter\n"
+                  "verity_kv_xfer_blocks_total{event=\"sent\"} %lld\n"
+                  "verity_kv_xfer_blocks_total{event=\"acked\"} %lld\n"
+                  "verity_kv_xfer_blocks_total{event=\"verified\"} %lld\n"
+                  "verity_kv_xfer_blocks_total{event=\"dropped\"} %lld\n"
+                  "verity_kv_xfer_blocks_total{event=\"restored\"} %lld\n"
+                  "verity_kv_xfer_blocks_total{event=\"refused\"} %lld\n"
+                  "# HELP verity_kv_xfer_waits_expired_total Decode requests that stopped "
+                  "waiting for their KV (no progress for --kv-xfer-timeout) and computed it.\n"
+                  "# TYPE verity_kv_xfer_waits_expired_total counter\n"
+                  "verity_kv_xfer_waits_expired_total %lld\n",
+                  (long long)ds.tx_transfers_ok, (long long)ds.tx_transfers_aborted,
+                  (long long)ds.rx_transfers_ok, (long long)ds.rx_transfers_aborted,
+                  (long long)ds.tx_open, (long long)ds.rx_open, (long long)ds.tx_blocks_sent,
+                  (long long)ds.tx_blocks_acked, (long long)ds.rx_blocks_verified,
+                  (long long)ds.rx_blocks_dropped, (long long)st.e.kv_in_restored,
+                  (long long)st.e.kv_in_refused, (long long)ds.rx_waits_expired);
     int rc =
         srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", sb.data, sb.len, NULL, NULL);
     strbuf_deinit(&sb);
@@ -204,12 +240,14 @@ static int srv_route_status(server *s, srv_http_req *c) {
     memset(&st, 0, sizeof st);
     if (s->sm.loop)
         engine_loop_stats(s->sm.loop, &st);
-    char body[320];
+    char body[768];
     int n = snprintf(body, sizeof body,
                      "{\"running\":%lld,\"waiting\":%lld,\"kv_used\":%lld,\"kv_total\":%lld,"
-                     "\"active\":%lld,\"draining\":%s}",
+                     "\"active\":%lld,\"role\":\"%s\",\"kv_addr\":\"%s\",\"draining\":%s}",
                      (long long)st.e.running, (long long)st.e.waiting, (long long)st.e.kv_used,
                      (long long)st.e.kv_total, (long long)atomic_load(&s->active),
+                     s->sm.role ? s->sm.role : "both",
+                     s->sm.kv_rx ? disagg_rx_addr(s->sm.kv_rx) : "",
                      atomic_load(&s->draining) ? "true" : "false");
     return srv_send(c, 200, "application/json", body, (size_t)n, NULL, NULL);
 }

@@ -76,6 +76,14 @@ typedef struct server_model {
     const json_value *template_kwargs; /* default template variables (an object), or NULL */
     engine_loop *loop;
     int64_t n_ctx;
+    /* disaggregation (disagg/disagg.h): role "prefill", "decode" or "both" (NULL = "both") */
+    const char *role;
+    struct disagg_rx *kv_rx;  /* decode: the KV receiver (its address in /v1/status), or NULL */
+    const struct kv_pool *kv_pool; /* the engine's pool (a prefill's sender reads it) */
+    uint64_t kv_identity;          /* engine_kv_identity */
+    int64_t kv_block_size;
+    const char *kv_transport; /* --kv-transport */
+    int kv_timeout_ms;        /* --kv-xfer-timeout */
 } server_model;
 
 /* Attaches the model and starts serving requests (/health turns 200). */

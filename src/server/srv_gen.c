@@ -50,6 +50,7 @@
 #include "base/err.h"
 #include "base/flags.h"
 #include "base/log.h"
+#include "disagg/disagg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,7 @@ struct srv_gen {
     bool aborted;
     bool cut;       /* some choice was cut by the server's shutdown */
     arena *a;       /* copies of the parameters' strings */
+    struct disagg_tx *tx; /* prefill: the transfer of the prompt's K/V (disagg.h), or NULL */
     srv_stop *stop; /* the stop strings' automaton (in a), NULL when there are none */
 };
 
@@ -143,6 +145,16 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, srv_http_req *req, int64_
                        srv_err *e) {
     int n_ch = p->n * p->n_prompts;
     int64_t cap = s->o.max_batch + s->o.queue_max;
+    const char *role = s->sm.role ? s->sm.role : "both";
+    const char *xerr = !p->xfer_id                            ? NULL
+                       : p->xfer_recv && !s->sm.kv_rx         ? "recv needs --role decode"
+                       : !p->xfer_recv && !strcmp(role, "decode") ? "send_to needs --role prefill or both"
+                                                              : NULL;
+    if (xerr) {
+        grammar_destroy(p->constraint);
+        srv_fail(e, 400, "invalid_request_error", "kv_transfer", "\"kv_transfer\" %s (this server: --role %s)", xerr, role);
+        return NULL;
+    }
     if (n_ch > cap) { /* no wait would help: a 429 would be retried forever */
         grammar_destroy(p->constraint);
         srv_fail(e, 400, "invalid_request_error", "n",
@@ -208,6 +220,33 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, srv_http_req *req, int64_
     for (int i = 0; i < n_ch; i++) {
         srv_choice *c = &g->ch[i];
         int32_t len = g->p.prompt_lens[c->prompt_idx];
+        engine_kv_in kin = {0};
+        engine_kv_out kout = {0};
+        if (p->xfer_id && i == 0 && p->n_prompts == 1 && len / s->sm.kv_block_size >= 1) {
+            /* disagg.h: a transfer carries one prompt's full blocks (a shorter prompt has none;
+             * several prompts: none), into the first choice (the others share its K/V) */
+            int rc = 0;
+            if (p->xfer_recv) {
+                rc = disagg_rx_expect(s->sm.kv_rx, p->xfer_id, g->p.prompts[0], len, &kin);
+            } else {
+                disagg_tx_opts to = {.transport = s->sm.kv_transport,
+                                     .addr = p->xfer_to,
+                                     .id = p->xfer_id,
+                                     .pool = s->sm.kv_pool,
+                                     .identity = s->sm.kv_identity,
+                                     .loop = s->sm.loop,
+                                     .timeout_ms = s->sm.kv_timeout_ms};
+                rc = disagg_tx_create(&to, g->p.prompts[0], len, &kout, &g->tx);
+            }
+            if (rc) {
+                pthread_mutex_unlock(&s->admit_mu);
+                srv_gen_free(g);
+                srv_fail(e, rc == ERR_EXISTS ? 409 : 500,
+                         rc == ERR_EXISTS ? "invalid_request_error" : "server_error",
+                         "kv_transfer", "kv_transfer: %s", err_detail());
+                return NULL;
+            }
+        }
         engine_req r = {.prompt = g->p.prompts[c->prompt_idx],
                         .n_prompt = len,
                         .sp = g->p.sp,
@@ -215,6 +254,8 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, srv_http_req *req, int64_
                             g->p.max_tokens > 0 ? g->p.max_tokens : (int32_t)(s->sm.n_ctx - len),
                         .ignore_eog = g->p.ignore_eos,
                         .want_logprobs = g->p.logprobs};
+        r.kv_in = kin;
+        r.kv_out = kout;
         r.sp.seed = g->p.sp.seed + (uint64_t)(i % p->n);
         r.fault_tag = g->p.skip_special ? 2 : 1; /* used by FAULT (a) only */
         if (p->n > 1) /* the n choices of a prompt share its K/V (engine.h, share_group) */
@@ -222,6 +263,11 @@ srv_gen *srv_gen_start(server *s, const srv_params *p, srv_http_req *req, int64_
         /* each choice follows the grammar with its own state; the engine owns it once submitted */
         if ((g->p.constraint && grammar_state_create(g->p.constraint, &r.constraint)) ||
             engine_loop_submit(s->sm.loop, &r, &c->q)) {
+            /* the engine never saw it: its disagg hooks end here */
+            if (kin.poll)
+                kin.done(kin.ctx, 0, 0);
+            if (kout.end)
+                kout.end(kout.ctx, false);
             pthread_mutex_unlock(&s->admit_mu);
             srv_gen_free(g);
             srv_fail(e, 500, "server_error", NULL, "out of memory");
@@ -253,6 +299,7 @@ void srv_gen_free(srv_gen *g) {
     }
     if (cancelled || g->aborted || g->cut)
         srv_metrics_cancelled(g->s->metrics);
+    disagg_tx_finish(g->tx); /* after the release above: the request's end ends the transfer */
     grammar_destroy(g->p.constraint);
     strbuf_deinit(&g->out);
     arena_destroy(g->a);

@@ -94,6 +94,12 @@ typedef struct srv_params {
      * grammar reference owned by whoever holds the srv_params until srv_gen_start, which always
      * takes it; NULL when generation is free */
     grammar *constraint;
+    /* disaggregation: {"kv_transfer":{"id":"HEX","send_to":"HOST:PORT"}} (a prefill server sends
+     * the prompt's K/V there) or {"kv_transfer":{"id":"HEX","recv":true}} (a decode server waits
+     * for it); xfer_id 0: neither */
+    uint64_t xfer_id;
+    const char *xfer_to;
+    bool xfer_recv;
     /* the prompts, tokenized (completions may have several) */
     int32_t **prompts;
     int32_t *prompt_lens;

@@ -34,6 +34,7 @@
 #include "toolcall/tool_grammar.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define INV "invalid_request_error"
@@ -239,6 +240,39 @@ static int srv_parse_common(server *s, arena *a, const json_value *body, bool ch
         return -1;
     if (srv_bool(body, "ignore_eos", &p->ignore_eos, &g, e))
         return -1;
+    if ((v = json_get(body, "kv_transfer")) && v->type != JSON_NULL) {
+        const char *t = NULL, *to = NULL;
+        size_t tl = 0, tol = 0;
+        bool recv = false;
+        char hex[17];
+        if (v->type != JSON_OBJECT || !json_as_str(json_get(v, "id"), &t, &tl) || tl == 0 ||
+            tl > 16)
+            return srv_fail(e, 400, INV, "kv_transfer",
+                            "\"kv_transfer\" must be an object with an \"id\" of 1 to 16 hex "
+                            "digits");
+        memcpy(hex, t, tl);
+        hex[tl] = 0;
+        char *end = NULL;
+        p->xfer_id = strtoull(hex, &end, 16);
+        if (*end || p->xfer_id == 0)
+            return srv_fail(e, 400, INV, "kv_transfer.id",
+                            "\"kv_transfer\".id '%s' is not a nonzero hex number", hex);
+        const json_value *sv = json_get(v, "send_to");
+        if (sv && !json_as_str(sv, &to, &tol))
+            return srv_fail(e, 400, INV, "kv_transfer.send_to",
+                            "\"kv_transfer\".send_to must be a \"host:port\" string");
+        if (srv_bool(v, "recv", &recv, &g, e)) {
+            e->param = "kv_transfer.recv";
+            return -1;
+        }
+        if ((to != NULL) == recv || (to && (tol == 0 || tol > 255)))
+            return srv_fail(e, 400, INV, "kv_transfer",
+                            "\"kv_transfer\" needs exactly one of \"send_to\" (a host:port) "
+                            "or \"recv\": true");
+        if (to && !(p->xfer_to = arena_strndup(a, to, tol)))
+            return srv_fail(e, 500, "server_error", NULL, "out of memory");
+        p->xfer_recv = recv;
+    }
     if ((v = json_get(body, "logit_bias")) && v->type != JSON_NULL &&
         !(v->type == JSON_OBJECT && v->obj.n == 0))
         return srv_fail(e, 400, INV, "logit_bias", "\"logit_bias\" is not supported");

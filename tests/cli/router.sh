@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # verity router over real processes on loopback: two `verity serve` replicas behind one router.
-#   - usage: no replica, a bad or repeated URL, --prefill/--decode: exit 2, one line on stderr
+#   - usage: no replica, a bad or repeated URL, --prefill without --decode: exit 2, one line on
+#     stderr (the disaggregated flow itself: disagg.sh)
 #   - no replica up: /health and requests get 503 (code no_backend, Retry-After), counted
 #   - P1 through the router: the p1.mjs workload (64 requests) gives the same normalized bytes as
 #     one server, each request alone and all 64 at once (half of them streamed); one streamed
@@ -43,9 +44,7 @@ expect_exit2 router.usage_port "$VERITY" router --replica http://127.0.0.1:70000
 expect_exit2 router.usage_twice "$VERITY" router --replica http://127.0.0.1:8080,http://127.0.0.1:8080/
 expect_exit2 router.usage_empty "$VERITY" router --replica ,
 expect_exit2 router.usage_unknown "$VERITY" router --replica http://127.0.0.1:8080 --frobnicate 1
-expect_exit2 router.usage_disagg "$VERITY" router --prefill http://127.0.0.1:8080 --decode http://127.0.0.1:8081
-"$VERITY" router --prefill http://127.0.0.1:8080 --decode http://127.0.0.1:8081 2>&1 | grep -q "not supported yet" &&
-    pass router.disagg_says_not_supported || fail router.disagg_says_not_supported "no 'not supported yet'"
+expect_exit2 router.usage_disagg_half "$VERITY" router --prefill http://127.0.0.1:8080
 
 SOPTS=(-m "$MODEL" -t 1 --admin-api 1)
 # replica VAR [PORT]: starts a server (on PORT when given); VAR_URL, VAR_PID, VAR_PORT
