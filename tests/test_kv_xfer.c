@@ -693,6 +693,43 @@ static void t_timeout(void) {
     fx_free(&f);
 }
 
+/* Another thread cuts a receiver blocked in its read (kv_xfer_conn_shutdown from a thread that
+ * does not own the connection, as the decode server does when a request ends first): the read ends
+ * with ERR_CONNECT, never a hang (the read has no timeout), and every block is released once. */
+typedef struct cut_rx {
+    kv_xfer_recv *r;
+    kv_xfer_state st;
+} cut_rx;
+
+static void *cut_reader(void *arg) {
+    cut_rx *c = arg;
+    while ((c->st = kv_xfer_recv_step(c->r)) == KV_XFER_OPEN) {
+    }
+    return NULL;
+}
+
+static void t_cut_by_other_thread(void) {
+    fx f;
+    fx_init(&f, true);
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    cut_rx c = {.r = fx_receiver(&f, -1)};
+    pthread_t th;
+    T_CHECK(pthread_create(&th, NULL, cut_reader, &c) == 0);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN); /* block 0's ACK: the reader reads on */
+    kv_xfer_conn_shutdown(f.cr);
+    pthread_join(th, NULL);
+    T_CHECK(c.st == KV_XFER_ABORTED);
+    T_CHECKF(kv_xfer_recv_error(c.r) == ERR_CONNECT, "receiver error %d",
+             kv_xfer_recv_error(c.r));
+    kv_xfer_recv_destroy(c.r);
+    check_dst_free(&f);
+    kv_xfer_conn_destroy(f.cr); /* the owner's destroy: the sender sees end of stream */
+    f.cr = NULL;
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    fx_end(&f, s, NULL, 1);
+}
+
 /* A connect to a port nobody listens on (a listener that was closed) is ERR_CONNECT from connect
  * itself, naming the address. */
 static void t_closed_port(void) {
@@ -896,6 +933,7 @@ static const tcase cases[] = {
     {"closed_port", t_closed_port, false},
     {"peer_destroyed", t_peer_destroyed, false},
     {"peer_killed", t_peer_killed, false},
+    {"cut_by_other_thread", t_cut_by_other_thread, false},
 };
 
 static char ucx_skip[256];

@@ -70,7 +70,9 @@
  * blocks in its own reads and writes). Drain = the owner calls cancel on each open transfer.
  * Nothing here takes a lock. On ucx the owning thread is also the one that progresses the
  * connection's UCP worker (inside its reads and writes); nothing else does, so a connection must
- * not be used by two threads at once even for reading on one and writing on the other.
+ * not be used by two threads at once even for reading on one and writing on the other. The one
+ * exception is kv_xfer_conn_shutdown, which any thread may call to cut the owner's blocked read or
+ * write (both transports).
  */
 #ifndef VERITY_DISAGG_KV_XFER_H
 #define VERITY_DISAGG_KV_XFER_H
@@ -113,9 +115,10 @@ void kv_xfer_listener_destroy(kv_xfer_listener *l);
 int kv_xfer_conn_from_fd(int fd, kv_xfer_conn **out);
 
 /* Shuts the connection down both ways without freeing it (the peer sees end of stream; a test's
- * "the peer died"). Call it from the thread that owns the connection: on ucx it sends a FIN and
- * closes the endpoint through the connection's worker, which only its owner may progress (tcp
- * would allow another thread; ucx does not). */
+ * "the peer died"). Any thread may call it: a read or write running in the owning thread then
+ * ends with ERR_CONNECT. On tcp the peer sees end of stream at once; on ucx, when the owner is in
+ * a call, the FIN and the endpoint's close wait for the owner's kv_xfer_conn_destroy (only the
+ * owner progresses the connection's worker); when it is not, they happen here. */
 void kv_xfer_conn_shutdown(kv_xfer_conn *c);
 
 /* Closes and frees a connection (NULL is a no-op). */

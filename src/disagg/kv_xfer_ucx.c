@@ -61,8 +61,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <ucp/api/ucp.h>
 
 /* Tags: DATA (a write of at most SMALL bytes) and DATA_BIG (longer) differ in bit 0 only, so a
@@ -141,12 +143,12 @@ static int worker_create(ucp_worker_h *w, int *efd, const char *what) {
 
 typedef struct waiter {
     ucp_worker_h w;
-    int efd, timeout_ms, spins;
+    int efd, wake_fd, timeout_ms, spins; /* wake_fd: -1, or a connection's cut eventfd */
     struct timespec t0;
 } waiter;
 
 static waiter waiter_start(ucp_worker_h w, int efd, int timeout_ms) {
-    waiter wt = {.w = w, .efd = efd, .timeout_ms = timeout_ms};
+    waiter wt = {.w = w, .efd = efd, .wake_fd = -1, .timeout_ms = timeout_ms};
     clock_gettime(CLOCK_MONOTONIC, &wt.t0);
     return wt;
 }
@@ -177,8 +179,8 @@ static int waiter_round(waiter *wt) {
         return ERR_TIMEOUT;
     if (ucp_worker_arm(wt->w) == UCS_ERR_BUSY)
         return 0;
-    struct pollfd pf = {.fd = wt->efd, .events = POLLIN};
-    (void)poll(&pf, 1, left < 0 || left > SLEEP_MAX_MS ? SLEEP_MAX_MS : left);
+    struct pollfd pf[2] = {{.fd = wt->efd, .events = POLLIN}, {.fd = wt->wake_fd, .events = POLLIN}};
+    (void)poll(pf, wt->wake_fd >= 0 ? 2 : 1, left < 0 || left > SLEEP_MAX_MS ? SLEEP_MAX_MS : left);
     return 0;
 }
 
@@ -192,6 +194,13 @@ typedef struct ucx_conn {
     atomic_int failed; /* the ucs_status_t the endpoint's error handler saw; 0 while fine */
     bool fin_seen;     /* the peer's FIN was read */
     bool closed;       /* shutdown ran here */
+    /* Shutdown from another thread (ucx_shutdown): `use` is held by the owning thread for the
+     * whole of each read or write; a shutdown that cannot take it sets `cut` and writes wake_fd,
+     * which the owner's wait polls beside the worker's event fd: the owner's call then ends with
+     * ERR_CONNECT, and its destroy sends the FIN and closes. */
+    pthread_mutex_t use;
+    atomic_bool cut;
+    int wake_fd;
     uint8_t *stage;    /* the rest of a message longer than the read that took it */
     size_t stage_cap, stage_off, stage_len;
     char peer[80];
@@ -240,9 +249,10 @@ static int conn_send_wait(ucx_conn *c, ucs_status_ptr_t r, const char *what, int
     if (r == NULL)
         return 0;
     waiter wt = waiter_start(c->w, c->efd, timeout_ms);
+    wt.wake_fd = c->wake_fd;
     ucs_status_t st;
     while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
-        if (c->ep && conn_peer_gone(c))
+        if (c->ep && (atomic_load(&c->cut) || conn_peer_gone(c)))
             conn_close_ep(c);
         if (!c->ep) {
             /* closed: a rendezvous send the peer never fetched stays in progress; it is given
@@ -295,7 +305,11 @@ static int conn_recv_msg(ucx_conn *c, ucp_tag_message_h m, void *buf, size_t n) 
 static int conn_probe(ucx_conn *c, ucp_tag_t tag, ucp_tag_t mask, int timeout_ms,
                       ucp_tag_message_h *m, ucp_tag_recv_info_t *info) {
     waiter wt = waiter_start(c->w, c->efd, timeout_ms);
+    wt.wake_fd = c->wake_fd;
     for (int last = 0;;) {
+        if (atomic_load(&c->cut))
+            return err_set(ERR_CONNECT, "kv_xfer ucx: read from %s: shut down by another thread",
+                           c->peer);
         if ((*m = ucp_tag_probe_nb(c->w, tag, mask, 1, info)) != NULL)
             return 0;
         if (last)
@@ -312,9 +326,8 @@ static int conn_probe(ucx_conn *c, ucp_tag_t tag, ucp_tag_t mask, int timeout_ms
     }
 }
 
-static int ucx_write_all(kv_xfer_conn *base, const void *buf, size_t n) {
-    ucx_conn *c = (ucx_conn *)base;
-    if (c->closed)
+static int conn_write_all(ucx_conn *c, const void *buf, size_t n) {
+    if (c->closed || atomic_load(&c->cut))
         return err_set(ERR_CONNECT, "kv_xfer ucx: write to %s after shutdown", c->peer);
     ucp_worker_progress(c->w);
     if (conn_peer_gone(c))
@@ -323,8 +336,15 @@ static int ucx_write_all(kv_xfer_conn *base, const void *buf, size_t n) {
     return conn_send(c, buf, n, n <= SMALL ? TAG_DATA : TAG_DATA_BIG, "write");
 }
 
-static int ucx_read_full(kv_xfer_conn *base, void *buf, size_t n, int timeout_ms) {
+static int ucx_write_all(kv_xfer_conn *base, const void *buf, size_t n) {
     ucx_conn *c = (ucx_conn *)base;
+    pthread_mutex_lock(&c->use);
+    int rc = conn_write_all(c, buf, n);
+    pthread_mutex_unlock(&c->use);
+    return rc;
+}
+
+static int conn_read_full(ucx_conn *c, void *buf, size_t n, int timeout_ms) {
     uint8_t *p = buf;
     while (n > 0) {
         if (c->stage_off < c->stage_len) {
@@ -336,9 +356,9 @@ static int ucx_read_full(kv_xfer_conn *base, void *buf, size_t n, int timeout_ms
             n -= k;
             continue;
         }
-        if (c->closed || c->fin_seen)
+        if (c->closed || c->fin_seen || atomic_load(&c->cut))
             return err_set(ERR_CONNECT, "kv_xfer ucx: read from %s: end of stream (%s)", c->peer,
-                           c->closed ? "shut down here" : "the peer closed the connection");
+                           c->fin_seen ? "the peer closed the connection" : "shut down here");
         ucp_tag_message_h m;
         ucp_tag_recv_info_t info;
         int rc = conn_probe(c, 0, TAG_ANY_MASK, timeout_ms, &m, &info);
@@ -384,6 +404,14 @@ static int ucx_read_full(kv_xfer_conn *base, void *buf, size_t n, int timeout_ms
     return 0;
 }
 
+static int ucx_read_full(kv_xfer_conn *base, void *buf, size_t n, int timeout_ms) {
+    ucx_conn *c = (ucx_conn *)base;
+    pthread_mutex_lock(&c->use);
+    int rc = conn_read_full(c, buf, n, timeout_ms);
+    pthread_mutex_unlock(&c->use);
+    return rc;
+}
+
 /* Takes the small messages nobody will read off the queue (the peer's FIN, ACKs, an ABORT), so
  * the worker is destroyed with none pending. A rendezvous message stays: receiving it would tell
  * its sender it was delivered. */
@@ -399,8 +427,8 @@ static void conn_drain(ucx_conn *c) {
     }
 }
 
-static void ucx_shutdown(kv_xfer_conn *base) {
-    ucx_conn *c = (ucx_conn *)base;
+/* The close itself: the caller holds c->use (it is the owner, or the owner is in no call). */
+static void conn_shutdown(ucx_conn *c) {
     if (c->closed)
         return;
     c->closed = true;
@@ -415,11 +443,28 @@ static void ucx_shutdown(kv_xfer_conn *base) {
     conn_close_ep(c);
 }
 
+/* From any thread: closes now if no read or write is running, else cuts the running one (it
+ * returns ERR_CONNECT soon after; the FIN goes with the owner's destroy). */
+static void ucx_shutdown(kv_xfer_conn *base) {
+    ucx_conn *c = (ucx_conn *)base;
+    if (pthread_mutex_trylock(&c->use) == 0) {
+        conn_shutdown(c);
+        pthread_mutex_unlock(&c->use);
+        return;
+    }
+    atomic_store(&c->cut, true);
+    uint64_t one = 1;
+    (void)!write(c->wake_fd, &one, sizeof one);
+}
+
 static void conn_free(ucx_conn *c) {
     if (c->w) {
         conn_drain(c);
         ucp_worker_destroy(c->w);
     }
+    if (c->wake_fd >= 0)
+        close(c->wake_fd);
+    pthread_mutex_destroy(&c->use);
     free(c->stage);
     free(c);
     ctx_put();
@@ -427,7 +472,9 @@ static void conn_free(ucx_conn *c) {
 
 static void ucx_destroy(kv_xfer_conn *base) {
     ucx_conn *c = (ucx_conn *)base;
-    ucx_shutdown(base);
+    pthread_mutex_lock(&c->use); /* the owner's call, if a shutdown cut it, has returned */
+    conn_shutdown(c);
+    pthread_mutex_unlock(&c->use);
     conn_free(c);
 }
 
@@ -445,6 +492,12 @@ static int conn_new(const char *peer, ucx_conn **out) {
     }
     c->base.ops = &ucx_ops;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
+    c->wake_fd = -1;
+    pthread_mutex_init(&c->use, NULL);
+    if ((c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+        conn_free(c);
+        return err_set(ERR_NOMEM, "kv_xfer ucx: connection to %s: eventfd failed", peer);
+    }
     if ((rc = worker_create(&c->w, &c->efd, peer))) {
         c->w = NULL;
         conn_free(c);
