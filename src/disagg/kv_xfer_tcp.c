@@ -127,7 +127,7 @@ static int tcp_listen(const char *addr, kv_xfer_listener **out) {
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 16)) {
+        bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, SOMAXCONN)) {
         rc = err_set(ERR_CONNECT, "kv_xfer tcp: listen on '%s': %s", addr, strerror(errno));
         if (fd >= 0)
             close(fd);

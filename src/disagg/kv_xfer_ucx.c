@@ -79,7 +79,7 @@ enum {
     FLUSH_MS = 1000,
     SPIN = 256,
     SLEEP_MAX_MS = 1000,
-    QUEUE = 16
+    QUEUE = 1024 /* pending connection requests; more are rejected (tcp: the SOMAXCONN backlog) */
 };
 #define TAG_ANY_MASK  0
 #define TAG_ONE_MASK  ((ucp_tag_t)-1)

@@ -67,6 +67,9 @@ typedef struct eng_seq {
     double spec_acc;           /* guesses accepted, recent ones weighing more (decayed) */
     double spec_tested;        /* guesses tested: accepted ones and each first refused one */
     engine_kv_in kv_in;        /* disagg: blocks from another server (poll NULL once done) */
+    int32_t kv_in_n;           /* kv_in's answer: -1 until it said the blobs are there */
+    const void *const *kv_in_blobs;
+    size_t kv_in_nb;
     engine_kv_out kv_out;      /* disagg: blocks to another server (end NULL once ended) */
     int32_t n_exported;        /* kv_out: prompt blocks handed so far */
 } eng_seq;
@@ -324,14 +327,12 @@ static void eng_kv_export(engine *e, eng_seq *s) {
     }
 }
 
-/* kv_in at admission (t holds L1's and the tiers' prefix): restores the received blobs past it.
- * Returns false while they are still arriving. */
-static bool eng_kv_import(engine *e, eng_seq *s, int32_t n_full) {
-    const void *const *blobs = NULL;
-    size_t nb = 0;
-    int32_t n = s->kv_in.poll(s->kv_in.ctx, &blobs, &nb);
-    if (n < 0)
-        return false;
+/* kv_in at admission, once poll answered (s->kv_in_n >= 0; t holds L1's and the tiers' prefix):
+ * restores the received blobs past it. */
+static void eng_kv_import(engine *e, eng_seq *s, int32_t n_full) {
+    const void *const *blobs = s->kv_in_blobs;
+    size_t nb = s->kv_in_nb;
+    int32_t n = s->kv_in_n;
     int64_t bs = e->o.block_size;
     int32_t restored = 0, refused = 0;
     uint64_t identity = kv_prefix_identity(e->px);
@@ -361,7 +362,6 @@ static bool eng_kv_import(engine *e, eng_seq *s, int32_t n_full) {
     e->n_kv_in_refused += refused;
     s->kv_in.poll = NULL;
     s->kv_in.done(s->kv_in.ctx, restored, refused);
-    return true;
 }
 
 static void eng_seq_free(engine *e, eng_seq *s) {
@@ -465,6 +465,7 @@ static int eng_submit(engine *e, const engine_req *r) {
     s->cb = r->cb;
     s->ud = r->ud;
     s->kv_in = r->kv_in;
+    s->kv_in_n = -1;
     s->kv_out = r->kv_out;
     if (!s->kv_out.block)
         s->kv_out.end = NULL;
@@ -631,6 +632,10 @@ static bool eng_take_cached(engine *e, eng_seq *s) {
 #endif
     if (!e->o.prefix_cache || s->n_done > 0 || s->tab.n > 0)
         return false;
+    if (s->kv_in.poll && s->kv_in_n < 0 &&
+        (s->kv_in_n = s->kv_in.poll(s->kv_in.ctx, &s->kv_in_blobs, &s->kv_in_nb)) < 0)
+        return true; /* the blocks are still arriving from another server: wait, in order (asked
+                      * before the prefix match, so a wait re-matches and re-verifies nothing) */
     int32_t bs = e->o.block_size;
     int32_t got = kv_prefix_match(e->px, &s->tab, s->toks, s->n_toks / bs);
     if (s->fetch) {
@@ -642,10 +647,7 @@ static bool eng_take_cached(engine *e, eng_seq *s) {
         got += more;
     }
     if (s->kv_in.poll) {
-        if (!eng_kv_import(e, s, s->n_toks / bs)) {
-            kv_prefix_release(e->px, &s->tab);
-            return true; /* the blocks are still arriving from another server: wait, in order */
-        }
+        eng_kv_import(e, s, s->n_toks / bs);
         got = s->tab.n;
     }
     if (eng_block_in_progress(e, s, got)) {

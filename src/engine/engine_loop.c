@@ -180,8 +180,11 @@ static bool eloop_may_step(engine_loop *l) {
     return (!l->pause || l->grant > 0) && engine_busy(l->e);
 }
 
+enum { ELOOP_IDLE_MIN_NS = 100 * 1000, ELOOP_IDLE_MAX_NS = 2000 * 1000 };
+
 static void *eloop_main(void *arg) {
     engine_loop *l = arg;
+    long idle_ns = ELOOP_IDLE_MIN_NS;
     for (;;) {
         pthread_mutex_lock(&l->mu);
         for (;;) {
@@ -232,9 +235,14 @@ static void *eloop_main(void *arg) {
                            (b.generated - a.generated) + (b.prompt_computed - a.prompt_computed),
                            dt);
             if (b.last_step_seqs == 0 && engine_busy(l->e)) {
-                /* nothing could run: the queue's head waits for a KV tier's I/O thread */
-                struct timespec ts = {0, 100 * 1000};
+                /* nothing could run: the queue's head waits for a KV tier's I/O thread or for a
+                 * transfer from another server; the pause doubles from 100 us up to 2 ms while
+                 * nothing runs (a transfer can take seconds: no busy loop beside it) */
+                struct timespec ts = {0, idle_ns};
                 nanosleep(&ts, NULL);
+                idle_ns = idle_ns * 2 > ELOOP_IDLE_MAX_NS ? ELOOP_IDLE_MAX_NS : idle_ns * 2;
+            } else {
+                idle_ns = ELOOP_IDLE_MIN_NS;
             }
         }
         eloop_update_stats(l);

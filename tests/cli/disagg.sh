@@ -23,6 +23,8 @@
 #     and both give every block back
 #   - afterwards every live server's KV is idle (kv_used 0 in /v1/status: no block leaked by a
 #     transfer, on either side) and no transfer is left open
+#   - the same P1 comparisons (alone and 64 at once) with --kv-transport ucx, and the transfers
+#     counted, on one prefill and one decode server
 #   - verity hunt against the router finds nothing (concurrency 1 and 16, --tie-threshold 0)
 #   - drain: SIGTERM on the decode server while its request waits for the KV (the prefill server
 #     held): new requests get 503, the request is answered whole once the KV arrives, exit 0
@@ -260,6 +262,25 @@ if wait_for both_hold; then
 else fail disagg.decode_drain "the request was not held on both sides"; adm "$LIVE_P" resume; fi
 kill -9 -- -"$RT_PID" 2>/dev/null
 for p in "$P1_PID" "$P2_PID" "$D1_PID" "$D2_PID"; do kill -9 -- -"$p" 2>/dev/null; done
+
+# --- the ucx transport: one prefill, one decode server ------------------------------------------
+# the same workload with the KV carried by libucx (shared memory and cma on one machine); skipped
+# with one line where UCX cannot start (test_kv_xfer says why)
+if "$VERITY" serve --role decode --kv-transport ucx --kv-listen 127.0.0.1:0 --port 0 -m /nonexistent.gguf 2>&1 | grep -q "transport"; then
+    skip disagg.ucx "the ucx transport is not available here"
+else
+srv UP -m "$MODEL" --role prefill --kv-transport ucx || exit 0
+srv UD -m "$MODEL" --role decode --kv-transport ucx || exit 0
+start_router disagg.router_ucx --prefill "$UP_URL" --decode "$UD_URL" || exit 0
+p1 ualone "$RT_URL" record spec && same ref ualone "ucx, 64 requests one by one"
+p1 uconc "$RT_URL" replay spec && same ref uconc "ucx, 64 at once"
+ur=$(restored "$UD_URL")
+utx=$(mv "$UP_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}')
+[ "$ur" -gt 0 ] && [ "${utx:-0}" -gt 0 ] && pass "disagg.ucx_transfers_happened($utx transfers, $ur blocks restored)" ||
+    fail disagg.ucx_transfers_happened "restored $ur, transfers ok ${utx:-?}"
+wait_for idle "$UP_URL" "$UD_URL" && pass disagg.ucx_kv_idle_after || fail disagg.ucx_kv_idle_after "kv_used $(kv_used "$UP_URL") / $(kv_used "$UD_URL")"
+kill -9 -- -"$RT_PID" -"$UP_PID" -"$UD_PID" 2>/dev/null
+fi
 
 # --- the embedded default model: one prefill, one decode server ---------------------------------
 # (release only: under the sanitizers, VERITY_TEST_SCALE < 1, the synthetic model's runs above
