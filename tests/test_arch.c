@@ -529,11 +529,19 @@ static void t_bad_deepseek32(void) {
     model_destroy(m);
 }
 
+/* deepseek4: compressed attention, indexer, window, sinks, hyper-connections, hash routing; each
+ * KV type against its own file. */
+static void t_ref_deepseek4(void) {
+    ref_check("deepseek4", false);
+    ref_check("deepseek4", true);
+}
+
 int main(void) {
     test_run("arch.registry", t_registry);
     test_run("arch.reference_qwen3moe", t_ref_qwen3moe);
     test_run("arch.reference_deepseek2", t_ref_deepseek2);
     test_run("arch.reference_deepseek32", t_ref_deepseek32);
+    test_run("arch.reference_deepseek4", t_ref_deepseek4);
     test_run("arch.moe_token_alone_eq_batched", t_moe_invariance);
     test_run("arch.bad_moe_file", t_bad_moe);
     test_run("arch.bad_deepseek2_file", t_bad_deepseek2);

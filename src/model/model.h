@@ -77,6 +77,11 @@ typedef struct model_hparams {
     int64_t indexer_head_dim;
     int64_t indexer_top_k;
     int64_t n_layer_nextn; /* trailing multi-token-prediction layers of the file, not run */
+    /* DeepSeek-V4 (hc_mult 0: none): hyper-connection streams, Sinkhorn rounds and epsilon,
+     * leading hash-routed layers, grouped low-rank output, the compressed layers' RoPE base
+     * (per-layer compression ratios and SwiGLU clamps are the layers' own) */
+    int64_t hc_mult, hc_sinkhorn_iters, n_hash_layers, o_groups, o_lora;
+    float hc_eps, compress_rope_base;
 } model_hparams;
 
 typedef struct model model;

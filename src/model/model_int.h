@@ -28,6 +28,9 @@ typedef struct model_moe {
     kn_mat *gate_shexp, *up_shexp, *down_shexp; /* the shared experts, or NULL */
     kn_mat *gate_inp_shexp;                     /* [1][n_embd]: sigmoid gate of the shared
                                                  * experts' output, or NULL (ungated) */
+    const int32_t *tid2eid; /* [n_vocab][n_expert_used]: hash routing by token id, or NULL */
+    float clamp, clamp_sh;  /* SwiGLU limits of the routed / shared experts (<= 1e-6: none):
+                             * silu(min(g, L)) * clamp(u, -L, L) */
 } model_moe;
 
 typedef struct model_layer {
