@@ -17,8 +17,8 @@
  *   qr = rmsnorm(attn_q_a x) q_a_norm; q_h = rmsnorm(attn_q_b qr)_h (no weight), roped;
  *   kv = rmsnorm(attn_kv x) kv_a_norm, roped: the position's raw key/value;
  *   compressed layers (ratio r = 4 or 128): per position the compressor's kv = wkv x and
- *   score = wgate x + ape[pos % r] (F32, the "state"); when a token ends block b (pos = r b + r - 1)
- *   the block's entry is the per-channel softmax(score)-weighted sum of kv over the block (r = 4
+ *   score = wgate x + ape[pos % r] (F32, the "state"); when a token ends block b (pos = r b + r -
+ * 1) the block's entry is the per-channel softmax(score)-weighted sum of kv over the block (r = 4
  *   overlaps: the previous block's first halves join the current block's second halves), RMS
  *   normed with attn_compressor_norm and roped at position r b; ratio 4 also builds the indexer's
  *   key of the block the same way from its own compressor;
@@ -57,13 +57,13 @@
 #define DS4_MAX_LAYER 4096
 
 typedef struct ds4_layer {
-    int64_t ratio; /* 0, 4 or 128 */
+    int64_t ratio;                            /* 0, 4 or 128 */
     kn_mat *wq_a, *wq_b, *wkv, *wo_b, **wo_a; /* wo_a: [o_groups] */
     float *q_a_norm, *kv_norm, *sinks;
     kn_mat *hc_fn[2]; /* attention, FFN: [(2 + hc) hc][hc n_embd] */
     float *hc_base[2], *hc_scale[2];
-    kn_mat *c_wkv, *c_wgate; /* compressor [coff D][n_embd] */
-    float *c_ape, *c_norm;   /* [r][coff D], [D] */
+    kn_mat *c_wkv, *c_wgate;                  /* compressor [coff D][n_embd] */
+    float *c_ape, *c_norm;                    /* [r][coff D], [D] */
     kn_mat *i_proj, *i_q_b, *i_wkv, *i_wgate; /* indexer (ratio 4) */
     float *i_ape, *i_norm;
     int32_t *tid2eid; /* hash layers: [n_vocab][k] */
@@ -91,7 +91,8 @@ static int ds4_read_ratios(const model *m, int64_t n_all, int64_t l, int64_t *ra
 }
 
 /* A per-layer float key that may be a scalar or an array (def when absent). */
-static int ds4_read_layer_f32(const model *m, const char *suffix, int64_t l, float def, float *out) {
+static int ds4_read_layer_f32(const model *m, const char *suffix, int64_t l, float def,
+                              float *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", m->hp.arch_name, suffix);
     gguf_arr a;
@@ -144,8 +145,8 @@ static int ds4_read_hparams(model *m) {
                        hp->arch_name, (long long)nextn, (long long)hp->n_layer);
     /* the reference ignores the MTP count when the file lacks the first MTP block */
     char n[96];
-    if (nextn > 0 && !gguf_find_tensor(m->g, model_layer_name(n, hp->n_layer - nextn,
-                                                               "nextn.eh_proj.weight")))
+    if (nextn > 0 &&
+        !gguf_find_tensor(m->g, model_layer_name(n, hp->n_layer - nextn, "nextn.eh_proj.weight")))
         nextn = 0;
     int64_t r;
     if ((rc = ds4_read_ratios(m, hp->n_layer, 0, &r)))
@@ -154,11 +155,11 @@ static int ds4_read_hparams(model *m) {
     hp->n_layer -= nextn;
     int64_t D = hp->head_dim, R = hp->n_rot;
     if (vlen != D || D < 16 || D > DS4_HEAD_MAX || D % 2 || R < 2 || R > D || R % 2)
-        return err_set(ERR_UNSUPPORTED,
-                       "%s: %s.attention.key_length %lld / value_length %lld / rope %lld: deepseek4 "
-                       "takes equal key and value lengths 16..%d with an even rope part",
-                       path, hp->arch_name, (long long)D, (long long)vlen, (long long)R,
-                       DS4_HEAD_MAX);
+        return err_set(
+            ERR_UNSUPPORTED,
+            "%s: %s.attention.key_length %lld / value_length %lld / rope %lld: deepseek4 "
+            "takes equal key and value lengths 16..%d with an even rope part",
+            path, hp->arch_name, (long long)D, (long long)vlen, (long long)R, DS4_HEAD_MAX);
     if (hp->n_head_kv != 1)
         return err_set(ERR_UNSUPPORTED, "%s: %s.attention.head_count_kv %lld (deepseek4: 1)", path,
                        hp->arch_name, (long long)hp->n_head_kv);
@@ -206,16 +207,15 @@ static void ds4_free_layer(const model *m, model_layer *L) {
     ds4_layer *X = L->ext; /* model.c frees attn_norm and the MoE */
     if (!X)
         return;
-    kn_mat *mats[] = {X->wq_a,    X->wq_b,  X->wkv,     X->wo_b,   X->hc_fn[0], X->hc_fn[1],
-                      X->c_wkv,   X->c_wgate, X->i_proj, X->i_q_b, X->i_wkv,    X->i_wgate,
-                      X->head_fn};
+    kn_mat *mats[] = {X->wq_a,    X->wq_b,   X->wkv,   X->wo_b,  X->hc_fn[0], X->hc_fn[1], X->c_wkv,
+                      X->c_wgate, X->i_proj, X->i_q_b, X->i_wkv, X->i_wgate,  X->head_fn};
     for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
         kn_mat_destroy(mats[i]);
     if (X->wo_a)
         model_free_slices(X->wo_a, m->hp.o_groups);
-    float *vecs[] = {X->q_a_norm, X->kv_norm,  X->sinks,  X->hc_base[0], X->hc_base[1],
-                     X->hc_scale[0], X->hc_scale[1], X->c_ape, X->c_norm, X->i_ape,
-                     X->i_norm,   X->head_base, X->head_scale};
+    float *vecs[] = {X->q_a_norm,    X->kv_norm,     X->sinks,     X->hc_base[0], X->hc_base[1],
+                     X->hc_scale[0], X->hc_scale[1], X->c_ape,     X->c_norm,     X->i_ape,
+                     X->i_norm,      X->head_base,   X->head_scale};
     for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++)
         free(vecs[i]);
     free(X->tid2eid);
@@ -255,8 +255,7 @@ static int ds4_bind_groups(model *m, const char *name, int64_t k, int64_t n, int
     for (int64_t g = 0; g < G; g++) {
         const char *data = (const char *)t->data + (size_t)(g * n * row_bytes);
         if ((rc = kn_mat_create(t->type, data, n, k, m->isa, &(*out)[g])))
-            return err_wrap(rc, "%s: tensor '%s', group %lld", gguf_path(m->g), name,
-                            (long long)g);
+            return err_wrap(rc, "%s: tensor '%s', group %lld", gguf_path(m->g), name, (long long)g);
         m->weight_bytes += kn_mat_bytes((*out)[g]);
         m->flops_per_token += 2.0 * (double)n * (double)k;
     }
@@ -274,8 +273,8 @@ static int ds4_bind_hash(model *m, int64_t l, ds4_layer *X) {
     if (t->type != 26 /* I32 */ || t->n_dims != 2 || t->ne[0] != k || t->ne[1] != V)
         return err_set(ERR_INVAL,
                        "%s: tensor '%s' must be I32 [%lld, %lld] (type %d, shape [%lld, %lld])",
-                       gguf_path(m->g), n, (long long)k, (long long)V, t->type,
-                       (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 0));
+                       gguf_path(m->g), n, (long long)k, (long long)V, t->type, (long long)t->ne[0],
+                       (long long)(t->n_dims > 1 ? t->ne[1] : 0));
     X->tid2eid = malloc((size_t)(k * V) * sizeof(int32_t));
     if (!X->tid2eid)
         return err_set(ERR_NOMEM, "out of memory");
@@ -305,8 +304,7 @@ static int ds4_bind_layer(model *m, int64_t l) {
         return rc;
     if ((rc = model_bind_vec(m, model_layer_name(n, l, "attn_norm.weight"), E, true,
                              &L->attn_norm)) ||
-        (rc = model_bind_vec(m, model_layer_name(n, l, "attn_sinks.weight"), H, true,
-                             &X->sinks)) ||
+        (rc = model_bind_vec(m, model_layer_name(n, l, "attn_sinks.weight"), H, true, &X->sinks)) ||
         (rc = model_bind_mat(m, model_layer_name(n, l, "attn_q_a.weight"), E, QL, true, 1.0,
                              &X->wq_a)) ||
         (rc = model_bind_vec(m, model_layer_name(n, l, "attn_q_a_norm.weight"), QL, true,
@@ -319,16 +317,16 @@ static int ds4_bind_layer(model *m, int64_t l) {
                              &X->kv_norm)) ||
         (rc = ds4_bind_groups(m, model_layer_name(n, l, "attn_output_a.weight"), H * D / G, O, G,
                               &X->wo_a)) ||
-        (rc = model_bind_mat(m, model_layer_name(n, l, "attn_output_b.weight"), G * O, E, true,
-                             1.0, &X->wo_b)))
+        (rc = model_bind_mat(m, model_layer_name(n, l, "attn_output_b.weight"), G * O, E, true, 1.0,
+                             &X->wo_b)))
         return rc;
     const char *hcn[2][3] = {{"hc_attn_fn.weight", "hc_attn_base.weight", "hc_attn_scale.weight"},
                              {"hc_ffn_fn.weight", "hc_ffn_base.weight", "hc_ffn_scale.weight"}};
     for (int i = 0; i < 2; i++)
         if ((rc = model_bind_mat(m, model_layer_name(n, l, hcn[i][0]), hc * E, mix, true, 1.0,
                                  &X->hc_fn[i])) ||
-            (rc = model_bind_vec(m, model_layer_name(n, l, hcn[i][1]), mix, true,
-                                 &X->hc_base[i])) ||
+            (rc =
+                 model_bind_vec(m, model_layer_name(n, l, hcn[i][1]), mix, true, &X->hc_base[i])) ||
             (rc = model_bind_vec(m, model_layer_name(n, l, hcn[i][2]), 3, true, &X->hc_scale[i])))
             return rc;
     if (X->ratio) {
@@ -427,8 +425,8 @@ static const char *ds4_buf_name(kn_ik_type t) {
 static void ds4_kv_layout(const model *m, kv_pool_opts *o) {
     o->k_only = true;
     kn_ik_type t = ds4_ik_type(o->f16);
-    o->ik_row_bytes = (size_t)ds4_state_floats(m) * sizeof(float) +
-                      kn_ik_row_bytes(t, m->hp.indexer_head_dim);
+    o->ik_row_bytes =
+        (size_t)ds4_state_floats(m) * sizeof(float) + kn_ik_row_bytes(t, m->hp.indexer_head_dim);
     o->ik_name = ds4_buf_name(t);
 }
 
@@ -441,8 +439,8 @@ typedef struct ds4_ctx {
     double *th_plain; /* [n_rot/2] angle per position of each pair: uncompressed layers */
     double *th_comp;  /* compressed layers and the indexer */
     /* [T][...] */
-    float *hs, *hs2;     /* [hc E] streams, and the normed flat streams */
-    float *mix;          /* [(2 + hc) hc] */
+    float *hs, *hs2; /* [hc E] streams, and the normed flat streams */
+    float *mix;      /* [(2 + hc) hc] */
     float *pre, *post, *comb;
     float *qr, *q, *kv, *att, *attg, *oag, *oa, *ao;
     float *ckv, *csc, *ikv, *isc; /* compressor products [2D], [2D], [2ID], [2ID] */
@@ -468,9 +466,9 @@ static void ds4_ctx_destroy(fwd_ctx *c) {
     }
     free(d->heap);
     free(d->tmp);
-    float *bufs[] = {d->hs,  d->hs2, d->mix, d->pre, d->post, d->comb, d->qr,  d->q,
-                     d->kv,  d->att, d->attg, d->oag, d->oa, d->ao,   d->ckv, d->csc,
-                     d->ikv, d->isc, d->iq,  d->iw,  d->cs_plain, d->cs_comp};
+    float *bufs[] = {d->hs,  d->hs2, d->mix,  d->pre, d->post,     d->comb,   d->qr,  d->q,
+                     d->kv,  d->att, d->attg, d->oag, d->oa,       d->ao,     d->ckv, d->csc,
+                     d->ikv, d->isc, d->iq,   d->iw,  d->cs_plain, d->cs_comp};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     free(d->th_plain);
@@ -653,8 +651,8 @@ static void ds4_k_load(fwd_ctx *c, int64_t l, const int32_t *blocks, int64_t p, 
     bool f16 = kv_pool_f16(c->kv);
     const unsigned char *base = kv_pool_k_base(c->kv, l);
     size_t es = f16 ? 2 : 4;
-    const unsigned char *row =
-        base + (size_t)blocks[p / bs] * bb + ((size_t)(p % bs) * 2 * (size_t)D + (size_t)slot * (size_t)D) * es;
+    const unsigned char *row = base + (size_t)blocks[p / bs] * bb +
+                               ((size_t)(p % bs) * 2 * (size_t)D + (size_t)slot * (size_t)D) * es;
     if (f16) {
         const uint16_t *h = (const uint16_t *)(const void *)row;
         for (int64_t i = 0; i < D; i++)
@@ -671,9 +669,32 @@ static void ds4_k_store(fwd_ctx *c, int64_t l, const int32_t *blocks, int64_t p,
     bool f16 = kv_pool_f16(c->kv);
     unsigned char *base = kv_pool_k_base(c->kv, l);
     size_t es = f16 ? 2 : 4;
-    unsigned char *row =
-        base + (size_t)blocks[p / bs] * bb + ((size_t)(p % bs) * 2 * (size_t)D + (size_t)slot * (size_t)D) * es;
+    unsigned char *row = base + (size_t)blocks[p / bs] * bb +
+                         ((size_t)(p % bs) * 2 * (size_t)D + (size_t)slot * (size_t)D) * es;
     kn_store_kv(row, x, D, f16, c->m->isa);
+}
+
+/* x[0..n) times the orthonormal Sylvester Hadamard matrix, blockwise over the largest power of
+ * two dividing n, each output a sum in index order: the indexer's rotation of its keys and
+ * queries (the reference rotates both before the keys are stored). */
+static void ds4_hadamard(float *x, int64_t n, float *tmp) {
+    int64_t bn = n & -n;
+    float s = 1.0f / sqrtf((float)bn);
+    for (int64_t b0 = 0; b0 < n; b0 += bn) {
+        for (int64_t i = 0; i < bn; i++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < bn; j++) {
+                float h = __builtin_popcountll((unsigned long long)(i & j)) & 1 ? -s : s;
+                acc += h * x[b0 + j];
+            }
+            tmp[b0 + i] = acc;
+        }
+    }
+    memcpy(x, tmp, (size_t)n * sizeof(float));
+}
+
+static inline float ds4_round(float x, bool f16) {
+    return f16 ? kn_f16_to_f32(kn_f32_to_f16(x)) : x;
 }
 
 /* ---- hyper-connections ---- */
@@ -783,8 +804,7 @@ static void ds4_rows_hc_pre(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t
 
 /* Rows [t0, t1): the block's output (ao for the attention, c->y for the FFN) mixed back into the
  * streams, then the streams normed for the next mixing product (hs2, quantized if wanted). */
-static void ds4_rows_hc_post(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1,
-                             int thread) {
+static void ds4_rows_hc_post(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_hparams *hp = &c->m->hp;
     const ds4_arg *a = ph->arg;
     ds4_ctx *d = c->arch_ctx;
@@ -873,8 +893,8 @@ static void ds4_rows_kv(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1,
  * and sc_off in a state row of 2n (r = 4) or n values each), normed and roped at its first
  * position, into out[n]. */
 static void ds4_compress(fwd_ctx *c, int64_t l, const int32_t *blocks, int64_t p, int64_t r,
-                         int64_t n, int64_t kv_off, int64_t sc_off, const float *norm,
-                         float *out, float *w) {
+                         int64_t n, int64_t kv_off, int64_t sc_off, const float *norm, float *out,
+                         float *w) {
     const model_hparams *hp = &c->m->hp;
     ds4_ctx *d = c->arch_ctx;
     int64_t start = p + 1 - r, R = hp->n_rot;
@@ -939,8 +959,16 @@ static void ds4_rows_q(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, 
             ds4_rope(q, D, R, cs, false);
         }
         if (X->ratio == 4) {
-            for (int64_t h = 0; h < IH; h++)
-                ds4_rope(d->iq + (t * IH + h) * ID, ID, R, d->cs_comp + t * R, false);
+            for (int64_t h = 0; h < IH; h++) {
+                float *iq = d->iq + (t * IH + h) * ID;
+                ds4_rope(iq, ID, R, d->cs_comp + t * R, false);
+                ds4_hadamard(iq, ID, tmp);
+                /* the reference multiplies F16 (BF16) keys by a query of their type */
+                for (int64_t i = 0; d->ik == KN_IK_F16 && i < ID; i++)
+                    iq[i] = kn_f16_to_f32(kn_f32_to_f16(iq[i]));
+                for (int64_t i = 0; d->ik == KN_IK_BF16 && i < ID; i++)
+                    iq[i] = kn_bf16_to_f32(kn_f32_to_bf16(iq[i]));
+            }
             float ws = 1.0f / sqrtf((float)(ID * IH));
             for (int64_t h = 0; h < IH; h++)
                 d->iw[t * IH + h] = d->iw[t * IH + h] * ws;
@@ -954,6 +982,7 @@ static void ds4_rows_q(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, 
         ds4_k_store(c, l, blocks, p, 1, tmp);
         if (r == 4) {
             ds4_compress(c, l, blocks, p, r, ID, 4 * D, 4 * D + 2 * ID, X->i_norm, tmp, w);
+            ds4_hadamard(tmp, ID, w);
             unsigned char *row = (unsigned char *)ds4_state(c, l, blocks, p) + d->ik_off;
             kn_ik_store(row, tmp, ID, d->ik);
         }
@@ -1013,20 +1042,10 @@ static void ds4_rows_attn(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int64_t u
         } else if (r) {
             nc = (p + 1) / r;
         }
-        /* pass 1: the max score (the sink included) */
-        float mx = X->sinks[h];
-        for (int64_t i = 0; i < nw + nc; i++) {
-            if (i < nw)
-                ds4_k_load(c, l, blocks, lo + i, 0, kb);
-            else {
-                int64_t b = sel ? sel[i - nw] : i - nw;
-                ds4_k_load(c, l, blocks, r * b + r - 1, 1, kb);
-            }
-            float s = kn_dot_ref(q, kb, D) * hp->attn_scale;
-            mx = s > mx ? s : mx;
-        }
-        /* pass 2: the weights and the weighted sum */
-        double den = (double)expf(X->sinks[h] - mx);
+        /* the reference's flash attention: an online softmax over the keys in order, the value
+         * sum kept in the values' type (F16 rounding after every step with F16 KV), the sink
+         * joining the denominator last */
+        float M = -INFINITY, S = 0.0f;
         for (int64_t j = 0; j < D; j++)
             acc[j] = 0.0f;
         for (int64_t i = 0; i < nw + nc; i++) {
@@ -1036,12 +1055,32 @@ static void ds4_rows_attn(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int64_t u
                 int64_t b = sel ? sel[i - nw] : i - nw;
                 ds4_k_load(c, l, blocks, r * b + r - 1, 1, kb);
             }
-            float e = expf(kn_dot_ref(q, kb, D) * hp->attn_scale - mx);
-            den += (double)e;
+            float sc = kn_dot_ref(q, kb, D) * hp->attn_scale, ms = 1.0f, vs = 1.0f;
+            if (sc > M) {
+                float m_old = M;
+                M = sc;
+                ms = expf(m_old - M);
+                for (int64_t j = 0; j < D; j++)
+                    acc[j] = ds4_round(acc[j] * ms, f16);
+            } else {
+                vs = expf(sc - M);
+            }
             for (int64_t j = 0; j < D; j++)
-                acc[j] = acc[j] + e * kb[j];
+                acc[j] = ds4_round(acc[j] + kb[j] * vs, f16);
+            S = S * ms + vs;
         }
-        float inv = (float)(1.0 / den);
+        {
+            float sk = X->sinks[h], ms = 1.0f, vs = 1.0f;
+            if (sk > M) {
+                ms = expf(M - sk);
+                for (int64_t j = 0; j < D; j++)
+                    acc[j] = acc[j] * ms;
+            } else {
+                vs = expf(sk - M);
+            }
+            S = S * ms + vs;
+        }
+        float inv = 1.0f / S;
         for (int64_t j = 0; j < D; j++)
             acc[j] = acc[j] * inv;
         ds4_rope(acc, D, R, (r ? d->cs_comp : d->cs_plain) + t * R, true);
@@ -1129,14 +1168,14 @@ static void ds4_forward_layer(fwd_ctx *c, int64_t l) {
     fwd_phase_rows(c, ds4_rows_q, l, T, 8 * H * D + 4 * IH * ID + 64 * D, false, &a);
     if (X->ratio == 4) {
         int64_t mean = (c->tok_pos[T / 2] + 1) / 4 + 1;
-        fwd_phase ph = {.c = c, .fn = ds4_rows_select, .layer = l, .units = T, .uneven = true,
-                        .arg = &a};
+        fwd_phase ph = {
+            .c = c, .fn = ds4_rows_select, .layer = l, .units = T, .uneven = true, .arg = &a};
         fwd_phase_run(c, &ph, 2 * mean * IH * ID);
     }
     {
         int64_t per = hp->sliding_window + hp->indexer_top_k + 1;
-        fwd_phase ph = {.c = c, .fn = ds4_rows_attn, .layer = l, .units = T * H, .uneven = true,
-                        .arg = &a};
+        fwd_phase ph = {
+            .c = c, .fn = ds4_rows_attn, .layer = l, .units = T * H, .uneven = true, .arg = &a};
         fwd_phase_run(c, &ph, 8 * per * D);
     }
     /* grouped low-rank output */
@@ -1159,7 +1198,8 @@ static void ds4_forward_layer(fwd_ctx *c, int64_t l) {
                    &a);
     moe_forward_ffn(c, l);
     bool last = l == hp->n_layer - 1;
-    a.quant = last ? kn_mat_wants_q8(X->head_fn) : kn_mat_wants_q8(((ds4_layer *)c->m->layers[l + 1].ext)->hc_fn[0]);
+    a.quant = last ? kn_mat_wants_q8(X->head_fn)
+                   : kn_mat_wants_q8(((ds4_layer *)c->m->layers[l + 1].ext)->hc_fn[0]);
     fwd_phase_rows(c, ds4_rows_hc_post, l, T, 4 * W * hc, a.quant, &a);
     if (last) {
         mm = (fwd_mm){.w = X->head_fn, .x = d->hs2, .y = d->mix, .rows = T};
