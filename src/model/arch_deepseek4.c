@@ -837,7 +837,7 @@ static void ds4_rows_head(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t
     ds4_ctx *d = c->arch_ctx;
     int64_t E = hp->n_embd, hc = hp->hc_mult;
     for (int64_t t = t0; t < t1; t++) {
-        const float *mx = d->mix + t * (2 + hc) * hc;
+        const float *mx = d->mix + t * hc; /* the head's product has hc outputs */
         float pre[DS4_HC_MAX];
         for (int64_t h = 0; h < hc; h++)
             pre[h] = ds4_sigmoid(mx[h] * X->head_scale[0] + X->head_base[h]) + hp->hc_eps;
