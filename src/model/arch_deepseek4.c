@@ -67,10 +67,23 @@ typedef struct ds4_layer {
     kn_mat *i_proj, *i_q_b, *i_wkv, *i_wgate; /* indexer (ratio 4) */
     float *i_ape, *i_norm;
     int32_t *tid2eid; /* hash layers: [n_vocab][k] */
-    /* the last layer: the output head's mixing */
+    /* the last layer: the output head's mixing, and the file's MTP blocks */
     kn_mat *head_fn;
     float *head_base, *head_scale;
+    struct ds4_mtp *mtp; /* [n_layer_nextn] */
 } ds4_layer;
+
+/* A multi-token-prediction block (file block n_layer + j): a whole layer of its own (attention,
+ * MoE, hyper-connections) behind the projection of [enorm(embedding of the next token),
+ * hnorm(the trunk's streams)], with an optional head of its own. */
+typedef struct ds4_mtp {
+    model_layer L;            /* attn_norm, ffn_norm and the MoE; L.ext is the block's ds4_layer */
+    kn_mat *eh_proj;          /* [E][2E] */
+    float *enorm, *hnorm;     /* [E] */
+    float *head_norm;         /* shared_head_norm [E], or NULL */
+    kn_mat *head;             /* shared_head_head [V][E], or NULL (the model's output) */
+    const gguf_tensor *embed; /* embed_tokens, or NULL (the model's token embedding) */
+} ds4_mtp;
 
 /* ---- hyper-parameters ---- */
 
@@ -204,9 +217,22 @@ static int ds4_read_hparams(model *m) {
 /* ---- binding ---- */
 
 static void ds4_free_layer(const model *m, model_layer *L) {
-    ds4_layer *X = L->ext; /* model.c frees attn_norm and the MoE */
+    ds4_layer *X = L->ext; /* model.c frees attn_norm, ffn_norm and the MoE */
     if (!X)
         return;
+    for (int64_t j = 0; X->mtp && j < m->hp.n_layer_nextn; j++) {
+        ds4_mtp *t = &X->mtp[j];
+        free(t->L.attn_norm);
+        free(t->L.ffn_norm);
+        moe_free(t->L.moe, m->hp.n_expert);
+        ds4_free_layer(m, &t->L);
+        kn_mat_destroy(t->eh_proj);
+        kn_mat_destroy(t->head);
+        free(t->enorm);
+        free(t->hnorm);
+        free(t->head_norm);
+    }
+    free(X->mtp);
     kn_mat *mats[] = {X->wq_a,    X->wq_b,   X->wkv,   X->wo_b,  X->hc_fn[0], X->hc_fn[1], X->c_wkv,
                       X->c_wgate, X->i_proj, X->i_q_b, X->i_wkv, X->i_wgate,  X->head_fn};
     for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
@@ -288,9 +314,11 @@ static int ds4_bind_hash(model *m, int64_t l, ds4_layer *X) {
     return 0;
 }
 
-static int ds4_bind_layer(model *m, int64_t l) {
+static int ds4_bind_mtp(model *m, ds4_layer *last);
+
+/* Binds file block l into L (a trunk layer, or an MTP block). */
+static int ds4_bind_block(model *m, int64_t l, model_layer *L) {
     const model_hparams *hp = &m->hp;
-    model_layer *L = &m->layers[l];
     ds4_layer *X = calloc(1, sizeof *X);
     if (!X)
         return err_set(ERR_NOMEM, "out of memory");
@@ -356,7 +384,7 @@ static int ds4_bind_layer(model *m, int64_t l) {
                               &X->i_norm))))
         return rc;
     bool hash = l < hp->n_hash_layers;
-    if ((rc = moe_bind_layer(m, l, !hash)))
+    if ((rc = moe_bind_layer_into(m, l, L, !hash)))
         return rc;
     if (hash && (rc = ds4_bind_hash(m, l, X)))
         return rc;
@@ -368,8 +396,45 @@ static int ds4_bind_layer(model *m, int64_t l) {
     if (l == hp->n_layer - 1 &&
         ((rc = model_bind_mat(m, "output_hc_fn.weight", hc * E, hc, true, 1.0, &X->head_fn)) ||
          (rc = model_bind_vec(m, "output_hc_base.weight", hc, true, &X->head_base)) ||
-         (rc = model_bind_vec(m, "output_hc_scale.weight", 1, true, &X->head_scale))))
+         (rc = model_bind_vec(m, "output_hc_scale.weight", 1, true, &X->head_scale)) ||
+         (rc = ds4_bind_mtp(m, X))))
         return rc;
+    return 0;
+}
+
+static int ds4_bind_layer(model *m, int64_t l) {
+    return ds4_bind_block(m, l, &m->layers[l]);
+}
+
+/* The file's MTP blocks (nextn_predict_layers after the trunk), kept by the last trunk layer. */
+static int ds4_bind_mtp(model *m, ds4_layer *last) {
+    const model_hparams *hp = &m->hp;
+    int64_t E = hp->n_embd, V = hp->n_vocab;
+    if (hp->n_layer_nextn <= 0)
+        return 0;
+    last->mtp = calloc((size_t)hp->n_layer_nextn, sizeof *last->mtp);
+    if (!last->mtp)
+        return err_set(ERR_NOMEM, "out of memory");
+    char n[96];
+    int rc;
+    for (int64_t j = 0; j < hp->n_layer_nextn; j++) {
+        ds4_mtp *t = &last->mtp[j];
+        int64_t l = hp->n_layer + j;
+        if ((rc = ds4_bind_block(m, l, &t->L)) ||
+            (rc = model_bind_mat(m, model_layer_name(n, l, "nextn.eh_proj.weight"), 2 * E, E, true,
+                                 0.0, &t->eh_proj)) ||
+            (rc = model_bind_vec(m, model_layer_name(n, l, "nextn.enorm.weight"), E, true,
+                                 &t->enorm)) ||
+            (rc = model_bind_vec(m, model_layer_name(n, l, "nextn.hnorm.weight"), E, true,
+                                 &t->hnorm)) ||
+            (rc = model_bind_vec(m, model_layer_name(n, l, "nextn.shared_head_norm.weight"), E,
+                                 false, &t->head_norm)) ||
+            (rc = model_bind_mat(m, model_layer_name(n, l, "nextn.shared_head_head.weight"), E, V,
+                                 false, 0.0, &t->head)) ||
+            (rc = model_bind_tensor(m, model_layer_name(n, l, "nextn.embed_tokens.weight"), E, V, 0,
+                                    false, &t->embed)))
+            return rc;
+    }
     return 0;
 }
 

@@ -164,6 +164,9 @@ int moe_read_hparams(model *m);
  * (ffn_*_shexp, n_ff_shexp wide) if n_ff_shexp > 0, with ffn_gate_inp_shexp if present. */
 int moe_bind_layer(model *m, int64_t l, bool use_bias);
 
+/* moe_bind_layer into L (file block l): a block outside m->layers (DeepSeek-V4's MTP layers). */
+int moe_bind_layer_into(model *m, int64_t l, model_layer *L, bool use_bias);
+
 /* Frees a layer's MoE (NULL: no-op). */
 void moe_free(model_moe *moe, int64_t n_expert);
 

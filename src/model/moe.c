@@ -94,8 +94,11 @@ static int moe_bind_experts(model *m, int64_t l, const char *suffix, int64_t k, 
 }
 
 int moe_bind_layer(model *m, int64_t l, bool use_bias) {
+    return moe_bind_layer_into(m, l, &m->layers[l], use_bias);
+}
+
+int moe_bind_layer_into(model *m, int64_t l, model_layer *L, bool use_bias) {
     const model_hparams *hp = &m->hp;
-    model_layer *L = &m->layers[l];
     int64_t D = hp->n_embd, F = hp->n_ff_exp, FS = hp->n_ff_shexp;
     model_moe *moe = calloc(1, sizeof *moe);
     if (!moe)
