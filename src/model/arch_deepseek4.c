@@ -31,6 +31,18 @@
  * The RoPE of compressed layers (and the indexer) uses compress_rope_freq_base with the file's
  * YaRN; uncompressed layers use rope.freq_base unscaled. cos/sin are never scaled.
  *
+ * Rounding as the reference's CPU path (its greedy tokens follow it; test_arch checks both KV
+ * types): the indexer rotates its keys (before they are stored) and queries by the orthonormal
+ * Hadamard matrix, and its query is rounded to the index keys' type (F16, BF16) as a matmul with
+ * such keys converts it; the attention is flash attention's: the query rounded to F16 with F16
+ * KV, an online softmax over the keys in order (window, then the compressed blocks ascending),
+ * the value sum rounded to the values' type after every key, the sink added to the denominator
+ * last. With F32 KV nothing is rounded.
+ *
+ * MTP: the file's nextn blocks (nextn_predict_layers) are bound and checked at load (a whole block
+ * each, plus eh_proj, enorm, hnorm and the optional own head and embedding); nothing runs them
+ * yet (spec_mtp.c refuses --spec mtp, naming why).
+ *
  * FFN: MoE (moe.c) with sqrt-softplus gating, the first hash_layer_count layers routed by token id
  * through ffn_gate_tid2eid, clamped SwiGLU (swiglu_clamp_exp / _shexp), one shared expert.
  *
