@@ -160,3 +160,13 @@ case "$VERITY" in
     fi ;;
 *) skip spec.fault "runs with the release suite" ;;
 esac
+# --spec mtp on a deepseek4 with one MTP layer (loaded and checked at start-up): still refused,
+# naming why (the drafter that runs them is not built), one line, exit 2
+if "$VERITY" synth --shape tiny --arch deepseek4 --type q8_0 --seed 2 --nextn 1 -o "$TMP/ds4-mtp.gguf" 2>"$TMP/err"; then
+    err=$("$VERITY" generate -m "$TMP/ds4-mtp.gguf" --spec mtp -p hi -n 2 2>&1 >/dev/null); rc=$?
+    if [ $rc -eq 2 ] && [ "$(grep -c '' <<<"$err")" -eq 1 ] && grep -q 'has 1 multi-token-prediction layer(s).*not built' <<<"$err"; then
+        pass spec.mtp_deepseek4_refused
+    else fail spec.mtp_deepseek4_refused "exit $rc: $err"; fi
+else
+    fail spec.mtp_deepseek4_refused "synth failed: $(cat "$TMP/err")"
+fi
