@@ -135,7 +135,7 @@ static void inspect_print_model(const gguf *g) {
         inspect_print_ds4(g, &hp);
     if (hp.n_layer_nextn > 0)
         printf("  multi-token prediction layers: %lld%s\n", (long long)hp.n_layer_nextn,
-               hp.hc_mult ? " (loaded and checked; not run: the mtp drafter is not built)"
+               hp.hc_mult ? " (the mtp drafter: --spec mtp)"
                           : " (not run)");
     if (hp.n_expert > 0) {
         printf("  experts: %lld, used per token %lld, expert ff %lld", (long long)hp.n_expert,

@@ -40,8 +40,11 @@
  * last. With F32 KV nothing is rounded.
  *
  * MTP: the file's nextn blocks (nextn_predict_layers) are bound and checked at load (a whole block
- * each, plus eh_proj, enorm, hnorm and the optional own head and embedding); nothing runs them
- * yet (spec_mtp.c refuses --spec mtp, naming why).
+ * each, plus eh_proj, enorm, hnorm and the optional own head and embedding). fwd_run_mtp runs the
+ * first as the reference does: per stream eh_proj [enorm(embedding of the token), hnorm(stream of
+ * the previous position's hidden state)], the block with raw window attention over its own K
+ * rows (the pool's layer n_layer), the model's head mixing, then its own head norm and head if it
+ * has them (spec_mtp.c drafts with it).
  *
  * FFN: MoE (moe.c) with sqrt-softplus gating, the first hash_layer_count layers routed by token id
  * through ffn_gate_tid2eid, clamped SwiGLU (swiglu_clamp_exp / _shexp), one shared expert.
@@ -522,6 +525,7 @@ typedef struct ds4_ctx {
     float *qr, *q, *kv, *att, *attg, *oag, *oa, *ao;
     float *ckv, *csc, *ikv, *isc; /* compressor products [2D], [2D], [2ID], [2ID] */
     float *iq, *iw;               /* indexer queries [IH ID], weights [IH] */
+    float *cat;                   /* MTP: [T hc][2E] the projection's inputs, or NULL */
     int32_t *sel;                 /* [T][top_k] */
     int64_t *n_sel;
     float *cs_plain, *cs_comp; /* [T][n_rot/2][2] */
@@ -548,6 +552,7 @@ static void ds4_ctx_destroy(fwd_ctx *c) {
                      d->ikv, d->isc, d->iq,   d->iw,  d->cs_plain, d->cs_comp};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
+    free(d->cat);
     free(d->th_plain);
     free(d->th_comp);
     free(d->sel);
@@ -635,6 +640,8 @@ static int ds4_ctx_create(fwd_ctx *c) {
     d->th_plain = malloc(half * sizeof(double));
     d->th_comp = malloc(half * sizeof(double));
     d->mm = malloc((G + 8) * sizeof(fwd_mm));
+    if (hp->n_layer_nextn > 0 && !(d->cat = malloc(T * hc * 2 * E * F)))
+        return ERR_NOMEM;
     d->n_threads = c->n_threads;
     d->heap = calloc((size_t)c->n_threads, sizeof *d->heap);
     d->tmp = calloc((size_t)c->n_threads, sizeof *d->tmp);
@@ -643,7 +650,7 @@ static int ds4_ctx_create(fwd_ctx *c) {
         !d->ikv || !d->isc || !d->iq || !d->iw || !d->sel || !d->n_sel || !d->cs_plain ||
         !d->cs_comp || !d->th_plain || !d->th_comp || !d->mm || !d->heap || !d->tmp)
         return ERR_NOMEM;
-    size_t W = 4 * DS4_HEAD_MAX + 1024;
+    size_t W = 4 * DS4_HEAD_MAX + 1024 + E + hc; /* heads, compressor weights, a row */
     for (int i = 0; i < c->n_threads; i++) {
         d->heap[i] = malloc(K * sizeof(kn_topk_item));
         d->tmp[i] = malloc(W * F);
@@ -675,6 +682,12 @@ static void ds4_ctx_act(const model_hparams *hp, int64_t max_tokens, int64_t *ro
         w = hp->o_groups * hp->o_lora;
     *rows = max_tokens * (hp->o_groups + 1);
     *elems = max_tokens * w;
+    if (hp->n_layer_nextn > 0) { /* the MTP projection: hc rows of 2 n_embd per token */
+        *rows = *rows > max_tokens * hp->hc_mult ? *rows : max_tokens * hp->hc_mult;
+        *elems = *elems > max_tokens * 2 * hp->hc_mult * hp->n_embd
+                     ? *elems
+                     : max_tokens * 2 * hp->hc_mult * hp->n_embd;
+    }
 }
 
 /* ---- helpers ---- */
@@ -777,8 +790,11 @@ static inline float ds4_round(float x, bool f16) {
 /* ---- hyper-connections ---- */
 
 typedef struct ds4_arg {
-    int64_t layer;
-    int which; /* 0 attention, 1 FFN */
+    int64_t layer; /* the block's KV layer */
+    const model_layer *L;
+    const ds4_layer *X;
+    int64_t ratio; /* the compression this step runs (0 for an MTP block) */
+    int which;     /* 0 attention, 1 FFN */
     bool quant;
 } ds4_arg;
 
@@ -845,8 +861,8 @@ static void ds4_sinkhorn(float *cb, int64_t hc, int64_t iters, float eps) {
 static void ds4_rows_hc_pre(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_hparams *hp = &c->m->hp;
     const ds4_arg *a = ph->arg;
-    const model_layer *L = &c->m->layers[a->layer];
-    const ds4_layer *X = L->ext;
+    const model_layer *L = a->L;
+    const ds4_layer *X = a->X;
     ds4_ctx *d = c->arch_ctx;
     int64_t E = hp->n_embd, hc = hp->hc_mult, mixn = (2 + hc) * hc;
     const float *base = X->hc_base[a->which], *sc = X->hc_scale[a->which];
@@ -937,7 +953,7 @@ static void ds4_rows_kv(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1,
     const model_hparams *hp = &c->m->hp;
     const ds4_arg *a = ph->arg;
     int64_t l = a->layer;
-    const ds4_layer *X = c->m->layers[l].ext;
+    const ds4_layer *X = a->X;
     ds4_ctx *d = c->arch_ctx;
     int64_t D = hp->head_dim, ID = hp->indexer_head_dim, QL = hp->n_lora_q, R = hp->n_rot;
     for (int64_t t = t0; t < t1; t++) {
@@ -948,9 +964,9 @@ static void ds4_rows_kv(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1,
         const int32_t *blocks = c->b->seqs[c->tok_seq[t]].blocks;
         int64_t p = c->tok_pos[t];
         ds4_k_store(c, l, blocks, p, 0, kv);
-        if (!X->ratio)
+        if (!a->ratio)
             continue;
-        int64_t r = X->ratio, coff = r == 4 ? 2 : 1, j = p % r;
+        int64_t r = a->ratio, coff = r == 4 ? 2 : 1, j = p % r;
         float *st = ds4_state(c, l, blocks, p);
         for (int64_t i = 0; i < coff * D; i++) {
             st[i] = d->ckv[t * 2 * D + i];
@@ -1023,7 +1039,7 @@ static void ds4_rows_q(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, 
     const model_hparams *hp = &c->m->hp;
     const ds4_arg *a = ph->arg;
     int64_t l = a->layer;
-    const ds4_layer *X = c->m->layers[l].ext;
+    const ds4_layer *X = a->X;
     ds4_ctx *d = c->arch_ctx;
     int64_t D = hp->head_dim, H = hp->n_head, R = hp->n_rot;
     int64_t ID = hp->indexer_head_dim, IH = hp->indexer_n_head;
@@ -1035,7 +1051,7 @@ static void ds4_rows_q(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, 
             ds4_rmsnorm(q, NULL, hp->rms_eps, D, q);
             ds4_rope(q, D, R, cs, false);
         }
-        if (X->ratio == 4) {
+        if (a->ratio == 4) {
             for (int64_t h = 0; h < IH; h++) {
                 float *iq = d->iq + (t * IH + h) * ID;
                 ds4_rope(iq, ID, R, d->cs_comp + t * R, false);
@@ -1050,7 +1066,7 @@ static void ds4_rows_q(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, 
             for (int64_t h = 0; h < IH; h++)
                 d->iw[t * IH + h] = d->iw[t * IH + h] * ws;
         }
-        int64_t p = c->tok_pos[t], r = X->ratio;
+        int64_t p = c->tok_pos[t], r = a->ratio;
         if (!r || (p + 1) % r)
             continue;
         const int32_t *blocks = c->b->seqs[c->tok_seq[t]].blocks;
@@ -1095,14 +1111,14 @@ static void ds4_rows_attn(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int64_t u
     const model_hparams *hp = &c->m->hp;
     const ds4_arg *a = ph->arg;
     int64_t l = a->layer;
-    const ds4_layer *X = c->m->layers[l].ext;
+    const ds4_layer *X = a->X;
     ds4_ctx *d = c->arch_ctx;
     int64_t D = hp->head_dim, H = hp->n_head, R = hp->n_rot, K = hp->indexer_top_k;
     int64_t G = hp->o_groups, HG = H / G, T = c->n_tok;
     bool f16 = kv_pool_f16(c->kv);
     float *q = d->tmp[thread], *kb = q + DS4_HEAD_MAX, *acc = kb + DS4_HEAD_MAX;
     for (int64_t u = u0; u < u1; u++) {
-        int64_t t = u / H, h = u % H, p = c->tok_pos[t], r = X->ratio;
+        int64_t t = u / H, h = u % H, p = c->tok_pos[t], r = a->ratio;
         const int32_t *blocks = c->b->seqs[c->tok_seq[t]].blocks;
         memcpy(q, d->q + (t * H + h) * D, (size_t)D * sizeof(float));
         if (f16) /* the reference multiplies F16 keys by an F16 query */
@@ -1160,7 +1176,7 @@ static void ds4_rows_attn(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int64_t u
         float inv = 1.0f / S;
         for (int64_t j = 0; j < D; j++)
             acc[j] = acc[j] * inv;
-        ds4_rope(acc, D, R, (r ? d->cs_comp : d->cs_plain) + t * R, true);
+        ds4_rope(acc, D, R, (X->ratio ? d->cs_comp : d->cs_plain) + t * R, true);
         int64_t g = h / HG;
         memcpy(d->attg + (g * T + t) * HG * D + (h % HG) * D, acc, (size_t)D * sizeof(float));
     }
@@ -1186,17 +1202,21 @@ static void ds4_rows_oa(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1,
         fwd_quantize_rows(c, d->oa, G * O, t0, t1);
 }
 
-static void ds4_forward_layer(fwd_ctx *c, int64_t l) {
+/* One block over the step's rows: KV layer l, tensors L / X, its compression `ratio` (0 for an
+ * MTP block); embed: the streams start as the tokens' embeddings (layer 0; otherwise hs2 holds
+ * the normed streams); head: the output head's mixing follows (the last layer's X), or next:
+ * the next block's mixing product (for its quantization). */
+static void ds4_forward_block(fwd_ctx *c, int64_t l, const model_layer *L, const ds4_layer *X,
+                              int64_t ratio, bool embed, const ds4_layer *head,
+                              const kn_mat *next) {
     const model_hparams *hp = &c->m->hp;
-    const model_layer *L = &c->m->layers[l];
-    const ds4_layer *X = L->ext;
     ds4_ctx *d = c->arch_ctx;
     int64_t T = c->n_tok, E = hp->n_embd, hc = hp->hc_mult, W = hc * E, D = hp->head_dim;
     int64_t H = hp->n_head, G = hp->o_groups, O = hp->o_lora, QL = hp->n_lora_q;
     int64_t ID = hp->indexer_head_dim, IH = hp->indexer_n_head;
-    ds4_arg a = {.layer = l, .which = 0};
+    ds4_arg a = {.layer = l, .L = L, .X = X, .ratio = ratio, .which = 0};
     /* the attention's stream mixing */
-    if (l == 0) {
+    if (embed) {
         fwd_phase ph = {.c = c,
                         .fn = ds4_rows_hc_norm,
                         .layer = l,
@@ -1219,18 +1239,18 @@ static void ds4_forward_layer(fwd_ctx *c, int64_t l) {
     int n = 0;
     p[n++] = (fwd_mm){.w = X->wq_a, .x = c->xn, .y = d->qr, .rows = T};
     p[n++] = (fwd_mm){.w = X->wkv, .x = c->xn, .y = d->kv, .rows = T};
-    if (X->ratio) {
+    if (ratio) {
         p[n++] = (fwd_mm){.w = X->c_wkv, .x = c->xn, .y = d->ckv, .rows = T};
         p[n++] = (fwd_mm){.w = X->c_wgate, .x = c->xn, .y = d->csc, .rows = T};
     }
-    if (X->ratio == 4) {
+    if (ratio == 4) {
         p[n++] = (fwd_mm){.w = X->i_wkv, .x = c->xn, .y = d->ikv, .rows = T};
         p[n++] = (fwd_mm){.w = X->i_wgate, .x = c->xn, .y = d->isc, .rows = T};
         p[n++] = (fwd_mm){.w = X->i_proj, .x = c->xn, .y = d->iw, .rows = T};
     }
     fwd_phase_matmul(c, n, p);
     /* the compressor's products have a row stride of their width: spread them for the state */
-    if (X->ratio == 128)
+    if (ratio == 128)
         for (int64_t t = T - 1; t >= 0; t--) {
             memmove(d->ckv + t * 2 * D, d->ckv + t * D, (size_t)D * sizeof(float));
             memmove(d->csc + t * 2 * D, d->csc + t * D, (size_t)D * sizeof(float));
@@ -1239,11 +1259,11 @@ static void ds4_forward_layer(fwd_ctx *c, int64_t l) {
     fwd_phase_rows(c, ds4_rows_kv, l, T, 16 * D + 8 * QL, a.quant, &a);
     n = 0;
     p[n++] = (fwd_mm){.w = X->wq_b, .x = d->qr, .y = d->q, .rows = T};
-    if (X->ratio == 4)
+    if (ratio == 4)
         p[n++] = (fwd_mm){.w = X->i_q_b, .x = d->qr, .y = d->iq, .rows = T};
     fwd_phase_matmul(c, n, p);
     fwd_phase_rows(c, ds4_rows_q, l, T, 8 * H * D + 4 * IH * ID + 64 * D, false, &a);
-    if (X->ratio == 4) {
+    if (ratio == 4) {
         int64_t mean = (c->tok_pos[T / 2] + 1) / 4 + 1;
         fwd_phase ph = {
             .c = c, .fn = ds4_rows_select, .layer = l, .units = T, .uneven = true, .arg = &a};
@@ -1273,16 +1293,83 @@ static void ds4_forward_layer(fwd_ctx *c, int64_t l) {
     a.which = 1;
     fwd_phase_rows(c, ds4_rows_hc_pre, l, T, 8 * W + 64 * hc * hc * hp->hc_sinkhorn_iters, false,
                    &a);
-    moe_forward_ffn(c, l);
-    bool last = l == hp->n_layer - 1;
-    a.quant = last ? kn_mat_wants_q8(X->head_fn)
-                   : kn_mat_wants_q8(((ds4_layer *)c->m->layers[l + 1].ext)->hc_fn[0]);
+    moe_forward_ffn_layer(c, l, L);
+    a.quant = kn_mat_wants_q8(head ? head->head_fn : next);
     fwd_phase_rows(c, ds4_rows_hc_post, l, T, 4 * W * hc, a.quant, &a);
-    if (last) {
-        mm = (fwd_mm){.w = X->head_fn, .x = d->hs2, .y = d->mix, .rows = T};
+    if (head) {
+        mm = (fwd_mm){.w = head->head_fn, .x = d->hs2, .y = d->mix, .rows = T};
         fwd_phase_matmul(c, 1, &mm);
-        fwd_phase_rows(c, ds4_rows_head, l, T, 2 * W, false, X);
+        fwd_phase_rows(c, ds4_rows_head, l, T, 2 * W, false, head);
     }
+}
+
+static void ds4_forward_layer(fwd_ctx *c, int64_t l) {
+    const model *m = c->m;
+    const model_layer *L = &m->layers[l];
+    const ds4_layer *X = L->ext;
+    bool last = l == m->hp.n_layer - 1;
+    ds4_forward_block(c, l, L, X, X->ratio, l == 0, last ? X : NULL,
+                      last ? NULL : ((const ds4_layer *)m->layers[l + 1].ext)->hc_fn[0]);
+}
+
+/* ---- multi-token prediction ---- */
+
+/* Rows [t0, t1) of an MTP step: the RoPE angles, and the projection's inputs: per stream s,
+ * [rmsnorm(embedding of the token) enorm, rmsnorm(stream s of the previous hidden) hnorm]. */
+static void ds4_rows_mtp_in(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
+    const model_hparams *hp = &c->m->hp;
+    const ds4_mtp *mt = ph->arg;
+    ds4_ctx *d = c->arch_ctx;
+    int64_t E = hp->n_embd, hc = hp->hc_mult, W = hc * E;
+    const gguf_tensor *emb = mt->embed ? mt->embed : c->m->tok_embd;
+    float *e = d->tmp[thread];
+    for (int64_t t = t0; t < t1; t++) {
+        ds4_cs(d->th_plain, hp->n_rot / 2, (double)c->tok_pos[t], d->cs_plain + t * hp->n_rot);
+        ds4_cs(d->th_comp, hp->n_rot / 2, (double)c->tok_pos[t], d->cs_comp + t * hp->n_rot);
+        kn_dequantize_row(emb->type, emb->data, c->tok_id[t], E, e);
+        ds4_rmsnorm(e, mt->enorm, hp->rms_eps, E, e);
+        for (int64_t h = 0; h < hc; h++) {
+            float *row = d->cat + (t * hc + h) * 2 * E;
+            memcpy(row, e, (size_t)E * sizeof(float));
+            ds4_rmsnorm(c->mtp_h + t * W + h * E, mt->hnorm, hp->rms_eps, E, row + E);
+        }
+    }
+    if (ph->quant)
+        fwd_quantize_rows(c, d->cat, 2 * E, t0 * hc, t1 * hc);
+}
+
+/* An MTP step (fwd_run_mtp): the projection into streams, the first MTP block (raw attention over
+ * its own K rows in the pool's layer n_layer), the model's head mixing, and its own head if any. */
+static void ds4_mtp_forward(fwd_ctx *c) {
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const ds4_layer *last = m->layers[hp->n_layer - 1].ext;
+    const ds4_mtp *mt = &last->mtp[0];
+    ds4_ctx *d = c->arch_ctx;
+    int64_t T = c->n_tok, E = hp->n_embd, hc = hp->hc_mult;
+    fwd_phase_rows(c, ds4_rows_mtp_in, hp->n_layer, T, 8 * hc * E, kn_mat_wants_q8(mt->eh_proj),
+                   mt);
+    fwd_mm mm = {.w = mt->eh_proj, .x = d->cat, .y = d->hs, .rows = T * hc};
+    fwd_phase_matmul(c, 1, &mm);
+    const ds4_layer *X = mt->L.ext;
+    ds4_arg a = {.layer = hp->n_layer, .L = &mt->L, .X = X};
+    fwd_phase ph = {.c = c,
+                    .fn = ds4_rows_hc_norm,
+                    .layer = hp->n_layer,
+                    .units = T,
+                    .quant = kn_mat_wants_q8(X->hc_fn[0]),
+                    .arg = &a};
+    fwd_phase_run(c, &ph, 4 * hc * E);
+    ds4_forward_block(c, hp->n_layer, &mt->L, X, 0, false, last, NULL);
+    c->out_norm_w = mt->head_norm;
+    c->out_w = mt->head;
+}
+
+static const float *ds4_hidden(const fwd_ctx *c, int64_t row, int64_t *width) {
+    const ds4_ctx *d = c->arch_ctx;
+    int64_t W = c->m->hp.hc_mult * c->m->hp.n_embd;
+    *width = W;
+    return d->hs + row * W;
 }
 
 const model_arch arch_deepseek4 = {
@@ -1296,4 +1383,6 @@ const model_arch arch_deepseek4 = {
     .ctx_create = ds4_ctx_create,
     .ctx_destroy = ds4_ctx_destroy,
     .ctx_act = ds4_ctx_act,
+    .mtp_forward = ds4_mtp_forward,
+    .hidden = ds4_hidden,
 };

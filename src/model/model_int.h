@@ -68,6 +68,12 @@ typedef struct model_arch {
     /* Optional: the quantized-activation space the layer's matmuls need beyond one row of the
      * widest input per token (*rows rows, *elems elements in all), for max_tokens tokens. */
     void (*ctx_act)(const model_hparams *hp, int64_t max_tokens, int64_t *rows, int64_t *elems);
+    /* Optional (models with MTP layers): runs the first MTP block over the step's rows
+     * (fwd_run_mtp; c->mtp_h holds each row's previous hidden state), leaving its output row in
+     * c->x with c->y zero and setting c->out_norm_w / c->out_w if it has its own head. */
+    void (*mtp_forward)(fwd_ctx *c);
+    /* Optional: the hidden state of a token row of the last step (fwd_hidden). */
+    const float *(*hidden)(const fwd_ctx *c, int64_t row, int64_t *width);
 } model_arch;
 
 struct model {

@@ -348,8 +348,11 @@ static void moe_group_slots(fwd_moe *f, int64_t T) {
 }
 
 void moe_forward_ffn(fwd_ctx *c, int64_t l) {
+    moe_forward_ffn_layer(c, l, &c->m->layers[l]);
+}
+
+void moe_forward_ffn_layer(fwd_ctx *c, int64_t l, const model_layer *L) {
     const model_hparams *hp = &c->m->hp;
-    const model_layer *L = &c->m->layers[l];
     const model_moe *moe = L->moe;
     fwd_moe *f = c->moe;
     int64_t T = c->n_tok, D = hp->n_embd, E = f->n_expert, k = f->k, F = f->ff;
