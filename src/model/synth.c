@@ -24,7 +24,8 @@
  * position on).
  * Architecture deepseek4: the shape's embedding and heads, at least 4 layers with compression
  * ratios 0, 4, 128, 4 (repeating), heads of 32 (16 roped, NORM), q_lora n_embd / 2, one KV head
- * (K = V), attention sinks, 2 output groups of rank 16, sliding window 8 (or --sliding-window),
+ * (K = V), attention sinks, 2 output groups of rank 16 (1 for an odd head count: gqa), sliding
+ * window 8 (or --sliding-window),
  * an indexer of 4 heads of 32 and top 4 compressed blocks (the selection matters from the 20th
  * position on), 4 hyper-connection streams with 20 Sinkhorn rounds, the MoE of qwen3moe with one
  * shared expert, sqrt-softplus gating, weights normalised and scaled by 1.5, the first layer
@@ -346,7 +347,7 @@ static int synth_mla_layer(gguf_writer *w, const synth_opts *o, const quant_plan
 #define SYNTH_DS4_HEAD  32
 #define SYNTH_DS4_ROPE  16
 #define SYNTH_DS4_HC    4
-#define SYNTH_DS4_OG    2
+#define SYNTH_DS4_OG    2 /* output groups (1 for an odd head count) */
 #define SYNTH_DS4_OR    16
 #define SYNTH_DS4_TOP_K 4
 
@@ -383,7 +384,7 @@ static int synth_ds4_keys(gguf_writer *w, const synth_opts *o, const synth_shape
         {"attention.indexer.head_count", SYNTH_DSA_HEADS, 0, 0},
         {"attention.indexer.key_length", SYNTH_DSA_DIM, 0, 0},
         {"attention.indexer.top_k", SYNTH_DS4_TOP_K, 0, 0},
-        {"attention.output_group_count", SYNTH_DS4_OG, 0, 0},
+        {"attention.output_group_count", sh->n_head % SYNTH_DS4_OG ? 1 : SYNTH_DS4_OG, 0, 0},
         {"attention.output_lora_rank", SYNTH_DS4_OR, 0, 0},
         {"attention.compress_rope_freq_base", 0, 160000.0f, 1},
         {"hyper_connection.count", SYNTH_DS4_HC, 0, 0},
@@ -428,7 +429,8 @@ static int synth_ds4_keys(gguf_writer *w, const synth_opts *o, const synth_shape
 static int synth_ds4_layer(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
                            const synth_shape *sh, bool tied, int64_t n_vocab, int64_t l, bool mtp) {
     int64_t E = sh->n_embd, H = sh->n_head, D = SYNTH_DS4_HEAD, QL = E / 2, HC = SYNTH_DS4_HC;
-    int64_t MIX = (2 + HC) * HC, G = SYNTH_DS4_OG, O = SYNTH_DS4_OR, X = SYNTH_MOE_EXPERTS;
+    int64_t MIX = (2 + HC) * HC, G = H % SYNTH_DS4_OG ? 1 : SYNTH_DS4_OG, O = SYNTH_DS4_OR;
+    int64_t X = SYNTH_MOE_EXPERTS;
     int64_t F = sh->n_ff / 2, IH = SYNTH_DSA_HEADS, ID = SYNTH_DSA_DIM;
     int64_t r = mtp ? 0 : synth_ds4_ratio(l), coff = r == 4 ? 2 : 1, NL = synth_ds4_layers(sh);
     const float std = 0.02f;
