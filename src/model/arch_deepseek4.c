@@ -432,6 +432,10 @@ static int ds4_bind_mtp(model *m, ds4_layer *last) {
         return err_set(ERR_NOMEM, "out of memory");
     char n[96];
     int rc;
+    /* the MTP blocks are not read by a trunk step: they count in neither its bytes nor its FLOPs
+     * (the roofline of bench) */
+    size_t bytes = m->weight_bytes;
+    double flops = m->flops_per_token;
     for (int64_t j = 0; j < hp->n_layer_nextn; j++) {
         ds4_mtp *t = &last->mtp[j];
         int64_t l = hp->n_layer + j;
@@ -450,6 +454,8 @@ static int ds4_bind_mtp(model *m, ds4_layer *last) {
                                     false, &t->embed)))
             return rc;
     }
+    m->weight_bytes = bytes;
+    m->flops_per_token = flops;
     return 0;
 }
 
