@@ -34,8 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Most MTP rows a sequence feeds to refill the block's K rows (its window, capped). */
-#define MTP_FILL_MAX 64
+/* Most MTP rows a sequence feeds to refill the block's K rows: its sliding window (128 in
+ * DeepSeek-V4), capped. A row's K depends on its own inputs only, so the rows of the last `fill`
+ * positions are exactly what the newest row's window attention reads; a block without a window,
+ * or a wider one, would read older K rows never refilled, which could only make guesses worse
+ * (the target decides every token). */
+#define MTP_FILL_MAX 128
 
 typedef struct mtp_impl {
     model *m;
