@@ -529,11 +529,97 @@ static void t_bad_deepseek32(void) {
     model_destroy(m);
 }
 
+/* deepseek4: compressed attention, indexer, window, sinks, hyper-connections, hash routing; each
+ * KV type against its own file. */
+static void t_ref_deepseek4(void) {
+    ref_check("deepseek4", false);
+    ref_check("deepseek4", true);
+}
+
+/* deepseek4's MTP block (fwd_run_mtp): the rows of a sequence give the same logits and hidden
+ * states run in one step, in steps of 3 and one per step (the MTP path is batch-invariant like the
+ * trunk), and they differ from the trunk's. */
+static void t_mtp_deepseek4(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/ds4-mtp-f32.gguf", test_tmpdir());
+    synth_opts so = {
+        .shape = "tiny", .arch = "deepseek4", .type = GGUF_TYPE_F32, .seed = 7, .nextn = 1};
+    T_OK(synth_write(&so, path));
+    enum { N = 24 };
+    model *m;
+    kn_isa isa;
+    T_OK(kn_isa_select(&isa));
+    T_OK(model_load(path, isa, &m));
+    const model_hparams *hp = model_get_hparams(m);
+    T_EQ_INT(hp->n_layer_nextn, 1);
+    kv_pool_opts ko;
+    model_kv_pool_opts(m, true, 16, 8, &ko);
+    ko.n_layer += 1; /* the MTP block's K rows */
+    kv_pool *kv;
+    fwd_ctx *fc;
+    T_OK(kv_pool_create(&ko, &kv));
+    T_OK(fwd_ctx_create(m, kv, N, N, 2, 64, &fc));
+    int32_t toks[N], blocks[2] = {kv_pool_alloc(kv), kv_pool_alloc(kv)};
+    for (int i = 0; i < N; i++)
+        toks[i] = (int32_t)((i * 37 + 11) % hp->n_vocab);
+    int64_t V = hp->n_vocab, W = 0, n_out;
+    const float *lg, *h;
+    /* the trunk: hidden states and logits of every position */
+    fwd_seq sq = {.tokens = toks, .n_tokens = N, .blocks = blocks, .n_blocks = 2, .n_logits = N};
+    fwd_batch b = {.seqs = &sq, .n_seqs = 1};
+    T_OK(fwd_run(fc, &b, &lg, &n_out));
+    T_CHECK(fwd_hidden(fc, 0, &W) != NULL && W == hp->hc_mult * hp->n_embd);
+    float *trunk = malloc((size_t)(N * V) * sizeof(float));
+    float *hin = calloc((size_t)(N * W), sizeof(float));
+    float *ref = malloc((size_t)(N * V) * sizeof(float));
+    float *href = malloc((size_t)(N * W) * sizeof(float));
+    memcpy(trunk, lg, (size_t)(N * V) * sizeof(float));
+    for (int p = 1; p < N; p++) /* row p takes the trunk's hidden state of p - 1 */
+        memcpy(hin + p * W, fwd_hidden(fc, p - 1, &W), (size_t)W * sizeof(float));
+    const int steps[] = {N, 3, 1};
+    for (int si = 0; si < 3; si++) {
+        for (int p0 = 0; p0 < N; p0 += steps[si]) {
+            int n = N - p0 < steps[si] ? N - p0 : steps[si];
+            fwd_seq ms = {.tokens = toks + p0,
+                          .n_tokens = n,
+                          .pos0 = p0,
+                          .blocks = blocks,
+                          .n_blocks = 2,
+                          .n_logits = n};
+            fwd_batch mb = {.seqs = &ms, .n_seqs = 1};
+            T_OK(fwd_run_mtp(fc, &mb, hin + p0 * W, &lg, &n_out));
+            T_EQ_INT(n_out, n);
+            for (int i = 0; i < n; i++) {
+                const float *row = lg + i * V;
+                h = fwd_hidden(fc, i, &W);
+                if (si == 0) {
+                    memcpy(ref + (p0 + i) * V, row, (size_t)V * sizeof(float));
+                    memcpy(href + (p0 + i) * W, h, (size_t)W * sizeof(float));
+                } else {
+                    T_CHECKF(!memcmp(ref + (p0 + i) * V, row, (size_t)V * sizeof(float)) &&
+                                 !memcmp(href + (p0 + i) * W, h, (size_t)W * sizeof(float)),
+                             "MTP row %d differs run in steps of %d", p0 + i, steps[si]);
+                }
+            }
+        }
+    }
+    T_CHECK(memcmp(ref, trunk, (size_t)(N * V) * sizeof(float)) != 0);
+    free(trunk);
+    free(hin);
+    free(ref);
+    free(href);
+    fwd_ctx_destroy(fc);
+    kv_pool_destroy(kv);
+    model_destroy(m);
+}
+
 int main(void) {
     test_run("arch.registry", t_registry);
     test_run("arch.reference_qwen3moe", t_ref_qwen3moe);
     test_run("arch.reference_deepseek2", t_ref_deepseek2);
     test_run("arch.reference_deepseek32", t_ref_deepseek32);
+    test_run("arch.reference_deepseek4", t_ref_deepseek4);
+    test_run("arch.mtp_deepseek4_invariance", t_mtp_deepseek4);
     test_run("arch.moe_token_alone_eq_batched", t_moe_invariance);
     test_run("arch.bad_moe_file", t_bad_moe);
     test_run("arch.bad_deepseek2_file", t_bad_deepseek2);

@@ -557,7 +557,7 @@ static void engine_p1(const char *arch) {
         T_CHECK(es.prefix.checksum_failures == 0);
         engine_destroy(e);
     }
-    if (strcmp(arch, "deepseek32") == 0) {
+    if (strcmp(arch, "deepseek32") == 0 || strcmp(arch, "deepseek4") == 0) {
         /* evicted blocks go to the disk tier; a second engine on the same directory (the same
          * identity) restores them: latent rows and index keys, or the tokens would differ */
         char dir[600];
@@ -751,6 +751,12 @@ static void t_engine_disagg(void) {
     model_destroy(m);
 }
 
+/* deepseek4: the compressor state and index keys of its companion buffer, and the compressed
+ * entries of its K rows, through the prefix cache, the disk tier and share groups */
+static void t_engine_ds4(void) {
+    engine_p1("deepseek4");
+}
+
 int main(void) {
     test_run("kv_block.codec", t_codec);
     test_run("kv_prefix.tree", t_prefix);
@@ -758,5 +764,6 @@ int main(void) {
     test_run("kv_prefix.engine_p1", t_engine);
     test_run("kv_prefix.engine_p1_deepseek32", t_engine_dsa);
     test_run("kv_prefix.engine_disagg", t_engine_disagg);
+    test_run("kv_prefix.engine_p1_deepseek4", t_engine_ds4);
     return test_summary();
 }

@@ -595,21 +595,22 @@ static void t_invariance(void) {
         int64_t window;
         const char *shape;
     } vs[] = {
-        {"llama", GGUF_TYPE_F16, NULL, 0, NULL},      {"llama", GGUF_TYPE_Q8_0, NULL, 0, NULL},
-        {"llama", GGUF_TYPE_Q4_0, NULL, 0, NULL},     {"llama", GGUF_TYPE_Q5_1, NULL, 0, NULL},
-        {"llama", GGUF_TYPE_Q5_K, NULL, 0, NULL},     {"llama", TYPE_Q4_K_M, NULL, 0, NULL},
-        {"qwen2", GGUF_TYPE_F16, NULL, 0, NULL},      {"qwen3", TYPE_Q4_K_M, NULL, 0, NULL},
-        {"llama", GGUF_TYPE_F16, "llama3", 13, NULL}, {"llama", GGUF_TYPE_F16, NULL, 0, "gqa"},
-        {"qwen2", GGUF_TYPE_F32, NULL, 0, "gqa"},     {"qwen3moe", GGUF_TYPE_Q8_0, NULL, 0, NULL},
-        {"qwen3moe", TYPE_Q4_K_M, NULL, 0, NULL},     {"qwen3moe", GGUF_TYPE_F32, NULL, 0, "gqa"},
-        {"deepseek2", GGUF_TYPE_Q8_0, NULL, 0, NULL}, {"deepseek2", TYPE_Q4_K_M, NULL, 0, NULL},
+        {"llama", GGUF_TYPE_F16, NULL, 0, NULL},       {"llama", GGUF_TYPE_Q8_0, NULL, 0, NULL},
+        {"llama", GGUF_TYPE_Q4_0, NULL, 0, NULL},      {"llama", GGUF_TYPE_Q5_1, NULL, 0, NULL},
+        {"llama", GGUF_TYPE_Q5_K, NULL, 0, NULL},      {"llama", TYPE_Q4_K_M, NULL, 0, NULL},
+        {"qwen2", GGUF_TYPE_F16, NULL, 0, NULL},       {"qwen3", TYPE_Q4_K_M, NULL, 0, NULL},
+        {"llama", GGUF_TYPE_F16, "llama3", 13, NULL},  {"llama", GGUF_TYPE_F16, NULL, 0, "gqa"},
+        {"qwen2", GGUF_TYPE_F32, NULL, 0, "gqa"},      {"qwen3moe", GGUF_TYPE_Q8_0, NULL, 0, NULL},
+        {"qwen3moe", TYPE_Q4_K_M, NULL, 0, NULL},      {"qwen3moe", GGUF_TYPE_F32, NULL, 0, "gqa"},
+        {"deepseek2", GGUF_TYPE_Q8_0, NULL, 0, NULL},  {"deepseek2", TYPE_Q4_K_M, NULL, 0, NULL},
         {"deepseek32", GGUF_TYPE_Q8_0, NULL, 0, NULL}, {"deepseek32", GGUF_TYPE_F32, NULL, 0, NULL},
+        {"deepseek4", GGUF_TYPE_Q8_0, NULL, 0, NULL},  {"deepseek4", GGUF_TYPE_F32, NULL, 0, NULL},
     };
     for (int ti = 0; ti < (int)(sizeof vs / sizeof *vs); ti++) {
         /* under sanitizers, one Q8_0 row per MoE architecture (their K-quant and gqa rows run
          * the same code paths as the dense rows above and test_arch's MoE rows) */
         bool moe = !strcmp(vs[ti].arch, "qwen3moe") || !strcmp(vs[ti].arch, "deepseek2") ||
-                   !strcmp(vs[ti].arch, "deepseek32");
+                   !strcmp(vs[ti].arch, "deepseek32") || !strcmp(vs[ti].arch, "deepseek4");
         if (moe && test_scale() < 1 && vs[ti].type != GGUF_TYPE_Q8_0)
             continue;
         const char *path = synth_shaped(vs[ti].shape, vs[ti].arch, vs[ti].type, false, 21,

@@ -91,7 +91,7 @@ enum flag_kind {
     X(SPEC, "spec", FLAG_KIND_ENUM, "off", "off|ngram|draft|mtp",                                  \
       "speculative decoding: drafted tokens are fed with a sequence's last token and each is "     \
       "kept only if the model's own sampler picks exactly it (same bytes as off); ngram: prompt "  \
-      "lookup, draft: a draft model (draft-model), mtp: the model's MTP layers (not built yet)")   \
+      "lookup, draft: a draft model (draft-model), mtp: the model's MTP layers (deepseek4 nextn)")   \
     X(SPEC_K, "spec-k", FLAG_KIND_INT, "8", "1:32",                                                \
       "spec: most tokens drafted for one sequence in one step")                                    \
     X(SPEC_ROWS, "spec-rows", FLAG_KIND_INT, "16", "0:4096",                                       \

@@ -65,6 +65,38 @@ static const char *inspect_gating_name(int g) {
     return g >= 0 && g <= KN_GATING_SQRT_SOFTPLUS ? names[g] : "?";
 }
 
+/* DeepSeek-V4's own hyper-parameters: the per-layer compression ratios and SwiGLU clamps, the
+ * compressed layers' RoPE, hyper-connections, grouped output, hash-routed layers. */
+static void inspect_print_ds4(const gguf *g, const model_hparams *hp) {
+    char key[128];
+    gguf_arr a;
+    printf("  compression ratios:");
+    snprintf(key, sizeof key, "%s.attention.compress_ratios", hp->arch_name);
+    if (gguf_get_arr(g, key, &a) == 0)
+        for (uint64_t i = 0; i < a.n && i < (uint64_t)hp->n_layer; i++)
+            printf(" %lld", (long long)gguf_arr_i64(&a, i));
+    printf(" (compressed layers: rope base %g, yarn; others: base %g unscaled)\n",
+           hp->compress_rope_base, hp->rope_base);
+    printf(
+        "  attention: q lora %lld, one kv head (k = v) with sinks, score scale %g, output in %lld "
+        "groups of rank %lld\n",
+        (long long)hp->n_lora_q, hp->attn_scale, (long long)hp->o_groups, (long long)hp->o_lora);
+    printf("  hyper-connections: %lld streams, %lld sinkhorn iterations, eps %g; hash-routed "
+           "layers %lld\n",
+           (long long)hp->hc_mult, (long long)hp->hc_sinkhorn_iters, hp->hc_eps,
+           (long long)hp->n_hash_layers);
+    const char *cl[2] = {"swiglu_clamp_exp", "swiglu_clamp_shexp"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(key, sizeof key, "%s.%s", hp->arch_name, cl[i]);
+        if (gguf_get_arr(g, key, &a) == 0 && a.n > 0) {
+            printf("  %s:", cl[i]);
+            for (uint64_t j = 0; j < a.n && j < 16; j++)
+                printf(" %g", gguf_arr_f64(&a, j));
+            printf("%s\n", a.n > 16 ? " ..." : "");
+        }
+    }
+}
+
 /* The hyper-parameters as the architecture reads them; a file verity cannot run says why (the
  * command still succeeds: the file itself was read). */
 static void inspect_print_model(const gguf *g) {
@@ -94,12 +126,17 @@ static void inspect_print_model(const gguf *g) {
                (long long)hp.n_rot, (long long)hp.head_dim_v, (long long)hp.head_dim,
                hp.attn_scale);
     if (hp.indexer_n_head > 0)
-        printf("  sparse attention (DSA indexer): %lld heads of %lld (rope %lld, neox pairs), top "
-               "%lld keys per query\n",
+        printf("  sparse attention (DSA indexer): %lld heads of %lld (rope %lld, %s pairs), top "
+               "%lld %s per query\n",
                (long long)hp.indexer_n_head, (long long)hp.indexer_head_dim, (long long)hp.n_rot,
-               (long long)hp.indexer_top_k);
+               hp.hc_mult ? "interleaved" : "neox", (long long)hp.indexer_top_k,
+               hp.hc_mult ? "compressed blocks (ratio-4 layers)" : "keys");
+    if (hp.hc_mult > 0)
+        inspect_print_ds4(g, &hp);
     if (hp.n_layer_nextn > 0)
-        printf("  multi-token prediction layers: %lld (not run)\n", (long long)hp.n_layer_nextn);
+        printf("  multi-token prediction layers: %lld%s\n", (long long)hp.n_layer_nextn,
+               hp.hc_mult ? " (the mtp drafter: --spec mtp)"
+                          : " (not run)");
     if (hp.n_expert > 0) {
         printf("  experts: %lld, used per token %lld, expert ff %lld", (long long)hp.n_expert,
                (long long)hp.n_expert_used, (long long)hp.n_ff_exp);

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_synth: `verity synth --shape tiny|small|0.5b|gqa --type TYPE --seed S
- * [--arch llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32] [--vocab-from GGUF] [--tied|--untied] -o
- * OUT.gguf`, TYPE one of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m (the
- * llama.cpp-style mix). Matrices whose rows the type's block does not divide (K-quants need
- * multiples of 256) get llama.cpp's fallback type; model/quantize.h has the rule and the mix
- * recipe.
+ * [--arch llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32|deepseek4] [--nextn N] [--vocab-from
+ * GGUF] [--tied|--untied] -o OUT.gguf`, TYPE one of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k
+ * q6_k, or q4_k_m (the llama.cpp-style mix). Matrices whose rows the type's block does not divide
+ * (K-quants need multiples of 256) get llama.cpp's fallback type; model/quantize.h has the rule and
+ * the mix recipe.
  */
 #include "base/err.h"
 #include "cli/cli.h"
@@ -57,6 +57,12 @@ int cmd_synth(int argc, char **argv) {
                 cli_parse_i64("synth", "--sliding-window", v, 1, 1 << 24, &sw))
                 return 2;
             o.sliding_window = sw;
+        } else if (!strcmp(a, "--nextn")) {
+            int64_t nn;
+            if (!(v = cli_next("synth", argc, argv, &i)) ||
+                cli_parse_i64("synth", "--nextn", v, 0, 4, &nn))
+                return 2;
+            o.nextn = (int)nn;
         } else if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
             o.tied_set = true;
             o.tied = !strcmp(a, "--tied");

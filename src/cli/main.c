@@ -61,10 +61,10 @@ static const cli_command commands[] = {
      "Without -m it benchmarks the synthetic 0.5b model of TYPE (default f16).\n"},
     {"synth", cmd_synth, "write a deterministic random-weight model",
      "usage: verity synth --shape tiny|small|0.5b|gqa --type TYPE --seed S [--arch "
-     "llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32]\n"
+     "llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32|deepseek4]\n"
      "                    [--vocab-from GGUF] [--tied|--untied]\n                    "
      "[--rope-scaling linear|llama3|llama3-tensor]\n"
-     "                    [--sliding-window W] -o OUT.gguf\n"
+     "                    [--sliding-window W] [--nextn N (deepseek4 MTP layers)] -o OUT.gguf\n"
      "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m\n"},
     {"convert", cmd_convert, "convert a llama2.c model to GGUF",
      "usage: verity convert llama2c --model MODEL.bin --tokenizer TOKENIZER.bin -o OUT.gguf\n"},

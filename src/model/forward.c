@@ -180,6 +180,25 @@ int fwd_ctx_n_threads(const fwd_ctx *c) {
     return c->n_threads;
 }
 
+int fwd_run_mtp(fwd_ctx *c, const fwd_batch *b, const float *h_in, const float **logits,
+                int64_t *n_out) {
+    if (!c->m->arch->mtp_forward || c->m->hp.n_layer_nextn <= 0 || !h_in)
+        return err_set(ERR_UNSUPPORTED, "forward: %s model without multi-token-prediction layers",
+                       c->m->hp.arch_name);
+    c->mtp_h = h_in;
+    int rc = fwd_run(c, b, logits, n_out);
+    c->mtp_h = NULL;
+    c->out_norm_w = NULL;
+    c->out_w = NULL;
+    return rc;
+}
+
+const float *fwd_hidden(const fwd_ctx *c, int64_t row, int64_t *width) {
+    if (!c->m->arch->hidden || row < 0 || row >= c->n_tok)
+        return NULL;
+    return c->m->arch->hidden(c, row, width);
+}
+
 /* ---- the phases ---- */
 
 void fwd_quantize_rows(fwd_ctx *c, const float *x, int64_t k, int64_t r0, int64_t r1) {
@@ -230,7 +249,8 @@ static void fwd_rows_out_norm(fwd_ctx *c, const fwd_phase *ph, int64_t o0, int64
     for (int64_t o = o0; o < o1; o++) {
         int64_t t = c->out_row[o];
         kn_add(c->x + t * D, c->y + t * D, D);
-        kn_rmsnorm(c->x + t * D, c->m->output_norm, hp->rms_eps, D, c->out_x + o * D, c->m->isa);
+        kn_rmsnorm(c->x + t * D, c->out_norm_w ? c->out_norm_w : c->m->output_norm, hp->rms_eps, D,
+                   c->out_x + o * D, c->m->isa);
     }
     if (ph->quant)
         fwd_quantize_rows(c, c->out_x, D, o0, o1);
@@ -332,19 +352,25 @@ static void fwd_step(fwd_ctx *c) {
     while (c->attn_per_unit > 1 &&
            T * hp->n_head_kv * ((group + c->attn_per_unit - 1) / c->attn_per_unit) < c->n_threads)
         c->attn_per_unit = (c->attn_per_unit + 1) / 2;
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        m->arch->forward_layer(c, l);
+    const kn_mat *out_w = m->output;
+    if (c->mtp_h) { /* an MTP step: the architecture's MTP block instead of the layers */
+        m->arch->mtp_forward(c);
+        out_w = c->out_w ? c->out_w : m->output;
+    } else {
+        for (int64_t l = 0; l < hp->n_layer; l++)
+            m->arch->forward_layer(c, l);
+    }
     fwd_phase ph = {.c = c,
                     .fn = fwd_rows_out_norm,
                     .layer = -1,
                     .units = c->n_out,
-                    .quant = kn_mat_wants_q8(m->output)};
+                    .quant = kn_mat_wants_q8(out_w)};
     fwd_phase_run(c, &ph, 3 * D);
     /* FAULT (d): above batch 32 only the first 32 logit rows are computed; later rows keep
      * whatever the buffer held from an earlier step */
     int64_t n_logit_rows = c->fault_big_batch && c->n_out > 32 ? 32 : c->n_out;
     if (n_logit_rows > 0) {
-        fwd_mm out = {.w = m->output, .x = c->out_x, .y = c->logits, .rows = n_logit_rows};
+        fwd_mm out = {.w = out_w, .x = c->out_x, .y = c->logits, .rows = n_logit_rows};
         fwd_phase_matmul(c, 1, &out);
     }
 }

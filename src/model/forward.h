@@ -54,4 +54,17 @@ int fwd_run(fwd_ctx *c, const fwd_batch *b, const float **logits, int64_t *n_out
 
 int fwd_ctx_n_threads(const fwd_ctx *c);
 
+/* Multi-token prediction (a model with MTP layers, deepseek4): one step of the model's first MTP
+ * block instead of its layers. Token row r of b (in batch order) is the token at its position
+ * and h_in[r] (fwd_hidden's width) the hidden state of the position before it (the trunk's, or
+ * the MTP block's own for a guess); the block's K/V go to the pool's layer n_layer (a pool of
+ * n_layer + 1 layers). Logits as fwd_run's, from the MTP head. Returns fwd_run's errors, or
+ * ERR_UNSUPPORTED (no MTP layers). */
+int fwd_run_mtp(fwd_ctx *c, const fwd_batch *b, const float *h_in, const float **logits,
+                int64_t *n_out);
+
+/* The hidden state of token row `row` of the last run (the trunk's final streams, or the MTP
+ * block's), *width floats, valid until the next run; NULL if the architecture keeps none. */
+const float *fwd_hidden(const fwd_ctx *c, int64_t row, int64_t *width);
+
 #endif

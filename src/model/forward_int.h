@@ -62,6 +62,11 @@ struct fwd_ctx {
     fwd_moe *moe;                             /* MoE buffers (moe.c), or NULL */
     void *arch_ctx;                           /* the architecture's buffers, or NULL */
     bool fault_attn_offsets, fault_big_batch; /* FAULT (b), (d): fault build only */
+    /* an MTP step (fwd_run_mtp): the hidden state before each token row, and the output norm
+     * and head the architecture sets for it (NULL: the model's) */
+    const float *mtp_h;
+    const float *out_norm_w;
+    const kn_mat *out_w;
     /* the step being run */
     const fwd_batch *b;
     int64_t n_tok, n_out;
@@ -161,5 +166,8 @@ int64_t moe_act_rows(const model_hparams *hp, int64_t max_tokens);
  * token's experts, the routed experts over their gathered rows, the shared experts, and their
  * weighted sum into y. */
 void moe_forward_ffn(fwd_ctx *c, int64_t l);
+
+/* moe_forward_ffn of L, a block outside m->layers (an MTP block), l naming its phases. */
+void moe_forward_ffn_layer(fwd_ctx *c, int64_t l, const model_layer *L);
 
 #endif

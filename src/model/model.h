@@ -10,7 +10,9 @@
  * (DeepSeek-V2/V3, Kimi-K2: multi-head latent attention over a latent KV cache, YaRN, leading
  * dense layers, MoE with shared experts, selection bias and grouped routing), and "deepseek32"
  * (DeepSeek-V3.2: deepseek2 with DeepSeek sparse attention, a lightning indexer whose keys are a
- * companion buffer of the KV blocks and that picks the positions each query attends to). Weight
+ * companion buffer of the KV blocks and that picks the positions each query attends to), and
+ * "deepseek4" (DeepSeek-V4: hyper-connections, compressed attention with an indexer, sliding
+ * window, sinks, grouped low-rank output, hash-routed MoE layers, clamped SwiGLU). Weight
  * types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, mixed freely across
  * tensors (kn_type_supported), expert tensors included. Anything else is refused at load with
  * ERR_UNSUPPORTED naming the architecture, tensor or type.
@@ -77,6 +79,11 @@ typedef struct model_hparams {
     int64_t indexer_head_dim;
     int64_t indexer_top_k;
     int64_t n_layer_nextn; /* trailing multi-token-prediction layers of the file, not run */
+    /* DeepSeek-V4 (hc_mult 0: none): hyper-connection streams, Sinkhorn rounds and epsilon,
+     * leading hash-routed layers, grouped low-rank output, the compressed layers' RoPE base
+     * (per-layer compression ratios and SwiGLU clamps are the layers' own) */
+    int64_t hc_mult, hc_sinkhorn_iters, n_hash_layers, o_groups, o_lora;
+    float hc_eps, compress_rope_base;
 } model_hparams;
 
 typedef struct model model;

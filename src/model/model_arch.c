@@ -10,10 +10,11 @@
 #include <string.h>
 
 extern const model_arch arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_deepseek2,
-    arch_deepseek32;
+    arch_deepseek32, arch_deepseek4;
 
 static const model_arch *const model_archs[] = {
     &arch_llama, &arch_qwen2, &arch_qwen3, &arch_qwen3moe, &arch_deepseek2, &arch_deepseek32,
+    &arch_deepseek4,
 };
 
 #define MODEL_N_ARCHS (sizeof model_archs / sizeof *model_archs)

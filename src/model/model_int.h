@@ -28,6 +28,9 @@ typedef struct model_moe {
     kn_mat *gate_shexp, *up_shexp, *down_shexp; /* the shared experts, or NULL */
     kn_mat *gate_inp_shexp;                     /* [1][n_embd]: sigmoid gate of the shared
                                                  * experts' output, or NULL (ungated) */
+    const int32_t *tid2eid; /* [n_vocab][n_expert_used]: hash routing by token id, or NULL */
+    float clamp, clamp_sh;  /* SwiGLU limits of the routed / shared experts (<= 1e-6: none):
+                             * silu(min(g, L)) * clamp(u, -L, L) */
 } model_moe;
 
 typedef struct model_layer {
@@ -65,6 +68,12 @@ typedef struct model_arch {
     /* Optional: the quantized-activation space the layer's matmuls need beyond one row of the
      * widest input per token (*rows rows, *elems elements in all), for max_tokens tokens. */
     void (*ctx_act)(const model_hparams *hp, int64_t max_tokens, int64_t *rows, int64_t *elems);
+    /* Optional (models with MTP layers): runs the first MTP block over the step's rows
+     * (fwd_run_mtp; c->mtp_h holds each row's previous hidden state), leaving its output row in
+     * c->x with c->y zero and setting c->out_norm_w / c->out_w if it has its own head. */
+    void (*mtp_forward)(fwd_ctx *c);
+    /* Optional: the hidden state of a token row of the last step (fwd_hidden). */
+    const float *(*hidden)(const fwd_ctx *c, int64_t row, int64_t *width);
 } model_arch;
 
 struct model {
@@ -160,6 +169,9 @@ int moe_read_hparams(model *m);
  * expert), the selection bias exp_probs_b if use_bias and the file has it, and the shared experts
  * (ffn_*_shexp, n_ff_shexp wide) if n_ff_shexp > 0, with ffn_gate_inp_shexp if present. */
 int moe_bind_layer(model *m, int64_t l, bool use_bias);
+
+/* moe_bind_layer into L (file block l): a block outside m->layers (DeepSeek-V4's MTP layers). */
+int moe_bind_layer_into(model *m, int64_t l, model_layer *L, bool use_bias);
 
 /* Frees a layer's MoE (NULL: no-op). */
 void moe_free(model_moe *moe, int64_t n_expert);

@@ -94,8 +94,11 @@ static int moe_bind_experts(model *m, int64_t l, const char *suffix, int64_t k, 
 }
 
 int moe_bind_layer(model *m, int64_t l, bool use_bias) {
+    return moe_bind_layer_into(m, l, &m->layers[l], use_bias);
+}
+
+int moe_bind_layer_into(model *m, int64_t l, model_layer *L, bool use_bias) {
     const model_hparams *hp = &m->hp;
-    model_layer *L = &m->layers[l];
     int64_t D = hp->n_embd, F = hp->n_ff_exp, FS = hp->n_ff_shexp;
     model_moe *moe = calloc(1, sizeof *moe);
     if (!moe)
@@ -233,17 +236,39 @@ void moe_ctx_destroy(fwd_ctx *c) {
     c->moe = NULL;
 }
 
-/* Tokens [t0, t1): route each (kn_route), and run the shared experts' SwiGLU. */
+/* The clamped SwiGLU's inputs (DeepSeek-V4): g = min(g, L), u = clamp(u, -L, L) before the
+ * SwiGLU; limit <= 1e-6 (every other architecture): unchanged. */
+static void moe_clamp(float *g, float *u, int64_t n, float limit) {
+    if (!(limit > 1e-6f))
+        return;
+    for (int64_t i = 0; i < n; i++) {
+        g[i] = g[i] > limit ? limit : g[i];
+        u[i] = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+    }
+}
+
+/* Tokens [t0, t1): route each (kn_route, or by the token id through tid2eid), and run the shared
+ * experts' SwiGLU. */
 static void moe_rows_route(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1, int thread) {
     const model_moe *moe = ph->arg;
     fwd_moe *f = c->moe;
     int64_t E = f->n_expert, k = f->k, FS = c->m->hp.n_ff_shexp;
     float *scratch = f->scratch + (size_t)thread * 2 * (size_t)E;
-    for (int64_t t = t0; t < t1; t++)
-        kn_route(&moe->router, f->logits + t * E, scratch, f->sel + t * k, f->w + t * k);
+    for (int64_t t = t0; t < t1; t++) {
+        if (moe->tid2eid) { /* hash routing: the token's experts, weighted by their gate values */
+            kn_route_gate(moe->router.gating, f->logits + t * E, E, scratch);
+            if (!kn_route_hash(moe->tid2eid, k, E, c->tok_id[t], f->sel + t * k))
+                memset(f->sel + t * k, 0, (size_t)k * sizeof(int32_t)); /* checked at load */
+            kn_route_weights(&moe->router, scratch, f->sel + t * k, f->w + t * k);
+        } else {
+            kn_route(&moe->router, f->logits + t * E, scratch, f->sel + t * k, f->w + t * k);
+        }
+    }
     if (moe->gate_shexp) {
-        for (int64_t t = t0; t < t1; t++)
+        for (int64_t t = t0; t < t1; t++) {
+            moe_clamp(c->g + t * FS, c->u + t * FS, FS, moe->clamp_sh);
             kn_swiglu(c->g + t * FS, c->u + t * FS, FS, c->g + t * FS, c->m->isa);
+        }
         if (ph->quant)
             fwd_quantize_rows(c, c->g, FS, t0, t1);
     }
@@ -263,8 +288,12 @@ static void moe_rows_gather(fwd_ctx *c, const fwd_phase *ph, int64_t s0, int64_t
 static void moe_rows_swiglu(fwd_ctx *c, const fwd_phase *ph, int64_t s0, int64_t s1, int thread) {
     fwd_moe *f = c->moe;
     int64_t F = f->ff;
-    for (int64_t s = s0; s < s1; s++)
+    const model_moe *moe = ph->arg;
+    for (int64_t s = s0; s < s1; s++) {
+        if (moe)
+            moe_clamp(f->gg + s * F, f->ug + s * F, F, moe->clamp);
         kn_swiglu(f->gg + s * F, f->ug + s * F, F, f->gg + s * F, c->m->isa);
+    }
     if (ph->quant)
         fwd_quantize_rows(c, f->gg, F, s0, s1);
 }
@@ -319,8 +348,11 @@ static void moe_group_slots(fwd_moe *f, int64_t T) {
 }
 
 void moe_forward_ffn(fwd_ctx *c, int64_t l) {
+    moe_forward_ffn_layer(c, l, &c->m->layers[l]);
+}
+
+void moe_forward_ffn_layer(fwd_ctx *c, int64_t l, const model_layer *L) {
     const model_hparams *hp = &c->m->hp;
-    const model_layer *L = &c->m->layers[l];
     const model_moe *moe = L->moe;
     fwd_moe *f = c->moe;
     int64_t T = c->n_tok, D = hp->n_embd, E = f->n_expert, k = f->k, F = f->ff;
@@ -363,7 +395,7 @@ void moe_forward_ffn(fwd_ctx *c, int64_t l) {
                 (fwd_mm){.w = moe->up_exps[e], .x = f->xg, .y = f->ug, .row0 = r0, .rows = rows};
         }
     fwd_phase_matmul(c, n, f->mm);
-    fwd_phase_rows(c, moe_rows_swiglu, l, T * k, 8 * F, kn_mat_wants_q8(moe->down_exps[0]), NULL);
+    fwd_phase_rows(c, moe_rows_swiglu, l, T * k, 8 * F, kn_mat_wants_q8(moe->down_exps[0]), moe);
     n = 0; /* the down outputs overwrite the gathered inputs, no longer read */
     for (int64_t e = 0; e < E; e++)
         for (int64_t r0 = f->off[e]; r0 < f->off[e + 1]; r0 = grouped ? f->off[e + 1] : r0 + 1)

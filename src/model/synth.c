@@ -22,6 +22,16 @@
  * Architecture deepseek32: deepseek2's and a DSA lightning indexer in every layer (4 heads of
  * 32, its first 16 channels roped, top 8 keys per query: the selection matters from the ninth
  * position on).
+ * Architecture deepseek4: the shape's embedding and heads, at least 4 layers with compression
+ * ratios 0, 4, 128, 4 (repeating), heads of 32 (16 roped, NORM), q_lora n_embd / 2, one KV head
+ * (K = V), attention sinks, 2 output groups of rank 16 (1 for an odd head count: gqa), sliding
+ * window 8 (or --sliding-window),
+ * an indexer of 4 heads of 32 and top 4 compressed blocks (the selection matters from the 20th
+ * position on), 4 hyper-connection streams with 20 Sinkhorn rounds, the MoE of qwen3moe with one
+ * shared expert, sqrt-softplus gating, weights normalised and scaled by 1.5, the first layer
+ * hash-routed (ffn_gate_tid2eid: token t takes experts (t + 3j) mod 8), SwiGLU clamped at 0.1
+ * (0.2 for the shared expert), YaRN of factor 16 over an original context of 1024 on the
+ * compressed layers (base 160000). nextn > 0 (synth_opts.nextn) appends that many MTP layers.
  */
 #include "model/synth.h"
 #include "base/cpu.h"
@@ -333,6 +343,170 @@ static int synth_mla_layer(gguf_writer *w, const synth_opts *o, const quant_plan
     return 0;
 }
 
+/* deepseek4's sizes (see the top of the file). */
+#define SYNTH_DS4_HEAD  32
+#define SYNTH_DS4_ROPE  16
+#define SYNTH_DS4_HC    4
+#define SYNTH_DS4_OG    2 /* output groups (1 for an odd head count) */
+#define SYNTH_DS4_OR    16
+#define SYNTH_DS4_TOP_K 4
+
+static int64_t synth_ds4_layers(const synth_shape *sh) {
+    return sh->n_layer < 4 ? 4 : sh->n_layer;
+}
+
+static int64_t synth_ds4_ratio(int64_t l) {
+    static const int64_t r[4] = {0, 4, 128, 4};
+    return r[l % 4];
+}
+
+/* deepseek4's metadata beyond the common keys and the experts' counts. */
+static int synth_ds4_keys(gguf_writer *w, const synth_opts *o, const synth_shape *sh) {
+    const char *arch = "deepseek4";
+    int64_t NL = synth_ds4_layers(sh) + o->nextn;
+    struct {
+        const char *key;
+        int64_t u;
+        float f;
+        int kind; /* 0 u32, 1 f32, 2 bool */
+    } k[] = {
+        {"block_count", NL, 0, 0},
+        {"attention.head_count_kv", 1, 0, 0},
+        {"attention.key_length", SYNTH_DS4_HEAD, 0, 0},
+        {"attention.value_length", SYNTH_DS4_HEAD, 0, 0},
+        {"rope.dimension_count", SYNTH_DS4_ROPE, 0, 0},
+        {"attention.q_lora_rank", sh->n_embd / 2, 0, 0},
+        {"attention.sliding_window", o->sliding_window > 0 ? o->sliding_window : 8, 0, 0},
+        {"expert_shared_count", 1, 0, 0},
+        {"expert_gating_func", 4, 0, 0},
+        {"expert_weights_scale", 0, 1.5f, 1},
+        {"expert_weights_norm", 1, 0, 2},
+        {"attention.indexer.head_count", SYNTH_DSA_HEADS, 0, 0},
+        {"attention.indexer.key_length", SYNTH_DSA_DIM, 0, 0},
+        {"attention.indexer.top_k", SYNTH_DS4_TOP_K, 0, 0},
+        {"attention.output_group_count", sh->n_head % SYNTH_DS4_OG ? 1 : SYNTH_DS4_OG, 0, 0},
+        {"attention.output_lora_rank", SYNTH_DS4_OR, 0, 0},
+        {"attention.compress_rope_freq_base", 0, 160000.0f, 1},
+        {"hyper_connection.count", SYNTH_DS4_HC, 0, 0},
+        {"hyper_connection.sinkhorn_iterations", 20, 0, 0},
+        {"hyper_connection.epsilon", 0, 1e-6f, 1},
+        {"hash_layer_count", 1, 0, 0},
+        {"rope.scaling.factor", 0, 16.0f, 1},
+        {"rope.scaling.original_context_length", 1024, 0, 0},
+        {"nextn_predict_layers", o->nextn, 0, 0},
+    };
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    int rc = gguf_writer_set_str(w, key, "yarn", 4);
+    for (size_t i = 0; !rc && i < sizeof k / sizeof *k; i++) {
+        if (!strcmp(k[i].key, "nextn_predict_layers") && o->nextn <= 0)
+            continue;
+        snprintf(key, sizeof key, "%s.%s", arch, k[i].key);
+        rc = k[i].kind == 0   ? gguf_writer_set_u32(w, key, (uint32_t)k[i].u)
+             : k[i].kind == 1 ? gguf_writer_set_f32(w, key, k[i].f)
+                              : gguf_writer_set_bool(w, key, k[i].u != 0);
+    }
+    int32_t ratios[256];
+    float clamp[256], clamp_sh[256];
+    for (int64_t l = 0; l < NL && l < 256; l++) {
+        ratios[l] = (int32_t)(l < NL - o->nextn ? synth_ds4_ratio(l) : 0);
+        clamp[l] = 0.1f;
+        clamp_sh[l] = 0.2f;
+    }
+    if (!rc)
+        rc = gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", GGUF_VT_INT32, ratios,
+                                 (uint64_t)NL);
+    if (!rc)
+        rc = gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_exp", GGUF_VT_FLOAT32, clamp,
+                                 (uint64_t)NL);
+    if (!rc)
+        rc = gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_shexp", GGUF_VT_FLOAT32, clamp_sh,
+                                 (uint64_t)NL);
+    return rc;
+}
+
+/* One deepseek4 layer (mtp: an MTP block, with its nextn tensors). */
+static int synth_ds4_layer(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                           const synth_shape *sh, bool tied, int64_t n_vocab, int64_t l, bool mtp) {
+    int64_t E = sh->n_embd, H = sh->n_head, D = SYNTH_DS4_HEAD, QL = E / 2, HC = SYNTH_DS4_HC;
+    int64_t MIX = (2 + HC) * HC, G = H % SYNTH_DS4_OG ? 1 : SYNTH_DS4_OG, O = SYNTH_DS4_OR;
+    int64_t X = SYNTH_MOE_EXPERTS;
+    int64_t F = sh->n_ff / 2, IH = SYNTH_DSA_HEADS, ID = SYNTH_DSA_DIM;
+    int64_t r = mtp ? 0 : synth_ds4_ratio(l), coff = r == 4 ? 2 : 1, NL = synth_ds4_layers(sh);
+    const float std = 0.02f;
+    char name[96];
+    int rc;
+#define T(suffix, ne0, ne1, ne2, mean)                                                             \
+    (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
+     synth_tensor3(w, o, plan, NL, tied, name, ne0, ne1, ne2, mean, std))
+    if ((rc = T("attn_norm.weight", E, 0, 0, 1.0f)) || (rc = T("attn_sinks.weight", H, 0, 0, 0)) ||
+        (rc = T("attn_q_a.weight", E, QL, 0, 0)) ||
+        (rc = T("attn_q_a_norm.weight", QL, 0, 0, 1.0f)) ||
+        (rc = T("attn_q_b.weight", QL, H * D, 0, 0)) || (rc = T("attn_kv.weight", E, D, 0, 0)) ||
+        (rc = T("attn_kv_a_norm.weight", D, 0, 0, 1.0f)) ||
+        (rc = T("attn_output_a.weight", H * D / G, O * G, 0, 0)) ||
+        (rc = T("attn_output_b.weight", G * O, E, 0, 0)) ||
+        (rc = T("hc_attn_fn.weight", HC * E, MIX, 0, 0)) ||
+        (rc = T("hc_attn_base.weight", MIX, 0, 0, 0)) ||
+        (rc = T("hc_attn_scale.weight", 3, 0, 0, 1.0f)) ||
+        (rc = T("hc_ffn_fn.weight", HC * E, MIX, 0, 0)) ||
+        (rc = T("hc_ffn_base.weight", MIX, 0, 0, 0)) ||
+        (rc = T("hc_ffn_scale.weight", 3, 0, 0, 1.0f)) ||
+        (rc = T("ffn_norm.weight", E, 0, 0, 1.0f)) || (rc = T("ffn_gate_inp.weight", E, X, 0, 0)) ||
+        (rc = T("ffn_gate_exps.weight", E, F, X, 0)) ||
+        (rc = T("ffn_up_exps.weight", E, F, X, 0)) ||
+        (rc = T("ffn_down_exps.weight", F, E, X, 0)) ||
+        (rc = T("ffn_gate_shexp.weight", E, F, 0, 0)) ||
+        (rc = T("ffn_up_shexp.weight", E, F, 0, 0)) ||
+        (rc = T("ffn_down_shexp.weight", F, E, 0, 0)))
+        return rc;
+    if (r && ((rc = T("attn_compressor_kv.weight", E, coff * D, 0, 0)) ||
+              (rc = T("attn_compressor_gate.weight", E, coff * D, 0, 0)) ||
+              (rc = T("attn_compressor_ape.weight", coff * D, r, 0, 0)) ||
+              (rc = T("attn_compressor_norm.weight", D, 0, 0, 1.0f))))
+        return rc;
+    if (r == 4 && ((rc = T("indexer.proj.weight", E, IH, 0, 0)) ||
+                   (rc = T("indexer.attn_q_b.weight", QL, IH * ID, 0, 0)) ||
+                   (rc = T("indexer_compressor_kv.weight", E, 2 * ID, 0, 0)) ||
+                   (rc = T("indexer_compressor_gate.weight", E, 2 * ID, 0, 0)) ||
+                   (rc = T("indexer_compressor_ape.weight", 2 * ID, 4, 0, 0)) ||
+                   (rc = T("indexer_compressor_norm.weight", ID, 0, 0, 1.0f))))
+        return rc;
+    if (mtp && ((rc = T("nextn.eh_proj.weight", 2 * E, E, 0, 0)) ||
+                (rc = T("nextn.enorm.weight", E, 0, 0, 1.0f)) ||
+                (rc = T("nextn.hnorm.weight", E, 0, 0, 1.0f)) ||
+                (rc = T("nextn.shared_head_norm.weight", E, 0, 0, 1.0f))))
+        return rc;
+#undef T
+    snprintf(name, sizeof name, "blk.%lld.%s", (long long)l,
+             l == 0 ? "ffn_gate_tid2eid.weight" : "exp_probs_b.bias");
+    if (l != 0) {
+        return synth_tensor3(w, o, plan, NL, tied, name, X, 0, 0, 0, std);
+    }
+    int32_t *tab = malloc((size_t)(n_vocab * SYNTH_MOE_USED) * sizeof(int32_t));
+    if (!tab)
+        return err_set(ERR_NOMEM, "synth: out of memory");
+    for (int64_t t = 0; t < n_vocab; t++)
+        for (int64_t j = 0; j < SYNTH_MOE_USED; j++)
+            tab[t * SYNTH_MOE_USED + j] = (int32_t)((t + 3 * j) % X);
+    int64_t ne[2] = {SYNTH_MOE_USED, n_vocab};
+    rc = gguf_writer_add_tensor(w, name, 26 /* I32 */, 2, ne, tab, false);
+    free(tab);
+    return rc;
+}
+
+/* The deepseek4 output head's stream mixing. */
+static int synth_ds4_head(gguf_writer *w, const synth_opts *o, const quant_plan *plan,
+                          const synth_shape *sh, bool tied) {
+    int64_t HC = SYNTH_DS4_HC, NL = synth_ds4_layers(sh);
+    int rc;
+    if ((rc = synth_tensor(w, o, plan, NL, tied, "output_hc_fn.weight", HC * sh->n_embd, HC, 0,
+                           0.02f)) ||
+        (rc = synth_tensor(w, o, plan, NL, tied, "output_hc_base.weight", HC, 0, 0, 0.02f)))
+        return rc;
+    return synth_tensor(w, o, plan, NL, tied, "output_hc_scale.weight", 1, 0, 1.0f, 0.02f);
+}
+
 int synth_write(const synth_opts *o, const char *path) {
     const synth_shape *sh = NULL;
     for (size_t i = 0; i < sizeof synth_shapes / sizeof *synth_shapes; i++)
@@ -343,11 +517,14 @@ int synth_write(const synth_opts *o, const char *path) {
                        o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
-        strcmp(arch, "qwen3moe") && strcmp(arch, "deepseek2") && strcmp(arch, "deepseek32"))
+        strcmp(arch, "qwen3moe") && strcmp(arch, "deepseek2") && strcmp(arch, "deepseek32") &&
+        strcmp(arch, "deepseek4"))
         return err_set(ERR_INVAL,
                        "synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, "
-                       "deepseek2, deepseek32)",
+                       "deepseek2, deepseek32, deepseek4)",
                        arch);
+    if (o->nextn < 0 || o->nextn > 4 || (o->nextn && strcmp(arch, "deepseek4")))
+        return err_set(ERR_INVAL, "synth: --nextn %d: 0 to 4 MTP layers, deepseek4 only", o->nextn);
     quant_plan plan;
     if (o->q4_k_m) {
         quant_plan_parse("q4_k_m", &plan);
@@ -397,7 +574,8 @@ int synth_write(const synth_opts *o, const char *path) {
     /* qwen3moe, deepseek2, deepseek32: SYNTH_MOE_EXPERTS experts of n_ff / 2, SYNTH_MOE_USED per
      * token */
     bool dsa = !strcmp(arch, "deepseek32"), mla = !strcmp(arch, "deepseek2") || dsa;
-    bool moe = !strcmp(arch, "qwen3moe") || mla;
+    bool ds4 = !strcmp(arch, "deepseek4");
+    bool moe = !strcmp(arch, "qwen3moe") || mla || ds4;
     int64_t n_ff_exp = sh->n_ff / 2;
     if (!rc && moe) {
         struct {
@@ -413,7 +591,9 @@ int synth_write(const synth_opts *o, const char *path) {
     }
     if (!rc && mla)
         rc = synth_mla_keys(w, sh, arch, dsa);
-    if (!rc && o->sliding_window > 0) {
+    if (!rc && ds4)
+        rc = synth_ds4_keys(w, o, sh);
+    if (!rc && o->sliding_window > 0 && !ds4) {
         snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
         rc = gguf_writer_set_u32(w, key, (uint32_t)o->sliding_window);
     }
@@ -469,7 +649,11 @@ int synth_write(const synth_opts *o, const char *path) {
     bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3") || (moe && !mla);
     for (int64_t l = 0; l < sh->n_layer && !rc && mla; l++)
         rc = synth_mla_layer(w, o, &plan, sh, tied, l, dsa);
-    for (int64_t l = 0; l < sh->n_layer && !rc && !mla; l++) {
+    for (int64_t l = 0; ds4 && !rc && l < synth_ds4_layers(sh) + o->nextn; l++)
+        rc = synth_ds4_layer(w, o, &plan, sh, tied, n_vocab, l, l >= synth_ds4_layers(sh));
+    if (ds4 && !rc)
+        rc = synth_ds4_head(w, o, &plan, sh, tied);
+    for (int64_t l = 0; l < sh->n_layer && !rc && !mla && !ds4; l++) {
 #define T(suffix, ne0, ne1, mean)                                                                  \
     (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l),                                \
      synth_tensor(w, o, &plan, NL, tied, name, ne0, ne1, mean, std))

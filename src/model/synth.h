@@ -20,7 +20,7 @@
 typedef struct synth_opts {
     const char *shape; /* "tiny", "small" or "0.5b" */
     const char *arch;  /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "deepseek2",
-                        * "deepseek32" */
+                        * "deepseek32", "deepseek4" */
     int type;          /* gguf type of the weight matrices (after the fallback of
                         * quantize.h for rows the type's block does not divide) */
     bool q4_k_m;       /* the Q4_K_M mix of quantize.h instead (type is then ignored) */
@@ -32,6 +32,7 @@ typedef struct synth_opts {
                                  original context 256) or "llama3-tensor" (the same factors
                                  stored as the rope_freqs.weight tensor) */
     int64_t sliding_window;   /* written as attention.sliding_window when > 0 */
+    int nextn;                /* deepseek4: MTP (nextn) layers appended (0 to 4) */
 } synth_opts;
 
 /* Writes the model to path atomically. Matrices get the type (or mix) of o through

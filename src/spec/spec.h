@@ -13,8 +13,11 @@
  *   draft  (spec_draft.c) a second, smaller model with the same vocabulary (--draft-model),
  *          run batched over all drafting sequences with its own KV pool and forward context;
  *          proposes its greedy continuation.
- *   mtp    (spec_mtp.c) a model's own multi-token-prediction layers: not built yet; refused at
- *          creation, naming why (a model without such layers, or the missing implementation).
+ *   mtp    (spec_mtp.c) a model's own multi-token-prediction layers (deepseek4's nextn
+ *          blocks): the MTP block, fed the trunk's hidden state and the newest token, guesses the
+ *          next one, then its own guesses in turn. The drafter recomputes the trunk's hidden
+ *          states in its own forward context (the engine does not share them yet). A model without
+ *          such layers is refused at creation, naming why.
  *
  * Per-sequence state (spec_seq) is created with the engine's sequence and destroyed with it. It
  * may hold a copy of what the drafter has seen, but the engine's tokens are the truth: each
@@ -68,7 +71,8 @@ const char *spec_kinds(void);
 
 /* Creates the drafter o->kind. Returns 0, ERR_INVAL (unknown kind, bad options; a draft model
  * whose vocabulary differs from the target's, the detail naming the first differing token),
- * ERR_UNSUPPORTED (mtp), the draft model's load error (ERR_IO, ERR_FORMAT, ...), ERR_NOMEM. */
+ * ERR_UNSUPPORTED (mtp without MTP layers), the draft model's load error (ERR_IO, ERR_FORMAT, ...),
+ * ERR_NOMEM. */
 int spec_create(const spec_opts *o, spec_ctx **out);
 void spec_destroy(spec_ctx *sp);
 

@@ -107,3 +107,72 @@ PY
 else
     fail bad.dsa_indexer "synth failed: $(cat "$TMP/err")"
 fi
+# deepseek4 files: a compressor tensor missing, the sinks misshapen (8 heads where the file says
+# 4), a hash table naming an expert the layer lacks, an unknown gating function (7), a
+# compression ratio the architecture lacks (5), an odd indexer head size: one line naming it,
+# exit 2
+if "$VERITY" synth --shape tiny --arch deepseek4 --type q8_0 --seed 1 -o "$TMP/ds4.gguf" 2>"$TMP/err"; then
+    perl -0777 -pe 's/blk\.1\.attn_compressor_kv\.weight/blk.1.attn_compressor_kv.weighx/' "$TMP/ds4.gguf" >"$TMP/ds4-missing.gguf"
+    python3 - "$TMP/ds4.gguf" "$TMP" <<'PY'
+import struct, sys
+src, tmp = sys.argv[1], sys.argv[2]
+b = bytes(open(src, 'rb').read())
+def key_at(b, key):
+    return b.index(struct.pack('<Q', len(key)) + key) + 8 + len(key)
+def put(name, edit):
+    c = bytearray(b); edit(c); open(f'{tmp}/ds4-{name}.gguf', 'wb').write(c)
+def u32(key, v):
+    def e(c):
+        i = key_at(c, key)
+        assert struct.unpack_from('<I', c, i)[0] == 4  # GGUF uint32
+        struct.pack_into('<I', c, i + 4, v)
+    return e
+def sinks(c):
+    i = key_at(c, b'blk.0.attn_sinks.weight')
+    assert struct.unpack_from('<I', c, i)[0] == 1
+    struct.pack_into('<Q', c, i + 4, 8)
+def ratio(c):
+    i = key_at(c, b'deepseek4.attention.compress_ratios')
+    assert struct.unpack_from('<IIQ', c, i) == (9, 5, 4)  # an array of 4 int32
+    struct.pack_into('<i', c, i + 16 + 4, 5)  # layer 1: 4 -> 5
+def hashtab(c):
+    # the tid2eid table's first entry becomes expert 99: its offset from the tensor info, the
+    # data section after the infos (alignment 32)
+    i = key_at(c, b'blk.0.ffn_gate_tid2eid.weight')
+    nd = struct.unpack_from('<I', c, i)[0]
+    off = struct.unpack_from('<Q', c, i + 4 + 8 * nd + 4)[0]
+    align = 32
+    j = 24
+    n_t, n_kv = struct.unpack_from('<QQ', c, 8)
+    def skip_val(j, t):
+        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+        if t == 8:
+            n = struct.unpack_from('<Q', c, j)[0]; return j + 8 + n
+        if t == 9:
+            at, n = struct.unpack_from('<IQ', c, j); j += 12
+            for _ in range(n): j = skip_val(j, at)
+            return j
+        return j + sizes[t]
+    for _ in range(n_kv):
+        n = struct.unpack_from('<Q', c, j)[0]; j += 8 + n
+        t = struct.unpack_from('<I', c, j)[0]; j = skip_val(j + 4, t)
+    for _ in range(n_t):
+        n = struct.unpack_from('<Q', c, j)[0]; j += 8 + n
+        nd2 = struct.unpack_from('<I', c, j)[0]; j += 4 + 8 * nd2 + 4 + 8
+    base = (j + align - 1) // align * align
+    struct.pack_into('<i', c, base + off, 99)
+put('gating', u32(b'deepseek4.expert_gating_func', 7))
+put('headsize', u32(b'deepseek4.attention.indexer.key_length', 33))
+put('shape', sinks)
+put('ratio', ratio)
+put('hash', hashtab)
+PY
+    for c in missing:"blk.1.attn_compressor_kv.weight" shape:"blk.0.attn_sinks.weight" \
+        hash:"blk.0.ffn_gate_tid2eid.weight" gating:"expert_gating_func 7" \
+        ratio:"compress_ratios[1] = 5" headsize:"indexer.key_length 33"; do
+        kind=${c%%:*} what=${c#*:}
+        expect_bad "bad.deepseek4_$kind" "$TMP/ds4-$kind.gguf" "$what"
+    done
+else
+    fail bad.deepseek4 "synth failed: $(cat "$TMP/err")"
+fi

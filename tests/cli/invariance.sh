@@ -103,3 +103,29 @@ for type in $types; do
         else pass "$name($pre preemptions)"; fi
     done
 done
+# deepseek4 (compressed attention at ratios 0/4/128/4 with its indexer, sliding window, sinks,
+# hyper-connections, hash routing; the compressor state and index keys live in the KV blocks):
+# one synthetic Q8_0 model against its batch-1 run: batched, chunked and threaded, moe-group 0,
+# bf16 index keys, and preemption through a 2 MiB pool (26 blocks of this model) with the prefix
+# cache
+if "$VERITY" synth --shape tiny --arch deepseek4 --type q8_0 --seed 11 -o "$TMP/ds4.gguf" 2>"$TMP/err"; then
+    ds4() { "$VERITY" generate -m "$TMP/ds4.gguf" --prompts "$TMP/prompts.jsonl" --logits-digest "$@" 2>"$TMP/err"; }
+    ds4 --max-batch 1 --chunk 512 -t 1 >"$TMP/gold"
+    ds4 --max-batch 1 --chunk 512 -t 1 --index-kv-dtype bf16 >"$TMP/gold-ik"
+    bad=""
+    [ "$(grep -c '' "$TMP/gold")" -eq 64 ] || bad=" (reference run failed: $(head -c 200 "$TMP/err"))"
+    for combo in 64:16:2 7:1:2 32:512:2 64:16:2:--moe-group:0 64:16:2:--index-kv-dtype:bf16; do
+        IFS=: read -r b c t o v <<<"$combo"
+        ds4 --max-batch "$b" --chunk "$c" -t "$t" ${o:+"$o" "$v"} >"$TMP/out"
+        want="$TMP/gold"; [ "${o:-}" = --index-kv-dtype ] && want="$TMP/gold-ik"
+        cmp -s "$want" "$TMP/out" || bad="$bad $combo"
+    done
+    ds4 --max-batch 64 --chunk 512 -t 2 --kv-mem 2 --prefix-cache 1 >"$TMP/out"
+    pre=$(sed -n 's/.* \([0-9]*\) preemptions.*/\1/p' "$TMP/err")
+    cmp -s "$TMP/gold" "$TMP/out" || bad="$bad preemption"
+    [ "${pre:-0}" -gt 0 ] || bad="$bad (no preemption happened)"
+    if [ -z "$bad" ]; then pass "invariance.deepseek4_q8_0(6 configurations, $pre preemptions)"
+    else fail invariance.deepseek4_q8_0 "output differs for:$bad"; fi
+else
+    fail invariance.deepseek4_q8_0 "synth failed: $(cat "$TMP/err")"
+fi

@@ -160,3 +160,24 @@ case "$VERITY" in
     fi ;;
 *) skip spec.fault "runs with the release suite" ;;
 esac
+# --spec mtp on a deepseek4 with one MTP layer: the 64 prompts give the same bytes (tokens and
+# logits digests) as --spec off, drafting every step (spec-adapt 0, 4 guesses) at batch 1 and 16
+if "$VERITY" synth --shape tiny --arch deepseek4 --type q8_0 --seed 2 --nextn 1 -o "$TMP/ds4-mtp.gguf" 2>"$TMP/err"; then
+    awk -v n=64 'BEGIN { srand(77); split("the a little girl dog ran over hill sky blue green said and then it was happy sad big small red ball tree", w, " ");
+        for (i = 0; i < n; i++) { len = 1 + int(rand() * 40); p = "";
+            for (j = 0; j < len; j++) p = p (j ? " " : "") w[1 + int(rand() * 24)];
+            printf("{\"prompt\":\"%s\",\"n\":%d,\"seed\":%d,\"temperature\":%s}\n", p, 4 + int(rand() * 16), i, (i % 2) ? 0.8 : 0) } }' >"$TMP/mtp.jsonl"
+    "$VERITY" generate -m "$TMP/ds4-mtp.gguf" --prompts "$TMP/mtp.jsonl" --max-batch 16 --logits-digest >"$TMP/mtp-off" 2>"$TMP/err"
+    bad=""
+    for b in 1 16; do
+        "$VERITY" generate -m "$TMP/ds4-mtp.gguf" --prompts "$TMP/mtp.jsonl" --max-batch $b -t 2 --spec mtp --spec-adapt 0 --spec-k 4 --logits-digest >"$TMP/mtp-on" 2>"$TMP/err-on"
+        drafted=$(sed -n 's/.*spec mtp: \([0-9]*\) drafted.*/\1/p' "$TMP/err-on")
+        cmp -s "$TMP/mtp-off" "$TMP/mtp-on" || bad="$bad batch=$b"
+        [ "${drafted:-0}" -gt 0 ] || bad="$bad batch=$b(nothing drafted: $(tail -c 200 "$TMP/err-on"))"
+    done
+    [ "$(grep -c '' "$TMP/mtp-off")" -eq 64 ] || bad="$bad (reference run failed)"
+    if [ -z "$bad" ]; then pass "spec.mtp_deepseek4_same_bytes($drafted drafted at batch 16)"
+    else fail spec.mtp_deepseek4_same_bytes "differs or failed:$bad"; fi
+else
+    fail spec.mtp_deepseek4_same_bytes "synth failed: $(cat "$TMP/err")"
+fi
