@@ -25,6 +25,8 @@
 #     transfer, on either side) and no transfer is left open
 #   - the same P1 comparisons (alone and 64 at once) with --kv-transport ucx, and the transfers
 #     counted, on one prefill and one decode server
+#   - kill -9 of the router in the middle of a stream: the client's stream ends, the prefill and
+#     decode servers go back to idle (no block held, no transfer open) and keep serving
 #   - verity hunt against the router finds nothing (concurrency 1 and 16, --tie-threshold 0)
 #   - drain: SIGTERM on the decode server while its request waits for the KV (the prefill server
 #     held): new requests get 503, the request is answered whole once the KV arrives, exit 0
@@ -264,23 +266,45 @@ kill -9 -- -"$RT_PID" 2>/dev/null
 for p in "$P1_PID" "$P2_PID" "$D1_PID" "$D2_PID"; do kill -9 -- -"$p" 2>/dev/null; done
 
 # --- the ucx transport: one prefill, one decode server ------------------------------------------
-# the same workload with the KV carried by libucx (shared memory and cma on one machine); skipped
-# with one line where UCX cannot start (test_kv_xfer says why)
+# the same workload with the KV carried by libucx (shared memory and cma on one machine); where
+# UCX is not available (one SKIP line) the block runs over tcp, for the router kill below
+XT=ucx
 if "$VERITY" serve --role decode --kv-transport ucx --kv-listen 127.0.0.1:0 --port 0 -m /nonexistent.gguf 2>&1 | grep -q "transport"; then
-    skip disagg.ucx "the ucx transport is not available here"
-else
-srv UP -m "$MODEL" --role prefill --kv-transport ucx || exit 0
-srv UD -m "$MODEL" --role decode --kv-transport ucx || exit 0
-start_router disagg.router_ucx --prefill "$UP_URL" --decode "$UD_URL" || exit 0
-p1 ualone "$RT_URL" record spec && same ref ualone "ucx, 64 requests one by one"
-p1 uconc "$RT_URL" replay spec && same ref uconc "ucx, 64 at once"
-ur=$(restored "$UD_URL")
-utx=$(mv "$UP_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}')
-[ "$ur" -gt 0 ] && [ "${utx:-0}" -gt 0 ] && pass "disagg.ucx_transfers_happened($utx transfers, $ur blocks restored)" ||
-    fail disagg.ucx_transfers_happened "restored $ur, transfers ok ${utx:-?}"
-wait_for idle "$UP_URL" "$UD_URL" && pass disagg.ucx_kv_idle_after || fail disagg.ucx_kv_idle_after "kv_used $(kv_used "$UP_URL") / $(kv_used "$UD_URL")"
-kill -9 -- -"$RT_PID" -"$UP_PID" -"$UD_PID" 2>/dev/null
+    skip disagg.ucx "the ucx transport is not available here"; XT=tcp
 fi
+srv UP -m "$MODEL" --role prefill --kv-transport $XT || exit 0
+srv UD -m "$MODEL" --role decode --kv-transport $XT || exit 0
+start_router disagg.router_ucx --prefill "$UP_URL" --decode "$UD_URL" || exit 0
+if [ $XT = ucx ]; then
+    p1 ualone "$RT_URL" record spec && same ref ualone "ucx, 64 requests one by one"
+    p1 uconc "$RT_URL" replay spec && same ref uconc "ucx, 64 at once"
+    ur=$(restored "$UD_URL")
+    utx=$(mv "$UP_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}')
+    [ "$ur" -gt 0 ] && [ "${utx:-0}" -gt 0 ] && pass "disagg.ucx_transfers_happened($utx transfers, $ur blocks restored)" ||
+        fail disagg.ucx_transfers_happened "restored $ur, transfers ok ${utx:-?}"
+fi
+# kill -9 of the router in the middle of a stream (the decode server held after the first token):
+# the client's stream ends (never a hang), both servers give every block back and keep serving
+adm "$UD_URL" pause
+curl -sN "$RT_URL/v1/completions" -d "$LONG_BODY" >"$TMP/rcut.stream" &
+CURL5=$!
+if wait_for waiting_is "$UD_URL" 1; then
+    rstreamed() { adm "$UD_URL" step '{"steps":1}'; grep -q '"text":"[^"]' "$TMP/rcut.stream"; }
+    wait_for rstreamed
+    kill -9 -- -"$RT_PID"
+    adm "$UD_URL" resume
+    t=0; while kill -0 "$CURL5" 2>/dev/null && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+    if kill -0 "$CURL5" 2>/dev/null; then kill "$CURL5"; fail disagg.router_killed "the client hangs"
+    elif grep -q '\[DONE\]' "$TMP/rcut.stream"; then fail disagg.router_killed "the stream was not cut"
+    else
+        code=$(curl -s -o /dev/null -w '%{http_code}' "$UD_URL/v1/completions" -d '{"prompt":"after the router died","max_tokens":2}')
+        if wait_for idle "$UP_URL" "$UD_URL" && opened "$UP_URL" && opened "$UD_URL" && [ "$code" = 200 ]; then
+            pass disagg.router_killed_servers_idle_and_serving
+        else fail disagg.router_killed_servers_idle_and_serving "HTTP $code, kv_used $(kv_used "$UP_URL") / $(kv_used "$UD_URL")"; fi
+    fi
+else fail disagg.router_killed "the request did not reach the decode server"; adm "$UD_URL" resume; fi
+wait_for idle "$UP_URL" "$UD_URL" && pass disagg.${XT}_kv_idle_after || fail disagg.${XT}_kv_idle_after "kv_used $(kv_used "$UP_URL") / $(kv_used "$UD_URL")"
+kill -9 -- -"$RT_PID" -"$UP_PID" -"$UD_PID" 2>/dev/null
 
 # --- the embedded default model: one prefill, one decode server ---------------------------------
 # (release only: under the sanitizers, VERITY_TEST_SCALE < 1, the synthetic model's runs above
