@@ -44,14 +44,7 @@ typedef struct dr_impl {
     int32_t *want;  /* [max_seqs] per request: tokens it drafts this call (0: none) */
 } dr_impl;
 
-typedef struct dr_seq {
-    int32_t cap;    /* most tokens of the sequence */
-    int32_t *toks;  /* [cap + SPEC_MAX_K] tokens whose K/V the blocks hold, then guesses */
-    int32_t n_done; /* positions with K/V */
-    int32_t *ids;   /* [cap_ids] its blocks */
-    int32_t n_ids, cap_ids;
-    bool off; /* the pool had no room for it: drafts nothing */
-} dr_seq;
+typedef spec_kvseq dr_seq; /* its blocks in the draft pool, the tokens they hold, then guesses */
 
 /* Writes token text s as one printable line fragment (at most about 48 bytes) into buf. */
 static void dr_show(gguf_str s, char *buf, size_t cap) {
@@ -173,50 +166,25 @@ static int dr_create(const spec_opts *o, void **impl) {
 
 static int dr_seq_create(void *impl, int32_t cap, void **st) {
     dr_impl *d = impl;
-    dr_seq *q = calloc(1, sizeof *q);
+    dr_seq *q = malloc(sizeof *q);
     if (!q)
         return err_set(ERR_NOMEM, "spec draft: out of memory");
-    q->cap = cap;
-    q->cap_ids = (int32_t)(((int64_t)cap + SPEC_MAX_K + d->bs - 1) / d->bs);
-    q->toks = malloc(((size_t)cap + SPEC_MAX_K) * sizeof *q->toks);
-    q->ids = malloc((size_t)q->cap_ids * sizeof *q->ids);
-    if (!q->toks || !q->ids) {
-        free(q->toks);
-        free(q->ids);
+    int rc = spec_kvseq_init(q, cap, d->bs, "draft");
+    if (rc) {
         free(q);
-        return err_set(ERR_NOMEM, "spec draft: out of memory");
+        return rc;
     }
     *st = q;
     return 0;
 }
 
-static void dr_release(dr_impl *d, dr_seq *q) {
-    while (q->n_ids > 0)
-        kv_block_unref(d->kv, q->ids[--q->n_ids]);
-    q->n_done = 0;
-}
-
 static void dr_seq_destroy(void *impl, void *st) {
-    dr_seq *q = st;
-    dr_release(impl, q);
-    free(q->toks);
-    free(q->ids);
-    free(q);
+    spec_kvseq_free(st, ((dr_impl *)impl)->kv);
+    free(st);
 }
 
 static void dr_seq_park(void *impl, void *st) {
-    dr_seq *q = st;
-    dr_release(impl, q);
-    q->off = false; /* a fresh start when it runs again */
-}
-
-/* The greedy token of a logits row: the highest, ties to the lowest id. */
-static int32_t dr_argmax(const float *row, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (row[i] > row[best])
-            best = i;
-    return (int32_t)best;
+    spec_kvseq_park(st, ((dr_impl *)impl)->kv);
 }
 
 /* Reconciles q with the sequence's tokens and makes room: returns the tokens to draft (0: none). */
@@ -229,28 +197,7 @@ static int32_t dr_prepare(dr_impl *d, dr_seq *q, const spec_req *r) {
         keep++;
     q->n_done = keep;
     memcpy(q->toks + keep, r->toks + keep, (size_t)(n - keep) * sizeof *q->toks);
-    /* positions fed: up to n - 1 + (k - 1), all below the draft model's context */
-    int64_t k = r->k;
-    if ((int64_t)n - 1 + k - 1 >= d->n_ctx)
-        k = d->n_ctx - n + 1;
-    if (k <= 0)
-        return 0;
-    int64_t need = ((int64_t)n + k - 1 + d->bs - 1) / d->bs;
-    while (q->n_ids < need && q->n_ids < q->cap_ids) {
-        int32_t id = kv_pool_alloc(d->kv);
-        if (id < 0)
-            break;
-        q->ids[q->n_ids++] = id;
-    }
-    int64_t room = (int64_t)q->n_ids * d->bs; /* positions the blocks hold */
-    if (room < n) {
-        dr_release(d, q); /* not even the known tokens fit: give up on this sequence */
-        q->off = true;
-        return 0;
-    }
-    if (n - 1 + k > room)
-        k = room - n + 1;
-    return (int32_t)k;
+    return spec_kvseq_reserve(q, d->kv, d->bs, d->n_ctx, n, r->k);
 }
 
 static int dr_draft(void *impl, spec_req *reqs, int32_t n) {
@@ -294,7 +241,7 @@ static int dr_draft(void *impl, spec_req *reqs, int32_t n) {
             d->pos[i] += d->fs[j].n_tokens;
             ((dr_seq *)reqs[i].seq)->n_done = d->pos[i];
             if (d->fs[j].n_logits) {
-                reqs[i].out[0] = dr_argmax(logits + o * d->n_vocab, d->n_vocab);
+                reqs[i].out[0] = spec_argmax(logits + o * d->n_vocab, d->n_vocab);
                 reqs[i].n_out = 1;
                 o++;
             }
@@ -328,7 +275,7 @@ static int dr_draft(void *impl, spec_req *reqs, int32_t n) {
         for (int32_t j = 0; j < nb; j++) {
             int32_t i = d->fs_of[j];
             ((dr_seq *)reqs[i].seq)->n_done = reqs[i].n_toks + round;
-            reqs[i].out[round] = dr_argmax(logits + (int64_t)j * d->n_vocab, d->n_vocab);
+            reqs[i].out[round] = spec_argmax(logits + (int64_t)j * d->n_vocab, d->n_vocab);
             reqs[i].n_out = round + 1;
         }
     }

@@ -57,14 +57,10 @@ typedef struct mtp_impl {
 } mtp_impl;
 
 typedef struct mtp_seq {
-    int32_t cap;
-    int32_t *toks;  /* [cap + SPEC_MAX_K] the tokens the trunk ran, then guesses */
-    int32_t n_done; /* trunk positions with K/V */
-    int32_t *ids;   /* [cap_ids] its blocks */
-    int32_t n_ids, cap_ids;
-    float *ring; /* [fill + 1][W] trunk hidden states of the last positions, by pos % (fill + 1) */
-    float *hcur; /* [W] the MTP block's hidden state of the last row */
-    bool off;    /* the pool had no room for it: drafts nothing */
+    spec_kvseq s; /* first: its blocks, the tokens the trunk ran (n_done: trunk positions with
+                   * K/V), then guesses */
+    float *ring;  /* [fill + 1][W] trunk hidden states of the last positions, by pos % (fill + 1) */
+    float *hcur;  /* [W] the MTP block's hidden state of the last row */
 } mtp_seq;
 
 static void mtp_destroy(void *impl) {
@@ -144,52 +140,30 @@ static int mtp_seq_create(void *impl, int32_t cap, void **st) {
     mtp_seq *q = calloc(1, sizeof *q);
     if (!q)
         return err_set(ERR_NOMEM, "spec mtp: out of memory");
-    q->cap = cap;
-    q->cap_ids = (int32_t)(((int64_t)cap + SPEC_MAX_K + d->bs - 1) / d->bs);
-    q->toks = malloc(((size_t)cap + SPEC_MAX_K) * sizeof *q->toks);
-    q->ids = malloc((size_t)q->cap_ids * sizeof *q->ids);
+    int rc = spec_kvseq_init(&q->s, cap, d->bs, "mtp");
     q->ring = calloc((size_t)(d->fill + 1) * (size_t)d->W, sizeof *q->ring);
     q->hcur = calloc((size_t)d->W, sizeof *q->hcur);
-    if (!q->toks || !q->ids || !q->ring || !q->hcur) {
-        free(q->toks);
-        free(q->ids);
+    if (rc || !q->ring || !q->hcur) {
+        spec_kvseq_free(&q->s, d->kv);
         free(q->ring);
         free(q->hcur);
         free(q);
-        return err_set(ERR_NOMEM, "spec mtp: out of memory");
+        return rc ? rc : err_set(ERR_NOMEM, "spec mtp: out of memory");
     }
     *st = q;
     return 0;
 }
 
-static void mtp_release(mtp_impl *d, mtp_seq *q) {
-    while (q->n_ids > 0)
-        kv_block_unref(d->kv, q->ids[--q->n_ids]);
-    q->n_done = 0;
-}
-
 static void mtp_seq_destroy(void *impl, void *st) {
     mtp_seq *q = st;
-    mtp_release(impl, q);
-    free(q->toks);
-    free(q->ids);
+    spec_kvseq_free(&q->s, ((mtp_impl *)impl)->kv);
     free(q->ring);
     free(q->hcur);
     free(q);
 }
 
 static void mtp_seq_park(void *impl, void *st) {
-    mtp_seq *q = st;
-    mtp_release(impl, q);
-    q->off = false; /* a fresh start when it runs again */
-}
-
-static int32_t mtp_argmax(const float *row, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (row[i] > row[best])
-            best = i;
-    return (int32_t)best;
+    spec_kvseq_park(&((mtp_seq *)st)->s, ((mtp_impl *)impl)->kv);
 }
 
 /* The ring slot of trunk position p. */
@@ -199,34 +173,17 @@ static float *mtp_ring(const mtp_impl *d, mtp_seq *q, int64_t p) {
 
 /* Reconciles q with the sequence's tokens and makes room: returns the tokens to draft (0: none). */
 static int32_t mtp_prepare(mtp_impl *d, mtp_seq *q, const spec_req *r) {
-    if (q->off || r->n_toks > q->cap)
+    if (q->s.off || r->n_toks > q->s.cap)
         return 0;
     int32_t n = r->n_toks;
     /* the trunk ran real tokens only; they only ever grow (a mismatch: start over) */
-    if (q->n_done > n - 1 || memcmp(q->toks, r->toks, (size_t)q->n_done * sizeof *q->toks) != 0)
-        q->n_done = 0;
-    memcpy(q->toks + q->n_done, r->toks + q->n_done, (size_t)(n - q->n_done) * sizeof *q->toks);
-    int64_t k = r->k; /* MTP rows up to position n - 1 + k - 1 */
-    if ((int64_t)n + k - 2 >= d->n_ctx)
-        k = d->n_ctx - n + 1;
-    if (k <= 0)
-        return 0;
-    int64_t need = ((int64_t)n + k - 1 + d->bs - 1) / d->bs;
-    while (q->n_ids < need && q->n_ids < q->cap_ids) {
-        int32_t id = kv_pool_alloc(d->kv);
-        if (id < 0)
-            break;
-        q->ids[q->n_ids++] = id;
-    }
-    int64_t room = (int64_t)q->n_ids * d->bs;
-    if (room < n) {
-        mtp_release(d, q);
-        q->off = true;
-        return 0;
-    }
-    if (n - 1 + k > room)
-        k = room - n + 1;
-    return (int32_t)k;
+    if (q->s.n_done > n - 1 ||
+        memcmp(q->s.toks, r->toks, (size_t)q->s.n_done * sizeof *q->s.toks) != 0)
+        q->s.n_done = 0;
+    memcpy(q->s.toks + q->s.n_done, r->toks + q->s.n_done,
+           (size_t)(n - q->s.n_done) * sizeof *q->s.toks);
+    return spec_kvseq_reserve(&q->s, d->kv, d->bs, d->n_ctx, n, r->k); /* MTP rows up to
+                                                                        * n - 1 + k - 1 */
 }
 
 /* Runs fwd_run_mtp over d->fs[0..nb) (tokens in d->tok, previous hidden states in d->h_in). */
@@ -243,7 +200,7 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
         mtp_seq *q = (mtp_seq *)reqs[i].seq;
         reqs[i].n_out = 0;
         d->want[i] = mtp_prepare(d, q, &reqs[i]);
-        d->pos[i] = q->n_done;
+        d->pos[i] = q->s.n_done;
     }
     /* 1: the trunk over each sequence's unseen tokens but the newest, in budget-sized runs; the
      * hidden states go to the sequences' rings */
@@ -256,11 +213,11 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
             if (!d->want[i] || left <= 0)
                 continue;
             int32_t t = left < budget ? left : (int32_t)budget;
-            d->fs[nb] = (fwd_seq){.tokens = q->toks + d->pos[i],
+            d->fs[nb] = (fwd_seq){.tokens = q->s.toks + d->pos[i],
                                   .n_tokens = t,
                                   .pos0 = d->pos[i],
-                                  .blocks = q->ids,
-                                  .n_blocks = q->n_ids,
+                                  .blocks = q->s.ids,
+                                  .n_blocks = q->s.n_ids,
                                   .n_logits = 0};
             d->fs_of[nb++] = i;
             budget -= t;
@@ -286,7 +243,7 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
                 memcpy(mtp_ring(d, q, p), h, (size_t)W * sizeof(float));
             }
             d->pos[i] += d->fs[j].n_tokens;
-            q->n_done = d->pos[i];
+            q->s.n_done = d->pos[i];
         }
     }
     /* 2: the MTP block over each sequence's last positions (its window) up to the newest token;
@@ -296,7 +253,7 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         mtp_seq *q = (mtp_seq *)reqs[i].seq;
         int32_t last = reqs[i].n_toks - 1;
-        if (!d->want[i] || q->n_done != last)
+        if (!d->want[i] || q->s.n_done != last)
             continue;
         int32_t p0 = last - d->fill + 1 > 0 ? last - d->fill + 1 : 0;
         if (rows + (last - p0 + 1) > d->max_tokens) {
@@ -304,7 +261,7 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
             continue;
         }
         for (int32_t p = p0; p <= last; p++, rows++) {
-            d->tok[rows] = q->toks[p];
+            d->tok[rows] = q->s.toks[p];
             if (p == 0)
                 memset(d->h_in + rows * W, 0, (size_t)W * sizeof(float));
             else
@@ -313,8 +270,8 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
         d->fs[nb] = (fwd_seq){.tokens = d->tok + rows - (last - p0 + 1),
                               .n_tokens = last - p0 + 1,
                               .pos0 = p0,
-                              .blocks = q->ids,
-                              .n_blocks = q->n_ids,
+                              .blocks = q->s.ids,
+                              .n_blocks = q->s.n_ids,
                               .n_logits = 1};
         d->fs_of[nb++] = i;
     }
@@ -330,7 +287,7 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
             row += d->fs[j].n_tokens;
             const float *h = fwd_hidden(d->fc, row - 1, &width);
             memcpy(q->hcur, h, (size_t)W * sizeof(float));
-            reqs[i].out[0] = mtp_argmax(logits + (int64_t)j * d->n_vocab, d->n_vocab);
+            reqs[i].out[0] = spec_argmax(logits + (int64_t)j * d->n_vocab, d->n_vocab);
             reqs[i].n_out = 1;
         }
     }
@@ -347,8 +304,8 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
             d->fs[nb] = (fwd_seq){.tokens = d->tok + nb,
                                   .n_tokens = 1,
                                   .pos0 = p,
-                                  .blocks = q->ids,
-                                  .n_blocks = q->n_ids,
+                                  .blocks = q->s.ids,
+                                  .n_blocks = q->s.n_ids,
                                   .n_logits = 1};
             d->fs_of[nb++] = i;
         }
@@ -362,7 +319,7 @@ static int mtp_draft(void *impl, spec_req *reqs, int32_t n) {
             int32_t i = d->fs_of[j];
             mtp_seq *q = (mtp_seq *)reqs[i].seq;
             memcpy(q->hcur, fwd_hidden(d->fc, j, &width), (size_t)W * sizeof(float));
-            reqs[i].out[round] = mtp_argmax(logits + (int64_t)j * d->n_vocab, d->n_vocab);
+            reqs[i].out[round] = spec_argmax(logits + (int64_t)j * d->n_vocab, d->n_vocab);
             reqs[i].n_out = round + 1;
         }
     }
