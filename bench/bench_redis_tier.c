@@ -17,6 +17,8 @@
  * that a busy machine's wait can be told from the client's own cost.
  */
 #include "base/clock.h"
+#include "base/err.h"
+#include "base/flags.h"
 #include "kv/kv_blobs.h"
 #include "kv/kv_tier.h"
 
@@ -47,6 +49,10 @@ int main(int argc, char **argv) {
     int rounds = argc > 5 ? atoi(argv[5]) : 7;
     if (bytes < 8 || blocks < 1 || batch < 1 || batch > 256 || rounds < 1 || rounds > 100) {
         fprintf(stderr, "bench_redis_tier: bad sizes\n");
+        return 2;
+    }
+    if (flags_init() < 0) { /* VERITY_KV_REDIS_PIPELINE and the like */
+        fprintf(stderr, "bench_redis_tier: %s\n", err_detail());
         return 2;
     }
     const kv_tier_ops *ops;
