@@ -34,6 +34,7 @@
 #   SHARED_N [32]  SHARED_CHARS [2000]  SHARED_GEN [64]
 #   DISTINCT_N [16]  DISTINCT_CHARS [256]  DISTINCT_GEN [16]  ROUNDS [3]
 #   FILL_N [12]  FILL_CHARS [1024]  KV_POOL [80]  DD_MB [512]  REDIS_N [2000]
+#   SRV_ARGS []: more arguments for every verity server (e.g. "--kv-prefault 1")
 # One token per character on the synthetic models' byte-level vocabulary. Exit 2 if a server does
 # not start, a request fails or a tier restores nothing.
 set -u
@@ -70,7 +71,8 @@ part() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 # srv NAME ARGS...: a `verity serve` on MODEL with THREADS; sets PORT (and PID)
 srv() {
     local name=$1; shift
-    bench_serve "$tmp/$name.log" -m "$MODEL" -t "$THREADS" "$@" || exit 2
+    # shellcheck disable=SC2086 # SRV_ARGS: words
+    bench_serve "$tmp/$name.log" -m "$MODEL" -t "$THREADS" ${SRV_ARGS:-} "$@" || exit 2
     PID=$BENCH_PID PORT=$BENCH_PORT
     pids="$pids $PID"
 }

@@ -21,6 +21,8 @@
 //   distinct N CHARS GEN SEED: N requests at once, distinct random prompts of CHARS characters.
 //   fill N CHARS SEED: N distinct prompts one after another, 1 token each (fills the tiers).
 // The three last report wall seconds, prompt, cached and generated tokens.
+import http from 'node:http';
+const httpAgent = new http.Agent({ keepAlive: true });
 const [mode, ...args] = process.argv.slice(2);
 const base = process.env.VERITY_URL;
 
@@ -38,10 +40,25 @@ function words(r, nchars) {
   return s.slice(0, nchars);
 }
 
-async function post(path, body) {
-  const res = await fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  if (!res.ok) throw new Error(`${path}: HTTP ${res.status}: ${(await res.text()).slice(0, 300)}`);
-  return res;
+// POST through node:http rather than fetch: fetch (undici) gives up on a response whose headers
+// take over 300 s, which a loaded machine reaches when 32 streams wait for their first token.
+// Resolves to the response (an async iterable of its body's chunks) once its status is 2xx.
+function post(path, body) {
+  const data = JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = http.request(base + path, {
+      method: 'POST', agent: httpAgent,
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) },
+    }, (res) => {
+      if (res.statusCode >= 200 && res.statusCode < 300) return resolve(res);
+      let t = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { t += c; });
+      res.on('end', () => reject(new Error(`${path}: HTTP ${res.statusCode}: ${t.slice(0, 300)}`)));
+    });
+    req.on('error', reject);
+    req.end(data);
+  });
 }
 
 // Streams a request; returns { ttft_ms, usage }: ttft at the first chunk that carries generated
@@ -51,7 +68,7 @@ async function stream(path, body) {
   const res = await post(path, { ...body, stream: true, stream_options: { include_usage: true } });
   const dec = new TextDecoder();
   let buf = '', ttft = 0, usage = null;
-  for await (const chunk of res.body) {
+  for await (const chunk of res) {
     buf += dec.decode(chunk, { stream: true });
     let k;
     while ((k = buf.indexOf('\n\n')) >= 0) {

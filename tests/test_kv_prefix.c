@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { BS = 4, NL = 2, KVD = 8 };
 
@@ -757,8 +758,49 @@ static void t_engine_ds4(void) {
     engine_p1("deepseek4");
 }
 
+/* Resident pages of this process (from /proc/self/statm), 0 if unreadable. */
+static long long resident_pages(void) {
+    long long size = 0, res = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lld %lld", &size, &res) != 2)
+        res = 0;
+    fclose(f);
+    return res;
+}
+
+/* kv_pool_prefault (flag kv-prefault): the whole storage becomes resident at once and its bytes
+ * stay zero. */
+static void t_prefault(void) {
+    kv_pool_opts o = {
+        .n_layer = NL, .kv_dim = 1024, .block_size = 16, .n_blocks = 256, .f16 = true};
+    size_t bytes = kv_pool_bytes(&o); /* 32 MiB */
+    kv_pool *p;
+    T_OK(kv_pool_create(&o, &p));
+    long long before = resident_pages();
+    if (!before) {
+        kv_pool_destroy(p);
+        test_skip("/proc/self/statm unreadable");
+        return;
+    }
+    kv_pool_prefault(p);
+    long long grew = (resident_pages() - before) * (long long)sysconf(_SC_PAGESIZE);
+    T_CHECKF(grew >= (long long)bytes * 9 / 10, "prefault: resident grew by %lld of %zu bytes",
+             grew, bytes);
+    size_t bb = kv_pool_block_bytes(p);
+    bool zero = true;
+    for (int64_t l = 0; l < NL; l++)
+        for (size_t i = 0; i < bb * 256; i++)
+            zero &= ((const unsigned char *)kv_pool_k_base(p, l))[i] == 0 &&
+                    ((const unsigned char *)kv_pool_v_base(p, l))[i] == 0;
+    T_CHECK(zero);
+    kv_pool_destroy(p);
+}
+
 int main(void) {
     test_run("kv_block.codec", t_codec);
+    test_run("kv_pool.prefault", t_prefault);
     test_run("kv_prefix.tree", t_prefix);
     test_run("kv_block.companion", t_companion);
     test_run("kv_prefix.engine_p1", t_engine);

@@ -88,6 +88,12 @@ enum flag_kind {
     X(KV_BLOB_CACHE, "kv-blob-cache", FLAG_KIND_INT, "64", "0:65536",                              \
       "buffers kept for reuse by blocks moving to and from the KV tiers, so sealing or evicting "  \
       "a block does not allocate (0: allocate and free each; speed only)")                         \
+    X(KV_REDIS_PIPELINE, "kv-redis-pipeline", FLAG_KIND_INT, "4", "1:64",                          \
+      "GETs the Redis KV tier keeps in flight at once when it looks up a batch of blocks (1: one " \
+      "round trip each; speed only)")                                                              \
+    X(KV_PREFAULT, "kv-prefault", FLAG_KIND_BOOL, "0", "0|1",                                      \
+      "write every page of the KV pool at start-up, so serving never waits on the kernel zeroing " \
+      "a first-touched page (the whole pool is resident from the start; speed only)")              \
     X(SPEC, "spec", FLAG_KIND_ENUM, "off", "off|ngram|draft|mtp",                                  \
       "speculative decoding: drafted tokens are fed with a sequence's last token and each is "     \
       "kept only if the model's own sampler picks exactly it (same bytes as off); ngram: prompt "  \

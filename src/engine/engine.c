@@ -216,6 +216,8 @@ int engine_create(model *m, const tokenizer *tok, const engine_opts *o, engine *
     model_kv_pool_opts(m, o->kv_f16, o->block_size, o->kv_blocks, &ko);
     e->kv_opts = ko;
     int rc = kv_pool_create(&ko, &e->kv);
+    if (!rc && flags_int(FLAG_KV_PREFAULT))
+        kv_pool_prefault(e->kv);
     if (!e->o.identity) {
         /* the root key: the model file, and what shapes its KV bytes (the index keys' type) */
         uint64_t id[3] = {model_identity(m), (uint64_t)o->kv_f16, (uint64_t)o->block_size};

@@ -105,5 +105,8 @@ void kn_attn_rows_avx512(const float *q, int64_t g, const kn_attn_kv *kv, int64_
                          float *scratch, float *out);
 void kn_attn_row_avx2(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head_dim,
                       int64_t n_pos, float scale, int64_t chunk, float *scratch, float *out);
+void kn_attn_rows_avx2(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh,
+                       int64_t head_dim, int64_t n_pos, float scale, int64_t chunk, float *scratch,
+                       float *out);
 
 #endif

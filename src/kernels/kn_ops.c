@@ -7,8 +7,8 @@
  * tree, kn_expf, and for attention an online softmax over position chunks whose boundaries are
  * multiples of `chunk` in absolute position. The SIMD versions perform the same IEEE operations
  * in the same order and are tested against these with memcmp. kn_attn_rows (the query heads of
- * one KV head) is kn_attn_row per head here and for AVX2; AVX-512 runs the heads as a group
- * (kn_ops_avx512.c) with each head's operations unchanged.
+ * one KV head) is kn_attn_row per head here; AVX-512 and AVX2 run the heads as a group
+ * (kn_ops_avx512.c, kn_ops_avx2.c) with each head's operations unchanged.
  */
 #include "kernels/kn_int.h"
 
@@ -178,8 +178,8 @@ void kn_attn_row(const float *q, const kn_attn_kv *kv, int64_t kvh, int64_t head
 }
 
 size_t kn_attn_scratch_floats(int64_t g, int64_t head_dim, int64_t chunk) {
-    /* AVX-512 grouped kernel: the chunk's keys and values as f32 rows and g rows of scores, the
-     * chunk rounded up to 16 positions */
+    /* AVX-512 and AVX2 grouped kernels: the chunk's keys (then, for AVX2, values) as f32 rows,
+     * g rows of scores and (AVX-512) the value rows' addresses, the chunk rounded up to 16 */
     size_t cp = (size_t)(chunk + 15) & ~(size_t)15;
     return cp * ((size_t)head_dim + (size_t)g + 2);
 }
@@ -193,6 +193,13 @@ void kn_attn_rows(const float *q, int64_t g, const kn_attn_kv *kv, int64_t kvh, 
             kn_attn_rows_avx512(q + h * head_dim,
                                 g - h < KN_ATTN_GROUP_MAX ? g - h : KN_ATTN_GROUP_MAX, kv, kvh,
                                 head_dim, n_pos, scale, chunk, scratch, out + h * head_dim);
+        return;
+    }
+    if (isa == KN_ISA_AVX2) {
+        for (int64_t h = 0; h < g; h += KN_ATTN_GROUP_MAX)
+            kn_attn_rows_avx2(q + h * head_dim,
+                              g - h < KN_ATTN_GROUP_MAX ? g - h : KN_ATTN_GROUP_MAX, kv, kvh,
+                              head_dim, n_pos, scale, chunk, scratch, out + h * head_dim);
         return;
     }
 #endif

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_pool: see kv_pool.h. The storage is one large anonymous mapping (mem.h: huge pages where
- * available; pages materialise on first write, so a large pool costs address space until used);
+ * available; pages materialise on first write, so a large pool costs address space until used,
+ * unless kv_pool_prefault writes them all at start-up);
  * the free list is a stack of ids.
  */
 #include "kv/kv_pool.h"
@@ -104,6 +105,16 @@ int kv_pool_create(const kv_pool_opts *o, kv_pool **out) {
     p->n_free = o->n_blocks;
     *out = p;
     return 0;
+}
+
+void kv_pool_prefault(kv_pool *p) {
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(p->mem, p->mem_bytes, MADV_POPULATE_WRITE) == 0)
+        return;
+#endif
+    /* older kernels: one write per 4 KiB page; the pool is still all zeros here */
+    for (size_t off = 0; off < p->mem_bytes; off += 4096)
+        ((volatile unsigned char *)p->mem)[off] = 0;
 }
 
 void kv_pool_destroy(kv_pool *p) {

@@ -61,6 +61,11 @@ size_t kv_pool_bytes(const kv_pool_opts *o);
 int kv_pool_create(const kv_pool_opts *o, kv_pool **out);
 void kv_pool_destroy(kv_pool *p);
 
+/* Writes every page of the pool's storage once (zeros over zeros: the contents do not change), so
+ * the kernel's zeroing of first-touched pages happens now rather than while blocks are first
+ * written; from here on the whole pool is resident (flag kv-prefault). */
+void kv_pool_prefault(kv_pool *p);
+
 /* Takes a free block (one reference). Returns its id, or -1 if none is free. */
 int32_t kv_pool_alloc(kv_pool *p);
 

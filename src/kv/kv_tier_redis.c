@@ -8,7 +8,7 @@
  * Keys: "verity:kv:<identity, 16 hex>:<key, 16 hex>"; values are written and read binary-safe
  * (%b). No TTL: Redis's own maxmemory policy evicts.
  *
- * Fetches: get_many pipelines its GETs, REDIS_PIPELINE_DEPTH in flight at once, and reads their
+ * Fetches: get_many pipelines its GETs, kv-redis-pipeline in flight at once, and reads their
  * replies itself, each value with one recvmsg straight into a buffer of the caller's free list
  * (kv_blobs.h): no 16 KB reads, no reply object, no copy. Every other command goes through
  * hiredis, whose reader keeps its buffer between replies (maxbuf 0).
@@ -25,6 +25,7 @@
  */
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/log.h"
 #include "kv/kv_tier.h"
 
@@ -38,10 +39,9 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#define RECONNECT_NS         1000000000LL
-#define REDIS_TIMEOUT_MS     1000
-#define REDIS_PIPELINE_DEPTH 4   /* GETs in flight at once in get_many */
-#define REDIS_HEAD_MAX       128 /* a reply's first line as get_many reads it: "$<length>\r\n" */
+#define RECONNECT_NS     1000000000LL
+#define REDIS_TIMEOUT_MS 1000
+#define REDIS_HEAD_MAX   128 /* a reply's first line as get_many reads it: "$<length>\r\n" */
 
 typedef struct redis_url {
     char host[256]; /* host, or the socket path if unix */
@@ -55,6 +55,7 @@ typedef struct redis_tier {
     uint64_t identity;
     redisContext *c;     /* NULL: not connected */
     int64_t last_try_ns; /* last connect attempt */
+    int depth;           /* GETs in flight at once in get_many (flag kv-redis-pipeline) */
     /* get_many's own reader: bytes received past the reply being read (the start of the next
      * one); empty whenever hiredis reads from the socket */
     char carry[REDIS_HEAD_MAX];
@@ -400,7 +401,7 @@ static void redis_get_many(void *impl, kv_blobs *pool, const uint64_t *keys, int
         rc = redis_lost(r, keys[0], "unread bytes before a GET");
     for (int i = 0; i < n; i++) {
         bool more = false;
-        while (!rc && r->c && sent < n && sent < i + REDIS_PIPELINE_DEPTH) {
+        while (!rc && r->c && sent < n && sent < i + r->depth) {
             rc = redis_append_get(r, keys[sent]);
             sent += !rc;
             more = !rc;
@@ -458,6 +459,9 @@ int kv_tier_redis_open(const char *url, uint64_t identity, const kv_tier_ops **o
     if (!rc && !(r->url = strdup(url)))
         rc = err_set(ERR_NOMEM, "kv redis tier: out of memory");
     r->identity = identity;
+    r->depth = (int)flags_int(FLAG_KV_REDIS_PIPELINE);
+    if (r->depth < 1)
+        r->depth = 1;
     if (!rc)
         rc = redis_connect(r);
     if (rc) {
