@@ -511,15 +511,16 @@ static void t_quant_roundtrip(void) {
  * chunk boundary, with a tail, gives the reference's bytes too. */
 /* The few-row paths (speculative verification feeds 1 + k rows of one sequence): every row count
  * 1 .. 17 of F16 / BF16 (mm-direct-rows 0, 2 and 16: the panel, the one- and two-row direct tiles,
- * and the chunked direct path whose row tiles share each K chunk), against the reference bit for
- * bit, with K ending mid-chunk; so each row's result is the same whatever m and the toggle
+ * and the chunked direct path whose row tiles share each K chunk) and of Q8_0 / Q4_0 (mm-q-tile 4,
+ * 5 and 6: tiles of 4 and the rest, or of equal height up to 5 or 6), against the reference bit
+ * for bit, with K ending mid-chunk; so each row's result is the same whatever m and the toggle
  * (batch invariance: a row never depends on the rows beside it). */
 static void t_matmul_few_rows(void) {
     setup_isas();
     if (!n_simd)
         test_skip("no SIMD ISA on this CPU");
     const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0};
-    const char *direct[] = {"0", "2", "16"};
+    const char *direct[] = {"0", "2", "16"}, *qtile[] = {"4", "5", "6"};
     const int64_t n = 130;
     int cases = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
@@ -537,7 +538,9 @@ static void t_matmul_few_rows(void) {
             kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, ldy);
             for (int ii = 0; ii < n_simd; ii++)
                 for (size_t di = 0; di < 3; di++) {
-                    T_OK(flags_set("mm-direct-rows", direct[di]));
+                    const char *flag = q ? "mm-q-tile" : "mm-direct-rows";
+                    const char *val = q ? qtile[di] : direct[di];
+                    T_OK(flags_set(flag, val));
                     kn_mat *mat;
                     T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
                     void *scratch = aligned_alloc(64, kn_matmul_scratch_bytes());
@@ -545,8 +548,8 @@ static void t_matmul_few_rows(void) {
                     kn_matmul(mat, &ab.a, m, ys, ldy, 1, 2, scratch);
                     kn_matmul(mat, &ab.a, m, ys, ldy, 0, 2, scratch);
                     T_CHECKF(memcmp(yr, ys, (size_t)(m * ldy) * sizeof(float)) == 0,
-                             "type %s isa %s m=%lld mm-direct-rows %s", kn_type_name(types[ti]),
-                             kn_isa_name(simd_isas[ii]), (long long)m, direct[di]);
+                             "type %s isa %s m=%lld %s %s", kn_type_name(types[ti]),
+                             kn_isa_name(simd_isas[ii]), (long long)m, flag, val);
                     free(scratch);
                     kn_mat_destroy(mat);
                     cases++;
@@ -558,6 +561,7 @@ static void t_matmul_few_rows(void) {
         free(w);
     }
     T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
+    T_OK(flags_set("mm-q-tile", flags_find("mm-q-tile")->def));
     T_CHECK(cases == 4 * 17 * 3 * n_simd);
 }
 

@@ -19,7 +19,9 @@
  * kf_tile_direct converts in registers, prefetching 4 KiB ahead, over the whole of K for one or
  * two rows, and in L1-sized K chunks shared by all the row tiles for 3 or more (kf_block_direct).
  *
- * Quantized types: 4-row x 32-column tiles; per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
+ * Quantized types: 4-row x 32-column tiles (Q8_0 with mm-q-tile 5 or 6 and more than 4 rows:
+ * ceil(M / mm-q-tile) tiles of equal height, up to 6 x 2 int32 and 6 x 2 float accumulators, so
+ * 5 or 6 rows, the verification step of speculative decoding, sweep the weights once); per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
  * VPDPBUSD steps accumulate exact int32 dot products (weights as the unsigned operand, offset by
  * 128 or stored as nibbles 0..15, activations broadcast as the signed operand), the offset is
  * removed with the activation block sum, and the block is folded into the float accumulator with
@@ -31,7 +33,8 @@
 #include <immintrin.h>
 
 #define KF_MR 6
-#define KQ_MR 4
+#define KQ_MR  4
+#define KQ_MR6 6 /* Q8_0 with mm-q-tile 6 */
 
 static inline int32_t kq_load_i32(const int8_t *p) {
     int32_t v;
@@ -326,14 +329,14 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
     const size_t bb = q8 ? KN_Q8_BLOCK_BYTES : KN_Q4_BLOCK_BYTES;
     const __m512i corr_mul = _mm512_set1_epi32(q8 ? 128 : 8);
     const __m512i nib = _mm512_set1_epi8(0x0F);
-    __m512 facc[KQ_MR][2];
+    __m512 facc[KQ_MR6][2];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
         facc[i][0] = facc[i][1] = _mm512_setzero_ps();
     for (int64_t b = 0; b < KB; b++) {
         const unsigned char *p = wblk + (size_t)b * bb;
         const unsigned char *qs = p + 64;
-        __m512i iacc[KQ_MR][2];
+        __m512i iacc[KQ_MR6][2];
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++)
             iacc[i][0] = iacc[i][1] = _mm512_setzero_si512();
@@ -408,6 +411,40 @@ void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
         const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
         float *yb = y + jb * KN_NB_Q;
         int64_t i = 0;
+        if (q8 && w->q_tile > KQ_MR && m > KQ_MR) {
+            /* ceil(m / mm-q-tile) tiles of equal height give or take one (5 or 6 rows: one sweep
+             * of the weights, not two); a row's operations do not depend on its tile */
+            const int64_t nt = (m + w->q_tile - 1) / w->q_tile, base = m / nt, extra = m % nt;
+            for (int64_t t = 0; t < nt; t++) {
+                switch (base + (t < extra)) {
+                case 6:
+                    KQ_ROWS(6, true);
+                    i += 6;
+                    break;
+                case 5:
+                    KQ_ROWS(5, true);
+                    i += 5;
+                    break;
+                case 4:
+                    KQ_ROWS(4, true);
+                    i += 4;
+                    break;
+                case 3:
+                    KQ_ROWS(3, true);
+                    i += 3;
+                    break;
+                case 2:
+                    KQ_ROWS(2, true);
+                    i += 2;
+                    break;
+                default:
+                    KQ_ROWS(1, true);
+                    i += 1;
+                    break;
+                }
+            }
+            continue;
+        }
         if (q8) {
             for (; i + KQ_MR <= m; i += KQ_MR)
                 KQ_ROWS(KQ_MR, true);
