@@ -37,7 +37,7 @@ enum flag_kind {
       "AVX-512 F16/BF16 matmuls of at most this many rows convert weights in registers, not "      \
       "via a panel (3 or more rows: in L1-sized K chunks shared by all rows; speed only, same "    \
       "bits)")                                                                                     \
-    X(MM_Q_TILE, "mm-q-tile", FLAG_KIND_INT, "6", "4:6",                                           \
+    X(MM_Q_TILE, "mm-q-tile", FLAG_KIND_INT, "7", "4:7",                                           \
       "AVX-512 Q8_0 matmuls of more than 4 rows run in ceil(rows / this) tiles of equal height, "  \
       "each sweeping the weights once (4: tiles of 4, then the rest; speed only, same bits)")      \
     X(MM_PANEL, "mm-panel", FLAG_KIND_INT, "256", "0:1048576",                                     \

@@ -19,9 +19,10 @@
  * kf_tile_direct converts in registers, prefetching 4 KiB ahead, over the whole of K for one or
  * two rows, and in L1-sized K chunks shared by all the row tiles for 3 or more (kf_block_direct).
  *
- * Quantized types: 4-row x 32-column tiles (Q8_0 with mm-q-tile 5 or 6 and more than 4 rows:
- * ceil(M / mm-q-tile) tiles of equal height, up to 6 x 2 int32 and 6 x 2 float accumulators, so
- * 5 or 6 rows, the verification step of speculative decoding, sweep the weights once); per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
+ * Quantized types: 4-row x 32-column tiles (Q8_0 with mm-q-tile 5 to 7 and more than 4 rows:
+ * ceil(M / mm-q-tile) tiles of equal height, up to 7 x 2 int32 and 7 x 2 float accumulators, 28
+ * of the 32 registers, so 5 to 7 rows, the verification step of speculative decoding, sweep the
+ * weights once); per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
  * VPDPBUSD steps accumulate exact int32 dot products (weights as the unsigned operand, offset by
  * 128 or stored as nibbles 0..15, activations broadcast as the signed operand), the offset is
  * removed with the activation block sum, and the block is folded into the float accumulator with
@@ -34,7 +35,7 @@
 
 #define KF_MR 6
 #define KQ_MR  4
-#define KQ_MR6 6 /* Q8_0 with mm-q-tile 6 */
+#define KQ_MR6 7 /* Q8_0 with mm-q-tile 5 to 7 */
 
 static inline int32_t kq_load_i32(const int8_t *p) {
     int32_t v;
@@ -412,11 +413,15 @@ void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
         float *yb = y + jb * KN_NB_Q;
         int64_t i = 0;
         if (q8 && w->q_tile > KQ_MR && m > KQ_MR) {
-            /* ceil(m / mm-q-tile) tiles of equal height give or take one (5 or 6 rows: one sweep
+            /* ceil(m / mm-q-tile) tiles of equal height give or take one (5 to 7 rows: one sweep
              * of the weights, not two); a row's operations do not depend on its tile */
             const int64_t nt = (m + w->q_tile - 1) / w->q_tile, base = m / nt, extra = m % nt;
             for (int64_t t = 0; t < nt; t++) {
                 switch (base + (t < extra)) {
+                case 7:
+                    KQ_ROWS(7, true);
+                    i += 7;
+                    break;
                 case 6:
                     KQ_ROWS(6, true);
                     i += 6;
