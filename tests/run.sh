@@ -52,7 +52,7 @@ run_one() { # build label command...
     fi
 }
 
-TSAN_AREAS='^(test_base|test_srv_http|test_router|test_model|test_kv_prefix|test_kv_xfer|test_grammar_engine|test_engine_loop|test_kv_tier|test_tokenizer|test_chat_api|test_hunt_.*|serve\.sh|router\.sh|serve_tools\.sh|hunt\.sh|hunt_bisect\.sh|hunt_scale\.sh|kv_cache\.sh)$'
+TSAN_AREAS='^(test_base|test_srv_http|test_router|test_model|test_kv_prefix|test_kv_xfer|test_grammar_engine|test_engine_loop|test_spec|test_kv_tier|test_tokenizer|test_chat_api|test_hunt_.*|serve\.sh|router\.sh|serve_tools\.sh|hunt\.sh|hunt_bisect\.sh|hunt_scale\.sh|kv_cache\.sh)$'
 # scripts that drive other builds themselves (the fault build) and run once, with the release suite
 RELEASE_ONLY='^(faults\.sh|hunt_faults\.sh|kv_faults\.sh|abuse\.sh)$'
 expected=()
