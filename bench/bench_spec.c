@@ -268,12 +268,13 @@ static int bsp_run(int argc, char **argv) {
         steps += st.step_tokens_hist[t];
         kept += (int64_t)t * st.step_tokens_hist[t];
     }
-    printf("{\"spec\":\"%s\",\"clock\":\"%s\",\"batch\":%d,\"requests\":%d,\"decode_tok_s\":%.3f,\"run_tok_s\":%.3f,"
+    printf("{\"spec\":\"%s\",\"clock\":\"%s\",\"batch\":%d,\"requests\":%d,\"decode_tok_s\":%.3f,"
+           "\"run_tok_s\":%.3f,"
            "\"generated\":%lld,\"drafted\":%lld,\"accepted\":%lld,\"decode_steps\":%lld,"
            "\"tokens_per_step\":%.4f,\"tokens_hash\":\"%016llx\"}\n",
-           spec, bsp_cpu ? "cpu" : "wall", batch, nr, bsp_median(rates, nr), (double)gen / wall, (long long)gen,
-           (long long)st.spec_drafted, (long long)st.spec_accepted, (long long)steps,
-           steps ? (double)kept / (double)steps : 0.0, (unsigned long long)h);
+           spec, bsp_cpu ? "cpu" : "wall", batch, nr, bsp_median(rates, nr), (double)gen / wall,
+           (long long)gen, (long long)st.spec_drafted, (long long)st.spec_accepted,
+           (long long)steps, steps ? (double)kept / (double)steps : 0.0, (unsigned long long)h);
     engine_destroy(e);
     for (int i = 0; i < nr; i++)
         free(reqs[i].prompt);

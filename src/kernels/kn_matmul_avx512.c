@@ -33,7 +33,7 @@
 
 #include <immintrin.h>
 
-#define KF_MR 6
+#define KF_MR  6
 #define KQ_MR  4
 #define KQ_MR6 7 /* Q8_0 with mm-q-tile 5 to 7 */
 
@@ -304,11 +304,11 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
             kf_masks(w, jb, mask);
             const uint16_t *blk = (const uint16_t *)KF_W(jb, 0);
             if (m == 2)
-                kf_tile_direct(2, f16, xa->x, xa->ldx, blk, 0, K, true, y + jb * KN_NB_F, ldy,
-                               mask, w->prefetch);
+                kf_tile_direct(2, f16, xa->x, xa->ldx, blk, 0, K, true, y + jb * KN_NB_F, ldy, mask,
+                               w->prefetch);
             else if (m == 1)
-                kf_tile_direct(1, f16, xa->x, xa->ldx, blk, 0, K, true, y + jb * KN_NB_F, ldy,
-                               mask, w->prefetch);
+                kf_tile_direct(1, f16, xa->x, xa->ldx, blk, 0, K, true, y + jb * KN_NB_F, ldy, mask,
+                               w->prefetch);
             else
                 kf_block_direct(w, f16, xa, m, y, ldy, jb, blk, mask);
         }
