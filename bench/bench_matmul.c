@@ -7,6 +7,10 @@
  *   /tmp/bm [threads [type]]
  * BM_05B=1: the forward pass's own matrices instead (Q+K+V 1152 x 896, O 896 x 896, gate+up
  * 9728 x 896, down 896 x 4864, activation rows K apart), for F16/F32/BF16 only.
+ * BM_MS=1,2,3,...: these row counts M instead (the few-row verification steps of speculative
+ * decoding), each with 20 repetitions. BM_CPU=1 (one thread only): time by the thread's CPU time,
+ * not the wall clock, so a busy shared machine's preemptions do not count (its cache and memory
+ * contention still do).
  */
 #include "base/clock.h"
 #include "base/pool.h"
@@ -17,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     kn_mat *w[64];
@@ -28,6 +33,14 @@ typedef struct {
     void *scratch[8];
     kn_isa isa;
 } bm_ctx;
+
+static int64_t bm_now_ns(bool cpu) {
+    if (!cpu)
+        return clock_now_ns();
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 static void bm_run(void *vctx, int ith, int nth) {
     bm_ctx *c = vctx;
@@ -99,8 +112,19 @@ int main(int argc, char **argv) {
             c.nw++;
         }
         printf("type %s: %.1f MB of weights per pass\n", kn_type_name(types[ti]), bytes / 1e6);
-        int64_t ms[] = {1, 32, 256};
+        int64_t ms[32] = {1, 32, 256};
         int n_ms = getenv("BM_M1") ? 1 : 3;
+        if (getenv("BM_MS")) {
+            n_ms = 0;
+            for (const char *s = getenv("BM_MS"); *s && n_ms < 32;) {
+                char *e;
+                long v = strtol(s, &e, 10);
+                if (e == s || v < 1 || v > 256)
+                    break;
+                ms[n_ms++] = v;
+                s = *e == ',' ? e + 1 : e;
+            }
+        }
         for (int mi = 0; mi < n_ms; mi++) {
             c.m = ms[mi];
             int64_t kmax = 4864, nmax = own ? 9728 : 4864; /* widest K and N */
@@ -118,12 +142,13 @@ int main(int argc, char **argv) {
             c.a.qs16 = calloc((size_t)(c.m * kmax / 32), 4);
             kn_act_quantize(&c.a, kmax, 0, c.m, isa);
             c.a.ldx = kmax;
-            int reps = c.m == 1 ? 50 : c.m == 32 ? 10 : 3;
+            int reps = getenv("BM_MS") ? 20 : c.m == 1 ? 50 : c.m == 32 ? 10 : 3;
             double best = 1e9;
             for (int r = 0; r < reps; r++) {
-                int64_t t0 = clock_now_ns();
+                bool cpu = nt == 1 && getenv("BM_CPU") != NULL;
+                int64_t t0 = bm_now_ns(cpu);
                 pool_run(p, bm_run, &c);
-                double dt = (double)(clock_now_ns() - t0) * 1e-9;
+                double dt = (double)(bm_now_ns(cpu) - t0) * 1e-9;
                 if (dt < best)
                     best = dt;
             }

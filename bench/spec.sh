@@ -22,18 +22,29 @@
 # Each figure is REPS_RUN runs of spec off and on, interleaved; the ratio reported is the median
 # of the ratios of each pair (adjacent in time, so a slow minute of the shared machine hits both).
 # Every pair must produce the same tokens (the hash printed by bench_spec): the script stops if not.
-# Usage: bench/spec.sh; environment: THREADS [2] REPS [9] REPS_RUN [5] PARTS [1,2,3,4].
+# Usage: bench/spec.sh; environment: THREADS [2] REPS [9] REPS_RUN [5] PARTS [1,2,3,4]
+# SKIP [none]: an extended regular expression of the figures of parts 3 and 4 to leave out (e.g.
+# 'k16|fixed4': a shorter run on a busy machine).
+# CLOCK [wall]: cpu times everything by the benchmark thread's CPU time (needs THREADS=1: the
+# forward pass then runs on that thread), so a busy shared machine's preemptions do not count.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 V=build/release/verity
 [ -x "$V" ] || { echo "bench/spec.sh: $V not built (make)" >&2; exit 2; }
-THREADS=${THREADS:-2} REPS=${REPS:-9} REPS_RUN=${REPS_RUN:-5} PARTS=${PARTS:-1,2,3,4}
+THREADS=${THREADS:-2} REPS=${REPS:-9} REPS_RUN=${REPS_RUN:-5} PARTS=${PARTS:-1,2,3,4} SKIP=${SKIP:-}
+CLOCK=${CLOCK:-wall}
+case $CLOCK in
+    wall) ;;
+    cpu) [ "$THREADS" = 1 ] || { echo "bench/spec.sh: CLOCK=cpu needs THREADS=1" >&2; exit 2; }
+         export BSP_CLOCK=cpu ;;
+    *) echo "bench/spec.sh: CLOCK must be wall or cpu" >&2; exit 2 ;;
+esac
 part() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
-B=build/release/bench_spec
-cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/bench_spec.c build/release/libverity.a -lm -pthread \
-    -lpcre2-8 -lcurl -lxxhash -lhiredis -o "$B" || exit 2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+B=$tmp/bench_spec # this run's own build: a second run beside it does not replace it
+cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/bench_spec.c build/release/libverity.a -lm -pthread \
+    -lpcre2-8 -lcurl -lxxhash -lhiredis -o "$B" || exit 2
 die() { echo "bench/spec.sh: $*" >&2; exit 2; }
 model_of() { # TYPE: the synthetic 0.5b model `verity bench` makes once and caches
     $V bench --type "$1" --batch 1 --prompt 1 --gen 1 --reps 1 --json 2>/dev/null |
@@ -44,7 +55,7 @@ STORIES=models/stories260K.gguf
 $V quantize "$STORIES" "$tmp/stories-q8_0.gguf" q8_0 >/dev/null 2>&1 || die "quantize failed"
 $V synth --shape small --type f16 --seed 2 -o "$tmp/small.gguf" 2>/dev/null || die "synth failed"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD), $THREADS threads," \
-    "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    "load average $(cut -d' ' -f1-3 /proc/loadavg), REPS $REPS, REPS_RUN $REPS_RUN, clock $CLOCK${SKIP:+, SKIP '$SKIP'}"
 
 # the workloads
 python3 - "$tmp" <<'PY'
@@ -80,6 +91,7 @@ PY
 # SPEC; prints one summary line and keeps every JSON line in $tmp/NAME.json
 pair() {
     local name=$1 m=$2 f=$3 batch=$4 sp=$5 draft=${6:-} k=${7:-8} adapt=${8:-1} rep
+    if [ -n "$SKIP" ] && [[ $name =~ $SKIP ]]; then return 0; fi
     : >"$tmp/$name.json"
     for rep in $(seq 1 "$REPS_RUN"); do
         $B run "$m" "$THREADS" "$tmp/$f.jsonl" "$batch" off >>"$tmp/$name.json" || die "$name: off failed"
@@ -103,6 +115,7 @@ print(f"{name}: {'decode' if batch == 1 else 'run'} tok/s off {mo:.2f}, {on[0]['
       f"({', '.join(f'{x:.2f}' for x in ratios)}); drafted {dr}, accepted {ac} "
       f"({100 * ac / dr if dr else 0:.1f}%) over the runs, {tps:.2f} tokens per decoding step")
 PY
+    echo "  (load average after it: $(cut -d' ' -f1-3 /proc/loadavg))"
 }
 
 if part 1; then

@@ -8,6 +8,7 @@
 #include "test.h"
 #include "test_isa.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "gguf/gguf.h"
 #include "kernels/kn.h"
 
@@ -508,6 +509,62 @@ static void t_quant_roundtrip(void) {
 
 /* The new quantized kernels tile rows in chunks of 96 (activation reuse in L2): M across a
  * chunk boundary, with a tail, gives the reference's bytes too. */
+/* The few-row paths (speculative verification feeds 1 + k rows of one sequence): every row count
+ * 1 .. 17 of F16 / BF16 (mm-direct-rows 0, 2 and 16: the panel, the one- and two-row direct tiles,
+ * and the chunked direct path whose row tiles share each K chunk) and of Q8_0 / Q4_0 (mm-q-tile 4,
+ * 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7), against the reference bit
+ * for bit, with K ending mid-chunk; so each row's result is the same whatever m and the toggle
+ * (batch invariance: a row never depends on the rows beside it). */
+static void t_matmul_few_rows(void) {
+    setup_isas();
+    if (!n_simd)
+        test_skip("no SIMD ISA on this CPU");
+    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0};
+    const char *direct[] = {"0", "2", "16"}, *qtile[] = {"4", "6", "7"};
+    const int64_t n = 130;
+    int cases = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0;
+        int64_t k = q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
+        void *w = make_weights(types[ti], n, k, NULL);
+        for (int64_t m = 1; m <= 17; m++) {
+            act_buf ab;
+            act_make(&ab, m, k, k + 5, m == 17);
+            if (q)
+                kn_act_quantize(&ab.a, k, 0, m, KN_ISA_SCALAR);
+            int64_t ldy = n + 1;
+            float *yr = calloc((size_t)(m * ldy), sizeof(float));
+            float *ys = calloc((size_t)(m * ldy), sizeof(float));
+            kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, ldy);
+            for (int ii = 0; ii < n_simd; ii++)
+                for (size_t di = 0; di < 3; di++) {
+                    const char *flag = q ? "mm-q-tile" : "mm-direct-rows";
+                    const char *val = q ? qtile[di] : direct[di];
+                    T_OK(flags_set(flag, val));
+                    kn_mat *mat;
+                    T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
+                    void *scratch = aligned_alloc(64, kn_matmul_scratch_bytes());
+                    memset(ys, 0, (size_t)(m * ldy) * sizeof(float));
+                    kn_matmul(mat, &ab.a, m, ys, ldy, 1, 2, scratch);
+                    kn_matmul(mat, &ab.a, m, ys, ldy, 0, 2, scratch);
+                    T_CHECKF(memcmp(yr, ys, (size_t)(m * ldy) * sizeof(float)) == 0,
+                             "type %s isa %s m=%lld %s %s", kn_type_name(types[ti]),
+                             kn_isa_name(simd_isas[ii]), (long long)m, flag, val);
+                    free(scratch);
+                    kn_mat_destroy(mat);
+                    cases++;
+                }
+            free(yr);
+            free(ys);
+            act_free(&ab);
+        }
+        free(w);
+    }
+    T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
+    T_OK(flags_set("mm-q-tile", flags_find("mm-q-tile")->def));
+    T_CHECK(cases == 4 * 17 * 3 * n_simd);
+}
+
 static void t_matmul_kq_large_m(void) {
     setup_isas();
     if (!n_simd)
@@ -885,6 +942,7 @@ int main(void) {
     test_run("kernels.quantize_roundtrip", t_quant_roundtrip);
     test_run("kernels.matmul_simd_eq_ref", t_matmul);
     test_run("kernels.matmul_kq_large_m", t_matmul_kq_large_m);
+    test_run("kernels.matmul_few_rows_eq_ref", t_matmul_few_rows);
     test_run("kernels.matmul_accuracy", t_matmul_accuracy);
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);
     test_run("kernels.attention", t_attention);

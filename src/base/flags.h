@@ -33,9 +33,13 @@ enum flag_kind {
     X(MM_PREFETCH, "mm-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                      \
       "matmul kernels prefetch the next weights, and activation rows, while computing (speed "     \
       "only, same bits)")                                                                          \
-    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "2", "0:2",                                 \
+    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "16", "0:64",                               \
       "AVX-512 F16/BF16 matmuls of at most this many rows convert weights in registers, not "      \
-      "via a panel (speed only, same bits)")                                                       \
+      "via a panel (3 or more rows: in L1-sized K chunks shared by all rows; speed only, same "    \
+      "bits)")                                                                                     \
+    X(MM_Q_TILE, "mm-q-tile", FLAG_KIND_INT, "7", "4:7",                                           \
+      "AVX-512 Q8_0 matmuls of more than 4 rows run in ceil(rows / this) tiles of equal height, "  \
+      "each sweeping the weights once (4: tiles of 4, then the rest; speed only, same bits)")      \
     X(MM_PANEL, "mm-panel", FLAG_KIND_INT, "256", "0:1048576",                                     \
       "matmuls over more rows run panel by panel, each panel's columns swept before the next "     \
       "(0 = all rows at once; speed only, same bits)")                                             \

@@ -14,11 +14,15 @@
  * (256 rows x 128 floats), so each tile prefetches the next tile's activation rows and, after the
  * first chunk, its y rows, a few lines per 16 k-steps, and its share of the weights' next chunk
  * (spread over all tiles). The k loop addresses the six rows off two pointers and a stride, so it
- * carries no other arithmetic. With at most mm-direct-rows rows (decode at batch 1 or 2) there is
- * no row reuse to pay for the panel: kf_tile_direct converts in registers, prefetching 4 KiB ahead,
- * over the whole of K.
+ * carries no other arithmetic. With at most mm-direct-rows rows (decode at small batch, the few
+ * rows of a speculative verification step) there is too little row reuse to pay for the panel:
+ * kf_tile_direct converts in registers, prefetching 4 KiB ahead, over the whole of K for one or
+ * two rows, and in L1-sized K chunks shared by all the row tiles for 3 or more (kf_block_direct).
  *
- * Quantized types: 4-row x 32-column tiles; per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
+ * Quantized types: 4-row x 32-column tiles (Q8_0 with mm-q-tile 5 to 7 and more than 4 rows:
+ * ceil(M / mm-q-tile) tiles of equal height, up to 7 x 2 int32 and 7 x 2 float accumulators, 28
+ * of the 32 registers, so 5 to 7 rows, the verification step of speculative decoding, sweep the
+ * weights once); per 32-element k-block, 8 (Q8_0) or 4 x 2 (Q4_0)
  * VPDPBUSD steps accumulate exact int32 dot products (weights as the unsigned operand, offset by
  * 128 or stored as nibbles 0..15, activations broadcast as the signed operand), the offset is
  * removed with the activation block sum, and the block is folded into the float accumulator with
@@ -29,8 +33,9 @@
 
 #include <immintrin.h>
 
-#define KF_MR 6
-#define KQ_MR 4
+#define KF_MR  6
+#define KQ_MR  4
+#define KQ_MR6 7 /* Q8_0 with mm-q-tile 5 to 7 */
 
 static inline int32_t kq_load_i32(const int8_t *p) {
     int32_t v;
@@ -122,22 +127,26 @@ static void kf_convert(int type, const uint16_t *src, int64_t kc, float *dst) {
 }
 
 /* Few-row tile for F16/BF16 (rows <= KF_DIRECT_MR): converts each weight vector in registers
- * right before its FMAs instead of through the scratch panel (with no row reuse the panel is
- * only extra L1 traffic), over the whole of K at once. Same converted values, same fma chain
- * per y element as kf_tile, so the same bits. pf: prefetch the weights KF_DIRECT_PF k-steps
- * (4 KiB) ahead; a prefetch past the end of the weights is a hint and never faults. */
-#define KF_DIRECT_MR 2
+ * right before its FMAs instead of through the scratch panel (with little row reuse the panel is
+ * only extra L1 traffic), over the k-steps [k0, k0 + kc), starting from zero (init) or from the
+ * partial sums already in y (stored and reloaded exactly, as kf_tile does). Same converted values,
+ * same fma chain per y element as kf_tile, so the same bits. pf: prefetch the weights
+ * KF_DIRECT_PF k-steps (4 KiB) ahead; a prefetch past the end of the weights is a hint and never
+ * faults. */
+#define KF_DIRECT_MR 6
 #define KF_DIRECT_PF 32
 static inline __attribute__((always_inline)) void
 kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const uint16_t *wb,
-               int64_t K, float *y, int64_t ldy, const __mmask16 *mask, bool pf) {
+               int64_t k0, int64_t kc, bool init, float *y, int64_t ldy, const __mmask16 *mask,
+               bool pf) {
     __m512 acc[KF_DIRECT_MR][4];
 #pragma GCC unroll 16
     for (int m = 0; m < mr; m++)
 #pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
-            acc[m][j] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
+            acc[m][j] =
+                init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
+    for (int64_t k = k0; k < k0 + kc; k++) {
         const uint16_t *wk = wb + k * KN_NB_F;
         if (pf) { /* two lines per k-step */
             _mm_prefetch((const char *)(wk + KF_DIRECT_PF * KN_NB_F), _MM_HINT_T0);
@@ -163,6 +172,52 @@ kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const 
 #pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
             _mm512_mask_storeu_ps(y + m * ldy + 16 * j, mask[j], acc[m][j]);
+}
+
+/* Rows 3 .. mm-direct-rows of F16/BF16 (the verification step of speculative decoding, decode at
+ * a small batch): column block by column block, K in chunks of KF_DIRECT_KC k-steps (16 KiB of
+ * weights, which stay in L1), and within a chunk every tile of up to KF_DIRECT_MR rows converts
+ * the chunk's weights in registers: each weight is read from memory once for all the rows, and
+ * no panel is written. The tiles are ceil(m / 6) of equal height give or take one; a row's
+ * operations depend neither on its tile nor on m, so the bits are kf_tile's. Only the first tile
+ * prefetches (the others find the chunk in L1). */
+#define KF_DIRECT_KC 128
+static void kf_block_direct(const kn_mat *w, const bool f16, const kn_act *xa, int64_t m, float *y,
+                            int64_t ldy, int64_t jb, const uint16_t *blk, const __mmask16 *mask) {
+    const int64_t K = w->k, ldx = xa->ldx;
+    const int64_t nt = (m + KF_DIRECT_MR - 1) / KF_DIRECT_MR, base = m / nt, extra = m % nt;
+    float *yb = y + jb * KN_NB_F;
+    for (int64_t k0 = 0; k0 < K; k0 += KF_DIRECT_KC) {
+        const int64_t kc = K - k0 < KF_DIRECT_KC ? K - k0 : KF_DIRECT_KC;
+        const bool init = k0 == 0;
+        for (int64_t t = 0, i = 0; t < nt; t++) {
+            const int64_t r = base + (t < extra);
+            const float *xt = xa->x + i * ldx;
+            float *yt = yb + i * ldy;
+            const bool pf = w->prefetch && t == 0;
+            switch (r) {
+            case 6:
+                kf_tile_direct(6, f16, xt, ldx, blk, k0, kc, init, yt, ldy, mask, pf);
+                break;
+            case 5:
+                kf_tile_direct(5, f16, xt, ldx, blk, k0, kc, init, yt, ldy, mask, pf);
+                break;
+            case 4:
+                kf_tile_direct(4, f16, xt, ldx, blk, k0, kc, init, yt, ldy, mask, pf);
+                break;
+            case 3:
+                kf_tile_direct(3, f16, xt, ldx, blk, k0, kc, init, yt, ldy, mask, pf);
+                break;
+            case 2:
+                kf_tile_direct(2, f16, xt, ldx, blk, k0, kc, init, yt, ldy, mask, pf);
+                break;
+            default:
+                kf_tile_direct(1, f16, xt, ldx, blk, k0, kc, init, yt, ldy, mask, pf);
+                break;
+            }
+            i += r;
+        }
+    }
 }
 
 /* Column masks of block jb (columns past N masked off). */
@@ -249,12 +304,13 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
             kf_masks(w, jb, mask);
             const uint16_t *blk = (const uint16_t *)KF_W(jb, 0);
             if (m == 2)
-                kf_tile_direct(2, f16, xa->x, xa->ldx, blk, K, y + jb * KN_NB_F, ldy, mask,
+                kf_tile_direct(2, f16, xa->x, xa->ldx, blk, 0, K, true, y + jb * KN_NB_F, ldy, mask,
+                               w->prefetch);
+            else if (m == 1)
+                kf_tile_direct(1, f16, xa->x, xa->ldx, blk, 0, K, true, y + jb * KN_NB_F, ldy, mask,
                                w->prefetch);
             else
-                for (int64_t i = 0; i < m; i++)
-                    kf_tile_direct(1, f16, xa->x + i * xa->ldx, xa->ldx, blk, K,
-                                   y + i * ldy + jb * KN_NB_F, ldy, mask, w->prefetch);
+                kf_block_direct(w, f16, xa, m, y, ldy, jb, blk, mask);
         }
         return;
     }
@@ -274,14 +330,14 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
     const size_t bb = q8 ? KN_Q8_BLOCK_BYTES : KN_Q4_BLOCK_BYTES;
     const __m512i corr_mul = _mm512_set1_epi32(q8 ? 128 : 8);
     const __m512i nib = _mm512_set1_epi8(0x0F);
-    __m512 facc[KQ_MR][2];
+    __m512 facc[KQ_MR6][2];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
         facc[i][0] = facc[i][1] = _mm512_setzero_ps();
     for (int64_t b = 0; b < KB; b++) {
         const unsigned char *p = wblk + (size_t)b * bb;
         const unsigned char *qs = p + 64;
-        __m512i iacc[KQ_MR][2];
+        __m512i iacc[KQ_MR6][2];
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++)
             iacc[i][0] = iacc[i][1] = _mm512_setzero_si512();
@@ -356,6 +412,44 @@ void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
         const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
         float *yb = y + jb * KN_NB_Q;
         int64_t i = 0;
+        if (q8 && w->q_tile > KQ_MR && m > KQ_MR) {
+            /* ceil(m / mm-q-tile) tiles of equal height give or take one (5 to 7 rows: one sweep
+             * of the weights, not two); a row's operations do not depend on its tile */
+            const int64_t nt = (m + w->q_tile - 1) / w->q_tile, base = m / nt, extra = m % nt;
+            for (int64_t t = 0; t < nt; t++) {
+                switch (base + (t < extra)) {
+                case 7:
+                    KQ_ROWS(7, true);
+                    i += 7;
+                    break;
+                case 6:
+                    KQ_ROWS(6, true);
+                    i += 6;
+                    break;
+                case 5:
+                    KQ_ROWS(5, true);
+                    i += 5;
+                    break;
+                case 4:
+                    KQ_ROWS(4, true);
+                    i += 4;
+                    break;
+                case 3:
+                    KQ_ROWS(3, true);
+                    i += 3;
+                    break;
+                case 2:
+                    KQ_ROWS(2, true);
+                    i += 2;
+                    break;
+                default:
+                    KQ_ROWS(1, true);
+                    i += 1;
+                    break;
+                }
+            }
+            continue;
+        }
         if (q8) {
             for (; i + KQ_MR <= m; i += KQ_MR)
                 KQ_ROWS(KQ_MR, true);
