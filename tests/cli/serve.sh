@@ -3,8 +3,8 @@
 # named, the server keeps serving), auth, overload (429 with Retry-After, memory bounded),
 # a client disconnecting mid-stream (its KV freed), SIGTERM drain, promtool on /metrics, and the
 # official OpenAI client (conformance) plus P1 through HTTP (64 requests alone vs concurrent, and
-# again with a KV pool small enough to force preemption, and alone vs concurrent on a deepseek32
-# model: its DSA indexer and index-key cache).
+# again with a KV pool small enough to force preemption, and alone vs concurrent on a model of
+# each mixture-of-experts architecture: qwen3moe, deepseek2, deepseek32, deepseek4).
 #
 # Nothing here races the engine: the servers run with --admin-api 1, and a test that needs a
 # state (a full queue, 64 requests in one batch, a request holding KV, requests in flight at
@@ -292,19 +292,26 @@ if start_server serve.auth -m "$MODEL" --api-key s3cret; then
     stop_server
 fi
 
-# P1 through HTTP on deepseek32 (latent cache, DSA indexer, index keys in every KV block): each
-# request alone on a server that never batches, then all 64 at once, batched and chunked
-DS32="$TMP/ds32.gguf"
-if [ -n "$have_node" ] && [ -s "$TMP/p1.alone" ] &&
-    "$VERITY" synth --shape tiny --arch deepseek32 --type q8_0 --seed 5 -o "$DS32" 2>"$TMP/err"; then
+# P1 through HTTP on each mixture-of-experts architecture: qwen3moe, deepseek2 (latent cache),
+# deepseek32 (DSA indexer, index keys in every KV block) and deepseek4 (compressed attention, its
+# companion buffer, hyper-connections): each request alone on a server that never batches, then
+# all 64 at once, batched and chunked
+if [ -n "$have_node" ] && [ -s "$TMP/p1.alone" ]; then
     mv "$TMP/p1.alone" "$TMP/p1.alone.llama"
-    if start_server serve.ds32_reference -m "$DS32" --max-batch 1 --chunk 512 -t 1; then
-        VERITY_URL=$SRV_URL run_node serve.ds32_p1_record -o "$TMP/p1.alone" "$nodedir/p1.mjs" record
-        stop_server
-    fi
-    if [ -s "$TMP/p1.alone" ] && start_server serve.ds32 -m "$DS32" --admin-api 1 --max-batch 64 --chunk 8 -t 2; then
-        p1_replay serve.p1_http_deepseek32 && pass "serve.p1_http_deepseek32($P1_NOTE)"
-        stop_server
-    fi
+    for arch in qwen3moe deepseek2 deepseek32 deepseek4; do
+        am="$TMP/$arch.gguf"
+        if ! "$VERITY" synth --shape tiny --arch $arch --type q8_0 --seed 5 -o "$am" 2>"$TMP/err"; then
+            fail "serve.p1_http_$arch" "synth failed: $(head -c 300 "$TMP/err")"; continue
+        fi
+        rm -f "$TMP/p1.alone"
+        if start_server "serve.${arch}_reference" -m "$am" --max-batch 1 --chunk 512 -t 1; then
+            VERITY_URL=$SRV_URL run_node "serve.${arch}_p1_record" -o "$TMP/p1.alone" "$nodedir/p1.mjs" record
+            stop_server
+        fi
+        if [ -s "$TMP/p1.alone" ] && start_server "serve.$arch" -m "$am" --admin-api 1 --max-batch 64 --chunk 8 -t 2; then
+            p1_replay "serve.p1_http_$arch" && pass "serve.p1_http_$arch($P1_NOTE)"
+            stop_server
+        fi
+    done
     mv "$TMP/p1.alone.llama" "$TMP/p1.alone"
 fi
