@@ -256,6 +256,8 @@ int quant_model(const char *in_path, const char *out_path, const quant_plan *p, 
         memcpy(name, t->name.s, t->name.len);
         name[t->name.len] = 0;
         int type = quant_tensor_type(p, name, t->n_dims, t->ne[0], n_layer, tied);
+        if (t->type >= GGUF_TYPE_I8 && t->type <= GGUF_TYPE_I64)
+            type = t->type; /* a table (deepseek4's token-to-expert map), not weights: kept */
         if (type != GGUF_TYPE_F32 && type != p->type)
             n_fallback++;
         void *data = NULL;

@@ -128,6 +128,23 @@ if need_shared quantize.stories260K models/stories260K.gguf; then
     fi
 fi
 
+# the reference deepseek4 file (a hash-routed layer: its token-to-expert table is i32, kept as it
+# is) to q8_0 and the q4_k_m mix: the matrices quantized, the table unchanged, and it generates
+if need_shared quantize.deepseek4 models/arch/deepseek4.gguf; then
+    for qt in q8_0 q4_k_m; do
+        if "$V" quantize "$SHARED/models/arch/deepseek4.gguf" "$TMP/ds4-$qt.gguf" $qt 2>"$TMP/err" &&
+           [ "$(tensor_type "$TMP/ds4-$qt.gguf" blk.0.ffn_gate_tid2eid.weight)" = i32 ] &&
+           [ "$(tensor_type "$TMP/ds4-$qt.gguf" blk.0.ffn_gate_tid2eid.weight)" = "$(tensor_type "$SHARED/models/arch/deepseek4.gguf" blk.0.ffn_gate_tid2eid.weight)" ] &&
+           [ "$(tensor_type "$TMP/ds4-$qt.gguf" blk.1.attn_q_a.weight)" != f32 ] &&
+           out=$("$V" generate -m "$TMP/ds4-$qt.gguf" -p "Once upon a time" -n 16 --temp 0 2>>"$TMP/err") &&
+           [ -n "$out" ]; then
+            pass quantize.deepseek4_$qt
+        else
+            fail quantize.deepseek4_$qt "$(head -c 300 "$TMP/err"); tid2eid $(tensor_type "$TMP/ds4-$qt.gguf" blk.0.ffn_gate_tid2eid.weight), attn_q_a $(tensor_type "$TMP/ds4-$qt.gguf" blk.1.attn_q_a.weight)"
+        fi
+    done
+fi
+
 # bad input: exit 2, one line on stderr, no output file
 expect_exit2 quantize.no_args "$V" quantize
 expect_exit2 quantize.bad_type "$V" quantize "$TMP/tiny.gguf" "$TMP/x.gguf" q3_k
