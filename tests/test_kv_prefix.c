@@ -650,6 +650,26 @@ static int32_t dg_poll(void *ctx, const void *const **blobs, size_t *bytes) {
     return in->n;
 }
 
+/* A transfer that has not arrived until *ready (then nothing came: the request computes). */
+typedef struct dg_late {
+    bool ready;
+    int polls;
+} dg_late;
+
+static int32_t dg_late_poll(void *ctx, const void *const **blobs, size_t *bytes) {
+    dg_late *l = ctx;
+    l->polls++;
+    *blobs = NULL;
+    *bytes = 0;
+    return l->ready ? 0 : -1;
+}
+
+static void dg_late_done(void *ctx, int32_t restored, int32_t refused) {
+    (void)ctx;
+    (void)restored;
+    (void)refused;
+}
+
 static void dg_done(void *ctx, int32_t restored, int32_t refused) {
     dg_in *in = ctx;
     in->dones++;
@@ -747,6 +767,37 @@ static void t_engine_disagg(void) {
         T_CHECK(es.kv_used == 0 && es.kv_in_refused == (corrupt ? 4 : 0));
         engine_destroy(de);
     }
+    /* no head-of-line wait: a request whose KV has not arrived holds nothing, and the request
+     * submitted after it runs to its end meanwhile; then its transfer gives up (nothing came)
+     * and it computes its prompt, the tokens the monolithic engine's */
+    engine *de = mk_engine(m, true, 2, 16, 64, 1);
+    run_out want0, want1, got0 = {0}, got1 = {0};
+    dg_run(ref, p[0], len[0], 1, &want0, (engine_kv_in){0}, (engine_kv_out){0});
+    dg_run(ref, p[1], len[1], 2, &want1, (engine_kv_in){0}, (engine_kv_out){0});
+    dg_late late = {0};
+    sample_params sp0 = sample_params_default(), sp1 = sample_params_default();
+    sp0.seed = 1;
+    sp0.temperature = 0;
+    sp1.seed = 2;
+    engine_req r0 = {.id = 1, .prompt = p[0], .n_prompt = len[0], .sp = sp0, .max_tokens = MAXG,
+                     .ignore_eog = true, .cb = on_event, .ud = &got0,
+                     .kv_in = {.poll = dg_late_poll, .done = dg_late_done, .ctx = &late}};
+    engine_req r1 = {.id = 2, .prompt = p[1], .n_prompt = len[1], .sp = sp1, .max_tokens = MAXG,
+                     .ignore_eog = true, .cb = on_event, .ud = &got1};
+    T_OK(engine_submit(de, &r0));
+    T_OK(engine_submit(de, &r1));
+    for (int i = 0; i < 100000 && got1.fin == ENGINE_FINISH_NONE; i++)
+        T_OK(engine_step(de));
+    T_CHECKF(got1.fin != ENGINE_FINISH_NONE && got0.n == 0 && late.polls > 0,
+             "the request behind a waiting transfer: finish %d; the waiting one: %d tokens, "
+             "%d polls",
+             (int)got1.fin, got0.n, late.polls);
+    late.ready = true;
+    while (engine_busy(de))
+        T_OK(engine_step(de));
+    T_CHECK(got0.n == want0.n && !memcmp(got0.toks, want0.toks, sizeof want0.toks) &&
+            got1.n == want1.n && !memcmp(got1.toks, want1.toks, sizeof want1.toks));
+    engine_destroy(de);
     engine_destroy(pe);
     engine_destroy(ref);
     model_destroy(m);

@@ -688,8 +688,13 @@ static void eng_admit(engine *e) {
         int64_t b = eng_blocks_need(e, r->n_toks) - r->tab.n;
         pending += b > 0 ? b : 0;
     }
-    while (e->wait_head && e->n_running < e->o.max_batch) {
-        eng_seq *s = e->wait_head;
+    /* prev: the last request passed over because its KV is still arriving from another server
+     * (it holds nothing while it waits, so the requests behind it may go first) */
+    eng_seq *prev = NULL;
+    while (e->n_running < e->o.max_batch) {
+        eng_seq *s = prev ? prev->next : e->wait_head;
+        if (!s)
+            break;
         int32_t peer_state = 0;
         const eng_seq *peer = s->share_group ? eng_share_peer(e, s, &peer_state) : NULL;
         if (!peer && peer_state == 1)
@@ -701,8 +706,13 @@ static void eng_admit(engine *e) {
                     kv_prefix_peek(e->px, s->toks, s->n_toks / e->o.block_size) + pending >
                 kv_prefix_n_available(e->px))
             break;
-        if (!peer && eng_take_cached(e, s))
+        if (!peer && eng_take_cached(e, s)) {
+            if (s->kv_in.poll && s->kv_in_n < 0) {
+                prev = s; /* its blocks are still arriving: the next request may go */
+                continue;
+            }
             break; /* a running sequence is computing s's next block: wait for it, in order */
+        }
         int64_t held = peer ? (s->n_prompt - 1) / e->o.block_size : s->tab.n;
         int64_t need = eng_blocks_need(e, s->n_toks) - held;
         if (need + pending > kv_prefix_n_available(e->px)) {
@@ -732,9 +742,12 @@ static void eng_admit(engine *e) {
             s->fault_host = NULL;
         }
 #endif
-        e->wait_head = s->next;
-        if (!e->wait_head)
-            e->wait_tail = NULL;
+        if (prev)
+            prev->next = s->next;
+        else
+            e->wait_head = s->next;
+        if (e->wait_tail == s)
+            e->wait_tail = prev;
         s->next = NULL;
         e->n_waiting--;
         s->admitted = e->n_admitted++;

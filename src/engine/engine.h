@@ -151,9 +151,10 @@ void engine_destroy(engine *e);
  * every function runs on the engine thread.
  *
  * In. At admission, before the prefix cache's match, poll says whether the blocks arrived: -1
- * while they are still coming (the request waits, in FIFO order, like a tier lookup in flight,
- * and is asked again next step; poll itself bounds the wait: past its deadline it answers 0;
- * once it answered n >= 0 it is not asked again); else the count
+ * while they are still coming (the request waits, holding nothing, and is asked again next step;
+ * the requests behind it in the queue may be admitted meanwhile, so one slow transfer does not
+ * hold the others; poll itself bounds the wait: past its deadline it answers 0; once it answered
+ * n >= 0 it is not asked again); else the count
  * n of blobs in *blobs, blocks 0..n-1 of the prompt in kv_block.h's format (blob_bytes each).
  * The engine restores those past what L1 held into fresh blocks, each decoded and verified
  * (kv_block_decode) and sealed into L1, stopping at the first refused one; the request then
