@@ -282,6 +282,10 @@ typedef enum kn_ik_type { KN_IK_F32 = 0, KN_IK_F16, KN_IK_BF16, KN_IK_FP8 } kn_i
 const char *kn_ik_name(kn_ik_type t);
 int kn_ik_type_from_name(const char *name);
 
+/* The type a value of the index-kv-dtype toggle names ("f32", "f16", "bf16", "fp8"); any other
+ * ("auto") follows the KV's element type: f16 if kv_f16, else f32. */
+kn_ik_type kn_ik_type_parse(const char *value, bool kv_f16);
+
 /* Bytes of one key row of d elements: 4d, 2d, 2d, or 4 + d (fp8: an f32 scale, then the codes). */
 size_t kn_ik_row_bytes(kn_ik_type t, int64_t d);
 

@@ -24,6 +24,14 @@
 
 static const char *const kn_ik_names[] = {"ik-f32", "ik-f16", "ik-bf16", "ik-fp8"};
 
+kn_ik_type kn_ik_type_parse(const char *value, bool kv_f16) {
+    static const char *const names[] = {"f32", "f16", "bf16", "fp8"};
+    for (int t = 0; t < 4; t++)
+        if (strcmp(value, names[t]) == 0)
+            return (kn_ik_type)t;
+    return kv_f16 ? KN_IK_F16 : KN_IK_F32;
+}
+
 const char *kn_ik_name(kn_ik_type t) {
     return kn_ik_names[t];
 }

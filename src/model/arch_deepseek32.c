@@ -144,23 +144,9 @@ static int ds32_bind_layer(model *m, int64_t l) {
     return 0;
 }
 
-/* The index keys' element type: the index-kv-dtype toggle, "auto" following the KV's. */
-static kn_ik_type ds32_ik_type(bool kv_f16) {
-    const char *s = flags_str(FLAG_INDEX_KV_DTYPE);
-    if (strcmp(s, "f32") == 0)
-        return KN_IK_F32;
-    if (strcmp(s, "f16") == 0)
-        return KN_IK_F16;
-    if (strcmp(s, "bf16") == 0)
-        return KN_IK_BF16;
-    if (strcmp(s, "fp8") == 0)
-        return KN_IK_FP8;
-    return kv_f16 ? KN_IK_F16 : KN_IK_F32;
-}
-
 static void ds32_kv_layout(const model *m, kv_pool_opts *o) {
     arch_mla_kv_layout(m, o);
-    kn_ik_type t = ds32_ik_type(o->f16);
+    kn_ik_type t = kn_ik_type_parse(flags_str(FLAG_INDEX_KV_DTYPE), o->f16);
     o->ik_row_bytes = kn_ik_row_bytes(t, m->hp.indexer_head_dim);
     o->ik_name = kn_ik_name(t);
 }

@@ -461,20 +461,6 @@ static int ds4_bind_mtp(model *m, ds4_layer *last) {
 
 /* ---- the KV layout ---- */
 
-/* The index keys' element type: the index-kv-dtype toggle, "auto" following the KV's. */
-static kn_ik_type ds4_ik_type(bool kv_f16) {
-    const char *s = flags_str(FLAG_INDEX_KV_DTYPE);
-    if (strcmp(s, "f32") == 0)
-        return KN_IK_F32;
-    if (strcmp(s, "f16") == 0)
-        return KN_IK_F16;
-    if (strcmp(s, "bf16") == 0)
-        return KN_IK_BF16;
-    if (strcmp(s, "fp8") == 0)
-        return KN_IK_FP8;
-    return kv_f16 ? KN_IK_F16 : KN_IK_F32;
-}
-
 /* Floats of compressor state per position: the widest layer's (ratio 4: attention kv and score
  * of 2D each, indexer kv and score of 2ID each; ratio 128: kv and score of D). */
 static int64_t ds4_state_floats(const model *m) {
@@ -510,7 +496,7 @@ static const char *ds4_buf_name(kn_ik_type t) {
 
 static void ds4_kv_layout(const model *m, kv_pool_opts *o) {
     o->k_only = true;
-    kn_ik_type t = ds4_ik_type(o->f16);
+    kn_ik_type t = kn_ik_type_parse(flags_str(FLAG_INDEX_KV_DTYPE), o->f16);
     o->ik_row_bytes =
         (size_t)ds4_state_floats(m) * sizeof(float) + kn_ik_row_bytes(t, m->hp.indexer_head_dim);
     o->ik_name = ds4_buf_name(t);
