@@ -72,35 +72,11 @@ srv() {
     PIDS+=("$SRV_PID")
     printf -v "${v}_URL" %s "$SRV_URL"; printf -v "${v}_PID" %s "$SRV_PID"; printf -v "${v}_PORT" %s "$SRV_PORT"
 }
-# start_router NAME ARGS...: sets RT_PID, RT_URL, RT_LOG
-start_router() {
-    local name=$1 port="" i; shift
-    RT_LOG="$TMP/router.$RANDOM.log"
-    : >"$RT_LOG"
-    setsid "$VERITY" router --port 0 --router-health-ms 100 "$@" >"$RT_LOG" 2>&1 &
-    RT_PID=$!
-    PIDS+=("$RT_PID")
-    for i in $(seq 1 600); do
-        port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$RT_LOG" | head -1)
-        [ -n "$port" ] && break
-        kill -0 "$RT_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    if [ -z "$port" ]; then fail "$name" "router did not start: $(tail -c 400 "$RT_LOG")"; return 1; fi
-    RT_URL="http://127.0.0.1:$port"
-}
-# mv URL SERIES: one series of URL's /metrics
-mv() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
-wait_for() {
-    local i
-    for i in $(seq 1 3000); do "$@" && return 0; sleep 0.1; done
-    return 1
-}
 adm() { curl -s -o /dev/null -w '%{http_code}' -X POST -d "${3:-}" "$1/admin/$2" | grep -q 200; }
-waiting_is() { [ "$(mv "$1" verity_requests_waiting)" = "$2" ]; }
+waiting_is() { [ "$(metric_at "$1" verity_requests_waiting)" = "$2" ]; }
 kv_used() { curl -s "$1/v1/status" | sed -n 's/.*"kv_used":\([0-9]*\).*/\1/p'; }
 idle() { local u; for u in "$@"; do [ "$(kv_used "$u")" = 0 ] || return 1; done; }
-restored() { local s=0 u; for u in "$@"; do s=$((s + $(mv "$u" 'verity_kv_xfer_blocks_total{event="restored"}'))); done; echo $s; }
+restored() { local s=0 u; for u in "$@"; do s=$((s + $(metric_at "$u" 'verity_kv_xfer_blocks_total{event="restored"}'))); done; echo $s; }
 # p1 NAME URL MODE [WORKLOAD]
 p1() { VERITY_P1_WORKLOAD=${4:-} VERITY_URL=$2 run_node "$1" -o "$TMP/p1.$1" "$nodedir/p1.mjs" "$3"; }
 same() {
@@ -139,14 +115,14 @@ srv D2 -m "$MODEL" --role decode || exit 0
 st=$(curl -s "$D1_URL/v1/status")
 grep -q '"role":"decode","kv_addr":"127.0.0.1:[1-9][0-9]*"' <<<"$st" && grep -q '"role":"prefill","kv_addr":""' <<<"$(curl -s "$P1_URL/v1/status")" &&
     pass disagg.status_role_kv_addr || fail disagg.status_role_kv_addr "$st"
-start_router disagg.router --prefill "$P1_URL,$P2_URL" --decode "$D1_URL,$D2_URL" || exit 0
+start_router disagg.router --router-health-ms 100 --prefill "$P1_URL,$P2_URL" --decode "$D1_URL,$D2_URL" || exit 0
 grep -q '2 prefill and 2 decode servers, 4 up' "$RT_LOG" && pass disagg.router_up || fail disagg.router_up "$(cat "$RT_LOG")"
 
 p1 alone "$RT_URL" record spec && same ref alone "64 requests one by one"
 p1 concurrent "$RT_URL" replay spec && same ref concurrent "64 at once"
 r0=$(restored "$D1_URL" "$D2_URL")
-tx=$(( $(mv "$P1_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}') + $(mv "$P2_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}') ))
-rtx=$(mv "$RT_URL" 'verity_router_disagg_requests_total{path="transfer"}')
+tx=$(( $(metric_at "$P1_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}') + $(metric_at "$P2_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}') ))
+rtx=$(metric_at "$RT_URL" 'verity_router_disagg_requests_total{path="transfer"}')
 [ "$r0" -gt 0 ] && [ "$tx" -gt 0 ] && [ "${rtx:-0}" -ge 128 ] && pass "disagg.transfers_happened($tx transfers, $r0 blocks restored)" ||
     fail disagg.transfers_happened "restored $r0, transfers ok $tx, router transfers ${rtx:-?}"
 # a prompt no server has seen: its cached tokens can only come from the transfer
@@ -164,13 +140,13 @@ CURL1=$!
 held() { waiting_is "$P1_URL" 1 || waiting_is "$P2_URL" 1; }
 if wait_for held; then
     if waiting_is "$P1_URL" 1; then XP=$P1_PID X=$P1_URL Y=$P2_URL; else XP=$P2_PID X=$P2_URL Y=$P1_URL; fi
-    a0=$(( $(mv "$D1_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') + $(mv "$D2_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') ))
+    a0=$(( $(metric_at "$D1_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') + $(metric_at "$D2_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') ))
     kill -9 -- -"$XP"
     t=0; while kill -0 "$CURL1" 2>/dev/null && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
     if kill -0 "$CURL1" 2>/dev/null; then kill "$CURL1"; fail disagg.prefill_killed "the client hangs"
     else
         got=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$TMP/kill.json" 2>/dev/null)
-        a1=$(( $(mv "$D1_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') + $(mv "$D2_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') ))
+        a1=$(( $(metric_at "$D1_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') + $(metric_at "$D2_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') ))
         [ "$got" = "$(cat "$TMP/ref.kill")" ] && [ "$a1" -gt "$a0" ] && pass "disagg.prefill_killed_complete_answer" ||
             fail disagg.prefill_killed_complete_answer "answer '$got' vs '$(cat "$TMP/ref.kill")', aborted transfers $a0 -> $a1"
     fi
@@ -212,23 +188,23 @@ else fail disagg.decode_killed_mid_stream "the request did not reach a decode se
 # transfer; the client disconnects: the decode side cuts the transfer, and when the prefill server
 # runs again its sender finds the transfer aborted and gives every block back
 adm "$LIVE_P" pause
-sa0=$(mv "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}')
-ra0=$(mv "$LIVE_D" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}')
+sa0=$(metric_at "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}')
+ra0=$(metric_at "$LIVE_D" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}')
 curl -s "$RT_URL/v1/completions" -d '{"prompt":"a client who leaves early: once upon a time there was a cat who sat on the mat","max_tokens":8}' >/dev/null &
 CURL3=$!
 both_hold() { waiting_is "$LIVE_P" 1 && waiting_is "$LIVE_D" 1; }
 if wait_for both_hold; then
     kill "$CURL3"; wait "$CURL3" 2>/dev/null
-    d_free() { waiting_is "$LIVE_D" 0 && [ "$(mv "$LIVE_D" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}')" -gt "$ra0" ]; }
+    d_free() { waiting_is "$LIVE_D" 0 && [ "$(metric_at "$LIVE_D" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}')" -gt "$ra0" ]; }
     wait_for d_free
     adm "$LIVE_P" resume
-    p_free() { [ "$(mv "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}')" -gt "$sa0" ]; }
+    p_free() { [ "$(metric_at "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}')" -gt "$sa0" ]; }
     if wait_for p_free && wait_for idle "$LIVE_P" "$LIVE_D"; then pass disagg.client_gone_both_sides_released
-    else fail disagg.client_gone_both_sides_released "send aborted $sa0 -> $(mv "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}'), kv_used $(kv_used "$LIVE_P") / $(kv_used "$LIVE_D")"; fi
+    else fail disagg.client_gone_both_sides_released "send aborted $sa0 -> $(metric_at "$LIVE_P" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}'), kv_used $(kv_used "$LIVE_P") / $(kv_used "$LIVE_D")"; fi
 else fail disagg.client_gone_both_sides_released "the request was not held on both sides"; adm "$LIVE_P" resume; kill "$CURL3" 2>/dev/null; fi
 
 # --- no block leaked, no transfer left open -------------------------------------------------------
-opened() { [ "$(mv "$1" 'verity_kv_xfer_open{dir="send"}')" = 0 ] && [ "$(mv "$1" 'verity_kv_xfer_open{dir="recv"}')" = 0 ]; }
+opened() { [ "$(metric_at "$1" 'verity_kv_xfer_open{dir="send"}')" = 0 ] && [ "$(metric_at "$1" 'verity_kv_xfer_open{dir="recv"}')" = 0 ]; }
 if wait_for idle "$LIVE_P" "$LIVE_D" && opened "$LIVE_P" && opened "$LIVE_D"; then pass disagg.kv_idle_after
 else fail disagg.kv_idle_after "kv_used prefill $(kv_used "$LIVE_P"), decode $(kv_used "$LIVE_D")"; fi
 
@@ -274,12 +250,12 @@ if "$VERITY" serve --role decode --kv-transport ucx --kv-listen 127.0.0.1:0 --po
 fi
 srv UP -m "$MODEL" --role prefill --kv-transport $XT || exit 0
 srv UD -m "$MODEL" --role decode --kv-transport $XT || exit 0
-start_router disagg.router_ucx --prefill "$UP_URL" --decode "$UD_URL" || exit 0
+start_router disagg.router_ucx --router-health-ms 100 --prefill "$UP_URL" --decode "$UD_URL" || exit 0
 if [ $XT = ucx ]; then
     p1 ualone "$RT_URL" record spec && same ref ualone "ucx, 64 requests one by one"
     p1 uconc "$RT_URL" replay spec && same ref uconc "ucx, 64 at once"
     ur=$(restored "$UD_URL")
-    utx=$(mv "$UP_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}')
+    utx=$(metric_at "$UP_URL" 'verity_kv_xfer_transfers_total{dir="send",result="ok"}')
     [ "$ur" -gt 0 ] && [ "${utx:-0}" -gt 0 ] && pass "disagg.ucx_transfers_happened($utx transfers, $ur blocks restored)" ||
         fail disagg.ucx_transfers_happened "restored $ur, transfers ok ${utx:-?}"
 fi
@@ -315,7 +291,7 @@ p1 dref "$DREF_URL" record
 stop_server
 srv DP --role prefill || exit 0
 srv DD --role decode || exit 0
-start_router disagg.router_default --prefill "$DP_URL" --decode "$DD_URL" || exit 0
+start_router disagg.router_default --router-health-ms 100 --prefill "$DP_URL" --decode "$DD_URL" || exit 0
 p1 dalone "$RT_URL" record && same dref dalone "default model, one by one"
 p1 dconc "$RT_URL" replay && same dref dconc "default model, 64 at once"
 [ "$(restored "$DD_URL")" -gt 0 ] && pass disagg.default_transfers_happened || fail disagg.default_transfers_happened "nothing restored"

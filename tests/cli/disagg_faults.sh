@@ -36,14 +36,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mv() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
 kv_used() { curl -s "$1/v1/status" | sed -n 's/.*"kv_used":\([0-9]*\).*/\1/p'; }
-wait_for() {
-    local i
-    for i in $(seq 1 3000); do "$@" && return 0; sleep 0.1; done
-    return 1
-}
-idle() { local u; for u in "$@"; do [ "$(kv_used "$u")" = 0 ] || return 1; [ "$(mv "$u" 'verity_kv_xfer_open{dir="send"}')" = 0 ] || return 1; [ "$(mv "$u" 'verity_kv_xfer_open{dir="recv"}')" = 0 ] || return 1; done; }
+idle() { local u; for u in "$@"; do [ "$(kv_used "$u")" = 0 ] || return 1; [ "$(metric_at "$u" 'verity_kv_xfer_open{dir="send"}')" = 0 ] || return 1; [ "$(metric_at "$u" 'verity_kv_xfer_open{dir="recv"}')" = 0 ] || return 1; done; }
 # run URL NAME: 8 requests (greedy and seeded sampling, prompts of several blocks), each alone;
 # the bodies normalized (no id, created, cached-token count) into $TMP/NAME
 run() {
@@ -54,22 +48,6 @@ run() {
         curl -s "$1/v1/completions" -d "{\"prompt\":\"story $i: once upon a time there was a cat who sat on the mat while it rained and then the dog ran to the park with a ball\",\"max_tokens\":12,\"temperature\":$t,\"seed\":$i}" |
             python3 -c 'import json,sys; d=json.load(sys.stdin); [d.pop(k, None) for k in ("id","created")]; d.get("usage",{}).pop("prompt_tokens_details", None); print(json.dumps(d, sort_keys=True))' >>"$TMP/$2" 2>&1
     done
-}
-start_router() {
-    local port="" i
-    RT_LOG="$TMP/router.$RANDOM.log"
-    : >"$RT_LOG"
-    setsid "$VERITY" router --port 0 --router-health-ms 100 "$@" >"$RT_LOG" 2>&1 &
-    RT_PID=$!
-    PIDS+=("$RT_PID")
-    for i in $(seq 1 600); do
-        port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$RT_LOG" | head -1)
-        [ -n "$port" ] && break
-        kill -0 "$RT_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    [ -n "$port" ] || return 1
-    RT_URL="http://127.0.0.1:$port"
 }
 
 start_server disagg_faults.reference -m "$MODEL" -t 1 || exit 0
@@ -88,10 +66,10 @@ fault() {
     start_server "disagg_faults.$f.decode" -m "$MODEL" -t 1 --role decode --kv-xfer-timeout 500 || return
     PIDS+=("$SRV_PID"); D=$SRV_URL; local DP=$SRV_PID
     unset VERITY_FAULT_XFER
-    if ! start_router --prefill "$P" --decode "$D"; then fail "disagg_faults.$f" "router did not start"; return; fi
-    local v0; v0=$(mv "$D" "$series")
+    start_router "disagg_faults.$f" --router-health-ms 100 --prefill "$P" --decode "$D" || return
+    local v0; v0=$(metric_at "$D" "$series")
     run "$RT_URL" "$f"
-    local v1; v1=$(mv "$D" "$series")
+    local v1; v1=$(metric_at "$D" "$series")
     if ! cmp -s "$TMP/ref" "$TMP/$f"; then fail "disagg_faults.$f" "responses differ from one server's: $(diff "$TMP/ref" "$TMP/$f" | head -c 400)"
     elif [ "${v1:-0}" -le "${v0:-0}" ]; then fail "disagg_faults.$f" "the planted fault was not counted ($series: ${v0:-?} -> ${v1:-?})"
     else pass "disagg_faults.$f($((v1 - v0)) counted, responses identical)"; fi

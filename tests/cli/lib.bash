@@ -78,6 +78,35 @@ metric() {
     curl -s "$SRV_URL/metrics" | awk -v n="$1" '$1 == n { print $2 }'
 }
 
+# metric_at URL SERIES: the value of one series of URL's /metrics (exact name with labels)
+metric_at() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
+
+# wait_for CMD...: polls until CMD succeeds; 1 after 300 s (a backstop for a hung process only)
+wait_for() {
+    local i
+    for i in $(seq 1 3000); do "$@" && return 0; sleep 0.1; done
+    return 1
+}
+
+# start_router NAME ARGS...: `verity router --port 0 ARGS...` in its own process group (its pid
+# also appended to PIDS); sets RT_PID, RT_URL, RT_LOG; FAIL NAME and 1 if it does not start
+start_router() {
+    local name=$1 port="" i; shift
+    RT_LOG="$TMP/router.$RANDOM.log"
+    : >"$RT_LOG" # exists before the child opens it, so the first read does not race its creation
+    setsid "$VERITY" router --port 0 "$@" >"$RT_LOG" 2>&1 &
+    RT_PID=$!
+    PIDS+=("$RT_PID")
+    for i in $(seq 1 600); do
+        port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$RT_LOG" | head -1)
+        [ -n "$port" ] && break
+        kill -0 "$RT_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$port" ]; then fail "$name" "router did not start: $(tail -c 400 "$RT_LOG")"; return 1; fi
+    RT_URL="http://127.0.0.1:$port"
+}
+
 # metric_sum NAME: the sum of every series of NAME (labels ignored), 0 when absent
 metric_sum() {
     curl -s "$SRV_URL/metrics" | awk -v n="$1" '{ k = $1; sub(/\{.*/, "", k) } k == n { s += $2 } END { print s + 0 }'

@@ -55,33 +55,8 @@ replica() {
     PIDS+=("$SRV_PID")
     printf -v "${v}_URL" %s "$SRV_URL"; printf -v "${v}_PID" %s "$SRV_PID"; printf -v "${v}_PORT" %s "$SRV_PORT"
 }
-# start_router NAME ARGS...: `verity router --port 0 ARGS...`; sets RT_PID, RT_URL, RT_LOG
-start_router() {
-    local name=$1 port="" i; shift
-    RT_LOG="$TMP/router.$RANDOM.log"
-    : >"$RT_LOG" # exists before the child opens it, so the first read does not race its creation
-    setsid "$VERITY" router --port 0 "$@" >"$RT_LOG" 2>&1 &
-    RT_PID=$!
-    PIDS+=("$RT_PID")
-    for i in $(seq 1 600); do
-        port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$RT_LOG" | head -1)
-        [ -n "$port" ] && break
-        kill -0 "$RT_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    if [ -z "$port" ]; then fail "$name" "router did not start: $(tail -c 400 "$RT_LOG")"; return 1; fi
-    RT_URL="http://127.0.0.1:$port"
-}
-# mv URL SERIES: the value of one series of URL's /metrics (exact name with labels)
-mv() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
-# wait_for CMD...: polls until CMD succeeds; 1 after 300 s (a backstop for a hung process only)
-wait_for() {
-    local i
-    for i in $(seq 1 3000); do "$@" && return 0; sleep 0.1; done
-    return 1
-}
-up_is() { [ "$(mv "$RT_URL" "verity_router_backend_up{backend=\"$1\"}")" = "$2" ]; }
-waiting_is() { [ "$(mv "$1" verity_requests_waiting)" = "$2" ]; }
+up_is() { [ "$(metric_at "$RT_URL" "verity_router_backend_up{backend=\"$1\"}")" = "$2" ]; }
+waiting_is() { [ "$(metric_at "$1" verity_requests_waiting)" = "$2" ]; }
 inflight_at() { # prints the backend URL that has N requests in flight at the router
     curl -s "$RT_URL/metrics" | awk -v n="$1" '$1 ~ /^verity_router_backend_inflight/ && $2 == n {
         sub(/.*backend="/, "", $1); sub(/".*/, "", $1); print $1; exit }'
@@ -119,7 +94,7 @@ FREE=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 if start_router router.no_backend --replica "http://127.0.0.1:$FREE"; then
     h=$(curl -s -o /dev/null -w '%{http_code}' "$RT_URL/health")
     c=$(curl -s -D "$TMP/nb.h" -o "$TMP/nb.body" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"a","max_tokens":2}')
-    n=$(mv "$RT_URL" verity_router_no_backend_total)
+    n=$(metric_at "$RT_URL" verity_router_no_backend_total)
     if [ "$h" = 503 ] && [ "$c" = 503 ] && grep -q '"code":"no_backend"' "$TMP/nb.body" &&
        grep -qi '^retry-after: 1' "$TMP/nb.h" && [ "$n" = 1 ]; then pass router.no_backend_503
     else fail router.no_backend_503 "health $h, request $c: $(head -c 200 "$TMP/nb.body"), counted ${n:-?}"; fi
@@ -148,19 +123,19 @@ p1 "$RT_URL" concurrent replay && same concurrent
 curl -sN "$RT_URL/v1/completions" -d "$STREAM_BODY" >"$TMP/rt.stream"
 if same_stream "$TMP/rt.stream"; then pass router.stream_alone
 else fail router.stream_alone "$(sse_text "$TMP/rt.stream" | head -c 200) vs $(sse_text "$TMP/ref.stream" | head -c 200)"; fi
-oka=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$A_URL\",outcome=\"ok\"}")
-okb=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$B_URL\",outcome=\"ok\"}")
+oka=$(metric_at "$RT_URL" "verity_router_requests_total{backend=\"$A_URL\",outcome=\"ok\"}")
+okb=$(metric_at "$RT_URL" "verity_router_requests_total{backend=\"$B_URL\",outcome=\"ok\"}")
 [ "${oka:-0}" -gt 0 ] && [ "${okb:-0}" -gt 0 ] && pass "router.both_replicas_served($oka+$okb)" ||
     fail router.both_replicas_served "ok: ${oka:-?} at A, ${okb:-?} at B"
 
 # --- cache-aware: the same long prompt twice goes where it was --------------------------------
 CB='{"prompt":"the cat sat on the mat while it rained and then the cat sat on the mat again and again and the dog","max_tokens":2,"temperature":0}'
-c0=$(mv "$RT_URL" 'verity_router_decisions_total{decision="cache"}')
-h0=$(( $(mv "$A_URL" verity_cached_prompt_tokens_total) + $(mv "$B_URL" verity_cached_prompt_tokens_total) ))
+c0=$(metric_at "$RT_URL" 'verity_router_decisions_total{decision="cache"}')
+h0=$(( $(metric_at "$A_URL" verity_cached_prompt_tokens_total) + $(metric_at "$B_URL" verity_cached_prompt_tokens_total) ))
 curl -s "$RT_URL/v1/completions" -d "$CB" >/dev/null
 curl -s "$RT_URL/v1/completions" -d "$CB" >/dev/null
-c1=$(mv "$RT_URL" 'verity_router_decisions_total{decision="cache"}')
-h1=$(( $(mv "$A_URL" verity_cached_prompt_tokens_total) + $(mv "$B_URL" verity_cached_prompt_tokens_total) ))
+c1=$(metric_at "$RT_URL" 'verity_router_decisions_total{decision="cache"}')
+h1=$(( $(metric_at "$A_URL" verity_cached_prompt_tokens_total) + $(metric_at "$B_URL" verity_cached_prompt_tokens_total) ))
 [ "$c1" -gt "$c0" ] && [ "$h1" -gt "$h0" ] && pass "router.cache_aware($((h1 - h0)) positions reused)" ||
     fail router.cache_aware "cache decisions $c0 -> $c1, cached positions $h0 -> $h1"
 
@@ -202,17 +177,17 @@ if wait_for has_inflight; then
         if same_stream "$TMP/retry.stream"; then pass router.retry_before_first_byte
         else fail router.retry_before_first_byte "the retried stream differs: $(sse_text "$TMP/retry.stream" | head -c 200)"; fi
     else fail router.retry_before_first_byte "the request did not reach the other replica"; fi
-    rt=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"retried\"}")
-    [ "${rt:-0}" -ge 1 ] && up_is "$X" 0 && pass router.dead_replica_out || fail router.dead_replica_out "retried ${rt:-?}, up $(mv "$RT_URL" "verity_router_backend_up{backend=\"$X\"}")"
+    rt=$(metric_at "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"retried\"}")
+    [ "${rt:-0}" -ge 1 ] && up_is "$X" 0 && pass router.dead_replica_out || fail router.dead_replica_out "retried ${rt:-?}, up $(metric_at "$RT_URL" "verity_router_backend_up{backend=\"$X\"}")"
     # a request now goes to the live replica
     code=$(curl -s -o "$TMP/one" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"a","max_tokens":2}')
     [ "$code" = 200 ] && pass router.serves_with_one_down || fail router.serves_with_one_down "HTTP $code: $(head -c 200 "$TMP/one")"
 
     # --- put back: a new process on the dead replica's port is used again --------------------
     if replica X2 "$XPORT" && wait_for up_is "$X" 1; then
-        o0=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"ok\"}")
+        o0=$(metric_at "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"ok\"}")
         for i in 1 2 3 4 5 6; do curl -s "$RT_URL/v1/completions" -d "{\"prompt\":\"x$i\",\"max_tokens\":2}" >/dev/null; done
-        o1=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"ok\"}")
+        o1=$(metric_at "$RT_URL" "verity_router_requests_total{backend=\"$X\",outcome=\"ok\"}")
         [ "$o1" -gt "$o0" ] && pass "router.put_back_used_again($((o1 - o0)) of 6)" || fail router.put_back_used_again "ok at $X: $o0 -> $o1"
     else fail router.put_back_used_again "the replica put back on $X was not seen up"; fi
 
@@ -238,7 +213,7 @@ if wait_for has_inflight; then
                     fail router.cut_stream_error "the text streamed is not a proper prefix of one server's (${#got} vs ${#want} bytes)"
                 else pass "router.cut_stream_error(${#got} of ${#want} bytes, then the error)"; fi
             fi
-            er=$(mv "$RT_URL" "verity_router_requests_total{backend=\"$Z\",outcome=\"error\"}")
+            er=$(metric_at "$RT_URL" "verity_router_requests_total{backend=\"$Z\",outcome=\"error\"}")
             [ "${er:-0}" = 1 ] && pass router.cut_counted || fail router.cut_counted "error count ${er:-?} at $Z"
         else fail router.cut_stream_error "nothing was streamed"; fi
     else fail router.cut_stream_error "the request did not reach a replica"; fi
