@@ -70,6 +70,27 @@ for c in $cases; do
     pass "$name"
 done
 
+# the 1b-kq shape (issue 14): 16 layers of embedding 1024 and FFN 2816, every matrix row a
+# multiple of 256, so the q4_k_m mix is Q4_K/Q6_K on every layer matrix with no fallback type
+if "$V" synth --shape 1b-kq --type q4_k_m --seed 5 -o "$TMP/kq.gguf" 2>"$TMP/err" &&
+   "$V" inspect "$TMP/kq.gguf" >"$TMP/kq.txt" 2>>"$TMP/err"; then
+    # NAME TYPE ROW-LENGTH of every matrix; the layer matrices' row lengths, sorted
+    awk '$3 ~ /^\[[0-9]+,/ { print $1, $2, substr($3, 2) + 0 }' "$TMP/kq.txt" >"$TMP/kq.mat"
+    bad=$(awk '$3 % 256 || ($1 ~ /^blk\./ && $2 != "q4_K" && $2 != "q6_K")' "$TMP/kq.mat" | head -3 | tr '\n' ' ')
+    n_blk=$(grep -c '^blk\.' "$TMP/kq.mat")
+    rows=$(awk '$1 ~ /^blk\./ { print $3 }' "$TMP/kq.mat" | sort -un | tr '\n' ' ')
+    n_q6=$(awk '$1 ~ /^blk\./ && $2 == "q6_K"' "$TMP/kq.mat" | grep -c '')
+    if [ -n "$bad" ] || [ "$n_blk" -ne 112 ] || [ "$rows" != "1024 2816 " ] || [ "$n_q6" -ne 16 ]; then
+        fail quantize.shape_1b_kq "matrices $n_blk (want 112), row lengths '$rows' (want 1024 2816), q6_K $n_q6 (want 16), off: $bad"
+    elif ! "$V" generate -m "$TMP/kq.gguf" -p "Hello world" -n 4 --temp 0 >/dev/null 2>"$TMP/err"; then
+        fail quantize.shape_1b_kq "generate failed: $(head -c 300 "$TMP/err")"
+    else
+        pass quantize.shape_1b_kq
+    fi
+else
+    fail quantize.shape_1b_kq "synth or inspect failed: $(head -c 300 "$TMP/err")"
+fi
+
 # the mix through quantize equals the mix through synth (same weights, same quantizers)
 if "$V" synth --shape small --type q4_k_m --seed 5 -o "$TMP/small-synth-q4km.gguf" 2>"$TMP/err" &&
    "$V" generate -m "$TMP/small-q4_k_m.gguf" -p "The quick brown fox" -n 8 --temp 0 --logits-digest >"$TMP/a" 2>"$TMP/err" &&
