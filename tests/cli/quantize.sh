@@ -2,9 +2,10 @@
 # verity quantize: a synthetic F32 model requantized to every supported type (plain and the
 # q4_k_m mix) inspects with the expected tensor types, is correct against an independent reference,
 # generates, and is deterministic; requantizing the small F32 model to q4_k_m gives the same logits
-# as synthesizing q4_k_m directly (the same weights through the same quantizers); a quantized model
-# passes the invariance harness (same bytes across batch size, prefill chunk and threads); bad input
-# exits 2 with one line and no output file.
+# as synthesizing q4_k_m directly (the same weights through the same quantizers); the 1b-kq shape's
+# matrices all have rows of 1024 or 2816 and take q4_k_m's Q4_K/Q6_K with no fallback; a quantized
+# model passes the invariance harness (same bytes across batch size, prefill chunk and threads); bad
+# input exits 2 with one line and no output file.
 #
 # The reference is tests/tools/quant_ref (built with the tests), which dequantizes with its own code
 # written from the block formats: (1) every element of the quantized file is where the format's
