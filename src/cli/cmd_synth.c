@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_synth: `verity synth --shape tiny|small|0.5b|gqa --type TYPE --seed S
+ * cmd_synth: `verity synth --shape tiny|small|0.5b|gqa|1b-kq --type TYPE --seed S
  * [--arch llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32|deepseek4] [--nextn N] [--vocab-from
  * GGUF] [--tied|--untied] -o OUT.gguf`, TYPE one of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k
  * q6_k, or q4_k_m (the llama.cpp-style mix). Matrices whose rows the type's block does not divide
@@ -73,7 +73,7 @@ int cmd_synth(int argc, char **argv) {
             return cli_usage_error(
                 "synth",
                 "unknown option '%s' (usage: verity synth --shape "
-                "tiny|small|0.5b|gqa --type TYPE --seed S [--arch A] [--vocab-from GGUF] "
+                "tiny|small|0.5b|gqa|1b-kq --type TYPE --seed S [--arch A] [--vocab-from GGUF] "
                 "-o OUT.gguf)",
                 a);
         }

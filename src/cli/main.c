@@ -60,7 +60,7 @@ static const cli_command commands[] = {
      "                    [--reps N] [-t N] [--json]\n"
      "Without -m it benchmarks the synthetic 0.5b model of TYPE (default f16).\n"},
     {"synth", cmd_synth, "write a deterministic random-weight model",
-     "usage: verity synth --shape tiny|small|0.5b|gqa --type TYPE --seed S [--arch "
+     "usage: verity synth --shape tiny|small|0.5b|gqa|1b-kq --type TYPE --seed S [--arch "
      "llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32|deepseek4]\n"
      "                    [--vocab-from GGUF] [--tied|--untied]\n                    "
      "[--rope-scaling linear|llama3|llama3-tensor]\n"

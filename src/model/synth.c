@@ -11,6 +11,11 @@
  *   gqa: embd 224, 2 layers, 7 heads, 1 KV head (head 32), FFN 448, context 4096, rope base 1e4,
  *         tied output: 0.5b's seven query heads per KV head in a tiny model (grouped attention
  *         and its split of a group into units, in the invariance tests).
+ *   1b-kq: embd 1024, 16 layers, 16 heads, 4 KV heads (head 64), FFN 2816, context 4096, rope
+ *         base 1e6, untied output: a model the size of a small download whose every matrix row
+ *         (1024 and 2816 = 11 x 256) is a multiple of 256, so K-quant types and the q4_k_m mix
+ *         apply to every matrix with no fallback (the K-quant kernels measured as users meet
+ *         them; 0.5b's K = 896 falls back).
  * Architecture qwen3moe: the shape's attention (with qwen3's Q/K norms), and in every layer
  * SYNTH_MOE_EXPERTS experts of FFN n_ff / 2, SYNTH_MOE_USED of them per token, with a router
  * (ffn_gate_inp, F32) instead of the dense FFN; feed_forward_length stays the shape's n_ff.
@@ -60,6 +65,7 @@ static const synth_shape synth_shapes[] = {
     {"small", 256, 2, 4, 2, 512, 4096, 10000.0f, true},
     {"0.5b", 896, 24, 14, 2, 4864, 4096, 1000000.0f, false},
     {"gqa", 224, 2, 7, 1, 448, 4096, 10000.0f, true},
+    {"1b-kq", 1024, 16, 16, 4, 2816, 4096, 1000000.0f, false},
 };
 
 uint64_t synth_key(const char *s) {
@@ -513,7 +519,7 @@ int synth_write(const synth_opts *o, const char *path) {
         if (o->shape && strcmp(o->shape, synth_shapes[i].name) == 0)
             sh = &synth_shapes[i];
     if (!sh)
-        return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny, small, 0.5b or gqa)",
+        return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny, small, 0.5b, gqa or 1b-kq)",
                        o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&

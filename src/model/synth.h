@@ -18,7 +18,7 @@
 #define SYNTH_FORMAT 2
 
 typedef struct synth_opts {
-    const char *shape; /* "tiny", "small" or "0.5b" */
+    const char *shape; /* "tiny", "small", "0.5b", "gqa" or "1b-kq" */
     const char *arch;  /* "llama" (default), "qwen2", "qwen3", "qwen3moe", "deepseek2",
                         * "deepseek32", "deepseek4" */
     int type;          /* gguf type of the weight matrices (after the fallback of

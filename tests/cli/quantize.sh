@@ -2,9 +2,10 @@
 # verity quantize: a synthetic F32 model requantized to every supported type (plain and the
 # q4_k_m mix) inspects with the expected tensor types, is correct against an independent reference,
 # generates, and is deterministic; requantizing the small F32 model to q4_k_m gives the same logits
-# as synthesizing q4_k_m directly (the same weights through the same quantizers); a quantized model
-# passes the invariance harness (same bytes across batch size, prefill chunk and threads); bad input
-# exits 2 with one line and no output file.
+# as synthesizing q4_k_m directly (the same weights through the same quantizers); the 1b-kq shape's
+# matrices all have rows of 1024 or 2816 and take q4_k_m's Q4_K/Q6_K with no fallback; a quantized
+# model passes the invariance harness (same bytes across batch size, prefill chunk and threads); bad
+# input exits 2 with one line and no output file.
 #
 # The reference is tests/tools/quant_ref (built with the tests), which dequantizes with its own code
 # written from the block formats: (1) every element of the quantized file is where the format's
@@ -69,6 +70,27 @@ for c in $cases; do
     fi
     pass "$name"
 done
+
+# the 1b-kq shape (issue 14): 16 layers of embedding 1024 and FFN 2816, every matrix row a
+# multiple of 256, so the q4_k_m mix is Q4_K/Q6_K on every layer matrix with no fallback type
+if "$V" synth --shape 1b-kq --type q4_k_m --seed 5 -o "$TMP/kq.gguf" 2>"$TMP/err" &&
+   "$V" inspect "$TMP/kq.gguf" >"$TMP/kq.txt" 2>>"$TMP/err"; then
+    # NAME TYPE ROW-LENGTH of every matrix; the layer matrices' row lengths, sorted
+    awk '$3 ~ /^\[[0-9]+,/ { print $1, $2, substr($3, 2) + 0 }' "$TMP/kq.txt" >"$TMP/kq.mat"
+    bad=$(awk '$3 % 256 || ($1 ~ /^blk\./ && $2 != "q4_K" && $2 != "q6_K")' "$TMP/kq.mat" | head -3 | tr '\n' ' ')
+    n_blk=$(grep -c '^blk\.' "$TMP/kq.mat")
+    rows=$(awk '$1 ~ /^blk\./ { print $3 }' "$TMP/kq.mat" | sort -un | tr '\n' ' ')
+    n_q6=$(awk '$1 ~ /^blk\./ && $2 == "q6_K"' "$TMP/kq.mat" | grep -c '')
+    if [ -n "$bad" ] || [ "$n_blk" -ne 112 ] || [ "$rows" != "1024 2816 " ] || [ "$n_q6" -ne 16 ]; then
+        fail quantize.shape_1b_kq "matrices $n_blk (want 112), row lengths '$rows' (want 1024 2816), q6_K $n_q6 (want 16), off: $bad"
+    elif ! "$V" generate -m "$TMP/kq.gguf" -p "Hello world" -n 4 --temp 0 >/dev/null 2>"$TMP/err"; then
+        fail quantize.shape_1b_kq "generate failed: $(head -c 300 "$TMP/err")"
+    else
+        pass quantize.shape_1b_kq
+    fi
+else
+    fail quantize.shape_1b_kq "synth or inspect failed: $(head -c 300 "$TMP/err")"
+fi
 
 # the mix through quantize equals the mix through synth (same weights, same quantizers)
 if "$V" synth --shape small --type q4_k_m --seed 5 -o "$TMP/small-synth-q4km.gguf" 2>"$TMP/err" &&
