@@ -145,6 +145,11 @@ static void *pool_worker_main(void *arg) {
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
         uint64_t j = atomic_load_explicit(&p->job, memory_order_acquire);
+        /* again after reading the job: a worker that passed the check above for an earlier job
+         * (the owner finished it alone) may read pool_destroy's word, whose run_fn is NULL; the
+         * stop stored before that word is visible once the word is (release/acquire) */
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
+            return NULL;
         if (pool_job_seq(j) == last)
             continue; /* gen not yet caught up with job */
         last = pool_job_seq(j);
