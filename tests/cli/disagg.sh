@@ -300,20 +300,4 @@ kill -9 -- -"$RT_PID" -"$DP_PID" -"$DD_PID" 2>/dev/null
 fi
 
 # --- contrib/router/disagg_local.sh: a router, two prefill and two decode servers, SIGTERM -------
-CLOG="$TMP/contrib.log"
-: >"$CLOG"
-VERITY=$VERITY ROUTER_PORT=0 setsid bash "$(dirname "$0")/../../contrib/router/disagg_local.sh" -m "$MODEL" -t 1 >"$CLOG" 2>&1 &
-CPID=$!
-PIDS+=("$CPID")
-contrib_up() { grep -q 'verity router: listening on .*2 prefill and 2 decode servers, 4 up' "$CLOG"; }
-if wait_for contrib_up; then
-    CURL_URL=$(sed -n 's/.*verity router: listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$CLOG")
-    kids=$(pgrep -g "$CPID" | grep -vx "$CPID" | tr '\n' ' ')
-    code=$(curl -s -o "$TMP/c.body" -w '%{http_code}' "$CURL_URL/v1/completions" -d '{"prompt":"once upon a time there was a cat who sat on the mat","max_tokens":2}')
-    kill -TERM "$CPID"
-    wait "$CPID"; st=$?
-    left=""
-    for k in $kids; do kill -0 "$k" 2>/dev/null && left="$left $k"; done
-    [ "$code" = 200 ] && [ $st -eq 0 ] && [ -z "$left" ] && pass disagg.contrib_local ||
-        fail disagg.contrib_local "HTTP $code, exit $st, left running:${left:- none}"
-else fail disagg.contrib_local "did not come up: $(tail -n 3 "$CLOG")"; fi
+contrib_check disagg.contrib_local disagg_local.sh "2 prefill and 2 decode servers, 4 up" "once upon a time there was a cat who sat on the mat" -m "$MODEL" -t 1

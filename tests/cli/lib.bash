@@ -107,6 +107,31 @@ start_router() {
     RT_URL="http://127.0.0.1:$port"
 }
 
+# contrib_check NAME SCRIPT UP_PATTERN PROMPT ARGS...: starts contrib/router/SCRIPT (ROUTER_PORT=0,
+# ARGS passed on) in its own process group, waits for its router's "listening" line to match
+# UP_PATTERN, sends one completion, then SIGTERM: PASS NAME when it answered 200, exited 0 and
+# left none of its servers running
+contrib_check() {
+    local name=$1 script=$2 up=$3 prompt=$4 clog="$TMP/contrib.$RANDOM.log" cpid url kids code st left k
+    shift 4
+    : >"$clog"
+    VERITY=$VERITY ROUTER_PORT=0 setsid bash "$(dirname "${BASH_SOURCE[0]}")/../../contrib/router/$script" "$@" >"$clog" 2>&1 &
+    cpid=$!
+    PIDS+=("$cpid")
+    if ! wait_for grep -q "verity router: listening on .*$up" "$clog"; then
+        fail "$name" "did not come up: $(tail -n 3 "$clog")"; return
+    fi
+    url=$(sed -n 's/.*verity router: listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$clog")
+    kids=$(pgrep -g "$cpid" | grep -vx "$cpid" | tr '\n' ' ')
+    code=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/completions" -d "{\"prompt\":\"$prompt\",\"max_tokens\":2}")
+    kill -TERM "$cpid"
+    wait "$cpid"; st=$?
+    left=""
+    for k in $kids; do kill -0 "$k" 2>/dev/null && left="$left $k"; done
+    if [ "$code" = 200 ] && [ $st -eq 0 ] && [ -z "$left" ]; then pass "$name"
+    else fail "$name" "HTTP $code, exit $st, left running:${left:- none}"; fi
+}
+
 # metric_sum NAME: the sum of every series of NAME (labels ignored), 0 when absent
 metric_sum() {
     curl -s "$SRV_URL/metrics" | awk -v n="$1" '{ k = $1; sub(/\{.*/, "", k) } k == n { s += $2 } END { print s + 0 }'

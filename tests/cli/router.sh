@@ -242,20 +242,4 @@ if [ -n "$LIVE" ] && adm "$LIVE" pause; then
 else fail router.drain "no live replica to hold"; fi
 
 # --- contrib/router/local.sh: a router and two replicas on one machine, stopped by SIGTERM -------
-CLOG="$TMP/contrib.log"
-: >"$CLOG"
-VERITY=$VERITY ROUTER_PORT=0 setsid bash "$(dirname "$0")/../../contrib/router/local.sh" -m "$MODEL" -t 1 >"$CLOG" 2>&1 &
-CPID=$!
-PIDS+=("$CPID")
-contrib_up() { grep -q 'verity router: listening on .*2 replicas, 2 up' "$CLOG"; }
-if wait_for contrib_up; then
-    CURL_URL=$(sed -n 's/.*verity router: listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$CLOG")
-    kids=$(pgrep -g "$CPID" | grep -vx "$CPID" | tr '\n' ' ')
-    code=$(curl -s -o "$TMP/c.body" -w '%{http_code}' "$CURL_URL/v1/completions" -d '{"prompt":"e","max_tokens":2}')
-    kill -TERM "$CPID"
-    wait "$CPID"; st=$?
-    left=""
-    for k in $kids; do kill -0 "$k" 2>/dev/null && left="$left $k"; done
-    [ "$code" = 200 ] && [ $st -eq 0 ] && [ -z "$left" ] && pass router.contrib_local ||
-        fail router.contrib_local "HTTP $code, exit $st, left running:${left:- none}"
-else fail router.contrib_local "did not come up: $(tail -n 3 "$CLOG")"; fi
+contrib_check router.contrib_local local.sh "2 replicas, 2 up" e -m "$MODEL" -t 1
