@@ -238,7 +238,10 @@ static int serve_start(serve_state *s) {
         arena_destroy(s->kw_arena);
         return cli_fail("serve", rc);
     }
-    fprintf(stderr, "verity serve: loading on http://%s:%d\n", s->so.host, server_port(s->srv));
+    /* info, not a line of its own on stderr: a bad model file must leave exactly one line (the
+     * error) there */
+    log_info("loading the model; /health answers 503 on http://%s:%d meanwhile", s->so.host,
+             server_port(s->srv));
     int status = cli_model_open("serve", s->model_path, &s->cm);
     if (!status && !s->tmpl_spec[0])
         status = serve_load_template(model_get_gguf(s->cm.m), "", &s->tsrc, &s->tmpl);

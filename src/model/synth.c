@@ -102,21 +102,21 @@ static int synth_tensor3(gguf_writer *w, const synth_opts *o, const quant_plan *
     int64_t n = ne0 * (ne1 ? ne1 : 1) * (ne2 ? ne2 : 1);
     float *f = malloc((size_t)n * sizeof(float));
     if (!f)
-        return err_set(ERR_NOMEM, "synth: out of memory for '%s'", name);
+        return err_set(ERR_NOMEM, "out of memory for '%s'", name);
     uint64_t key = synth_key(name);
     for (int64_t i = 0; i < n; i++)
         f[i] = mean + std * synth_normal(o->seed, key, (uint64_t)i);
     int64_t rb = kn_type_row_bytes(type, ne0);
     if (rb < 0) {
         free(f);
-        return err_set(ERR_INVAL, "synth: type %s does not fit row length %lld of '%s'",
+        return err_set(ERR_INVAL, "type %s does not fit row length %lld of '%s'",
                        kn_type_name(type), (long long)ne0, name);
     }
     int64_t rows = (ne1 ? ne1 : 1) * (ne2 ? ne2 : 1);
     void *d = malloc((size_t)(rb * rows));
     if (!d) {
         free(f);
-        return err_set(ERR_NOMEM, "synth: out of memory for '%s'", name);
+        return err_set(ERR_NOMEM, "out of memory for '%s'", name);
     }
     int rc0 = quant_rows(type, f, rows, ne0, d, cpu_count_online());
     free(f);
@@ -491,7 +491,7 @@ static int synth_ds4_layer(gguf_writer *w, const synth_opts *o, const quant_plan
     }
     int32_t *tab = malloc((size_t)(n_vocab * SYNTH_MOE_USED) * sizeof(int32_t));
     if (!tab)
-        return err_set(ERR_NOMEM, "synth: out of memory");
+        return err_set(ERR_NOMEM, "out of memory");
     for (int64_t t = 0; t < n_vocab; t++)
         for (int64_t j = 0; j < SYNTH_MOE_USED; j++)
             tab[t * SYNTH_MOE_USED + j] = (int32_t)((t + 3 * j) % X);
@@ -519,31 +519,31 @@ int synth_write(const synth_opts *o, const char *path) {
         if (o->shape && strcmp(o->shape, synth_shapes[i].name) == 0)
             sh = &synth_shapes[i];
     if (!sh)
-        return err_set(ERR_INVAL, "synth: unknown shape '%s' (tiny, small, 0.5b, gqa or 1b-kq)",
+        return err_set(ERR_INVAL, "unknown shape '%s' (tiny, small, 0.5b, gqa or 1b-kq)",
                        o->shape ? o->shape : "");
     const char *arch = o->arch ? o->arch : "llama";
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
         strcmp(arch, "qwen3moe") && strcmp(arch, "deepseek2") && strcmp(arch, "deepseek32") &&
         strcmp(arch, "deepseek4"))
         return err_set(ERR_INVAL,
-                       "synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, "
+                       "unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, "
                        "deepseek2, deepseek32, deepseek4)",
                        arch);
     if (o->nextn < 0 || o->nextn > 4 || (o->nextn && strcmp(arch, "deepseek4")))
-        return err_set(ERR_INVAL, "synth: --nextn %d: 0 to 4 MTP layers, deepseek4 only", o->nextn);
+        return err_set(ERR_INVAL, "--nextn %d: 0 to 4 MTP layers, deepseek4 only", o->nextn);
     quant_plan plan;
     if (o->q4_k_m) {
         quant_plan_parse("q4_k_m", &plan);
     } else {
         if (!kn_type_supported(o->type))
-            return err_set(ERR_INVAL, "synth: type %s is not supported",
+            return err_set(ERR_INVAL, "type %s is not supported",
                            kn_type_name(o->type) ? kn_type_name(o->type) : "?");
         quant_plan_parse(kn_type_name(o->type), &plan);
     }
     bool tied = o->tied_set ? o->tied : sh->tied;
     gguf_writer *w = gguf_writer_create();
     if (!w)
-        return err_set(ERR_NOMEM, "synth: out of memory");
+        return err_set(ERR_NOMEM, "out of memory");
     int64_t n_vocab = 0;
     int rc = o->vocab_from ? synth_copy_vocab(w, o->vocab_from, &n_vocab)
                            : synth_builtin_vocab(w, &n_vocab);
@@ -607,7 +607,7 @@ int synth_write(const synth_opts *o, const char *path) {
         const char *rs = o->rope_scaling;
         if (strcmp(rs, "linear") && strcmp(rs, "llama3") && strcmp(rs, "llama3-tensor"))
             rc = err_set(ERR_INVAL,
-                         "synth: unknown rope scaling '%s' (linear, llama3, llama3-tensor)", rs);
+                         "unknown rope scaling '%s' (linear, llama3, llama3-tensor)", rs);
         if (!rc && strcmp(rs, "llama3-tensor")) {
             bool l3 = !strcmp(rs, "llama3");
             snprintf(key, sizeof key, "%s.rope.scaling.type", arch);

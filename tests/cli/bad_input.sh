@@ -21,6 +21,13 @@ fi
 "$VERITY" synth --shape tiny --type f32 --seed 1 -o "$TMP/t.gguf" 2>/dev/null
 expect_exit2 bad.unsupported_type_synth "$VERITY" synth --shape tiny --type q2_K -o "$TMP/x.gguf"
 expect_exit2 bad.unknown_shape "$VERITY" synth --shape huge -o "$TMP/y.gguf"
+# the command's name once, then the message: "verity synth: unknown shape 'huge' ..."
+err=$("$VERITY" synth --shape huge -o "$TMP/y.gguf" 2>&1)
+case "$err" in "verity synth: unknown shape 'huge'"*) pass bad.synth_message_prefix_once ;;
+    *) fail bad.synth_message_prefix_once "stderr: $err" ;; esac
+# serve on a file that is not a model: one line (the error), exit 2, nothing left listening
+printf 'not a model at all' >"$TMP/notgguf.gguf"
+expect_exit2 bad.serve_not_a_model timeout 60 "$VERITY" serve --port 0 -m "$TMP/notgguf.gguf"
 if [ -e "$TMP/x.gguf" ] || [ -e "$TMP/y.gguf" ] || ls "$TMP" | grep -q '\.tmp\.'; then fail bad.no_partial_output "an output file was left behind"
 else pass bad.no_partial_output; fi
 printf '{"prompt":"ok","n":2}\n{"prompt":3}\n' >"$TMP/bad.jsonl"
