@@ -855,15 +855,21 @@ static void eng_fit_pool(engine *e) {
     if (e->f_table_race && e->n_running > 1 && (++e->f_steps & 3) == 0 && kv_pool_n_free(e->kv)) {
         eng_seq *s = e->running[e->n_running - 1];
         if (s->n_done > 0 && s->tab.n > 0 && s->n_done % e->o.block_size != 0) {
-            size_t sb = kv_block_state_bytes(e->kv), bb = kv_pool_block_bytes(e->kv);
-            unsigned char *tmp = malloc(sb);
+            unsigned char *tmp = malloc(kv_block_state_bytes(e->kv));
             if (tmp) {
                 int32_t last = s->tab.ids[s->tab.n - 1], fresh = kv_pool_alloc(e->kv);
                 kv_block_save(e->kv, last, tmp);
-                size_t slot = (size_t)((s->n_done - 1) % e->o.block_size);
-                size_t per_slot = bb / (size_t)e->o.block_size;
-                for (size_t part = 0; part < sb / bb; part++)
-                    memset(tmp + part * bb + slot * per_slot, 0, per_slot);
+                /* the saved state is, layer by layer, each buffer's block in payload order; the
+                 * buffers differ in size (MLA's latent, an indexer's keys), each laid out by
+                 * position */
+                size_t slot = (size_t)((s->n_done - 1) % e->o.block_size), off = 0;
+                for (int64_t l = 0; l < kv_pool_n_layer(e->kv); l++)
+                    for (int b = 0; b < kv_pool_n_buffers(e->kv); b++) {
+                        size_t bb = kv_pool_buffer_block_bytes(e->kv, b);
+                        size_t per_slot = bb / (size_t)e->o.block_size;
+                        memset(tmp + off + slot * per_slot, 0, per_slot);
+                        off += bb;
+                    }
                 kv_block_load(e->kv, fresh, tmp, true, true);
                 s->tab.ids[s->tab.n - 1] = fresh;
                 kv_block_unref(e->kv, last);

@@ -44,7 +44,7 @@ gen() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
-    env "${envs[@]}" "$FB" generate -m "$TMP/m.gguf" --prompts "$TMP/p.jsonl" --logits-digest "$@" \
+    env "${envs[@]}" "$FB" generate -m "${GEN_MODEL:-$TMP/m.gguf}" --prompts "$TMP/p.jsonl" --logits-digest "$@" \
         >"$out" 2>"$out.err"
     local rc=$? n bad
     n=$(grep -c '' "$out")
@@ -72,6 +72,21 @@ BIG_BATCH --max-batch 64
 TABLE_RACE --max-batch 16
 TIER_RELOAD --max-batch 64 --kv-blocks 60
 LIST
+# (e) on an architecture whose KV block holds buffers of different sizes (deepseek32: the MLA
+# latent and the indexer's keys): the race must still lose exactly the slot the step wrote
+if "$FB" synth --shape tiny --arch deepseek32 --type q8_0 --seed 11 -o "$TMP/ds32.gguf" 2>"$TMP/synth.err"; then
+    GEN_MODEL=$TMP/ds32.gguf
+    if gen faults.TABLE_RACE_deepseek32 "$TMP/dgold" -- --max-batch 1 &&
+        gen faults.TABLE_RACE_deepseek32 "$TMP/db1" VERITY_FAULT_TABLE_RACE=1 -- --max-batch 1 &&
+        gen faults.TABLE_RACE_deepseek32 "$TMP/dbn" VERITY_FAULT_TABLE_RACE=1 -- --max-batch 16; then
+        d1=$(diff "$TMP/dgold" "$TMP/db1" | grep -c '^<'); dn=$(diff "$TMP/dgold" "$TMP/dbn" | grep -c '^<')
+        if [ "$d1" -eq 0 ] && [ "$dn" -gt 0 ]; then pass "faults.TABLE_RACE_deepseek32($dn of 64 corrupted when batched, 0 alone)"
+        else fail faults.TABLE_RACE_deepseek32 "alone: $d1 corrupted, batched: $dn corrupted"; fi
+    fi
+    unset GEN_MODEL
+else
+    fail faults.TABLE_RACE_deepseek32 "verity synth failed: $(tail -n 2 "$TMP/synth.err")"
+fi
 
 # fault (a): the per-request detokenization test must fail with it and pass without it; "detected"
 # means detok.mjs ran to the end and found the fault's mismatch (not that it could not run, nor its
