@@ -74,6 +74,17 @@ void kv_fetch_reset(kv_fetch *f);
  * the answers that arrived. No-op without tiers. */
 void kv_hier_prefetch(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_full);
 
+/* True if the first block of toks (n_full full blocks) past what L1 holds is still being looked
+ * up (after collecting the answers that arrived): a kv_prefix_match and kv_hier_load now would
+ * restore nothing new, so the caller may skip them (and the re-verification of the blocks a
+ * match takes) until it is told the tiers answered. False without tiers or with kv-fetch-group
+ * 0 (the caller then tries every step, as before). */
+bool kv_hier_waiting(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_full);
+
+/* Sets the function the tiers' I/O thread calls when lookups were answered (kv_tiers_set_notify:
+ * under the tiers' lock, quick, not calling back). NULL fn: none. No-op without tiers. */
+void kv_hier_set_notify(kv_hier *h, void (*fn)(void *ud), void *ud);
+
 /* At admission, after kv_prefix_match filled t with L1's blocks: restores the following blocks
  * from the tiers, at most up to n_full, into new blocks of t (sealed). Returns the number of
  * blocks restored, or -1 when a lookup it needs is still in flight (t then holds what it held;
@@ -84,6 +95,8 @@ typedef struct kv_hier_tier_stats {
     kv_tier_stats io; /* the tier's own counters (kv_tiers.h) */
     int64_t restored; /* blocks restored from it into L1 */
     int64_t failures; /* blobs from it refused (checksum, format, another block) */
+    double reload_s;  /* wall time of reloads, from a request's first lookup to its blocks in
+                       * L1 (waits, I/O, decoding, verifying), shared among tiers by blocks */
     bool open;
 } kv_hier_tier_stats;
 
