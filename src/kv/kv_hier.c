@@ -352,7 +352,13 @@ bool kv_hier_waiting(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_ful
     if (l1 >= n_full)
         return false;
     hier_poll_range(h, f, l1, n_full);
-    return f->s[l1].state == FS_PENDING;
+    /* restore once, when every lookup up to the first miss is answered: a restore that stopped
+     * at a block still on its way would give its blocks back and the next one take (and verify)
+     * them again */
+    for (int32_t j = l1; j < n_full && f->s[j].state != FS_MISS; j++)
+        if (f->s[j].state == FS_PENDING)
+            return true;
+    return false;
 }
 
 /* A reload ended (kv_hier_load returned >= 0): its wall time, from the first lookup queued to

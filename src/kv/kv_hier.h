@@ -74,11 +74,12 @@ void kv_fetch_reset(kv_fetch *f);
  * the answers that arrived. No-op without tiers. */
 void kv_hier_prefetch(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_full);
 
-/* True if the first block of toks (n_full full blocks) past what L1 holds is still being looked
- * up (after collecting the answers that arrived): a kv_prefix_match and kv_hier_load now would
- * restore nothing new, so the caller may skip them (and the re-verification of the blocks a
- * match takes) until it is told the tiers answered. False without tiers or with kv-fetch-group
- * 0 (the caller then tries every step, as before). */
+/* True if a block of toks (n_full full blocks) past what L1 holds, before the first one the tiers
+ * said they lack, is still being looked up (after collecting the answers that arrived). The
+ * caller then waits rather than match and restore: a kv_hier_load now would stop at that block,
+ * and the caller would give back and next time take again (and verify again) every block
+ * restored so far; so a request restores once, when all its answers are in. False without
+ * tiers or with kv-fetch-group 0 (the caller then tries every step, as before). */
 bool kv_hier_waiting(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_full);
 
 /* Sets the function the tiers' I/O thread calls when lookups were answered (kv_tiers_set_notify:
