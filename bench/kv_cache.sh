@@ -36,7 +36,7 @@
 #     filler, AGENT_RESULT [120] per tool result (turn 8: about 3,700 tokens)
 #   SHARED_N [32]  SHARED_CHARS [2000]  SHARED_GEN [64]
 #   DISTINCT_N [16]  DISTINCT_CHARS [256]  DISTINCT_GEN [16]  ROUNDS [3]
-#   FILL_N [12]  FILL_CHARS [1024]  KV_POOL [80]  DD_MB [512]  REDIS_N [2000]  REDIS_ROUNDS [3]
+#   FILL_N [12]  FILL_CHARS [1024]  KV_POOL [80]  DD_MB [512]  REDIS_N [2000]  REDIS_ROUNDS [5]
 #   SRV_ARGS []: more arguments for every verity server (e.g. "--kv-prefault 1")
 # One token per character on the synthetic models' byte-level vocabulary. Exit 2 if a server does
 # not start, a request fails or a tier restores nothing.
@@ -53,7 +53,7 @@ SHARED_N=${SHARED_N:-32} SHARED_CHARS=${SHARED_CHARS:-2000} SHARED_GEN=${SHARED_
 DISTINCT_N=${DISTINCT_N:-16} DISTINCT_CHARS=${DISTINCT_CHARS:-256} DISTINCT_GEN=${DISTINCT_GEN:-16}
 ROUNDS=${ROUNDS:-3}
 FILL_N=${FILL_N:-12} FILL_CHARS=${FILL_CHARS:-1024} KV_POOL=${KV_POOL:-80} DD_MB=${DD_MB:-512}
-REDIS_N=${REDIS_N:-2000} REDIS_ROUNDS=${REDIS_ROUNDS:-3}
+REDIS_N=${REDIS_N:-2000} REDIS_ROUNDS=${REDIS_ROUNDS:-5}
 export AGENT_TOOLS=${AGENT_TOOLS:-2} AGENT_RESULT=${AGENT_RESULT:-120} AGENT_SYSTEM=${AGENT_SYSTEM:-200}
 if [ -z "$MODEL" ]; then # the model `verity bench --type q8_0` makes once and caches
     MODEL=$($V bench --type q8_0 --batch 1 --prompt 1 --gen 1 --reps 1 --json |
