@@ -12,7 +12,14 @@
  * Up. A queued request has a kv_fetch: the chain keys of its full known blocks and, for each
  * block past what L1 holds, the state of its lookup in the tiers. kv_hier_prefetch (every step,
  * for requests near the head of the queue) asks the tiers for those blocks and collects what came
- * back, so the I/O overlaps the steps before the request's admission. At admission,
+ * back, so the I/O overlaps the steps before the request's admission (kv-fetch-group: a
+ * request's lookups go to the tiers under one lock with one wake of the I/O thread, and its
+ * answers are collected under one; the I/O thread wakes the engine when it answered, see
+ * kv_hier_set_notify). With kv-fetch-group the engine restores once every lookup up to the first
+ * miss is answered (kv_hier_waiting). While the I/O thread has nothing queued it faults in the
+ * pool's pages up to kv-prefault-ahead MiB past the highest block used so far, so a block restored
+ * (or computed) into fresh pool memory does not wait on the kernel zeroing it on the engine
+ * thread (contents never change: P1 holds). At admission,
  * kv_hier_load restores the collected blobs, in order, into fresh blocks of the request's table:
  * each is decoded and verified (kv_block_decode: identity, name, tokens, every buffer, checksum
  * before and after the write) and sealed into L1. The first miss ends the prefix; a lookup still
@@ -23,7 +30,9 @@
  * Invariance (P1): a restored block holds exactly the bytes the request would have computed, so a
  * load changes speed only.
  *
- * Threading: the engine thread only (kv_tiers has its own I/O thread).
+ * Threading: the engine thread only (kv_tiers has its own I/O thread), except the pre-faulting
+ * step, which runs on the I/O thread and touches only its own counter and the pool's immutable
+ * layout and atomic high-water mark.
  */
 #ifndef VERITY_KV_KV_HIER_H
 #define VERITY_KV_KV_HIER_H
