@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 enum { BS = 4, NL = 2, KVD = 8 };
@@ -849,9 +850,68 @@ static void t_prefault(void) {
     kv_pool_destroy(p);
 }
 
+/* kv_pool_prefault_blocks (flag kv-prefault-ahead, run by the tiers' I/O thread beside the
+ * engine): the range becomes resident and no byte changes, a block written before included; the
+ * high-water mark is one past the highest id handed out. */
+static void t_prefault_blocks(void) {
+    kv_pool_opts o = {
+        .n_layer = NL, .kv_dim = 1024, .block_size = 16, .n_blocks = 256, .f16 = true};
+    kv_pool *p;
+    T_OK(kv_pool_create(&o, &p));
+    T_EQ_INT(kv_pool_high_water(p), 0);
+    int32_t a = kv_pool_alloc(p), b = kv_pool_alloc(p), c = kv_pool_alloc(p);
+    T_CHECK(a == 0 && b == 1 && c == 2);
+    T_EQ_INT(kv_pool_high_water(p), 3);
+    kv_block_unref(p, c);
+    T_EQ_INT(kv_pool_high_water(p), 3);
+    size_t bb = kv_pool_block_bytes(p);
+    for (int64_t l = 0; l < NL; l++)
+        for (size_t i = 0; i < bb; i++) {
+            ((unsigned char *)kv_pool_k_base(p, l))[bb + i] = (unsigned char)(i * 7 + l);
+            ((unsigned char *)kv_pool_v_base(p, l))[bb + i] = (unsigned char)(i * 5 + l + 1);
+        }
+    if (!kv_pool_prefault_blocks(p, 0, 128)) {
+        kv_pool_destroy(p);
+        test_skip("no MADV_POPULATE_WRITE");
+        return;
+    }
+    /* every page of blocks [0, 128) of K and V in every layer is resident (mincore) */
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), np = bb * 128 / pg;
+    unsigned char *vec = malloc(np);
+    T_CHECK(vec);
+    for (int64_t l = 0; l < NL; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            void *base = kv ? kv_pool_v_base(p, l) : kv_pool_k_base(p, l);
+            T_CHECK(((uintptr_t)base & (pg - 1)) == 0);
+            T_OK(mincore(base, bb * 128, vec));
+            size_t in = 0;
+            for (size_t i = 0; i < np; i++)
+                in += vec[i] & 1;
+            T_CHECKF(in == np, "layer %lld %s: %zu of %zu pages resident", (long long)l,
+                     kv ? "v" : "k", in, np);
+        }
+    free(vec);
+    bool same = true, zero = true;
+    for (int64_t l = 0; l < NL; l++)
+        for (size_t i = 0; i < bb * 128; i++) {
+            unsigned char k = ((const unsigned char *)kv_pool_k_base(p, l))[i];
+            unsigned char v = ((const unsigned char *)kv_pool_v_base(p, l))[i];
+            if (i >= bb && i < 2 * bb)
+                same &= k == (unsigned char)((i - bb) * 7 + l) &&
+                        v == (unsigned char)((i - bb) * 5 + l + 1);
+            else
+                zero &= k == 0 && v == 0;
+        }
+    T_CHECKF(same, "prefault changed a written block");
+    T_CHECKF(zero, "prefault wrote into the pool");
+    T_CHECK(kv_pool_prefault_blocks(p, 200, 1000)); /* clamped to the pool */
+    kv_pool_destroy(p);
+}
+
 int main(void) {
     test_run("kv_block.codec", t_codec);
     test_run("kv_pool.prefault", t_prefault);
+    test_run("kv_pool.prefault_blocks", t_prefault_blocks);
     test_run("kv_prefix.tree", t_prefix);
     test_run("kv_block.companion", t_companion);
     test_run("kv_prefix.engine_p1", t_engine);

@@ -688,6 +688,108 @@ static void t_manager_batch(void) {
     batch_check("1", 1);
 }
 
+typedef struct tick {
+    pthread_mutex_t mu;
+    int n, stop_at; /* calls so far; idle: says "done" from this call on */
+} tick;
+
+static void tick_notify(void *ud) {
+    tick *k = ud;
+    pthread_mutex_lock(&k->mu);
+    k->n++;
+    pthread_mutex_unlock(&k->mu);
+}
+
+static bool tick_idle(void *ud) {
+    tick *k = ud;
+    pthread_mutex_lock(&k->mu);
+    bool more = ++k->n < k->stop_at;
+    pthread_mutex_unlock(&k->mu);
+    return more;
+}
+
+static int tick_get(tick *k) {
+    pthread_mutex_lock(&k->mu);
+    int n = k->n;
+    pthread_mutex_unlock(&k->mu);
+    return n;
+}
+
+/* Waits until k counted at least n calls (30 s backstop). */
+static void tick_wait(tick *k, int n) {
+    int64_t end = clock_now_ns() + BACKSTOP_NS;
+    while (tick_get(k) < n) {
+        T_CHECKF(clock_now_ns() < end, "%d calls after 30 s, waiting for %d", tick_get(k), n);
+        usleep(1000);
+    }
+}
+
+/* kv_tiers_fetch_many queues a request's keys under one lock, so the I/O thread takes them as one
+ * batch; kv_tiers_poll_many answers each; the notify function (kv-tier-wake) has run by the time a
+ * poll sees an answer, and not after it was unset; the idle function (kv-prefault-ahead) runs
+ * until it says it is done, and again after an operation. */
+static void t_manager_many_notify(void) {
+    fake_tier *l2 = fake_new();
+    const kv_tier_ops *ops[KV_TIER_COUNT] = {&fake_ops_many, NULL};
+    void *impl[KV_TIER_COUNT] = {l2, NULL};
+    kv_tiers_opts o = {0};
+    kv_tiers *t;
+    T_OK(kv_tiers_create_with(&o, ops, impl, &t));
+    for (uint64_t k = 1; k <= 5; k++)
+        put_blob(t, KV_TIER_DISK, k, 100 * k);
+    queue_sync(t);
+    tick nt = {.n = 0}, it = {.n = 0, .stop_at = 3};
+    pthread_mutex_init(&nt.mu, NULL);
+    pthread_mutex_init(&it.mu, NULL);
+    kv_tiers_set_notify(t, tick_notify, &nt);
+    int batches = l2->batches;
+    const uint64_t keys[] = {1, 2, 99, 3, 4, 5};
+    kv_tiers_fetch_many(t, keys, 6);
+    kv_tiers_fetch_many(t, keys, 6); /* already asked: no-ops */
+    kv_tiers_polled got[6];
+    bool answered[6] = {false};
+    int left = 6;
+    int64_t end = clock_now_ns() + BACKSTOP_NS;
+    while (left > 0) {
+        kv_tiers_poll_many(t, keys, 6, got);
+        for (int i = 0; i < 6; i++) {
+            if (got[i].state == KV_FETCH_PENDING || got[i].state == KV_FETCH_NONE)
+                continue;
+            T_CHECKF(!answered[i], "key %llu answered twice", (unsigned long long)keys[i]);
+            answered[i] = true;
+            left--;
+            T_CHECKF(tick_get(&nt) >= 1, "an answer seen before the notify ran");
+            if (keys[i] == 99) {
+                T_EQ_INT(got[i].state, KV_FETCH_MISS);
+                T_CHECK(got[i].blob == NULL);
+                continue;
+            }
+            T_EQ_INT(got[i].state, KV_FETCH_READY);
+            T_EQ_INT(got[i].tier, KV_TIER_DISK);
+            T_CHECK(blob_is(got[i].blob, got[i].n, keys[i], 100 * keys[i]));
+            kv_tiers_blob_free(t, got[i].blob, got[i].n);
+        }
+        T_CHECKF(clock_now_ns() < end, "%d keys still pending after 30 s", left);
+        if (left > 0)
+            usleep(1000);
+    }
+    /* one lock, one wake: the six keys went to the backend together */
+    T_EQ_INT(l2->batches - batches, 1);
+    T_EQ_INT(l2->batch_max, 6);
+    kv_tiers_set_notify(t, NULL, NULL);
+    int n_notify = tick_get(&nt);
+    T_EQ_INT(fetch_check(t, 1, 100, KV_TIER_DISK), KV_FETCH_READY);
+    T_EQ_INT(tick_get(&nt), n_notify);
+
+    kv_tiers_set_idle(t, tick_idle, &it);
+    tick_wait(&it, 3); /* three steps, the last one saying it is done */
+    queue_sync(t);     /* an operation: the idle function runs again */
+    tick_wait(&it, 4);
+    kv_tiers_destroy(t); /* joins the thread: no idle call after this */
+    pthread_mutex_destroy(&nt.mu);
+    pthread_mutex_destroy(&it.mu);
+}
+
 /* Blobs go round: a put's buffer comes back to the free list after the put, a fetched blob is
  * received into a recycled buffer, and one given back after decoding is reused again, so a
  * steady flow of blocks allocates nothing. */
@@ -946,6 +1048,7 @@ int main(void) {
     test_run("kv_tier.manager_disk", t_manager_disk);
     test_run("kv_tier.manager_batch", t_manager_batch);
     test_run("kv_tier.manager_blob_reuse", t_manager_blob_reuse);
+    test_run("kv_tier.manager_many_notify", t_manager_many_notify);
     test_run("kv_tier.redis_unreachable", t_redis_unreachable);
     test_run("kv_tier.redis_real", t_redis_real);
     return test_summary();

@@ -639,6 +639,10 @@ static bool eng_take_cached(engine *e, eng_seq *s) {
         return true; /* the blocks are still arriving from another server: wait, in order (asked
                       * before the prefix match, so a wait re-matches and re-verifies nothing) */
     int32_t bs = e->o.block_size;
+    /* the next block is still on its way from a tier: matching now would take (and verify)
+     * again the blocks restored so far, and restore nothing new */
+    if (s->fetch && !s->kv_in.poll && kv_hier_waiting(e->h, s->fetch, s->toks, s->n_toks / bs))
+        return true;
     int32_t got = kv_prefix_match(e->px, &s->tab, s->toks, s->n_toks / bs);
     if (s->fetch) {
         int32_t more = kv_hier_load(e->h, s->fetch, &s->tab, s->toks, s->n_toks / bs);
@@ -1247,6 +1251,11 @@ int engine_step(engine *e) {
         }
     }
     return 0;
+}
+
+void engine_set_wake(engine *e, void (*fn)(void *ud), void *ud) {
+    if (e->h)
+        kv_hier_set_notify(e->h, fn, ud);
 }
 
 bool engine_busy(const engine *e) {

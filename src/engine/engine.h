@@ -217,6 +217,12 @@ int engine_step(engine *e);
 /* True while any request is waiting or running. */
 bool engine_busy(const engine *e);
 
+/* Sets a function the KV tiers' I/O thread calls when lookups for queued requests were answered
+ * (kv_hier_set_notify: quick, under the tiers' lock, never calling into e), so a caller that
+ * paused because no step could run may step again at once; fn NULL: none. Once it returns with
+ * NULL, the previous fn is not running and will not be called. No-op without tiers. */
+void engine_set_wake(engine *e, void (*fn)(void *ud), void *ud);
+
 /* The engine's state and counters (totals since creation), copied out once per step. */
 typedef struct engine_stats {
     int64_t running, waiting;

@@ -15,10 +15,18 @@
  * engine_loop_pause returns, no step runs until engine_loop_resume (or engine_loop_step grants
  * some). A parked loop still takes messages, so submitted requests join the engine's waiting
  * queue and cancels are recorded; what they change happens at the next step.
+ *
+ * Waiting for I/O: when a step could run nothing while requests are queued (the head waits for
+ * its blocks from a KV tier, or for a transfer from another server), the thread pauses before
+ * trying again, 100 us doubling to 2 ms. With the toggle kv-tier-wake the pause is a timed wait on
+ * the loop's condition variable and the tiers' I/O thread ends it as soon as it has answered
+ * lookups (engine_set_wake: it sets `kicked` under the loop's mutex and signals), so a restored
+ * prefix is taken at once rather than at the next tick; without it the pause is a plain sleep.
  */
 #include "engine/engine_loop.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -64,6 +72,8 @@ struct engine_loop {
     int64_t grant;     /* steps a paused loop may still take (engine_loop_step) */
     int64_t n_granted; /* steps taken on grant so far */
     bool stepping;     /* a granted step is running */
+    bool kicked;       /* the KV tiers answered lookups since the thread last paused for them */
+    bool wake;         /* flag kv-tier-wake: the idle pause waits on cv (else it sleeps) */
     uint64_t next_id;
     eloop_step_cb step_cb;
     void *step_ud;
@@ -182,6 +192,39 @@ static bool eloop_may_step(engine_loop *l) {
 
 enum { ELOOP_IDLE_MIN_NS = 100 * 1000, ELOOP_IDLE_MAX_NS = 2000 * 1000 };
 
+/* engine_set_wake's function (the tiers' I/O thread, under the tiers' lock; it takes the loop's
+ * mutex, and the engine thread never calls into the tiers holding it). */
+static void eloop_wake(void *ud) {
+    engine_loop *l = ud;
+    pthread_mutex_lock(&l->mu);
+    l->kicked = true;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* The pause after a step that could run nothing: idle_ns, cut short (kv-tier-wake) by the tiers'
+ * answer, a message, a pause request or stop. */
+static void eloop_idle(engine_loop *l, long idle_ns) {
+    if (!l->wake) {
+        struct timespec ts = {0, idle_ns};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += idle_ns;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&l->mu);
+    while (!l->kicked && !l->head && !l->stop && !l->pause)
+        if (pthread_cond_timedwait(&l->cv, &l->mu, &dl) == ETIMEDOUT)
+            break;
+    l->kicked = false;
+    pthread_mutex_unlock(&l->mu);
+}
+
 static void *eloop_main(void *arg) {
     engine_loop *l = arg;
     long idle_ns = ELOOP_IDLE_MIN_NS;
@@ -237,9 +280,9 @@ static void *eloop_main(void *arg) {
             if (b.last_step_seqs == 0 && engine_busy(l->e)) {
                 /* nothing could run: the queue's head waits for a KV tier's I/O thread or for a
                  * transfer from another server; the pause doubles from 100 us up to 2 ms while
-                 * nothing runs (a transfer can take seconds: no busy loop beside it) */
-                struct timespec ts = {0, idle_ns};
-                nanosleep(&ts, NULL);
+                 * nothing runs (a transfer can take seconds: no busy loop beside it), and the
+                 * tiers end it when they answer (kv-tier-wake) */
+                eloop_idle(l, idle_ns);
                 idle_ns = idle_ns * 2 > ELOOP_IDLE_MAX_NS ? ELOOP_IDLE_MAX_NS : idle_ns * 2;
             } else {
                 idle_ns = ELOOP_IDLE_MIN_NS;
@@ -278,7 +321,11 @@ int engine_loop_create(engine *e, eloop_step_cb step_cb, void *step_ud, engine_l
     pthread_cond_init(&l->park_cv, NULL);
     pthread_mutex_init(&l->st_mu, NULL);
     eloop_update_stats(l);
+    l->wake = flags_int(FLAG_KV_TIER_WAKE) != 0;
+    if (l->wake)
+        engine_set_wake(e, eloop_wake, l);
     if (pthread_create(&l->thread, NULL, eloop_main, l) != 0) {
+        engine_set_wake(e, NULL, NULL);
         pthread_mutex_destroy(&l->st_mu);
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);
@@ -329,6 +376,8 @@ void engine_loop_stop(engine_loop *l) {
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->thread, NULL);
+    if (l->wake)
+        engine_set_wake(l->e, NULL, NULL); /* the tiers outlive the loop: no call into it after */
     pthread_mutex_lock(&l->mu);
     l->joined = true;
     eloop_msg *m = l->head; /* messages that arrived after the thread's last look */

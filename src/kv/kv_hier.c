@@ -9,6 +9,7 @@
  */
 #include "kv/kv_hier.h"
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/flags.h"
 #include "base/log.h"
@@ -31,6 +32,14 @@ struct kv_fetch {
     int32_t n_keys;   /* keys[0, n_keys) are computed */
     uint64_t *keys;   /* [cap] chain key of each full block */
     kv_fetch_slot *s; /* [cap] */
+    /* the reload in progress: when its first lookup was queued (0: none) and the blocks restored
+     * so far, per tier */
+    int64_t t0_ns;
+    int64_t got[KV_TIER_COUNT];
+    /* [cap] scratch for the grouped calls (kv-fetch-group) */
+    uint64_t *qkeys;
+    int32_t *qidx;
+    kv_tiers_polled *polled;
 };
 
 struct kv_hier {
@@ -39,6 +48,11 @@ struct kv_hier {
     kv_tiers *tiers; /* NULL: no tier below L1 */
     uint64_t identity;
     int64_t restored[KV_TIER_COUNT], failures[KV_TIER_COUNT];
+    double reload_s[KV_TIER_COUNT]; /* wall time of finished reloads, shared by blocks */
+    bool group; /* flag kv-fetch-group: a request's lookups under one lock (else key by key) */
+    /* the tiers' I/O thread only: blocks [0, faulted) of the pool are faulted in; it keeps
+     * ahead_blocks (flag kv-prefault-ahead) beyond the pool's high-water mark faulted */
+    int32_t faulted, ahead_blocks;
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     int f_corrupt_tier; /* FAULT (h): the tier whose blobs get a bit flip, or -1 */
     int64_t f_puts;
@@ -75,6 +89,29 @@ static void hier_on_seal(void *ud, const kv_pool *p, int32_t id, uint64_t key, u
     hier_put(ud, KV_TIER_REDIS, p, id, key, parent, toks, checksum);
 }
 
+/* The tiers' idle step: faults in the next few pool blocks up to ahead_blocks beyond the
+ * pool's high-water mark (kv_pool_prefault_blocks, which leaves their bytes alone), so blocks
+ * restored or computed next are written into pages the kernel has already zeroed rather than
+ * zeroed on the engine thread's first write. 8 MiB of blocks per step, so a queued lookup waits
+ * at most that long. True while there is more to fault. */
+static bool hier_prefault_step(void *ud) {
+    kv_hier *h = ud;
+    int64_t n = kv_pool_n_blocks(h->p);
+    int64_t target = (int64_t)kv_pool_high_water(h->p) + h->ahead_blocks;
+    if (target > n)
+        target = n;
+    if (h->faulted >= target)
+        return false;
+    int64_t step = ((int64_t)8 << 20) / (int64_t)kv_block_blob_bytes(h->p) + 1;
+    int32_t hi = (int32_t)(target - h->faulted > step ? h->faulted + step : target);
+    if (!kv_pool_prefault_blocks(h->p, h->faulted, hi)) {
+        h->faulted = (int32_t)n; /* the kernel cannot: never again */
+        return false;
+    }
+    h->faulted = hi;
+    return hi < target;
+}
+
 int kv_hier_create(kv_pool *p, const kv_hier_opts *o, kv_hier **out) {
     *out = NULL;
     kv_hier *h = calloc(1, sizeof *h);
@@ -82,6 +119,7 @@ int kv_hier_create(kv_pool *p, const kv_hier_opts *o, kv_hier **out) {
         return err_set(ERR_NOMEM, "kv hierarchy: out of memory");
     h->p = p;
     h->identity = o->prefix.identity;
+    h->group = flags_int(FLAG_KV_FETCH_GROUP) != 0;
     int rc = kv_prefix_create(p, &o->prefix, &h->px);
     bool want = (o->disk_dir && o->disk_dir[0]) || (o->redis_url && o->redis_url[0]);
     if (!rc && want && !o->prefix.enabled)
@@ -96,6 +134,11 @@ int kv_hier_create(kv_pool *p, const kv_hier_opts *o, kv_hier **out) {
         if (!rc) {
             kv_prefix_set_evict_cb(h->px, hier_on_evict, h);
             kv_prefix_set_seal_cb(h->px, hier_on_seal, h);
+            int64_t ahead = flags_int(FLAG_KV_PREFAULT_AHEAD) << 20;
+            int64_t bb = (int64_t)kv_block_blob_bytes(p);
+            h->ahead_blocks = (int32_t)(ahead / bb > INT32_MAX ? INT32_MAX : ahead / bb);
+            if (h->ahead_blocks > 0 && kv_hier_has_tiers(h))
+                kv_tiers_set_idle(h->tiers, hier_prefault_step, h);
         }
     }
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
@@ -155,8 +198,11 @@ int kv_fetch_create(int32_t cap_blocks, kv_fetch **out) {
     if (f) {
         f->keys = malloc(cap * sizeof *f->keys);
         f->s = calloc(cap, sizeof *f->s);
+        f->qkeys = malloc(cap * sizeof *f->qkeys);
+        f->qidx = malloc(cap * sizeof *f->qidx);
+        f->polled = malloc(cap * sizeof *f->polled);
     }
-    if (!f || !f->keys || !f->s) {
+    if (!f || !f->keys || !f->s || !f->qkeys || !f->qidx || !f->polled) {
         kv_fetch_destroy(f);
         return err_set(ERR_NOMEM, "kv fetch: out of memory");
     }
@@ -172,6 +218,8 @@ void kv_fetch_reset(kv_fetch *f) {
         free(f->s[i].blob);
         f->s[i] = (kv_fetch_slot){0};
     }
+    f->t0_ns = 0;
+    memset(f->got, 0, sizeof f->got);
 }
 
 void kv_fetch_destroy(kv_fetch *f) {
@@ -181,6 +229,9 @@ void kv_fetch_destroy(kv_fetch *f) {
         kv_fetch_reset(f);
     free(f->keys);
     free(f->s);
+    free(f->qkeys);
+    free(f->qidx);
+    free(f->polled);
     free(f);
 }
 
@@ -196,15 +247,10 @@ static void hier_keys(const kv_hier *h, kv_fetch *f, const int32_t *toks, int32_
         f->n_keys = n_full;
 }
 
-/* Collects block j's answer if it arrived. */
-static void hier_poll(kv_hier *h, kv_fetch *f, int32_t j) {
+/* Records in block j's slot the answer state (kv_tiers_poll's) with its blob. */
+static void slot_answer(kv_fetch *f, int32_t j, int state, void *blob, size_t n, int tier) {
     kv_fetch_slot *sl = &f->s[j];
-    if (sl->state != FS_PENDING)
-        return;
-    void *blob = NULL;
-    size_t n = 0;
-    int tier = 0;
-    switch (kv_tiers_poll(h->tiers, f->keys[j], &blob, &n, &tier)) {
+    switch (state) {
     case KV_FETCH_READY:
         sl->blob = blob;
         sl->n = n;
@@ -223,21 +269,111 @@ static void hier_poll(kv_hier *h, kv_fetch *f, int32_t j) {
     }
 }
 
+/* Collects block j's answer if it arrived. */
+static void hier_poll(kv_hier *h, kv_fetch *f, int32_t j) {
+    if (f->s[j].state != FS_PENDING)
+        return;
+    void *blob = NULL;
+    size_t n = 0;
+    int tier = 0;
+    int state = kv_tiers_poll(h->tiers, f->keys[j], &blob, &n, &tier);
+    slot_answer(f, j, state, blob, n, tier);
+}
+
+/* Collects the answers that arrived for the pending blocks in [from, to), under one lock. */
+static void hier_poll_range(kv_hier *h, kv_fetch *f, int32_t from, int32_t to) {
+    int m = 0;
+    for (int32_t j = from; j < to; j++)
+        if (f->s[j].state == FS_PENDING) {
+            f->qidx[m] = j;
+            f->qkeys[m++] = f->keys[j];
+        }
+    if (m == 0)
+        return;
+    kv_tiers_poll_many(h->tiers, f->qkeys, m, f->polled);
+    for (int i = 0; i < m; i++)
+        slot_answer(f, f->qidx[i], f->polled[i].state, f->polled[i].blob, f->polled[i].n,
+                    f->polled[i].tier);
+}
+
+/* Asks the tiers for the blocks in [from, to) not asked yet, up to the first known miss (the
+ * prefix ends there), under one lock and with one wake of the I/O thread. */
+static void hier_fetch_range(kv_hier *h, kv_fetch *f, int32_t from, int32_t to) {
+    int m = 0;
+    for (int32_t j = from; j < to && f->s[j].state != FS_MISS; j++)
+        if (f->s[j].state == FS_NONE) {
+            f->qkeys[m++] = f->keys[j];
+            f->s[j].state = FS_PENDING;
+        }
+    if (m > 0 && !f->t0_ns)
+        f->t0_ns = clock_now_ns();
+    kv_tiers_fetch_many(h->tiers, f->qkeys, m);
+}
+
+/* Key by key (kv-fetch-group 0): block j's answer, and a lookup if it has none. */
+static void hier_ask_one(kv_hier *h, kv_fetch *f, int32_t j) {
+    hier_poll(h, f, j);
+    if (f->s[j].state == FS_NONE) {
+        if (!f->t0_ns)
+            f->t0_ns = clock_now_ns();
+        kv_tiers_fetch(h->tiers, f->keys[j]);
+        f->s[j].state = FS_PENDING;
+    }
+}
+
+void kv_hier_set_notify(kv_hier *h, void (*fn)(void *ud), void *ud) {
+    kv_tiers_set_notify(h->tiers, fn, ud);
+}
+
 void kv_hier_prefetch(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_full) {
     if (!h->tiers)
         return;
     hier_keys(h, f, toks, n_full);
     n_full = f->n_keys < n_full ? f->n_keys : n_full;
     int32_t l1 = kv_prefix_peek(h->px, toks, n_full);
+    if (h->group) {
+        hier_poll_range(h, f, l1, n_full);
+        hier_fetch_range(h, f, l1, n_full);
+        return;
+    }
     for (int32_t j = l1; j < n_full; j++) {
-        hier_poll(h, f, j);
-        if (f->s[j].state == FS_NONE) {
-            kv_tiers_fetch(h->tiers, f->keys[j]);
-            f->s[j].state = FS_PENDING;
-        }
+        hier_ask_one(h, f, j);
         if (f->s[j].state == FS_MISS)
             break; /* the prefix ends here: later blocks could not be used */
     }
+}
+
+bool kv_hier_waiting(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_full) {
+    if (!h->tiers || !h->group)
+        return false;
+    hier_keys(h, f, toks, n_full);
+    n_full = f->n_keys < n_full ? f->n_keys : n_full;
+    int32_t l1 = kv_prefix_peek(h->px, toks, n_full);
+    if (l1 >= n_full)
+        return false;
+    hier_poll_range(h, f, l1, n_full);
+    /* restore once, when every lookup up to the first miss is answered: a restore that stopped
+     * at a block still on its way would give its blocks back and the next one take (and verify)
+     * them again */
+    for (int32_t j = l1; j < n_full && f->s[j].state != FS_MISS; j++)
+        if (f->s[j].state == FS_PENDING)
+            return true;
+    return false;
+}
+
+/* A reload ended (kv_hier_load returned >= 0): its wall time, from the first lookup queued to
+ * now, goes to the tiers its blocks came from, shared by their number. */
+static void hier_reload_done(kv_hier *h, kv_fetch *f) {
+    int64_t all = 0;
+    for (int i = 0; i < KV_TIER_COUNT; i++)
+        all += f->got[i];
+    if (f->t0_ns && all > 0) {
+        double s = (double)(clock_now_ns() - f->t0_ns) * 1e-9;
+        for (int i = 0; i < KV_TIER_COUNT; i++)
+            h->reload_s[i] += s * (double)f->got[i] / (double)all;
+    }
+    f->t0_ns = 0;
+    memset(f->got, 0, sizeof f->got);
 }
 
 int32_t kv_hier_load(kv_hier *h, kv_fetch *f, kv_table *t, const int32_t *toks, int32_t n_full) {
@@ -247,13 +383,15 @@ int32_t kv_hier_load(kv_hier *h, kv_fetch *f, kv_table *t, const int32_t *toks, 
     hier_keys(h, f, toks, n_full);
     int64_t bs = kv_pool_block_size(h->p);
     int32_t got = 0;
+    if (h->group) {
+        int32_t end = n_full < f->n_keys ? n_full : f->n_keys;
+        hier_poll_range(h, f, t->n, end);
+        hier_fetch_range(h, f, t->n, end);
+    }
     for (int32_t j = t->n; j < n_full && j < f->n_keys; j++) {
         kv_fetch_slot *sl = &f->s[j];
-        hier_poll(h, f, j);
-        if (sl->state == FS_NONE) {
-            kv_tiers_fetch(h->tiers, f->keys[j]);
-            sl->state = FS_PENDING;
-        }
+        if (!h->group)
+            hier_ask_one(h, f, j);
         if (sl->state == FS_PENDING)
             return -1;
         if (sl->state != FS_READY)
@@ -284,9 +422,11 @@ int32_t kv_hier_load(kv_hier *h, kv_fetch *f, kv_table *t, const int32_t *toks, 
         }
         kv_prefix_seal_loaded(h->px, t, bt, sum);
         h->restored[tier]++;
+        f->got[tier]++;
         sl->state = FS_NONE;
         got++;
     }
+    hier_reload_done(h, f);
     return got;
 }
 
@@ -297,6 +437,7 @@ void kv_hier_stats_get(const kv_hier *h, kv_hier_tier_stats out[KV_TIER_COUNT]) 
         if (out[i].open)
             kv_tiers_stats_get(h->tiers, i, &out[i].io);
         out[i].restored = h->restored[i];
+        out[i].reload_s = h->reload_s[i];
         out[i].failures = h->failures[i];
     }
 }

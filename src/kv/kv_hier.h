@@ -12,7 +12,14 @@
  * Up. A queued request has a kv_fetch: the chain keys of its full known blocks and, for each
  * block past what L1 holds, the state of its lookup in the tiers. kv_hier_prefetch (every step,
  * for requests near the head of the queue) asks the tiers for those blocks and collects what came
- * back, so the I/O overlaps the steps before the request's admission. At admission,
+ * back, so the I/O overlaps the steps before the request's admission (kv-fetch-group: a
+ * request's lookups go to the tiers under one lock with one wake of the I/O thread, and its
+ * answers are collected under one; the I/O thread wakes the engine when it answered, see
+ * kv_hier_set_notify). With kv-fetch-group the engine restores once every lookup up to the first
+ * miss is answered (kv_hier_waiting). While the I/O thread has nothing queued it faults in the
+ * pool's pages up to kv-prefault-ahead MiB past the highest block used so far, so a block restored
+ * (or computed) into fresh pool memory does not wait on the kernel zeroing it on the engine
+ * thread (contents never change: P1 holds). At admission,
  * kv_hier_load restores the collected blobs, in order, into fresh blocks of the request's table:
  * each is decoded and verified (kv_block_decode: identity, name, tokens, every buffer, checksum
  * before and after the write) and sealed into L1. The first miss ends the prefix; a lookup still
@@ -23,7 +30,9 @@
  * Invariance (P1): a restored block holds exactly the bytes the request would have computed, so a
  * load changes speed only.
  *
- * Threading: the engine thread only (kv_tiers has its own I/O thread).
+ * Threading: the engine thread only (kv_tiers has its own I/O thread), except the pre-faulting
+ * step, which runs on the I/O thread and touches only its own counter and the pool's immutable
+ * layout and atomic high-water mark.
  */
 #ifndef VERITY_KV_KV_HIER_H
 #define VERITY_KV_KV_HIER_H
@@ -74,6 +83,18 @@ void kv_fetch_reset(kv_fetch *f);
  * the answers that arrived. No-op without tiers. */
 void kv_hier_prefetch(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_full);
 
+/* True if a block of toks (n_full full blocks) past what L1 holds, before the first one the tiers
+ * said they lack, is still being looked up (after collecting the answers that arrived). The
+ * caller then waits rather than match and restore: a kv_hier_load now would stop at that block,
+ * and the caller would give back and next time take again (and verify again) every block
+ * restored so far; so a request restores once, when all its answers are in. False without
+ * tiers or with kv-fetch-group 0 (the caller then tries every step, as before). */
+bool kv_hier_waiting(kv_hier *h, kv_fetch *f, const int32_t *toks, int32_t n_full);
+
+/* Sets the function the tiers' I/O thread calls when lookups were answered (kv_tiers_set_notify:
+ * under the tiers' lock, quick, not calling back). NULL fn: none. No-op without tiers. */
+void kv_hier_set_notify(kv_hier *h, void (*fn)(void *ud), void *ud);
+
 /* At admission, after kv_prefix_match filled t with L1's blocks: restores the following blocks
  * from the tiers, at most up to n_full, into new blocks of t (sealed). Returns the number of
  * blocks restored, or -1 when a lookup it needs is still in flight (t then holds what it held;
@@ -84,6 +105,8 @@ typedef struct kv_hier_tier_stats {
     kv_tier_stats io; /* the tier's own counters (kv_tiers.h) */
     int64_t restored; /* blocks restored from it into L1 */
     int64_t failures; /* blobs from it refused (checksum, format, another block) */
+    double reload_s;  /* wall time of reloads, from a request's first lookup to its blocks in
+                       * L1 (waits, I/O, decoding, verifying), shared among tiers by blocks */
     bool open;
 } kv_hier_tier_stats;
 

@@ -10,6 +10,8 @@
 #include "base/err.h"
 #include "base/mem.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -26,6 +28,7 @@ struct kv_pool {
     int32_t *refs;
     int32_t *free_ids;
     int64_t n_free;
+    _Atomic int32_t high_water; /* one past the highest id allocated (read by any thread) */
 };
 
 /* The buffers of o: names and bytes per position; returns how many (0 for bad sizes). */
@@ -80,6 +83,7 @@ int kv_pool_create(const kv_pool_opts *o, kv_pool **out) {
     if (!p)
         return err_set(ERR_NOMEM, "kv pool: out of memory");
     p->o = *o;
+    atomic_init(&p->high_water, 0);
     size_t rows[KV_POOL_MAX_BUFFERS];
     p->n_buf = kv_pool_buffers_of(o, p->buf_name, rows);
     for (int i = 0; i < p->n_buf; i++) {
@@ -117,6 +121,33 @@ void kv_pool_prefault(kv_pool *p) {
         ((volatile unsigned char *)p->mem)[off] = 0;
 }
 
+bool kv_pool_prefault_blocks(kv_pool *p, int32_t lo, int32_t hi) {
+#ifdef MADV_POPULATE_WRITE
+    if (lo < 0)
+        lo = 0;
+    if (hi > p->o.n_blocks)
+        hi = (int32_t)p->o.n_blocks;
+    if (lo >= hi)
+        return true;
+    for (int64_t l = 0; l < p->o.n_layer; l++)
+        for (int i = 0; i < p->n_buf; i++) {
+            uintptr_t base = (uintptr_t)p->mem + (size_t)l * p->layer_bytes + p->buf_off[i];
+            uintptr_t a = (base + (size_t)lo * p->buf_block[i]) & ~(uintptr_t)4095;
+            uintptr_t b = (base + (size_t)hi * p->buf_block[i] + 4095) & ~(uintptr_t)4095;
+            if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0)
+                return false;
+        }
+    return true;
+#else
+    (void)p, (void)lo, (void)hi;
+    return false;
+#endif
+}
+
+int32_t kv_pool_high_water(const kv_pool *p) {
+    return atomic_load_explicit(&((kv_pool *)p)->high_water, memory_order_relaxed);
+}
+
 void kv_pool_destroy(kv_pool *p) {
     if (!p)
         return;
@@ -132,6 +163,8 @@ int32_t kv_pool_alloc(kv_pool *p) {
     int32_t id = p->free_ids[--p->n_free];
     CHECK(p->refs[id] == 0);
     p->refs[id] = 1;
+    if (id >= atomic_load_explicit(&p->high_water, memory_order_relaxed))
+        atomic_store_explicit(&p->high_water, id + 1, memory_order_relaxed);
     return id;
 }
 

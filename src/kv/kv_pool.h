@@ -66,6 +66,16 @@ void kv_pool_destroy(kv_pool *p);
  * written; from here on the whole pool is resident (flag kv-prefault). */
 void kv_pool_prefault(kv_pool *p);
 
+/* Faults in, writable, the pages holding blocks [lo, hi) in every layer and buffer, without
+ * writing them (MADV_POPULATE_WRITE: contents unchanged, so any thread may call it while the
+ * engine thread uses the pool; the range is clamped to the pool). Returns false, doing nothing,
+ * where the kernel cannot (no MADV_POPULATE_WRITE): writing the pages instead would race. */
+bool kv_pool_prefault_blocks(kv_pool *p, int32_t lo, int32_t hi);
+
+/* One past the highest block id ever allocated (kv_pool_alloc hands out the lowest free ids
+ * first, so this is how far into the pool's storage blocks have reached). Any thread. */
+int32_t kv_pool_high_water(const kv_pool *p);
+
 /* Takes a free block (one reference). Returns its id, or -1 if none is free. */
 int32_t kv_pool_alloc(kv_pool *p);
 

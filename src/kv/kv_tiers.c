@@ -11,6 +11,11 @@
  * staged_bytes the sum of the sizes of the READY results, all of which are on the staging list
  * and no other result is; a PENDING result has exactly one FETCH operation queued or running.
  *
+ * Between operations, while the queue is empty, the I/O thread runs the idle function
+ * (kv_tiers_set_idle) step by step until it says it is done; any operation queued makes it run
+ * again after that operation (the pool's high-water mark may have moved). After a batch of
+ * fetches is published it calls the notify function (kv_tiers_set_notify) under the mutex.
+ *
  * The I/O thread blocks every signal (set before it is created), so a SIGPIPE from a write to a
  * Redis that died goes nowhere and the write just fails with EPIPE.
  */
@@ -84,6 +89,12 @@ struct kv_tiers {
     list staging; /* of fetch_res, oldest first */
     int64_t staged_bytes;
     kv_tier_stats st[KV_TIER_COUNT];
+
+    void (*notify)(void *ud); /* kv_tiers_set_notify: called under mu after fetches publish */
+    void *notify_ud;
+    bool (*idle)(void *ud); /* kv_tiers_set_idle: run without mu while the queue is empty */
+    void *idle_ud;
+    bool idle_done; /* idle said it had nothing to do; an operation queued since resets it */
 
     kv_blobs *blobs; /* free list of blob buffers, shared by both threads (its own lock) */
     int batch_max;   /* most fetches run together (flag kv-tier-batch) */
@@ -288,8 +299,18 @@ static void *tiers_main(void *arg) {
     kv_tiers *t = arg;
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        while (!t->queue.first && !t->stop)
+        while (!t->queue.first && !t->stop) {
+            if (t->idle && !t->idle_done) {
+                bool (*fn)(void *) = t->idle;
+                void *ud = t->idle_ud;
+                pthread_mutex_unlock(&t->mu);
+                bool more = fn(ud);
+                pthread_mutex_lock(&t->mu);
+                t->idle_done = !more;
+                continue;
+            }
             pthread_cond_wait(&t->cv, &t->mu);
+        }
         if (!t->queue.first)
             break; /* stopping and drained */
         int n = tiers_take(t);
@@ -319,12 +340,17 @@ static void *tiers_main(void *arg) {
         }
 
         pthread_mutex_lock(&t->mu);
+        bool fetched = ops[0]->kind == OP_FETCH;
         for (int j = 0; j < n; j++) {
             op_publish(t, ops[j], &oc[j]);
             kv_blobs_free(t->blobs, oc[j].blob, oc[j].n);
             kv_blobs_free(t->blobs, ops[j]->blob, ops[j]->n);
             free(ops[j]);
         }
+        /* under the mutex, so kv_tiers_set_notify(NULL) returning means no call is running or
+         * will run, and a poll that sees these results READY knows the waiter was told */
+        if (fetched && t->notify)
+            t->notify(t->notify_ud);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -334,6 +360,7 @@ static void *tiers_main(void *arg) {
 
 /* Appends op to the queue and wakes the I/O thread (mutex held). */
 static void queue_push(kv_tiers *t, tier_op *op) {
+    t->idle_done = false;
     list_push_last(&t->queue, &op->queued);
     t->q_ops++;
     if (op->kind == OP_PUT)
@@ -383,75 +410,130 @@ void kv_tiers_drop(kv_tiers *t, int tier, uint64_t key) {
 }
 
 void kv_tiers_fetch(kv_tiers *t, uint64_t key) {
-    if (!t)
+    kv_tiers_fetch_many(t, &key, 1);
+}
+
+/* One key of kv_tiers_fetch_many (mutex held): r and op are preallocated (op NULL without a tier
+ * or out of memory); the ones it uses are set to NULL, the caller frees the rest. Returns true if
+ * an operation was queued. */
+static bool fetch_one(kv_tiers *t, uint64_t key, fetch_res **r, tier_op **op) {
+    if (!*r || kv_tmap_find(&t->res, key))
+        return false;
+    fetch_res *res = *r;
+    *r = NULL;
+    res->node.key = key;
+    res->state = KV_FETCH_MISS;
+    bool queued = false;
+    if (*op && !t->stop && t->q_ops < TIERS_MAX_QUEUED_OPS) {
+        res->state = KV_FETCH_PENDING;
+        **op = (tier_op){.kind = OP_FETCH, .key = key};
+        list_push_last(&t->queue, &(*op)->queued);
+        t->q_ops++;
+        t->idle_done = false;
+        *op = NULL;
+        queued = true;
+    }
+    kv_tmap_insert(&t->res, &res->node);
+    return queued;
+}
+
+void kv_tiers_fetch_many(kv_tiers *t, const uint64_t *keys, int n) {
+    if (!t || n <= 0)
         return;
     bool any = t->ops[KV_TIER_DISK] || t->ops[KV_TIER_REDIS];
-    pthread_mutex_lock(&t->mu);
-    if (kv_tmap_find(&t->res, key)) {
+    /* allocate outside the lock, a few at a time (the map is checked under it: callers on
+     * several threads may ask for the same key) */
+    enum { CHUNK = 32 };
+    for (int i0 = 0; i0 < n; i0 += CHUNK) {
+        int m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        fetch_res *r[CHUNK];
+        tier_op *op[CHUNK];
+        for (int i = 0; i < m; i++) {
+            r[i] = calloc(1, sizeof *r[i]);
+            op[i] = any && r[i] ? malloc(sizeof *op[i]) : NULL;
+        }
+        /* out of memory: that key's poll says NONE and the engine computes the block */
+        bool queued = false;
+        pthread_mutex_lock(&t->mu);
+        for (int i = 0; i < m; i++)
+            queued |= fetch_one(t, keys[i0 + i], &r[i], &op[i]);
+        if (queued)
+            pthread_cond_signal(&t->cv); /* one wake for the lot: the I/O thread batches them */
         pthread_mutex_unlock(&t->mu);
-        return;
+        for (int i = 0; i < m; i++) {
+            free(r[i]);
+            free(op[i]);
+        }
     }
-    pthread_mutex_unlock(&t->mu);
-    /* allocate outside the lock (checked again below, for callers on several threads) */
-    fetch_res *r = calloc(1, sizeof *r);
-    tier_op *op = any ? malloc(sizeof *op) : NULL;
-    if (!r) {
-        free(op);
-        return; /* out of memory: the poll says NONE and the engine computes the block */
-    }
-    r->node.key = key;
-    r->state = KV_FETCH_MISS;
-    pthread_mutex_lock(&t->mu);
-    if (kv_tmap_find(&t->res, key)) {
-        pthread_mutex_unlock(&t->mu);
-        free(op);
-        free(r);
-        return;
-    }
-    if (op && !t->stop && t->q_ops < TIERS_MAX_QUEUED_OPS) {
-        r->state = KV_FETCH_PENDING;
-        *op = (tier_op){.kind = OP_FETCH, .key = key};
-        queue_push(t, op);
-        op = NULL;
-    }
-    kv_tmap_insert(&t->res, &r->node);
-    pthread_mutex_unlock(&t->mu);
-    free(op);
 }
 
 int kv_tiers_poll(kv_tiers *t, uint64_t key, void **blob, size_t *n, int *tier) {
+    kv_tiers_polled p;
+    kv_tiers_poll_many(t, &key, 1, &p);
     if (blob)
-        *blob = NULL;
-    if (!t)
-        return KV_FETCH_NONE;
-    pthread_mutex_lock(&t->mu);
-    kv_tmap_node *nd = kv_tmap_find(&t->res, key);
-    if (!nd) {
-        pthread_mutex_unlock(&t->mu);
-        return KV_FETCH_NONE;
-    }
-    fetch_res *r = KV_TMAP_ENTRY(nd, fetch_res, node);
-    int state = r->state;
-    if (state == KV_FETCH_PENDING) {
-        pthread_mutex_unlock(&t->mu);
-        return state;
-    }
-    if (state == KV_FETCH_READY)
-        staging_unlink(t, r);
-    kv_tmap_remove(&t->res, nd);
-    pthread_mutex_unlock(&t->mu);
-    if (state == KV_FETCH_READY) {
-        if (blob)
-            *blob = r->blob;
-        else
-            kv_blobs_free(t->blobs, r->blob, r->n);
+        *blob = p.blob;
+    else
+        kv_blobs_free(t ? t->blobs : NULL, p.blob, p.n);
+    if (p.state == KV_FETCH_READY) {
         if (n)
-            *n = r->n;
+            *n = p.n;
         if (tier)
-            *tier = r->tier;
+            *tier = p.tier;
     }
-    free(r);
-    return state;
+    return p.state;
+}
+
+void kv_tiers_poll_many(kv_tiers *t, const uint64_t *keys, int n, kv_tiers_polled *out) {
+    for (int i = 0; i < n; i++)
+        out[i] = (kv_tiers_polled){.state = KV_FETCH_NONE, .blob = NULL, .n = 0, .tier = 0};
+    if (!t || n <= 0)
+        return;
+    fetch_res *done = NULL; /* the answered results, freed after the lock (chained by .blob) */
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < n; i++) {
+        kv_tmap_node *nd = kv_tmap_find(&t->res, keys[i]);
+        if (!nd)
+            continue;
+        fetch_res *r = KV_TMAP_ENTRY(nd, fetch_res, node);
+        out[i].state = r->state;
+        if (r->state == KV_FETCH_PENDING)
+            continue;
+        if (r->state == KV_FETCH_READY) {
+            staging_unlink(t, r);
+            out[i].blob = r->blob;
+            out[i].n = r->n;
+            out[i].tier = r->tier;
+        }
+        kv_tmap_remove(&t->res, nd);
+        r->blob = done;
+        done = r;
+    }
+    pthread_mutex_unlock(&t->mu);
+    while (done) {
+        fetch_res *next = done->blob;
+        free(done);
+        done = next;
+    }
+}
+
+void kv_tiers_set_idle(kv_tiers *t, bool (*fn)(void *ud), void *ud) {
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->idle = fn;
+    t->idle_ud = fn ? ud : NULL;
+    t->idle_done = false;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void kv_tiers_set_notify(kv_tiers *t, void (*fn)(void *ud), void *ud) {
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->notify = fn;
+    t->notify_ud = fn ? ud : NULL;
+    pthread_mutex_unlock(&t->mu);
 }
 
 void *kv_tiers_blob_alloc(kv_tiers *t, size_t n) {

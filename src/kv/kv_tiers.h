@@ -119,6 +119,10 @@ void kv_tiers_put(kv_tiers *t, int tier, uint64_t key, void *blob, size_t n);
  * result not yet polled. Without any tier the result is a miss at once. */
 void kv_tiers_fetch(kv_tiers *t, uint64_t key);
 
+/* kv_tiers_fetch for keys[0, n): one lock and one wake of the I/O thread for all of them, so it
+ * takes them as one batch. */
+void kv_tiers_fetch_many(kv_tiers *t, const uint64_t *keys, int n);
+
 /* Never waits. Returns KV_FETCH_NONE (never asked, or already polled), KV_FETCH_PENDING,
  * KV_FETCH_READY (hands over the blob: *blob from kv_blobs_alloc, which the caller gives back
  * with kv_tiers_blob_free or frees with free(), *n its size, *tier where it came from),
@@ -126,6 +130,31 @@ void kv_tiers_fetch(kv_tiers *t, uint64_t key);
  * bound). READY and MISS are reported once; the next poll says NONE. blob, n and tier are written
  * only on READY (*blob NULL otherwise); tier may be NULL. */
 int kv_tiers_poll(kv_tiers *t, uint64_t key, void **blob, size_t *n, int *tier);
+
+/* One key's answer in kv_tiers_poll_many: state as kv_tiers_poll returns it; blob, n and tier
+ * set on KV_FETCH_READY only (blob NULL otherwise), the blob then the caller's. */
+typedef struct kv_tiers_polled {
+    int state;
+    void *blob;
+    size_t n;
+    int tier;
+} kv_tiers_polled;
+
+/* kv_tiers_poll for keys[0, n) under one lock: out[i] is key i's answer. Never waits. */
+void kv_tiers_poll_many(kv_tiers *t, const uint64_t *keys, int n, kv_tiers_polled *out);
+
+/* Sets a function the I/O thread calls after it published the results of a batch of fetches
+ * (fn NULL: none). It is called with the manager's mutex held: it must be quick and must not call
+ * back into t (signal a condition variable). Once this returns, the previous function is not
+ * running and will not be called again, so its ud may be freed. Any thread. */
+void kv_tiers_set_notify(kv_tiers *t, void (*fn)(void *ud), void *ud);
+
+/* Sets a function the I/O thread runs, without the manager's lock, while no operation is queued
+ * (fn NULL: none): one short step of background work per call (queued operations wait for it),
+ * returning true while it has more to do; once it returns false it runs again only after an
+ * operation was queued. Call it before anything fn uses can go away only with fn NULL or at
+ * kv_tiers_destroy (which joins the thread: fn is not running after it). Any thread. */
+void kv_tiers_set_idle(kv_tiers *t, bool (*fn)(void *ud), void *ud);
 
 /* Queues a drop: the engine found the blob from tier corrupt, and the tier forgets key. */
 void kv_tiers_drop(kv_tiers *t, int tier, uint64_t key);

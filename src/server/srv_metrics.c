@@ -193,6 +193,13 @@ static void srv_cache_load_hist(strbuf *sb, const eloop_stats *st) {
         strbuf_printf(sb, "verity_kv_tier_load_seconds_count{tier=\"%s\"} %lld\n", tn,
                       (long long)io->load_count);
     }
+    srv_family(sb, "verity_kv_tier_reload_seconds_total", "counter",
+               "Wall time of reloads from a tier, from a queued request's first lookup to its "
+               "blocks verified in memory (I/O, waits, decoding), shared among tiers by blocks.");
+    for (int i = 0; i < KV_TIER_COUNT; i++)
+        if (st->e.tiers[i].open)
+            strbuf_printf(sb, "verity_kv_tier_reload_seconds_total{tier=\"%s\"} %.6f\n",
+                          kv_tiers_tier_name(i), st->e.tiers[i].reload_s);
 }
 
 /* The KV cache hierarchy: the prefix cache in memory (tier "l1") and the tiers below it. */

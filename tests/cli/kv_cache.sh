@@ -32,6 +32,20 @@ same() {
     else fail "$1" "responses differ from the reference: $(diff "$TMP/p1.ref" "$TMP/p1.$1" | head -c 400)"; fi
 }
 m() { metric "$1"; }
+# stop_checked NAME: stop_server, then the server must have exited 0 with no sanitizer report in
+# its log (ASan and UBSan print and go on or abort, TSan exits 66 at the end); counted for the
+# one pass line at the end
+n_stopped=0 n_bad_exit=0
+stop_checked() {
+    stop_server
+    n_stopped=$((n_stopped + 1))
+    local rep
+    rep=$(grep -A12 -m1 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error' "$SRV_LOG" | tr '\n' ' ' | head -c 1500)
+    if [ "$SRV_STATUS" != 0 ] || [ -n "$rep" ]; then
+        n_bad_exit=$((n_bad_exit + 1))
+        fail "$1.exit" "exit status $SRV_STATUS: ${rep:-$(tail -c 300 "$SRV_LOG")}"
+    fi
+}
 tier_metric() { metric "$1{tier=\"$2\"}"; }
 
 # the reference: cache off, one sequence per step, each request alone
@@ -44,7 +58,7 @@ if start_server kv_cache.reference -m "$MODEL" --prefix-cache 0 --max-batch 1 --
     else
         fail kv_cache.record "the reference run is incomplete: $(grep -m1 '"error"' "$TMP/p1.kv_cache.record" | head -c 300)"
     fi
-    stop_server
+    stop_checked kv_cache.reference
 fi
 [ -s "$TMP/p1.ref" ] || exit 0
 
@@ -78,7 +92,7 @@ elif start_server kv_cache.l1 -m "$MODEL" --admin-api 1 --max-batch 64 --chunk 8
         fail kv_cache.usage_cached_tokens "first $u1, second $u2"
     fails=$(tier_metric verity_kv_checksum_failures_total l1)
     [ "$fails" = 0 ] && pass kv_cache.l1_no_checksum_failures || fail kv_cache.l1_no_checksum_failures "$fails"
-    stop_server
+    stop_checked kv_cache.l1
 fi
 
 # L2: a pool of 48 blocks evicts to disk; the next process (cold memory) restores from disk
@@ -87,7 +101,7 @@ if start_server kv_cache.disk_write -m "$MODEL" --kv-blocks 48 --kv-disk-dir "$K
     p1 kv_cache.disk_write record
     ev=$(tier_metric verity_kv_cache_evictions_total l1)
     [ "${ev:-0}" -gt 0 ] && same kv_cache.disk_write "$ev blocks evicted to disk" || fail kv_cache.disk_write "nothing was evicted ($ev)"
-    stop_server
+    stop_checked kv_cache.disk_write
 fi
 nfiles=$(ls "$KVD"/*.kvb 2>/dev/null | wc -l)
 [ "$nfiles" -gt 0 ] && pass "kv_cache.disk_files($nfiles)" || fail kv_cache.disk_files "no block files in $KVD"
@@ -98,7 +112,7 @@ if start_server kv_cache.disk_read -m "$MODEL" --admin-api 1 --kv-blocks 48 --kv
     if [ "${r:-0}" -le 0 ]; then fail kv_cache.disk_read "no block restored from disk"
     elif [ "$f" != 0 ]; then fail kv_cache.disk_read "$f blocks refused from an intact disk tier"
     else same kv_cache.disk_read "$r blocks restored from disk"; fi
-    stop_server
+    stop_checked kv_cache.disk_read
 fi
 
 # L1 written to disk at shutdown (kv-disk-flush): a pool that never evicts, so only the flush can
@@ -110,7 +124,7 @@ for fl in 1 0; do
         p1 kv_cache.flush_write$fl record
         ev=$(tier_metric verity_kv_cache_evictions_total l1)
         [ "${ev:-0}" = 0 ] && same kv_cache.flush_write$fl "no eviction" || fail kv_cache.flush_write$fl "$ev blocks evicted: the pool is too small for this check"
-        stop_server
+        stop_checked kv_cache.flush_write$fl
     fi
     if start_server kv_cache.flush_read$fl -m "$MODEL" --admin-api 1 --kv-disk-dir "$KVF" --max-batch 64 --chunk 8 -t 2; then
         p1 kv_cache.flush_read$fl replay 1
@@ -120,7 +134,7 @@ for fl in 1 0; do
         elif [ $fl = 1 ] && [ "${r:-0}" -le 0 ]; then fail kv_cache.flush_read1 "no block restored after a flush at shutdown"
         elif [ $fl = 0 ] && [ "${r:-0}" != 0 ]; then fail kv_cache.flush_read0 "$r blocks restored without a flush: the check cannot tell"
         else same kv_cache.flush_read$fl "$r blocks restored from disk"; fi
-        stop_server
+        stop_checked kv_cache.flush_read$fl
     fi
 done
 
@@ -145,7 +159,7 @@ if start_server kv_cache.disk_corrupt -m "$MODEL" --admin-api 1 --kv-blocks 48 -
     if [ "${f:-0}" -le 0 ]; then fail kv_cache.disk_corrupt "no corrupt block was detected"
     elif ! grep -q 'from the disk tier refused' "$SRV_LOG"; then fail kv_cache.disk_corrupt "the log does not name a refused block"
     else same kv_cache.disk_corrupt "$f corrupt blocks refused and recomputed"; fi
-    stop_server
+    stop_checked kv_cache.disk_corrupt
 fi
 
 # a disk directory of another model is cleared at start-up, and so is a corrupt MANIFEST
@@ -155,13 +169,13 @@ if start_server kv_cache.disk_foreign -m "$OTHER" --kv-disk-dir "$KVD"; then
     left=$(ls "$KVD"/*.kvb 2>/dev/null | wc -l)
     [ "$left" -eq 0 ] && grep -qi 'clear' "$SRV_LOG" && pass kv_cache.disk_foreign_cleared ||
         fail kv_cache.disk_foreign_cleared "$left block files left; log: $(grep -i 'disk' "$SRV_LOG" | head -c 300)"
-    stop_server
+    stop_checked kv_cache.disk_foreign
 fi
 echo "garbage" >"$KVD/MANIFEST"; : >"$KVD/0123456789abcdef.kvb"
 if start_server kv_cache.disk_bad_manifest -m "$MODEL" --kv-disk-dir "$KVD"; then
     [ ! -e "$KVD/0123456789abcdef.kvb" ] && pass kv_cache.disk_bad_manifest_cleared ||
         fail kv_cache.disk_bad_manifest_cleared "a block file survived a corrupt MANIFEST"
-    stop_server
+    stop_checked kv_cache.disk_bad_manifest
 fi
 else
     skip kv_cache.disk_corrupt "run in the release and ASan passes (no I/O thread involved)"
@@ -185,7 +199,7 @@ else
             p1 kv_cache.redis_write replay 1
             s=$(tier_metric verity_kv_cache_stored_blocks_total redis)
             [ "${s:-0}" -gt 0 ] && same kv_cache.redis_write "$s blocks written to Redis" || fail kv_cache.redis_write "nothing written to Redis"
-            stop_server
+            stop_checked kv_cache.redis_write
         fi
         keys=$(redis-cli -s "$RSOCK" dbsize)
         if start_server kv_cache.redis_read -m "$MODEL" --admin-api 1 --kv-blocks 48 --kv-redis "unix://$RSOCK" --max-batch 64 --chunk 8 -t 2; then
@@ -206,14 +220,14 @@ else
             e=$(tier_metric verity_kv_cache_errors_total redis)
             [ "${e:-0}" -gt 0 ] && same kv_cache.redis_gone "$e failed Redis operations, served as misses" ||
                 fail kv_cache.redis_gone "no Redis operation failed after it was killed"
-            stop_server
+            stop_checked kv_cache.redis_read
         fi
     fi
     # L3 integrity: values overwritten in the payload, truncated, and one block's value under another's key
     if [ $full = 0 ]; then skip kv_cache.redis_corrupt "run in the release and ASan passes"
     elif start_redis && start_server kv_cache.redis_write2 -m "$MODEL" --kv-redis "unix://$RSOCK"; then
         p1 kv_cache.redis_write2 record
-        stop_server
+        stop_checked kv_cache.redis_write2
         i=0 first=""
         for k in $(redis-cli -s "$RSOCK" --scan --pattern 'verity:kv:*'); do
             i=$((i + 1))
@@ -227,7 +241,7 @@ else
             f=$(tier_metric verity_kv_checksum_failures_total redis)
             [ "${f:-0}" -gt 0 ] && same kv_cache.redis_corrupt "$f corrupt blocks refused and recomputed" ||
                 fail kv_cache.redis_corrupt "no corrupt Redis value was detected"
-            stop_server
+            stop_checked kv_cache.redis_corrupt
         fi
         stop_redis
     fi
@@ -239,8 +253,9 @@ if start_server kv_cache.redis_unreachable -m "$MODEL" --kv-redis redis://127.0.
     if [ "$c" = 200 ] && grep -qi 'redis' "$SRV_LOG" && ! curl -s "$SRV_URL/metrics" | grep -q 'tier="redis"'; then
         pass kv_cache.redis_unreachable_warns
     else fail kv_cache.redis_unreachable_warns "status $c; log: $(grep -i redis "$SRV_LOG" | head -c 300)"; fi
-    stop_server
+    stop_checked kv_cache.redis_unreachable
 fi
 out=$("$VERITY" serve -m "$MODEL" --port 0 --kv-redis 'ftp://x' 2>&1 >/dev/null); st=$?
 [ $st -eq 2 ] && [ "$(grep -c '' <<<"$out")" -eq 1 ] && grep -qi 'redis' <<<"$out" && pass kv_cache.redis_bad_url ||
     fail kv_cache.redis_bad_url "exit $st: $out"
+[ "$n_bad_exit" = 0 ] && pass "kv_cache.servers_exit_clean($n_stopped servers)"
