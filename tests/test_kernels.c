@@ -596,6 +596,55 @@ static void t_matmul_kq_large_m(void) {
     act_free(&ab);
 }
 
+/* K-quant products of one row (decode at batch 1) with the weight prefetch on (kq-prefetch 64, one
+ * block ahead, and 4096) and off equal the reference bit for bit, over ragged column counts, 1
+ * and 9 super-blocks, one and two threads. */
+static void t_matmul_kq_prefetch(void) {
+    setup_isas();
+    if (!n_simd)
+        test_skip("no SIMD ISA on this CPU");
+    const int types[] = {GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
+    const int64_t ns[] = {1, 33, 65, 130}, ks[] = {256, 2304};
+    const char *pfs[] = {"0", "64", "4096"};
+    int cases = 0;
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ki = 0; ki < 2; ki++)
+            for (size_t ni = 0; ni < 4; ni++) {
+                int type = types[ti];
+                int64_t n = ns[ni], k = ks[ki];
+                void *w = make_weights(type, n, k, NULL);
+                act_buf ab;
+                act_make(&ab, 1, k, k, false);
+                kn_act_quantize(&ab.a, k, 0, 1, KN_ISA_SCALAR);
+                float *yr = calloc((size_t)n, sizeof(float)),
+                      *ys = calloc((size_t)n, sizeof(float));
+                kn_matmul_ref(type, w, k, &ab.a, 1, 0, n, yr, n);
+                for (int ii = 0; ii < n_simd; ii++)
+                    for (size_t pi = 0; pi < 3; pi++) {
+                        T_OK(flags_set("kq-prefetch", pfs[pi]));
+                        kn_mat *mat;
+                        T_OK(kn_mat_create(type, w, n, k, simd_isas[ii], &mat));
+                        for (int nth = 1; nth <= 2; nth++) {
+                            memset(ys, 0, (size_t)n * sizeof(float));
+                            for (int ith = 0; ith < nth; ith++)
+                                kn_matmul(mat, &ab.a, 1, ys, n, ith, nth, NULL);
+                            T_CHECKF(memcmp(yr, ys, (size_t)n * sizeof(float)) == 0,
+                                     "%s %s kq-prefetch %s n=%lld k=%lld nth=%d: %.9g vs %.9g",
+                                     kn_type_name(type), kn_isa_name(simd_isas[ii]), pfs[pi],
+                                     (long long)n, (long long)k, nth, yr[0], ys[0]);
+                        }
+                        kn_mat_destroy(mat);
+                        cases++;
+                    }
+                free(yr);
+                free(ys);
+                act_free(&ab);
+                free(w);
+            }
+    T_OK(flags_set("kq-prefetch", flags_find("kq-prefetch")->def));
+    T_CHECK(cases == 3 * 2 * 4 * 3 * n_simd);
+}
+
 static void t_row_ops(void) {
     setup_isas();
     const int64_t lens[] = {1, 7, 16, 17, 64, 100, 896, 4864};
@@ -942,6 +991,7 @@ int main(void) {
     test_run("kernels.quantize_roundtrip", t_quant_roundtrip);
     test_run("kernels.matmul_simd_eq_ref", t_matmul);
     test_run("kernels.matmul_kq_large_m", t_matmul_kq_large_m);
+    test_run("kernels.matmul_kq_prefetch", t_matmul_kq_prefetch);
     test_run("kernels.matmul_few_rows_eq_ref", t_matmul_few_rows);
     test_run("kernels.matmul_accuracy", t_matmul_accuracy);
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);

@@ -90,7 +90,8 @@ static void bench_roof_close(bench_roof *rf) {
 /* One sampling point: BENCH_ROOF_READS read samples and BENCH_ROOF_FMAS FMA samples (none if
  * the arrays are full). */
 static void bench_roof_sample(bench_roof *rf) {
-    if (rf->n_bw + BENCH_ROOF_READS > BENCH_ROOF_MAX || rf->n_fma + BENCH_ROOF_FMAS > BENCH_ROOF_MAX)
+    if (rf->n_bw + BENCH_ROOF_READS > BENCH_ROOF_MAX ||
+        rf->n_fma + BENCH_ROOF_FMAS > BENCH_ROOF_MAX)
         return;
     for (int i = 0; i < BENCH_ROOF_READS; i++)
         rf->bw_s[rf->n_bw++] = kn_roof_read_gbs(rf->probe);

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * quantize: which weight type each tensor of a model gets (plain types and the llama.cpp-style
- * Q4_K_M and Q5_K_M mixes), the fallback for rows a block type does not fit, and requantizing a whole GGUF model
- * (`verity quantize`). synth uses the same plan, so a synthetic model and a quantized one of the
- * same type have the same tensor types.
+ * Q4_K_M and Q5_K_M mixes), the fallback for rows a block type does not fit, and requantizing a
+ * whole GGUF model (`verity quantize`). synth uses the same plan, so a synthetic model and a
+ * quantized one of the same type have the same tensor types.
  *
  * Fallback (llama.cpp's tensor_type_fallback, extended to the 32-element types): a matrix whose
  * row length ne0 is not a multiple of the type's block size gets Q4_K -> Q5_0, Q5_K -> Q5_1,
@@ -33,9 +33,9 @@ typedef struct quant_plan {
     char name[16]; /* "q4_k_m", "q5_k_m" or the type's name */
 } quant_plan;
 
-/* Parses a type name: "q4_k_m", "q5_k_m", or any gguf type name verity computes with (f32, f16, bf16, q8_0,
- * q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k; case-insensitive). Returns 0 and *out, or ERR_INVAL
- * naming the type. */
+/* Parses a type name: "q4_k_m", "q5_k_m", or any gguf type name verity computes with (f32, f16,
+ * bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k; case-insensitive). Returns 0 and *out, or
+ * ERR_INVAL naming the type. */
 int quant_plan_parse(const char *name, quant_plan *out);
 
 /* The llama.cpp fallback for a type whose block does not divide ne0 (see the top of the file);
