@@ -512,20 +512,24 @@ static void t_quant_roundtrip(void) {
 /* The few-row paths (speculative verification feeds 1 + k rows of one sequence): every row count
  * 1 .. 17 of F16 / BF16 (mm-direct-rows 0, 2 and 16: the panel, the one- and two-row direct tiles,
  * and the chunked direct path whose row tiles share each K chunk) and of Q8_0 / Q4_0 (mm-q-tile 4,
- * 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7), against the reference bit
- * for bit, with K ending mid-chunk; so each row's result is the same whatever m and the toggle
- * (batch invariance: a row never depends on the rows beside it). */
+ * 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of Q6_K over 9
+ * super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not),
+ * against the reference bit for bit, with K ending mid-chunk; so each row's result is the same
+ * whatever m and the toggle (batch invariance: a row never depends on the rows beside it). */
 static void t_matmul_few_rows(void) {
     setup_isas();
     if (!n_simd)
         test_skip("no SIMD ISA on this CPU");
-    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0};
-    const char *direct[] = {"0", "2", "16"}, *qtile[] = {"4", "6", "7"};
+    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0,
+                         GGUF_TYPE_Q6_K};
+    const char *direct[] = {"0", "2", "16"}, *qtile[] = {"4", "6", "7"},
+               *pf[] = {"0", "64", "4096"};
     const int64_t n = 130;
     int cases = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-        bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0;
-        int64_t k = q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
+        bool q6 = types[ti] == GGUF_TYPE_Q6_K;
+        bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0 || q6;
+        int64_t k = q6 ? 2304 : q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
         void *w = make_weights(types[ti], n, k, NULL);
         for (int64_t m = 1; m <= 17; m++) {
             act_buf ab;
@@ -538,8 +542,8 @@ static void t_matmul_few_rows(void) {
             kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, ldy);
             for (int ii = 0; ii < n_simd; ii++)
                 for (size_t di = 0; di < 3; di++) {
-                    const char *flag = q ? "mm-q-tile" : "mm-direct-rows";
-                    const char *val = q ? qtile[di] : direct[di];
+                    const char *flag = q6 ? "q6k-prefetch" : q ? "mm-q-tile" : "mm-direct-rows";
+                    const char *val = q6 ? pf[di] : q ? qtile[di] : direct[di];
                     T_OK(flags_set(flag, val));
                     kn_mat *mat;
                     T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
@@ -562,7 +566,8 @@ static void t_matmul_few_rows(void) {
     }
     T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
     T_OK(flags_set("mm-q-tile", flags_find("mm-q-tile")->def));
-    T_CHECK(cases == 4 * 17 * 3 * n_simd);
+    T_OK(flags_set("q6k-prefetch", flags_find("q6k-prefetch")->def));
+    T_CHECK(cases == 5 * 17 * 3 * n_simd);
 }
 
 static void t_matmul_kq_large_m(void) {
@@ -594,55 +599,6 @@ static void t_matmul_kq_large_m(void) {
     free(yr);
     free(ys);
     act_free(&ab);
-}
-
-/* K-quant products of one row (decode at batch 1) with the Q6_K weight prefetch off, 64 bytes (one
- * line ahead) and 4096 equal the reference bit for bit, over ragged column counts, 1 and 9
- * super-blocks, one and two threads (Q4_K and Q5_K ignore the toggle: checked alike). */
-static void t_matmul_q6k_prefetch(void) {
-    setup_isas();
-    if (!n_simd)
-        test_skip("no SIMD ISA on this CPU");
-    const int types[] = {GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
-    const int64_t ns[] = {1, 33, 65, 130}, ks[] = {256, 2304};
-    const char *pfs[] = {"0", "64", "4096"};
-    int cases = 0;
-    for (size_t ti = 0; ti < 3; ti++)
-        for (size_t ki = 0; ki < 2; ki++)
-            for (size_t ni = 0; ni < 4; ni++) {
-                int type = types[ti];
-                int64_t n = ns[ni], k = ks[ki];
-                void *w = make_weights(type, n, k, NULL);
-                act_buf ab;
-                act_make(&ab, 1, k, k, false);
-                kn_act_quantize(&ab.a, k, 0, 1, KN_ISA_SCALAR);
-                float *yr = calloc((size_t)n, sizeof(float)),
-                      *ys = calloc((size_t)n, sizeof(float));
-                kn_matmul_ref(type, w, k, &ab.a, 1, 0, n, yr, n);
-                for (int ii = 0; ii < n_simd; ii++)
-                    for (size_t pi = 0; pi < 3; pi++) {
-                        T_OK(flags_set("q6k-prefetch", pfs[pi]));
-                        kn_mat *mat;
-                        T_OK(kn_mat_create(type, w, n, k, simd_isas[ii], &mat));
-                        for (int nth = 1; nth <= 2; nth++) {
-                            memset(ys, 0, (size_t)n * sizeof(float));
-                            for (int ith = 0; ith < nth; ith++)
-                                kn_matmul(mat, &ab.a, 1, ys, n, ith, nth, NULL);
-                            T_CHECKF(memcmp(yr, ys, (size_t)n * sizeof(float)) == 0,
-                                     "%s %s q6k-prefetch %s n=%lld k=%lld nth=%d: %.9g vs %.9g",
-                                     kn_type_name(type), kn_isa_name(simd_isas[ii]), pfs[pi],
-                                     (long long)n, (long long)k, nth, yr[0], ys[0]);
-                        }
-                        kn_mat_destroy(mat);
-                        cases++;
-                    }
-                free(yr);
-                free(ys);
-                act_free(&ab);
-                free(w);
-            }
-    T_OK(flags_set("q6k-prefetch", flags_find("q6k-prefetch")->def));
-    T_CHECK(cases == 3 * 2 * 4 * 3 * n_simd);
 }
 
 static void t_row_ops(void) {
@@ -991,7 +947,6 @@ int main(void) {
     test_run("kernels.quantize_roundtrip", t_quant_roundtrip);
     test_run("kernels.matmul_simd_eq_ref", t_matmul);
     test_run("kernels.matmul_kq_large_m", t_matmul_kq_large_m);
-    test_run("kernels.matmul_q6k_prefetch", t_matmul_q6k_prefetch);
     test_run("kernels.matmul_few_rows_eq_ref", t_matmul_few_rows);
     test_run("kernels.matmul_accuracy", t_matmul_accuracy);
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);
