@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_bench: `verity bench [-m MODEL] [--type TYPE] [--batch 1,8,32] [--prompt 256] [--gen 64]
- * [-t N] [--reps R] [--json]`.
+ * cmd_bench: `verity bench [-m MODEL] [--shape 0.5b|1b-kq] [--type TYPE] [--batch 1,8,32]
+ * [--prompt 256] [--gen 64] [-t N] [--reps R] [--json]`.
  *
  * Measures this machine's roofline with the same number of threads (kn_roofline.h), interleaved
  * with the workload: a probe over a buffer larger than both the last-level cache and the model
@@ -458,8 +458,7 @@ static int bench_model(const cli_model *cm, const bench_opts *o) {
         threads = cpu_count_online();
     /* the probe: a pool of the same size as the forward pass's (idle while the forward pass runs:
      * its threads sleep after pool.c's short spin) and a buffer larger than the L3 and the model */
-    static bench_roof rf; /* ~1 KiB of samples: off the stack */
-    rf = (bench_roof){.wbytes = model_weight_bytes(cm->m), .bw_bytes = (size_t)1 << 30};
+    bench_roof rf = {.wbytes = model_weight_bytes(cm->m), .bw_bytes = (size_t)1 << 30};
     if (2 * rf.wbytes > rf.bw_bytes)
         rf.bw_bytes = 2 * rf.wbytes;
     int rc = bench_roof_open(&rf, threads, cm->isa);
