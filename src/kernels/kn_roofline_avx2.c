@@ -9,22 +9,22 @@ double kn_roofline_fma_avx2(int64_t iters);
 
 /* Eight independent accumulators, 256 bytes per iteration (as the AVX-512 loop). */
 double kn_roofline_sum_avx2(const float *p, size_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (size_t i = 0; i + 64 <= n; i += 64) {
-        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-        a4 = _mm256_add_ps(a4, _mm256_load_ps(p + i + 32));
-        a5 = _mm256_add_ps(a5, _mm256_load_ps(p + i + 40));
-        a6 = _mm256_add_ps(a6, _mm256_load_ps(p + i + 48));
-        a7 = _mm256_add_ps(a7, _mm256_load_ps(p + i + 56));
-    }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    float t[8];
-    _mm256_storeu_ps(t, s);
-    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        a[j] = _mm256_setzero_ps();
+    for (size_t i = 0; i + 64 <= n; i += 64)
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm256_add_ps(a[j], _mm256_load_ps(p + i + 8 * j));
+    float t[8], s = 0;
+#pragma GCC unroll 8
+    for (int j = 1; j < 8; j++)
+        a[0] = _mm256_add_ps(a[0], a[j]);
+    _mm256_storeu_ps(t, a[0]);
+    for (int j = 0; j < 8; j++)
+        s += t[j];
+    return s;
 }
 
 double kn_roofline_fma_avx2(int64_t iters) {

@@ -10,20 +10,19 @@ double kn_roofline_fma_avx512(int64_t iters);
 /* Eight independent accumulators, 512 bytes per iteration: more loads in flight than four (a few
  * percent on this VM); no software prefetch (1-4 KiB ahead measured slower). */
 double kn_roofline_sum_avx512(const float *p, size_t n) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-        a4 = _mm512_add_ps(a4, _mm512_load_ps(p + i + 64));
-        a5 = _mm512_add_ps(a5, _mm512_load_ps(p + i + 80));
-        a6 = _mm512_add_ps(a6, _mm512_load_ps(p + i + 96));
-        a7 = _mm512_add_ps(a7, _mm512_load_ps(p + i + 112));
-    }
-    __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    return _mm512_reduce_add_ps(s);
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        a[j] = _mm512_setzero_ps();
+    for (size_t i = 0; i + 128 <= n; i += 128)
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm512_add_ps(a[j], _mm512_load_ps(p + i + 16 * j));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        a[j] = _mm512_add_ps(a[j], a[j + 4]);
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
 
 double kn_roofline_fma_avx512(int64_t iters) {
