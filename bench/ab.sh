@@ -40,7 +40,9 @@ build() {
     fi
     make -C "$dir" -j"$(nproc)" TYPE=release build/release/libverity.a >"$tmp/make-$side.log" 2>&1 ||
         { echo "bench/ab.sh: building $rev failed: $(tail -c 300 "$tmp/make-$side.log")" >&2; return 1; }
+    # the libraries the Makefile links (LDLIBS), as needed: the library uses xxhash since hash.c
     cc -O2 -I"$dir/src" bench/bench_step.c "$dir/build/release/libverity.a" -lm -pthread \
+        -Wl,--as-needed -lpcre2-8 -lcurl -lxxhash -lhiredis -lucp -lucs -Wl,--no-as-needed \
         -o "$tmp/step-$side" || return 1
 }
 build a "$A" && build b "$B" || exit 2

@@ -63,7 +63,7 @@ static const char *synth_arch(const char *arch, const char *shape, int type, boo
     static char path[512];
     snprintf(path, sizeof path, "%s/%s-%s-%d-%d-%llu.gguf", test_tmpdir(), arch, shape, type,
              q4_k_m, (unsigned long long)seed);
-    synth_opts o = {.shape = shape, .arch = arch, .type = type, .q4_k_m = q4_k_m, .seed = seed};
+    synth_opts o = {.shape = shape, .arch = arch, .type = type, .mix = q4_k_m, .seed = seed};
     T_OK(synth_write(&o, path));
     return path;
 }

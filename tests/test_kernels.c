@@ -494,8 +494,8 @@ static void t_quant_roundtrip(void) {
         if (getenv("VERITY_TEST_VERBOSE"))
             fprintf(stderr, "%s: relative RMS error %.4f\n", kn_type_name(type), rms);
         if (rms_limit[ti] > 0)
-            T_CHECKF(rms <= rms_limit[ti], "%s: relative RMS error %.4f > %.4f",
-                     kn_type_name(type), rms, rms_limit[ti]);
+            T_CHECKF(rms <= rms_limit[ti], "%s: relative RMS error %.4f > %.4f", kn_type_name(type),
+                     rms, rms_limit[ti]);
         /* all-zero block stays exactly zero */
         for (int j = 0; j < 32; j++)
             T_CHECK(y[j] == 0.0f);
@@ -512,20 +512,24 @@ static void t_quant_roundtrip(void) {
 /* The few-row paths (speculative verification feeds 1 + k rows of one sequence): every row count
  * 1 .. 17 of F16 / BF16 (mm-direct-rows 0, 2 and 16: the panel, the one- and two-row direct tiles,
  * and the chunked direct path whose row tiles share each K chunk) and of Q8_0 / Q4_0 (mm-q-tile 4,
- * 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7), against the reference bit
- * for bit, with K ending mid-chunk; so each row's result is the same whatever m and the toggle
- * (batch invariance: a row never depends on the rows beside it). */
+ * 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of Q6_K over 9
+ * super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not),
+ * against the reference bit for bit, with K ending mid-chunk; so each row's result is the same
+ * whatever m and the toggle (batch invariance: a row never depends on the rows beside it). */
 static void t_matmul_few_rows(void) {
     setup_isas();
     if (!n_simd)
         test_skip("no SIMD ISA on this CPU");
-    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0};
-    const char *direct[] = {"0", "2", "16"}, *qtile[] = {"4", "6", "7"};
+    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0,
+                         GGUF_TYPE_Q6_K};
+    const char *direct[] = {"0", "2", "16"}, *qtile[] = {"4", "6", "7"},
+               *pf[] = {"0", "64", "4096"};
     const int64_t n = 130;
     int cases = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-        bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0;
-        int64_t k = q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
+        bool q6 = types[ti] == GGUF_TYPE_Q6_K;
+        bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0 || q6;
+        int64_t k = q6 ? 2304 : q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
         void *w = make_weights(types[ti], n, k, NULL);
         for (int64_t m = 1; m <= 17; m++) {
             act_buf ab;
@@ -538,8 +542,8 @@ static void t_matmul_few_rows(void) {
             kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, ldy);
             for (int ii = 0; ii < n_simd; ii++)
                 for (size_t di = 0; di < 3; di++) {
-                    const char *flag = q ? "mm-q-tile" : "mm-direct-rows";
-                    const char *val = q ? qtile[di] : direct[di];
+                    const char *flag = q6 ? "q6k-prefetch" : q ? "mm-q-tile" : "mm-direct-rows";
+                    const char *val = q6 ? pf[di] : q ? qtile[di] : direct[di];
                     T_OK(flags_set(flag, val));
                     kn_mat *mat;
                     T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
@@ -562,7 +566,8 @@ static void t_matmul_few_rows(void) {
     }
     T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
     T_OK(flags_set("mm-q-tile", flags_find("mm-q-tile")->def));
-    T_CHECK(cases == 4 * 17 * 3 * n_simd);
+    T_OK(flags_set("q6k-prefetch", flags_find("q6k-prefetch")->def));
+    T_CHECK(cases == 5 * 17 * 3 * n_simd);
 }
 
 static void t_matmul_kq_large_m(void) {

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* TYPE_Q4_K_M: the q4_k_m mix (synth_opts.q4_k_m) in the type lists below */
+/* TYPE_Q4_K_M: the q4_k_m mix (synth_opts.mix) in the type lists below */
 #define TYPE_Q4_K_M 1000
 
 static const char *type_label(int type) {
@@ -52,7 +52,7 @@ static const char *synth_shaped(const char *shape, const char *arch, int type, b
                     .seed = seed,
                     .tied = tied,
                     .tied_set = true,
-                    .q4_k_m = type == TYPE_Q4_K_M,
+                    .mix = type == TYPE_Q4_K_M,
                     .rope_scaling = rope_scaling,
                     .sliding_window = window};
     int rc = synth_write(&o, path);

@@ -40,6 +40,9 @@ enum flag_kind {
     X(MM_Q_TILE, "mm-q-tile", FLAG_KIND_INT, "7", "4:7",                                           \
       "AVX-512 Q8_0 matmuls of more than 4 rows run in ceil(rows / this) tiles of equal height, "  \
       "each sweeping the weights once (4: tiles of 4, then the rest; speed only, same bits)")      \
+    X(Q6K_PREFETCH, "q6k-prefetch", FLAG_KIND_INT, "2048", "0:65536",                              \
+      "AVX-512 Q6_K matmuls of one row (decode at batch 1) prefetch the weights this many bytes "  \
+      "ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")                    \
     X(MM_PANEL, "mm-panel", FLAG_KIND_INT, "256", "0:1048576",                                     \
       "matmuls over more rows run panel by panel, each panel's columns swept before the next "     \
       "(0 = all rows at once; speed only, same bits)")                                             \

@@ -1,21 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmd_bench: `verity bench [-m MODEL] [--type TYPE] [--batch 1,8,32] [--prompt 256] [--gen 64]
- * [-t N] [--reps R] [--json]`.
+ * cmd_bench: `verity bench [-m MODEL] [--shape 0.5b|1b-kq] [--type TYPE] [--batch 1,8,32]
+ * [--prompt 256] [--gen 64] [-t N] [--reps R] [--json]`.
  *
- * Measures this machine's roofline with the same threads (kn_roofline.h): the read bandwidth of
- * a buffer larger than both the last-level cache and the model (max(1 GiB, 2x the weights)), and
- * the fp32 FMA peak, before and after the runs; fractions use the better of the two (on a shared
- * machine a slow moment would lower the roof and inflate every fraction). In between, for each
- * batch size b, through the real forward pass:
+ * Measures this machine's roofline with the same number of threads (kn_roofline.h), interleaved
+ * with the workload: a probe over a buffer larger than both the last-level cache and the model
+ * (max(1 GiB, 2x the weights)) takes BENCH_ROOF_READS read samples and BENCH_ROOF_FMAS fp32 FMA
+ * samples before the first phase and after every phase (prefill, decode) of every batch size; the
+ * fractions use the median of all samples and the output prints their spread (min, max). On a
+ * shared VM the read roof moved from 31 to 56 GB/s between runs minutes apart: a roof measured
+ * once before and once after let one fast or slow moment set every fraction, while the median of
+ * samples taken around every phase is the roof of the same minutes the workload ran in. In
+ * between, for each batch size b, through the real forward pass:
  *   prefill: b prompts of P tokens, whole prompts per step (as many as fit in 4096 tokens);
  *            tokens/s and the fraction of the FMA peak the matmul FLOPs reach;
  *   decode:  b sequences advancing one token per step for G steps (next token = argmax);
  *            tokens/s from the median step time, the fraction of the read bandwidth the weight
  *            bytes per step reach, and the fraction of the FMA peak.
- * Prefill is repeated R times (median). Without -m it runs the synthetic 0.5b model of --type
- * (default f16; any synth type or q4_k_m), made once and cached under $XDG_CACHE_HOME/verity (or
- * ~/.cache/verity).
+ * Prefill is repeated R times (median). Without -m it runs the synthetic model of --shape (0.5b,
+ * the default, or 1b-kq) and --type (default f16; any synth type, q4_k_m or q5_k_m), made once and
+ * cached under $XDG_CACHE_HOME/verity (or ~/.cache/verity).
  */
 #include "base/clock.h"
 #include "base/cpu.h"
@@ -52,23 +56,65 @@ static double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Measures the read bandwidth (GB/s, best of 5 passes over bw_bytes) and the fp32 FMA peak
- * (GFLOP/s, best of 3) on a fresh pool of threads. Returns 0, or ERR_NOMEM. */
-static int bench_roofline(int threads, size_t bw_bytes, kn_isa isa, double *bw, double *fma) {
-    pool *rp;
-    if (pool_create(threads, &rp))
-        return ERR_NOMEM;
-    *bw = kn_roofline_read_gbs(rp, bw_bytes, 5, isa);
-    *fma = kn_roofline_fma_gflops(rp, 3, isa);
-    pool_destroy(rp);
-    return *bw > 0 ? 0 : ERR_NOMEM;
+#define BENCH_ROOF_READS 3       /* read samples per sampling point */
+#define BENCH_ROOF_FMAS  2       /* FMA samples per sampling point */
+#define BENCH_ROOF_ITERS 2000000 /* FMA iterations per sample per thread: ~10 ms */
+#define BENCH_ROOF_MAX   (BENCH_ROOF_READS * (1 + 2 * BENCH_MAX_BATCHES))
+
+/* The machine's roofline samples and the model's per-token costs. */
+typedef struct bench_roof {
+    pool *pool;
+    kn_roof *probe;
+    size_t bw_bytes, wbytes;
+    double bw_s[BENCH_ROOF_MAX], fma_s[BENCH_ROOF_MAX]; /* samples, in the order taken */
+    int n_bw, n_fma, n_points;
+    double bw, bw_min, bw_max;    /* median and spread of bw_s */
+    double fma, fma_min, fma_max; /* of fma_s */
+    double flops_tok;
+} bench_roof;
+
+/* Makes the probe (a pool of `threads` threads and a buffer of rf->bw_bytes). Returns 0 or a
+ * negative error code. */
+static int bench_roof_open(bench_roof *rf, int threads, kn_isa isa) {
+    int rc = pool_create(threads, &rf->pool);
+    if (!rc)
+        rc = kn_roof_create(rf->pool, rf->bw_bytes, isa, &rf->probe);
+    return rc;
 }
 
-/* Path of the cached synthetic 0.5b model of plan, creating it if absent. Its K = 896 rows are not
- * multiples of 256, so K-quant plans use llama.cpp's fallback there (model/quantize.h): q4_k gives
- * Q5_0 matrices with Q4_K ffn_down (K = 4864), q6_k Q8_0 with Q6_K ffn_down, as a llama.cpp
- * quantization of a Qwen2-0.5B-shaped model does. */
-static int bench_default_model(const quant_plan *plan, char *path, size_t cap) {
+static void bench_roof_close(bench_roof *rf) {
+    kn_roof_destroy(rf->probe);
+    pool_destroy(rf->pool);
+}
+
+/* One sampling point: BENCH_ROOF_READS read samples and BENCH_ROOF_FMAS FMA samples (none if
+ * the arrays are full). */
+static void bench_roof_sample(bench_roof *rf) {
+    if (rf->n_bw + BENCH_ROOF_READS > BENCH_ROOF_MAX ||
+        rf->n_fma + BENCH_ROOF_FMAS > BENCH_ROOF_MAX)
+        return;
+    for (int i = 0; i < BENCH_ROOF_READS; i++)
+        rf->bw_s[rf->n_bw++] = kn_roof_read_gbs(rf->probe);
+    for (int i = 0; i < BENCH_ROOF_FMAS; i++)
+        rf->fma_s[rf->n_fma++] = kn_roof_fma_gflops(rf->probe, BENCH_ROOF_ITERS);
+    rf->n_points++;
+}
+
+/* Median, min and max of the n samples v (a copy is sorted). */
+static void bench_spread(const double *v, int n, double *med, double *lo, double *hi) {
+    double s[BENCH_ROOF_MAX];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    *med = bench_median(s, n);
+    *lo = s[0];
+    *hi = s[n - 1];
+}
+
+/* Path of the cached synthetic model of shape and plan, creating it if absent. The 0.5b shape's
+ * K = 896 rows are not multiples of 256, so K-quant plans use llama.cpp's fallback there
+ * (model/quantize.h): q4_k gives Q5_0 matrices with Q4_K ffn_down (K = 4864), q6_k Q8_0 with Q6_K
+ * ffn_down, as a llama.cpp quantization of a Qwen2-0.5B-shaped model does; the 1b-kq shape's rows
+ * (1024, 2816) take every K-quant type with no fallback. */
+static int bench_default_model(const char *shape, const quant_plan *plan, char *path, size_t cap) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[512];
     if (xdg && *xdg)
@@ -84,13 +130,22 @@ static int bench_default_model(const quant_plan *plan, char *path, size_t cap) {
     }
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return err_set(ERR_IO, "%s: cannot create cache directory: %s", dir, strerror(errno));
-    snprintf(path, cap, "%s/synth%d-0.5b-%s-seed1.gguf", dir, SYNTH_FORMAT, plan->name);
+    snprintf(path, cap, "%s/synth%d-%s-%s-seed1.gguf", dir, SYNTH_FORMAT, shape, plan->name);
     if (access(path, R_OK) == 0)
         return 0;
-    fprintf(stderr, "verity bench: making the synthetic 0.5b %s model (once) at %s\n", plan->name,
-            path);
-    synth_opts o = {.shape = "0.5b", .type = plan->type, .q4_k_m = plan->q4_k_m, .seed = 1};
-    return synth_write(&o, path);
+    fprintf(stderr, "verity bench: making the synthetic %s %s model (once) at %s\n", shape,
+            plan->name, path);
+    /* written under a temporary name and renamed: a run killed half way leaves no truncated
+     * model at the cached path */
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    synth_opts o = {.shape = shape, .type = plan->type, .mix = plan->mix, .seed = 1};
+    int rc = synth_write(&o, tmp);
+    if (!rc && rename(tmp, path) != 0)
+        rc = err_set(ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    if (rc)
+        unlink(tmp);
+    return rc;
 }
 
 static int32_t bench_argmax(const float *x, int64_t n) {
@@ -110,20 +165,13 @@ typedef struct bench_row {
 /* What the command line asked for. */
 typedef struct bench_opts {
     const char *model_path; /* -m, or NULL: $MODEL, else the cached synthetic model */
+    const char *shape;      /* --shape of the synthetic model: "0.5b" or "1b-kq" */
     quant_plan plan;        /* --type of the synthetic model */
     int batches[BENCH_MAX_BATCHES];
     int n_batches;
     int64_t P, G, reps; /* --prompt, --gen, --reps */
     bool json;
 } bench_opts;
-
-/* The machine's roofline before and after the runs, and the model's per-token costs. */
-typedef struct bench_roof {
-    size_t bw_bytes, wbytes;
-    double bw0, fma0, bw1, fma1; /* before / after */
-    double bw, fma;              /* the better of the two */
-    double flops_tok;
-} bench_roof;
 
 /* One KV pool, forward context and set of buffers sized for the largest batch. */
 typedef struct bench_run {
@@ -159,6 +207,10 @@ static int bench_parse_batches(const char *v, bench_opts *o) {
 static int bench_parse_option(const char *a, const char *v, bench_opts *o) {
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
         o->model_path = v;
+    } else if (!strcmp(a, "--shape")) {
+        if (strcmp(v, "0.5b") && strcmp(v, "1b-kq"))
+            return cli_usage_error("bench", "--shape: unknown shape '%s' (0.5b, 1b-kq)", v);
+        o->shape = v;
     } else if (!strcmp(a, "--type")) {
         if (quant_plan_parse(v, &o->plan))
             return cli_usage_error("bench", "--type: %s", err_detail());
@@ -184,7 +236,8 @@ static int bench_parse_option(const char *a, const char *v, bench_opts *o) {
 
 /* Parses the command line into o (defaults first). Returns 0, or the exit status 2. */
 static int bench_parse_args(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){.batches = {1, 8, 32}, .n_batches = 3, .P = 256, .G = 64, .reps = 3};
+    *o = (bench_opts){
+        .shape = "0.5b", .batches = {1, 8, 32}, .n_batches = 3, .P = 256, .G = 64, .reps = 3};
     quant_plan_parse("f16", &o->plan);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -305,7 +358,8 @@ static int bench_decode(bench_run *r, int b, int64_t P, int64_t G, double *tok_s
 }
 
 /* Runs prefill and decode for every batch size into rows. Returns 0 or a negative error code. */
-static int bench_measure(const cli_model *cm, const bench_opts *o, int threads, bench_row *rows) {
+static int bench_measure(const cli_model *cm, const bench_opts *o, int threads, bench_roof *rf,
+                         bench_row *rows) {
     int max_b = 1;
     for (int i = 0; i < o->n_batches; i++)
         if (o->batches[i] > max_b)
@@ -316,8 +370,10 @@ static int bench_measure(const cli_model *cm, const bench_opts *o, int threads, 
         int b = o->batches[bi];
         rows[bi].b = b;
         rc = bench_prefill(&r, b, o->P, o->reps, &rows[bi].prefill_tok_s);
+        bench_roof_sample(rf);
         if (!rc)
             rc = bench_decode(&r, b, o->P, o->G, &rows[bi].decode_tok_s);
+        bench_roof_sample(rf);
         if (!rc && !o->json)
             fprintf(stderr, "verity bench: batch %d done\n", b);
     }
@@ -339,9 +395,11 @@ static void bench_print_text(const cli_model *cm, int threads, const bench_roof 
                              const bench_row *rows, int n) {
     const model_hparams *hp = model_get_hparams(cm->m);
     printf("machine: %s, isa %s, %d threads\n", cpu_model_name(), kn_isa_name(cm->isa), threads);
-    printf("roofline: read %.1f GB/s (%.2f GB buffer), fp32 FMA %.1f GFLOP/s: the better of "
-           "before the runs (%.1f, %.1f) and after (%.1f, %.1f)\n",
-           rf->bw, (double)rf->bw_bytes / 1e9, rf->fma, rf->bw0, rf->fma0, rf->bw1, rf->fma1);
+    printf("roofline: read %.1f GB/s (%.2f GB buffer), fp32 FMA %.1f GFLOP/s: medians of %d and %d "
+           "samples taken before the first phase and after every phase (%d points); read %.1f-%.1f "
+           "GB/s, FMA %.1f-%.1f GFLOP/s\n",
+           rf->bw, (double)rf->bw_bytes / 1e9, rf->fma, rf->n_bw, rf->n_fma, rf->n_points,
+           rf->bw_min, rf->bw_max, rf->fma_min, rf->fma_max);
     printf("model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
            hp->arch_name, kn_type_name(hp->weight_type), (long long)hp->n_layer,
            (long long)hp->n_embd, (double)rf->wbytes / 1e6, rf->flops_tok / 1e9);
@@ -363,10 +421,14 @@ static void bench_print_json(const cli_model *cm, const bench_opts *o, int threa
     strbuf_json_str(&sb, cpu_model_name(), strlen(cpu_model_name()), false);
     strbuf_printf(&sb,
                   ",\"isa\":\"%s\",\"threads\":%d,\"read_gbs\":%.3f,\"read_buffer_bytes\":%zu,"
-                  "\"fma_gflops\":%.3f,\"roofline_before\":[%.3f,%.3f],"
-                  "\"roofline_after\":[%.3f,%.3f]},",
-                  kn_isa_name(cm->isa), threads, rf->bw, rf->bw_bytes, rf->fma, rf->bw0, rf->fma0,
-                  rf->bw1, rf->fma1);
+                  "\"fma_gflops\":%.3f,\"roof_points\":%d,\"read_samples\":[",
+                  kn_isa_name(cm->isa), threads, rf->bw, rf->bw_bytes, rf->fma, rf->n_points);
+    for (int i = 0; i < rf->n_bw; i++)
+        strbuf_printf(&sb, "%s%.3f", i ? "," : "", rf->bw_s[i]);
+    strbuf_puts(&sb, "],\"fma_samples\":[");
+    for (int i = 0; i < rf->n_fma; i++)
+        strbuf_printf(&sb, "%s%.3f", i ? "," : "", rf->fma_s[i]);
+    strbuf_puts(&sb, "]},");
     const char *mpath = o->model_path ? o->model_path : getenv("MODEL") ? getenv("MODEL") : "";
     strbuf_puts(&sb, "\"model\":{\"path\":");
     strbuf_json_str(&sb, mpath, strlen(mpath), false);
@@ -388,29 +450,30 @@ static void bench_print_json(const cli_model *cm, const bench_opts *o, int threa
     strbuf_deinit(&sb);
 }
 
-/* Measures the roofline, runs every batch, measures the roofline again, and prints. Returns the
- * exit status. */
+/* Samples the roofline, runs every batch (sampling it again after every phase), and prints.
+ * Returns the exit status. */
 static int bench_model(const cli_model *cm, const bench_opts *o) {
     int threads = (int)flags_int(FLAG_THREADS);
     if (threads <= 0)
         threads = cpu_count_online();
-    /* roofline, on a pool of the same size as the forward pass's, before and after the model
-     * runs: the fractions use the better of the two (the machine's capability; a shared machine
-     * can be slow for seconds at a time, and a low roof would inflate every fraction) */
+    /* the probe: a pool of the same size as the forward pass's (idle while the forward pass runs:
+     * its threads sleep after pool.c's short spin) and a buffer larger than the L3 and the model */
     bench_roof rf = {.wbytes = model_weight_bytes(cm->m), .bw_bytes = (size_t)1 << 30};
     if (2 * rf.wbytes > rf.bw_bytes)
         rf.bw_bytes = 2 * rf.wbytes;
-    if (bench_roofline(threads, rf.bw_bytes, cm->isa, &rf.bw0, &rf.fma0))
-        return cli_fail("bench", ERR_NOMEM);
-    rf.flops_tok = model_flops_per_token(cm->m);
+    int rc = bench_roof_open(&rf, threads, cm->isa);
+    if (!rc) {
+        bench_roof_sample(&rf);
+        rf.flops_tok = model_flops_per_token(cm->m);
+    }
     bench_row rows[BENCH_MAX_BATCHES];
-    int rc = bench_measure(cm, o, threads, rows);
-    if (!rc && bench_roofline(threads, rf.bw_bytes, cm->isa, &rf.bw1, &rf.fma1))
-        rc = ERR_NOMEM;
+    if (!rc)
+        rc = bench_measure(cm, o, threads, &rf, rows);
+    bench_roof_close(&rf);
     if (rc)
         return cli_fail("bench", rc);
-    rf.bw = rf.bw0 > rf.bw1 ? rf.bw0 : rf.bw1;
-    rf.fma = rf.fma0 > rf.fma1 ? rf.fma0 : rf.fma1;
+    bench_spread(rf.bw_s, rf.n_bw, &rf.bw, &rf.bw_min, &rf.bw_max);
+    bench_spread(rf.fma_s, rf.n_fma, &rf.fma, &rf.fma_min, &rf.fma_max);
     bench_rows_fractions(&rf, rows, o->n_batches);
     if (o->json)
         bench_print_json(cm, o, threads, &rf, rows);
@@ -426,7 +489,7 @@ int cmd_bench(int argc, char **argv) {
         return status;
     char cached[1024];
     if (!o.model_path && !getenv("MODEL")) {
-        int rc = bench_default_model(&o.plan, cached, sizeof cached);
+        int rc = bench_default_model(o.shape, &o.plan, cached, sizeof cached);
         if (rc)
             return cli_fail("bench", rc);
         o.model_path = cached;

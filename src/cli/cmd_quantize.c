@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_quantize: `verity quantize IN.gguf OUT.gguf TYPE [-t N]` requantizes every weight matrix of
- * a model to TYPE (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or the q4_k_m mix), with
+ * a model to TYPE (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or the q4_k_m / q5_k_m mixes), with
  * llama.cpp's fallback for rows the type's block does not divide, norms and vectors F32, metadata
  * copied (model/quantize.h). The output is written atomically: on any error (one line on stderr,
  * exit 2 for bad input) no output file appears. -t sets the threads (default: the `threads`

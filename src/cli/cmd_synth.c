@@ -3,9 +3,9 @@
  * cmd_synth: `verity synth --shape tiny|small|0.5b|gqa|1b-kq --type TYPE --seed S
  * [--arch llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32|deepseek4] [--nextn N] [--vocab-from
  * GGUF] [--tied|--untied] -o OUT.gguf`, TYPE one of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k
- * q6_k, or q4_k_m (the llama.cpp-style mix). Matrices whose rows the type's block does not divide
- * (K-quants need multiples of 256) get llama.cpp's fallback type; model/quantize.h has the rule and
- * the mix recipe.
+ * q6_k, or q4_k_m / q5_k_m (the llama.cpp-style mixes). Matrices whose rows the type's block does
+ * not divide (K-quants need multiples of 256) get llama.cpp's fallback type; model/quantize.h has
+ * the rule and the mix recipes.
  */
 #include "base/err.h"
 #include "cli/cli.h"
@@ -32,7 +32,7 @@ int cmd_synth(int argc, char **argv) {
             if (quant_plan_parse(v, &plan))
                 return cli_usage_error("synth", "--type: %s", err_detail());
             o.type = plan.type;
-            o.q4_k_m = plan.q4_k_m;
+            o.mix = plan.mix;
         } else if (!strcmp(a, "--seed")) {
             int64_t s;
             if (!(v = cli_next("synth", argc, argv, &i)) ||

@@ -56,16 +56,18 @@ static const cli_command commands[] = {
      "Prints only the continuation on stdout; with --prompts, one JSON line per prompt.\n"},
     {"tokenize", cmd_tokenize, "print the token ids of a text", NULL},
     {"bench", cmd_bench, "measure prefill/decode speed against the machine's roofline",
-     "usage: verity bench [-m MODEL] [--type TYPE] [--batch 1,8,32] [--prompt 256] [--gen 64]\n"
-     "                    [--reps N] [-t N] [--json]\n"
-     "Without -m it benchmarks the synthetic 0.5b model of TYPE (default f16).\n"},
+     "usage: verity bench [-m MODEL] [--shape 0.5b|1b-kq] [--type TYPE] [--batch 1,8,32]\n"
+     "                    [--prompt 256] [--gen 64] [--reps N] [-t N] [--json]\n"
+     "Without -m it benchmarks the synthetic model of SHAPE (default 0.5b) and TYPE (default f16;\n"
+     "q4_k_m and q5_k_m are the llama.cpp mixes). The roofline is sampled before the first phase\n"
+     "and after every phase; fractions use the medians.\n"},
     {"synth", cmd_synth, "write a deterministic random-weight model",
      "usage: verity synth --shape tiny|small|0.5b|gqa|1b-kq --type TYPE --seed S [--arch "
      "llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32|deepseek4]\n"
      "                    [--vocab-from GGUF] [--tied|--untied]\n                    "
      "[--rope-scaling linear|llama3|llama3-tensor]\n"
      "                    [--sliding-window W] [--nextn N (deepseek4 MTP layers)] -o OUT.gguf\n"
-     "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m\n"},
+     "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m\n"},
     {"convert", cmd_convert, "convert a llama2.c model to GGUF",
      "usage: verity convert llama2c --model MODEL.bin --tokenizer TOKENIZER.bin -o OUT.gguf\n"},
     {"quantize", cmd_quantize, "requantize a GGUF model's weights (q8_0, q4_k, q4_k_m, ...)",

@@ -56,6 +56,7 @@ struct kn_mat {
     bool prefetch;       /* the mm-prefetch toggle at creation */
     int direct_rows;     /* the mm-direct-rows toggle at creation (AVX-512 float types) */
     int q_tile;          /* the mm-q-tile toggle at creation (AVX-512 Q8_0) */
+    int q6k_prefetch;    /* the q6k-prefetch toggle at creation (bytes ahead; 0 = none) */
     int64_t n_blocks;    /* column blocks */
     size_t block_stride; /* bytes per column block */
 };

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kn_roofline: see kn_roofline.h. The per-ISA inner loops live in kn_roofline_avx512.c (and a
- * portable fallback here); this file runs them on every pool thread and times the whole.
+ * kn_roofline: see kn_roofline.h. The per-ISA inner loops live in kn_roofline_avx512.c and
+ * kn_roofline_avx2.c (and a portable fallback here); this file runs them on every pool thread and
+ * times the whole.
  */
 #include "kernels/kn_roofline.h"
 #include "base/clock.h"
@@ -16,13 +17,14 @@ double kn_roofline_fma_avx512(int64_t iters);
 double kn_roofline_sum_avx2(const float *p, size_t n);
 double kn_roofline_fma_avx2(int64_t iters);
 
-typedef struct rl_ctx {
+struct kn_roof {
+    pool *p;
     float *buf;
     size_t n; /* floats */
     kn_isa isa;
     int64_t iters;
     double sink[64];
-} rl_ctx;
+};
 
 static double rl_sum_scalar(const float *p, size_t n) {
     float acc[8] = {0};
@@ -33,17 +35,17 @@ static double rl_sum_scalar(const float *p, size_t n) {
 }
 
 static void rl_touch(void *vctx, int ith, int nth) {
-    rl_ctx *c = vctx;
+    kn_roof *c = vctx;
     size_t b = c->n * (size_t)ith / (size_t)nth, e = c->n * (size_t)(ith + 1) / (size_t)nth;
     for (size_t i = b; i < e; i++)
         c->buf[i] = (float)(i & 7);
 }
 
 static void rl_read(void *vctx, int ith, int nth) {
-    rl_ctx *c = vctx;
+    kn_roof *c = vctx;
     size_t b = c->n * (size_t)ith / (size_t)nth, e = c->n * (size_t)(ith + 1) / (size_t)nth;
-    b &= ~(size_t)15;
-    e &= ~(size_t)15;
+    b &= ~(size_t)127; /* the SIMD loops take 128 floats per iteration */
+    e &= ~(size_t)127;
     double s;
 #ifndef VERITY_NO_SIMD
     if (c->isa == KN_ISA_AVX512)
@@ -56,25 +58,56 @@ static void rl_read(void *vctx, int ith, int nth) {
     c->sink[ith & 63] += s;
 }
 
-double kn_roofline_read_gbs(pool *p, size_t bytes, int reps, kn_isa isa) {
-    rl_ctx c;
-    memset(&c, 0, sizeof c);
-    c.n = bytes / sizeof(float);
-    c.isa = isa;
-    c.buf = mem_alloc_large(c.n * sizeof(float)); /* the same pages the weights live on */
-    if (!c.buf)
-        return ERR_NOMEM;
-    pool_run(p, rl_touch, &c);
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        int64_t t0 = clock_now_ns();
-        pool_run(p, rl_read, &c);
-        double dt = (double)(clock_now_ns() - t0) * 1e-9;
-        double gbs = (double)(c.n * sizeof(float)) / dt * 1e-9;
-        if (gbs > best)
-            best = gbs;
+int kn_roof_create(pool *p, size_t bytes, kn_isa isa, kn_roof **out) {
+    *out = NULL;
+    if (bytes < ((size_t)1 << 20))
+        return err_set(ERR_INVAL, "roofline: a read buffer of %zu bytes is under 1 MiB", bytes);
+    kn_roof *r = calloc(1, sizeof *r);
+    if (!r)
+        return err_set(ERR_NOMEM, "roofline: out of memory");
+    r->p = p;
+    r->isa = isa;
+    r->n = bytes / sizeof(float);
+    r->buf = mem_alloc_large(r->n * sizeof(float)); /* the same pages the weights live on */
+    if (!r->buf) {
+        free(r);
+        return err_set(ERR_NOMEM, "roofline: cannot allocate a read buffer of %zu bytes", bytes);
     }
-    mem_free_large(c.buf, c.n * sizeof(float));
+    pool_run(p, rl_touch, r);
+    *out = r;
+    return 0;
+}
+
+void kn_roof_destroy(kn_roof *r) {
+    if (!r)
+        return;
+    mem_free_large(r->buf, r->n * sizeof(float));
+    free(r);
+}
+
+size_t kn_roof_bytes(const kn_roof *r) {
+    return r->n * sizeof(float);
+}
+
+double kn_roof_read_gbs(kn_roof *r) {
+    int64_t t0 = clock_now_ns();
+    pool_run(r->p, rl_read, r);
+    double dt = (double)(clock_now_ns() - t0) * 1e-9;
+    return (double)(r->n * sizeof(float)) / dt * 1e-9;
+}
+
+double kn_roofline_read_gbs(pool *p, size_t bytes, int reps, kn_isa isa) {
+    kn_roof *r;
+    int rc = kn_roof_create(p, bytes, isa, &r);
+    if (rc)
+        return rc;
+    double best = 0;
+    for (int i = 0; i < reps; i++) {
+        double g = kn_roof_read_gbs(r);
+        if (g > best)
+            best = g;
+    }
+    kn_roof_destroy(r);
     return best;
 }
 
@@ -88,7 +121,7 @@ static double rl_fma_scalar(int64_t iters) {
 
 static void rl_fma(void *vctx, int ith, int nth) {
     (void)nth;
-    rl_ctx *c = vctx;
+    kn_roof *c = vctx;
     double s;
 #ifndef VERITY_NO_SIMD
     if (c->isa == KN_ISA_AVX512)
@@ -101,22 +134,28 @@ static void rl_fma(void *vctx, int ith, int nth) {
     c->sink[ith & 63] += s;
 }
 
+/* flops per iteration per thread: 12 chains x lanes x 2 (the scalar fallback: 8 chains x 2) */
+static double rl_flops_iter(kn_isa isa) {
+    return isa == KN_ISA_AVX512 ? 12 * 16 * 2 : isa == KN_ISA_AVX2 ? 12 * 8 * 2 : 8 * 2;
+}
+
+double kn_roof_fma_gflops(kn_roof *r, int64_t iters) {
+    r->iters = iters;
+    int64_t t0 = clock_now_ns();
+    pool_run(r->p, rl_fma, r);
+    double dt = (double)(clock_now_ns() - t0) * 1e-9;
+    return (double)iters * rl_flops_iter(r->isa) * pool_size(r->p) / dt * 1e-9;
+}
+
 double kn_roofline_fma_gflops(pool *p, int reps, kn_isa isa) {
-    rl_ctx c;
-    memset(&c, 0, sizeof c);
-    c.isa = isa;
-    /* flops per iteration per thread: 12 chains x lanes x 2 */
-    double lanes = isa == KN_ISA_AVX512 ? 16 : isa == KN_ISA_AVX2 ? 8 : 0.5;
-    c.iters = isa == KN_ISA_SCALAR ? 2000000 : 20000000;
-    double flops_thread = (double)c.iters * 12 * lanes * 2;
-    if (isa == KN_ISA_SCALAR)
-        flops_thread = (double)c.iters * 8 * 2;
+    kn_roof r;
+    memset(&r, 0, sizeof r);
+    r.p = p;
+    r.isa = isa;
+    int64_t iters = isa == KN_ISA_SCALAR ? 2000000 : 20000000;
     double best = 0;
-    for (int r = 0; r < reps; r++) {
-        int64_t t0 = clock_now_ns();
-        pool_run(p, rl_fma, &c);
-        double dt = (double)(clock_now_ns() - t0) * 1e-9;
-        double g = flops_thread * pool_size(p) / dt * 1e-9;
+    for (int i = 0; i < reps; i++) {
+        double g = kn_roof_fma_gflops(&r, iters);
         if (g > best)
             best = g;
     }

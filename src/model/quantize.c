@@ -24,17 +24,18 @@ int quant_plan_parse(const char *name, quant_plan *out) {
     memset(out, 0, sizeof *out);
     if (!name)
         return err_set(ERR_INVAL, "missing type");
-    if (!strcasecmp(name, "q4_k_m")) {
-        out->type = GGUF_TYPE_Q4_K;
-        out->q4_k_m = true;
-        snprintf(out->name, sizeof out->name, "q4_k_m");
+    if (!strcasecmp(name, "q4_k_m") || !strcasecmp(name, "q5_k_m")) {
+        bool five = name[1] == '5';
+        out->type = five ? GGUF_TYPE_Q5_K : GGUF_TYPE_Q4_K;
+        out->mix = true;
+        snprintf(out->name, sizeof out->name, five ? "q5_k_m" : "q4_k_m");
         return 0;
     }
     int t = kn_type_from_name(name);
     if (t < 0 || !kn_type_supported(t))
         return err_set(ERR_INVAL,
                        "unsupported type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, "
-                       "q5_k, q6_k, q4_k_m)",
+                       "q5_k, q6_k, q4_k_m, q5_k_m)",
                        name);
     out->type = t;
     snprintf(out->name, sizeof out->name, "%s", kn_type_name(t));
@@ -73,7 +74,7 @@ int quant_tensor_type(const quant_plan *p, const char *name, uint32_t n_dims, in
         strstr(name, "ffn_gate_inp"))
         return GGUF_TYPE_F32;
     int type = p->type;
-    if (p->q4_k_m) {
+    if (p->mix) {
         bool out = !strcmp(name, "output.weight") || (tied && !strcmp(name, "token_embd.weight"));
         long long layer = -1;
         if (sscanf(name, "blk.%lld.", &layer) != 1)
@@ -130,8 +131,8 @@ int quant_rows(int type, const float *src, int64_t n_rows, int64_t k, void *dst,
 
 /* llama.cpp's general.file_type numbers (llama_ftype) for the plans */
 static uint32_t quant_file_type(const quant_plan *p) {
-    if (p->q4_k_m)
-        return 15;
+    if (p->mix)
+        return p->type == GGUF_TYPE_Q5_K ? 17 : 15;
     switch (p->type) {
     case GGUF_TYPE_F32:
         return 0;

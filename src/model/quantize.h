@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * quantize: which weight type each tensor of a model gets (plain types and the llama.cpp-style
- * Q4_K_M mix), the fallback for rows a block type does not fit, and requantizing a whole GGUF model
- * (`verity quantize`). synth uses the same plan, so a synthetic model and a quantized one of the
- * same type have the same tensor types.
+ * Q4_K_M and Q5_K_M mixes), the fallback for rows a block type does not fit, and requantizing a
+ * whole GGUF model (`verity quantize`). synth uses the same plan, so a synthetic model and a
+ * quantized one of the same type have the same tensor types.
  *
  * Fallback (llama.cpp's tensor_type_fallback, extended to the 32-element types): a matrix whose
  * row length ne0 is not a multiple of the type's block size gets Q4_K -> Q5_0, Q5_K -> Q5_1,
  * Q6_K -> Q8_0; if that (or a 32-element target type) still does not fit (ne0 % 32 != 0), F16.
  *
- * Q4_K_M (llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M recipe for dense, non-Falcon models, without an
- * importance matrix): Q4_K for every 2-D weight matrix, except
+ * Q4_K_M and Q5_K_M (llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M / _Q5_K_M recipes for dense, non-Falcon
+ * models, without an importance matrix; the two differ only in the base type): Q4_K (Q5_K) for
+ * every 2-D weight matrix, except
  *   - output.weight, or token_embd.weight when the output is tied to it: Q6_K (Q8_0 if its rows
  *     are not a multiple of 256);
  *   - attn_v.weight and ffn_down.weight of the layers where use_more_bits(i, n) holds,
@@ -25,16 +26,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* A weight-type plan: one gguf type for every matrix, or the Q4_K_M mix. */
+/* A weight-type plan: one gguf type for every matrix, or a K-quant _M mix. */
 typedef struct quant_plan {
-    int type;      /* gguf type of the matrices (Q4_K for the mix) */
-    bool q4_k_m;   /* the Q4_K_M mix */
-    char name[16]; /* "q4_k_m" or the type's name */
+    int type;      /* gguf type of the matrices (the mix's base: Q4_K or Q5_K) */
+    bool mix;      /* the _M mix of type: Q6_K output and more-bits attn_v / ffn_down */
+    char name[16]; /* "q4_k_m", "q5_k_m" or the type's name */
 } quant_plan;
 
-/* Parses a type name: "q4_k_m", or any gguf type name verity computes with (f32, f16, bf16, q8_0,
- * q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k; case-insensitive). Returns 0 and *out, or ERR_INVAL
- * naming the type. */
+/* Parses a type name: "q4_k_m", "q5_k_m", or any gguf type name verity computes with (f32, f16,
+ * bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k; case-insensitive). Returns 0 and *out, or
+ * ERR_INVAL naming the type. */
 int quant_plan_parse(const char *name, quant_plan *out);
 
 /* The llama.cpp fallback for a type whose block does not divide ne0 (see the top of the file);

@@ -532,8 +532,8 @@ int synth_write(const synth_opts *o, const char *path) {
     if (o->nextn < 0 || o->nextn > 4 || (o->nextn && strcmp(arch, "deepseek4")))
         return err_set(ERR_INVAL, "--nextn %d: 0 to 4 MTP layers, deepseek4 only", o->nextn);
     quant_plan plan;
-    if (o->q4_k_m) {
-        quant_plan_parse("q4_k_m", &plan);
+    if (o->mix) {
+        quant_plan_parse(o->type == GGUF_TYPE_Q5_K ? "q5_k_m" : "q4_k_m", &plan);
     } else {
         if (!kn_type_supported(o->type))
             return err_set(ERR_INVAL, "type %s is not supported",

@@ -23,7 +23,8 @@ typedef struct synth_opts {
                         * "deepseek32", "deepseek4" */
     int type;          /* gguf type of the weight matrices (after the fallback of
                         * quantize.h for rows the type's block does not divide) */
-    bool q4_k_m;       /* the Q4_K_M mix of quantize.h instead (type is then ignored) */
+    bool mix;          /* the _M mix of quantize.h instead: q5_k_m if type is Q5_K, else
+                        * q4_k_m (type then ignored) */
     uint64_t seed;
     const char *vocab_from; /* GGUF to copy tokenizer.* metadata from, or NULL */
     bool tied;              /* tied output (default: tiny tied, 0.5b untied) */

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # verity bench on a tiny synthetic model (the command, not the machine's speed: no figure is
 # compared with a threshold): the table and the JSON report every requested batch with positive
-# tokens/s and fractions that are the figures over the roofline it measured (the better of before
-# and after the runs), the model path it ran; bad options exit 2 with one line.
+# tokens/s and fractions that are the figures over the roofline it measured (the medians of the
+# samples it took before the first phase and after every phase: 3 read and 2 FMA samples at each
+# of 1 + 2 x batches points), the model path it ran; bad options exit 2 with one line.
 . "$(dirname "$0")/lib.bash"
 
 V="$VERITY"
@@ -14,7 +15,7 @@ if ! command -v python3 >/dev/null; then skip bench "python3 needed to read the 
 if "$V" bench -m "$TMP/tiny.gguf" --batch 1,3 --prompt 8 --gen 4 --reps 1 -t 1 --json \
     >"$TMP/b.json" 2>"$TMP/err"; then
     r=$(python3 - "$TMP/b.json" "$TMP/tiny.gguf" <<'PY'
-import json, sys
+import json, statistics, sys
 d = json.load(open(sys.argv[1]))
 m, mod, res = d["machine"], d["model"], d["results"]
 bad = []
@@ -22,8 +23,11 @@ if mod["path"] != sys.argv[2]: bad.append("path %r" % mod["path"])
 if m["threads"] != 1: bad.append("threads %r" % m["threads"])
 bw, fma = m["read_gbs"], m["fma_gflops"]
 if not (bw > 0 and fma > 0): bad.append("roofline %r %r" % (bw, fma))
-if bw != max(m["roofline_before"][0], m["roofline_after"][0]): bad.append("bw not the better")
-if fma != max(m["roofline_before"][1], m["roofline_after"][1]): bad.append("fma not the better")
+rs, fs = m["read_samples"], m["fma_samples"]
+if m["roof_points"] != 5 or len(rs) != 15 or len(fs) != 10:
+    bad.append("samples: %r points, %d read, %d fma" % (m["roof_points"], len(rs), len(fs)))
+if abs(bw - statistics.median(rs)) > 1e-3: bad.append("bw %r not the median of %r" % (bw, rs))
+if abs(fma - statistics.median(fs)) > 1e-3: bad.append("fma %r not the median of %r" % (fma, fs))
 if [r["batch"] for r in res] != [1, 3]: bad.append("batches %r" % [r["batch"] for r in res])
 for r in res:
     if not (r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0): bad.append("tok/s %r" % r)
@@ -40,14 +44,14 @@ else
 fi
 
 if "$V" bench -m "$TMP/tiny.gguf" --batch 2 --prompt 4 --gen 2 --reps 1 -t 1 >"$TMP/b.txt" 2>"$TMP/err" &&
-    grep -q '^roofline: read .* the better of before the runs' "$TMP/b.txt" &&
+    grep -q '^roofline: read .* medians of 9 and 6 samples taken before the first phase and after every phase (3 points); read [0-9.]*-[0-9.]* GB/s' "$TMP/b.txt" &&
     grep -Eq '^ +2 +[0-9.]+ +[0-9.]+% +[0-9.]+ +[0-9.]+% +[0-9.]+%$' "$TMP/b.txt"; then
     pass bench.table
 else
     fail bench.table "$(cat "$TMP/b.txt" "$TMP/err")"
 fi
 
-for bad in "--batch 0" "--batch x" "--prompt 0" "--gen -1" "--frobnicate 1"; do
+for bad in "--batch 0" "--batch x" "--prompt 0" "--gen -1" "--frobnicate 1" "--shape 2b" "--type q9_k"; do
     # shellcheck disable=SC2086
     "$V" bench -m "$TMP/tiny.gguf" $bad >"$TMP/o" 2>"$TMP/err"
     rc=$?

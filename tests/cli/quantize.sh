@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
 # verity quantize: a synthetic F32 model requantized to every supported type (plain and the
-# q4_k_m mix) inspects with the expected tensor types, is correct against an independent reference,
-# generates, and is deterministic; requantizing the small F32 model to q4_k_m gives the same logits
-# as synthesizing q4_k_m directly (the same weights through the same quantizers); the 1b-kq shape's
-# matrices all have rows of 1024 or 2816 and take q4_k_m's Q4_K/Q6_K with no fallback; a quantized
-# model passes the invariance harness (same bytes across batch size, prefill chunk and threads); bad
-# input exits 2 with one line and no output file.
+# q4_k_m and q5_k_m mixes) inspects with the expected tensor types, is correct against an
+# independent reference, generates, and is deterministic; requantizing the small F32 model to
+# q4_k_m gives the same logits as synthesizing q4_k_m directly (the same weights through the same
+# quantizers); the 1b-kq shape's matrices all have rows of 1024 or 2816 and take q4_k_m's
+# Q4_K/Q6_K (q5_k_m's Q5_K/Q6_K) with no fallback; a quantized model passes the invariance harness
+# (same bytes across batch size, prefill chunk and threads); bad input exits 2 with one line and
+# no output file.
 #
 # The reference is tests/tools/quant_ref (built with the tests), which dequantizes with its own code
 # written from the block formats: (1) every element of the quantized file is where the format's
@@ -46,8 +47,8 @@ tensor_type() { "$V" inspect "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 # shape:type:attn_q type:ffn_down type of layer 1
 cases="tiny:q8_0:q8_0:q8_0 tiny:q4_0:q4_0:q4_0 tiny:q4_1:q4_1:q4_1 tiny:q5_0:q5_0:q5_0
        tiny:q5_1:q5_1:q5_1 tiny:q4_k:q5_0:q5_0 tiny:q5_k:q5_1:q5_1 tiny:q6_k:q8_0:q8_0
-       tiny:q4_k_m:q5_0:q8_0 small:q4_k:q4_K:q4_K small:q5_k:q5_K:q5_K small:q6_k:q6_K:q6_K
-       small:q4_k_m:q4_K:q6_K small:f16:f16:f16"
+       tiny:q4_k_m:q5_0:q8_0 tiny:q5_k_m:q5_1:q8_0 small:q4_k:q4_K:q4_K small:q5_k:q5_K:q5_K
+       small:q6_k:q6_K:q6_K small:q4_k_m:q4_K:q6_K small:q5_k_m:q5_K:q6_K small:f16:f16:f16"
 for c in $cases; do
     IFS=: read -r shape type want_q want_down <<<"$c"
     name="quantize.$shape.$type"
@@ -72,28 +73,35 @@ for c in $cases; do
 done
 
 # the 1b-kq shape (issue 14): 16 layers of embedding 1024 and FFN 2816, every matrix row a
-# multiple of 256, so the q4_k_m mix is Q4_K/Q6_K on every layer matrix with no fallback type
+# multiple of 256, so the q4_k_m mix is Q4_K/Q6_K and the q5_k_m mix Q5_K/Q6_K on every layer
+# matrix with no fallback type, Q6_K for attn_v and ffn_down of the 8 use_more_bits layers
 # (release only: quantizing its 104 MiB under a sanitizer takes a minute and checks no other code)
-if awk -v s="${VERITY_TEST_SCALE:-1}" 'BEGIN { exit !(s < 1) }'; then
-    skip quantize.shape_1b_kq "checked in the release build"
-elif "$V" synth --shape 1b-kq --type q4_k_m --seed 5 -o "$TMP/kq.gguf" 2>"$TMP/err" &&
-   "$V" inspect "$TMP/kq.gguf" >"$TMP/kq.txt" 2>>"$TMP/err"; then
+for mix in q4_k_m:q4_K q5_k_m:q5_K; do
+    IFS=: read -r plan base <<<"$mix"
+    name=quantize.shape_1b_kq.$plan
+    if awk -v s="${VERITY_TEST_SCALE:-1}" 'BEGIN { exit !(s < 1) }'; then
+        skip "$name" "checked in the release build"; continue
+    fi
+    if ! "$V" synth --shape 1b-kq --type "$plan" --seed 5 -o "$TMP/kq.gguf" 2>"$TMP/err" ||
+       ! "$V" inspect "$TMP/kq.gguf" >"$TMP/kq.txt" 2>>"$TMP/err"; then
+        fail "$name" "synth or inspect failed: $(head -c 300 "$TMP/err")"; continue
+    fi
     # NAME TYPE ROW-LENGTH of every matrix; the layer matrices' row lengths, sorted
     awk '$3 ~ /^\[[0-9]+,/ { print $1, $2, substr($3, 2) + 0 }' "$TMP/kq.txt" >"$TMP/kq.mat"
-    bad=$(awk '$3 % 256 || ($1 ~ /^blk\./ && $2 != "q4_K" && $2 != "q6_K")' "$TMP/kq.mat" | head -3 | tr '\n' ' ')
+    bad=$(awk -v b="$base" '$3 % 256 || ($1 ~ /^blk\./ && $2 != b && $2 != "q6_K")' "$TMP/kq.mat" | head -3 | tr '\n' ' ')
     n_blk=$(grep -c '^blk\.' "$TMP/kq.mat")
     rows=$(awk '$1 ~ /^blk\./ { print $3 }' "$TMP/kq.mat" | sort -un | tr '\n' ' ')
     n_q6=$(awk '$1 ~ /^blk\./ && $2 == "q6_K"' "$TMP/kq.mat" | grep -c '')
-    if [ -n "$bad" ] || [ "$n_blk" -ne 112 ] || [ "$rows" != "1024 2816 " ] || [ "$n_q6" -ne 16 ]; then
-        fail quantize.shape_1b_kq "matrices $n_blk (want 112), row lengths '$rows' (want 1024 2816), q6_K $n_q6 (want 16), off: $bad"
+    n_q6_vd=$(awk '$1 ~ /^blk\.[0-9]+\.(attn_v|ffn_down)\./ && $2 == "q6_K"' "$TMP/kq.mat" | grep -c '')
+    if [ -n "$bad" ] || [ "$n_blk" -ne 112 ] || [ "$rows" != "1024 2816 " ] || [ "$n_q6" -ne 16 ] ||
+       [ "$n_q6_vd" -ne 16 ]; then
+        fail "$name" "matrices $n_blk (want 112), row lengths '$rows' (want 1024 2816), q6_K $n_q6 (want 16, all attn_v/ffn_down: $n_q6_vd), off: $bad"
     elif ! "$V" generate -m "$TMP/kq.gguf" -p "Hello world" -n 4 --temp 0 >/dev/null 2>"$TMP/err"; then
-        fail quantize.shape_1b_kq "generate failed: $(head -c 300 "$TMP/err")"
+        fail "$name" "generate failed: $(head -c 300 "$TMP/err")"
     else
-        pass quantize.shape_1b_kq
+        pass "$name"
     fi
-else
-    fail quantize.shape_1b_kq "synth or inspect failed: $(head -c 300 "$TMP/err")"
-fi
+done
 
 # the mix through quantize equals the mix through synth (same weights, same quantizers)
 if "$V" synth --shape small --type q4_k_m --seed 5 -o "$TMP/small-synth-q4km.gguf" 2>"$TMP/err" &&

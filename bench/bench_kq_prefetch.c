@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_kq_prefetch: A/B of the q6k-prefetch toggle in one process (not a test). On a shared VM
+ * two commands a minute apart see different machines, so this makes two copies of the same
+ * matrices, one with q6k-prefetch 0 and one with PF bytes, in the 1b-kq shape's layer shapes
+ * (16 layers of Q, K, V, O, gate, up, down: 1024/256/256/1024/2816/2816 x 1024 and 1024 x 2816,
+ * more than the L3), and alternates one-row passes over each on 2 threads, ROUNDS times; it
+ * prints each side's median GB/s and the median (and quartiles) of the per-round speed ratio.
+ *   make && cc -O2 -Isrc bench/bench_kq_prefetch.c build/release/libverity.a -lm -pthread \
+ *       -o /tmp/bkp
+ *   /tmp/bkp q6_K 2048 40
+ * The toggle only acts on Q6_K; other K-quant types run as a control (ratio ~1).
+ */
+#include "base/clock.h"
+#include "base/flags.h"
+#include "base/pool.h"
+#include "kernels/kn.h"
+#include "kernels/kn_type_table.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BKP_LAYERS 16
+#define BKP_MATS   (BKP_LAYERS * 7)
+#define BKP_K      2816
+
+typedef struct bkp_ctx {
+    kn_mat *w[BKP_MATS];
+    kn_act a;
+    float *y; /* [2816] */
+} bkp_ctx;
+
+static void bkp_run(void *v, int ith, int nth) {
+    bkp_ctx *c = v;
+    for (int i = 0; i < BKP_MATS; i++)
+        kn_matmul(c->w[i], &c->a, 1, c->y, kn_mat_n(c->w[i]), ith, nth, NULL);
+}
+
+static int bkp_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_kq_prefetch TYPE PF [ROUNDS]\n");
+        return 2;
+    }
+    int type = kn_type_from_name(argv[1]);
+    int rounds = argc > 3 ? atoi(argv[3]) : 40;
+    if (type < 0 || kn_type_block_size(type) != 256 || rounds < 4 || rounds > 1000 ||
+        flags_set("q6k-prefetch", argv[2])) {
+        fprintf(stderr, "bench_kq_prefetch: a K-quant type, a q6k-prefetch value, 4-1000 rounds\n");
+        return 2;
+    }
+    kn_isa isa;
+    kn_isa_select(&isa);
+    pool *p;
+    if (pool_create(2, &p))
+        return 1;
+    static const int64_t shapes[7][2] = {{1024, 1024}, {256, 1024},  {256, 1024}, {1024, 1024},
+                                         {2816, 1024}, {2816, 1024}, {1024, 2816}};
+    static bkp_ctx ca, cb;
+    size_t bytes = 0;
+    for (int i = 0; i < BKP_MATS; i++) {
+        int64_t n = shapes[i % 7][0], k = shapes[i % 7][1];
+        int64_t rb = kn_type_row_bytes(type, k);
+        unsigned char *d = malloc((size_t)(rb * n));
+        float *f = malloc((size_t)k * sizeof(float));
+        for (int64_t r = 0; r < n; r++) {
+            for (int64_t j = 0; j < k; j++)
+                f[j] = (float)((r * 31 + j * 17 + i) % 97) * 0.001f - 0.05f;
+            kn_quantize_rows(type, f, 1, k, d + r * rb);
+        }
+        flags_set("q6k-prefetch", "0");
+        kn_mat_create(type, d, n, k, isa, &ca.w[i]);
+        flags_set("q6k-prefetch", argv[2]);
+        kn_mat_create(type, d, n, k, isa, &cb.w[i]);
+        bytes += kn_mat_bytes(ca.w[i]);
+        free(d);
+        free(f);
+    }
+    float *x = calloc(BKP_K, sizeof(float));
+    for (int i = 0; i < BKP_K; i++)
+        x[i] = (float)(i % 13) * 0.1f - 0.6f;
+    kn_act a = {.x = x,
+                .ldx = BKP_K,
+                .q = calloc(BKP_K, 1),
+                .qd = calloc(BKP_K / 32, sizeof(float)),
+                .qs = calloc(BKP_K / 32, sizeof(int32_t)),
+                .qs16 = calloc(BKP_K / 32, sizeof(int32_t))};
+    kn_act_quantize(&a, BKP_K, 0, 1, isa);
+    ca.a = cb.a = a;
+    ca.y = cb.y = calloc(BKP_K, sizeof(float));
+    double *ta = malloc((size_t)rounds * sizeof(double)),
+           *tb = malloc((size_t)rounds * sizeof(double));
+    double *ratio = malloc((size_t)rounds * sizeof(double));
+    for (int r = -2; r < rounds; r++) { /* two warm-up rounds */
+        int64_t t0 = clock_now_ns();
+        pool_run(p, bkp_run, &ca);
+        int64_t t1 = clock_now_ns();
+        pool_run(p, bkp_run, &cb);
+        int64_t t2 = clock_now_ns();
+        if (r >= 0) {
+            ta[r] = (double)(t1 - t0) * 1e-9;
+            tb[r] = (double)(t2 - t1) * 1e-9;
+            ratio[r] = ta[r] / tb[r];
+        }
+    }
+    qsort(ta, (size_t)rounds, sizeof(double), bkp_cmp);
+    qsort(tb, (size_t)rounds, sizeof(double), bkp_cmp);
+    qsort(ratio, (size_t)rounds, sizeof(double), bkp_cmp);
+    printf("%s, %.1f MB, one row, 2 threads, %d rounds: q6k-prefetch 0 %.2f GB/s, q6k-prefetch %s "
+           "%.2f GB/s (medians); speed ratio per round %.3f (quartiles %.3f-%.3f)\n",
+           argv[1], (double)bytes / 1e6, rounds, (double)bytes / ta[rounds / 2] * 1e-9, argv[2],
+           (double)bytes / tb[rounds / 2] * 1e-9, ratio[rounds / 2], ratio[rounds / 4],
+           ratio[3 * rounds / 4]);
+    return 0;
+}
