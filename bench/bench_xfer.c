@@ -80,6 +80,8 @@ static void pools_make(pools *p, const kv_pool_opts *o) {
     int rc = kv_pool_create(o, &p->src);
     if (rc || (rc = kv_pool_create(o, &p->dst)))
         die("pool", rc);
+    kv_pool_prefault(p->src); /* as a server's pools are: no page faults in the measured copies */
+    kv_pool_prefault(p->dst);
     size_t bb = kv_pool_block_bytes(p->src);
     uint64_t parent = IDENTITY;
     for (int b = 0; b < NB; b++) {
@@ -129,6 +131,8 @@ static void *receiver(void *arg) {
             x->rc = n < 0 ? n : kv_xfer_recv_error(r);
         for (int i = 0; i < n; i++)
             kv_block_unref(x->p->dst, ids[i]);
+        if (x->rc)
+            fprintf(stderr, "bench_xfer: receiver: %s (%s)\n", err_name(x->rc), err_detail());
         kv_xfer_recv_destroy(r);
     }
     kv_xfer_conn_destroy(c);

@@ -18,6 +18,7 @@
 #include "test.h"
 
 #include "base/err.h"
+#include "base/flags.h"
 #include "disagg/kv_xfer.h"
 #include "kv/kv_block.h"
 #include "kv/kv_pool.h"
@@ -330,6 +331,67 @@ static void t_corrupt_header(void) {
     kv_xfer_send_destroy(s);
     kv_xfer_recv_destroy(r);
     fx_free(&f);
+}
+
+/* A token of block 1's blob head flipped on the wire (the message header intact): the receiver
+ * sees a blob of another block (ERR_NOTFOUND); nothing handed on. */
+static void t_corrupt_blob_head(void) {
+    fx f;
+    fx_init(&f, true);
+    hook_cfg h = {.seq = 1, .flip_at = 64 + 56 + 2 * 16 + 1, .copies = 1};
+    kv_xfer_send *s = fx_sender(&f, hook_fn, &h);
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_CHECK(fx_send(&f, s, 0, false) == 0);
+    T_CHECK(fx_send(&f, s, 1, true) == 0);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN);
+    T_CHECK(kv_xfer_recv_step(r) == KV_XFER_ABORTED);
+    T_CHECKF(kv_xfer_recv_error(r) == ERR_NOTFOUND, "error %s", err_name(kv_xfer_recv_error(r)));
+    check_dst_free(&f);
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_OPEN); /* block 0's ACK */
+    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    check_releases(&f, 2);
+    kv_xfer_send_destroy(s);
+    kv_xfer_recv_destroy(r);
+    fx_free(&f);
+}
+
+/* The in-place and the frame paths (kv-xfer-inplace) write the same bytes: a sender of one and a
+ * receiver of the other move every block intact, both ways round. */
+static void mixed(const char *send_mode, const char *recv_mode) {
+    const char *was = flags_str(FLAG_KV_XFER_INPLACE);
+    char keep[4];
+    snprintf(keep, sizeof keep, "%s", was);
+    fx f;
+    fx_init(&f, true);
+    T_OK(flags_set("kv-xfer-inplace", send_mode));
+    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
+    T_OK(flags_set("kv-xfer-inplace", recv_mode));
+    kv_xfer_recv *r = fx_receiver(&f, -1);
+    T_OK(flags_set("kv-xfer-inplace", keep));
+    for (int b = 0; b < NB; b++)
+        T_CHECK(fx_send(&f, s, b, b == NB - 1) == 0);
+    for (int b = 0; b < NB; b++)
+        T_CHECKF(kv_xfer_recv_step(r) == (b == NB - 1 ? KV_XFER_COMPLETE : KV_XFER_OPEN),
+                 "block %d: %s", b, err_name(kv_xfer_recv_error(r)));
+    int32_t got[NB];
+    T_CHECK(kv_xfer_recv_take(r, got, NB) == NB);
+    for (int b = 0; b < NB; b++)
+        check_same(&f, b, got[b]);
+    while (kv_xfer_send_step(s) == KV_XFER_OPEN) {
+    }
+    T_CHECK(kv_xfer_send_state(s) == KV_XFER_COMPLETE);
+    check_releases(&f, NB);
+    for (int b = 0; b < NB; b++)
+        kv_block_unref(f.dst, got[b]);
+    fx_end(&f, s, r, NB);
+}
+
+static void t_mixed_inplace_to_frame(void) {
+    mixed("1", "0");
+}
+
+static void t_mixed_frame_to_inplace(void) {
+    mixed("0", "1");
 }
 
 /* Another prompt on the receiver: block 0's name is not the one it computes from its tokens. */
@@ -919,6 +981,9 @@ static const tcase cases[] = {
     {"transfer", t_transfer, false},
     {"corrupt_block", t_corrupt_block, false},
     {"corrupt_header", t_corrupt_header, false},
+    {"corrupt_blob_head", t_corrupt_blob_head, false},
+    {"mixed_inplace_to_frame", t_mixed_inplace_to_frame, false},
+    {"mixed_frame_to_inplace", t_mixed_frame_to_inplace, false},
     {"wrong_prompt", t_wrong_prompt, false},
     {"abort_before", t_abort_before, false},
     {"abort_during", t_abort_during, false},
@@ -957,12 +1022,21 @@ int main(void) {
                 break;
             }
         }
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            if (t == 1 && cases[i].fd_only)
-                continue;
-            snprintf(full, sizeof full, "kv_xfer.%s.%s", names[t], cases[i].name);
-            test_run(full, cases[i].fn);
+        /* every case over the in-place path (the default), then over the frame path */
+        for (int mode = 0; mode < 2; mode++) {
+            if (flags_set("kv-xfer-inplace", mode == 0 ? "1" : "0")) {
+                fprintf(stderr, "test_kv_xfer: %s\n", err_detail());
+                return 1;
+            }
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                if (t == 1 && cases[i].fd_only)
+                    continue;
+                snprintf(full, sizeof full, "kv_xfer.%s.%s%s", names[t], mode ? "frame." : "",
+                         cases[i].name);
+                test_run(full, cases[i].fn);
+            }
         }
+        flags_set("kv-xfer-inplace", "1");
     }
     return test_summary();
 }

@@ -197,7 +197,11 @@ enum flag_kind {
       "GET /v1/status reports it as kv_addr)")                                                     \
     X(KV_XFER_TIMEOUT, "kv-xfer-timeout", FLAG_KIND_INT, "10000", "100:600000",                   \
       "serve: milliseconds without progress after which a KV transfer is aborted and the decode "  \
-      "server computes the prompt itself")
+      "server computes the prompt itself")                                                       \
+    X(KV_XFER_INPLACE, "kv-xfer-inplace", FLAG_KIND_BOOL, "1", "0|1",                              \
+      "KV transfers write a block straight from the sender's pool and receive it straight into "  \
+      "the receiver's (still invisible) pool block, verified once there (0: through a blob "       \
+      "buffer on each side, verified twice; speed only, same bytes)")
 
 /* Fault injection: the incident's bug classes, reproduced on purpose so that
  * `verity hunt` and `verity bisect` can be shown to find them. They exist only in the fault

@@ -9,6 +9,7 @@
 #include "disagg/kv_xfer.h"
 
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/hash.h"
 #include "disagg/kv_xfer_int.h"
 
@@ -144,6 +145,9 @@ struct kv_xfer_send {
     uint32_t n_held, cap_held, n_open; /* n_open: entries not yet released */
     uint8_t *frame;
     size_t frame_cap;
+    bool inplace;      /* kv-xfer-inplace, and no wire hook (a hook rewrites a whole frame) */
+    struct iovec *iov; /* in place: the message header, the blob's head, the block's segments */
+    int iov_cap;
 };
 
 int kv_xfer_send_create(kv_xfer_conn *conn, const kv_xfer_send_opts *o, kv_xfer_send **out) {
@@ -155,6 +159,7 @@ int kv_xfer_send_create(kv_xfer_conn *conn, const kv_xfer_send_opts *o, kv_xfer_
                        (unsigned long long)o->xfer_id);
     s->conn = conn;
     s->o = *o;
+    s->inplace = flags_int(FLAG_KV_XFER_INPLACE) && !o->wire_hook;
     *out = s;
     return 0;
 }
@@ -190,6 +195,7 @@ void kv_xfer_send_destroy(kv_xfer_send *s) {
     send_abort(s, ERR_CANCELLED, true);
     free(s->held);
     free(s->frame);
+    free(s->iov);
     free(s);
 }
 
@@ -199,7 +205,9 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
         return err_set(ERR_STATE, "kv_xfer transfer %llu: block %d sent after the transfer %s",
                        (unsigned long long)s->o.xfer_id, id,
                        s->state == KV_XFER_OPEN ? "sent its final block" : "ended");
-    size_t blob = kv_block_blob_bytes(p), need = HDR_BYTES + blob;
+    size_t blob = kv_block_blob_bytes(p), head = kv_block_head_bytes(p);
+    size_t need = HDR_BYTES + (s->inplace ? head : blob);
+    int n_iov = 1 + (int)(kv_pool_n_layer(p) * kv_pool_n_buffers(p));
     if (s->n_held == s->cap_held) {
         uint32_t cap = s->cap_held ? 2 * s->cap_held : 16;
         send_entry *h = realloc(s->held, cap * sizeof *h);
@@ -217,6 +225,14 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
         s->frame = f;
         s->frame_cap = need;
     }
+    if (s->inplace && n_iov > s->iov_cap) {
+        struct iovec *v = realloc(s->iov, (size_t)n_iov * sizeof *v);
+        if (!v)
+            return err_set(ERR_NOMEM, "kv_xfer transfer %llu: %d write parts",
+                           (unsigned long long)s->o.xfer_id, n_iov);
+        s->iov = v;
+        s->iov_cap = n_iov;
+    }
     uint32_t seq = s->n_held;
     s->held[s->n_held++] = (send_entry){.id = id, .release = release, .ctx = ctx};
     s->n_open++;
@@ -230,22 +246,35 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
                  .key = m->key,
                  .body = blob};
     hdr_encode(&h, s->frame);
-    kv_block_encode(p, id, m, s->frame + HDR_BYTES);
-    int copies = s->o.wire_hook ? s->o.wire_hook(s->o.wire_ctx, seq, s->frame, need) : 1;
     if (final)
         s->final_sent = true;
-    for (int i = 0; i < copies; i++) {
-        /* header and blob as two writes: the same bytes on a stream, and each of the receiver's
-         * two reads can land in place on a message transport (kv_xfer_ucx.c) */
-        int rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES);
+    int rc = 0;
+    if (s->inplace) {
+        /* the message header, the blob's head, then the segments straight from the pool (the
+         * block is HELD: nobody writes it until its release); the same bytes as a frame */
+        kv_block_encode_head(p, m, s->frame + HDR_BYTES);
+        s->iov[0] = (struct iovec){s->frame + HDR_BYTES, head};
+        kv_block_segments(p, id, s->iov + 1, n_iov - 1);
+        rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES);
         if (rc == 0)
-            rc = s->conn->ops->write_all(s->conn, s->frame + HDR_BYTES, need - HDR_BYTES);
-        if (rc) {
-            send_abort(s, rc, false);
-            return rc;
+            rc = s->conn->ops->writev_all(s->conn, s->iov, n_iov);
+        s->st.n_sent += rc == 0;
+    } else {
+        kv_block_encode(p, id, m, s->frame + HDR_BYTES);
+        int copies = s->o.wire_hook ? s->o.wire_hook(s->o.wire_ctx, seq, s->frame, need) : 1;
+        for (int i = 0; i < copies && rc == 0; i++) {
+            /* header and blob as two writes: the same bytes on a stream, and each of the
+             * receiver's two reads can land in place on a message transport (kv_xfer_ucx.c) */
+            rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES);
+            if (rc == 0)
+                rc = s->conn->ops->write_all(s->conn, s->frame + HDR_BYTES, need - HDR_BYTES);
         }
+        s->st.n_sent += rc == 0 && copies > 0;
     }
-    s->st.n_sent += copies > 0;
+    if (rc) {
+        send_abort(s, rc, false);
+        return rc;
+    }
     return 0;
 }
 
@@ -312,6 +341,9 @@ struct kv_xfer_recv {
     uint32_t n_ids;
     uint8_t *body;
     size_t body_bytes;
+    bool inplace;      /* kv-xfer-inplace: the blob's segments land in the pool block */
+    struct iovec *iov; /* in place: the blob's head (into body), then the block's segments */
+    int n_iov;
 };
 
 int kv_xfer_recv_create(kv_xfer_conn *conn, kv_pool *p, const kv_xfer_recv_opts *o,
@@ -329,13 +361,17 @@ int kv_xfer_recv_create(kv_xfer_conn *conn, kv_pool *p, const kv_xfer_recv_opts 
         r->keys = malloc((size_t)n_full * sizeof *r->keys);
         r->ids = malloc((size_t)n_full * sizeof *r->ids);
         r->body_bytes = kv_block_blob_bytes(p);
-        r->body = malloc(r->body_bytes);
+        r->inplace = flags_int(FLAG_KV_XFER_INPLACE) != 0;
+        r->body = malloc(r->inplace ? kv_block_head_bytes(p) : r->body_bytes);
+        r->n_iov = 1 + (int)(kv_pool_n_layer(p) * kv_pool_n_buffers(p));
+        r->iov = r->inplace ? malloc((size_t)r->n_iov * sizeof *r->iov) : NULL;
     }
-    if (!r || !r->keys || !r->ids || !r->body) {
+    if (!r || !r->keys || !r->ids || !r->body || (r->inplace && !r->iov)) {
         if (r) {
             free(r->keys);
             free(r->ids);
             free(r->body);
+            free(r->iov);
             free(r);
         }
         return err_set(ERR_NOMEM, "kv_xfer_recv_create: transfer %llu of %lld blocks",
@@ -379,6 +415,7 @@ void kv_xfer_recv_destroy(kv_xfer_recv *r) {
     free(r->keys);
     free(r->ids);
     free(r->body);
+    free(r->iov);
     free(r);
 }
 
@@ -395,22 +432,42 @@ static int recv_block(kv_xfer_recv *r, const msg_hdr *h) {
                        "bytes) is not block %u of this prompt (%lld full blocks of %zu bytes)",
                        x, h->seq, (long long)h->pos0, (long long)h->pos1,
                        (unsigned long long)h->body, h->seq, (long long)r->n_full, r->body_bytes);
-    int rc = r->conn->ops->read_full(r->conn, r->body, r->body_bytes, r->o.timeout_ms);
-    if (rc)
-        return rc;
-    int32_t id = kv_pool_alloc(r->pool);
-    if (id < 0)
-        return err_set(ERR_FULL, "kv_xfer transfer %llu: no free pool block for block %u", x,
-                       h->seq);
     kv_block_meta want = {.identity = r->o.identity,
                           .parent = h->seq ? r->keys[h->seq - 1] : r->o.identity,
                           .key = r->keys[h->seq],
                           .toks = r->o.toks + (int64_t)h->seq * r->bs};
-    rc = kv_block_decode(r->pool, id, &want, r->body, r->body_bytes, NULL);
+    int rc = r->inplace ? 0 : r->conn->ops->read_full(r->conn, r->body, r->body_bytes,
+                                                       r->o.timeout_ms);
+    if (rc)
+        return rc;
+    int32_t id = kv_pool_alloc(r->pool);
+    if (id < 0) {
+        if (r->inplace && (rc = msg_skip_body(r->conn, h->body, r->o.timeout_ms)))
+            return rc;
+        return err_set(ERR_FULL, "kv_xfer transfer %llu: no free pool block for block %u", x,
+                       h->seq);
+    }
+    if (r->inplace) {
+        /* RECEIVING: the block is ours alone and nobody sees it until it is HELD, so its bytes
+         * land in it straight from the wire and are verified once where they lie */
+        uint64_t sum = 0;
+        r->iov[0] = (struct iovec){r->body, kv_block_head_bytes(r->pool)};
+        kv_block_segments(r->pool, id, r->iov + 1, r->n_iov - 1);
+        rc = r->conn->ops->readv_full(r->conn, r->iov, r->n_iov, r->o.timeout_ms);
+        if (rc == 0)
+            rc = kv_block_check_head(r->pool, &want, r->body, kv_block_head_bytes(r->pool), &sum);
+        if (rc == 0 && kv_block_checksum(r->pool, id, want.key) != sum)
+            rc = err_set(ERR_CHECKSUM, "kv blob %016llx: block %d as received fails its checksum",
+                         (unsigned long long)want.key, id);
+    } else {
+        rc = kv_block_decode(r->pool, id, &want, r->body, r->body_bytes, NULL);
+    }
     if (rc) {
         kv_block_unref(r->pool, id); /* RECEIVING -> FREED */
         r->st.n_released++;
-        return err_wrap(rc, "kv_xfer transfer %llu: block %u", x, h->seq);
+        return rc == ERR_CONNECT || rc == ERR_TIMEOUT
+                   ? rc
+                   : err_wrap(rc, "kv_xfer transfer %llu: block %u", x, h->seq);
     }
     r->ids[r->n_ids++] = id; /* RECEIVING -> HELD */
     r->st.n_verified++;

@@ -25,7 +25,13 @@
  * Verification. The receiver knows the request's prompt tokens and the identity (model, element
  * type, block size), so it computes every block's name itself; it allocates a pool block, and
  * kv_block_decode restores the blob into it only if the blob names exactly that block and its
- * payload matches its checksum (and the pool block after the write does too). Block i must carry
+ * payload matches its checksum (and the pool block after the write does too). In place (toggle
+ * kv-xfer-inplace, the default) the same bytes move without the blob buffers: the sender writes the
+ * blob's head and then the block's segments straight from its pool (the block is HELD, so nobody
+ * writes it meanwhile), and the receiver allocates the pool block first (RECEIVING: nobody else can
+ * see it), reads the head into a buffer and the segments straight into the block, checks the head
+ * (kv_block_check_head) and verifies the block's checksum once where it lies; only then is it HELD.
+ * A block that fails is freed, never seen. Block i must carry
  * positions [i*B, (i+1)*B). Only full blocks travel; a prompt's partial tail block is recomputed by
  * the receiver. Pipelining: the sender sends each block as soon as it is sealed (chunk-wise, so the
  * transfer overlaps the prefill's compute) and marks the last one final.

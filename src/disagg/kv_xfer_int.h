@@ -8,12 +8,21 @@
 
 #include "disagg/kv_xfer.h"
 
+#include <sys/uio.h>
+
 typedef struct kv_xfer_conn_ops {
     /* Writes all n bytes. Returns 0 or ERR_CONNECT (the peer is gone; detail says why). */
     int (*write_all)(kv_xfer_conn *c, const void *buf, size_t n);
     /* Reads exactly n bytes, waiting up to timeout_ms (-1: forever) for each part. Returns 0,
      * ERR_TIMEOUT, ERR_CONNECT (end of stream or an error). */
     int (*read_full)(kv_xfer_conn *c, void *buf, size_t n, int timeout_ms);
+    /* Writes the n parts of iov in order: the same bytes on the stream as write_all of each
+     * (tcp: straight from the parts, one sendmsg for many; ucx: gathered into one message, see
+     * kv_xfer_ucx.c for why). Returns 0 or ERR_CONNECT. */
+    int (*writev_all)(kv_xfer_conn *c, const struct iovec *iov, int n);
+    /* Reads exactly the n parts of iov in order, as read_full of each would (tcp: straight into
+     * the parts, one readv for many). Returns as read_full. */
+    int (*readv_full)(kv_xfer_conn *c, const struct iovec *iov, int n, int timeout_ms);
     void (*shutdown)(kv_xfer_conn *c);
     void (*destroy)(kv_xfer_conn *c);
 } kv_xfer_conn_ops;

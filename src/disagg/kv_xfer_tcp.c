@@ -13,10 +13,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 typedef struct tcp_conn {
@@ -72,6 +74,65 @@ static int tcp_read_full(kv_xfer_conn *c, void *buf, size_t n, int timeout_ms) {
     return 0;
 }
 
+enum { IOV_WINDOW = 64 };
+
+/* Moves the n parts of iov through the socket (send when out, else receive, each wait up to
+ * timeout_ms), IOV_WINDOW parts per system call at most. */
+static int tcp_iov(tcp_conn *t, const struct iovec *iov, int n, bool out, int timeout_ms) {
+    int i = 0;
+    size_t off = 0; /* bytes of iov[i] already moved */
+    for (;;) {
+        while (i < n && off == iov[i].iov_len) {
+            i++;
+            off = 0;
+        }
+        if (i == n)
+            return 0;
+        struct iovec w[IOV_WINDOW];
+        int k = 0;
+        for (int j = i; j < n && k < IOV_WINDOW; j++, k++)
+            w[k] = j == i ? (struct iovec){(char *)iov[j].iov_base + off, iov[j].iov_len - off}
+                          : iov[j];
+        ssize_t r;
+        if (out) {
+            struct msghdr mh = {.msg_iov = w, .msg_iovlen = (size_t)k};
+            r = sendmsg(t->fd, &mh, MSG_NOSIGNAL);
+        } else {
+            struct pollfd pf = {.fd = t->fd, .events = POLLIN};
+            int pr = poll(&pf, 1, timeout_ms);
+            if (pr == 0)
+                return err_set(ERR_TIMEOUT, "kv_xfer tcp: nothing from the peer on fd %d in %d ms",
+                               t->fd, timeout_ms);
+            r = pr < 0 ? -1 : readv(t->fd, w, k);
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return err_set(ERR_CONNECT, "kv_xfer tcp: %s on fd %d: %s", out ? "send" : "recv",
+                           t->fd,
+                           r < 0  ? strerror(errno)
+                           : out ? "wrote nothing"
+                                 : "the peer closed the connection");
+        for (size_t m = (size_t)r; m > 0;) {
+            size_t left = iov[i].iov_len - off, step = m < left ? m : left;
+            off += step;
+            m -= step;
+            if (off == iov[i].iov_len && m > 0) {
+                i++;
+                off = 0;
+            }
+        }
+    }
+}
+
+static int tcp_writev_all(kv_xfer_conn *c, const struct iovec *iov, int n) {
+    return tcp_iov((tcp_conn *)c, iov, n, true, -1);
+}
+
+static int tcp_readv_full(kv_xfer_conn *c, const struct iovec *iov, int n, int timeout_ms) {
+    return tcp_iov((tcp_conn *)c, iov, n, false, timeout_ms);
+}
+
 static void tcp_shutdown(kv_xfer_conn *c) {
     shutdown(((tcp_conn *)c)->fd, SHUT_RDWR);
 }
@@ -82,7 +143,8 @@ static void tcp_destroy(kv_xfer_conn *c) {
     free(t);
 }
 
-static const kv_xfer_conn_ops tcp_ops = {tcp_write_all, tcp_read_full, tcp_shutdown, tcp_destroy};
+static const kv_xfer_conn_ops tcp_ops = {tcp_write_all,  tcp_read_full, tcp_writev_all,
+                                         tcp_readv_full, tcp_shutdown,  tcp_destroy};
 
 int kv_xfer_conn_from_fd(int fd, kv_xfer_conn **out) {
     tcp_conn *t = calloc(1, sizeof *t);

@@ -63,6 +63,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
@@ -203,6 +204,8 @@ typedef struct ucx_conn {
     int wake_fd;
     uint8_t *stage;    /* the rest of a message longer than the read that took it */
     size_t stage_cap, stage_off, stage_len;
+    uint8_t *gather; /* writev_all's parts, gathered into one message */
+    size_t gather_cap;
     char peer[80];
 } ucx_conn;
 
@@ -344,6 +347,40 @@ static int ucx_write_all(kv_xfer_conn *base, const void *buf, size_t n) {
     return rc;
 }
 
+/* The parts of iov gathered into the connection's gather buffer and written as one message (one
+ * copy here; the reader's rendezvous fetches it in one piece, and its readv_full copies the parts
+ * out of its staging buffer). Measured on shared memory (bench_xfer, 1 MiB blocks of 32 parts of
+ * 32 KiB), this beats both other ways UCX 1.13 offers: a message per part costs a rendezvous each
+ * (about 1.3 times the CPU per byte of this), and one message of UCX's iov datatype goes by a
+ * fragmented protocol (20 times slower). */
+static int conn_writev_all(ucx_conn *c, const struct iovec *iov, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += iov[i].iov_len;
+    if (total > c->gather_cap) {
+        uint8_t *g = realloc(c->gather, total);
+        if (!g)
+            return err_set(ERR_CONNECT, "kv_xfer ucx: write to %s: no memory for %zu bytes",
+                           c->peer, total);
+        c->gather = g;
+        c->gather_cap = total;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(c->gather + off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+    }
+    return conn_write_all(c, c->gather, total);
+}
+
+static int ucx_writev_all(kv_xfer_conn *base, const struct iovec *iov, int n) {
+    ucx_conn *c = (ucx_conn *)base;
+    pthread_mutex_lock(&c->use);
+    int rc = conn_writev_all(c, iov, n);
+    pthread_mutex_unlock(&c->use);
+    return rc;
+}
+
 static int conn_read_full(ucx_conn *c, void *buf, size_t n, int timeout_ms) {
     uint8_t *p = buf;
     while (n > 0) {
@@ -412,6 +449,23 @@ static int ucx_read_full(kv_xfer_conn *base, void *buf, size_t n, int timeout_ms
     return rc;
 }
 
+/* Reads the parts of iov in order, as read_full of each (a writev_all's message is staged once and
+ * its parts copied out). */
+static int conn_readv_full(ucx_conn *c, const struct iovec *iov, int n, int timeout_ms) {
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = conn_read_full(c, iov[i].iov_base, iov[i].iov_len, timeout_ms);
+    return rc;
+}
+
+static int ucx_readv_full(kv_xfer_conn *base, const struct iovec *iov, int n, int timeout_ms) {
+    ucx_conn *c = (ucx_conn *)base;
+    pthread_mutex_lock(&c->use);
+    int rc = conn_readv_full(c, iov, n, timeout_ms);
+    pthread_mutex_unlock(&c->use);
+    return rc;
+}
+
 /* Takes the small messages nobody will read off the queue (the peer's FIN, ACKs, an ABORT), so
  * the worker is destroyed with none pending. A rendezvous message stays: receiving it would tell
  * its sender it was delivered. */
@@ -466,6 +520,7 @@ static void conn_free(ucx_conn *c) {
         close(c->wake_fd);
     pthread_mutex_destroy(&c->use);
     free(c->stage);
+    free(c->gather);
     free(c);
     ctx_put();
 }
@@ -478,7 +533,8 @@ static void ucx_destroy(kv_xfer_conn *base) {
     conn_free(c);
 }
 
-static const kv_xfer_conn_ops ucx_ops = {ucx_write_all, ucx_read_full, ucx_shutdown, ucx_destroy};
+static const kv_xfer_conn_ops ucx_ops = {ucx_write_all,  ucx_read_full, ucx_writev_all,
+                                         ucx_readv_full, ucx_shutdown,  ucx_destroy};
 
 /* A connection with its worker, no endpoint yet. */
 static int conn_new(const char *peer, ucx_conn **out) {

@@ -82,7 +82,11 @@ static uint64_t get_u64(const unsigned char *s) {
     return v;
 }
 
-void kv_block_encode(const kv_pool *p, int32_t id, const kv_block_meta *m, void *out) {
+size_t kv_block_head_bytes(const kv_pool *p) {
+    return kv_block_header_bytes(p);
+}
+
+void kv_block_encode_head(const kv_pool *p, const kv_block_meta *m, void *out) {
     unsigned char *d = out;
     int64_t bs = kv_pool_block_size(p);
     memcpy(d, KV_BLOB_MAGIC, 4);
@@ -104,15 +108,33 @@ void kv_block_encode(const kv_pool *p, int32_t id, const kv_block_meta *m, void 
     }
     for (int64_t i = 0; i < bs; i++)
         d = put_u32(d, (uint32_t)m->toks[i]);
+}
+
+void kv_block_encode(const kv_pool *p, int32_t id, const kv_block_meta *m, void *out) {
+    kv_block_encode_head(p, m, out);
+    unsigned char *d = (unsigned char *)out + kv_block_header_bytes(p);
     for (int64_t l = 0; l < kv_pool_n_layer(p); l++)
-        for (int b = 0; b < nbuf; b++) {
+        for (int b = 0; b < kv_pool_n_buffers(p); b++) {
             memcpy(d, kv_block_bufp(p, id, l, b), kv_pool_buffer_block_bytes(p, b));
             d += kv_pool_buffer_block_bytes(p, b);
         }
 }
 
-/* Checks the header of blob against the pool's geometry and buffers. */
-static int kv_block_check_header(const kv_pool *p, const unsigned char *s, size_t n) {
+int kv_block_segments(const kv_pool *p, int32_t id, struct iovec *seg, int cap) {
+    int64_t n = kv_pool_n_layer(p) * kv_pool_n_buffers(p);
+    if (n > cap)
+        return err_set(ERR_RANGE, "kv block %d: %lld segments, room for %d", id, (long long)n, cap);
+    int i = 0;
+    for (int64_t l = 0; l < kv_pool_n_layer(p); l++)
+        for (int b = 0; b < kv_pool_n_buffers(p); b++, i++)
+            seg[i] = (struct iovec){kv_block_bufp(p, id, l, b), kv_pool_buffer_block_bytes(p, b)};
+    return i;
+}
+
+/* Checks the header of blob (n bytes; want_n: a whole blob's or a head's) against the pool's
+ * geometry and buffers. */
+static int kv_block_check_header(const kv_pool *p, const unsigned char *s, size_t n,
+                                 size_t want_n) {
     if (n < KV_BLOB_FIXED || memcmp(s, KV_BLOB_MAGIC, 4) != 0)
         return err_set(ERR_FORMAT, "kv blob: bad magic or %zu bytes", n);
     if (get_u32(s + 4) != KV_BLOB_VERSION)
@@ -131,8 +153,9 @@ static int kv_block_check_header(const kv_pool *p, const unsigned char *s, size_
                        "kv blob: %u buffers, the pool restores %d: refused (a partial restore "
                        "would leave a buffer stale)",
                        nbuf, kv_pool_n_buffers(p));
-    if (n != kv_block_blob_bytes(p))
-        return err_set(ERR_FORMAT, "kv blob: %zu bytes, expected %zu", n, kv_block_blob_bytes(p));
+    if (n != want_n)
+        return err_set(ERR_FORMAT, "kv blob%s: %zu bytes, expected %zu",
+                       want_n == kv_block_blob_bytes(p) ? "" : " head", n, want_n);
     const unsigned char *bd = s + KV_BLOB_FIXED;
     for (int b = 0; b < kv_pool_n_buffers(p); b++, bd += KV_BLOB_BUF_DESC) {
         char name[9] = {0};
@@ -148,15 +171,12 @@ static int kv_block_check_header(const kv_pool *p, const unsigned char *s, size_
     return 0;
 }
 
-int kv_block_decode(kv_pool *p, int32_t id, const kv_block_meta *want, const void *blob, size_t n,
-                    uint64_t *checksum_out) {
-    const unsigned char *s = blob;
-    int rc = kv_block_check_header(p, s, n);
-    if (rc)
-        return rc;
+/* Checks that blob s (its header checked) names exactly the block want names; its checksum into
+ * *checksum. */
+static int kv_block_check_name(const kv_pool *p, const kv_block_meta *want, const unsigned char *s,
+                               uint64_t *checksum) {
     int64_t bs = kv_pool_block_size(p);
     uint64_t identity = get_u64(s + 8), parent = get_u64(s + 16), key = get_u64(s + 24);
-    uint64_t sum = get_u64(s + 32);
     const unsigned char *tk = s + KV_BLOB_FIXED + (size_t)kv_pool_n_buffers(p) * KV_BLOB_BUF_DESC;
     bool same = identity == want->identity && parent == want->parent && key == want->key;
     for (int64_t i = 0; same && i < bs; i++)
@@ -164,7 +184,24 @@ int kv_block_decode(kv_pool *p, int32_t id, const kv_block_meta *want, const voi
     if (!same)
         return err_set(ERR_NOTFOUND, "kv blob: holds block %016llx, expected %016llx",
                        (unsigned long long)key, (unsigned long long)want->key);
-    const unsigned char *pl = tk + 4 * (size_t)bs;
+    *checksum = get_u64(s + 32);
+    return 0;
+}
+
+int kv_block_check_head(const kv_pool *p, const kv_block_meta *want, const void *head, size_t n,
+                        uint64_t *checksum) {
+    int rc = kv_block_check_header(p, head, n, kv_block_header_bytes(p));
+    return rc ? rc : kv_block_check_name(p, want, head, checksum);
+}
+
+int kv_block_decode(kv_pool *p, int32_t id, const kv_block_meta *want, const void *blob, size_t n,
+                    uint64_t *checksum_out) {
+    const unsigned char *s = blob;
+    uint64_t key = want->key, sum = 0;
+    int rc = kv_block_check_header(p, s, n, kv_block_blob_bytes(p));
+    if (rc || (rc = kv_block_check_name(p, want, s, &sum)))
+        return rc;
+    const unsigned char *pl = s + kv_block_header_bytes(p);
     if (kv_block_payload_sum(p, pl, key) != sum)
         return err_set(ERR_CHECKSUM, "kv blob %016llx: payload checksum mismatch",
                        (unsigned long long)key);

@@ -36,6 +36,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 /* The chain hash of a block: parent is the previous block's key (the identity for block 0). */
 uint64_t kv_block_key(uint64_t parent, const int32_t *toks, int64_t n_toks);
@@ -64,5 +65,30 @@ void kv_block_encode(const kv_pool *p, int32_t id, const kv_block_meta *m, void 
  * contents are unspecified (the caller frees it). *checksum_out (may be NULL) gets the checksum. */
 int kv_block_decode(kv_pool *p, int32_t id, const kv_block_meta *want, const void *blob, size_t n,
                     uint64_t *checksum_out);
+
+/* In place (kv_xfer's fast path, flag kv-xfer-inplace): a blob is its head (everything before
+ * the payload: kv_block_head_bytes) followed by the block's segments (one buffer of one layer
+ * each, in payload order), so a sender can write the head and then the segments straight from its
+ * pool, and a receiver can read the head into a buffer and the segments straight into a pool block
+ * that is still invisible to everyone else, then verify the block once where it lies
+ * (kv_block_check_head, then kv_block_checksum against the checksum the head carries). */
+
+/* Bytes of a blob's head for this pool. */
+size_t kv_block_head_bytes(const kv_pool *p);
+
+/* Writes the head of pool p's blob for block m (kv_block_head_bytes(p) bytes) into out: the first
+ * bytes kv_block_encode writes. */
+void kv_block_encode_head(const kv_pool *p, const kv_block_meta *m, void *out);
+
+/* Fills seg[0..n) with pool block id's segments in payload order, n = n_layer x n_buffers. Returns
+ * n, or ERR_RANGE (nothing written) if cap < n. The segments point into the pool: whoever writes
+ * them must own the block (allocated, not yet seen by anyone else). */
+int kv_block_segments(const kv_pool *p, int32_t id, struct iovec *seg, int cap);
+
+/* Checks a blob's head (n bytes) as kv_block_decode checks it: geometry and buffers against the
+ * pool, identity, parent, key and tokens against want. Returns 0 and *checksum (the payload
+ * checksum the head carries), ERR_FORMAT or ERR_NOTFOUND (detail as kv_block_decode's). */
+int kv_block_check_head(const kv_pool *p, const kv_block_meta *want, const void *head, size_t n,
+                        uint64_t *checksum);
 
 #endif

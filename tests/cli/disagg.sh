@@ -27,7 +27,7 @@
 #     counted, on one prefill and one decode server
 #   - kill -9 of the router in the middle of a stream: the client's stream ends, the prefill and
 #     decode servers go back to idle (no block held, no transfer open) and keep serving
-#   - verity hunt against the router finds nothing (concurrency 1 and 16, --tie-threshold 0)
+#   - verity hunt against the router finds nothing (concurrency 1 and 16, then 64, --tie-threshold 0)
 #   - drain: SIGTERM on the decode server while its request waits for the KV (the prefill server
 #     held): new requests get 503, the request is answered whole once the KV arrives, exit 0
 #   - contrib/router/disagg_local.sh starts a router, two prefill and two decode servers, serves,
@@ -216,6 +216,14 @@ rc=$?
 r=$(python3 -c "import json; d=json.load(open('$TMP/hunt.json')); print(d['summary']['errors']==0 and d['summary']['corrupt']==0 and d['oracles']['exact']['diverged_sessions']==0)" 2>/dev/null)
 [ $rc -eq 0 ] && [ "$r" = True ] && pass disagg.hunt_finds_nothing ||
     fail disagg.hunt_finds_nothing "exit $rc, $r: $(tail -n 2 "$TMP/hunt.err")"
+# and at concurrency 64 (64 sessions at once: 6 s in release on this model, 2026-12-02)
+sess64=$(python3 -c "print(max(16, int(64 * $scale)))")
+"$VERITY" hunt --quiet --json --url "$RT_URL" --tools 0 --temperature 1 --tie-threshold 0 --scrape-ms 0 \
+    --concurrency 64 --sessions "$sess64" --turns 2 --max-tokens 24 >"$TMP/hunt64.json" 2>"$TMP/hunt64.err"
+rc=$?
+r=$(python3 -c "import json; d=json.load(open('$TMP/hunt64.json')); print(d['summary']['n']==$sess64 and d['summary']['errors']==0 and d['summary']['corrupt']==0 and d['oracles']['exact']['diverged_sessions']==0)" 2>/dev/null)
+[ $rc -eq 0 ] && [ "$r" = True ] && pass "disagg.hunt_finds_nothing_64($sess64 sessions)" ||
+    fail disagg.hunt_finds_nothing_64 "exit $rc, $r: $(tail -n 2 "$TMP/hunt64.err")"
 
 # --- drain: SIGTERM on the decode server while its request waits for the KV --------------------
 # the prefill server is held, so the request is in flight on both; the decode server drains
