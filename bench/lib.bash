@@ -6,6 +6,7 @@
 # BENCH_PID and BENCH_PORT. Returns 1, with one line on stderr, if it does not come up.
 bench_start() {
     local log=$1 cmd=$2; shift 2
+    : >"$log" # the background child opens it; the loop below may read first
     build/release/verity "$cmd" --port 0 "$@" >"$log" 2>&1 &
     BENCH_PID=$!
     BENCH_PORT=""
