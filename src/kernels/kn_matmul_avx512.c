@@ -294,6 +294,26 @@ static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *
     }
 }
 
+/* The direct path over column blocks [b0, b1) for m <= mm-direct-rows rows: one or two rows
+ * in one tile over the whole of K, more in K chunks shared by the row tiles (kf_block_direct). */
+static inline __attribute__((always_inline)) void kf_direct(const kn_mat *w, const bool f16,
+                                                            const kn_act *xa, int64_t m, float *y,
+                                                            int64_t ldy, int64_t b0, int64_t b1) {
+    for (int64_t jb = b0; jb < b1; jb++) {
+        __mmask16 mask[4];
+        kf_masks(w, jb, mask);
+        const uint16_t *blk =
+            (const uint16_t *)((const unsigned char *)w->packed + (size_t)jb * w->block_stride);
+        float *yb = y + jb * KN_NB_F;
+        if (m == 2)
+            kf_tile_direct(2, f16, xa->x, xa->ldx, blk, 0, w->k, true, yb, ldy, mask, w->prefetch);
+        else if (m == 1)
+            kf_tile_direct(1, f16, xa->x, xa->ldx, blk, 0, w->k, true, yb, ldy, mask, w->prefetch);
+        else
+            kf_block_direct(w, f16, xa, m, y, ldy, jb, blk, mask);
+    }
+}
+
 void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
                         int64_t b0, int64_t b1, float *scratch) {
     const int64_t K = w->k;
@@ -303,31 +323,10 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
 #define KF_W(jb, k) (wb + (size_t)(jb)*w->block_stride + (size_t)(k)*KN_NB_F * esz)
     if (w->type != GGUF_TYPE_F32 && m <= w->direct_rows) {
         /* F16 and BF16 as constants: the conversion is chosen at compile time, not per k-step */
-        for (int64_t jb = b0; jb < b1; jb++) {
-            __mmask16 mask[4];
-            kf_masks(w, jb, mask);
-            const uint16_t *blk = (const uint16_t *)KF_W(jb, 0);
-            float *yb = y + jb * KN_NB_F;
-            if (w->type == GGUF_TYPE_F16) {
-                if (m == 2)
-                    kf_tile_direct(2, true, xa->x, xa->ldx, blk, 0, K, true, yb, ldy, mask,
-                                   w->prefetch);
-                else if (m == 1)
-                    kf_tile_direct(1, true, xa->x, xa->ldx, blk, 0, K, true, yb, ldy, mask,
-                                   w->prefetch);
-                else
-                    kf_block_direct(w, true, xa, m, y, ldy, jb, blk, mask);
-            } else {
-                if (m == 2)
-                    kf_tile_direct(2, false, xa->x, xa->ldx, blk, 0, K, true, yb, ldy, mask,
-                                   w->prefetch);
-                else if (m == 1)
-                    kf_tile_direct(1, false, xa->x, xa->ldx, blk, 0, K, true, yb, ldy, mask,
-                                   w->prefetch);
-                else
-                    kf_block_direct(w, false, xa, m, y, ldy, jb, blk, mask);
-            }
-        }
+        if (w->type == GGUF_TYPE_F16)
+            kf_direct(w, true, xa, m, y, ldy, b0, b1);
+        else
+            kf_direct(w, false, xa, m, y, ldy, b0, b1);
         return;
     }
     for (int64_t jb = b0; jb < b1; jb++)
