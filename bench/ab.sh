@@ -7,6 +7,8 @@
 # Usage: bench/ab.sh REV_A REV_B [prefill|decode] [BATCH] [PROMPT] [REPS] [ROUNDS] [MODEL.gguf]
 #   defaults: prefill, batch 1, prompt 256, 7 repetitions per run, 4 rounds; without MODEL the
 #   synthetic 0.5b F16 model `verity bench` caches. REV "." is the working tree as it stands.
+# BS_CPU=1 times by the processes' CPU time (bench/bench_step.c): what a busy neighbour takes
+# away from a thread is not counted, so the ratio moves far less from run to run.
 # Example: bench/ab.sh HEAD~1 . decode 32
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -40,9 +42,10 @@ build() {
     fi
     make -C "$dir" -j"$(nproc)" TYPE=release build/release/libverity.a >"$tmp/make-$side.log" 2>&1 ||
         { echo "bench/ab.sh: building $rev failed: $(tail -c 300 "$tmp/make-$side.log")" >&2; return 1; }
-    # the libraries the Makefile links (LDLIBS), as needed: the library uses xxhash since hash.c
-    cc -O2 -I"$dir/src" bench/bench_step.c "$dir/build/release/libverity.a" -lm -pthread \
-        -Wl,--as-needed -lpcre2-8 -lcurl -lxxhash -lhiredis -lucp -lucs -Wl,--no-as-needed \
+    # the Makefile's LDLIBS (xxhash since the KV checksums, curl, hiredis, ucx): all --as-needed,
+    # so a revision that uses fewer of them links too
+    cc -O2 -I"$dir/src" bench/bench_step.c "$dir/build/release/libverity.a" -Wl,--as-needed \
+        -lm -pthread -lpcre2-8 -lcurl -lxxhash -lhiredis -lucp -lucs -Wl,--no-as-needed \
         -o "$tmp/step-$side" || return 1
 }
 build a "$A" && build b "$B" || exit 2

@@ -3,7 +3,8 @@
  * bench_matmul: kernel micro-benchmark for tuning (not a test): the roofline probe, then matmul
  * throughput on the synthetic 0.5b model's shapes for M = 1, 32, 256 and each weight type, as a
  * fraction of the measured roofline.
- *   make && cc -O2 -Isrc bench/bench_matmul.c build/release/libverity.a -lm -pthread -o /tmp/bm
+ *   make && cc -O2 -Isrc bench/bench_matmul.c build/release/libverity.a -lm -pthread -lpcre2-8 \
+ *       -lcurl -lxxhash -lhiredis -o /tmp/bm
  *   /tmp/bm [threads [type]]
  * BM_05B=1: the forward pass's own matrices instead (Q+K+V 1152 x 896, O 896 x 896, gate+up
  * 9728 x 896, down 896 x 4864, activation rows K apart), for F16/F32/BF16 only.

@@ -11,6 +11,12 @@
  * step as fit in 4096 tokens; decode: after one untimed prefill, each repetition is one step of
  * BATCH sequences advancing one token. Prints the median and best repetition, in ms and in GFLOP/s
  * of the weight matrices (2 x parameters per token, as `verity bench` counts).
+ *
+ * BS_CPU=1: times by the process's CPU time (all threads together) instead of the wall clock, so
+ * the moments a busy shared machine takes a thread away do not count (the pool's spinning, and
+ * cache and memory contention, still do), and adds the fraction of the FMA roof measured the same
+ * way on this thread (AVX-512 machines): GFLOP per CPU-second over one thread's roof per
+ * CPU-second. bench/ab.sh passes the variable through.
  */
 #include "base/clock.h"
 #include "kernels/kn.h"
@@ -19,6 +25,7 @@
 #include "model/model.h"
 
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +35,35 @@
 static int bs_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* kn_roofline_avx512.c's probe: 12 independent chains of AVX-512 FMAs, iters times */
+double kn_roofline_fma_avx512(int64_t iters);
+
+/* Now, in ns: the wall clock, or with cpu the process's CPU time. */
+static int64_t bs_now_ns(bool cpu) {
+    if (!cpu)
+        return clock_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The FMA roof of this thread per second of its CPU time: the best of 3 probe runs. */
+static double bs_roof_cpu_gflops(void) {
+    const int64_t iters = 10000000;
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        kn_roofline_fma_avx512(iters);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        double dt = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+        double g = (double)iters * 12 * 16 * 2 / dt * 1e-9; /* chains x lanes x 2 flops */
+        if (g > best)
+            best = g;
+    }
+    return best;
 }
 
 /* Runs sequences [s0, s0 + ns) of the batch through one step: their whole prompts (n = P) or one
@@ -61,6 +97,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_step: bad arguments\n");
         return 2;
     }
+    const bool cpu = getenv("BS_CPU") && strcmp(getenv("BS_CPU"), "1") == 0;
     kn_isa isa;
     model *m;
     if (kn_isa_select(&isa) || model_load(path, isa, &m)) {
@@ -92,14 +129,14 @@ int main(int argc, char **argv) {
         for (int s0 = 0; s0 < B && !rc; s0 += fit)
             rc = bs_step(fc, seqs, s0, B - s0 < fit ? B - s0 : fit, toks, P, blocks, per, false, 0);
     for (int r = 0; r < reps && !rc; r++) {
-        int64_t t0 = clock_now_ns();
+        int64_t t0 = bs_now_ns(cpu);
         if (decode)
             rc = bs_step(fc, seqs, 0, B, toks, P, blocks, per, true, P + r % 64);
         else
             for (int s0 = 0; s0 < B && !rc; s0 += fit)
                 rc = bs_step(fc, seqs, s0, B - s0 < fit ? B - s0 : fit, toks, P, blocks, per, false,
                              0);
-        t[r] = (double)(clock_now_ns() - t0) * 1e-9;
+        t[r] = (double)(bs_now_ns(cpu) - t0) * 1e-9;
     }
     if (rc) {
         fprintf(stderr, "bench_step: forward pass failed (%d)\n", rc);
@@ -111,6 +148,12 @@ int main(int argc, char **argv) {
     printf("%s batch %d prompt %d: median %.2f ms (%.1f GFLOP/s), best %.2f ms (%.1f GFLOP/s)\n",
            decode ? "decode" : "prefill", B, P, t[reps / 2] * 1e3, flop / t[reps / 2] * 1e-9,
            t[0] * 1e3, flop / t[0] * 1e-9);
+    if (cpu && isa == KN_ISA_AVX512) {
+        double roof = bs_roof_cpu_gflops();
+        printf("  CPU time: median %.1f%%, best %.1f%% of one thread's FMA roof per CPU-second "
+               "(%.1f GFLOP/s)\n",
+               100 * flop / t[reps / 2] * 1e-9 / roof, 100 * flop / t[0] * 1e-9 / roof, roof);
+    }
     fwd_ctx_destroy(fc);
     kv_pool_destroy(kv);
     model_destroy(m);

@@ -509,10 +509,11 @@ static void t_quant_roundtrip(void) {
 
 /* The new quantized kernels tile rows in chunks of 96 (activation reuse in L2): M across a
  * chunk boundary, with a tail, gives the reference's bytes too. */
-/* The few-row paths (speculative verification feeds 1 + k rows of one sequence): every row count
- * 1 .. 17 of F16 / BF16 (mm-direct-rows 0, 2 and 16: the panel, the one- and two-row direct tiles,
- * and the chunked direct path whose row tiles share each K chunk) and of Q8_0 / Q4_0 (mm-q-tile 4,
- * 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of Q6_K over 9
+/* The few-row paths (speculative verification feeds 1 + k rows of one sequence, decode at batch
+ * 32 feeds 32): every row count 1 .. 33 of F16 / BF16 (mm-direct-rows 0, 2, 16 and 32: the panel,
+ * the one- and two-row direct tiles, and the chunked direct path whose row tiles share each K
+ * chunk, up to 16 rows and, the default, up to 32), 1 .. 17 of Q8_0 / Q4_0 (mm-q-tile 4, 6
+ * and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of Q6_K over 9
  * super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not),
  * against the reference bit for bit, with K ending mid-chunk; so each row's result is the same
  * whatever m and the toggle (batch invariance: a row never depends on the rows beside it). */
@@ -522,7 +523,7 @@ static void t_matmul_few_rows(void) {
         test_skip("no SIMD ISA on this CPU");
     const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0,
                          GGUF_TYPE_Q6_K};
-    const char *direct[] = {"0", "2", "16"}, *qtile[] = {"4", "6", "7"},
+    const char *direct[] = {"0", "2", "16", "32"}, *qtile[] = {"4", "6", "7"},
                *pf[] = {"0", "64", "4096"};
     const int64_t n = 130;
     int cases = 0;
@@ -531,9 +532,10 @@ static void t_matmul_few_rows(void) {
         bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0 || q6;
         int64_t k = q6 ? 2304 : q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
         void *w = make_weights(types[ti], n, k, NULL);
-        for (int64_t m = 1; m <= 17; m++) {
+        const int64_t m_max = q ? 17 : 33, n_vals = q ? 3 : 4;
+        for (int64_t m = 1; m <= m_max; m++) {
             act_buf ab;
-            act_make(&ab, m, k, k + 5, m == 17);
+            act_make(&ab, m, k, k + 5, m == m_max);
             if (q)
                 kn_act_quantize(&ab.a, k, 0, m, KN_ISA_SCALAR);
             int64_t ldy = n + 1;
@@ -541,7 +543,7 @@ static void t_matmul_few_rows(void) {
             float *ys = calloc((size_t)(m * ldy), sizeof(float));
             kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, ldy);
             for (int ii = 0; ii < n_simd; ii++)
-                for (size_t di = 0; di < 3; di++) {
+                for (int64_t di = 0; di < n_vals; di++) {
                     const char *flag = q6 ? "q6k-prefetch" : q ? "mm-q-tile" : "mm-direct-rows";
                     const char *val = q6 ? pf[di] : q ? qtile[di] : direct[di];
                     T_OK(flags_set(flag, val));
@@ -567,7 +569,7 @@ static void t_matmul_few_rows(void) {
     T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
     T_OK(flags_set("mm-q-tile", flags_find("mm-q-tile")->def));
     T_OK(flags_set("q6k-prefetch", flags_find("q6k-prefetch")->def));
-    T_CHECK(cases == 5 * 17 * 3 * n_simd);
+    T_CHECK(cases == (2 * 33 * 4 + 3 * 17 * 3) * n_simd);
 }
 
 static void t_matmul_kq_large_m(void) {

@@ -33,7 +33,7 @@ enum flag_kind {
     X(MM_PREFETCH, "mm-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                      \
       "matmul kernels prefetch the next weights, and activation rows, while computing (speed "     \
       "only, same bits)")                                                                          \
-    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "16", "0:64",                               \
+    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "32", "0:64",                               \
       "AVX-512 F16/BF16 matmuls of at most this many rows convert weights in registers, not "      \
       "via a panel (3 or more rows: in L1-sized K chunks shared by all rows; speed only, same "    \
       "bits)")                                                                                     \

@@ -14,10 +14,13 @@
  * (256 rows x 128 floats), so each tile prefetches the next tile's activation rows and, after the
  * first chunk, its y rows, a few lines per 16 k-steps, and its share of the weights' next chunk
  * (spread over all tiles). The k loop addresses the six rows off two pointers and a stride, so it
- * carries no other arithmetic. With at most mm-direct-rows rows (decode at small batch, the few
+ * carries no other arithmetic. With at most mm-direct-rows rows (decode up to batch 32, the few
  * rows of a speculative verification step) there is too little row reuse to pay for the panel:
  * kf_tile_direct converts in registers, prefetching 4 KiB ahead, over the whole of K for one or
  * two rows, and in L1-sized K chunks shared by all the row tiles for 3 or more (kf_block_direct).
+ * The panel's conversion and its stores and reloads cost about as much as converting in every
+ * row tile up to 32 rows (6 tiles); the direct loops are specialised for F16 and BF16 at compile
+ * time, so their k-step carries no branch (A/B figures in BENCHMARKS.md, "## Engine").
  *
  * Quantized types: 4-row x 32-column tiles (Q8_0 with mm-q-tile 5 to 7 and more than 4 rows:
  * ceil(M / mm-q-tile) tiles of equal height, up to 7 x 2 int32 and 7 x 2 float accumulators, 28
@@ -146,12 +149,13 @@ kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const 
         for (int j = 0; j < 4; j++)
             acc[m][j] =
                 init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], y + m * ldy + 16 * j);
+    /* without pf the two prefetches name the k-step's own lines, about to be loaded anyway: a
+     * branch-free loop either way */
+    const int64_t pf_off = pf ? KF_DIRECT_PF * KN_NB_F : 0;
     for (int64_t k = k0; k < k0 + kc; k++) {
         const uint16_t *wk = wb + k * KN_NB_F;
-        if (pf) { /* two lines per k-step */
-            _mm_prefetch((const char *)(wk + KF_DIRECT_PF * KN_NB_F), _MM_HINT_T0);
-            _mm_prefetch((const char *)(wk + KF_DIRECT_PF * KN_NB_F) + 64, _MM_HINT_T0);
-        }
+        _mm_prefetch((const char *)(wk + pf_off), _MM_HINT_T0); /* two lines per k-step */
+        _mm_prefetch((const char *)(wk + pf_off) + 64, _MM_HINT_T0);
         __m512 w[4];
 #pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
@@ -175,14 +179,14 @@ kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const 
 }
 
 /* Rows 3 .. mm-direct-rows of F16/BF16 (the verification step of speculative decoding, decode at
- * a small batch): column block by column block, K in chunks of KF_DIRECT_KC k-steps (16 KiB of
+ * batch up to 32): column block by column block, K in chunks of KF_DIRECT_KC k-steps (16 KiB of
  * weights, which stay in L1), and within a chunk every tile of up to KF_DIRECT_MR rows converts
  * the chunk's weights in registers: each weight is read from memory once for all the rows, and
  * no panel is written. The tiles are ceil(m / 6) of equal height give or take one; a row's
  * operations depend neither on its tile nor on m, so the bits are kf_tile's. Only the first tile
  * prefetches (the others find the chunk in L1). */
 #define KF_DIRECT_KC 128
-static void kf_block_direct(const kn_mat *w, const bool f16, const kn_act *xa, int64_t m, float *y,
+static inline __attribute__((always_inline)) void kf_block_direct(const kn_mat *w, const bool f16, const kn_act *xa, int64_t m, float *y,
                             int64_t ldy, int64_t jb, const uint16_t *blk, const __mmask16 *mask) {
     const int64_t K = w->k, ldx = xa->ldx;
     const int64_t nt = (m + KF_DIRECT_MR - 1) / KF_DIRECT_MR, base = m / nt, extra = m % nt;
@@ -290,6 +294,26 @@ static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *
     }
 }
 
+/* The direct path over column blocks [b0, b1) for m <= mm-direct-rows rows: one or two rows
+ * in one tile over the whole of K, more in K chunks shared by the row tiles (kf_block_direct). */
+static inline __attribute__((always_inline)) void kf_direct(const kn_mat *w, const bool f16,
+                                                            const kn_act *xa, int64_t m, float *y,
+                                                            int64_t ldy, int64_t b0, int64_t b1) {
+    for (int64_t jb = b0; jb < b1; jb++) {
+        __mmask16 mask[4];
+        kf_masks(w, jb, mask);
+        const uint16_t *blk =
+            (const uint16_t *)((const unsigned char *)w->packed + (size_t)jb * w->block_stride);
+        float *yb = y + jb * KN_NB_F;
+        if (m == 2)
+            kf_tile_direct(2, f16, xa->x, xa->ldx, blk, 0, w->k, true, yb, ldy, mask, w->prefetch);
+        else if (m == 1)
+            kf_tile_direct(1, f16, xa->x, xa->ldx, blk, 0, w->k, true, yb, ldy, mask, w->prefetch);
+        else
+            kf_block_direct(w, f16, xa, m, y, ldy, jb, blk, mask);
+    }
+}
+
 void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
                         int64_t b0, int64_t b1, float *scratch) {
     const int64_t K = w->k;
@@ -298,20 +322,11 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
     const unsigned char *wb = (const unsigned char *)w->packed;
 #define KF_W(jb, k) (wb + (size_t)(jb)*w->block_stride + (size_t)(k)*KN_NB_F * esz)
     if (w->type != GGUF_TYPE_F32 && m <= w->direct_rows) {
-        const bool f16 = w->type == GGUF_TYPE_F16;
-        for (int64_t jb = b0; jb < b1; jb++) {
-            __mmask16 mask[4];
-            kf_masks(w, jb, mask);
-            const uint16_t *blk = (const uint16_t *)KF_W(jb, 0);
-            if (m == 2)
-                kf_tile_direct(2, f16, xa->x, xa->ldx, blk, 0, K, true, y + jb * KN_NB_F, ldy, mask,
-                               w->prefetch);
-            else if (m == 1)
-                kf_tile_direct(1, f16, xa->x, xa->ldx, blk, 0, K, true, y + jb * KN_NB_F, ldy, mask,
-                               w->prefetch);
-            else
-                kf_block_direct(w, f16, xa, m, y, ldy, jb, blk, mask);
-        }
+        /* F16 and BF16 as constants: the conversion is chosen at compile time, not per k-step */
+        if (w->type == GGUF_TYPE_F16)
+            kf_direct(w, true, xa, m, y, ldy, b0, b1);
+        else
+            kf_direct(w, false, xa, m, y, ldy, b0, b1);
         return;
     }
     for (int64_t jb = b0; jb < b1; jb++)
