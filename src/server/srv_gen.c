@@ -700,6 +700,11 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
             return ERR_BUSY;
         }
     }
+    /* a prefill's answer says how its transfer ended (disagg.h "Cancel"): the router cancels
+     * the decode side's wait when it did not arrive; "none": the prompt had nothing to send */
+    const char *xfer = NULL;
+    if (g->p.xfer_id && !g->p.xfer_recv)
+        xfer = !g->tx ? "none" : disagg_tx_wait(g->tx) ? "failed" : "sent";
     srv_metrics_tokens(g->s->metrics, g->prompt_tokens, 0);
     srv_metrics_observe(g->s->metrics, SRV_H_E2E,
                         (double)(clock_now_ns() - g->t_arrival_ns) * 1e-9);
@@ -757,6 +762,9 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
     }
     strbuf_puts(out, "],\"usage\":");
     srv_usage_json(out, g);
+    if (xfer)
+        strbuf_printf(out, ",\"kv_transfer\":{\"id\":\"%016llx\",\"status\":\"%s\"}",
+                      (unsigned long long)g->p.xfer_id, xfer);
     strbuf_putc(out, '}');
     return strbuf_failed(out) ? ERR_NOMEM : 0;
 }
