@@ -1081,62 +1081,66 @@ static void t_cancel_waiting(void) {
     disagg_rx_destroy(rx);
 }
 
-static void t_cancel_receiving(void) {
+/* A receiving case: the fixture's blocks, a receiver expecting transfer id, a sender connected
+ * to it (hello written), the counters before. */
+typedef struct cx {
     fx f;
-    fx_init(&f, false);
-    disagg_rx *rx = rx_make();
+    disagg_rx *rx;
     disagg_stats s0;
-    disagg_stats_get(&s0);
-    engine_kv_in h = {0};
-    T_OK(disagg_rx_expect(rx, 0x71, f.toks, NB * BS + 3, &h));
-    kv_xfer_conn *conn = NULL;
-    kv_xfer_send *s = rx_dial(rx, 0x71, &conn);
-    T_OK(fx_send(&f, s, 0, false));
-    STATS_WAIT(rx_blocks_verified, s0.rx_blocks_verified + 1); /* receiving */
-    T_EQ_INT(rx_poll(&h), -1);
-    T_EQ_INT(disagg_rx_cancel(rx, 0x71), DISAGG_CANCEL_DONE);
-    T_EQ_INT(rx_poll(&h), 0);
-    STATS_WAIT(rx_transfers_aborted, s0.rx_transfers_aborted + 1); /* the connection was cut */
+    engine_kv_in h;
+    kv_xfer_conn *conn;
+    kv_xfer_send *s;
+} cx;
+
+static void cx_begin(cx *c, uint64_t id) {
+    fx_init(&c->f, false);
+    c->rx = rx_make();
+    disagg_stats_get(&c->s0);
+    c->h = (engine_kv_in){0};
+    T_OK(disagg_rx_expect(c->rx, id, c->f.toks, NB * BS + 3, &c->h));
+    c->s = rx_dial(c->rx, id, &c->conn);
+}
+
+/* Runs the sender until it ends, checks it ended in state want, the first n blocks each released
+ * once, and frees everything. */
+static void cx_end(cx *c, kv_xfer_state want, int n) {
+    while (kv_xfer_send_state(c->s) == KV_XFER_OPEN)
+        kv_xfer_send_step(c->s);
+    T_EQ_INT(kv_xfer_send_state(c->s), want);
+    kv_xfer_send_destroy(c->s);
+    check_releases(&c->f, n);
+    c->h.done(c->h.ctx, 0, 0);
+    kv_xfer_conn_destroy(c->conn);
+    disagg_rx_destroy(c->rx);
+    fx_free(&c->f);
+}
+
+static void t_cancel_receiving(void) {
+    cx c;
+    cx_begin(&c, 0x71);
+    T_OK(fx_send(&c.f, c.s, 0, false));
+    STATS_WAIT(rx_blocks_verified, c.s0.rx_blocks_verified + 1); /* receiving */
+    T_EQ_INT(rx_poll(&c.h), -1);
+    T_EQ_INT(disagg_rx_cancel(c.rx, 0x71), DISAGG_CANCEL_DONE);
+    T_EQ_INT(rx_poll(&c.h), 0);
+    STATS_WAIT(rx_transfers_aborted, c.s0.rx_transfers_aborted + 1); /* the connection was cut */
     STATS_WAIT(rx_open, 0);
-    while (kv_xfer_send_state(s) == KV_XFER_OPEN) /* the sender hears it */
-        kv_xfer_send_step(s);
-    T_EQ_INT(kv_xfer_send_state(s), KV_XFER_ABORTED);
-    kv_xfer_send_destroy(s);
-    check_releases(&f, 1);
-    T_EQ_INT(n_cancelled(), s0.rx_cancelled + 1);
-    h.done(h.ctx, 0, 0);
-    kv_xfer_conn_destroy(conn);
-    disagg_rx_destroy(rx);
-    fx_free(&f);
+    T_EQ_INT(n_cancelled(), c.s0.rx_cancelled + 1);
+    cx_end(&c, KV_XFER_ABORTED, 1); /* the sender hears it; its block released once */
 }
 
 static void t_cancel_after_ready(void) {
-    fx f;
-    fx_init(&f, false);
-    disagg_rx *rx = rx_make();
-    disagg_stats s0;
-    disagg_stats_get(&s0);
-    engine_kv_in h = {0};
-    T_OK(disagg_rx_expect(rx, 0x81, f.toks, NB * BS + 3, &h));
-    kv_xfer_conn *conn = NULL;
-    kv_xfer_send *s = rx_dial(rx, 0x81, &conn);
+    cx c;
+    cx_begin(&c, 0x81);
     for (int b = 0; b < NB; b++)
-        T_OK(fx_send(&f, s, b, b == NB - 1));
-    while (kv_xfer_send_state(s) == KV_XFER_OPEN)
-        kv_xfer_send_step(s);
-    T_EQ_INT(kv_xfer_send_state(s), KV_XFER_COMPLETE);
-    STATS_WAIT(rx_transfers_ok, s0.rx_transfers_ok + 1);
+        T_OK(fx_send(&c.f, c.s, b, b == NB - 1));
+    STATS_WAIT(rx_transfers_ok, c.s0.rx_transfers_ok + 1);
     STATS_WAIT(rx_open, 0);
-    T_EQ_INT(rx_poll(&h), NB); /* READY */
-    T_EQ_INT(disagg_rx_cancel(rx, 0x81), DISAGG_CANCEL_IGNORED);
-    T_EQ_INT(rx_poll(&h), NB); /* still READY: the blocks are used */
-    T_EQ_INT(n_cancelled(), s0.rx_cancelled);
-    kv_xfer_send_destroy(s);
-    check_releases(&f, NB);
-    h.done(h.ctx, 0, 0);
-    kv_xfer_conn_destroy(conn);
-    disagg_rx_destroy(rx);
-    fx_free(&f);
+    T_EQ_INT(rx_poll(&c.h), NB); /* READY */
+    T_EQ_INT(disagg_rx_cancel(c.rx, 0x81), DISAGG_CANCEL_IGNORED);
+    T_EQ_INT(rx_poll(&c.h), NB); /* still READY: the blocks are used */
+    T_EQ_INT(n_cancelled(), c.s0.rx_cancelled);
+    cx_end(&c, KV_XFER_COMPLETE, NB);
 }
 
 typedef struct tcase {
