@@ -250,7 +250,8 @@ static char *rt_body_with(const char *body, size_t len, const char *extra, size_
 }
 
 /* The prefill side of one request, on its own thread: its answer says whether the transfer
- * reached the decode server ("kv_transfer":{"status":"sent"}); on any failure the decode server
+ * reached the decode server ("kv_transfer":{"status":"sent"|"failed"}); on a failure (no answer,
+ * not 200, "failed") the decode server
  * is told at once (POST /v1/kv_transfer/cancel), so it computes the prompt now instead of
  * waiting out its --kv-xfer-timeout (disagg.h "Cancel"). */
 typedef struct rt_prefill {
@@ -278,18 +279,19 @@ static int rt_prefill_on_data(void *ud, long status, const char *ct, const char 
     return strbuf_failed(sb) ? ERR_NOMEM : 0;
 }
 
-/* Whether a prefill's answer says its transfer was sent ("kv_transfer":{"status":"sent"}). */
-static bool rt_prefill_sent(const strbuf *sb) {
+/* Whether a prefill's answer says its transfer failed ("kv_transfer":{"status":"failed"}; "sent"
+ * and "none", nothing to send, are not failures). */
+static bool rt_prefill_xfer_failed(const strbuf *sb) {
     arena *a = arena_create(16 * 1024, 8 << 20);
     json_value *v = NULL;
     const char *st = NULL;
     size_t sl = 0;
-    bool sent = a && json_parse(a, sb->data ? sb->data : "", sb->len, &v) == 0 &&
-                v->type == JSON_OBJECT &&
-                json_as_str(json_get(json_get(v, "kv_transfer"), "status"), &st, &sl) &&
-                sl == 4 && !memcmp(st, "sent", 4);
+    bool failed = a && json_parse(a, sb->data ? sb->data : "", sb->len, &v) == 0 &&
+                  v->type == JSON_OBJECT &&
+                  json_as_str(json_get(json_get(v, "kv_transfer"), "status"), &st, &sl) &&
+                  sl == 6 && !memcmp(st, "failed", 6);
     arena_destroy(a);
-    return sent;
+    return failed;
 }
 
 /* Tells the decode server that transfer p->id will not come. */
@@ -333,12 +335,11 @@ static void *rt_prefill_main(void *arg) {
                             .ud = &ans};
         rc = http_fetch_run(f, &q, &status);
     }
-    bool sent = !rc && status == 200 && rt_prefill_sent(&ans);
-    if (!sent) {
+    if (rc || status != 200 || rt_prefill_xfer_failed(&ans)) {
         log_warn("router: prefill of transfer %016llx on %s failed (%s): the decode server is "
                  "told to compute the prompt",
                  (unsigned long long)p->id, r->backends[p->b].url,
-                 rc ? err_detail() : status != 200 ? "not 200" : "its transfer was not sent");
+                 rc ? err_detail() : status != 200 ? "not 200" : "its transfer failed");
         rt_prefill_cancel(p, f);
     }
     rt_backend_done(r, p->b, rc || status != 200 ? RT_OUT_ERROR : RT_OUT_OK,

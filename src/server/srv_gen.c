@@ -35,6 +35,12 @@
  * answer and can be probed; after, the first pump that sees the read EOF (srv_http_request_eof)
  * writes an SSE comment line, which a closed socket answers with a reset (gone).
  *
+ * A prefill request ("kv_transfer" with "send_to", disagg.h) answered whole waits for its
+ * transfer's outcome (disagg_tx_wait, bounded by --kv-xfer-timeout) and ends its body with
+ * "kv_transfer":{"id","status":"sent"|"failed"|"none"} (none: no full block to send); the router
+ * cancels the decode side's wait on "failed". A streamed one carries no status (the router asks
+ * for no stream).
+ *
  * Streams are pushed (srv_gen_stream): the worker formats the events of each pump and writes them
  * as one chunk; while the client's output buffer is full the write blocks (backpressure), so a
  * client that reads slowly holds at most the layer's out_cap_bytes of its stream in memory.
