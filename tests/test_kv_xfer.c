@@ -14,22 +14,35 @@
  * transports also run: a connect to a closed port (a clear ERR_CONNECT naming the address), and a
  * receiver destroyed mid-transfer of 256 KiB blocks (UCX's rendezvous path) while the sender's
  * thread is blocked writing: it sees end of stream, every block released exactly once.
+ *
+ * Then, over tcp once, the decode side's cancel (disagg.h "Cancel", disagg_rx_cancel) on a real
+ * receiver with a timeout of 120 s (a case that waited it out would trip the backstop): before
+ * the request is expected (a tombstone: the expect starts FAILED), while it waits, while its
+ * transfer is being received (the connection is cut: the sender's block released once, the
+ * receiver's transfer counted aborted), and after READY (left alone: the blocks are used).
+ * Each checks the poll's answer and the rx_cancelled counter; states are reached by order of
+ * calls and by polling the module's counters, never by a sleep.
  */
 #include "test.h"
 
 #include "base/err.h"
 #include "base/flags.h"
+#include "base/hash.h"
+#include "disagg/disagg.h"
 #include "disagg/kv_xfer.h"
+#include "disagg/kv_xfer_int.h"
 #include "kv/kv_block.h"
 #include "kv/kv_pool.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { NB = 8, BS = 4, POOL_BLOCKS = 32 };
@@ -971,6 +984,165 @@ static void t_peer_killed(void) {
     fx_free(&f);
 }
 
+/* ---- disagg_rx_cancel (disagg.h) over a real receiver ---- */
+
+#define RX_TIMEOUT_MS 120000
+
+static disagg_rx *rx_make(void) {
+    disagg_rx_opts o = {.transport = "tcp",
+                        .listen = "127.0.0.1:0",
+                        .pool = {.n_layer = 2, .kv_dim = 8, .block_size = BS,
+                                 .n_blocks = POOL_BLOCKS},
+                        .identity = IDENTITY,
+                        .timeout_ms = RX_TIMEOUT_MS};
+    disagg_rx *rx = NULL;
+    T_OK(disagg_rx_create(&o, &rx));
+    return rx;
+}
+
+static int32_t rx_poll(const engine_kv_in *h) {
+    const void *const *blobs = NULL;
+    size_t bytes = 0;
+    return h->poll(h->ctx, &blobs, &bytes);
+}
+
+/* Waits (polling, 30 s backstop for a hang) until field of the module's counters reaches want. */
+static void stats_wait(size_t off, int64_t want, const char *what) {
+    for (int i = 0; i < 30000; i++) {
+        disagg_stats st;
+        disagg_stats_get(&st);
+        if (*(int64_t *)((char *)&st + off) == want)
+            return;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    T_CHECKF(false, "%s never reached %lld", what, (long long)want);
+}
+#define STATS_WAIT(field, want) stats_wait(offsetof(disagg_stats, field), (want), #field)
+
+static int64_t n_cancelled(void) {
+    disagg_stats st;
+    disagg_stats_get(&st);
+    return st.rx_cancelled;
+}
+
+/* A sender connected to rx for transfer id, its hello written (disagg.c's wire format: magic
+ * "VKXH", zero, the id, hash64 of those 16 bytes). */
+static kv_xfer_send *rx_dial(disagg_rx *rx, uint64_t id, kv_xfer_conn **conn) {
+    T_OK(tp->connect(disagg_rx_addr(rx), conn));
+    uint8_t b[24];
+    uint32_t magic = 0x484b5856u, zero = 0;
+    memcpy(b, &magic, 4);
+    memcpy(b + 4, &zero, 4);
+    memcpy(b + 8, &id, 8);
+    uint64_t h = hash64(magic, b, 16);
+    memcpy(b + 16, &h, 8);
+    T_OK((*conn)->ops->write_all(*conn, b, sizeof b));
+    kv_xfer_send_opts o = {.xfer_id = id, .timeout_ms = -1};
+    kv_xfer_send *s = NULL;
+    T_OK(kv_xfer_send_create(*conn, &o, &s));
+    return s;
+}
+
+static void t_cancel_before_expect(void) {
+    disagg_rx *rx = rx_make();
+    int64_t c0 = n_cancelled();
+    T_EQ_INT(disagg_rx_cancel(rx, 0x51), DISAGG_CANCEL_PENDING);
+    T_EQ_INT(disagg_rx_cancel(rx, 0x51), DISAGG_CANCEL_IGNORED); /* one tombstone */
+    int32_t toks[NB * BS];
+    for (int i = 0; i < NB * BS; i++)
+        toks[i] = 100 + i * 7;
+    engine_kv_in h = {0};
+    T_OK(disagg_rx_expect(rx, 0x51, toks, NB * BS, &h));
+    T_EQ_INT(rx_poll(&h), 0); /* FAILED at once: computed here, no wait */
+    T_EQ_INT(n_cancelled(), c0 + 1);
+    h.done(h.ctx, 0, 0);
+    /* another id is not touched by the tombstone */
+    T_OK(disagg_rx_expect(rx, 0x52, toks, NB * BS, &h));
+    T_EQ_INT(rx_poll(&h), -1);
+    h.done(h.ctx, 0, 0);
+    disagg_rx_destroy(rx);
+}
+
+static void t_cancel_waiting(void) {
+    disagg_rx *rx = rx_make();
+    int64_t c0 = n_cancelled();
+    int32_t toks[NB * BS];
+    for (int i = 0; i < NB * BS; i++)
+        toks[i] = 100 + i * 7;
+    engine_kv_in h = {0};
+    T_OK(disagg_rx_expect(rx, 0x61, toks, NB * BS, &h));
+    T_EQ_INT(rx_poll(&h), -1); /* waiting for the prefill server */
+    T_EQ_INT(disagg_rx_cancel(rx, 0x61), DISAGG_CANCEL_DONE);
+    T_EQ_INT(rx_poll(&h), 0);
+    T_EQ_INT(n_cancelled(), c0 + 1);
+    T_EQ_INT(disagg_rx_cancel(rx, 0x61), DISAGG_CANCEL_IGNORED); /* already FAILED */
+    T_EQ_INT(n_cancelled(), c0 + 1);
+    h.done(h.ctx, 0, 0);
+    disagg_rx_destroy(rx);
+}
+
+/* A receiving case: the fixture's blocks, a receiver expecting transfer id, a sender connected
+ * to it (hello written), the counters before. */
+typedef struct cx {
+    fx f;
+    disagg_rx *rx;
+    disagg_stats s0;
+    engine_kv_in h;
+    kv_xfer_conn *conn;
+    kv_xfer_send *s;
+} cx;
+
+static void cx_begin(cx *c, uint64_t id) {
+    fx_init(&c->f, false);
+    c->rx = rx_make();
+    disagg_stats_get(&c->s0);
+    c->h = (engine_kv_in){0};
+    T_OK(disagg_rx_expect(c->rx, id, c->f.toks, NB * BS + 3, &c->h));
+    c->s = rx_dial(c->rx, id, &c->conn);
+}
+
+/* Runs the sender until it ends, checks it ended in state want, the first n blocks each released
+ * once, and frees everything. */
+static void cx_end(cx *c, kv_xfer_state want, int n) {
+    while (kv_xfer_send_state(c->s) == KV_XFER_OPEN)
+        kv_xfer_send_step(c->s);
+    T_EQ_INT(kv_xfer_send_state(c->s), want);
+    kv_xfer_send_destroy(c->s);
+    check_releases(&c->f, n);
+    c->h.done(c->h.ctx, 0, 0);
+    kv_xfer_conn_destroy(c->conn);
+    disagg_rx_destroy(c->rx);
+    fx_free(&c->f);
+}
+
+static void t_cancel_receiving(void) {
+    cx c;
+    cx_begin(&c, 0x71);
+    T_OK(fx_send(&c.f, c.s, 0, false));
+    STATS_WAIT(rx_blocks_verified, c.s0.rx_blocks_verified + 1); /* receiving */
+    T_EQ_INT(rx_poll(&c.h), -1);
+    T_EQ_INT(disagg_rx_cancel(c.rx, 0x71), DISAGG_CANCEL_DONE);
+    T_EQ_INT(rx_poll(&c.h), 0);
+    STATS_WAIT(rx_transfers_aborted, c.s0.rx_transfers_aborted + 1); /* the connection was cut */
+    STATS_WAIT(rx_open, 0);
+    T_EQ_INT(n_cancelled(), c.s0.rx_cancelled + 1);
+    cx_end(&c, KV_XFER_ABORTED, 1); /* the sender hears it; its block released once */
+}
+
+static void t_cancel_after_ready(void) {
+    cx c;
+    cx_begin(&c, 0x81);
+    for (int b = 0; b < NB; b++)
+        T_OK(fx_send(&c.f, c.s, b, b == NB - 1));
+    STATS_WAIT(rx_transfers_ok, c.s0.rx_transfers_ok + 1);
+    STATS_WAIT(rx_open, 0);
+    T_EQ_INT(rx_poll(&c.h), NB); /* READY */
+    T_EQ_INT(disagg_rx_cancel(c.rx, 0x81), DISAGG_CANCEL_IGNORED);
+    T_EQ_INT(rx_poll(&c.h), NB); /* still READY: the blocks are used */
+    T_EQ_INT(n_cancelled(), c.s0.rx_cancelled);
+    cx_end(&c, KV_XFER_COMPLETE, NB);
+}
+
 typedef struct tcase {
     const char *name;
     void (*fn)(void);
@@ -1038,5 +1210,10 @@ int main(void) {
         }
         flags_set("kv-xfer-inplace", "1");
     }
+    tp = kv_xfer_transport_find("tcp");
+    test_run("kv_xfer.cancel.before_expect", t_cancel_before_expect);
+    test_run("kv_xfer.cancel.waiting", t_cancel_waiting);
+    test_run("kv_xfer.cancel.receiving", t_cancel_receiving);
+    test_run("kv_xfer.cancel.after_ready", t_cancel_after_ready);
     return test_summary();
 }

@@ -231,12 +231,12 @@ enum flag_kind {
       "FAULT (i): speculation keeps every drafted token without comparing it with the "            \
       "sampler's pick, in steps that hold more than one sequence")                                 \
     X(FAULT_XFER, "fault-xfer", FLAG_KIND_ENUM, "none",                                            \
-      "none|corrupt|drop|delay|dup|late|reuse",                                                    \
+      "none|corrupt|drop|delay|dup|late|reuse|noconnect",                                          \
       "FAULT (j): KV transfers between prefill and decode servers: a sent block gets a bit "       \
       "flipped (corrupt), is lost (drop), held past the timeout (delay) or sent twice (dup); the " \
-      "decode side gives up waiting at once and the blocks arrive after (late), or a received "    \
+      "decode side gives up waiting at once and the blocks arrive after (late), a received "       \
       "block is overwritten while the transfer still holds it (reuse: the ownership rule "          \
-      "bypassed)")
+      "bypassed), or the prefill side's connect to the decode server is refused (noconnect)")
 #else
 #define FLAG_FAULT_LIST(X)
 #endif

@@ -29,7 +29,7 @@
 #define HELLO_MAGIC 0x484b5856u /* "VKXH" */
 
 static _Atomic int64_t g_rx_ok, g_rx_aborted, g_rx_verified, g_rx_dropped, g_rx_expired,
-    g_rx_open, g_tx_ok, g_tx_aborted, g_tx_sent, g_tx_acked, g_tx_open;
+    g_rx_cancelled, g_rx_open, g_tx_ok, g_tx_aborted, g_tx_sent, g_tx_acked, g_tx_open;
 
 void disagg_stats_get(disagg_stats *o) {
     *o = (disagg_stats){.rx_transfers_ok = atomic_load(&g_rx_ok),
@@ -37,6 +37,7 @@ void disagg_stats_get(disagg_stats *o) {
                         .rx_blocks_verified = atomic_load(&g_rx_verified),
                         .rx_blocks_dropped = atomic_load(&g_rx_dropped),
                         .rx_waits_expired = atomic_load(&g_rx_expired),
+                        .rx_cancelled = atomic_load(&g_rx_cancelled),
                         .rx_open = atomic_load(&g_rx_open),
                         .tx_transfers_ok = atomic_load(&g_tx_ok),
                         .tx_transfers_aborted = atomic_load(&g_tx_aborted),
@@ -121,6 +122,8 @@ struct disagg_rx {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     rx_entry *entries;
+    uint64_t tombs[DISAGG_RX_TOMBSTONES]; /* ids cancelled before their expect (0: free) */
+    int next_tomb;                        /* where the next one goes (a ring) */
     bool stop;
     int n_threads; /* connection threads alive */
 };
@@ -131,6 +134,17 @@ static rx_entry *rx_find(disagg_rx *rx, uint64_t id) {
         if (e->id == id)
             return e;
     return NULL;
+}
+
+/* Under rx->mu: whether id has a tombstone; take removes it. */
+static bool rx_tomb_find(disagg_rx *rx, uint64_t id, bool take) {
+    for (int i = 0; i < DISAGG_RX_TOMBSTONES; i++)
+        if (rx->tombs[i] == id) {
+            if (take)
+                rx->tombs[i] = 0;
+            return true;
+        }
+    return false;
 }
 
 /* Under rx->mu: drops one reference; the last frees the entry. */
@@ -220,10 +234,43 @@ int disagg_rx_expect(disagg_rx *rx, uint64_t id, const int32_t *toks, int32_t n_
     e->n_toks = n_toks;
     e->refs++;
     e->progress_ns = clock_now_ns();
+    if (rx_tomb_find(rx, id, true) && e->state == IN_WAITING) {
+        /* the router's cancel came first: compute it here at once */
+        atomic_fetch_add(&g_rx_cancelled, 1);
+        e->state = IN_FAILED;
+        if (e->conn)
+            kv_xfer_conn_shutdown(e->conn);
+    }
     pthread_cond_broadcast(&rx->cv);
     pthread_mutex_unlock(&rx->mu);
     *hook = (engine_kv_in){.poll = rx_hook_poll, .done = rx_hook_done, .ctx = e};
     return 0;
+}
+
+disagg_cancel_result disagg_rx_cancel(disagg_rx *rx, uint64_t id) {
+    disagg_cancel_result res = DISAGG_CANCEL_IGNORED;
+    pthread_mutex_lock(&rx->mu);
+    rx_entry *e = rx_find(rx, id);
+    if (e && e->toks) {
+        if (e->state == IN_WAITING || e->state == IN_RECEIVING) {
+            atomic_fetch_add(&g_rx_cancelled, 1);
+            log_info("disagg: transfer %016llx cancelled (its prefill failed): the prompt is "
+                     "computed here",
+                     (unsigned long long)id);
+            e->state = IN_FAILED;
+            if (e->conn)
+                kv_xfer_conn_shutdown(e->conn); /* frees the staging blocks, tells P */
+            res = DISAGG_CANCEL_DONE;
+        }
+    } else if (!rx_tomb_find(rx, id, false)) {
+        /* not expected yet (a connection may wait for the request: it sees the tombstone) */
+        rx->tombs[rx->next_tomb] = id;
+        rx->next_tomb = (rx->next_tomb + 1) % DISAGG_RX_TOMBSTONES;
+        res = DISAGG_CANCEL_PENDING;
+    }
+    pthread_cond_broadcast(&rx->cv);
+    pthread_mutex_unlock(&rx->mu);
+    return res;
 }
 
 typedef struct rx_conn_arg {
@@ -358,8 +405,8 @@ static void *rx_conn_main(void *arg) {
     if (hello_read(conn, rx->o.timeout_ms, &id) == 0) {
         pthread_mutex_lock(&rx->mu);
         e = rx_find(rx, id);
-        if (e && e->has_conn) {
-            e = NULL; /* a second connection for one transfer: refused */
+        if ((e && e->has_conn) || (!(e && e->toks) && rx_tomb_find(rx, id, false))) {
+            e = NULL; /* a second connection for one transfer, or a cancelled one: refused */
         } else if (!e && (e = calloc(1, sizeof *e)) != NULL) {
             e->id = id;
             e->rx = rx;
@@ -372,7 +419,7 @@ static void *rx_conn_main(void *arg) {
             e->conn = conn;
             struct timespec dl;
             deadline_in(&dl, rx->o.timeout_ms);
-            while (!e->toks && !rx->stop &&
+            while (!e->toks && !rx->stop && !rx_tomb_find(rx, id, false) &&
                    pthread_cond_timedwait(&rx->cv, &rx->mu, &dl) != ETIMEDOUT) {
             }
             if (e->toks && !e->engine_done && !rx->stop && e->state == IN_WAITING)
@@ -537,6 +584,8 @@ struct disagg_tx {
     tx_item *q; /* [n_full] */
     int32_t n_q, next_q;
     bool ended, complete;
+    bool joined; /* disagg_tx_wait joined the thread */
+    int result;  /* the thread's: 0 (sent and acknowledged) or the transfer's error */
 };
 
 static void tx_hook_block(void *ctx, int32_t index, int32_t id) {
@@ -594,6 +643,13 @@ static int tx_fault_hook(void *ctx, uint32_t seq, uint8_t *frame, size_t n) {
     return 1;
 }
 
+/* Connects to the decode server; FAULT (j) noconnect: refused, as by a dead address. */
+static int tx_connect(const kv_xfer_transport *tr, const char *addr, kv_xfer_conn **out) {
+    if (!strcmp(fault_xfer(), "noconnect"))
+        return err_set(ERR_CONNECT, "disagg: connect to %s refused (FAULT (j) noconnect)", addr);
+    return tr->connect(addr, out);
+}
+
 static void *tx_main(void *arg) {
     disagg_tx *t = arg;
     const kv_xfer_transport *tr = kv_xfer_transport_find(t->transport);
@@ -604,7 +660,7 @@ static void *tx_main(void *arg) {
         so.wire_hook = tx_fault_hook;
         so.wire_ctx = t;
     }
-    if (!tr || tr->connect(t->addr, &conn) || hello_write(conn, t->o.id) ||
+    if (!tr || tx_connect(tr, t->addr, &conn) || hello_write(conn, t->o.id) ||
         kv_xfer_send_create(conn, &so, &s))
         log_warn("disagg: transfer %016llx to %s not started: %s", (unsigned long long)t->o.id,
                  t->addr, err_detail());
@@ -647,12 +703,14 @@ static void *tx_main(void *arg) {
         kv_xfer_stats st = kv_xfer_send_stats(s);
         atomic_fetch_add(&g_tx_acked, st.n_acked);
         bool ok = kv_xfer_send_state(s) == KV_XFER_COMPLETE;
+        t->result = ok ? 0 : kv_xfer_send_error(s) ? kv_xfer_send_error(s) : ERR_CANCELLED;
         atomic_fetch_add(ok ? &g_tx_ok : &g_tx_aborted, 1);
         if (!ok)
             log_warn("disagg: transfer %016llx to %s aborted (%s)", (unsigned long long)t->o.id,
                      t->addr, err_name(kv_xfer_send_error(s)));
         kv_xfer_send_destroy(s);
     } else {
+        t->result = ERR_CONNECT;
         atomic_fetch_add(&g_tx_aborted, 1);
     }
     atomic_fetch_sub(&g_tx_open, 1);
@@ -698,10 +756,18 @@ int disagg_tx_create(const disagg_tx_opts *o, const int32_t *toks, int32_t n_tok
     return 0;
 }
 
+int disagg_tx_wait(disagg_tx *t) {
+    if (!t->joined) {
+        pthread_join(t->thread, NULL); /* the thread wrote t->result before it ended */
+        t->joined = true;
+    }
+    return t->result;
+}
+
 void disagg_tx_finish(disagg_tx *t) {
     if (!t)
         return;
-    pthread_join(t->thread, NULL);
+    (void)disagg_tx_wait(t);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     free(t->toks);

@@ -44,15 +44,33 @@
  * kv_xfer transfer (released exactly once by kv_xfer's state machine), or a blob in host memory
  * owned by one entry; nothing is shared without a reference.
  *
- * Limits, on purpose: a decode request waiting for its blocks holds its place at the head of the
- * engine's queue (FIFO, like a tier lookup in flight), so a prefill server that dies before it
- * connects costs the requests behind it up to timeout_ms; a transfer carries one prompt (a
+ * Cancel (D, disagg_rx_cancel): when the prefill side fails (P's HTTP call fails, or P reports
+ * its transfer failed: it could not connect to D or the transfer aborted), the router tells D at
+ * once (POST /v1/kv_transfer/cancel), so D computes the prompt now instead of waiting out
+ * timeout_ms. The receiver's entries, one per transfer id:
+ *
+ *     (none) --expect--> WAITING --hello, request registered--> RECEIVING --complete--> READY
+ *     WAITING | RECEIVING --abort, no progress for timeout_ms, cancel--> FAILED
+ *     (none) --cancel--> tombstone --expect--> FAILED          READY, FAILED --cancel--> (same)
+ *
+ * A cancel of a RECEIVING entry cuts its connection (kv_xfer's state machine then frees the
+ * staging blocks, once, and tells P). A cancel for an id not yet expected (the router's cancel
+ * overtook D's request) leaves a tombstone in a bounded ring (DISAGG_RX_TOMBSTONES, the oldest
+ * forgotten first): a later expect of that id starts FAILED and a hello for it is refused. READY
+ * or consumed entries are left alone: the blocks arrived and verified, they are as good as a
+ * computed prompt.
+ *
+ * Limits, on purpose: a decode request waiting for its blocks does not hold the engine's queue
+ * (later requests are admitted past it, test_kv_prefix engine_disagg), but it waits up to
+ * timeout_ms for a prefill server that dies unnoticed by the router (the router's cancel covers
+ * a failed or refused HTTP call and a transfer P reports failed); a transfer carries one prompt (a
  * request with several prompts, or a prompt shorter than one block, transfers nothing and the
  * decode server computes it); both servers must run the same model with the same KV settings
  * (the blocks' names include them: a mismatch is refused block by block, then computed).
  *
- * Threading: disagg_rx_expect, disagg_tx_create and disagg_tx_finish run on handler threads; the
- * hooks on the engine thread; the rest on the module's own threads. Counters are atomic.
+ * Threading: disagg_rx_expect, disagg_rx_cancel, disagg_tx_create, disagg_tx_wait and
+ * disagg_tx_finish run on handler threads; the hooks on the engine thread; the rest on the
+ * module's own threads. Counters are atomic.
  */
 #ifndef VERITY_DISAGG_DISAGG_H
 #define VERITY_DISAGG_DISAGG_H
@@ -68,6 +86,7 @@
 typedef struct disagg_stats {
     int64_t rx_transfers_ok, rx_transfers_aborted, rx_blocks_verified, rx_blocks_dropped;
     int64_t rx_waits_expired; /* requests that stopped waiting (no progress for the timeout) */
+    int64_t rx_cancelled;     /* requests whose transfer was cancelled (disagg_rx_cancel) */
     int64_t rx_open;
     int64_t tx_transfers_ok, tx_transfers_aborted, tx_blocks_sent, tx_blocks_acked;
     int64_t tx_open;
@@ -97,6 +116,22 @@ const char *disagg_rx_addr(const disagg_rx *rx);
 int disagg_rx_expect(disagg_rx *rx, uint64_t id, const int32_t *toks, int32_t n_toks,
                      engine_kv_in *hook);
 
+/* Tombstones kept for cancels that came before their expect (the oldest is forgotten first). */
+#define DISAGG_RX_TOMBSTONES 1024
+
+/* What disagg_rx_cancel did. */
+typedef enum disagg_cancel_result {
+    DISAGG_CANCEL_DONE = 0,    /* a waiting or receiving request turned FAILED: it computes now */
+    DISAGG_CANCEL_PENDING = 1, /* not expected yet: a tombstone makes its expect start FAILED */
+    DISAGG_CANCEL_IGNORED = 2, /* READY, already FAILED, or a tombstone already there */
+} disagg_cancel_result;
+
+/* Cancels transfer id (thread-safe; see "Cancel" above): a WAITING or RECEIVING entry turns
+ * FAILED now (a connection in progress is cut), an id not expected yet gets a tombstone, READY
+ * and FAILED entries are left alone. Counts rx_cancelled when a request turns FAILED (here, or
+ * at the expect that meets the tombstone). Returns a disagg_cancel_result. */
+disagg_cancel_result disagg_rx_cancel(disagg_rx *rx, uint64_t id);
+
 /* Stops accepting, cuts every transfer in progress and waits for its threads. Entries still
  * held by requests stay valid until their done runs. NULL is a no-op. */
 void disagg_rx_destroy(disagg_rx *rx);
@@ -121,7 +156,13 @@ int disagg_tx_create(const disagg_tx_opts *o, const int32_t *toks, int32_t n_tok
                      engine_kv_out *hook, disagg_tx **out);
 
 /* After the request's engine_kv_out.end ran (or will: the request finished or was cancelled):
- * waits for the transfer to end (bounded by the timeout per message) and frees it. NULL: no-op. */
+ * waits for the transfer to end (bounded by the timeout per message: a silent receiver aborts
+ * it). Returns 0 when every block was sent and acknowledged, else the transfer's error (for
+ * example ERR_CONNECT: the decode server could not be reached; ERR_CANCELLED: the request ended
+ * before its blocks were handed). Callable more than once (the same answer). */
+int disagg_tx_wait(disagg_tx *tx);
+
+/* disagg_tx_wait, then frees the transfer. NULL: no-op. */
 void disagg_tx_finish(disagg_tx *tx);
 
 /* This process's counters (every disagg_rx and disagg_tx). */

@@ -15,10 +15,12 @@
  * that, never: the stream gets an error event and ends without [DONE].
  */
 #include "router/rt_int.h"
+#include "base/arena.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/hash.h"
 #include "base/http_fetch.h"
+#include "base/json.h"
 #include "base/log.h"
 #include "base/workq.h"
 
@@ -247,21 +249,80 @@ static char *rt_body_with(const char *body, size_t len, const char *extra, size_
     return out;
 }
 
-/* The prefill side of one request, on its own thread: its answer is read and dropped. */
+/* The prefill side of one request, on its own thread: its answer says whether the transfer
+ * reached the decode server ("kv_transfer":{"status":"sent"|"failed"}); on a failure (no answer,
+ * not 200, "failed") the decode server
+ * is told at once (POST /v1/kv_transfer/cancel), so it computes the prompt now instead of
+ * waiting out its --kv-xfer-timeout (disagg.h "Cancel"). */
 typedef struct rt_prefill {
     router *r;
     int b;
     char url[1200];
+    char cancel_url[1200]; /* the decode server's cancel route */
+    uint64_t id;           /* the transfer's */
     char *body;
     size_t len;
     pthread_t thread;
 } rt_prefill;
+
+/* The prefill's answer (whole: its body asks for no stream), bounded. */
+#define RT_PREFILL_ANSWER_MAX ((size_t)1 << 20)
+
+static int rt_prefill_on_data(void *ud, long status, const char *ct, const char *bytes,
+                              size_t n) {
+    strbuf *sb = ud;
+    (void)status;
+    (void)ct;
+    if (sb->len + n > RT_PREFILL_ANSWER_MAX)
+        return ERR_NOMEM;
+    strbuf_append(sb, bytes, n);
+    return strbuf_failed(sb) ? ERR_NOMEM : 0;
+}
+
+/* Whether a prefill's answer says its transfer failed ("kv_transfer":{"status":"failed"}; "sent"
+ * and "none", nothing to send, are not failures). */
+static bool rt_prefill_xfer_failed(const strbuf *sb) {
+    arena *a = arena_create(16 * 1024, 8 << 20);
+    json_value *v = NULL;
+    const char *st = NULL;
+    size_t sl = 0;
+    bool failed = a && json_parse(a, sb->data ? sb->data : "", sb->len, &v) == 0 &&
+                  v->type == JSON_OBJECT &&
+                  json_as_str(json_get(json_get(v, "kv_transfer"), "status"), &st, &sl) &&
+                  sl == 6 && !memcmp(st, "failed", 6);
+    arena_destroy(a);
+    return failed;
+}
+
+/* Tells the decode server that transfer p->id will not come. */
+static void rt_prefill_cancel(rt_prefill *p, http_fetch *f) {
+    router *r = p->r;
+    char body[64];
+    int n = snprintf(body, sizeof body, "{\"id\":\"%016llx\"}", (unsigned long long)p->id);
+    long status = 0;
+    http_fetch_req q = {.url = p->cancel_url,
+                        .body = body,
+                        .body_len = (size_t)n,
+                        .api_key = r->backend_api_key,
+                        .timeout_s = r->o.timeout_s};
+    int rc = f ? http_fetch_run(f, &q, &status) : ERR_NOMEM;
+    bool ok = rc == 0 && status == 200;
+    if (!ok)
+        log_warn("router: cancel of transfer %016llx on %s failed (%s): the decode server waits "
+                 "out its --kv-xfer-timeout",
+                 (unsigned long long)p->id, p->cancel_url, rc ? err_detail() : "not 200");
+    pthread_mutex_lock(&r->mu);
+    r->n_cancels[ok ? 0 : 1]++;
+    pthread_mutex_unlock(&r->mu);
+}
 
 static void *rt_prefill_main(void *arg) {
     rt_prefill *p = arg;
     router *r = p->r;
     http_fetch *f = NULL;
     long status = 0;
+    strbuf ans;
+    strbuf_init(&ans);
     int64_t t0 = clock_now_ns();
     int rc = http_fetch_create(r->conns, &f);
     if (!rc) {
@@ -269,15 +330,22 @@ static void *rt_prefill_main(void *arg) {
                             .body = p->body,
                             .body_len = p->len,
                             .api_key = r->backend_api_key,
-                            .timeout_s = r->o.timeout_s};
+                            .timeout_s = r->o.timeout_s,
+                            .on_data = rt_prefill_on_data,
+                            .ud = &ans};
         rc = http_fetch_run(f, &q, &status);
     }
-    if (rc || status != 200)
-        log_warn("router: prefill on %s failed (%s): the decode server computes the prompt",
-                 r->backends[p->b].url, rc ? err_detail() : "not 200");
+    if (rc || status != 200 || rt_prefill_xfer_failed(&ans)) {
+        log_warn("router: prefill of transfer %016llx on %s failed (%s): the decode server is "
+                 "told to compute the prompt",
+                 (unsigned long long)p->id, r->backends[p->b].url,
+                 rc ? err_detail() : status != 200 ? "not 200" : "its transfer failed");
+        rt_prefill_cancel(p, f);
+    }
     rt_backend_done(r, p->b, rc || status != 200 ? RT_OUT_ERROR : RT_OUT_OK,
                     (double)(clock_now_ns() - t0) * 1e-9, rc == ERR_CONNECT);
     http_fetch_destroy(f);
+    strbuf_deinit(&ans);
     return NULL;
 }
 
@@ -301,13 +369,17 @@ static char *rt_disagg_start(router *r, int d, const char *path, const char *bod
         char ex[600];
         bool chat = strstr(path, "chat") != NULL;
         snprintf(ex, sizeof ex,
-                 "\"kv_transfer\":{\"id\":\"%016llx\",\"send_to\":\"%s\"},\"max_tokens\":1%s",
+                 "\"kv_transfer\":{\"id\":\"%016llx\",\"send_to\":\"%s\"},\"max_tokens\":1%s,"
+                 "\"stream\":false,\"stream_options\":null",
                  (unsigned long long)id, kv, chat ? ",\"max_completion_tokens\":1" : "");
         pf = calloc(1, sizeof *pf);
         if (pf) {
             pf->r = r;
             pf->b = p;
+            pf->id = id;
             snprintf(pf->url, sizeof pf->url, "%s%s", r->backends[p].url, path);
+            snprintf(pf->cancel_url, sizeof pf->cancel_url, "%s/v1/kv_transfer/cancel",
+                     r->backends[d].url);
             pf->body = rt_body_with(body, blen, ex, &pf->len);
         }
         snprintf(ex, sizeof ex, "\"kv_transfer\":{\"id\":\"%016llx\",\"recv\":true}",

@@ -40,11 +40,14 @@
  * for a generation request the router picks a decode server D (load-aware, as above, among the
  * decode servers) and a prefill server P (cache-aware, among the prefill servers), and a fresh
  * transfer id X. P gets the request with "kv_transfer":{"id":X,"send_to":D's kv_addr (from its
- * /v1/status)} and max_tokens 1, on its own thread, its answer read and dropped; D gets it with
+ * /v1/status)}, max_tokens 1 and no stream, on its own thread; D gets it with
  * "kv_transfer":{"id":X,"recv":true} and its answer is the client's, streamed or whole, exactly
  * as with replicas (the same retries, errors and auth). D waits for P's blocks (bounded), takes
  * them from its prefix cache and samples every token itself, so its answer is the monolithic
- * one. If D fails before its first byte the request goes to another decode server without a
+ * one. P's answer ends with "kv_transfer":{"status":"sent"|"failed"|"none"}; when P's call
+ * fails, is not 200 or says "failed", the router posts {"id":X} to D's /v1/kv_transfer/cancel, so
+ * D computes the prompt at once instead of waiting out its --kv-xfer-timeout (counted in
+ * verity_router_disagg_cancels_total). If D fails before its first byte the request goes to another decode server without a
  * transfer (it computes the prompt itself: slower, the same bytes); no prefill server up, or no
  * kv_addr known for D: D computes it. /metrics gives each backend's role
  * (verity_router_backend_role) and counts the transfers the router set up.

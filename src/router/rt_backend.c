@@ -241,6 +241,15 @@ void rt_metrics_write(router *r, strbuf *sb) {
                       "verity_router_disagg_requests_total{path=\"no_kv_addr\"} %llu\n",
                       (unsigned long long)r->n_disagg[0], (unsigned long long)r->n_disagg[1],
                       (unsigned long long)r->n_disagg[2]);
+    if (r->disagg)
+        strbuf_printf(sb,
+                      "# HELP verity_router_disagg_cancels_total Transfers whose prefill failed "
+                      "(no answer, not 200, or its transfer not sent), so the decode server was "
+                      "told to compute the prompt now, by the cancel's result (ok: answered 200).\n"
+                      "# TYPE verity_router_disagg_cancels_total counter\n"
+                      "verity_router_disagg_cancels_total{result=\"ok\"} %llu\n"
+                      "verity_router_disagg_cancels_total{result=\"failed\"} %llu\n",
+                      (unsigned long long)r->n_cancels[0], (unsigned long long)r->n_cancels[1]);
     strbuf_puts(sb, "# HELP verity_router_backend_inflight Requests this router has in flight "
                     "at the backend.\n# TYPE verity_router_backend_inflight gauge\n");
     for (int i = 0; i < r->n_backends; i++)

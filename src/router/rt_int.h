@@ -64,6 +64,8 @@ struct router {
     bool disagg;         /* prefill and decode backends: the disaggregated flow */
     uint64_t n_disagg[3]; /* requests: with a transfer, without a prefill server, without a
                              kv_addr (D computes) */
+    uint64_t n_cancels[2]; /* cancels sent to decode servers after a failed prefill: answered
+                              200, failed */
     _Atomic uint64_t xfer_seq; /* transfer ids */
     unsigned turn;       /* rotates the ties */
     /* health thread */

@@ -219,13 +219,19 @@ static int srv_route_metrics(server *s, srv_http_req *c) {
                   "# HELP verity_kv_xfer_waits_expired_total Decode requests that stopped "
                   "waiting for their KV (no progress for --kv-xfer-timeout) and computed it.\n"
                   "# TYPE verity_kv_xfer_waits_expired_total counter\n"
-                  "verity_kv_xfer_waits_expired_total %lld\n",
+                  "verity_kv_xfer_waits_expired_total %lld\n"
+                  "# HELP verity_kv_xfer_cancelled_total Decode requests whose KV transfer was "
+                  "cancelled (its prefill failed: POST /v1/kv_transfer/cancel) and computed it "
+                  "at once.\n"
+                  "# TYPE verity_kv_xfer_cancelled_total counter\n"
+                  "verity_kv_xfer_cancelled_total %lld\n",
                   (long long)ds.tx_transfers_ok, (long long)ds.tx_transfers_aborted,
                   (long long)ds.rx_transfers_ok, (long long)ds.rx_transfers_aborted,
                   (long long)ds.tx_open, (long long)ds.rx_open, (long long)ds.tx_blocks_sent,
                   (long long)ds.tx_blocks_acked, (long long)ds.rx_blocks_verified,
                   (long long)ds.rx_blocks_dropped, (long long)st.e.kv_in_restored,
-                  (long long)st.e.kv_in_refused, (long long)ds.rx_waits_expired);
+                  (long long)st.e.kv_in_refused, (long long)ds.rx_waits_expired,
+                  (long long)ds.rx_cancelled);
     int rc =
         srv_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", sb.data, sb.len, NULL, NULL);
     strbuf_deinit(&sb);
@@ -321,6 +327,43 @@ static int srv_route_admin(server *s, srv_http_req *c, const char *url) {
     int r = srv_send_json(c, 200, &sb);
     strbuf_deinit(&sb);
     return r;
+}
+
+#define SRV_KV_CANCEL_URL "/v1/kv_transfer/cancel"
+
+/* POST /v1/kv_transfer/cancel {"id":"HEX"} (a decode server; the router sends it when the
+ * prefill side of transfer HEX failed): the request waiting for it computes its prompt now
+ * (disagg.h "Cancel"). Answered while draining too: it shortens a wait the drain waits for. */
+static int srv_route_kv_cancel(server *s, srv_http_req *c) {
+    srv_err e;
+    if (!s->sm.kv_rx) {
+        srv_fail(&e, 404, "invalid_request_error", NULL,
+                 "%s: this server receives no KV (--role %s)", SRV_KV_CANCEL_URL,
+                 s->sm.role ? s->sm.role : "both");
+        return srv_send_error(c, &e);
+    }
+    size_t blen;
+    const char *bdata = srv_http_req_body(c, &blen);
+    arena *a = arena_create(4096, 1 << 20);
+    json_value *body = NULL;
+    uint64_t id = 0;
+    int rc = !a ? ERR_NOMEM : json_parse(a, bdata, blen, &body);
+    if (rc == ERR_NOMEM)
+        srv_fail(&e, 500, "server_error", NULL, "out of memory");
+    else if (rc)
+        srv_fail(&e, 400, "invalid_request_error", NULL,
+                 "%s: the body is not valid JSON: %s", SRV_KV_CANCEL_URL, err_detail());
+    else
+        rc = srv_parse_xfer_id(body, "body", "id", &id, &e);
+    arena_destroy(a);
+    if (rc)
+        return srv_send_error(c, &e);
+    static const char *const what[] = {"cancelled", "pending", "ignored"};
+    disagg_cancel_result r = disagg_rx_cancel(s->sm.kv_rx, id);
+    char out[128];
+    int n = snprintf(out, sizeof out, "{\"id\":\"%016llx\",\"result\":\"%s\"}",
+                     (unsigned long long)id, what[r]);
+    return srv_send(c, 200, "application/json", out, (size_t)n, NULL, NULL);
 }
 
 static int srv_route_tokenize(server *s, srv_http_req *c, const json_value *body) {
@@ -493,8 +536,9 @@ static int srv_on_head(void *user, srv_http_req *c) {
         srv_route_status(s, c);
         return SRV_HTTP_HEAD_ANSWERED;
     }
-    /* before the drain check: a drained server's held engine must still be releasable */
-    if (srv_is_admin(s, url)) {
+    /* before the drain check: a drained server's held engine must still be releasable, and a
+     * request waiting for its KV must still hear that it will not come */
+    if (srv_is_admin(s, url) || !strcmp(url, SRV_KV_CANCEL_URL)) {
         if (post)
             return SRV_HTTP_HEAD_READ_BODY;
         srv_fail(&e, 405, "invalid_request_error", NULL, "%s needs POST, not %s", url, method);
@@ -536,6 +580,10 @@ static void srv_dispatch(server *s, srv_http_req *c, int64_t t_arrival_ns) {
     const char *url = srv_http_req_path(c);
     if (srv_is_admin(s, url)) {
         srv_route_admin(s, c, url);
+        return;
+    }
+    if (!strcmp(url, SRV_KV_CANCEL_URL)) {
+        srv_route_kv_cancel(s, c);
         return;
     }
     if (atomic_load(&s->draining)) { /* drained while it was queued or its body arrived */

@@ -35,6 +35,12 @@
  * answer and can be probed; after, the first pump that sees the read EOF (srv_http_request_eof)
  * writes an SSE comment line, which a closed socket answers with a reset (gone).
  *
+ * A prefill request ("kv_transfer" with "send_to", disagg.h) answered whole waits for its
+ * transfer's outcome (disagg_tx_wait, bounded by --kv-xfer-timeout) and ends its body with
+ * "kv_transfer":{"id","status":"sent"|"failed"|"none"} (none: no full block to send); the router
+ * cancels the decode side's wait on "failed". A streamed one carries no status (the router asks
+ * for no stream).
+ *
  * Streams are pushed (srv_gen_stream): the worker formats the events of each pump and writes them
  * as one chunk; while the client's output buffer is full the write blocks (backpressure), so a
  * client that reads slowly holds at most the layer's out_cap_bytes of its stream in memory.
@@ -700,6 +706,11 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
             return ERR_BUSY;
         }
     }
+    /* a prefill's answer says how its transfer ended (disagg.h "Cancel"): the router cancels
+     * the decode side's wait when it did not arrive; "none": the prompt had nothing to send */
+    const char *xfer = NULL;
+    if (g->p.xfer_id && !g->p.xfer_recv)
+        xfer = !g->tx ? "none" : disagg_tx_wait(g->tx) ? "failed" : "sent";
     srv_metrics_tokens(g->s->metrics, g->prompt_tokens, 0);
     srv_metrics_observe(g->s->metrics, SRV_H_E2E,
                         (double)(clock_now_ns() - g->t_arrival_ns) * 1e-9);
@@ -757,6 +768,9 @@ int srv_gen_complete(srv_gen *g, strbuf *out, srv_err *e) {
     }
     strbuf_puts(out, "],\"usage\":");
     srv_usage_json(out, g);
+    if (xfer)
+        strbuf_printf(out, ",\"kv_transfer\":{\"id\":\"%016llx\",\"status\":\"%s\"}",
+                      (unsigned long long)g->p.xfer_id, xfer);
     strbuf_putc(out, '}');
     return strbuf_failed(out) ? ERR_NOMEM : 0;
 }

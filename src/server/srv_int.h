@@ -106,6 +106,12 @@ typedef struct srv_params {
     int n_prompts;
 } srv_params;
 
+/* Parses the transfer id of v ({"id":"<1 to 16 hex digits, nonzero>"}, the object named name in
+ * messages; id_param is the error's param for a bad id). Returns 0 and *id, or -1 with e filled
+ * (400). */
+int srv_parse_xfer_id(const json_value *v, const char *name, const char *id_param, uint64_t *id,
+                      srv_err *e);
+
 /* Parses and validates a request body into p (prompts tokenized, chat template rendered, the
  * constraint compiled last). Returns 0 or -1 with e filled (400/404/...); on -1 p holds no
  * constraint. */

@@ -33,6 +33,7 @@
 #include "base/err.h"
 #include "toolcall/tool_grammar.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,22 +242,11 @@ static int srv_parse_common(server *s, arena *a, const json_value *body, bool ch
     if (srv_bool(body, "ignore_eos", &p->ignore_eos, &g, e))
         return -1;
     if ((v = json_get(body, "kv_transfer")) && v->type != JSON_NULL) {
-        const char *t = NULL, *to = NULL;
-        size_t tl = 0, tol = 0;
+        const char *to = NULL;
+        size_t tol = 0;
         bool recv = false;
-        char hex[17];
-        if (v->type != JSON_OBJECT || !json_as_str(json_get(v, "id"), &t, &tl) || tl == 0 ||
-            tl > 16)
-            return srv_fail(e, 400, INV, "kv_transfer",
-                            "\"kv_transfer\" must be an object with an \"id\" of 1 to 16 hex "
-                            "digits");
-        memcpy(hex, t, tl);
-        hex[tl] = 0;
-        char *end = NULL;
-        p->xfer_id = strtoull(hex, &end, 16);
-        if (*end || p->xfer_id == 0)
-            return srv_fail(e, 400, INV, "kv_transfer.id",
-                            "\"kv_transfer\".id '%s' is not a nonzero hex number", hex);
+        if (srv_parse_xfer_id(v, "kv_transfer", "kv_transfer.id", &p->xfer_id, e))
+            return -1;
         const json_value *sv = json_get(v, "send_to");
         if (sv && !json_as_str(sv, &to, &tol))
             return srv_fail(e, 400, INV, "kv_transfer.send_to",
@@ -614,6 +604,25 @@ static int srv_constraint(server *s, srv_params *p, srv_err *e) {
         return srv_fail(e, 400, INV,
                         call || !strncmp(err_detail(), "tools", 5) ? "tools" : "response_format",
                         "%s", err_detail());
+    return 0;
+}
+
+int srv_parse_xfer_id(const json_value *v, const char *name, const char *id_param, uint64_t *id,
+                      srv_err *e) {
+    const char *t = NULL;
+    size_t tl = 0;
+    char hex[17];
+    if (!v || v->type != JSON_OBJECT || !json_as_str(json_get(v, "id"), &t, &tl) || tl == 0 ||
+        tl > 16)
+        return srv_fail(e, 400, INV, name,
+                        "\"%s\" must be an object with an \"id\" of 1 to 16 hex digits", name);
+    memcpy(hex, t, tl);
+    hex[tl] = 0;
+    char *end = NULL;
+    *id = strtoull(hex, &end, 16);
+    if (*end || *id == 0 || !isxdigit((unsigned char)hex[0]))
+        return srv_fail(e, 400, INV, id_param, "\"%s\".id '%s' is not a nonzero hex number",
+                        name, hex);
     return 0;
 }
 

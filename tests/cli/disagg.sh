@@ -15,7 +15,9 @@
 #     test fails if the decode servers silently compute everything
 #   - kill -9 of the prefill server holding a request (its engine held, so the request is in its
 #     queue): the client still gets the complete answer (the decode server computes the prompt),
-#     the transfer is counted aborted, the other prefill server keeps serving
+#     the transfer is counted aborted (or cancelled, if the prefill died before it connected),
+#     the router told the decode server at once (verity_router_disagg_cancels_total{result="ok"})
+#     and no decode wait expired; the other prefill server keeps serving
 #   - kill -9 of the decode server in the middle of a stream: the client gets a prefix, an error
 #     event and the end (no [DONE], never a hang); the other decode server keeps serving
 #   - the client disconnects while the decode server waits for the KV (the prefill server held):
@@ -140,15 +142,21 @@ CURL1=$!
 held() { waiting_is "$P1_URL" 1 || waiting_is "$P2_URL" 1; }
 if wait_for held; then
     if waiting_is "$P1_URL" 1; then XP=$P1_PID X=$P1_URL Y=$P2_URL; else XP=$P2_PID X=$P2_URL Y=$P1_URL; fi
-    a0=$(( $(metric_at "$D1_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') + $(metric_at "$D2_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') ))
+    dsum() { echo $(( $(metric_at "$D1_URL" "$1") + $(metric_at "$D2_URL" "$1") )); }
+    AB='verity_kv_xfer_transfers_total{dir="recv",result="aborted"}' CN=verity_kv_xfer_cancelled_total EX=verity_kv_xfer_waits_expired_total
+    a0=$(( $(dsum "$AB") + $(dsum "$CN") )); x0=$(dsum "$EX")
+    rc0=$(metric_at "$RT_URL" 'verity_router_disagg_cancels_total{result="ok"}')
     kill -9 -- -"$XP"
     t=0; while kill -0 "$CURL1" 2>/dev/null && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
     if kill -0 "$CURL1" 2>/dev/null; then kill "$CURL1"; fail disagg.prefill_killed "the client hangs"
     else
         got=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$TMP/kill.json" 2>/dev/null)
-        a1=$(( $(metric_at "$D1_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') + $(metric_at "$D2_URL" 'verity_kv_xfer_transfers_total{dir="recv",result="aborted"}') ))
+        a1=$(( $(dsum "$AB") + $(dsum "$CN") )); x1=$(dsum "$EX")
+        rc1=$(metric_at "$RT_URL" 'verity_router_disagg_cancels_total{result="ok"}')
         [ "$got" = "$(cat "$TMP/ref.kill")" ] && [ "$a1" -gt "$a0" ] && pass "disagg.prefill_killed_complete_answer" ||
-            fail disagg.prefill_killed_complete_answer "answer '$got' vs '$(cat "$TMP/ref.kill")', aborted transfers $a0 -> $a1"
+            fail disagg.prefill_killed_complete_answer "answer '$got' vs '$(cat "$TMP/ref.kill")', aborted or cancelled transfers $a0 -> $a1"
+        [ "${rc1:-0}" -gt "${rc0:-0}" ] && [ "$x1" = "$x0" ] && pass disagg.prefill_killed_decode_told ||
+            fail disagg.prefill_killed_decode_told "router cancels ${rc0:-?} -> ${rc1:-?}, decode waits expired $x0 -> $x1"
     fi
     adm "$Y" resume
     code=$(curl -s -o "$TMP/one" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"one more story about the cat and the dog and the mat","max_tokens":3}')
