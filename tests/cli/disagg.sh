@@ -117,6 +117,20 @@ srv D2 -m "$MODEL" --role decode || exit 0
 st=$(curl -s "$D1_URL/v1/status")
 grep -q '"role":"decode","kv_addr":"127.0.0.1:[1-9][0-9]*"' <<<"$st" && grep -q '"role":"prefill","kv_addr":""' <<<"$(curl -s "$P1_URL/v1/status")" &&
     pass disagg.status_role_kv_addr || fail disagg.status_role_kv_addr "$st"
+# POST /v1/kv_transfer/cancel: bad input gets a 4xx with an OpenAI-style error body (bad JSON, no
+# or a malformed id, a server that receives no KV, a GET), a good id 200 naming what happened
+cancel_bad=""
+for c in "$D1_URL|POST|{not json|400" "$D1_URL|POST|{}|400" "$D1_URL|POST|{\"id\":\"xyz\"}|400" \
+    "$P1_URL|POST|{\"id\":\"00000000000000ab\"}|404" "$D1_URL|GET||405"; do
+    IFS='|' read -r url meth body want <<<"$c"
+    got=$(curl -s -o "$TMP/cancel.out" -w '%{http_code}' -X "$meth" ${body:+-d "$body"} "$url/v1/kv_transfer/cancel")
+    if [ "$got" != "$want" ] || { [ "$want" != 405 ] && ! grep -q '"error":{.*"message":"' "$TMP/cancel.out"; }; then
+        cancel_bad="$cancel_bad [$meth $body -> $got: $(head -c 200 "$TMP/cancel.out")]"
+    fi
+done
+got=$(curl -s -d '{"id":"00000000000000ab"}' "$D1_URL/v1/kv_transfer/cancel")
+grep -q '"id":"00000000000000ab","result":"' <<<"$got" || cancel_bad="$cancel_bad [good id: $got]"
+[ -z "$cancel_bad" ] && pass disagg.cancel_route_bad_input || fail disagg.cancel_route_bad_input "$cancel_bad"
 start_router disagg.router --router-health-ms 100 --prefill "$P1_URL,$P2_URL" --decode "$D1_URL,$D2_URL" || exit 0
 grep -q '2 prefill and 2 decode servers, 4 up' "$RT_LOG" && pass disagg.router_up || fail disagg.router_up "$(cat "$RT_LOG")"
 
