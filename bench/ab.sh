@@ -53,7 +53,8 @@ build() {
 }
 build a "$A" && build b "$B" || exit 2
 echo "A = $A ($(git rev-parse --short "$( [ "$A" = . ] && echo HEAD || echo "$A")")), B = $B; $MODE, batch $BATCH, prompt $PROMPT, $REPS repetitions x $ROUNDS rounds"
-[ -n "${AB_ENV_A:-}${AB_ENV_B:-}" ] && echo "A runs with: ${AB_ENV_A:-(nothing)}; B runs with: ${AB_ENV_B:-(nothing)}"
+[ -n "${AB_ENV_A:-}${AB_ENV_B:-}" ] &&
+    echo "A runs with: ${AB_ENV_A:-(nothing)}; B runs with: ${AB_ENV_B:-(nothing)}"
 for r in $(seq 1 "$ROUNDS"); do
     for side in a b; do
         envs=${AB_ENV_A:-}

@@ -512,9 +512,9 @@ static void t_quant_roundtrip(void) {
 /* The few-row paths (speculative verification feeds 1 + k rows of one sequence, decode at batch
  * 32 feeds 32): every row count 1 .. 33 of F16 / BF16 (mm-direct-rows 0, 2, 12, 16, 32 and -1:
  * the panel, the one- and two-row direct tiles, and the chunked direct path whose row tiles share
- * each K chunk, up to 12, 16 and 32 rows, and the CPU's default, 12 or 32), 1 .. 17 of Q8_0 / Q4_0 (mm-q-tile 4, 6
- * and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of Q6_K over 9
- * super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not),
+ * each K chunk, up to 12, 16 and 32 rows, and the CPU's default, 12 or 32), 1 .. 17 of Q8_0 /
+ * Q4_0 (mm-q-tile 4, 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of
+ * Q6_K over 9 super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not),
  * against the reference bit for bit, with K ending mid-chunk; so each row's result is the same
  * whatever m and the toggle (batch invariance: a row never depends on the rows beside it). */
 static void t_matmul_few_rows(void) {
