@@ -9,6 +9,9 @@
 #   synthetic 0.5b F16 model `verity bench` caches. REV "." is the working tree as it stands.
 # BS_CPU=1 times by the processes' CPU time (bench/bench_step.c): what a busy neighbour takes
 # away from a thread is not counted, so the ratio moves far less from run to run.
+# AB_ENV_A / AB_ENV_B: environment assignments (VAR=value, space-separated) for side A / B's runs
+# only: with REV_A = REV_B = "." this is an A/B of a toggle in one build, e.g.
+#   AB_ENV_A=VERITY_MM_DIRECT_ROWS=32 AB_ENV_B=VERITY_MM_DIRECT_ROWS=12 bench/ab.sh . . decode 32
 # Example: bench/ab.sh HEAD~1 . decode 32
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -50,9 +53,14 @@ build() {
 }
 build a "$A" && build b "$B" || exit 2
 echo "A = $A ($(git rev-parse --short "$( [ "$A" = . ] && echo HEAD || echo "$A")")), B = $B; $MODE, batch $BATCH, prompt $PROMPT, $REPS repetitions x $ROUNDS rounds"
+[ -n "${AB_ENV_A:-}${AB_ENV_B:-}" ] &&
+    echo "A runs with: ${AB_ENV_A:-(nothing)}; B runs with: ${AB_ENV_B:-(nothing)}"
 for r in $(seq 1 "$ROUNDS"); do
     for side in a b; do
-        out=$("$tmp/step-$side" "$MODEL" "$MODE" "$BATCH" "$PROMPT" "$REPS") || exit 1
+        envs=${AB_ENV_A:-}
+        [ $side = b ] && envs=${AB_ENV_B:-}
+        # shellcheck disable=SC2086 # the assignments are split on spaces on purpose
+        out=$(env $envs "$tmp/step-$side" "$MODEL" "$MODE" "$BATCH" "$PROMPT" "$REPS") || exit 1
         echo "round $r $side: $out"
         sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<<"$out" >>"$tmp/med-$side"
     done

@@ -510,11 +510,11 @@ static void t_quant_roundtrip(void) {
 /* The new quantized kernels tile rows in chunks of 96 (activation reuse in L2): M across a
  * chunk boundary, with a tail, gives the reference's bytes too. */
 /* The few-row paths (speculative verification feeds 1 + k rows of one sequence, decode at batch
- * 32 feeds 32): every row count 1 .. 33 of F16 / BF16 (mm-direct-rows 0, 2, 16 and 32: the panel,
- * the one- and two-row direct tiles, and the chunked direct path whose row tiles share each K
- * chunk, up to 16 rows and, the default, up to 32), 1 .. 17 of Q8_0 / Q4_0 (mm-q-tile 4, 6
- * and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of Q6_K over 9
- * super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not),
+ * 32 feeds 32): every row count 1 .. 33 of F16 / BF16 (mm-direct-rows 0, 2, 12, 16, 32 and -1:
+ * the panel, the one- and two-row direct tiles, and the chunked direct path whose row tiles share
+ * each K chunk, up to 12, 16 and 32 rows, and the CPU's default, 12 or 32), 1 .. 17 of Q8_0 /
+ * Q4_0 (mm-q-tile 4, 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of
+ * Q6_K over 9 super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not),
  * against the reference bit for bit, with K ending mid-chunk; so each row's result is the same
  * whatever m and the toggle (batch invariance: a row never depends on the rows beside it). */
 static void t_matmul_few_rows(void) {
@@ -523,7 +523,7 @@ static void t_matmul_few_rows(void) {
         test_skip("no SIMD ISA on this CPU");
     const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0,
                          GGUF_TYPE_Q6_K};
-    const char *direct[] = {"0", "2", "16", "32"}, *qtile[] = {"4", "6", "7"},
+    const char *direct[] = {"0", "2", "12", "16", "32", "-1"}, *qtile[] = {"4", "6", "7"},
                *pf[] = {"0", "64", "4096"};
     const int64_t n = 130;
     int cases = 0;
@@ -532,7 +532,7 @@ static void t_matmul_few_rows(void) {
         bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0 || q6;
         int64_t k = q6 ? 2304 : q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
         void *w = make_weights(types[ti], n, k, NULL);
-        const int64_t m_max = q ? 17 : 33, n_vals = q ? 3 : 4;
+        const int64_t m_max = q ? 17 : 33, n_vals = q ? 3 : 6;
         for (int64_t m = 1; m <= m_max; m++) {
             act_buf ab;
             act_make(&ab, m, k, k + 5, m == m_max);
@@ -569,7 +569,18 @@ static void t_matmul_few_rows(void) {
     T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
     T_OK(flags_set("mm-q-tile", flags_find("mm-q-tile")->def));
     T_OK(flags_set("q6k-prefetch", flags_find("q6k-prefetch")->def));
-    T_CHECK(cases == (2 * 33 * 4 + 3 * 17 * 3) * n_simd);
+    T_CHECK(cases == (2 * 33 * 6 + 3 * 17 * 3) * n_simd);
+}
+
+/* mm-direct-rows: a value of 0 or more is taken as it is; -1 (the default) is 32 on AMD and 12
+ * elsewhere (where the conversion competes with the FMAs for their ports). */
+static void t_matmul_direct_rows(void) {
+    T_CHECK(kn_matmul_direct_rows(-1, true) == 32);
+    T_CHECK(kn_matmul_direct_rows(-1, false) == 12);
+    T_CHECK(kn_matmul_direct_rows(0, true) == 0);
+    T_CHECK(kn_matmul_direct_rows(20, false) == 20);
+    T_CHECK(kn_matmul_direct_rows(32, false) == 32);
+    T_CHECK(flags_int(FLAG_MM_DIRECT_ROWS) == -1); /* the registry's default is the CPU's */
 }
 
 static void t_matmul_kq_large_m(void) {
@@ -950,6 +961,7 @@ int main(void) {
     test_run("kernels.matmul_simd_eq_ref", t_matmul);
     test_run("kernels.matmul_kq_large_m", t_matmul_kq_large_m);
     test_run("kernels.matmul_few_rows_eq_ref", t_matmul_few_rows);
+    test_run("kernels.matmul_direct_rows_by_cpu", t_matmul_direct_rows);
     test_run("kernels.matmul_accuracy", t_matmul_accuracy);
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);
     test_run("kernels.attention", t_attention);

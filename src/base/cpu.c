@@ -34,6 +34,8 @@ static void cpu_detect_name(void) {
 static void cpu_detect(void) {
     unsigned a, b, c, d;
     cpu_detect_name();
+    if (__get_cpuid(0, &a, &b, &c, &d)) /* the vendor string is in ebx, edx, ecx */
+        cpu_feat.amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
     bool osxsave = (c >> 27) & 1;

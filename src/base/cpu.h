@@ -12,6 +12,7 @@ typedef struct cpu_features {
     bool avx2, fma, f16c, bmi2;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
     bool avxvnni;
+    bool amd; /* vendor "AuthenticAMD" (kernel choices that depend on the pipes, not the ISA) */
 } cpu_features;
 
 /* Returns the features of the running CPU, including OS support for the register state (XCR0). */

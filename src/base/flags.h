@@ -33,10 +33,10 @@ enum flag_kind {
     X(MM_PREFETCH, "mm-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                      \
       "matmul kernels prefetch the next weights, and activation rows, while computing (speed "     \
       "only, same bits)")                                                                          \
-    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "32", "0:64",                               \
+    X(MM_DIRECT_ROWS, "mm-direct-rows", FLAG_KIND_INT, "-1", "-1:64",                              \
       "AVX-512 F16/BF16 matmuls of at most this many rows convert weights in registers, not "      \
-      "via a panel (3 or more rows: in L1-sized K chunks shared by all rows; speed only, same "    \
-      "bits)")                                                                                     \
+      "via a panel (3 or more rows: in L1-sized K chunks shared by all rows); -1 = by CPU: 32 on " \
+      "AMD, where the conversion runs beside the FMAs, 12 elsewhere (speed only, same bits)")      \
     X(MM_Q_TILE, "mm-q-tile", FLAG_KIND_INT, "7", "4:7",                                           \
       "AVX-512 Q8_0 matmuls of more than 4 rows run in ceil(rows / this) tiles of equal height, "  \
       "each sweeping the weights once (4: tiles of 4, then the rest; speed only, same bits)")      \

@@ -95,6 +95,14 @@ typedef struct kn_act {
  * is not NULL, the sums of the first 16 q of each block. */
 void kn_act_quantize(const kn_act *a, int64_t k, int64_t m0, int64_t m1, kn_isa isa);
 
+/* The row count up to which AVX-512 F16/BF16 matmuls convert weights in registers (the direct
+ * path) rather than converting each K chunk once into an f32 panel: flag (the mm-direct-rows
+ * toggle) when it is 0 or more, else the CPU's default: 32 when amd (Zen 4 converts on pipes
+ * beside its FMAs, so converting in every row tile costs little), 12 otherwise (on Intel a 512-bit
+ * vcvtph2ps takes both FMA ports: at 32 rows the direct path spends about a quarter of them on
+ * conversions and the panel path a few percent). Only speed depends on it, never the bits. */
+int kn_matmul_direct_rows(int64_t flag, bool amd);
+
 /* Per-thread scratch bytes kn_matmul needs (panel conversion buffer). */
 size_t kn_matmul_scratch_bytes(void);
 

@@ -164,7 +164,8 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->isa = isa;
     w->ref_data = data;
     w->prefetch = flags_int(FLAG_MM_PREFETCH) != 0;
-    w->direct_rows = (int)flags_int(FLAG_MM_DIRECT_ROWS);
+    w->direct_rows =
+        kn_matmul_direct_rows(flags_int(FLAG_MM_DIRECT_ROWS), cpu_get_features()->amd);
     w->q_tile = (int)flags_int(FLAG_MM_Q_TILE);
     w->q6k_prefetch = (int)flags_int(FLAG_Q6K_PREFETCH);
     if (isa == KN_ISA_SCALAR) {
@@ -226,6 +227,12 @@ bool kn_mat_wants_q8(const kn_mat *w) {
 }
 bool kn_mat_wants_q16(const kn_mat *w) {
     return w->type == GGUF_TYPE_Q6_K;
+}
+
+int kn_matmul_direct_rows(int64_t flag, bool amd) {
+    if (flag >= 0)
+        return (int)flag;
+    return amd ? 32 : 12;
 }
 
 size_t kn_matmul_scratch_bytes(void) {

@@ -20,7 +20,11 @@
  * two rows, and in L1-sized K chunks shared by all the row tiles for 3 or more (kf_block_direct).
  * The panel's conversion and its stores and reloads cost about as much as converting in every
  * row tile up to 32 rows (6 tiles); the direct loops are specialised for F16 and BF16 at compile
- * time, so their k-step carries no branch (A/B figures in BENCHMARKS.md, "## Engine").
+ * time, so their k-step carries no branch (A/B figures in BENCHMARKS.md, "## Engine"). That
+ * holds where the conversion runs beside the FMAs (AMD Zen 4); on Intel a 512-bit vcvtph2ps takes
+ * both FMA ports, so from 13 rows on converting each chunk once into the panel is faster (at 32
+ * rows 4 conversions per 24 FMAs in every tile against 8 per 128 for the panel): mm-direct-rows
+ * defaults to 32 or 12 by CPU (kn_matmul_direct_rows).
  *
  * Quantized types: 4-row x 32-column tiles (Q8_0 with mm-q-tile 5 to 7 and more than 4 rows:
  * ceil(M / mm-q-tile) tiles of equal height, up to 7 x 2 int32 and 7 x 2 float accumulators, 28
