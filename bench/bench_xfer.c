@@ -9,9 +9,11 @@
  *
  * Throughput: a sender (this thread) and a receiver (another thread, its own connection per
  * phase) move `transfers` transfers of 64 blocks each; a block is 16 positions x 16 layers x
- * kv_dim 1024 in F16 for K and V (1 MiB). The sender encodes each block's blob (kv_block_encode)
- * and writes it; the receiver reads it, restores it into its pool and verifies both checksums
- * (kv_block_decode) before the ACK; the consumer takes and frees the blocks. Throughput = payload
+ * kv_dim 1024 in F16 for K and V (1 MiB). kv_xfer_send_block writes each block (in place, the
+ * default: straight from the pool; block-major pools: the payload as one write) and the receiver
+ * lands it in its pool block and verifies it (in place: once, where it lies; the frame path:
+ * through a blob, kv_block_decode) before the ACK; the consumer takes and frees the blocks.
+ * Throughput = payload
  * bytes moved / wall time. The memcpy figure copies the same number of bytes between two buffers
  * of one transfer's size, in the same process. Each of the 5 rounds measures memcpy, then each
  * transport in turn (interleaved, so load drifts hit all of them alike); the medians are printed.
