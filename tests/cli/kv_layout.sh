@@ -6,10 +6,10 @@
 #    test_kv_xfer) run in each layout (VERITY_KV_POOL_BLOCK_MAJOR=1, then 0; test_kv_xfer also
 #    moves blocks between pools of different layouts), every case passing in both;
 # 2. P1: `generate --logits-digest` of the same 64 prompts is byte-identical in both layouts, for
-#    a dense llama model (K and V), deepseek32 (MLA's K-only latent cache and the DSA indexer's
-#    companion buffer) and deepseek4 (compressor state and index keys in the blocks), batched and
-#    chunked, and under preemption through a small pool with the prefix cache (blocks dropped,
-#    matched and recomputed). Under the sanitizer builds (VERITY_TEST_SCALE < 1) the llama model
+#    a dense llama model (K and V), deepseek2 (MLA's K-only latent cache), deepseek32 (that and
+#    the DSA indexer's companion buffer) and deepseek4 (compressor state and index keys in the
+#    blocks), batched and chunked, and under preemption through a small pool with the prefix cache
+#    (blocks dropped, matched and recomputed). Under the sanitizer builds (VERITY_TEST_SCALE < 1) the llama model
 #    and deepseek32 only.
 . "$(dirname "$0")/lib.bash"
 
@@ -33,7 +33,7 @@ awk -v n=64 'BEGIN { srand(1234); split("the a little girl dog ran over hill sky
         for (j = 0; j < len; j++) p = p (j ? " " : "") w[1 + int(rand() * 27)];
         t = (i % 4 == 0) ? 0 : 0.9;
         printf("{\"prompt\":\"%s\",\"n\":%d,\"seed\":%d,\"temperature\":%s,\"top_k\":%d}\n", p, 4 + int(rand() * 20), i, t, (i % 3) * 5) } }' >"$TMP/prompts.jsonl"
-models="f32:llama:1 q8_0:deepseek32:1 q8_0:deepseek4:2" # type:arch:MiB of KV pool that preempts
+models="f32:llama:1 q8_0:deepseek2:1 q8_0:deepseek32:1 q8_0:deepseek4:2" # type:arch:MiB that preempts
 awk -v s="${VERITY_TEST_SCALE:-1}" 'BEGIN { exit !(s < 1) }' && models="f32:llama:1 q8_0:deepseek32:1"
 for m in $models; do
     IFS=: read -r type arch mib <<<"$m"
