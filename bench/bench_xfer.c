@@ -9,12 +9,18 @@
  *
  * Throughput: a sender (this thread) and a receiver (another thread, its own connection per
  * phase) move `transfers` transfers of 64 blocks each; a block is 16 positions x 16 layers x
- * kv_dim 1024 in F16 for K and V (1 MiB). The sender encodes each block's blob (kv_block_encode)
- * and writes it; the receiver reads it, restores it into its pool and verifies both checksums
- * (kv_block_decode) before the ACK; the consumer takes and frees the blocks. Throughput = payload
+ * kv_dim 1024 in F16 for K and V (1 MiB). kv_xfer_send_block writes each block (in place, the
+ * default: straight from the pool; block-major pools: the payload as one write) and the receiver
+ * lands it in its pool block and verifies it (in place: once, where it lies; the frame path:
+ * through a blob, kv_block_decode) before the ACK; the consumer takes and frees the blocks.
+ * Throughput = payload
  * bytes moved / wall time. The memcpy figure copies the same number of bytes between two buffers
  * of one transfer's size, in the same process. Each of the 5 rounds measures memcpy, then each
  * transport in turn (interleaved, so load drifts hit all of them alike); the medians are printed.
+ *
+ * Pools: both are created with the layout the flag kv-pool-block-major selects (environment
+ * VERITY_KV_POOL_BLOCK_MAJOR=0|1; the line after the heading says which), and the transfer path
+ * with kv-xfer-inplace (VERITY_KV_XFER_INPLACE).
  *
  * Latency: 200 transfers of 1 block each, one after another on one connection (send, the
  * receiver verifies and ACKs, the sender sees COMPLETE), for the 1 MiB block and for a 4 KiB block
@@ -31,6 +37,7 @@
  * and the ratios move.
  */
 #include "base/err.h"
+#include "base/flags.h"
 #include "disagg/kv_xfer.h"
 #include "kv/kv_block.h"
 #include "kv/kv_pool.h"
@@ -82,13 +89,13 @@ static void pools_make(pools *p, const kv_pool_opts *o) {
         die("pool", rc);
     kv_pool_prefault(p->src); /* as a server's pools are: no page faults in the measured copies */
     kv_pool_prefault(p->dst);
-    size_t bb = kv_pool_block_bytes(p->src);
+    size_t bb = kv_pool_block_bytes(p->src), st = kv_pool_kv_stride(p->src);
     uint64_t parent = IDENTITY;
     for (int b = 0; b < NB; b++) {
         p->ids[b] = kv_pool_alloc(p->src);
         for (int l = 0; l < o->n_layer; l++) {
-            unsigned char *k = (unsigned char *)kv_pool_k_base(p->src, l) + (size_t)p->ids[b] * bb;
-            unsigned char *v = (unsigned char *)kv_pool_v_base(p->src, l) + (size_t)p->ids[b] * bb;
+            unsigned char *k = (unsigned char *)kv_pool_k_base(p->src, l) + (size_t)p->ids[b] * st;
+            unsigned char *v = (unsigned char *)kv_pool_v_base(p->src, l) + (size_t)p->ids[b] * st;
             for (size_t i = 0; i < bb; i++) {
                 k[i] = (unsigned char)(i * 31 + b + l);
                 v[i] = (unsigned char)(i * 7 + b * 3 + l);
@@ -240,6 +247,9 @@ int main(int argc, char **argv) {
     printf("bench_xfer: %d transfers x %d blocks x %zu KiB (%.1f MiB per round), median of %d "
            "rounds\n",
            n_transfers, NB, state / 1024, bytes / 1048576.0, RUNS);
+    printf("  pool layout %s (kv-pool-block-major), kv-xfer-inplace %d\n",
+           kv_pool_block_major(pb.src) ? "block-major" : "layer-major",
+           flags_int(FLAG_KV_XFER_INPLACE));
     printf("  memcpy            %7.2f GB/s  CPU %6.3f s/GB\n", mc[RUNS / 2], mc_cpu[RUNS / 2]);
     for (int k = 0; k < n_tp; k++) {
         qsort(xf[k], RUNS, sizeof xf[k][0], cmp_d);

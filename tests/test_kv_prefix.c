@@ -27,6 +27,7 @@
 #include "test.h"
 
 #include "base/err.h"
+#include "base/flags.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "kernels/kn.h"
@@ -40,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 enum { BS = 4, NL = 2, KVD = 8 };
@@ -53,24 +55,32 @@ static kv_pool *mk_pool(int64_t n_blocks) {
 }
 
 /* Writes what "computing" block id for these tokens would write: bytes derived from the tokens. */
+/* Block id's K (or V) rows of layer l, addressed as the forward pass does (the pool's stride). */
+static unsigned char *blk_k(kv_pool *p, int64_t l, int32_t id) {
+    return (unsigned char *)kv_pool_k_base(p, l) + (size_t)id * kv_pool_kv_stride(p);
+}
+static unsigned char *blk_v(kv_pool *p, int64_t l, int32_t id) {
+    return (unsigned char *)kv_pool_v_base(p, l) + (size_t)id * kv_pool_kv_stride(p);
+}
+static unsigned char *blk_ik(kv_pool *p, int64_t l, int32_t id) {
+    return (unsigned char *)kv_pool_ik_base(p, l) + (size_t)id * kv_pool_ik_stride(p);
+}
+
 static void fill_block(kv_pool *p, int32_t id, const int32_t *toks) {
     size_t bb = kv_pool_block_bytes(p);
     for (int64_t l = 0; l < NL; l++)
         for (size_t i = 0; i < bb; i++) {
             unsigned v = (unsigned)(toks[i % BS] * 131 + (int)l * 17 + (int)i);
-            ((unsigned char *)kv_pool_k_base(p, l))[(size_t)id * bb + i] = (unsigned char)v;
-            ((unsigned char *)kv_pool_v_base(p, l))[(size_t)id * bb + i] = (unsigned char)(v >> 3);
+            blk_k(p, l, id)[i] = (unsigned char)v;
+            blk_v(p, l, id)[i] = (unsigned char)(v >> 3);
         }
 }
 
 static bool same_block(kv_pool *p, int32_t a, int32_t b) {
     size_t bb = kv_pool_block_bytes(p);
-    for (int64_t l = 0; l < NL; l++) {
-        const unsigned char *k = kv_pool_k_base(p, l), *v = kv_pool_v_base(p, l);
-        if (memcmp(k + (size_t)a * bb, k + (size_t)b * bb, bb) ||
-            memcmp(v + (size_t)a * bb, v + (size_t)b * bb, bb))
+    for (int64_t l = 0; l < NL; l++)
+        if (memcmp(blk_k(p, l, a), blk_k(p, l, b), bb) || memcmp(blk_v(p, l, a), blk_v(p, l, b), bb))
             return false;
-    }
     return true;
 }
 
@@ -151,21 +161,17 @@ static void fill_ik_block(kv_pool *p, int32_t id, unsigned seed) {
     size_t kb = kv_pool_block_bytes(p), ib = kv_pool_ik_block_bytes(p);
     for (int64_t l = 0; l < NL; l++) {
         for (size_t i = 0; i < kb; i++)
-            ((unsigned char *)kv_pool_k_base(p, l))[(size_t)id * kb + i] =
-                (unsigned char)(seed * 7 + (unsigned)i + (unsigned)l * 13);
+            blk_k(p, l, id)[i] = (unsigned char)(seed * 7 + (unsigned)i + (unsigned)l * 13);
         for (size_t i = 0; i < ib; i++)
-            ((unsigned char *)kv_pool_ik_base(p, l))[(size_t)id * ib + i] =
-                (unsigned char)(seed * 29 + (unsigned)i * 3 + (unsigned)l);
+            blk_ik(p, l, id)[i] = (unsigned char)(seed * 29 + (unsigned)i * 3 + (unsigned)l);
     }
 }
 
 static bool same_ik(kv_pool *p, int32_t a, int32_t b) {
     size_t ib = kv_pool_ik_block_bytes(p);
-    for (int64_t l = 0; l < NL; l++) {
-        const unsigned char *ik = kv_pool_ik_base(p, l);
-        if (memcmp(ik + (size_t)a * ib, ik + (size_t)b * ib, ib))
+    for (int64_t l = 0; l < NL; l++)
+        if (memcmp(blk_ik(p, l, a), blk_ik(p, l, b), ib))
             return false;
-    }
     return true;
 }
 
@@ -181,10 +187,9 @@ static void t_companion(void) {
     fill_ik_block(p, b, 2);
     uint64_t key = kv_block_key(7, toks, BS), sum = kv_block_checksum(p, a, key);
     /* the index keys are in the checksum */
-    unsigned char *ik1 = kv_pool_ik_base(p, 1);
-    ik1[(size_t)a * kv_pool_ik_block_bytes(p) + 3] ^= 0x10;
+    blk_ik(p, 1, a)[3] ^= 0x10;
     T_CHECK(kv_block_checksum(p, a, key) != sum);
-    ik1[(size_t)a * kv_pool_ik_block_bytes(p) + 3] ^= 0x10;
+    blk_ik(p, 1, a)[3] ^= 0x10;
     /* copy-on-write copies them */
     kv_block_copy(p, b, a);
     T_CHECK(same_ik(p, a, b) && kv_block_checksum(p, b, key) == sum);
@@ -352,7 +357,7 @@ static void t_prefix(void) {
     T_CHECK(kv_prefix_match(px, &t, c, 8) == 8);
     int32_t third = t.ids[2];
     kv_prefix_release(px, &t);
-    ((unsigned char *)kv_pool_v_base(p, 1))[(size_t)third * kv_pool_block_bytes(p) + 5] ^= 0x20;
+    blk_v(p, 1, third)[5] ^= 0x20;
     T_CHECK(kv_prefix_match(px, &t, c, 8) == 2);
     kv_prefix_stats_get(px, &st);
     T_CHECK(st.checksum_failures == 1 && st.cached == cached0 - 6);
@@ -365,7 +370,7 @@ static void t_prefix(void) {
     compute(p, px, &t, a, 2);
     int32_t first = t.ids[0];
     kv_prefix_release(px, &t);
-    ((unsigned char *)kv_pool_k_base(p, 0))[(size_t)first * kv_pool_block_bytes(p)] ^= 1;
+    blk_k(p, 0, first)[0] ^= 1;
     T_CHECK(kv_prefix_match(px, &t, a, 2) == 2);
     kv_prefix_release(px, &t);
     kv_prefix_destroy(px);
@@ -842,10 +847,10 @@ static void t_prefault(void) {
              grew, bytes);
     size_t bb = kv_pool_block_bytes(p);
     bool zero = true;
-    for (int64_t l = 0; l < NL; l++)
-        for (size_t i = 0; i < bb * 256; i++)
-            zero &= ((const unsigned char *)kv_pool_k_base(p, l))[i] == 0 &&
-                    ((const unsigned char *)kv_pool_v_base(p, l))[i] == 0;
+    for (int32_t b = 0; b < 256; b++)
+        for (int64_t l = 0; l < NL; l++)
+            for (size_t i = 0; i < bb; i++)
+                zero &= blk_k(p, l, b)[i] == 0 && blk_v(p, l, b)[i] == 0;
     T_CHECK(zero);
     kv_pool_destroy(p);
 }
@@ -867,49 +872,141 @@ static void t_prefault_blocks(void) {
     size_t bb = kv_pool_block_bytes(p);
     for (int64_t l = 0; l < NL; l++)
         for (size_t i = 0; i < bb; i++) {
-            ((unsigned char *)kv_pool_k_base(p, l))[bb + i] = (unsigned char)(i * 7 + l);
-            ((unsigned char *)kv_pool_v_base(p, l))[bb + i] = (unsigned char)(i * 5 + l + 1);
+            blk_k(p, l, 1)[i] = (unsigned char)(i * 7 + l);
+            blk_v(p, l, 1)[i] = (unsigned char)(i * 5 + l + 1);
         }
     if (!kv_pool_prefault_blocks(p, 0, 128)) {
         kv_pool_destroy(p);
         test_skip("no MADV_POPULATE_WRITE");
         return;
     }
-    /* every page of blocks [0, 128) of K and V in every layer is resident (mincore) */
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE), np = bb * 128 / pg;
+    /* every page of blocks [0, 128) of K and V in every layer is resident (mincore; a block's
+     * rows of one layer are whole pages in either layout) */
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), np = bb / pg, missing = 0;
     unsigned char *vec = malloc(np);
-    T_CHECK(vec);
-    for (int64_t l = 0; l < NL; l++)
-        for (int kv = 0; kv < 2; kv++) {
-            void *base = kv ? kv_pool_v_base(p, l) : kv_pool_k_base(p, l);
-            T_CHECK(((uintptr_t)base & (pg - 1)) == 0);
-            T_OK(mincore(base, bb * 128, vec));
-            size_t in = 0;
-            for (size_t i = 0; i < np; i++)
-                in += vec[i] & 1;
-            T_CHECKF(in == np, "layer %lld %s: %zu of %zu pages resident", (long long)l,
-                     kv ? "v" : "k", in, np);
-        }
+    T_CHECK(vec && bb % pg == 0);
+    for (int32_t id = 0; id < 128; id++)
+        for (int64_t l = 0; l < NL; l++)
+            for (int kv = 0; kv < 2; kv++) {
+                void *base = kv ? blk_v(p, l, id) : blk_k(p, l, id);
+                T_CHECK(((uintptr_t)base & (pg - 1)) == 0);
+                T_OK(mincore(base, bb, vec));
+                for (size_t i = 0; i < np; i++)
+                    missing += !(vec[i] & 1);
+            }
+    T_CHECKF(missing == 0, "%zu pages of blocks [0, 128) not resident", missing);
     free(vec);
     bool same = true, zero = true;
-    for (int64_t l = 0; l < NL; l++)
-        for (size_t i = 0; i < bb * 128; i++) {
-            unsigned char k = ((const unsigned char *)kv_pool_k_base(p, l))[i];
-            unsigned char v = ((const unsigned char *)kv_pool_v_base(p, l))[i];
-            if (i >= bb && i < 2 * bb)
-                same &= k == (unsigned char)((i - bb) * 7 + l) &&
-                        v == (unsigned char)((i - bb) * 5 + l + 1);
-            else
-                zero &= k == 0 && v == 0;
-        }
+    for (int32_t id = 0; id < 128; id++)
+        for (int64_t l = 0; l < NL; l++)
+            for (size_t i = 0; i < bb; i++) {
+                unsigned char k = blk_k(p, l, id)[i], v = blk_v(p, l, id)[i];
+                if (id == 1)
+                    same &= k == (unsigned char)(i * 7 + l) && v == (unsigned char)(i * 5 + l + 1);
+                else
+                    zero &= k == 0 && v == 0;
+            }
     T_CHECKF(same, "prefault changed a written block");
     T_CHECKF(zero, "prefault wrote into the pool");
     T_CHECK(kv_pool_prefault_blocks(p, 200, 1000)); /* clamped to the pool */
     kv_pool_destroy(p);
 }
 
+/* A pool of layout bm ("0" or "1", flag kv-pool-block-major) with K, V or a companion. */
+static kv_pool *mk_pool_layout(const char *bm, bool ik) {
+    char keep[4];
+    snprintf(keep, sizeof keep, "%s", flags_str(FLAG_KV_POOL_BLOCK_MAJOR));
+    T_OK(flags_set("kv-pool-block-major", bm));
+    kv_pool_opts o = {.n_layer = NL,
+                      .kv_dim = KVD,
+                      .block_size = BS,
+                      .n_blocks = 6,
+                      .f16 = true,
+                      .k_only = ik,
+                      .ik_row_bytes = ik ? 12 : 0,
+                      .ik_name = ik ? "ik-f16" : NULL};
+    kv_pool *p;
+    T_OK(kv_pool_create(&o, &p));
+    T_OK(flags_set("kv-pool-block-major", keep));
+    return p;
+}
+
+/* The two layouts (kv-pool-block-major) hold the same blocks: the strides are what kv_pool.h
+ * says, a block written through them in one layout saves, copies, encodes and checksums exactly
+ * as in the other, a blob of either restores into either, and a block-major block is one segment
+ * laid out as kv_block_save writes it. */
+static void t_layouts(void) {
+    for (int ik = 0; ik < 2; ik++) {
+        kv_pool *bm = mk_pool_layout("1", ik), *lm = mk_pool_layout("0", ik);
+        T_CHECK(kv_pool_block_major(bm) && !kv_pool_block_major(lm));
+        size_t state = kv_block_state_bytes(bm);
+        T_EQ_INT(state, kv_block_state_bytes(lm));
+        T_EQ_INT(kv_pool_kv_stride(bm), state);
+        T_EQ_INT(kv_pool_kv_stride(lm), kv_pool_block_bytes(lm));
+        T_EQ_INT(kv_pool_ik_stride(bm), ik ? state : 0);
+        T_EQ_INT(kv_pool_ik_stride(lm), kv_pool_ik_block_bytes(lm));
+        int32_t toks[BS] = {9, 8, 7, 6};
+        uint64_t key = kv_block_key(5, toks, BS);
+        /* blocks 0 and 3 (not the first: a stride mistaken for the block's bytes shows) */
+        int32_t a = -1, b = -1;
+        for (int i = 0; i < 4; i++) {
+            a = kv_pool_alloc(bm);
+            b = kv_pool_alloc(lm);
+        }
+        if (ik) {
+            fill_ik_block(bm, a, 3);
+            fill_ik_block(lm, b, 3);
+        } else {
+            fill_block(bm, a, toks);
+            fill_block(lm, b, toks);
+        }
+        unsigned char *sa = malloc(state), *sb = malloc(state);
+        T_CHECK(sa && sb);
+        kv_block_save(bm, a, sa);
+        kv_block_save(lm, b, sb);
+        T_CHECK(memcmp(sa, sb, state) == 0);
+        T_CHECK(kv_block_checksum(bm, a, key) == kv_block_checksum(lm, b, key));
+        T_CHECK(memcmp(kv_pool_block_payload(bm, a), sa, state) == 0);
+        T_CHECK(kv_pool_block_payload(lm, b) == NULL);
+        struct iovec seg[2 * NL * KV_POOL_MAX_BUFFERS];
+        T_EQ_INT(kv_block_segments(bm, a, seg, 2 * NL * KV_POOL_MAX_BUFFERS), 1);
+        T_CHECK(seg[0].iov_base == kv_pool_block_payload(bm, a) && seg[0].iov_len == state);
+        T_EQ_INT(kv_block_segments(lm, b, seg, 2 * NL * KV_POOL_MAX_BUFFERS),
+                 NL * kv_pool_n_buffers(lm));
+        /* a blob of either restores into the other; a copy-on-write copy is the same block */
+        kv_block_meta m = {.identity = 5, .parent = 5, .key = key, .toks = toks};
+        m.checksum = kv_block_checksum(bm, a, key);
+        size_t nb = kv_block_blob_bytes(bm);
+        unsigned char *blob = malloc(nb), *blob2 = malloc(nb);
+        T_CHECK(blob && blob2 && nb == kv_block_blob_bytes(lm));
+        kv_block_encode(bm, a, &m, blob);
+        kv_block_encode(lm, b, &m, blob2);
+        T_CHECK(memcmp(blob, blob2, nb) == 0);
+        int32_t a2 = kv_pool_alloc(bm), b2 = kv_pool_alloc(lm), a3 = kv_pool_alloc(bm);
+        T_OK(kv_block_decode(bm, a2, &m, blob2, nb, NULL));
+        T_OK(kv_block_decode(lm, b2, &m, blob, nb, NULL));
+        kv_block_copy(bm, a3, a);
+        kv_block_save(bm, a2, sb);
+        T_CHECK(memcmp(sa, sb, state) == 0);
+        kv_block_save(lm, b2, sb);
+        T_CHECK(memcmp(sa, sb, state) == 0);
+        kv_block_save(bm, a3, sb);
+        T_CHECK(memcmp(sa, sb, state) == 0);
+        /* kv_block_load writes where the forward pass reads */
+        kv_block_load(bm, a2, blob + kv_block_head_bytes(bm), true, true);
+        T_CHECK(ik ? same_ik(bm, a, a2) : same_block(bm, a, a2));
+        free(blob);
+        free(blob2);
+        free(sa);
+        free(sb);
+        kv_pool_destroy(bm);
+        kv_pool_destroy(lm);
+    }
+}
+
 int main(void) {
     test_run("kv_block.codec", t_codec);
+    test_run("kv_pool.layouts", t_layouts);
     test_run("kv_pool.prefault", t_prefault);
     test_run("kv_pool.prefault_blocks", t_prefault_blocks);
     test_run("kv_prefix.tree", t_prefix);

@@ -96,27 +96,36 @@ static void fx_release(void *ctx, int32_t id) {
     ((fx *)ctx)->releases[id]++;
 }
 
-static kv_pool *pool_make(void) {
+/* The pools' layouts (kv-pool-block-major, "0" or "1") for the next fx_init: NULL for the flag's
+ * value (how main runs every case), else the sender's and the receiver's, each its own. */
+static const char *src_layout, *dst_layout;
+
+static kv_pool *pool_make(const char *layout) {
     kv_pool_opts o = {.n_layer = 2, .kv_dim = 8, .block_size = BS, .n_blocks = POOL_BLOCKS};
     kv_pool *p = NULL;
+    char keep[4];
+    snprintf(keep, sizeof keep, "%s", flags_str(FLAG_KV_POOL_BLOCK_MAJOR));
+    if (layout)
+        T_OK(flags_set("kv-pool-block-major", layout));
     T_CHECK(kv_pool_create(&o, &p) == 0);
+    T_OK(flags_set("kv-pool-block-major", keep));
     return p;
 }
 
 static void fx_init(fx *f, bool pair) {
     memset(f, 0, sizeof *f);
-    f->src = pool_make();
-    f->dst = pool_make();
+    f->src = pool_make(src_layout);
+    f->dst = pool_make(dst_layout);
     for (int i = 0; i < NB * BS + 3; i++)
         f->toks[i] = 100 + i * 7;
-    size_t bb = kv_pool_block_bytes(f->src);
+    size_t bb = kv_pool_block_bytes(f->src), st = kv_pool_kv_stride(f->src);
     uint64_t parent = IDENTITY;
     for (int b = 0; b < NB; b++) {
         int32_t id = kv_pool_alloc(f->src);
         T_CHECK(id >= 0);
         for (int l = 0; l < 2; l++) {
-            unsigned char *k = (unsigned char *)kv_pool_k_base(f->src, l) + (size_t)id * bb;
-            unsigned char *v = (unsigned char *)kv_pool_v_base(f->src, l) + (size_t)id * bb;
+            unsigned char *k = (unsigned char *)kv_pool_k_base(f->src, l) + (size_t)id * st;
+            unsigned char *v = (unsigned char *)kv_pool_v_base(f->src, l) + (size_t)id * st;
             for (size_t i = 0; i < bb; i++) {
                 k[i] = (unsigned char)(i * 31 + b * 7 + l);
                 v[i] = (unsigned char)(i * 17 + b * 5 + l + 1);
@@ -405,6 +414,24 @@ static void t_mixed_inplace_to_frame(void) {
 
 static void t_mixed_frame_to_inplace(void) {
     mixed("0", "1");
+}
+
+/* The wire does not depend on the pools' layouts (kv-pool-block-major): a sender of one layout and
+ * a receiver of the other move every block intact, both ways round, over the current path. */
+static void mixed_layout(const char *src, const char *dst) {
+    char mode[4];
+    snprintf(mode, sizeof mode, "%s", flags_str(FLAG_KV_XFER_INPLACE));
+    src_layout = src, dst_layout = dst;
+    mixed(mode, mode);
+    src_layout = dst_layout = NULL;
+}
+
+static void t_layout_block_to_layer(void) {
+    mixed_layout("1", "0");
+}
+
+static void t_layout_layer_to_block(void) {
+    mixed_layout("0", "1");
 }
 
 /* Another prompt on the receiver: block 0's name is not the one it computes from its tokens. */
@@ -1156,6 +1183,8 @@ static const tcase cases[] = {
     {"corrupt_blob_head", t_corrupt_blob_head, false},
     {"mixed_inplace_to_frame", t_mixed_inplace_to_frame, false},
     {"mixed_frame_to_inplace", t_mixed_frame_to_inplace, false},
+    {"layout_block_to_layer", t_layout_block_to_layer, false},
+    {"layout_layer_to_block", t_layout_layer_to_block, false},
     {"wrong_prompt", t_wrong_prompt, false},
     {"abort_before", t_abort_before, false},
     {"abort_during", t_abort_during, false},

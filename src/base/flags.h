@@ -112,6 +112,10 @@ enum flag_kind {
     X(KV_PREFAULT, "kv-prefault", FLAG_KIND_BOOL, "0", "0|1",                                      \
       "write every page of the KV pool at start-up, so serving never waits on the kernel zeroing " \
       "a first-touched page (the whole pool is resident from the start; speed only)")              \
+    X(KV_POOL_BLOCK_MAJOR, "kv-pool-block-major", FLAG_KIND_BOOL, "1", "0|1",                      \
+      "the KV pool keeps each block's buffers for all layers in one contiguous region, in the "    \
+      "order a saved block lists them, so a KV transfer sends and receives a block as one piece "  \
+      "(0: layer-major, one region per layer and buffer; speed only, same bytes)")                 \
     X(SPEC, "spec", FLAG_KIND_ENUM, "off", "off|ngram|draft|mtp",                                  \
       "speculative decoding: drafted tokens are fed with a sequence's last token and each is "     \
       "kept only if the model's own sampler picks exactly it (same bytes as off); ngram: prompt "  \

@@ -254,10 +254,20 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
          * block is HELD: nobody writes it until its release); the same bytes as a frame */
         kv_block_encode_head(p, m, s->frame + HDR_BYTES);
         s->iov[0] = (struct iovec){s->frame + HDR_BYTES, head};
-        kv_block_segments(p, id, s->iov + 1, n_iov - 1);
-        rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES);
-        if (rc == 0)
-            rc = s->conn->ops->writev_all(s->conn, s->iov, n_iov);
+        int n_seg = kv_block_segments(p, id, s->iov + 1, n_iov - 1);
+        if (n_seg == 1) {
+            /* a block-major pool's block is one piece: the header and head as one write, the
+             * payload as another straight from the pool, so a message transport sends it as one
+             * message without a gather copy and its receiver's read of the payload (into its
+             * own pool block) takes that message whole (kv_xfer_ucx.c) */
+            rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES + head);
+            if (rc == 0)
+                rc = s->conn->ops->write_all(s->conn, s->iov[1].iov_base, s->iov[1].iov_len);
+        } else {
+            rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES);
+            if (rc == 0)
+                rc = s->conn->ops->writev_all(s->conn, s->iov, 1 + n_seg);
+        }
         s->st.n_sent += rc == 0;
     } else {
         kv_block_encode(p, id, m, s->frame + HDR_BYTES);
@@ -452,8 +462,8 @@ static int recv_block(kv_xfer_recv *r, const msg_hdr *h) {
          * land in it straight from the wire and are verified once where they lie */
         uint64_t sum = 0;
         r->iov[0] = (struct iovec){r->body, kv_block_head_bytes(r->pool)};
-        kv_block_segments(r->pool, id, r->iov + 1, r->n_iov - 1);
-        rc = r->conn->ops->readv_full(r->conn, r->iov, r->n_iov, r->o.timeout_ms);
+        int n_seg = kv_block_segments(r->pool, id, r->iov + 1, r->n_iov - 1);
+        rc = r->conn->ops->readv_full(r->conn, r->iov, 1 + n_seg, r->o.timeout_ms);
         if (rc == 0)
             rc = kv_block_check_head(r->pool, &want, r->body, kv_block_head_bytes(r->pool), &sum);
         if (rc == 0 && kv_block_checksum(r->pool, id, want.key) != sum)

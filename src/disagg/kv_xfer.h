@@ -31,6 +31,10 @@
  * writes it meanwhile), and the receiver allocates the pool block first (RECEIVING: nobody else can
  * see it), reads the head into a buffer and the segments straight into the block, checks the head
  * (kv_block_check_head) and verifies the block's checksum once where it lies; only then is it HELD.
+ * Where the pools are block-major (flag kv-pool-block-major) a block's segments are one piece on
+ * each side: the sender writes the header and head, then the payload in one write from its pool,
+ * and the receiver reads the payload in one read into its block (on ucx: one rendezvous, one cma
+ * copy, then the one checksum pass). The bytes on the wire do not depend on either side's layout.
  * A block that fails is freed, never seen. Block i must carry
  * positions [i*B, (i+1)*B). Only full blocks travel; a prompt's partial tail block is recomputed by
  * the receiver. Pipelining: the sender sends each block as soon as it is sealed (chunk-wise, so the

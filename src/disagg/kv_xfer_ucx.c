@@ -352,7 +352,9 @@ static int ucx_write_all(kv_xfer_conn *base, const void *buf, size_t n) {
  * out of its staging buffer). Measured on shared memory (bench_xfer, 1 MiB blocks of 32 parts of
  * 32 KiB), this beats both other ways UCX 1.13 offers: a message per part costs a rendezvous each
  * (about 1.3 times the CPU per byte of this), and one message of UCX's iov datatype goes by a
- * fragmented protocol (20 times slower). */
+ * fragmented protocol (20 times slower). A block-major pool's block does not come here: kv_xfer.c
+ * writes its payload, one piece, with write_all straight from the pool (no gather copy), and the
+ * receiver's read of it takes the rendezvous straight into its pool block. */
 static int conn_writev_all(ucx_conn *c, const struct iovec *iov, int n) {
     size_t total = 0;
     for (int i = 0; i < n; i++)

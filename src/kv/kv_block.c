@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kv_block: see kv_block.h. The pool keeps each buffer of layer l (K, V, a companion) of every
- * block in a region of its own (kv_pool.h); a block's bytes are read and written in place, layer
- * by layer and buffer by buffer, without a staging copy. Integers in the blob are written little-endian byte by byte, so the format does
- * not depend on the host.
+ * kv_block: see kv_block.h. A block's bytes are read and written in place, layer by layer and
+ * buffer by buffer (one segment each, addressed through the pool's per-buffer stride, so either
+ * pool layout of kv_pool.h works), without a staging copy. Integers in the blob are written
+ * little-endian byte by byte, so the format does not depend on the host.
  */
 #include "kv/kv_block.h"
 #include "base/err.h"
@@ -20,7 +20,7 @@
 /* Block id's bytes of the pool's buffer buf (kv_pool_buffer_name) of a layer. */
 static unsigned char *kv_block_bufp(const kv_pool *p, int32_t id, int64_t layer, int buf) {
     return (unsigned char *)kv_pool_buffer_base((kv_pool *)p, layer, buf) +
-           (size_t)id * kv_pool_buffer_block_bytes(p, buf);
+           (size_t)id * kv_pool_buffer_stride(p, buf);
 }
 
 uint64_t kv_block_key(uint64_t parent, const int32_t *toks, int64_t n_toks) {
@@ -126,8 +126,14 @@ int kv_block_segments(const kv_pool *p, int32_t id, struct iovec *seg, int cap) 
         return err_set(ERR_RANGE, "kv block %d: %lld segments, room for %d", id, (long long)n, cap);
     int i = 0;
     for (int64_t l = 0; l < kv_pool_n_layer(p); l++)
-        for (int b = 0; b < kv_pool_n_buffers(p); b++, i++)
-            seg[i] = (struct iovec){kv_block_bufp(p, id, l, b), kv_pool_buffer_block_bytes(p, b)};
+        for (int b = 0; b < kv_pool_n_buffers(p); b++) {
+            unsigned char *s = kv_block_bufp(p, id, l, b);
+            size_t bb = kv_pool_buffer_block_bytes(p, b);
+            if (i > 0 && (unsigned char *)seg[i - 1].iov_base + seg[i - 1].iov_len == s)
+                seg[i - 1].iov_len += bb; /* adjacent in the pool: one piece */
+            else
+                seg[i++] = (struct iovec){s, bb};
+        }
     return i;
 }
 

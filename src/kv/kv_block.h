@@ -80,9 +80,11 @@ size_t kv_block_head_bytes(const kv_pool *p);
  * bytes kv_block_encode writes. */
 void kv_block_encode_head(const kv_pool *p, const kv_block_meta *m, void *out);
 
-/* Fills seg[0..n) with pool block id's segments in payload order, n = n_layer x n_buffers. Returns
- * n, or ERR_RANGE (nothing written) if cap < n. The segments point into the pool: whoever writes
- * them must own the block (allocated, not yet seen by anyone else). */
+/* Fills seg[0..n) with pool block id's segments in payload order (one buffer of one layer each,
+ * those adjacent in the pool merged into one: a block-major pool's block is a single segment).
+ * Returns n (1 <= n <= n_layer x n_buffers), or ERR_RANGE (nothing written) if cap is less than
+ * n_layer x n_buffers. The segments point into the pool: whoever writes them must own the block
+ * (allocated, not yet seen by anyone else). */
 int kv_block_segments(const kv_pool *p, int32_t id, struct iovec *seg, int cap);
 
 /* Checks a blob's head (n bytes) as kv_block_decode checks it: geometry and buffers against the

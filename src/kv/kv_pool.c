@@ -4,10 +4,19 @@
  * available; pages materialise on first write, so a large pool costs address space until used,
  * unless kv_pool_prefault writes them all at start-up);
  * the free list is a stack of ids.
+ *
+ * Two layouts (flag kv-pool-block-major, read once by kv_pool_create; the pool keeps its own):
+ * layer-major, where layer l's buffer i is one region of n_blocks blocks (block b of it at
+ * base(l, i) + b * buf_block[i]); and block-major, where block b is one region of
+ * kv_block_state_bytes holding, layer by layer, each buffer's block in payload order (so
+ * base(l, i) = mem + l * the bytes of one layer of one block + the buffers before i in it, and
+ * every buffer's stride is the whole block's bytes). Either way kv_pool_blockp is the one address
+ * formula, buf_off[i] + layer * layer_bytes the base and buf_stride[i] the stride.
  */
 #include "kv/kv_pool.h"
 #include "base/check.h"
 #include "base/err.h"
+#include "base/flags.h"
 #include "base/mem.h"
 
 #include <stdatomic.h>
@@ -22,9 +31,11 @@ struct kv_pool {
     size_t mem_bytes;
     int n_buf;
     const char *buf_name[KV_POOL_MAX_BUFFERS];
-    size_t buf_block[KV_POOL_MAX_BUFFERS]; /* one block of one layer of buffer i */
-    size_t buf_off[KV_POOL_MAX_BUFFERS];   /* buffer i's region within a layer's */
-    size_t layer_bytes;                    /* all buffers' regions of one layer */
+    size_t buf_block[KV_POOL_MAX_BUFFERS];  /* one block of one layer of buffer i */
+    size_t buf_off[KV_POOL_MAX_BUFFERS];    /* buffer i of layer 0 of block 0, from mem */
+    size_t buf_stride[KV_POOL_MAX_BUFFERS]; /* from block b to block b + 1 in buffer i */
+    size_t layer_bytes;                     /* from layer l to layer l + 1 in any buffer */
+    bool block_major;
     int32_t *refs;
     int32_t *free_ids;
     int64_t n_free;
@@ -86,10 +97,15 @@ int kv_pool_create(const kv_pool_opts *o, kv_pool **out) {
     atomic_init(&p->high_water, 0);
     size_t rows[KV_POOL_MAX_BUFFERS];
     p->n_buf = kv_pool_buffers_of(o, p->buf_name, rows);
+    p->block_major = flags_int(FLAG_KV_POOL_BLOCK_MAJOR) != 0;
+    size_t block_bytes = kv_block_state_bytes_of(o);
     for (int i = 0; i < p->n_buf; i++) {
         p->buf_block[i] = rows[i] * (size_t)o->block_size;
         p->buf_off[i] = p->layer_bytes;
-        p->layer_bytes += p->buf_block[i] * (size_t)o->n_blocks;
+        p->buf_stride[i] = p->block_major ? block_bytes : p->buf_block[i];
+        /* block-major: a layer's buffers follow each other within a block; layer-major: a
+         * layer's buffer regions of n_blocks blocks each follow each other */
+        p->layer_bytes += p->buf_block[i] * (p->block_major ? 1 : (size_t)o->n_blocks);
     }
     p->mem_bytes = total;
     void *m = mem_alloc_large(total);
@@ -129,11 +145,17 @@ bool kv_pool_prefault_blocks(kv_pool *p, int32_t lo, int32_t hi) {
         hi = (int32_t)p->o.n_blocks;
     if (lo >= hi)
         return true;
+    if (p->block_major) {
+        size_t bb = kv_block_state_bytes(p);
+        uintptr_t a = ((uintptr_t)p->mem + (size_t)lo * bb) & ~(uintptr_t)4095;
+        uintptr_t b = ((uintptr_t)p->mem + (size_t)hi * bb + 4095) & ~(uintptr_t)4095;
+        return madvise((void *)a, b - a, MADV_POPULATE_WRITE) == 0;
+    }
     for (int64_t l = 0; l < p->o.n_layer; l++)
         for (int i = 0; i < p->n_buf; i++) {
             uintptr_t base = (uintptr_t)p->mem + (size_t)l * p->layer_bytes + p->buf_off[i];
-            uintptr_t a = (base + (size_t)lo * p->buf_block[i]) & ~(uintptr_t)4095;
-            uintptr_t b = (base + (size_t)hi * p->buf_block[i] + 4095) & ~(uintptr_t)4095;
+            uintptr_t a = (base + (size_t)lo * p->buf_stride[i]) & ~(uintptr_t)4095;
+            uintptr_t b = (base + (size_t)hi * p->buf_stride[i] + 4095) & ~(uintptr_t)4095;
             if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0)
                 return false;
         }
@@ -212,6 +234,23 @@ size_t kv_pool_buffer_block_bytes(const kv_pool *p, int i) {
     CHECK(i >= 0 && i < p->n_buf);
     return p->buf_block[i];
 }
+size_t kv_pool_buffer_stride(const kv_pool *p, int i) {
+    CHECK(i >= 0 && i < p->n_buf);
+    return p->buf_stride[i];
+}
+size_t kv_pool_kv_stride(const kv_pool *p) {
+    return kv_pool_buffer_stride(p, 0);
+}
+size_t kv_pool_ik_stride(const kv_pool *p) {
+    return p->o.ik_row_bytes ? kv_pool_buffer_stride(p, p->n_buf - 1) : 0;
+}
+bool kv_pool_block_major(const kv_pool *p) {
+    return p->block_major;
+}
+void *kv_pool_block_payload(kv_pool *p, int32_t id) {
+    CHECK(id >= 0 && id < p->o.n_blocks);
+    return p->block_major ? p->mem + (size_t)id * p->buf_stride[0] : NULL;
+}
 void *kv_pool_buffer_base(kv_pool *p, int64_t layer, int i) {
     CHECK(i >= 0 && i < p->n_buf && layer >= 0 && layer < p->o.n_layer);
     return p->mem + (size_t)layer * p->layer_bytes + p->buf_off[i];
@@ -225,7 +264,7 @@ size_t kv_block_state_bytes(const kv_pool *p) {
 
 /* Block id of buffer i of layer l. */
 static unsigned char *kv_pool_blockp(const kv_pool *p, int32_t id, int64_t l, int i) {
-    return p->mem + (size_t)l * p->layer_bytes + p->buf_off[i] + (size_t)id * p->buf_block[i];
+    return p->mem + (size_t)l * p->layer_bytes + p->buf_off[i] + (size_t)id * p->buf_stride[i];
 }
 
 /* Layout of a saved block: for each layer, each buffer in order. */

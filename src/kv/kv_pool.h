@@ -12,9 +12,16 @@
  * has one (the DSA indexer's keys, named by their element type, e.g. "ik-f16"; rows of ik_row_bytes
  * laid out by the model). Elements of K and V are F16 or F32 (the kv-dtype toggle).
  *
- * Layout: for each layer, for each buffer, a region of n_blocks x block_size rows; block b of
- * buffer i of layer l starts at kv_pool_buffer_base(l, i) + b * kv_pool_buffer_block_bytes(i).
- * kv_pool_k_base / kv_pool_v_base / kv_pool_ik_base are the three buffers by role.
+ * Layout: block b of buffer i of layer l starts at kv_pool_buffer_base(l, i) + b *
+ * kv_pool_buffer_stride(i), in both layouts the pool can have (flag kv-pool-block-major, read
+ * when the pool is created): layer-major, for each layer, for each buffer, a region of n_blocks x
+ * block_size rows (the stride is one block of that buffer, kv_pool_buffer_block_bytes(i)); or
+ * block-major, each block one region of kv_block_state_bytes holding every layer's buffers in
+ * payload order (the order kv_block_save writes: the stride is the whole block's bytes, and
+ * kv_pool_block_payload is the block as one piece). Whoever addresses a block in a buffer uses the
+ * stride, never the block's bytes: the two are equal in the layer-major layout only.
+ * kv_pool_k_base / kv_pool_v_base / kv_pool_ik_base are the three buffers by role, and
+ * kv_pool_kv_stride / kv_pool_ik_stride their strides (V's is K's in either layout).
  *
  * Reference counts let a block be shared (prefix cache, n > 1 sampling): kv_pool_alloc returns a
  * block with one reference, kv_block_ref adds one, kv_block_unref drops one and frees the block
@@ -98,6 +105,21 @@ int kv_pool_n_buffers(const kv_pool *p);
 const char *kv_pool_buffer_name(const kv_pool *p, int i);
 size_t kv_pool_buffer_block_bytes(const kv_pool *p, int i);
 void *kv_pool_buffer_base(kv_pool *p, int64_t layer, int i);
+
+/* Bytes from block b to block b + 1 in buffer i of any layer: the one per-block stride (layer-major:
+ * kv_pool_buffer_block_bytes(i); block-major: kv_block_state_bytes). K's (V's is the same) and
+ * the companion's (0 without one). */
+size_t kv_pool_buffer_stride(const kv_pool *p, int i);
+size_t kv_pool_kv_stride(const kv_pool *p);
+size_t kv_pool_ik_stride(const kv_pool *p);
+
+/* Whether the pool is block-major (flag kv-pool-block-major when it was created). */
+bool kv_pool_block_major(const kv_pool *p);
+
+/* Block id's bytes as one region of kv_block_state_bytes in payload order (what kv_block_save
+ * would write), in a block-major pool; NULL in a layer-major one. Whoever writes it must own the
+ * block. */
+void *kv_pool_block_payload(kv_pool *p, int32_t id);
 
 /* Bytes of one block's buffers over all layers (what kv_block_save writes). */
 size_t kv_block_state_bytes(const kv_pool *p);

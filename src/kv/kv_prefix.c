@@ -157,7 +157,7 @@ static void px_lru_append(kv_prefix *px, int32_t id) {
 #if defined(VERITY_FAULTS) && VERITY_FAULTS
     /* FAULT (h, l1): a cached block's memory takes a bit flip while nobody uses it */
     if (px->f_corrupt && (++px->f_count & 7) == 0)
-        ((unsigned char *)kv_pool_v_base(px->p, 0))[(size_t)id * kv_pool_block_bytes(px->p)] ^=
+        ((unsigned char *)kv_pool_v_base(px->p, 0))[(size_t)id * kv_pool_kv_stride(px->p)] ^=
             0x10;
 #endif
 }

@@ -217,7 +217,7 @@ static void ds2_rows_kv(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_t t1,
     int64_t KL = hp->n_lora_kv, HD = hp->head_dim, QL = hp->n_lora_q,
             bs = kv_pool_block_size(c->kv);
     bool f16 = kv_pool_f16(c->kv);
-    size_t esz = f16 ? 2 : 4, bb = kv_pool_block_bytes(c->kv);
+    size_t esz = f16 ? 2 : 4, bb = kv_pool_kv_stride(c->kv);
     char *kb = kv_pool_k_base(c->kv, ph->layer);
     for (int64_t t = t0; t < t1; t++) {
         if (X->wq_a)

@@ -231,7 +231,7 @@ static void ds32_rows_index_kq(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int6
     dsa_ctx *st = ((mla_ctx *)c->arch_ctx)->ext;
     int64_t D = hp->indexer_head_dim, H = hp->indexer_n_head, R = hp->n_rot;
     int64_t bs = kv_pool_block_size(c->kv);
-    size_t ibb = kv_pool_ik_block_bytes(c->kv), row = ibb / (size_t)bs;
+    size_t ist = kv_pool_ik_stride(c->kv), row = kv_pool_ik_block_bytes(c->kv) / (size_t)bs;
     unsigned char *base = kv_pool_ik_base(c->kv, ph->layer);
     float wscale = 1.0f / sqrtf((float)(D * H));
     for (int64_t t = t0; t < t1; t++) {
@@ -243,7 +243,7 @@ static void ds32_rows_index_kq(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int6
             kn_rope(st->q + (t * H + h) * D, R, cs, true);
         const fwd_seq *s = &c->b->seqs[c->tok_seq[t]];
         int64_t p = c->tok_pos[t];
-        kn_ik_store(base + (size_t)s->blocks[p / bs] * ibb + (size_t)(p % bs) * row, k, D, st->ik);
+        kn_ik_store(base + (size_t)s->blocks[p / bs] * ist + (size_t)(p % bs) * row, k, D, st->ik);
         for (int64_t h = 0; h < H; h++)
             st->w[t * H + h] = st->w[t * H + h] * wscale;
     }
@@ -255,7 +255,7 @@ static void ds32_rows_select(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_
     dsa_ctx *st = ((mla_ctx *)c->arch_ctx)->ext;
     int64_t D = hp->indexer_head_dim, H = hp->indexer_n_head, K = hp->indexer_top_k;
     int64_t bs = kv_pool_block_size(c->kv);
-    size_t ibb = kv_pool_ik_block_bytes(c->kv), row = ibb / (size_t)bs;
+    size_t ist = kv_pool_ik_stride(c->kv), row = kv_pool_ik_block_bytes(c->kv) / (size_t)bs;
     const unsigned char *base = kv_pool_ik_base(c->kv, ph->layer);
     kn_topk_item *heap = st->heap[thread];
     float *kb = st->kbuf[thread];
@@ -264,7 +264,7 @@ static void ds32_rows_select(fwd_ctx *c, const fwd_phase *ph, int64_t t0, int64_
         int64_t n_pos = (int64_t)c->tok_pos[t] + 1, n = 0;
         const float *q = st->q + t * H * D, *w = st->w + t * H;
         for (int64_t p = 0; p < n_pos; p++) {
-            kn_ik_load(base + (size_t)blocks[p / bs] * ibb + (size_t)(p % bs) * row, D, st->ik, kb);
+            kn_ik_load(base + (size_t)blocks[p / bs] * ist + (size_t)(p % bs) * row, D, st->ik, kb);
             kn_topk_push(heap, &n, K, kn_index_score(q, w, H, D, kb, c->m->isa), (int32_t)p);
         }
         kn_topk_positions(heap, n, st->sel + t * K);
@@ -295,7 +295,7 @@ static void ds32_rows_attention(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int
     int64_t H = hp->n_head, HD = hp->head_dim, K = hp->indexer_top_k;
     kn_attn_kv kv = {.k_base = kv_pool_k_base(c->kv, ph->layer),
                      .v_base = kv_pool_k_base(c->kv, ph->layer),
-                     .block_bytes = kv_pool_block_bytes(c->kv),
+                     .block_bytes = kv_pool_kv_stride(c->kv),
                      .block_size = kv_pool_block_size(c->kv),
                      .kv_stride = c->kv_dim,
                      .f16 = kv_pool_f16(c->kv)};

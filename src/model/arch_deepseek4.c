@@ -720,16 +720,16 @@ static void ds4_cs(const double *th, int64_t half, double pos, float *cs) {
 
 static float *ds4_state(fwd_ctx *c, int64_t l, const int32_t *blocks, int64_t p) {
     int64_t bs = kv_pool_block_size(c->kv);
-    size_t ibb = kv_pool_ik_block_bytes(c->kv), row = ibb / (size_t)bs;
+    size_t ist = kv_pool_ik_stride(c->kv), row = kv_pool_ik_block_bytes(c->kv) / (size_t)bs;
     unsigned char *base = kv_pool_ik_base(c->kv, l);
-    return (float *)(void *)(base + (size_t)blocks[p / bs] * ibb + (size_t)(p % bs) * row);
+    return (float *)(void *)(base + (size_t)blocks[p / bs] * ist + (size_t)(p % bs) * row);
 }
 
 /* Element `slot` (0: raw, 1: compressed) of position p's K row in layer l, as floats. */
 static void ds4_k_load(fwd_ctx *c, int64_t l, const int32_t *blocks, int64_t p, int slot,
                        float *out) {
     int64_t D = c->m->hp.head_dim, bs = kv_pool_block_size(c->kv);
-    size_t bb = kv_pool_block_bytes(c->kv);
+    size_t bb = kv_pool_kv_stride(c->kv);
     bool f16 = kv_pool_f16(c->kv);
     const unsigned char *base = kv_pool_k_base(c->kv, l);
     size_t es = f16 ? 2 : 4;
@@ -747,7 +747,7 @@ static void ds4_k_load(fwd_ctx *c, int64_t l, const int32_t *blocks, int64_t p, 
 static void ds4_k_store(fwd_ctx *c, int64_t l, const int32_t *blocks, int64_t p, int slot,
                         const float *x) {
     int64_t D = c->m->hp.head_dim, bs = kv_pool_block_size(c->kv);
-    size_t bb = kv_pool_block_bytes(c->kv);
+    size_t bb = kv_pool_kv_stride(c->kv);
     bool f16 = kv_pool_f16(c->kv);
     unsigned char *base = kv_pool_k_base(c->kv, l);
     size_t es = f16 ? 2 : 4;

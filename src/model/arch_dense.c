@@ -258,7 +258,7 @@ static void arch_dense_rows_qkv_post(fwd_ctx *c, const fwd_phase *ph, int64_t r0
     const model_layer *L = &c->m->layers[ph->layer];
     int64_t hd = hp->head_dim, bs = kv_pool_block_size(c->kv);
     bool f16 = kv_pool_f16(c->kv);
-    size_t esz = f16 ? 2 : 4, bb = kv_pool_block_bytes(c->kv);
+    size_t esz = f16 ? 2 : 4, bb = kv_pool_kv_stride(c->kv);
     char *kb = kv_pool_k_base(c->kv, ph->layer), *vb = kv_pool_v_base(c->kv, ph->layer);
     for (int64_t t = r0; t < r1; t++) {
         float *q = c->q + t * c->q_dim, *k = c->k + t * c->kv_dim, *v = c->v + t * c->kv_dim;
@@ -303,7 +303,7 @@ static void arch_dense_rows_attention(fwd_ctx *c, const fwd_phase *ph, int64_t p
     kn_attn_kv kv = {.k_base = kv_pool_k_base(c->kv, ph->layer),
                      .v_base = opt->v_is_k ? kv_pool_k_base(c->kv, ph->layer)
                                            : kv_pool_v_base(c->kv, ph->layer),
-                     .block_bytes = kv_pool_block_bytes(c->kv),
+                     .block_bytes = kv_pool_kv_stride(c->kv),
                      .block_size = kv_pool_block_size(c->kv),
                      .kv_stride = c->kv_dim,
                      .f16 = kv_pool_f16(c->kv),
