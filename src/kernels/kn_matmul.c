@@ -212,6 +212,9 @@ void kn_mat_destroy(kn_mat *w) {
 int64_t kn_mat_n(const kn_mat *w) {
     return w->n;
 }
+int64_t kn_mat_n_units(const kn_mat *w) {
+    return w->isa == KN_ISA_SCALAR ? (w->n + 15) / 16 : w->n_blocks;
+}
 int64_t kn_mat_k(const kn_mat *w) {
     return w->k;
 }
