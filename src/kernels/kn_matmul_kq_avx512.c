@@ -61,7 +61,11 @@ static inline __attribute__((always_inline)) __m512i kk_h6_shift(__m512i h, cons
 
 /* One tile (see the top of the file). pf: bytes ahead of each k-block to prefetch its share of
  * the weight stream (one prefetch per 64-byte line of the block; 0 = none); it changes no
- * operation on the data. Used for one-row Q6_K products (the q6k-prefetch toggle, default 2048):
+ * operation on the data. Used for one-row Q4_K and Q5_K products (the kq-prefetch toggle,
+ * default 2048: on the Intel AVX-512 VM of 2026-12-03, one thread streaming the 1b-kq layer
+ * matrices by CPU time, 1.24x as fast as without for Q4_K and 1.25x for Q5_K, 1024 and 4096
+ * bytes 1.16-1.26x; see BENCHMARKS.md) and for one-row Q6_K products (the q6k-prefetch toggle,
+ * default 2048):
  * in one process alternating passes over the 1b-kq shape's 16 layers of matrices (148 MB, two
  * threads), 2048 bytes ahead streamed 1.13x as fast as none (512-4096: 1.13-1.26x), while for
  * Q4_K (0.88-0.91x) and Q5_K (0.94-0.99x) the hardware prefetcher alone was faster, so they
@@ -236,7 +240,7 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
  * needs no per-group low/high split of the activations. */
 static inline __attribute__((always_inline)) void
 kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, int64_t K,
-            const unsigned char *wblk, float *y, int64_t ldy, const __mmask16 *mask) {
+            const unsigned char *wblk, float *y, int64_t ldy, const __mmask16 *mask, int64_t pf) {
     const int64_t KB = K / KN_QK;
     const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
     __m512 facc[KK_MR][2], dsb[2], msb[2];
@@ -262,6 +266,9 @@ kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, 
             sa[h] = _mm512_mul_ps(dsb[h], _mm512_cvtepi32_ps(sc));
             sb[h] = _mm512_mul_ps(msb[h], _mm512_cvtepi32_ps(mn));
         }
+        if (pf)
+            for (int o = 0; o < 576; o += 64)
+                _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
         const unsigned char *pr = p + 64;
         /* tiles of 1-2 rows keep two accumulators of each kind (even and odd steps): half the
          * dependency chain; int32 addition is exact, so the sums are the same */
@@ -305,7 +312,7 @@ kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, 
 
 #define KK_TILE_Q4P(MR)                                                                            \
     kk_tile_q4p(MR, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk, yb + i * ldy, ldy,    \
-                mask)
+                mask, MR == 1 && m == 1 ? w->kq_prefetch : 0)
 
 #define KK_TILE(MR, PF)                                                                            \
     kk_tile(MR, nh, type, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB,                         \
@@ -355,6 +362,11 @@ static inline __attribute__((always_inline)) void kk_run(const int type, const i
                 int64_t i = r0;
                 if (m == 1 && type == GGUF_TYPE_Q6_K && w->q6k_prefetch) { /* decode, batch 1 */
                     KK_TILE(1, w->q6k_prefetch);
+                    continue;
+                }
+                if (m == 1 && (type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K) &&
+                    w->kq_prefetch) {
+                    KK_TILE(1, w->kq_prefetch);
                     continue;
                 }
                 if (mr == 4)
