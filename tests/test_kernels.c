@@ -513,7 +513,8 @@ static void t_quant_roundtrip(void) {
  * 32 feeds 32): every row count 1 .. 33 of F16 / BF16 (mm-direct-rows 0, 2, 16 and 32: the panel,
  * the one- and two-row direct tiles, and the chunked direct path whose row tiles share each K
  * chunk, up to 16 rows and, the default, up to 32), 1 .. 17 of Q8_0 / Q4_0 (mm-q-tile 4, 6
- * and 7: tiles of 4 and the rest, or of equal height up to 6 or 7), of Q6_K over 9
+ * and 7: tiles of 4 and the rest, or of equal height up to 6 or 7; Q8_0 with q8-prefetch 0, 64
+ * and 4096 alongside), of Q6_K over 9
  * super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not)
  * and of Q4_K / Q5_K over 9 (kq-q4k-pair 0 and 1: the NIB plane, or AVX-512's two columns a
  * byte, each with kq-prefetch 0 or 64 / 4096; Q5_K with kq-prefetch 0, 64 and 4096),
@@ -560,6 +561,8 @@ static void t_matmul_few_rows(void) {
                     T_OK(flags_set(flag, val));
                     if (q4k)
                         T_OK(flags_set("kq-prefetch", kpf[di]));
+                    if (types[ti] == GGUF_TYPE_Q8_0) /* and the one-row prefetch */
+                        T_OK(flags_set("q8-prefetch", pf[di]));
                     kn_mat *mat;
                     T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
                     void *scratch = aligned_alloc(64, kn_matmul_scratch_bytes());
@@ -585,6 +588,7 @@ static void t_matmul_few_rows(void) {
     T_OK(flags_set("q6k-prefetch", flags_find("q6k-prefetch")->def));
     T_OK(flags_set("kq-q4k-pair", flags_find("kq-q4k-pair")->def));
     T_OK(flags_set("kq-prefetch", flags_find("kq-prefetch")->def));
+    T_OK(flags_set("q8-prefetch", flags_find("q8-prefetch")->def));
     T_CHECK(cases == (2 * 33 * 4 + 4 * 17 * 3 + 17 * 4) * n_simd);
 }
 

@@ -46,6 +46,9 @@ enum flag_kind {
     X(KQ_PREFETCH, "kq-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                  \
       "AVX-512 Q4_K and Q5_K matmuls of one row (decode at batch 1) prefetch the weights this "    \
       "many bytes ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")         \
+    X(Q8_PREFETCH, "q8-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                   \
+      "AVX-512 Q8_0 matmuls of one row (decode at batch 1) prefetch the weights this many bytes "  \
+      "ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")                    \
     X(KQ_Q4K_PAIR, "kq-q4k-pair", FLAG_KIND_BOOL, "1", "0|1",                                      \
       "AVX-512 Q4_K weights packed two columns to a byte (the codes of columns c and c + 16 for "  \
       "one input), so one dot product serves both and no nibble is shifted (speed only, same "     \
