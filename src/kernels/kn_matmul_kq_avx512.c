@@ -61,17 +61,15 @@ static inline __attribute__((always_inline)) __m512i kk_h6_shift(__m512i h, cons
 
 /* One tile (see the top of the file). pf: bytes ahead of each k-block to prefetch its share of
  * the weight stream (one prefetch per 64-byte line of the block; 0 = none); it changes no
- * operation on the data. Used for one-row Q4_K and Q5_K products (the kq-prefetch toggle,
- * default 2048: on the Intel AVX-512 VM of 2026-12-03, one thread streaming the 1b-kq layer
- * matrices by CPU time, 1.24x as fast as without for Q4_K and 1.25x for Q5_K, 1024 and 4096
- * bytes 1.16-1.26x; see BENCHMARKS.md) and for one-row Q6_K products (the q6k-prefetch toggle,
- * default 2048):
- * in one process alternating passes over the 1b-kq shape's 16 layers of matrices (148 MB, two
- * threads), 2048 bytes ahead streamed 1.13x as fast as none (512-4096: 1.13-1.26x), while for
- * Q4_K (0.88-0.91x) and Q5_K (0.94-0.99x) the hardware prefetcher alone was faster, so they
- * never prefetch. Q6_K's blocks are the largest (832 bytes per 32 columns, 13 lines, three planes
- * read at the block's start), and perf of its decode put the stalls on a new block's first
- * loads. */
+ * operation on the data. Used for one-row products: Q6_K (the q6k-prefetch toggle, default 2048:
+ * on the AMD EPYC VM of 2026-12-02, in one process alternating passes over the 1b-kq shape's 16
+ * layers of matrices, 148 MB on two threads, 2048 bytes ahead streamed 1.13x as fast as none,
+ * 512-4096: 1.13-1.26x; Q6_K's blocks are the largest, 832 bytes per 32 columns read from three
+ * planes at the block's start, and perf of its decode put the stalls on a block's first loads)
+ * and Q4_K / Q5_K (the kq-prefetch toggle, default 2048: on the Intel AVX-512 VM of 2026-12-03,
+ * one thread streaming the same matrices by CPU time, 1.24x for Q4_K and 1.25x for Q5_K, 1024
+ * and 4096 bytes 1.16-1.26x; on the EPYC the same two had measured 0.88-0.91x and 0.94-0.99x on
+ * two threads by the wall clock, so the default is the machine's to check; BENCHMARKS.md). */
 static inline __attribute__((always_inline)) void
 kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const float *xd,
         const int32_t *xs, const int32_t *xs16, int64_t K, const unsigned char *wblk, int h0,
