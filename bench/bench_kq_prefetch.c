@@ -1,5 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * bench_kq_prefetch: A/B of a matmul toggle in one process (not a test), by default q6k-prefetch.
+ * On a shared VM two commands a minute apart see different machines, so this makes two copies of
+ * the same matrices, one with the toggle at A (default 0) and one at VALUE, in the 1b-kq shape's
+ * layer shapes (16 layers of Q, K, V, O, gate, up, down: 1024/256/256/1024/2816/2816 x 1024 and
+ * 1024 x 2816, more than the L2), and alternates one-row passes over each, ROUNDS times; it
+ * prints each side's median GB/s and the median (and quartiles) of the per-round speed ratio.
+ *   make && cc -O2 -Isrc bench/bench_kq_prefetch.c build/release/libverity.a -lm -pthread \
+ *       -o /tmp/bkp
+ *   /tmp/bkp q6_K 2048 40
+ *   BKP_FLAG=kq-prefetch BKP_CPU=1 /tmp/bkp q4_K 2048 16      (one thread, by CPU time)
+ * BKP_MATS=N: the first N matrices only (1: attn_q's 1024 x 1024, L2-resident: the kernel's
+ * instruction work rather than the memory stream).
+ * BKP_FLAG names another toggle (kq-prefetch, q8-prefetch, kq-q4k-pair, ...), BKP_A its value on
+ * side A. BKP_CPU=1: one thread, timed by the process's CPU time, so a busy machine's
+ * preemptions do not count (its cache and memory contention still do). TYPE may be Q8_0 too.
+ */
+/*
  * bench_kq_prefetch: A/B of the q6k-prefetch toggle in one process (not a test). On a shared VM
  * two commands a minute apart see different machines, so this makes two copies of the same
  * matrices, one with q6k-prefetch 0 and one with PF bytes, in the 1b-kq shape's layer shapes
@@ -20,6 +37,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* the wall clock, or with BKP_CPU the process's CPU time */
+static int64_t bkp_now_ns(bool cpu) {
+    if (!cpu)
+        return clock_now_ns();
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 #define BKP_LAYERS 16
 #define BKP_MATS   (BKP_LAYERS * 7)
@@ -27,13 +54,14 @@
 
 typedef struct bkp_ctx {
     kn_mat *w[BKP_MATS];
+    int n_mats; /* BKP_MATS: the first n of the matrices (1: attn_q alone, L2-resident) */
     kn_act a;
     float *y; /* [2816] */
 } bkp_ctx;
 
 static void bkp_run(void *v, int ith, int nth) {
     bkp_ctx *c = v;
-    for (int i = 0; i < BKP_MATS; i++)
+    for (int i = 0; i < c->n_mats; i++)
         kn_matmul(c->w[i], &c->a, 1, c->y, kn_mat_n(c->w[i]), ith, nth, NULL);
 }
 
@@ -43,27 +71,37 @@ static int bkp_cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+    const char *flag = getenv("BKP_FLAG") ? getenv("BKP_FLAG") : "q6k-prefetch";
+    const char *val_a = getenv("BKP_A") ? getenv("BKP_A") : "0";
+    const bool cpu = getenv("BKP_CPU") != NULL;
     if (argc < 3) {
         fprintf(stderr, "usage: bench_kq_prefetch TYPE PF [ROUNDS]\n");
         return 2;
     }
     int type = kn_type_from_name(argv[1]);
     int rounds = argc > 3 ? atoi(argv[3]) : 40;
-    if (type < 0 || kn_type_block_size(type) != 256 || rounds < 4 || rounds > 1000 ||
-        flags_set("q6k-prefetch", argv[2])) {
-        fprintf(stderr, "bench_kq_prefetch: a K-quant type, a q6k-prefetch value, 4-1000 rounds\n");
+    if (type < 0 || (kn_type_block_size(type) != 256 && type != GGUF_TYPE_Q8_0) || rounds < 4 ||
+        rounds > 1000 || flags_set(flag, argv[2]) || flags_set(flag, val_a)) {
+        fprintf(stderr,
+                "bench_kq_prefetch: a K-quant type or q8_0, a value of %s, 4-1000 "
+                "rounds\n",
+                flag);
         return 2;
     }
     kn_isa isa;
     kn_isa_select(&isa);
     pool *p;
-    if (pool_create(2, &p))
+    if (pool_create(cpu ? 1 : 2, &p))
         return 1;
     static const int64_t shapes[7][2] = {{1024, 1024}, {256, 1024},  {256, 1024}, {1024, 1024},
                                          {2816, 1024}, {2816, 1024}, {1024, 2816}};
     static bkp_ctx ca, cb;
     size_t bytes = 0;
-    for (int i = 0; i < BKP_MATS; i++) {
+    int n_mats = getenv("BKP_MATS") ? atoi(getenv("BKP_MATS")) : BKP_MATS;
+    if (n_mats < 1 || n_mats > BKP_MATS)
+        n_mats = BKP_MATS;
+    ca.n_mats = cb.n_mats = n_mats;
+    for (int i = 0; i < n_mats; i++) {
         int64_t n = shapes[i % 7][0], k = shapes[i % 7][1];
         int64_t rb = kn_type_row_bytes(type, k);
         unsigned char *d = malloc((size_t)(rb * n));
@@ -73,9 +111,9 @@ int main(int argc, char **argv) {
                 f[j] = (float)((r * 31 + j * 17 + i) % 97) * 0.001f - 0.05f;
             kn_quantize_rows(type, f, 1, k, d + r * rb);
         }
-        flags_set("q6k-prefetch", "0");
+        flags_set(flag, val_a);
         kn_mat_create(type, d, n, k, isa, &ca.w[i]);
-        flags_set("q6k-prefetch", argv[2]);
+        flags_set(flag, argv[2]);
         kn_mat_create(type, d, n, k, isa, &cb.w[i]);
         bytes += kn_mat_bytes(ca.w[i]);
         free(d);
@@ -97,11 +135,11 @@ int main(int argc, char **argv) {
            *tb = malloc((size_t)rounds * sizeof(double));
     double *ratio = malloc((size_t)rounds * sizeof(double));
     for (int r = -2; r < rounds; r++) { /* two warm-up rounds */
-        int64_t t0 = clock_now_ns();
+        int64_t t0 = bkp_now_ns(cpu);
         pool_run(p, bkp_run, &ca);
-        int64_t t1 = clock_now_ns();
+        int64_t t1 = bkp_now_ns(cpu);
         pool_run(p, bkp_run, &cb);
-        int64_t t2 = clock_now_ns();
+        int64_t t2 = bkp_now_ns(cpu);
         if (r >= 0) {
             ta[r] = (double)(t1 - t0) * 1e-9;
             tb[r] = (double)(t2 - t1) * 1e-9;
@@ -111,9 +149,10 @@ int main(int argc, char **argv) {
     qsort(ta, (size_t)rounds, sizeof(double), bkp_cmp);
     qsort(tb, (size_t)rounds, sizeof(double), bkp_cmp);
     qsort(ratio, (size_t)rounds, sizeof(double), bkp_cmp);
-    printf("%s, %.1f MB, one row, 2 threads, %d rounds: q6k-prefetch 0 %.2f GB/s, q6k-prefetch %s "
+    printf("%s, %.1f MB, one row, %s, %d rounds: %s %s %.2f GB/s, %s %s "
            "%.2f GB/s (medians); speed ratio per round %.3f (quartiles %.3f-%.3f)\n",
-           argv[1], (double)bytes / 1e6, rounds, (double)bytes / ta[rounds / 2] * 1e-9, argv[2],
+           argv[1], (double)bytes / 1e6, cpu ? "1 thread, CPU time" : "2 threads", rounds, flag,
+           val_a, (double)bytes / ta[rounds / 2] * 1e-9, flag, argv[2],
            (double)bytes / tb[rounds / 2] * 1e-9, ratio[rounds / 2], ratio[rounds / 4],
            ratio[3 * rounds / 4]);
     return 0;

@@ -513,26 +513,31 @@ static void t_quant_roundtrip(void) {
  * 32 feeds 32): every row count 1 .. 33 of F16 / BF16 (mm-direct-rows 0, 2, 12, 16, 32 and -1:
  * the panel, the one- and two-row direct tiles, and the chunked direct path whose row tiles share
  * each K chunk, up to 12, 16 and 32 rows, and the CPU's default, 12 or 32), 1 .. 17 of Q8_0 /
- * Q4_0 (mm-q-tile 4, 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7) and of
- * Q6_K over 9 super-blocks (q6k-prefetch 0, 64 and 4096: one-row products prefetch the weights, or not),
+ * Q4_0 (mm-q-tile 4, 6 and 7: tiles of 4 and the rest, or of equal height up to 6 or 7; Q8_0
+ * with q8-prefetch 0, 64 and 4096 alongside), of Q6_K over 9 super-blocks (q6k-prefetch 0, 64
+ * and 4096: one-row products prefetch the weights, or not) and of Q4_K / Q5_K over 9
+ * (kq-q4k-pair 0 and 1: the NIB plane, or AVX-512's two columns a byte, each with kq-prefetch 0
+ * or 64 / 4096; Q5_K with kq-prefetch 0, 64 and 4096),
  * against the reference bit for bit, with K ending mid-chunk; so each row's result is the same
  * whatever m and the toggle (batch invariance: a row never depends on the rows beside it). */
 static void t_matmul_few_rows(void) {
     setup_isas();
     if (!n_simd)
         test_skip("no SIMD ISA on this CPU");
-    const int types[] = {GGUF_TYPE_F16, GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0,
-                         GGUF_TYPE_Q6_K};
+    const int types[] = {GGUF_TYPE_F16,  GGUF_TYPE_BF16, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_0,
+                         GGUF_TYPE_Q6_K, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K};
     const char *direct[] = {"0", "2", "12", "16", "32", "-1"}, *qtile[] = {"4", "6", "7"},
-               *pf[] = {"0", "64", "4096"};
+               *pf[] = {"0", "64", "4096"}, *pair[] = {"0", "1", "0", "1"},
+               *kpf[] = {"0", "0", "4096", "64"};
     const int64_t n = 130;
     int cases = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-        bool q6 = types[ti] == GGUF_TYPE_Q6_K;
-        bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0 || q6;
-        int64_t k = q6 ? 2304 : q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
+        bool q6 = types[ti] == GGUF_TYPE_Q6_K, q4k = types[ti] == GGUF_TYPE_Q4_K,
+             q5k = types[ti] == GGUF_TYPE_Q5_K;
+        bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0 || q6 || q4k || q5k;
+        int64_t k = q6 || q4k || q5k ? 2304 : q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
         void *w = make_weights(types[ti], n, k, NULL);
-        const int64_t m_max = q ? 17 : 33, n_vals = q ? 3 : 6;
+        const int64_t m_max = q ? 17 : 33, n_vals = q4k ? 4 : q ? 3 : 6;
         for (int64_t m = 1; m <= m_max; m++) {
             act_buf ab;
             act_make(&ab, m, k, k + 5, m == m_max);
@@ -544,9 +549,20 @@ static void t_matmul_few_rows(void) {
             kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, ldy);
             for (int ii = 0; ii < n_simd; ii++)
                 for (int64_t di = 0; di < n_vals; di++) {
-                    const char *flag = q6 ? "q6k-prefetch" : q ? "mm-q-tile" : "mm-direct-rows";
-                    const char *val = q6 ? pf[di] : q ? qtile[di] : direct[di];
+                    const char *flag = q6    ? "q6k-prefetch"
+                                       : q4k ? "kq-q4k-pair"
+                                       : q5k ? "kq-prefetch"
+                                       : q   ? "mm-q-tile"
+                                             : "mm-direct-rows";
+                    const char *val = q6 || q5k ? pf[di]
+                                      : q4k     ? pair[di]
+                                      : q       ? qtile[di]
+                                                : direct[di];
                     T_OK(flags_set(flag, val));
+                    if (q4k)
+                        T_OK(flags_set("kq-prefetch", kpf[di]));
+                    if (types[ti] == GGUF_TYPE_Q8_0) /* and the one-row prefetch */
+                        T_OK(flags_set("q8-prefetch", pf[di]));
                     kn_mat *mat;
                     T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
                     void *scratch = aligned_alloc(64, kn_matmul_scratch_bytes());
@@ -554,8 +570,9 @@ static void t_matmul_few_rows(void) {
                     kn_matmul(mat, &ab.a, m, ys, ldy, 1, 2, scratch);
                     kn_matmul(mat, &ab.a, m, ys, ldy, 0, 2, scratch);
                     T_CHECKF(memcmp(yr, ys, (size_t)(m * ldy) * sizeof(float)) == 0,
-                             "type %s isa %s m=%lld %s %s", kn_type_name(types[ti]),
-                             kn_isa_name(simd_isas[ii]), (long long)m, flag, val);
+                             "type %s isa %s m=%lld %s %s kq-prefetch %s", kn_type_name(types[ti]),
+                             kn_isa_name(simd_isas[ii]), (long long)m, flag, val,
+                             flags_str(FLAG_KQ_PREFETCH));
                     free(scratch);
                     kn_mat_destroy(mat);
                     cases++;
@@ -569,7 +586,10 @@ static void t_matmul_few_rows(void) {
     T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
     T_OK(flags_set("mm-q-tile", flags_find("mm-q-tile")->def));
     T_OK(flags_set("q6k-prefetch", flags_find("q6k-prefetch")->def));
-    T_CHECK(cases == (2 * 33 * 6 + 3 * 17 * 3) * n_simd);
+    T_OK(flags_set("kq-q4k-pair", flags_find("kq-q4k-pair")->def));
+    T_OK(flags_set("kq-prefetch", flags_find("kq-prefetch")->def));
+    T_OK(flags_set("q8-prefetch", flags_find("q8-prefetch")->def));
+    T_CHECK(cases == (2 * 33 * 6 + 4 * 17 * 3 + 17 * 4) * n_simd);
 }
 
 /* mm-direct-rows: a value of 0 or more is taken as it is; -1 (the default) is 32 on AMD and 12

@@ -18,6 +18,7 @@
 #include "gguf/gguf.h"
 #include "kv/kv_pool.h"
 #include "model/forward.h"
+#include "model/forward_int.h"
 #include "model/model.h"
 #include "model/model_int.h"
 #include "model/synth.h"
@@ -687,6 +688,10 @@ static void t_invariance(void) {
         T_OK(flags_set("mm-panel", "0"));
         inv_run(&ic, path, best, 2, INV_SEQS, INV_MAXLEN, 4, false);
         T_OK(flags_set("mm-panel", "256"));
+        /* chunks by work alone rather than equal ones per thread */
+        T_OK(flags_set("mm-even-split", "0"));
+        inv_run(&ic, path, best, 2, 1, 1, 6, false);
+        T_OK(flags_set("mm-even-split", "1"));
         free(ic.gold);
     }
 }
@@ -726,7 +731,26 @@ static void t_bad_input(void) {
     T_CHECK(strstr(err_detail(), "mamba"));
 }
 
+/* mm-even-split: equal chunks, a multiple of the thread count, near the work-based count */
+static void t_mm_chunks_even(void) {
+    T_EQ_INT(fwd_mm_chunks_even(11, 32, 2), 8);  /* 1b-kq ffn_down at batch 1: 8 x 4 blocks */
+    T_EQ_INT(fwd_mm_chunks_even(11, 88, 2), 8);  /* gate, up: 8 x 11 */
+    T_EQ_INT(fwd_mm_chunks_even(4, 32, 2), 4);   /* attn_q, attn_output */
+    T_EQ_INT(fwd_mm_chunks_even(1, 8, 2), 2);    /* attn_k, attn_v */
+    T_EQ_INT(fwd_mm_chunks_even(1, 12, 2), 2);   /* output, 354 columns */
+    T_EQ_INT(fwd_mm_chunks_even(11, 86, 2), 10); /* 2 x 43: no divisor near, nearest multiple */
+    T_EQ_INT(fwd_mm_chunks_even(3, 16, 4), 4);
+    T_EQ_INT(fwd_mm_chunks_even(5, 7, 1), 5); /* one thread: unchanged */
+    T_EQ_INT(fwd_mm_chunks_even(1, 1, 2), 1); /* fewer units than threads: unchanged */
+    for (int64_t want = 1; want <= 40; want++)
+        for (int64_t units = 2; units <= 100; units++) {
+            int64_t n = fwd_mm_chunks_even(want, units, 2);
+            T_CHECK(n >= 2 && n <= units && n % 2 == 0);
+        }
+}
+
 int main(void) {
+    test_run("model.mm_chunks_even", t_mm_chunks_even);
     test_run("model.reference_f64", t_reference);
     test_run("model.reference_f64_rope_scaling_and_window", t_reference_rope_window);
     test_run("model.invariance_forward", t_invariance);

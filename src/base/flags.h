@@ -43,6 +43,20 @@ enum flag_kind {
     X(Q6K_PREFETCH, "q6k-prefetch", FLAG_KIND_INT, "2048", "0:65536",                              \
       "AVX-512 Q6_K matmuls of one row (decode at batch 1) prefetch the weights this many bytes "  \
       "ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")                    \
+    X(KQ_PREFETCH, "kq-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                  \
+      "AVX-512 Q4_K and Q5_K matmuls of one row (decode at batch 1) prefetch the weights this "    \
+      "many bytes ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")         \
+    X(Q8_PREFETCH, "q8-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                   \
+      "AVX-512 Q8_0 matmuls of one row (decode at batch 1) prefetch the weights this many bytes "  \
+      "ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")                    \
+    X(KQ_Q4K_PAIR, "kq-q4k-pair", FLAG_KIND_BOOL, "1", "0|1",                                      \
+      "AVX-512 Q4_K weights packed two columns to a byte (the codes of columns c and c + 16 for "  \
+      "one input), so one dot product serves both and no nibble is shifted (speed only, same "     \
+      "bits)")                                                                                     \
+    X(MM_EVEN_SPLIT, "mm-even-split", FLAG_KIND_BOOL, "1", "0|1",                                  \
+      "matmul phases cut each matrix into a multiple of the thread count of chunks with equal "    \
+      "column-block counts where one divides, so two threads end a phase together (0: chunks "     \
+      "by work alone; speed only, same bits)")                                                     \
     X(MM_PANEL, "mm-panel", FLAG_KIND_INT, "256", "0:1048576",                                     \
       "matmuls over more rows run panel by panel, each panel's columns swept before the next "     \
       "(0 = all rows at once; speed only, same bits)")                                             \

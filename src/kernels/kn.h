@@ -69,6 +69,10 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
 void kn_mat_destroy(kn_mat *w);
 
 int64_t kn_mat_n(const kn_mat *w);
+/* The units kn_matmul divides among its nth callers: thread ith computes units
+ * [u*ith/nth, u*(ith+1)/nth) of the u returned here (column blocks of 32 or 64 columns; groups of
+ * 16 columns on the scalar ISA). */
+int64_t kn_mat_n_units(const kn_mat *w);
 int64_t kn_mat_k(const kn_mat *w);
 int kn_mat_type(const kn_mat *w);
 /* Bytes of packed weight data (what a pass over the matrix reads). */

@@ -22,6 +22,10 @@
  *        group g's low and high vectors in place
  *   QH6  [2 halves h][32 columns][4 bytes j]: bits 2g..2g+1 of byte j = e[16h+4g+j] >> 4, so a
  *        dword shift by 4-2g and & 0x30 give group g's two top bits in place
+ *   PAIR [8 steps s][16 column pairs c][4 bytes j] (Q4_K on AVX-512 with the kq-q4k-pair toggle,
+ *        in place of NIB, same 512 bytes): e_c[4s+j] | e_{c+16}[4s+j] << 4, the codes of columns
+ *        c and c + 16 for the same input 4s + j, so one VNNI dot product of a step's 64 bytes
+ *        gives isum_c + 16 isum_{c+16} and one of its bytes & 0xF0 gives 16 isum_{c+16}
  * Per-column scales are arrays [32] of the type's scale element, with f16 kept as stored (F16C
  * converts it exactly), and per (column block):
  *   Q4_1: per b: d[32] f16, m[32] f16, NIB                                    640 bytes
@@ -57,6 +61,9 @@ struct kn_mat {
     int direct_rows;     /* the mm-direct-rows toggle at creation (AVX-512 float types) */
     int q_tile;          /* the mm-q-tile toggle at creation (AVX-512 Q8_0) */
     int q6k_prefetch;    /* the q6k-prefetch toggle at creation (bytes ahead; 0 = none) */
+    int kq_prefetch;     /* the kq-prefetch toggle at creation (Q4_K/Q5_K; bytes ahead, 0 = none) */
+    int q8_prefetch;     /* the q8-prefetch toggle at creation (Q8_0; bytes ahead, 0 = none) */
+    bool q4k_pair;       /* Q4_K packed as PAIR, not NIB (AVX-512 and the kq-q4k-pair toggle) */
     int64_t n_blocks;    /* column blocks */
     size_t block_stride; /* bytes per column block */
 };

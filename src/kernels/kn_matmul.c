@@ -168,6 +168,10 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
         kn_matmul_direct_rows(flags_int(FLAG_MM_DIRECT_ROWS), cpu_get_features()->amd);
     w->q_tile = (int)flags_int(FLAG_MM_Q_TILE);
     w->q6k_prefetch = (int)flags_int(FLAG_Q6K_PREFETCH);
+    w->kq_prefetch = (int)flags_int(FLAG_KQ_PREFETCH);
+    w->q8_prefetch = (int)flags_int(FLAG_Q8_PREFETCH);
+    w->q4k_pair =
+        type == GGUF_TYPE_Q4_K && isa == KN_ISA_AVX512 && flags_int(FLAG_KQ_Q4K_PAIR) != 0;
     if (isa == KN_ISA_SCALAR) {
         w->packed_bytes = (size_t)kn_type_row_bytes(type, k) * (size_t)n;
         *out = w;
@@ -212,6 +216,9 @@ void kn_mat_destroy(kn_mat *w) {
 
 int64_t kn_mat_n(const kn_mat *w) {
     return w->n;
+}
+int64_t kn_mat_n_units(const kn_mat *w) {
+    return w->isa == KN_ISA_SCALAR ? (w->n + 15) / 16 : w->n_blocks;
 }
 int64_t kn_mat_k(const kn_mat *w) {
     return w->k;

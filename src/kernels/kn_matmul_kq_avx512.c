@@ -21,6 +21,8 @@
  * fewer rows; column tails are masked stores. Rows are processed in chunks of KK_RC rows with the
  * column blocks inside, so a chunk's activation codes stay in L2 while each column block's
  * weights are reused across the chunk's row tiles (tiling only: no operation changes).
+ * Q4_K packed as PAIR (kq-q4k-pair, the default on AVX-512) has its own tile, kk_tile_q4p: the
+ * same integers and the same fold, with less bit work per weight byte (see there).
  */
 #include "kernels/kn_int.h"
 #include "base/check.h"
@@ -59,13 +61,15 @@ static inline __attribute__((always_inline)) __m512i kk_h6_shift(__m512i h, cons
 
 /* One tile (see the top of the file). pf: bytes ahead of each k-block to prefetch its share of
  * the weight stream (one prefetch per 64-byte line of the block; 0 = none); it changes no
- * operation on the data. Used for one-row Q6_K products (the q6k-prefetch toggle, default 2048):
- * in one process alternating passes over the 1b-kq shape's 16 layers of matrices (148 MB, two
- * threads), 2048 bytes ahead streamed 1.13x as fast as none (512-4096: 1.13-1.26x), while for
- * Q4_K (0.88-0.91x) and Q5_K (0.94-0.99x) the hardware prefetcher alone was faster, so they
- * never prefetch. Q6_K's blocks are the largest (832 bytes per 32 columns, 13 lines, three planes
- * read at the block's start), and perf of its decode put the stalls on a new block's first
- * loads. */
+ * operation on the data. Used for one-row products: Q6_K (the q6k-prefetch toggle, default 2048:
+ * on the AMD EPYC VM of 2026-12-02, in one process alternating passes over the 1b-kq shape's 16
+ * layers of matrices, 148 MB on two threads, 2048 bytes ahead streamed 1.13x as fast as none,
+ * 512-4096: 1.13-1.26x; Q6_K's blocks are the largest, 832 bytes per 32 columns read from three
+ * planes at the block's start, and perf of its decode put the stalls on a block's first loads)
+ * and Q4_K / Q5_K (the kq-prefetch toggle, default 2048: on the Intel AVX-512 VM of 2026-12-03,
+ * one thread streaming the same matrices by CPU time, 1.24x for Q4_K and 1.25x for Q5_K, 1024
+ * and 4096 bytes 1.16-1.26x; on the EPYC the same two had measured 0.88-0.91x and 0.94-0.99x on
+ * two threads by the wall clock, so the default is the machine's to check; BENCHMARKS.md). */
 static inline __attribute__((always_inline)) void
 kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const float *xd,
         const int32_t *xs, const int32_t *xs16, int64_t K, const unsigned char *wblk, int h0,
@@ -221,6 +225,93 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
             _mm512_mask_storeu_ps(y + i * ldy + 16 * h, mask[h0 + h], facc[i][h]);
 }
 
+/* One Q4_K tile of mr rows by 32 columns over the PAIR plane (kq-q4k-pair; see kn_int.h). Per
+ * k-block and row, two int32 accumulators over the block's 8 steps of 4 inputs: A takes each
+ * step's 64 bytes as they are, B the same bytes & 0xF0, both against the row's 4 codes of the
+ * step broadcast; lane c (column c of the first 16, column c + 16 of the second) then holds
+ *   A = isum_c + 16 isum_{c+16},  B = 16 isum_{c+16}
+ * exactly (|A| < 2^20), so isum_c = A - B and isum_{c+16} = B >> 4 (arithmetic: B is a multiple
+ * of 16) are the integers the NIB tile computes, and the fold that follows is kk_tile's for Q4_K
+ * operation for operation (s_j = d sc_j, then s_j d_x, fma; m_j = dmin min_j, fnmadd with
+ * d_x s): the same bits. Per 64 weight bytes it spends one AND where the NIB tile spends an AND,
+ * a shift and an AND (the nibbles need no shift: both dot products take whole bytes), and it
+ * needs no per-group low/high split of the activations. */
+static inline __attribute__((always_inline)) void
+kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, int64_t K,
+            const unsigned char *wblk, float *y, int64_t ldy, const __mmask16 *mask, int64_t pf) {
+    const int64_t KB = K / KN_QK;
+    const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
+    __m512 facc[KK_MR][2], dsb[2], msb[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        facc[i][0] = facc[i][1] = _mm512_setzero_ps();
+    dsb[0] = dsb[1] = msb[0] = msb[1] = _mm512_setzero_ps();
+    const unsigned char *p = wblk;
+    for (int64_t b = 0; b < KB; b++) {
+        if (b % 8 == 0) {
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                dsb[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * h)));
+                msb[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 64 + 32 * h)));
+            }
+            p += 128;
+        }
+        __m512 sa[2], sb[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+            __m512i mn = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
+            sa[h] = _mm512_mul_ps(dsb[h], _mm512_cvtepi32_ps(sc));
+            sb[h] = _mm512_mul_ps(msb[h], _mm512_cvtepi32_ps(mn));
+        }
+        if (pf)
+            for (int o = 0; o < 576; o += 64)
+                _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
+        const unsigned char *pr = p + 64;
+        /* tiles of 1-2 rows keep two accumulators of each kind (even and odd steps): half the
+         * dependency chain; int32 addition is exact, so the sums are the same */
+        const int na = mr <= 2 ? 2 : 1;
+        __m512i A[KK_MR][2], B[KK_MR][2];
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++)
+            A[i][0] = A[i][1] = B[i][0] = B[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int st = 0; st < 8; st++) {
+            __m512i v = _mm512_loadu_si512((const void *)(pr + 64 * st));
+            __m512i vh = _mm512_and_si512(v, mf0);
+#pragma GCC unroll 8
+            for (int i = 0; i < mr; i++) {
+                __m512i xb = _mm512_set1_epi32(kk_load_i32(xq + i * K + b * KN_QK + 4 * st));
+                A[i][st % na] = _mm512_dpbusd_epi32(A[i][st % na], v, xb);
+                B[i][st % na] = _mm512_dpbusd_epi32(B[i][st % na], vh, xb);
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            float dxs = xd[i * KB + b];
+            __m512 dx = _mm512_set1_ps(dxs);
+            __m512 mx = _mm512_set1_ps(dxs * (float)xs[i * KB + b]);
+            __m512i a = _mm512_add_epi32(A[i][0], A[i][1]), bb = _mm512_add_epi32(B[i][0], B[i][1]);
+            __m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(a, bb));
+            __m512 f1 = _mm512_cvtepi32_ps(_mm512_srai_epi32(bb, 4));
+            facc[i][0] = _mm512_fmadd_ps(f0, _mm512_mul_ps(sa[0], dx), facc[i][0]);
+            facc[i][0] = _mm512_fnmadd_ps(sb[0], mx, facc[i][0]);
+            facc[i][1] = _mm512_fmadd_ps(f1, _mm512_mul_ps(sa[1], dx), facc[i][1]);
+            facc[i][1] = _mm512_fnmadd_ps(sb[1], mx, facc[i][1]);
+        }
+        p += 64 + 512;
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            _mm512_mask_storeu_ps(y + i * ldy + 16 * h, mask[h], facc[i][h]);
+}
+
+#define KK_TILE_Q4P(MR)                                                                            \
+    kk_tile_q4p(MR, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk, yb + i * ldy, ldy,    \
+                mask, MR == 1 && m == 1 ? w->kq_prefetch : 0)
+
 #define KK_TILE(MR, PF)                                                                            \
     kk_tile(MR, nh, type, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB,                         \
             xa->qs16 ? xa->qs16 + i * KB : NULL, K, blk, h0, yb + 16 * h0 + i * ldy, ldy, mask,    \
@@ -246,10 +337,34 @@ static inline __attribute__((always_inline)) void kk_run(const int type, const i
             const unsigned char *blk =
                 (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
             float *yb = y + jb * KN_NB_Q;
+            if (type == GGUF_TYPE_Q4_K && w->q4k_pair) {
+                int64_t i = r0;
+                for (; i + 4 <= r1; i += 4)
+                    KK_TILE_Q4P(4);
+                switch (r1 - i) {
+                case 3:
+                    KK_TILE_Q4P(3);
+                    break;
+                case 2:
+                    KK_TILE_Q4P(2);
+                    break;
+                case 1:
+                    KK_TILE_Q4P(1);
+                    break;
+                default:
+                    break;
+                }
+                continue;
+            }
             for (int h0 = 0; h0 < 2 && 16 * h0 < ncols; h0 += nh) {
                 int64_t i = r0;
                 if (m == 1 && type == GGUF_TYPE_Q6_K && w->q6k_prefetch) { /* decode, batch 1 */
                     KK_TILE(1, w->q6k_prefetch);
+                    continue;
+                }
+                if (m == 1 && (type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K) &&
+                    w->kq_prefetch) {
+                    KK_TILE(1, w->kq_prefetch);
                     continue;
                 }
                 if (mr == 4)

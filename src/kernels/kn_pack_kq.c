@@ -3,7 +3,8 @@
  * kn_pack_kq: repacks Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights from GGUF layout into the
  * column-blocked planes of kn_int.h, once at load time. Each row is decoded with the reference
  * unpackers of kn_types (so the packed codes are by construction the ones kn_matmul_ref reads) and
- * scattered into its column's lanes; nothing is rounded or rescaled here except the K-quant 6-bit
+ * scattered into its column's lanes (Q4_K's PAIR plane: into the low or high nibbles of lanes
+ * shared with the column 16 away); nothing is rounded or rescaled here except the K-quant 6-bit
  * scales, which are unpacked to bytes.
  */
 #include "kernels/kn_int.h"
@@ -58,9 +59,17 @@ size_t kn_kq_block_stride(int type, int64_t k) {
            (size_t)(k / KN_QK_K) * kq_header_bytes(type);
 }
 
-/* Scatters block codes e[32] of column c into NIB (and QH5 / QH6 when given). */
+/* Scatters block codes e[32] of column c into NIB, or PAIR if pair (and QH5 / QH6 when
+ * given). PAIR bytes hold two columns: the caller has zeroed them. */
 static void kq_put_codes(unsigned char *nib, unsigned char *qh5, unsigned char *qh6, int c,
-                         const uint8_t *e) {
+                         const uint8_t *e, bool pair) {
+    if (pair) {
+        for (int s = 0; s < 8; s++)
+            for (int j = 0; j < 4; j++)
+                nib[(s * 16 + (c & 15)) * 4 + j] |=
+                    (unsigned char)((e[4 * s + j] & 15) << (c >= 16 ? 4 : 0));
+        return;
+    }
     for (int g = 0; g < 4; g++)
         for (int j = 0; j < 4; j++)
             nib[(g * KN_NB_Q + c) * 4 + j] =
@@ -176,7 +185,7 @@ void kn_pack_kq(kn_mat *w, const unsigned char *src) {
                     break;
                 }
                 }
-                kq_put_codes(nib, qh5, qh6, c, eb);
+                kq_put_codes(nib, qh5, qh6, c, eb, w->q4k_pair);
                 p += chunk;
             }
         }

@@ -52,6 +52,7 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->max_outputs = max_outputs;
     c->attn_chunk = attn_chunk;
     c->mm_panel = flags_int(FLAG_MM_PANEL) > 0 ? flags_int(FLAG_MM_PANEL) : max_tokens;
+    c->mm_even_split = flags_int(FLAG_MM_EVEN_SPLIT) != 0;
     c->attn_group = hp->n_head / hp->n_head_kv;
     c->attn_per_row = flags_int(FLAG_ATTN_GROUP) == 0;
     if (c->attn_group > flags_int(FLAG_ATTN_GROUP))
@@ -326,6 +327,22 @@ void fwd_phase_residual_norm(fwd_ctx *c, int64_t layer, const float *w, bool emb
     fwd_phase_run(c, &ph, embed ? 4 * D : 2 * D);
 }
 
+int64_t fwd_mm_chunks_even(int64_t want, int64_t units, int64_t nt) {
+    if (nt <= 1 || units < nt)
+        return want;
+    int64_t best = 0, best_any = 0;
+    for (int64_t n = nt; n <= units; n += nt) {
+        int64_t d = n > want ? n - want : want - n;
+        if (!best_any || d < (best_any > want ? best_any - want : want - best_any))
+            best_any = n;
+        if (units % n == 0 && (!best || d < (best > want ? best - want : want - best)))
+            best = n;
+    }
+    /* a divisor far from the work-based count (units = 2 x a prime) is not worth it */
+    int64_t db = best > want ? best - want : want - best;
+    return best && db <= want / 2 + nt ? best : best_any;
+}
+
 void fwd_phase_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm) {
     fwd_phase ph = {.c = c, .layer = -1, .mm = mm, .n_mm = n_mm};
     int64_t total = 0;
@@ -335,6 +352,8 @@ void fwd_phase_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm) {
         int64_t rows = mm[i].rows < c->mm_panel ? mm[i].rows : c->mm_panel;
         mm[i].chunks = fwd_chunks((N + 63) / 64, 64 * kn_mat_k(mm[i].w) * rows, FWD_MM_CHUNK_WORK,
                                   (N + 63) / 64);
+        if (c->mm_even_split)
+            mm[i].chunks = fwd_mm_chunks_even(mm[i].chunks, kn_mat_n_units(mm[i].w), c->n_threads);
         total += mm[i].chunks * mm[i].panels;
     }
     if (total > 0)

@@ -36,6 +36,7 @@ struct fwd_ctx {
      * column block; each panel converts the weights again, a cost amortised over its 256 rows as
      * at batch 1. 0: one panel of all rows. */
     int64_t mm_panel;
+    bool mm_even_split;    /* the mm-even-split toggle */
     int64_t attn_group;    /* most query heads per attention unit (attn-group, <= the GQA group) */
     bool attn_per_row;     /* attn-group 0: kn_attn_row per head, one head per unit */
     int64_t attn_per_unit; /* the step being run: heads per attention unit */
@@ -76,6 +77,16 @@ struct fwd_ctx {
  * claim (tens of nanoseconds) and a wake-up; a tiny model's phases run on the caller alone. */
 #define FWD_CHUNK_WORK    32768
 #define FWD_MM_CHUNK_WORK 262144
+
+/* The mm-even-split chunk count of one matrix in a matmul phase: the count nearest `want` (the
+ * work-based count) that is a multiple of the thread count nt, so threads of equal speed take
+ * equal numbers of chunks, and divides `units` (kn_mat_n_units; kn_matmul gives chunk i of n the
+ * units [u*i/n, u*(i+1)/n)), so the chunks are equal; failing a divisor within want/2 + nt of
+ * want, the nearest multiple of nt. Returns want unchanged if nt <= 1 or units < nt. E.g.
+ * 1b-kq at batch 1 on 2 threads: ffn_down's 32 column blocks in 8 chunks of 4 rather than 11 of
+ * 2-3 (one thread ran 6 chunks, the other 5), attn_k/attn_v's 8 in 2 rather than 1, the
+ * output's 12 in 2 rather than 1. Only the division changes, never an element's operations. */
+int64_t fwd_mm_chunks_even(int64_t want, int64_t units, int64_t nt);
 
 typedef struct fwd_phase fwd_phase;
 
