@@ -48,6 +48,9 @@ typedef struct http_fetch_req {
     double connect_timeout_s;         /* 0 = min(timeout_s, 10 s) */
     http_fetch_data_fn on_data;       /* NULL: the body is discarded */
     http_fetch_abort_fn should_abort; /* NULL: never */
+    /* NULL, or called once the connection is ready (new or kept alive) and just before the
+     * request is written to it (libcurl's pre-request hook): where a caller's own time ends */
+    void (*on_send)(void *ud);
     void *ud;
 } http_fetch_req;
 

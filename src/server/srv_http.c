@@ -15,8 +15,10 @@
  * interest; deadlines are checked by a scan of all connections every SRV_HTTP_TICK_MS.
  *
  * Invariants.
- *   - Only the event thread calls send/recv/close on a connection's socket, and only it touches a
- *     connection's read-side fields (state, input buffer, timers, list links, the address table).
+ *   - Only the event thread calls recv/close on a connection's socket, and send except under
+ *     cfg.direct_write (a stream's caller thread sends, with s->mu held, on a connection not yet
+ *     closed: the socket is closed only after `closed` is set under s->mu, so the descriptor
+ *     cannot have been reused); only the event thread touches a connection's read-side fields (state, input buffer, timers, list links, the address table).
  *   - s->mu guards everything a caller thread touches: each connection's output buffer,
  *     close_after, closed, the wake list and the reference counts of connections and requests,
  *     a request's answer state, and the stats. Callbacks run without s->mu held.
@@ -250,6 +252,31 @@ static void conn_wake_locked(conn *c) {
     wake_event_thread(c->s);
 }
 
+/* cfg.direct_write: sends c's queued output on the caller's thread (s->mu held; nonblocking) and
+ * wakes the event thread only if some remains (a full socket, an error: the event thread's own
+ * flush then sees the error and closes). Without direct_write: conn_wake_locked. */
+static void conn_send_or_wake_locked(conn *c) {
+    srv_http *s = c->s;
+    if (c->closed)
+        return;
+    while (s->cfg.direct_write && out_pending(&c->out) > 0) {
+        ssize_t n =
+            send(c->fd, c->out.p + c->out.off, out_pending(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            c->out.off += (size_t)n;
+            c->t_sent_ns = clock_now_ns();
+        } else if (!(n < 0 && errno == EINTR)) {
+            break;
+        }
+    }
+    if (out_pending(&c->out) > 0) {
+        conn_wake_locked(c);
+        return;
+    }
+    c->out.off = c->out.len = 0; /* drained: the buffer starts over */
+    c->stall_armed = false;
+}
+
 static void conn_unref_locked(conn *c) {
     if (--c->refs > 0)
         return;
@@ -434,7 +461,7 @@ int srv_http_stream_begin(srv_http_req *r, int status, const char *headers) {
             r->answer = ANSWER_STREAM;
             if (close)
                 c->close_after = true;
-            conn_wake_locked(c);
+            conn_send_or_wake_locked(c);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -491,7 +518,7 @@ int srv_http_stream_write(srv_http_req *r, const void *data, size_t len, int tim
             c->out.len = mark;
             rc = ERR_NOMEM;
         } else {
-            conn_wake_locked(c);
+            conn_send_or_wake_locked(c);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -592,7 +619,6 @@ static void conn_set_events(conn *c, uint32_t ev) {
 static void conn_close(conn *c) {
     srv_http *s = c->s;
     epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -623,6 +649,7 @@ static void conn_close(conn *c) {
         c->req = NULL;
     }
     pthread_mutex_unlock(&s->mu);
+    close(c->fd); /* only now: a direct_write sender checks `closed` under s->mu before send() */
     /* the socket's reference goes after this loop iteration: an event for c may still be in the
      * batch epoll_wait returned */
     c->dead_next = s->dead;
