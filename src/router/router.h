@@ -16,7 +16,11 @@
  * queues complete requests for workers started as needed (base/workq.h); a worker sends its request
  * to a backend with its own blocking client (base/http_fetch.h; the workers share one cache of
  * kept-alive connections, so a backend sees no more connections than requests at once) and streams
- * the answer through. A health thread polls every backend's GET /v1/status (running and waiting
+ * the answer through: with direct_write (flag router-direct-write) it sends each complete event on
+ * the client's socket itself (srv_http_cfg.direct_write), so an event costs one wake-up (the
+ * worker's), not two. /metrics' verity_router_overhead_seconds is the router's own time: per
+ * request, body complete -> the backend request about to be written; per write of events, the
+ * backend's bytes reaching the worker -> written to the client (rt_int.h defines both). A health thread polls every backend's GET /v1/status (running and waiting
  * sequences, KV blocks used, draining) every health_ms: a backend that fails it or drains is taken
  * out, one that answers again is put back. A request whose backend cannot be reached is also taken
  * out at once (passive check).
