@@ -291,3 +291,7 @@ else fail router.drain "no live replica to hold"; fi
 
 # --- contrib/router/local.sh: a router and two replicas on one machine, stopped by SIGTERM -------
 contrib_check router.contrib_local local.sh "2 replicas, 2 up" e -m "$MODEL" -t 1
+
+# --- no sanitizer report in any router's log (a sanitizer build; nothing to find in release) ----
+rep=$(grep -h -A12 -m1 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error' "$TMP"/router.*.log 2>/dev/null | tr '\n' ' ' | head -c 1500)
+[ -z "$rep" ] && pass router.no_sanitizer_report || fail router.no_sanitizer_report "$rep"
