@@ -45,9 +45,10 @@ static void rt_overhead_write(router *r, strbuf *sb) {
     static const char *part[RT_OVH_N] = {"request", "event"};
     strbuf_puts(sb,
                 "# HELP verity_router_overhead_seconds The router's own added time. "
-                "part=\"request\": from a request's body being complete on the router to its "
-                "first backend attempt's connection being ready and the request about to be "
-                "written (queueing for a worker, routing, connection reuse). part=\"event\": "
+                "part=\"request\": from a request's body being complete on the router to the "
+                "request being about to be written to the first backend connection made or reused "
+                "for it (queueing for a worker, routing, connection reuse; a refused connection's "
+                "retry included). part=\"event\": "
                 "from a backend's stream bytes reaching the router's worker to the complete SSE "
                 "events among them being written to the client (sent on its socket with "
                 "router-direct-write=1 unless the socket was full, else queued for the event "

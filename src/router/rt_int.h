@@ -30,8 +30,9 @@
 #define RT_N_BUCKETS 12
 
 /* The router's own added time (verity_router_overhead_seconds; rt_backend.c has the bounds):
- * request: the request's body complete (the HTTP layer's on_request, event thread) -> its first
- * attempt's backend connection ready and the request about to be written (http_fetch's on_send);
+ * request: the request's body complete (the HTTP layer's on_request, event thread) -> the request
+ * about to be written on the first backend connection made or reused for it (http_fetch's
+ * on_send; an attempt refused at connect has none, so its retry is included), one sample;
  * event: a backend's bytes handed to the worker by libcurl -> the complete events among them
  * written to the client (srv_http_stream_write returned: with router-direct-write, sent on the
  * socket unless it was full; without, queued for the event thread), one sample per write. */
