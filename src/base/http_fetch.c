@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the most idle connections a pool keeps (libcurl closes the oldest beyond it) */
+#define HTTP_FETCH_POOL_MAX_CONNS 4096L
+
 struct http_fetch {
     CURL *easy;
     http_fetch_pool *pool;
@@ -202,6 +205,10 @@ int http_fetch_run(http_fetch *f, const http_fetch_req *r, long *status) {
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    /* a shared cache keeps every connection given back (libcurl's default of 5 would close the
+     * rest, so each request past the fifth at once paid for a new connection) */
+    if (f->pool)
+        curl_easy_setopt(e, CURLOPT_MAXCONNECTS, HTTP_FETCH_POOL_MAX_CONNS);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(t * 1000));
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000));
     if (r->on_send) {

@@ -13,6 +13,8 @@
 #     was passed on, cumulative buckets monotone and ending in +Inf = _count
 #   - auth: the router's --api-key is required (401 without it, 200 with it)
 #   - --router-direct-write 0 (the event thread sends every byte) streams the same bytes
+#   - behind tests/tools/mock_stream, two batches of 16 concurrent streams open at most 16
+#     backend connections: the workers' shared pool keeps them alive
 #   - a replica's GET /v1/status shows a waiting request
 #   - kill -9 of a replica holding a request that has streamed nothing: the request is retried on
 #     the other replica and its answer is complete and identical to one server's
@@ -291,6 +293,36 @@ else fail router.drain "no live replica to hold"; fi
 
 # --- contrib/router/local.sh: a router and two replicas on one machine, stopped by SIGTERM -------
 contrib_check router.contrib_local local.sh "2 replicas, 2 up" e -m "$MODEL" -t 1
+
+# --- connection reuse: 16 concurrent streams twice over tests/tools/mock_stream ---------------
+# The workers share their kept-alive backend connections: the second batch reuses the first's, so
+# the backend accepts at most 16 connections for the streams (plus the health polls' own two).
+MOCK=${VERITY_BUILD:-$(dirname "$VERITY")}/tools/mock_stream
+if [ -x "$MOCK" ]; then
+    setsid "$MOCK" --port 0 --tokens 3 --gap-us 300000 >"$TMP/mock.log" 2>&1 &
+    PIDS+=("$!")
+    mock_port() { sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/mock.log"; }
+    wait_for test -n "$(mock_port)"
+    MOCK_URL="http://127.0.0.1:$(mock_port)"
+    if start_router router.reuse --replica "$MOCK_URL" --router-health-ms 600000; then
+        ok=0
+        for batch in 1 2; do
+            cpids=()
+            for i in $(seq 1 16); do
+                curl -sN "$RT_URL/v1/completions" -d '{"prompt":"x","stream":true}' >"$TMP/reuse.$batch.$i" &
+                cpids+=("$!")
+            done
+            wait "${cpids[@]}"
+            for i in $(seq 1 16); do grep -q '\[DONE\]' "$TMP/reuse.$batch.$i" && ok=$((ok + 1)); done
+        done
+        acc=$(curl -s "$MOCK_URL/v1/status" | python3 -c 'import json, sys; print(json.load(sys.stdin)["connections_accepted"])')
+        # 32 streams, 16 at most at once; +2: the first poll's fetcher and the health thread's;
+        # +1: this status request
+        if [ "$ok" = 32 ] && [ "${acc:-99}" -le 19 ]; then pass "router.backend_connections_reused($acc accepted)"
+        else fail router.backend_connections_reused "$ok of 32 streams complete, $acc connections accepted (at most 19)"; fi
+        kill -9 -- -"$RT_PID" 2>/dev/null
+    fi
+else fail router.backend_connections_reused "$MOCK missing (make tests)"; fi
 
 # --- no sanitizer report in any router's log (a sanitizer build; nothing to find in release) ----
 rep=$(grep -h -A12 -m1 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error' "$TMP"/router.*.log 2>/dev/null | tr '\n' ' ' | head -c 1500)

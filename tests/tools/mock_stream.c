@@ -17,8 +17,9 @@
  *     its own send; the last token has finish_reason "length", then a usage event when
  *     stream_options.include_usage is true, then "data: [DONE]". Without "stream" the whole
  *     answer at once. Every token's text is " tok".
- *   GET /v1/status: {"running":STREAMS,"waiting":0,"kv_used":0,"kv_total":0,"draining":false}
- *     (what the router's health thread polls), GET /health, GET /v1/models.
+ *   GET /v1/status: {"running":STREAMS,"waiting":0,"kv_used":0,"kv_total":0,"draining":false,
+ *     "connections_accepted":N} (what the router's health thread polls, and how many connections
+ *     were opened to it: a test of the router's connection reuse), GET /health, GET /v1/models.
  *   Anything else: 404. A client that closes drops its stream.
  */
 #include "base/arena.h"
@@ -59,6 +60,7 @@ typedef struct ms_conn {
 } ms_conn;
 
 static int g_gap_us = 3000, g_tokens = 64, g_ep = -1, g_streams = 0;
+static long g_accepted; /* connections accepted since start */
 static ms_conn *g_head; /* streaming connections */
 static volatile sig_atomic_t g_stop;
 
@@ -231,8 +233,9 @@ static void ms_answer(ms_conn *c, const char *method, const char *path, const ch
         ms_generate(c, true, body, len);
     else if (get && !strcmp(path, "/v1/status")) {
         snprintf(buf, sizeof buf,
-                 "{\"running\":%d,\"waiting\":0,\"kv_used\":0,\"kv_total\":0,\"draining\":false}",
-                 g_streams);
+                 "{\"running\":%d,\"waiting\":0,\"kv_used\":0,\"kv_total\":0,\"draining\":false,"
+                 "\"connections_accepted\":%ld}",
+                 g_streams, g_accepted);
         ms_whole(c, 200, "OK", buf);
     } else if (get && !strcmp(path, "/health"))
         ms_whole(c, 200, "OK", "{\"status\":\"ok\"}");
@@ -367,6 +370,7 @@ int main(int argc, char **argv) {
                         continue;
                     }
                     nc->fd = fd;
+                    g_accepted++;
                     strbuf_init(&nc->in);
                     strbuf_init(&nc->out);
                     struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = nc};
