@@ -16,9 +16,11 @@
  *
  * Invariants.
  *   - Only the event thread calls recv/close on a connection's socket, and send except under
- *     cfg.direct_write (a stream's caller thread sends, with s->mu held, on a connection not yet
- *     closed: the socket is closed only after `closed` is set under s->mu, so the descriptor
- *     cannot have been reused); only the event thread touches a connection's read-side fields (state, input buffer, timers, list links, the address table).
+ *     cfg.direct_write: a stream's caller thread sets c->sending under s->mu on a connection not
+ *     yet closed and sends without the lock; meanwhile the event thread does not send, move or
+ *     free that output, and conn_close waits for the flag to clear before close(), so the
+ *     descriptor cannot have been reused; only the event thread touches a connection's read-side
+ *     fields (state, input buffer, timers, list links, the address table).
  *   - s->mu guards everything a caller thread touches: each connection's output buffer,
  *     close_after, closed, the wake list and the reference counts of connections and requests,
  *     a request's answer state, and the stats. Callbacks run without s->mu held.
@@ -94,6 +96,8 @@ struct conn {
     /* under s->mu */
     outbuf out;
     bool close_after, closed, in_wake;
+    bool sending; /* a direct_write caller is in send() without s->mu: nobody else sends, moves
+                     or frees out until it clears this (and broadcasts room) */
     conn *wake_next;
     pthread_cond_t room; /* signalled when output drains or the connection closes */
     /* event thread only */
@@ -252,23 +256,35 @@ static void conn_wake_locked(conn *c) {
     wake_event_thread(c->s);
 }
 
-/* cfg.direct_write: sends c's queued output on the caller's thread (s->mu held; nonblocking) and
- * wakes the event thread only if some remains (a full socket, an error: the event thread's own
- * flush then sees the error and closes). Without direct_write: conn_wake_locked. */
+/* cfg.direct_write: sends c's queued output on the caller's thread (called with s->mu held; the
+ * send itself runs without it, nonblocking, with c->sending set) and wakes the event thread only
+ * if some remains (a full socket, an error: the event thread's own flush then sees the error and
+ * closes). Without direct_write: conn_wake_locked. */
 static void conn_send_or_wake_locked(conn *c) {
     srv_http *s = c->s;
     if (c->closed)
         return;
-    while (s->cfg.direct_write && out_pending(&c->out) > 0) {
-        ssize_t n =
-            send(c->fd, c->out.p + c->out.off, out_pending(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (s->cfg.direct_write && !c->sending && !c->closed && out_pending(&c->out) > 0) {
+        /* send without the lock: only this thread appends to a stream's output, and the event
+         * thread leaves out and the socket alone while `sending` is set */
+        const char *p = c->out.p + c->out.off;
+        size_t len = out_pending(&c->out);
+        c->sending = true;
+        pthread_mutex_unlock(&s->mu);
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        int e = errno;
+        pthread_mutex_lock(&s->mu);
+        c->sending = false;
+        pthread_cond_broadcast(&c->room); /* conn_close may wait for the send to end */
         if (n > 0) {
             c->out.off += (size_t)n;
             c->t_sent_ns = clock_now_ns();
-        } else if (!(n < 0 && errno == EINTR)) {
+        } else if (!(n < 0 && e == EINTR)) {
             break;
         }
     }
+    if (c->closed)
+        return;
     if (out_pending(&c->out) > 0) {
         conn_wake_locked(c);
         return;
@@ -648,6 +664,8 @@ static void conn_close(conn *c) {
         req_unref_locked(c->req);
         c->req = NULL;
     }
+    while (c->sending) /* a direct_write caller's send() on this socket must end first */
+        pthread_cond_wait(&c->room, &s->mu);
     pthread_mutex_unlock(&s->mu);
     close(c->fd); /* only now: a direct_write sender checks `closed` under s->mu before send() */
     /* the socket's reference goes after this loop iteration: an event for c may still be in the
@@ -695,6 +713,11 @@ static bool conn_flush(conn *c, bool *drained) {
     srv_http *s = c->s;
     bool ok = true;
     pthread_mutex_lock(&s->mu);
+    if (c->sending) { /* a direct_write caller is sending; it wakes us for what it leaves */
+        *drained = false;
+        pthread_mutex_unlock(&s->mu);
+        return true;
+    }
     while (out_pending(&c->out) > 0) {
         ssize_t n =
             send(c->fd, c->out.p + c->out.off, out_pending(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
