@@ -255,9 +255,13 @@ static int count_status_lines(const char *b) {
     return n;
 }
 
+/* cfg.direct_write for the cases run twice (the stream cases: main) */
+static bool g_direct_write;
+
 static void base_cfg(srv_http_cfg *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->max_body_bytes = 1 << 20;
+    cfg->direct_write = g_direct_write;
 }
 
 /* ---- parser cases ---- */
@@ -975,5 +979,13 @@ int main(void) {
     test_run("srv_http.graceful_shutdown", case_shutdown);
     test_run("srv_http.shutdown_deadline_gone", case_shutdown_deadline);
     test_run("srv_http.ipv6_per_address_limit", case_ipv6_per_addr);
+    /* the stream cases again with the caller's thread sending (srv_http_cfg.direct_write) */
+    g_direct_write = true;
+    test_run("srv_http.direct_write.stream_backpressure", case_stream_backpressure);
+    test_run("srv_http.direct_write.gone_mid_stream", case_gone_mid_stream);
+    test_run("srv_http.direct_write.write_stall_closed", case_write_stall);
+    test_run("srv_http.direct_write.stream_http10_close_delimited", case_stream_http10);
+    test_run("srv_http.direct_write.shutdown_deadline_gone", case_shutdown_deadline);
+    g_direct_write = false;
     return test_summary();
 }

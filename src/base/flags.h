@@ -203,6 +203,10 @@ enum flag_kind {
       "the least loaded wins over the cache")                                                      \
     X(ROUTER_CACHE_PCT, "router-cache-pct", FLAG_KIND_INT, "50", "0:100",                          \
       "router: share (percent) of a prompt's blocks a backend must hold for the cache to decide")  \
+    X(ROUTER_DIRECT_WRITE, "router-direct-write", FLAG_KIND_BOOL, "1", "0|1",                      \
+      "router: the worker that reads a backend's stream writes each event to the client's socket " \
+      "itself (nonblocking, outside the HTTP layer's lock) instead of waking the event thread to " \
+      "send it (0: the event thread sends every byte; same bytes either way)")                     \
     X(BACKEND_API_KEY, "backend-api-key", FLAG_KIND_SECRET, "", "",                                \
       "router: bearer token sent to the backends (empty = none)")                                \
     X(ROLE, "role", FLAG_KIND_ENUM, "both", "prefill|decode|both",                                 \

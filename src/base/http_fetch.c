@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the most idle connections a pool keeps (libcurl closes the oldest beyond it) */
+#define HTTP_FETCH_POOL_MAX_CONNS 4096L
+
 struct http_fetch {
     CURL *easy;
     http_fetch_pool *pool;
@@ -158,6 +161,13 @@ static int http_fetch_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_
     return 0;
 }
 
+static int http_fetch_prereq(void *ud, char *ip, char *local_ip, int port, int local_port) {
+    (void)ip, (void)local_ip, (void)port, (void)local_port;
+    const http_fetch_req *r = ud;
+    r->on_send(r->ud);
+    return CURL_PREREQFUNC_OK;
+}
+
 int http_fetch_run(http_fetch *f, const http_fetch_req *r, long *status) {
     CURL *e = f->easy;
     curl_easy_reset(e);
@@ -195,8 +205,16 @@ int http_fetch_run(http_fetch *f, const http_fetch_req *r, long *status) {
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    /* a shared cache keeps every connection given back (libcurl's default of 5 would close the
+     * rest, so each request past the fifth at once paid for a new connection) */
+    if (f->pool)
+        curl_easy_setopt(e, CURLOPT_MAXCONNECTS, HTTP_FETCH_POOL_MAX_CONNS);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(t * 1000));
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000));
+    if (r->on_send) {
+        curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, http_fetch_prereq);
+        curl_easy_setopt(e, CURLOPT_PREREQDATA, (void *)r);
+    }
     if (r->should_abort) {
         curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, http_fetch_progress);
         curl_easy_setopt(e, CURLOPT_XFERINFODATA, &c);

@@ -9,7 +9,8 @@
  * thread at a time. Fetchers created on one pool (http_fetch_pool) share one cache of idle
  * connections instead, so many workers hold no more connections to a server than they use at
  * once (a worker pool of 256 threads would otherwise keep up to 256 idle connections to each
- * server, past its per-address cap). http_fetch_run sends one request and hands the response body
+ * server, past its per-address cap); a pool keeps up to 4096 idle connections, so a burst of
+requests finds its connections again. http_fetch_run sends one request and hands the response body
  * to on_data as it arrives, with the status and Content-Type known from the first call on;
  * on_progress (optional) is asked about every 100 ms whether to give up (a client that went away).
  *
@@ -48,6 +49,9 @@ typedef struct http_fetch_req {
     double connect_timeout_s;         /* 0 = min(timeout_s, 10 s) */
     http_fetch_data_fn on_data;       /* NULL: the body is discarded */
     http_fetch_abort_fn should_abort; /* NULL: never */
+    /* NULL, or called once the connection is ready (new or kept alive) and just before the
+     * request is written to it (libcurl's pre-request hook): where a caller's own time ends */
+    void (*on_send)(void *ud);
     void *ud;
 } http_fetch_req;
 

@@ -146,7 +146,8 @@ int cmd_router(int argc, char **argv) {
                      .health_ms = (int)flags_int(FLAG_ROUTER_HEALTH_MS),
                      .cache_aware = flags_int(FLAG_ROUTER_CACHE_AWARE) != 0,
                      .balance_abs = (int)flags_int(FLAG_ROUTER_BALANCE_ABS),
-                     .cache_pct = (int)flags_int(FLAG_ROUTER_CACHE_PCT)};
+                     .cache_pct = (int)flags_int(FLAG_ROUTER_CACHE_PCT),
+                     .direct_write = flags_int(FLAG_ROUTER_DIRECT_WRITE) != 0};
     router *r;
     int rc = router_create(&o, &r);
     if (rc)

@@ -140,7 +140,9 @@ static void rt_route_metrics(router *r, srv_http_req *req) {
 /* ---- proxying one request ---- */
 
 typedef struct rt_call {
+    router *r;
     srv_http_req *req;
+    int64_t req_t0; /* the request's body complete (ns); 0 once its overhead is counted */
     long status;
     bool sse;     /* the answer is a stream */
     bool begun;   /* the client's stream has begun: no retry from here on */
@@ -149,8 +151,18 @@ typedef struct rt_call {
     char ctype[128];
 } rt_call;
 
+/* http_fetch's on_send: the first attempt's request is about to be written to its backend. */
+static void rt_on_send(void *ud) {
+    rt_call *c = ud;
+    if (c->req_t0) {
+        rt_overhead_add(c->r, RT_OVH_REQUEST, clock_now_ns() - c->req_t0);
+        c->req_t0 = 0;
+    }
+}
+
 static int rt_on_data(void *ud, long status, const char *ct, const char *bytes, size_t n) {
     rt_call *c = ud;
+    int64_t t_in = clock_now_ns();
     if (!c->status) {
         c->status = status;
         snprintf(c->ctype, sizeof c->ctype, "%s", ct);
@@ -183,6 +195,7 @@ static int rt_on_data(void *ud, long status, const char *ct, const char *bytes, 
         ;
     if (rc)
         return c->write_rc = rc;
+    rt_overhead_add(c->r, RT_OVH_EVENT, clock_now_ns() - t_in);
     memmove(c->held.data, c->held.data + end, c->held.len - end);
     c->held.len -= end;
     return 0;
@@ -411,7 +424,7 @@ static void rt_disagg_join(rt_prefill *pf) {
     free(pf);
 }
 
-static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
+static void rt_proxy(router *r, http_fetch *f, srv_http_req *req, int64_t body_t0) {
     size_t blen;
     const char *body = srv_http_req_body(req, &blen);
     const char *method = srv_http_req_method(req), *path = srv_http_req_path(req),
@@ -427,7 +440,7 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
     rt_prefill *pf = NULL;
     char *dbody = NULL;
     size_t dlen = 0;
-    rt_call c = {.req = req};
+    rt_call c = {.r = r, .req = req, .req_t0 = body_t0 ? body_t0 : 1};
     strbuf_init(&c.held);
     char last_err[400] = "no backend is up";
     bool have_whole = false; /* c holds a complete answer worth passing on if nothing better */
@@ -458,6 +471,7 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req) {
                             .timeout_s = r->o.timeout_s,
                             .on_data = rt_on_data,
                             .should_abort = rt_client_gone,
+                            .on_send = rt_on_send,
                             .ud = &c};
         int64_t t0 = clock_now_ns();
         long status = 0;
@@ -582,17 +596,26 @@ static void rt_worker_fini(void *user, void *state) {
     http_fetch_destroy(state);
 }
 
+/* A request queued for the workers, with when its body was complete. */
+typedef struct rt_job {
+    srv_http_req *req;
+    int64_t t0;
+} rt_job;
+
 /* Runs one request on a worker (base/workq.h). */
 static void rt_worker_run(void *user, void *state, void *item) {
     router *r = user;
-    srv_http_req *req = item;
+    rt_job *job = item;
+    srv_http_req *req = job->req;
+    int64_t t0 = job->t0;
+    free(job);
     if (!state)
         rt_send_error(req, 500, "server_error", NULL, NULL,
                       "the router's worker has no HTTP client");
     else if (atomic_load(&r->draining))
         rt_send_error(req, 503, "server_error", NULL, NULL, "the router is shutting down");
     else
-        rt_proxy(r, state, req);
+        rt_proxy(r, state, req, t0);
     srv_http_req_release(req);
     atomic_fetch_sub(&r->active, 1);
 }
@@ -602,8 +625,13 @@ static void rt_worker_run(void *user, void *state, void *item) {
 static void rt_on_request(void *user, srv_http_req *req) {
     router *r = user;
     atomic_fetch_add(&r->active, 1);
-    if (workq_push(r->pool, req) == 0)
-        return;
+    rt_job *job = malloc(sizeof *job);
+    if (job) {
+        *job = (rt_job){.req = req, .t0 = clock_now_ns()};
+        if (workq_push(r->pool, job) == 0)
+            return;
+        free(job);
+    }
     char msg[200];
     snprintf(msg, sizeof msg,
              "the router is at capacity (%d requests being proxied and as many waiting); retry "
@@ -666,6 +694,7 @@ int router_create(const router_opts *o, router **out) {
         .max_body_total_bytes = o->max_body_total_bytes,
         .max_conns = o->max_conns,
         .max_conns_per_addr = o->max_conns_per_addr,
+        .direct_write = o->direct_write,
     };
     srv_http_cfg_timeouts(&cfg, o->timeout_s, RT_HEAD_TIMEOUT_S);
     if ((rc = rt_start_workers(r)) || (rc = rt_health_start(r))) {

@@ -16,7 +16,11 @@
  * queues complete requests for workers started as needed (base/workq.h); a worker sends its request
  * to a backend with its own blocking client (base/http_fetch.h; the workers share one cache of
  * kept-alive connections, so a backend sees no more connections than requests at once) and streams
- * the answer through. A health thread polls every backend's GET /v1/status (running and waiting
+ * the answer through: with direct_write (flag router-direct-write) it sends each complete event on
+ * the client's socket itself (srv_http_cfg.direct_write), so an event costs one wake-up (the
+ * worker's), not two. /metrics' verity_router_overhead_seconds is the router's own time: per
+ * request, body complete -> the backend request about to be written; per write of events, the
+ * backend's bytes reaching the worker -> written to the client (rt_int.h defines both). A health thread polls every backend's GET /v1/status (running and waiting
  * sequences, KV blocks used, draining) every health_ms: a backend that fails it or drains is taken
  * out, one that answers again is put back. A request whose backend cannot be reached is also taken
  * out at once (passive check).
@@ -85,6 +89,8 @@ typedef struct router_opts {
     bool cache_aware; /* false: load alone decides */
     int balance_abs;  /* load spread beyond which the least loaded backend wins */
     int cache_pct;    /* matched share of a prompt's blocks for the cache to decide */
+    bool direct_write; /* a worker sends its stream's events on the client's socket itself
+                          (srv_http_cfg.direct_write; flag router-direct-write) */
 } router_opts;
 
 typedef struct router router;

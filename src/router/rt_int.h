@@ -29,6 +29,16 @@
 /* Latency histogram bounds (seconds) of the per-backend request histogram. */
 #define RT_N_BUCKETS 12
 
+/* The router's own added time (verity_router_overhead_seconds; rt_backend.c has the bounds):
+ * request: the request's body complete (the HTTP layer's on_request, event thread) -> the request
+ * about to be written on the first backend connection made or reused for it (http_fetch's
+ * on_send; an attempt refused at connect has none, so its retry is included), one sample;
+ * event: a backend's bytes handed to the worker by libcurl -> the complete events among them
+ * written to the client (srv_http_stream_write returned: with router-direct-write, sent on the
+ * socket unless it was full; without, queued for the event thread), one sample per write. */
+#define RT_OVH_BUCKETS 24
+enum rt_ovh_part { RT_OVH_REQUEST, RT_OVH_EVENT, RT_OVH_N };
+
 enum rt_decision { RT_DECIDE_CACHE, RT_DECIDE_LEAST_LOAD, RT_DECIDE_BALANCE, RT_N_DECISIONS };
 enum rt_outcome { RT_OUT_OK, RT_OUT_ERROR, RT_OUT_RETRIED, RT_N_OUTCOMES };
 
@@ -72,6 +82,9 @@ struct router {
     pthread_t health;
     bool health_started, health_stop;
     pthread_cond_t health_cv;
+    /* the overhead histogram: counts per bucket (the last: +Inf) and sums, lock-free */
+    _Atomic uint64_t ovh_bucket[RT_OVH_N][RT_OVH_BUCKETS + 1];
+    _Atomic uint64_t ovh_sum_ns[RT_OVH_N];
     struct workq *pool;     /* the workers (base/workq.h), started as needed up to o.workers */
     http_fetch_pool *conns; /* the workers' shared idle connections to the backends */
 };
@@ -105,6 +118,10 @@ void rt_health_stop(router *r);
 /* Records a finished attempt on backend b: its outcome and (for OK) its latency; takes it out
  * when unreachable is set. Ends the attempt's in-flight count. */
 void rt_backend_done(router *r, int b, enum rt_outcome out, double seconds, bool unreachable);
+
+/* Counts one sample of the router's own time, ns nanoseconds, in part p's histogram. Any
+ * thread, no lock. */
+void rt_overhead_add(router *r, enum rt_ovh_part p, int64_t ns);
 
 /* Appends the router's metrics (Prometheus text) to sb. */
 void rt_metrics_write(router *r, strbuf *sb);

@@ -15,8 +15,12 @@
  * interest; deadlines are checked by a scan of all connections every SRV_HTTP_TICK_MS.
  *
  * Invariants.
- *   - Only the event thread calls send/recv/close on a connection's socket, and only it touches a
- *     connection's read-side fields (state, input buffer, timers, list links, the address table).
+ *   - Only the event thread calls recv/close on a connection's socket, and send except under
+ *     cfg.direct_write: a stream's caller thread sets c->sending under s->mu on a connection not
+ *     yet closed and sends without the lock; meanwhile the event thread does not send, move or
+ *     free that output, and conn_close waits for the flag to clear before close(), so the
+ *     descriptor cannot have been reused; only the event thread touches a connection's read-side
+ *     fields (state, input buffer, timers, list links, the address table).
  *   - s->mu guards everything a caller thread touches: each connection's output buffer,
  *     close_after, closed, the wake list and the reference counts of connections and requests,
  *     a request's answer state, and the stats. Callbacks run without s->mu held.
@@ -92,6 +96,8 @@ struct conn {
     /* under s->mu */
     outbuf out;
     bool close_after, closed, in_wake;
+    bool sending; /* a direct_write caller is in send() without s->mu: nobody else sends, moves
+                     or frees out until it clears this (and broadcasts room) */
     conn *wake_next;
     pthread_cond_t room; /* signalled when output drains or the connection closes */
     /* event thread only */
@@ -248,6 +254,43 @@ static void conn_wake_locked(conn *c) {
         c->s->wake = c;
     }
     wake_event_thread(c->s);
+}
+
+/* cfg.direct_write: sends c's queued output on the caller's thread (called with s->mu held; the
+ * send itself runs without it, nonblocking, with c->sending set) and wakes the event thread only
+ * if some remains (a full socket, an error: the event thread's own flush then sees the error and
+ * closes). Without direct_write: conn_wake_locked. */
+static void conn_send_or_wake_locked(conn *c) {
+    srv_http *s = c->s;
+    if (c->closed)
+        return;
+    while (s->cfg.direct_write && !c->sending && !c->closed && out_pending(&c->out) > 0) {
+        /* send without the lock: only this thread appends to a stream's output, and the event
+         * thread leaves out and the socket alone while `sending` is set */
+        const char *p = c->out.p + c->out.off;
+        size_t len = out_pending(&c->out);
+        c->sending = true;
+        pthread_mutex_unlock(&s->mu);
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        int e = errno;
+        pthread_mutex_lock(&s->mu);
+        c->sending = false;
+        pthread_cond_broadcast(&c->room); /* conn_close may wait for the send to end */
+        if (n > 0) {
+            c->out.off += (size_t)n;
+            c->t_sent_ns = clock_now_ns();
+        } else if (!(n < 0 && e == EINTR)) {
+            break;
+        }
+    }
+    if (c->closed)
+        return;
+    if (out_pending(&c->out) > 0) {
+        conn_wake_locked(c);
+        return;
+    }
+    c->out.off = c->out.len = 0; /* drained: the buffer starts over */
+    c->stall_armed = false;
 }
 
 static void conn_unref_locked(conn *c) {
@@ -434,7 +477,7 @@ int srv_http_stream_begin(srv_http_req *r, int status, const char *headers) {
             r->answer = ANSWER_STREAM;
             if (close)
                 c->close_after = true;
-            conn_wake_locked(c);
+            conn_send_or_wake_locked(c);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -491,7 +534,7 @@ int srv_http_stream_write(srv_http_req *r, const void *data, size_t len, int tim
             c->out.len = mark;
             rc = ERR_NOMEM;
         } else {
-            conn_wake_locked(c);
+            conn_send_or_wake_locked(c);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -592,7 +635,6 @@ static void conn_set_events(conn *c, uint32_t ev) {
 static void conn_close(conn *c) {
     srv_http *s = c->s;
     epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -622,7 +664,10 @@ static void conn_close(conn *c) {
         req_unref_locked(c->req);
         c->req = NULL;
     }
+    while (c->sending) /* a direct_write caller's send() on this socket must end first */
+        pthread_cond_wait(&c->room, &s->mu);
     pthread_mutex_unlock(&s->mu);
+    close(c->fd); /* only now: a direct_write sender checks `closed` under s->mu before send() */
     /* the socket's reference goes after this loop iteration: an event for c may still be in the
      * batch epoll_wait returned */
     c->dead_next = s->dead;
@@ -668,6 +713,11 @@ static bool conn_flush(conn *c, bool *drained) {
     srv_http *s = c->s;
     bool ok = true;
     pthread_mutex_lock(&s->mu);
+    if (c->sending) { /* a direct_write caller is sending; it wakes us for what it leaves */
+        *drained = false;
+        pthread_mutex_unlock(&s->mu);
+        return true;
+    }
     while (out_pending(&c->out) > 0) {
         ssize_t n =
             send(c->fd, c->out.p + c->out.off, out_pending(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);

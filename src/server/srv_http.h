@@ -78,8 +78,11 @@
  *
  * Threads and ownership: the event thread owns the sockets, the epoll set and the connections'
  * read side. One mutex (per srv_http) guards what the caller's threads touch: each connection's
- * output buffer and answer state, the gone flag, reference counts. Caller threads never write to
- * a socket: they queue bytes and wake the event thread through an eventfd. A connection is freed
+ * output buffer and answer state, the gone flag, reference counts. Caller threads queue bytes and
+ * wake the event thread through an eventfd; with cfg.direct_write a stream's caller thread first
+ * sends what is queued itself (nonblocking; it marks the connection as sending under the mutex
+ * and sends without it, while the event thread leaves that output and socket alone, so the bytes
+ * stay in order) and wakes the event thread only for what remains. A connection is freed
  * when its socket is closed and no request object refers to it; a request object when the caller
  * released it (after on_request) or the layer finished with it (before).
  *
@@ -125,6 +128,11 @@ typedef struct srv_http_cfg {
     size_t max_body_bytes, max_body_total_bytes;
     int max_conns, max_conns_per_addr;
     size_t out_cap_bytes;
+    /* true: srv_http_stream_begin and srv_http_stream_write send on the socket themselves, on the
+     * caller's thread (nonblocking, outside the layer's lock), and wake the event thread only for
+     * what the socket did not take; false: the event thread sends every byte (one wake-up per
+     * write). Same bytes, same order either way: only who calls send() differs. */
+    bool direct_write;
     /* the messages of the layer's 413 (body over its limit) and 503 (no room in
      * max_body_total_bytes) answers, so they can name the caller's settings; NULL: generic */
     const char *too_large_msg, *budget_msg;

@@ -9,7 +9,12 @@
 #   - cache-aware: a prompt sent twice goes to the replica that holds it (a cache decision, and
 #     that replica's prefix cache reused positions)
 #   - verity hunt against the router finds nothing (concurrency 1 and 8, --tie-threshold 0)
+#   - verity_router_overhead_seconds: a request sample per attempt, event samples once a stream
+#     was passed on, cumulative buckets monotone and ending in +Inf = _count
 #   - auth: the router's --api-key is required (401 without it, 200 with it)
+#   - --router-direct-write 0 (the event thread sends every byte) streams the same bytes
+#   - behind tests/tools/mock_stream, two batches of 16 concurrent streams open at most 16
+#     backend connections: the workers' shared pool keeps them alive
 #   - a replica's GET /v1/status shows a waiting request
 #   - kill -9 of a replica holding a request that has streamed nothing: the request is retried on
 #     the other replica and its answer is complete and identical to one server's
@@ -128,6 +133,44 @@ okb=$(metric_at "$RT_URL" "verity_router_requests_total{backend=\"$B_URL\",outco
 [ "${oka:-0}" -gt 0 ] && [ "${okb:-0}" -gt 0 ] && pass "router.both_replicas_served($oka+$okb)" ||
     fail router.both_replicas_served "ok: ${oka:-?} at A, ${okb:-?} at B"
 
+# --- the router's own time: verity_router_overhead_seconds -----------------------------------
+# one request sample per proxied request (no retry so far: one per attempt counted ok), an event
+# sample per write of streamed events, cumulative buckets never decreasing, +Inf equal to _count
+curl -s "$RT_URL/metrics" >"$TMP/ovh.metrics"
+ovh=$(python3 - "$TMP/ovh.metrics" <<'PY'
+import re, sys
+b, cnt, attempts = {}, {}, 0
+for line in open(sys.argv[1]):
+    m = re.match(r'verity_router_overhead_seconds_bucket\{part="(\w+)",le="([^"]+)"\} (\d+)$', line)
+    if m:
+        b.setdefault(m[1], []).append((m[2], int(m[3])))
+    m = re.match(r'verity_router_overhead_seconds_count\{part="(\w+)"\} (\d+)$', line)
+    if m:
+        cnt[m[1]] = int(m[2])
+    m = re.match(r'verity_router_requests_total\{.*\} (\d+)$', line)
+    if m:
+        attempts += int(m[1])
+bad = []
+for part in ("request", "event"):
+    v = [c for _, c in b.get(part, [])]
+    if len(v) < 20 or b[part][-1][0] != "+Inf":
+        bad.append(f"{part}: {len(v)} buckets")
+    elif any(x > y for x, y in zip(v, v[1:])):
+        bad.append(f"{part}: buckets decrease {v}")
+    elif v[-1] != cnt.get(part):
+        bad.append(f"{part}: +Inf {v[-1]} != count {cnt.get(part)}")
+if not bad and cnt["request"] != attempts:
+    bad.append(f"request samples {cnt['request']} != attempts {attempts}")
+if not bad and cnt["event"] < 1:
+    bad.append("no event sample after a streamed request")
+print("; ".join(bad) or f"ok {cnt['request']} {cnt['event']}")
+PY
+)
+case "$ovh" in
+ok*) pass "router.overhead_metric(${ovh#ok })" ;;
+*) fail router.overhead_metric "$ovh" ;;
+esac
+
 # --- cache-aware: the same long prompt twice goes where it was --------------------------------
 CB='{"prompt":"the cat sat on the mat while it rained and then the cat sat on the mat again and again and the dog","max_tokens":2,"temperature":0}'
 c0=$(metric_at "$RT_URL" 'verity_router_decisions_total{decision="cache"}')
@@ -155,6 +198,13 @@ if start_router router.auth --replica "$A_URL,$B_URL" --api-key sesame; then
     c3=$(curl -s -o /dev/null -w '%{http_code}' "$RT_URL/health")
     [ "$c1" = 401 ] && [ "$c2" = 200 ] && [ "$c3" = 200 ] && pass router.api_key ||
         fail router.api_key "without key $c1, with key $c2, /health $c3"
+    kill -9 -- -"$RT_PID" 2>/dev/null
+fi
+# router-direct-write 0: the event thread sends every byte; the same stream
+if start_router router.no_direct_write --replica "$A_URL,$B_URL" --router-direct-write 0; then
+    curl -sN "$RT_URL/v1/completions" -d "$STREAM_BODY" >"$TMP/nodw.stream"
+    if same_stream "$TMP/nodw.stream"; then pass router.stream_without_direct_write
+    else fail router.stream_without_direct_write "$(sse_text "$TMP/nodw.stream" | head -c 200) vs $(sse_text "$TMP/ref.stream" | head -c 200)"; fi
     kill -9 -- -"$RT_PID" 2>/dev/null
 fi
 RT_URL=$R1 RT_PID=$R1_PID
@@ -243,3 +293,37 @@ else fail router.drain "no live replica to hold"; fi
 
 # --- contrib/router/local.sh: a router and two replicas on one machine, stopped by SIGTERM -------
 contrib_check router.contrib_local local.sh "2 replicas, 2 up" e -m "$MODEL" -t 1
+
+# --- connection reuse: 16 concurrent streams twice over tests/tools/mock_stream ---------------
+# The workers share their kept-alive backend connections: the second batch reuses the first's, so
+# the backend accepts at most 16 connections for the streams (plus the health polls' own two).
+MOCK=${VERITY_BUILD:-$(dirname "$VERITY")}/tools/mock_stream
+if [ -x "$MOCK" ]; then
+    setsid "$MOCK" --port 0 --tokens 3 --gap-us 300000 >"$TMP/mock.log" 2>&1 &
+    PIDS+=("$!")
+    mock_port() { sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/mock.log"; }
+    wait_for test -n "$(mock_port)"
+    MOCK_URL="http://127.0.0.1:$(mock_port)"
+    if start_router router.reuse --replica "$MOCK_URL" --router-health-ms 600000; then
+        ok=0
+        for batch in 1 2; do
+            cpids=()
+            for i in $(seq 1 16); do
+                curl -sN "$RT_URL/v1/completions" -d '{"prompt":"x","stream":true}' >"$TMP/reuse.$batch.$i" &
+                cpids+=("$!")
+            done
+            wait "${cpids[@]}"
+            for i in $(seq 1 16); do grep -q '\[DONE\]' "$TMP/reuse.$batch.$i" && ok=$((ok + 1)); done
+        done
+        acc=$(curl -s "$MOCK_URL/v1/status" | python3 -c 'import json, sys; print(json.load(sys.stdin)["connections_accepted"])')
+        # 32 streams, 16 at most at once; +2: the first poll's fetcher and the health thread's;
+        # +1: this status request
+        if [ "$ok" = 32 ] && [ "${acc:-99}" -le 19 ]; then pass "router.backend_connections_reused($acc accepted)"
+        else fail router.backend_connections_reused "$ok of 32 streams complete, $acc connections accepted (at most 19)"; fi
+        kill -9 -- -"$RT_PID" 2>/dev/null
+    fi
+else fail router.backend_connections_reused "$MOCK missing (make tests)"; fi
+
+# --- no sanitizer report in any router's log (a sanitizer build; nothing to find in release) ----
+rep=$(grep -h -A12 -m1 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error' "$TMP"/router.*.log 2>/dev/null | tr '\n' ' ' | head -c 1500)
+[ -z "$rep" ] && pass router.no_sanitizer_report || fail router.no_sanitizer_report "$rep"
