@@ -18,15 +18,20 @@
 # bytes -> written to the client). AB=1 adds a second router with --router-direct-write 0, run
 # after the first in every round, so the two paths are compared in one run. Before the rounds one
 # unmeasured warm-up run (C streams x 1 request x 4 tokens) goes to each target.
+# STAGGER_MS (default 0: all C streams start together, and with equal streams they stay in step,
+# so every request arrives in a burst of C): the streams' starts spread over that many ms; in
+# mock mode G * GAP_US / 1000 spreads the arrivals evenly over a request's length, the steady
+# state of C concurrent streams.
 # The node client opens more connections than it has streams (one per request at times), so every
 # process takes --max-conns-per-addr 4096.
-# Usage: [BACKEND=serve|mock] [GAP_US=5000] [AB=0|1] [ROUNDS=3] bench/router.sh [MODEL.gguf] [C=64]
+# Usage: [BACKEND=serve|mock] [GAP_US=5000] [AB=0|1] [ROUNDS=3] [STAGGER_MS=0] bench/router.sh [MODEL.gguf] [C=64]
 # [R=4] [G=64]. Exit 2 if a request fails or a process does not start.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . bench/lib.bash
 MODEL=${1:-} C=${2:-64} R=${3:-4} G=${4:-64} ROUNDS=${ROUNDS:-3}
 BACKEND=${BACKEND:-serve} GAP_US=${GAP_US:-5000} AB=${AB:-0}
+export STAGGER_MS=${STAGGER_MS:-0}
 out=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$out"' EXIT

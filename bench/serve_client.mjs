@@ -6,7 +6,7 @@
 // over the whole run, and client-side percentiles of time to first token, inter-token latency and
 // each request's whole time (e2e), as one JSON line. Throws (exit 1) if a request fails or a count
 // is short.
-// Usage: VERITY_URL=... node serve_client.mjs CONCURRENCY REQUESTS_PER_CLIENT GEN
+// Usage: VERITY_URL=... [STAGGER_MS=0] node serve_client.mjs CONCURRENCY REQUESTS_PER_CLIENT GEN
 const [C, R, G] = process.argv.slice(2).map(Number);
 const url = process.env.VERITY_URL + '/v1/completions';
 const ttft = [], itl = [], e2e = [];
@@ -40,7 +40,13 @@ async function one(i) {
   e2e.push(performance.now() - t0);
 }
 
-async function client(c) { for (let r = 0; r < R; r++) await one(c * R + r); }
+// STAGGER_MS (default 0): client c starts c * STAGGER_MS / C ms after the first, so with streams of
+// equal length the requests arrive spread over STAGGER_MS rather than as one burst of C
+const stagger = Number(process.env.STAGGER_MS || 0);
+async function client(c) {
+  if (stagger > 0) await new Promise((ok) => setTimeout(ok, (c * stagger) / C));
+  for (let r = 0; r < R; r++) await one(c * R + r);
+}
 const t0 = performance.now();
 await Promise.all(Array.from({ length: C }, (_, c) => client(c)));
 const secs = (performance.now() - t0) / 1000;

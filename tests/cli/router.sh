@@ -302,7 +302,7 @@ if [ -x "$MOCK" ]; then
     setsid "$MOCK" --port 0 --tokens 3 --gap-us 300000 >"$TMP/mock.log" 2>&1 &
     PIDS+=("$!")
     mock_port() { sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/mock.log"; }
-    wait_for test -n "$(mock_port)"
+    wait_for grep -q "listening on" "$TMP/mock.log" # (not `test -n "$(mock_port)"`: evaluated once)
     MOCK_URL="http://127.0.0.1:$(mock_port)"
     if start_router router.reuse --replica "$MOCK_URL" --router-health-ms 600000; then
         ok=0
