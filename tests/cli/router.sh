@@ -313,6 +313,9 @@ if [ -x "$MOCK" ]; then
                 cpids+=("$!")
             done
             wait "${cpids[@]}"
+            # a worker gives its connection back before it counts the request done: wait for none
+            # in flight, so the next batch finds every connection in the pool whatever the timing
+            wait_for sh -c "curl -s '$RT_URL/metrics' | grep -q '^verity_router_backend_inflight{.*} 0\$'"
             for i in $(seq 1 16); do grep -q '\[DONE\]' "$TMP/reuse.$batch.$i" && ok=$((ok + 1)); done
         done
         acc=$(curl -s "$MOCK_URL/v1/status" | python3 -c 'import json, sys; print(json.load(sys.stdin)["connections_accepted"])')
