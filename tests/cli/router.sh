@@ -135,7 +135,9 @@ okb=$(metric_at "$RT_URL" "verity_router_requests_total{backend=\"$B_URL\",outco
 
 # --- the router's own time: verity_router_overhead_seconds -----------------------------------
 # one request sample per proxied request (no retry so far: one per attempt counted ok), an event
-# sample per write of streamed events, cumulative buckets never decreasing, +Inf equal to _count
+# sample per write of streamed events, cumulative buckets never decreasing, +Inf equal to _count;
+# read once no request is in flight (a request's sample comes at its send, its count at its end)
+wait_for sh -c "! curl -s '$RT_URL/metrics' | grep -q '^verity_router_backend_inflight{.*} [1-9]'"
 curl -s "$RT_URL/metrics" >"$TMP/ovh.metrics"
 ovh=$(python3 - "$TMP/ovh.metrics" <<'PY'
 import re, sys
