@@ -952,7 +952,7 @@ static void t_dsa(void) {
                     .block_size = NP,
                     .kv_stride = HD};
     const int32_t pos[3] = {1, 3, 4};
-    kn_attn_sparse_row(qa, &a, HD, pos, 3, 0.5f, scratch, out);
+    kn_attn_sparse_row(qa, &a, HD, pos, 3, 0.5f, scratch, out, KN_ISA_SCALAR);
     double s[3], m = -1e300, l = 0;
     for (int j = 0; j < 3; j++) {
         s[j] = 0;
@@ -969,6 +969,48 @@ static void t_dsa(void) {
             o += exp(s[j] - m) / l * kv[pos[j] * HD + d];
         T_CHECKF(fabs(out[d] - o) < 1e-5, "sparse attention element %d: %g, expected %g", d, out[d],
                  o);
+    }
+    /* every instruction set gives the scalar bits: the dot product for any length, and the sparse
+     * row for F32 and F16 caches, any head size (MLA's 576 among them) and selection */
+    enum { SP = 40, SD = 576 };
+    static float bk[SP * SD], bq[SD], bo[2][SD], bs[SP];
+    static uint16_t hk[SP * SD];
+    for (int isa = KN_ISA_AVX2; isa <= KN_ISA_AVX512; isa++) {
+        if (!kn_isa_available((kn_isa)isa))
+            continue;
+        for (int trial = 0; trial < 300; trial++) {
+            int64_t d = trial < 20 ? SD - trial : 1 + (int64_t)(rnd64() % 100);
+            for (int64_t i = 0; i < SP * d; i++) {
+                bk[i] = rndf();
+                hk[i] = kn_f32_to_f16(bk[i] * 3);
+            }
+            for (int64_t i = 0; i < d; i++)
+                bq[i] = rndf() * 2;
+            float r1 = kn_dot_ref(bq, bk, d), r2 = kn_dot(bq, bk, d, (kn_isa)isa);
+            T_CHECKF(!memcmp(&r1, &r2, sizeof r1), "isa %d, dot of %lld: %a vs %a", isa,
+                     (long long)d, r2, r1);
+            int32_t sp[SP], np = 0;
+            for (int32_t p = 0; p < SP; p++)
+                if (p == trial % SP || rnd64() % 3 == 0)
+                    sp[np++] = p;
+            bool f16 = trial & 1;
+            int32_t tb[2] = {1, 0}; /* two blocks, in reverse order */
+            kn_attn_kv sa = {.k_base = f16 ? (const void *)hk : bk,
+                             .v_base = f16 ? (const void *)(hk + 3) : bk + 3,
+                             .block_bytes = (size_t)(SP / 2) * d * (f16 ? 2 : 4),
+                             .table = tb,
+                             .block_size = SP / 2,
+                             .kv_stride = d,
+                             .f16 = f16};
+            int64_t hd = d > 3 ? d - 3 : d; /* values read at an offset: unaligned rows */
+            if (d <= 3)
+                sa.v_base = sa.k_base;
+            kn_attn_sparse_row(bq, &sa, hd, sp, np, 0.3f, bs, bo[0], KN_ISA_SCALAR);
+            kn_attn_sparse_row(bq, &sa, hd, sp, np, 0.3f, bs, bo[1], (kn_isa)isa);
+            T_CHECKF(!memcmp(bo[0], bo[1], (size_t)hd * sizeof(float)),
+                     "isa %d, sparse row of %lld (%s), %d positions: differs", isa, (long long)hd,
+                     f16 ? "f16" : "f32", np);
+        }
     }
 }
 

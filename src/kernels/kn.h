@@ -152,8 +152,11 @@ static inline float kn_expf(float x) {
 /* The lane-16 sum of squares of x[0..n). */
 float kn_sumsq_ref(const float *x, int64_t n);
 
-/* The lane-16 dot product of a[0..n) and b[0..n). */
+/* The lane-16 dot product of a[0..n) and b[0..n): acc[i % 16] = fma(a[i], b[i], acc[i % 16]) in
+ * element order, then the lanes folded as kn_lane16_tree. */
 float kn_dot_ref(const float *a, const float *b, int64_t n);
+/* kn_dot_ref's bits, with the instruction set isa (AVX2 and AVX-512 machines: the AVX2 kernel). */
+float kn_dot(const float *a, const float *b, int64_t n, kn_isa isa);
 
 /* y[i] = (x[i] * r) * w[i] with r = 1 / sqrt(sumsq(x) / n + eps). w may be NULL (no weight).
  * y may alias x. */
@@ -337,9 +340,10 @@ void kn_topk_positions(const kn_topk_item *heap, int64_t n, int32_t *pos);
  * F16 (the reference engine multiplies F16 keys by an F16 query; its greedy outputs follow that
  * rounding). scores[i] = kn_dot_ref(q, K[pos[i]]) * scale,
  * m = their max, p_i = kn_expf(scores[i] - m), out = (sum_i fma p_i V[pos[i]]) / (sum_i p_i),
- * in position order. scores: n floats of scratch. head_dim <= KN_ATTN_HEAD_MAX. */
+ * in position order. scores: n floats of scratch. head_dim <= KN_ATTN_HEAD_MAX. The same bits
+ * for every isa. */
 void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim, const int32_t *pos,
-                        int64_t n, float scale, float *scores, float *out);
+                        int64_t n, float scale, float *scores, float *out, kn_isa isa);
 
 /* Converts n floats to F16 (kn_f32_to_f16 semantics) or copies them (f16 false). */
 void kn_store_kv(void *dst, const float *src, int64_t n, bool f16, kn_isa isa);

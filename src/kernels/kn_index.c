@@ -226,7 +226,7 @@ void kn_topk_positions(const kn_topk_item *heap, int64_t n, int32_t *pos) {
 }
 
 void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim, const int32_t *pos,
-                        int64_t n, float scale, float *scores, float *out) {
+                        int64_t n, float scale, float *scores, float *out, kn_isa isa) {
     float kbuf[KN_ATTN_HEAD_MAX], qbuf[KN_ATTN_HEAD_MAX];
     if (kv->f16) { /* F16 keys: the query rounded to F16 too, the reference's KQ product */
         for (int64_t d = 0; d < head_dim; d++)
@@ -236,12 +236,18 @@ void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim, 
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         const void *r = kn_attn_row_ptr(kv, kv->k_base, pos[i], 0, head_dim);
-        if (kv->f16)
-            for (int64_t d = 0; d < head_dim; d++)
-                kbuf[d] = kn_f16_to_f32(((const uint16_t *)r)[d]);
-        else
-            memcpy(kbuf, r, (size_t)head_dim * sizeof(float));
-        scores[i] = kn_dot_ref(q, kbuf, head_dim) * scale;
+        const float *k = r;
+        if (kv->f16) {
+#ifndef VERITY_NO_SIMD
+            if (isa == KN_ISA_AVX2 || isa == KN_ISA_AVX512)
+                kn_f16_widen_avx2(r, kbuf, head_dim);
+            else
+#endif
+                for (int64_t d = 0; d < head_dim; d++)
+                    kbuf[d] = kn_f16_to_f32(((const uint16_t *)r)[d]);
+            k = kbuf;
+        }
+        scores[i] = kn_dot(q, k, head_dim, isa) * scale;
         m = kn_maxf(m, scores[i]);
     }
     float l = 0.0f;
@@ -251,6 +257,12 @@ void kn_attn_sparse_row(const float *q, const kn_attn_kv *kv, int64_t head_dim, 
         float p = kn_expf(scores[i] - m);
         l = l + p;
         const void *r = kn_attn_row_ptr(kv, kv->v_base, pos[i], 0, head_dim);
+#ifndef VERITY_NO_SIMD
+        if (isa == KN_ISA_AVX2 || isa == KN_ISA_AVX512) {
+            kn_sparse_acc_avx2(out, p, r, kv->f16, head_dim);
+            continue;
+        }
+#endif
         for (int64_t d = 0; d < head_dim; d++) {
             float v = kv->f16 ? kn_f16_to_f32(((const uint16_t *)r)[d]) : ((const float *)r)[d];
             out[d] = fmaf(p, v, out[d]);

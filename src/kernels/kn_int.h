@@ -98,6 +98,13 @@ void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1);
 /* Row kernels (kn_ops_*.c). */
 float kn_sumsq_avx512(const float *x, int64_t n);
 float kn_sumsq_avx2(const float *x, int64_t n);
+/* The lane-16 dot product (kn_index_avx2.c), bitwise kn_dot_ref. */
+float kn_dot_avx2(const float *a, const float *b, int64_t n);
+/* out[d] = fma(p, row[d], out[d]) for d < n, row F16 (widened exactly) or F32: kn_attn_sparse_row's
+ * value sum, bitwise its scalar loop. */
+void kn_sparse_acc_avx2(float *out, float p, const void *row, bool f16, int64_t n);
+/* dst[d] = the F16 src[d] as a float (exact), d < n. */
+void kn_f16_widen_avx2(const uint16_t *src, float *dst, int64_t n);
 /* The lightning indexer's score (kn_index_avx2.c), bitwise kn_index_score's scalar code. */
 float kn_index_score_avx2(const float *q, const float *w, int64_t n_head, int64_t d,
                           const float *k);

@@ -33,6 +33,14 @@ float kn_dot_ref(const float *a, const float *b, int64_t n) {
     return kn_lane16_tree(acc);
 }
 
+float kn_dot(const float *a, const float *b, int64_t n, kn_isa isa) {
+#ifndef VERITY_NO_SIMD
+    if (isa == KN_ISA_AVX2 || isa == KN_ISA_AVX512) /* AVX-512 machines run the AVX2 kernel */
+        return kn_dot_avx2(a, b, n);
+#endif
+    return kn_dot_ref(a, b, n);
+}
+
 void kn_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *y, kn_isa isa) {
     float ss;
 #ifndef VERITY_NO_SIMD

@@ -303,7 +303,7 @@ static void ds32_rows_attention(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int
         int64_t t = u / H, h = u % H;
         kv.table = c->b->seqs[c->tok_seq[t]].blocks;
         kn_attn_sparse_row(c->q + (t * H + h) * HD, &kv, HD, st->sel + t * K, st->n_sel[t],
-                           opt->scale, st->scores[thread], c->att + (t * H + h) * HD);
+                           opt->scale, st->scores[thread], c->att + (t * H + h) * HD, c->m->isa);
     }
 }
 

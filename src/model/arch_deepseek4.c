@@ -1140,7 +1140,7 @@ static void ds4_rows_attn(fwd_ctx *c, const fwd_phase *ph, int64_t u0, int64_t u
                 int64_t b = sel ? sel[i - nw] : i - nw;
                 ds4_k_load(c, l, blocks, r * b + r - 1, 1, kb);
             }
-            float sc = kn_dot_ref(q, kb, D) * hp->attn_scale, ms = 1.0f, vs = 1.0f;
+            float sc = kn_dot(q, kb, D, c->m->isa) * hp->attn_scale, ms = 1.0f, vs = 1.0f;
             if (sc > M) {
                 float m_old = M;
                 M = sc;
