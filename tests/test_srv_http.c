@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -961,10 +962,53 @@ static void case_shutdown(void) {
     stop();
 }
 
+/* The server's end of the connection whose client end is fd: found among this process's
+ * descriptors as the socket whose peer is fd's local address; -1 if none. */
+static int server_end(int fd) {
+    struct sockaddr_in me;
+    socklen_t sl = sizeof me;
+    T_CHECK(getsockname(fd, (struct sockaddr *)&me, &sl) == 0);
+    for (int i = 3; i < 4096; i++) {
+        struct sockaddr_in peer;
+        socklen_t pl = sizeof peer;
+        if (i != fd && getpeername(i, (struct sockaddr *)&peer, &pl) == 0 &&
+            peer.sin_family == AF_INET && peer.sin_port == me.sin_port &&
+            peer.sin_addr.s_addr == me.sin_addr.s_addr)
+            return i;
+    }
+    return -1;
+}
+
+/* Accepted connections get TCP_NODELAY (an answer's head and each streamed event leave at once,
+ * not after the peer's delayed ACK of the previous write); cfg.nagle keeps the kernel's default. */
+static void case_nodelay(void) {
+    for (int nagle = 0; nagle <= 1; nagle++) {
+        srv_http_cfg cfg;
+        base_cfg(&cfg);
+        cfg.nagle = nagle;
+        start(&cfg, 0);
+        int fd = dial();
+        /* an answered request: the connection has been accepted and set up by now */
+        PUTS(fd, "GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+        char head[4096], body[4096];
+        size_t bl;
+        T_EQ_INT(read_response(fd, head, sizeof head, body, sizeof body, &bl, false), 200);
+        int s = server_end(fd), v = -1;
+        socklen_t vl = sizeof v;
+        T_CHECKF(s >= 0, "the server's end of the connection not found");
+        T_CHECK(getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl) == 0);
+        T_CHECKF((v != 0) == !nagle, "nagle %d: TCP_NODELAY is %d on the accepted connection",
+                 nagle, v);
+        close(fd);
+        stop();
+    }
+}
+
 int main(void) {
     test_run("srv_http.parse_head", case_parse_head);
     test_run("srv_http.parse_chunked", case_parse_chunked);
     test_run("srv_http.simple_keepalive", case_simple);
+    test_run("srv_http.tcp_nodelay", case_nodelay);
     test_run("srv_http.pipelined_chunked_head", case_pipelined);
     test_run("srv_http.http10_expect_continue", case_http10_and_continue);
     test_run("srv_http.malformed_one_status_line", case_malformed);

@@ -172,6 +172,10 @@ enum flag_kind {
     X(MAX_CONNS_PER_ADDR, "max-conns-per-addr", FLAG_KIND_INT, "128", "1:1000000",                  \
       "serve: client connections open at once from one IP address; one more is answered 429 and " \
       "closed")                                                                                    \
+    X(HTTP_NODELAY, "http-nodelay", FLAG_KIND_BOOL, "1", "0|1",                                   \
+      "serve, router: TCP_NODELAY on client connections, so an answer's head and each streamed "  \
+      "event leave at once (0: the kernel's Nagle algorithm, which holds a small write until the " \
+      "previous one is acknowledged: up to the client's delayed ACK, 40 ms on Linux)")            \
     X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024",                                          \
       "serve: largest request body in MiB; larger ones get 413 (refused on their headers when "    \
       "they declare a length)")                                                                    \

@@ -147,6 +147,7 @@ int cmd_router(int argc, char **argv) {
                      .cache_aware = flags_int(FLAG_ROUTER_CACHE_AWARE) != 0,
                      .balance_abs = (int)flags_int(FLAG_ROUTER_BALANCE_ABS),
                      .cache_pct = (int)flags_int(FLAG_ROUTER_CACHE_PCT),
+                     .nagle = flags_int(FLAG_HTTP_NODELAY) == 0,
                      .direct_write = flags_int(FLAG_ROUTER_DIRECT_WRITE) != 0};
     router *r;
     int rc = router_create(&o, &r);

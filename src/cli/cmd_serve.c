@@ -228,6 +228,7 @@ static int serve_start(serve_state *s) {
                           .max_body_total_bytes = (size_t)flags_int(FLAG_MAX_BODY_TOTAL) << 20,
                           .max_conns = (int)flags_int(FLAG_MAX_CONNS),
                           .max_conns_per_addr = (int)flags_int(FLAG_MAX_CONNS_PER_ADDR),
+                          .nagle = flags_int(FLAG_HTTP_NODELAY) == 0,
                           .max_batch = flags_int(FLAG_MAX_BATCH),
                           .drain_timeout_s = (int)flags_int(FLAG_DRAIN_TIMEOUT),
                           .admin_api = flags_int(FLAG_ADMIN_API) != 0};

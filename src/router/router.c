@@ -695,6 +695,7 @@ int router_create(const router_opts *o, router **out) {
         .max_conns = o->max_conns,
         .max_conns_per_addr = o->max_conns_per_addr,
         .direct_write = o->direct_write,
+        .nagle = o->nagle,
     };
     srv_http_cfg_timeouts(&cfg, o->timeout_s, RT_HEAD_TIMEOUT_S);
     if ((rc = rt_start_workers(r)) || (rc = rt_health_start(r))) {

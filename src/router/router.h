@@ -89,6 +89,7 @@ typedef struct router_opts {
     bool cache_aware; /* false: load alone decides */
     int balance_abs;  /* load spread beyond which the least loaded backend wins */
     int cache_pct;    /* matched share of a prompt's blocks for the cache to decide */
+    bool nagle;        /* keep Nagle's algorithm on client connections (--http-nodelay 0) */
     bool direct_write; /* a worker sends its stream's events on the client's socket itself
                           (srv_http_cfg.direct_write; flag router-direct-write) */
 } router_opts;

@@ -704,6 +704,7 @@ int server_create(const server_opts *o, server **out) {
         .max_body_total_bytes = o->max_body_total_bytes,
         .max_conns = o->max_conns,
         .max_conns_per_addr = o->max_conns_per_addr,
+        .nagle = o->nagle,
         .too_large_msg = s->too_large_msg,
         .budget_msg = s->budget_msg,
     };

@@ -45,6 +45,8 @@ typedef struct server_opts {
                                     request (the head also has its own deadline, at most 10 s) */
     int max_conns;               /* client connections at once (--max-conns; 0: the layer's) */
     int max_conns_per_addr;      /* ... from one address (--max-conns-per-addr; 0: the layer's) */
+    bool nagle;                  /* keep Nagle's algorithm on client connections (--http-nodelay 0;
+                                    srv_http_cfg.nagle) */
     size_t max_body_bytes;       /* larger request bodies get 413 (--max-body) */
     size_t max_body_total_bytes; /* bodies being received at once, all connections together;
                                     beyond it 503 with Retry-After (--max-body-total) */

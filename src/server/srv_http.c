@@ -42,6 +42,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1153,6 +1154,10 @@ static void accept_all(srv_http *s) {
                 s->listen_pause_until_ns = clock_now_ns() + ms_ns(100);
             }
             return;
+        }
+        if (!s->cfg.nagle && (sa.ss_family == AF_INET || sa.ss_family == AF_INET6)) {
+            int one = 1; /* best effort: an answer still goes out without it, only later */
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         }
         unsigned char key[16] = {0};
         char peer[INET6_ADDRSTRLEN] = "?";

@@ -63,6 +63,11 @@
  *   max_conns [1024]          connections at once; one more is answered 503 and closed
  *   max_conns_per_addr [64]   connections at once from one IPv4 or IPv6 address; beyond: 429
  *   out_cap_bytes [65536]     a stream's output buffer (backpressure above)
+ *   nagle [false]             false: TCP_NODELAY on every accepted TCP connection, so each
+ *                             write (an answer's head, a streamed event) leaves at once; true:
+ *                             the kernel's default (Nagle's algorithm holds a small write until
+ *                             the previous one is acknowledged, which a peer's delayed ACK can
+ *                             make 40 ms on Linux)
  *   linger_ms [2000]          after a final answer with "Connection: close", unread input is
  *                             drained this long so the close does not reset the answer away
  *
@@ -133,6 +138,7 @@ typedef struct srv_http_cfg {
      * what the socket did not take; false: the event thread sends every byte (one wake-up per
      * write). Same bytes, same order either way: only who calls send() differs. */
     bool direct_write;
+    bool nagle; /* keep Nagle's algorithm on accepted connections (above; flag http-nodelay 0) */
     /* the messages of the layer's 413 (body over its limit) and 503 (no room in
      * max_body_total_bytes) answers, so they can name the caller's settings; NULL: generic */
     const char *too_large_msg, *budget_msg;
