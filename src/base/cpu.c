@@ -3,9 +3,12 @@
  * cpu: see cpu.h. The features are computed once (pthread_once) and then read-only.
  */
 #include "base/cpu.h"
+#include "base/err.h"
 
 #include <cpuid.h>
+#include <ctype.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,4 +78,52 @@ int cpu_count_online(void) {
 const char *cpu_model_name(void) {
     pthread_once(&cpu_once, cpu_detect);
     return cpu_name;
+}
+
+/* One number of a CPU list at *p (advanced past it); -1 if there is none or it is too large. */
+static long cpu_list_num(const char **p) {
+    if (!isdigit((unsigned char)**p))
+        return -1;
+    long v = 0;
+    while (isdigit((unsigned char)**p)) {
+        v = v * 10 + (**p - '0');
+        if (v >= CPU_SETSIZE)
+            return -1;
+        (*p)++;
+    }
+    return v;
+}
+
+int cpu_pin_list(const char *list) {
+    cpu_set_t allowed, want;
+    if (sched_getaffinity(0, sizeof allowed, &allowed))
+        return err_set(ERR_INVAL, "CPU list '%s': this process's CPUs cannot be read", list);
+    CPU_ZERO(&want);
+    const char *p = list;
+    for (;;) {
+        const char *part = p;
+        long lo = cpu_list_num(&p), hi = lo;
+        if (lo >= 0 && *p == '-') {
+            p++;
+            hi = cpu_list_num(&p);
+        }
+        if (lo < 0 || hi < lo || (*p && *p != ','))
+            return err_set(ERR_INVAL,
+                           "CPU list '%s': '%.*s' is not a CPU number or range (like 1 or 0-3, "
+                           "below %d)",
+                           list, (int)strcspn(part, ","), part, CPU_SETSIZE);
+        for (long c = lo; c <= hi; c++) {
+            if (!CPU_ISSET((int)c, &allowed))
+                return err_set(ERR_INVAL,
+                               "CPU list '%s': CPU %ld is not one this process may run on", list,
+                               c);
+            CPU_SET((int)c, &want);
+        }
+        if (!*p)
+            break;
+        p++; /* the comma */
+    }
+    if (sched_setaffinity(0, sizeof want, &want))
+        return err_set(ERR_INVAL, "CPU list '%s': the kernel refused it", list);
+    return 0;
 }

@@ -24,4 +24,10 @@ int cpu_count_online(void);
 /* A one-line description of the CPU's model name, or "unknown". Static storage. */
 const char *cpu_model_name(void);
 
+/* Pins the calling thread (and so every thread it starts afterwards) to the CPUs of list: numbers
+ * and ranges separated by commas ("1", "0-3,6"), each CPU one this process may run on now
+ * (sched_getaffinity). Returns 0, or ERR_INVAL (nothing changed) with a detail naming the part of
+ * the list that is malformed or the CPU that is not available. */
+int cpu_pin_list(const char *list);
+
 #endif

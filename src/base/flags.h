@@ -197,6 +197,10 @@ enum flag_kind {
     X(ROUTER_WORKERS, "router-workers", FLAG_KIND_INT, "256", "1:4096",                            \
       "router: worker threads, each proxying one request at a time (as many may wait; beyond: "    \
       "429)")                                                                                      \
+    X(ROUTER_CPUS, "router-cpus", FLAG_KIND_STRING, "", "",                                        \
+      "router: the CPUs its threads run on (\"1\", \"0-3,6\"; empty: wherever the kernel puts "     \
+      "them); one CPU keeps the hand-offs between the event thread and the workers on one core, "  \
+      "which on a small or virtual machine cuts the wake-ups' tail (bench/router.sh)")             \
     X(ROUTER_HEALTH_MS, "router-health-ms", FLAG_KIND_INT, "1000", "10:600000",                    \
       "router: interval of the health and load polls of every backend (GET /v1/status)")           \
     X(ROUTER_CACHE_AWARE, "router-cache-aware", FLAG_KIND_BOOL, "1", "0|1",                        \

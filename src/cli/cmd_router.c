@@ -5,7 +5,7 @@
  * [--api-key KEY | --api-key-file FILE] [--backend-api-key KEY] [--timeout S] [--drain-timeout S]
  * [--max-body MIB] [--max-body-total MIB] [--max-conns N] [--max-conns-per-addr N]
  * [--router-workers N] [--router-health-ms MS] [--router-cache-aware 0|1]
- * [--router-balance-abs N] [--router-cache-pct P]`: an OpenAI-compatible front over many
+ * [--router-balance-abs N] [--router-cache-pct P] [--router-cpus LIST]`: an OpenAI-compatible front over many
  * `verity serve` replicas (router/router.h). --replica may be repeated; every URL is
  * http://HOST:PORT.
  *
@@ -19,6 +19,7 @@
  * flight finish for up to --drain-timeout seconds, then the router closes; exit 0.
  */
 #include "base/clock.h"
+#include "base/cpu.h"
 #include "base/err.h"
 #include "base/flags.h"
 #include "cli/cli.h"
@@ -149,6 +150,10 @@ int cmd_router(int argc, char **argv) {
                      .cache_pct = (int)flags_int(FLAG_ROUTER_CACHE_PCT),
                      .nagle = flags_int(FLAG_HTTP_NODELAY) == 0,
                      .direct_write = flags_int(FLAG_ROUTER_DIRECT_WRITE) != 0};
+    /* before any thread starts: the event thread, the workers and the health thread inherit it */
+    const char *cpus = flags_str(FLAG_ROUTER_CPUS);
+    if (cpus[0] && cpu_pin_list(cpus))
+        return cli_usage_error("router", "--router-cpus: %s", err_detail());
     router *r;
     int rc = router_create(&o, &r);
     if (rc)

@@ -50,6 +50,8 @@ expect_exit2 router.usage_twice "$VERITY" router --replica http://127.0.0.1:8080
 expect_exit2 router.usage_empty "$VERITY" router --replica ,
 expect_exit2 router.usage_unknown "$VERITY" router --replica http://127.0.0.1:8080 --frobnicate 1
 expect_exit2 router.usage_disagg_half "$VERITY" router --prefill http://127.0.0.1:8080
+expect_exit2 router.cpus_malformed "$VERITY" router --replica http://127.0.0.1:8080 --router-cpus 1-0
+expect_exit2 router.cpus_unavailable "$VERITY" router --replica http://127.0.0.1:8080 --router-cpus 1023
 
 SOPTS=(-m "$MODEL" -t 1 --admin-api 1)
 # replica VAR [PORT]: starts a server (on PORT when given); VAR_URL, VAR_PID, VAR_PORT
@@ -207,6 +209,17 @@ if start_router router.no_direct_write --replica "$A_URL,$B_URL" --router-direct
     curl -sN "$RT_URL/v1/completions" -d "$STREAM_BODY" >"$TMP/nodw.stream"
     if same_stream "$TMP/nodw.stream"; then pass router.stream_without_direct_write
     else fail router.stream_without_direct_write "$(sse_text "$TMP/nodw.stream" | head -c 200) vs $(sse_text "$TMP/ref.stream" | head -c 200)"; fi
+    kill -9 -- -"$RT_PID" 2>/dev/null
+fi
+# router-cpus: every thread (the event thread, the health thread, the workers it started) runs on
+# the CPU given, the last one this script may use; the same stream
+CPU=$(awk '/^Cpus_allowed_list/ { n = split($2, f, /[,-]/); print f[n] }' /proc/self/status)
+if start_router router.cpus --replica "$A_URL,$B_URL" --router-cpus "$CPU"; then
+    curl -sN "$RT_URL/v1/completions" -d "$STREAM_BODY" >"$TMP/cpus.stream"
+    lists=$(cat /proc/"$RT_PID"/task/*/status 2>/dev/null | awk '/^Cpus_allowed_list/ { print $2 }' | sort | uniq -c | tr -s ' \n' '  ')
+    nt=$(ls /proc/"$RT_PID"/task | grep -c '')
+    if same_stream "$TMP/cpus.stream" && [ "$nt" -ge 3 ] && [ "$(echo $lists)" = "$nt $CPU" ]; then pass router.cpus_pinned
+    else fail router.cpus_pinned "$nt threads, CPU lists (count list): $lists; stream $(sse_text "$TMP/cpus.stream" | head -c 100)"; fi
     kill -9 -- -"$RT_PID" 2>/dev/null
 fi
 RT_URL=$R1 RT_PID=$R1_PID
