@@ -804,6 +804,30 @@ static void t_engine_disagg(void) {
     T_CHECK(got0.n == want0.n && !memcmp(got0.toks, want0.toks, sizeof want0.toks) &&
             got1.n == want1.n && !memcmp(got1.toks, want1.toks, sizeof want1.toks));
     engine_destroy(de);
+    /* kv-in-skip 0 (kv_in_fifo): the waiting request keeps its place, so the one behind it does
+     * not start while it waits (however many steps); once the transfer gives up, both run, with
+     * the same tokens */
+    engine_opts fo = {.max_batch = 2, .chunk = 16, .kv_blocks = 64, .block_size = 16,
+                      .threads = 1, .attn_chunk = 64, .prefix_cache = true, .kv_verify = true,
+                      .kv_in_fifo = true};
+    T_OK(engine_create(m, NULL, &fo, &de));
+    memset(&got0, 0, sizeof got0);
+    memset(&got1, 0, sizeof got1);
+    late = (dg_late){0};
+    T_OK(engine_submit(de, &r0));
+    T_OK(engine_submit(de, &r1));
+    for (int i = 0; i < 200; i++)
+        T_OK(engine_step(de));
+    T_CHECKF(got1.n == 0 && got1.fin == ENGINE_FINISH_NONE && got0.n == 0 && late.polls > 0,
+             "kv-in-skip 0: the request behind a waiting transfer has %d tokens (finish %d), "
+             "%d polls",
+             got1.n, (int)got1.fin, late.polls);
+    late.ready = true;
+    while (engine_busy(de))
+        T_OK(engine_step(de));
+    T_CHECK(got0.n == want0.n && !memcmp(got0.toks, want0.toks, sizeof want0.toks) &&
+            got1.n == want1.n && !memcmp(got1.toks, want1.toks, sizeof want1.toks));
+    engine_destroy(de);
     engine_destroy(pe);
     engine_destroy(ref);
     model_destroy(m);

@@ -231,7 +231,11 @@ enum flag_kind {
     X(KV_XFER_INPLACE, "kv-xfer-inplace", FLAG_KIND_BOOL, "1", "0|1",                              \
       "KV transfers write a block straight from the sender's pool and receive it straight into "  \
       "the receiver's (still invisible) pool block, verified once there (0: through a blob "       \
-      "buffer on each side, verified twice; speed only, same bytes)")
+      "buffer on each side, verified twice; speed only, same bytes)")                             \
+    X(KV_IN_SKIP, "kv-in-skip", FLAG_KIND_BOOL, "1", "0|1",                                        \
+      "decode server: a queued request whose KV is still arriving holds no blocks, so the "         \
+      "requests behind it may start (0: it keeps its place and the queue waits behind it; same "    \
+      "bytes either way, only the order requests start in differs)")
 
 /* Fault injection: the incident's bug classes, reproduced on purpose so that
  * `verity hunt` and `verity bisect` can be shown to find them. They exist only in the fault

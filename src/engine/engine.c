@@ -163,6 +163,7 @@ void engine_opts_from_flags(engine_opts *o, const model *m) {
     if (flags_int(FLAG_KV_BLOCKS) > 0)
         o->kv_blocks = flags_int(FLAG_KV_BLOCKS);
     o->prefix_cache = flags_int(FLAG_PREFIX_CACHE) != 0;
+    o->kv_in_fifo = flags_int(FLAG_KV_IN_SKIP) == 0;
     o->kv_verify = flags_int(FLAG_KV_VERIFY) != 0;
     o->kv_disk_dir = flags_str(FLAG_KV_DISK_DIR);
     o->kv_disk_bytes = flags_int(FLAG_KV_DISK_MEM) << 20;
@@ -711,7 +712,7 @@ static void eng_admit(engine *e) {
                 kv_prefix_n_available(e->px))
             break;
         if (!peer && eng_take_cached(e, s)) {
-            if (s->kv_in.poll && s->kv_in_n < 0) {
+            if (s->kv_in.poll && s->kv_in_n < 0 && !e->o.kv_in_fifo) {
                 prev = s; /* its blocks are still arriving: the next request may go */
                 continue;
             }

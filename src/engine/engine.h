@@ -117,6 +117,8 @@ typedef struct engine_opts {
     int threads;
     int64_t attn_chunk;
     bool prefix_cache; /* toggle prefix-cache */
+    bool kv_in_fifo;   /* toggle kv-in-skip 0: a request whose KV is still arriving (kv_in) keeps
+                          its place in the queue instead of letting the requests behind it go */
     bool kv_verify;    /* toggle kv-verify */
     uint64_t identity; /* the cache's root key; 0: from the model file's identity (model_identity),
                           the KV element type and the block size, at create */
