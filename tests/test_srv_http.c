@@ -768,6 +768,78 @@ static void case_stream_backpressure(void) {
     stop();
 }
 
+/* A client that reads nothing, and a handler that keeps writing small events while the server's
+ * output buffer has room: once a send has found the socket full, the writes only append. Each
+ * write before this fix cost a failing send() (the caller's, under direct_write) and a wake-up
+ * of the event thread with its own failing send(); srv_http_stats.send_full counts those sends.
+ * Then a reader drains it and every byte arrives in order. */
+static void case_stream_blocked_appends(void) {
+    srv_http_cfg cfg;
+    base_cfg(&cfg);
+    cfg.out_cap_bytes = 64 * 1024;
+    start(&cfg, 4096);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int rcv = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    T_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    PUTS(fd, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\n");
+    srv_http_req *req = wait_held();
+    T_CHECK(req);
+    T_OK(srv_http_stream_begin(req, 200, "Content-Type: text/event-stream\r\n"));
+    char chunk[100];
+    size_t sent = 0;
+    srv_http_stats st;
+    /* first fill the kernel's buffers a little at a time, so the output that waits when a send
+     * first finds the socket full is small and the cap leaves room for many writes after it */
+    for (int k = 0;; k++) {
+        srv_http_stats_get(srv, &st);
+        if (st.send_full > 0)
+            break;
+        T_CHECKF(k < BACKSTOP_MS, "no send found the socket full after %zu bytes", sent);
+        for (int i = 0; i < (int)sizeof chunk; i++)
+            chunk[i] = (char)('a' + (sent + (size_t)i) % 26);
+        if (srv_http_stream_write(req, chunk, sizeof chunk, 0) == 0)
+            sent += sizeof chunk;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t full0 = st.send_full;
+    int rc = 0, writes = 0;
+    for (; writes < 100000; writes++) {
+        for (int i = 0; i < (int)sizeof chunk; i++)
+            chunk[i] = (char)('a' + (sent + (size_t)i) % 26);
+        if ((rc = srv_http_stream_write(req, chunk, sizeof chunk, 0)))
+            break;
+        sent += sizeof chunk;
+    }
+    T_EQ_INT(rc, ERR_BUSY);
+    srv_http_stats_get(srv, &st);
+    /* the writes after the socket was full (hundreds, unless the output waiting then was near the
+     * cap) cost no send(); a spurious EPOLLOUT may cost one more */
+    T_CHECKF(writes >= 10, "only %d writes after the socket was full", writes);
+    T_CHECKF(st.send_full - full0 <= 4, "%llu more sends found the socket full over %d writes",
+             (unsigned long long)(st.send_full - full0), writes);
+    reader rd = {fd, 0, false};
+    pthread_t t;
+    T_CHECK(pthread_create(&t, NULL, reader_main, &rd) == 0);
+    for (int k = 0; k < 300; k++) {
+        for (int i = 0; i < (int)sizeof chunk; i++)
+            chunk[i] = (char)('a' + (sent + (size_t)i) % 26);
+        T_OK(srv_http_stream_write(req, chunk, sizeof chunk, BACKSTOP_MS));
+        sent += sizeof chunk;
+    }
+    T_OK(srv_http_stream_end(req));
+    pthread_join(t, NULL);
+    T_CHECK(rd.ok);
+    T_EQ_INT(rd.got, sent);
+    srv_http_req_release(req);
+    close(fd);
+    stop();
+}
+
 static void case_gone_mid_stream(void) {
     srv_http_cfg cfg;
     base_cfg(&cfg);
@@ -1016,6 +1088,7 @@ int main(void) {
     test_run("srv_http.caps_429_503", case_caps);
     test_run("srv_http.deadlines_head_idle_body_rate", case_deadlines);
     test_run("srv_http.stream_backpressure", case_stream_backpressure);
+    test_run("srv_http.stream_blocked_appends", case_stream_blocked_appends);
     test_run("srv_http.gone_mid_stream", case_gone_mid_stream);
     test_run("srv_http.half_close_answered", case_half_close);
     test_run("srv_http.write_stall_closed", case_write_stall);
@@ -1026,6 +1099,7 @@ int main(void) {
     /* the stream cases again with the caller's thread sending (srv_http_cfg.direct_write) */
     g_direct_write = true;
     test_run("srv_http.direct_write.stream_backpressure", case_stream_backpressure);
+    test_run("srv_http.direct_write.stream_blocked_appends", case_stream_blocked_appends);
     test_run("srv_http.direct_write.gone_mid_stream", case_gone_mid_stream);
     test_run("srv_http.direct_write.write_stall_closed", case_write_stall);
     test_run("srv_http.direct_write.stream_http10_close_delimited", case_stream_http10);

@@ -130,8 +130,12 @@ static void rt_route_metrics(router *r, srv_http_req *req) {
     strbuf_printf(&sb,
                   "# HELP verity_http_connections_open Client connections open now.\n"
                   "# TYPE verity_http_connections_open gauge\n"
-                  "verity_http_connections_open %d\n",
-                  hs.open_conns);
+                  "verity_http_connections_open %d\n"
+                  "# HELP verity_http_send_full_total Sends that found a client's socket full "
+                  "(a slow reader: once each time its output blocks, not once per write).\n"
+                  "# TYPE verity_http_send_full_total counter\n"
+                  "verity_http_send_full_total %llu\n",
+                  hs.open_conns, (unsigned long long)hs.send_full);
     srv_http_respond(req, 200, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n",
                      sb.data, sb.len);
     strbuf_deinit(&sb);

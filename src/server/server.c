@@ -187,10 +187,15 @@ static int srv_route_metrics(server *s, srv_http_req *c) {
                   "# HELP verity_http_bad_requests_total Requests the HTTP layer refused itself "
                   "(malformed, too large, too slow).\n"
                   "# TYPE verity_http_bad_requests_total counter\n"
-                  "verity_http_bad_requests_total %llu\n",
+                  "verity_http_bad_requests_total %llu\n"
+                  "# HELP verity_http_send_full_total Sends that found a client's socket full "
+                  "(a slow reader: once each time its output blocks, not once per write).\n"
+                  "# TYPE verity_http_send_full_total counter\n"
+                  "verity_http_send_full_total %llu\n",
                   hs.open_conns, (unsigned long long)hs.accepted,
                   (unsigned long long)hs.refused_cap, (unsigned long long)hs.refused_addr,
-                  (unsigned long long)hs.timed_out, (unsigned long long)hs.bad_requests);
+                  (unsigned long long)hs.timed_out, (unsigned long long)hs.bad_requests,
+                  (unsigned long long)hs.send_full);
     /* disaggregation (disagg.h): transfers and blocks, both directions, and the engine's side */
     disagg_stats ds;
     disagg_stats_get(&ds);

@@ -99,6 +99,8 @@ struct conn {
     bool close_after, closed, in_wake;
     bool sending; /* a direct_write caller is in send() without s->mu: nobody else sends, moves
                      or frees out until it clears this (and broadcasts room) */
+    bool out_blocked; /* a send found the socket full and output still waits: writes only
+                         append (no send, no wake) until the event thread's flush drains it */
     conn *wake_next;
     pthread_cond_t room; /* signalled when output drains or the connection closes */
     /* event thread only */
@@ -244,11 +246,16 @@ static void conn_arm_stall_locked(conn *c) {
     }
 }
 
-/* Puts c on the wake list (s->mu held) and wakes the event thread. */
+/* Puts c on the wake list (s->mu held) and wakes the event thread. While c's output is blocked
+ * (out_blocked) the event thread already waits for EPOLLOUT on it, or is about to step it (the
+ * send that set the flag woke it), and its flush sends whatever was appended since: nothing to
+ * do but keep the stall clock running. */
 static void conn_wake_locked(conn *c) {
     if (c->closed)
         return;
     conn_arm_stall_locked(c);
+    if (c->out_blocked)
+        return;
     if (!c->in_wake) {
         c->in_wake = true;
         c->wake_next = c->s->wake;
@@ -260,12 +267,15 @@ static void conn_wake_locked(conn *c) {
 /* cfg.direct_write: sends c's queued output on the caller's thread (called with s->mu held; the
  * send itself runs without it, nonblocking, with c->sending set) and wakes the event thread only
  * if some remains (a full socket, an error: the event thread's own flush then sees the error and
- * closes). Without direct_write: conn_wake_locked. */
+ * closes). A send that finds the socket full sets out_blocked: until the event thread's flush
+ * drains the output, later writes only append (a slow reader costs no failing send and no wake
+ * per write). Without direct_write: conn_wake_locked. */
 static void conn_send_or_wake_locked(conn *c) {
     srv_http *s = c->s;
     if (c->closed)
         return;
-    while (s->cfg.direct_write && !c->sending && !c->closed && out_pending(&c->out) > 0) {
+    while (s->cfg.direct_write && !c->sending && !c->closed && !c->out_blocked &&
+           out_pending(&c->out) > 0) {
         /* send without the lock: only this thread appends to a stream's output, and the event
          * thread leaves out and the socket alone while `sending` is set */
         const char *p = c->out.p + c->out.off;
@@ -281,6 +291,12 @@ static void conn_send_or_wake_locked(conn *c) {
             c->out.off += (size_t)n;
             c->t_sent_ns = clock_now_ns();
         } else if (!(n < 0 && e == EINTR)) {
+            if (n < 0 && (e == EAGAIN || e == EWOULDBLOCK)) {
+                s->stats.send_full++;
+                conn_wake_locked(c); /* the event thread takes over the output ... */
+                c->out_blocked = true; /* ... and until it drains it, writes only append */
+                return;
+            }
             break;
         }
     }
@@ -729,16 +745,21 @@ static bool conn_flush(conn *c, bool *drained) {
         }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            s->stats.send_full++;
+            c->out_blocked = true; /* conn_step arms EPOLLOUT: writes only append till then */
             break;
+        }
         ok = false;
         break;
     }
     if (out_pending(&c->out) < s->cfg.out_cap_bytes)
         pthread_cond_broadcast(&c->room);
     *drained = out_pending(&c->out) == 0;
-    if (*drained)
+    if (*drained) {
         c->stall_armed = false; /* the stall clock runs only while output waits */
+        c->out_blocked = false;
+    }
     if (*drained && c->out.cap > 4 * s->cfg.out_cap_bytes) {
         free(c->out.p);
         c->out = (outbuf){0};

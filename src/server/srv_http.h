@@ -154,6 +154,8 @@ typedef struct srv_http_stats {
     uint64_t requests;     /* heads handed to on_head */
     int open_conns;        /* connections open now */
     size_t body_bytes;     /* bytes of request bodies being received now (the budget's use) */
+    uint64_t send_full;    /* send() calls that found a client's socket full (a slow reader's
+                              cost: once per blocking, then once per EPOLLOUT, not per write) */
 } srv_http_stats;
 
 /* Binds and listens on the IPv4 address host and port (0: any free port), with SO_REUSEADDR and

@@ -167,6 +167,8 @@ if not bad and cnt["request"] != attempts:
     bad.append(f"request samples {cnt['request']} != attempts {attempts}")
 if not bad and cnt["event"] < 1:
     bad.append("no event sample after a streamed request")
+if not any(re.match(r'verity_http_send_full_total \d+$', l) for l in open(sys.argv[1])):
+    bad.append("no verity_http_send_full_total")
 print("; ".join(bad) or f"ok {cnt['request']} {cnt['event']}")
 PY
 )
