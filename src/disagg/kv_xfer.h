@@ -184,6 +184,15 @@ void kv_xfer_send_destroy(kv_xfer_send *s);
 int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_block_meta *m,
                        bool final, kv_xfer_release_fn release, void *ctx);
 
+/* Waits until the blocks sent so far have left: with kv-xfer-inflight above 1, a transport that
+ * can (ucx) still moves up to that many of them when kv_xfer_send_block returns; this waits for
+ * them (up to timeout_ms each). For a caller about to wait for something else (the engine's next
+ * block), so a transport that needs this thread to move them (ucx between machines) is not
+ * stalled meanwhile; kv_xfer_send_step and every abort do it themselves. Returns 0, or
+ * ERR_CONNECT: the transfer aborted (every HELD block released once). 0 at once when nothing is
+ * on its way. */
+int kv_xfer_send_flush(kv_xfer_send *s);
+
 /* Reads and applies one message from the receiver (waiting up to timeout_ms): an ACK releases its
  * block; an ABORT, end of stream or the timeout aborts the transfer (releasing every HELD block).
  * Returns the state after it; on ABORTED, kv_xfer_send_error says why. */
