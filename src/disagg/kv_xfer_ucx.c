@@ -268,8 +268,16 @@ static int conn_send_wait(ucx_conn *c, ucs_status_ptr_t r, const char *what, int
     ucs_status_t st;
     bool late = false;
     while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
-        if (c->ep && (atomic_load(&c->cut) || conn_peer_gone(c)))
+        if (c->ep && (atomic_load(&c->cut) || conn_peer_gone(c))) {
+            /* what the peer sent before it went is handled first: a receiver that fetched the
+             * message and then closed sent its completion (rendezvous ATS) before the close, and
+             * its endpoint's reset can be seen before that message is progressed */
+            while (ucp_worker_progress(c->w)) {
+            }
+            if (ucp_request_check_status(r) != UCS_INPROGRESS)
+                continue;
             conn_close_ep(c);
+        }
         if (!c->ep) {
             /* closed: a rendezvous send the peer never fetched stays in progress; it is given
              * back (ucp_request_free) and abandoned: nobody fetches from a closed endpoint */
