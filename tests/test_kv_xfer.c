@@ -1165,6 +1165,49 @@ static void t_inflight_4(void) {
     inflight("4");
 }
 
+/* Shuts connection c down (kv_xfer_conn_shutdown: any thread may) unless told within GATE_MS
+ * that the writes it guards returned: a sender that waits for a receiver its own thread drives
+ * would hang, and ends with ERR_CONNECT instead. */
+typedef struct watchdog {
+    kv_xfer_conn *c;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} watchdog;
+
+static void *watchdog_main(void *arg) {
+    watchdog *w = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += GATE_MS / 1000;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done && pthread_cond_timedwait(&w->cv, &w->mu, &until) == 0) {
+    }
+    bool fire = !w->done;
+    pthread_mutex_unlock(&w->mu);
+    if (fire)
+        kv_xfer_conn_shutdown(w->c);
+    return NULL;
+}
+
+static void watchdog_start(watchdog *w, kv_xfer_conn *c) {
+    *w = (watchdog){.c = c};
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    T_CHECK(pthread_create(&w->th, NULL, watchdog_main, w) == 0);
+}
+
+static void watchdog_stop(watchdog *w) {
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
 /* The release callback of the abort cases: counted (fx_release: once each, none while a posted
  * write is left) and the block given back to the sender's pool. */
 typedef struct give_back {
@@ -1215,9 +1258,14 @@ static void inflight_abort(bool peer_gone) {
     T_OK(flags_set("kv-pool-block-major", keep_bm));
     T_CHECK(kv_pool_n_free(t.src) == 0);
     give_back gb = {&f, t.src};
-    for (int b = 0; b < 4; b++)
-        T_OK(kv_xfer_send_block(s, t.src, t.ids[b], &t.meta[b], false, give_back_release, &gb));
-    T_EQ_INT(f.cs->n_posted, 4);
+    watchdog w;
+    watchdog_start(&w, f.cs);
+    int rc = 0;
+    for (int b = 0; b < 4 && rc == 0; b++)
+        rc = kv_xfer_send_block(s, t.src, t.ids[b], &t.meta[b], false, give_back_release, &gb);
+    watchdog_stop(&w);
+    T_CHECKF(rc == 0 && f.cs->n_posted == 4, "4 blocks sent: %s, %d posted", err_name(rc),
+             f.cs->n_posted);
     if (peer_gone) {
         T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN); /* block 0 fetched and verified */
         kv_xfer_recv_destroy(r);
