@@ -1223,15 +1223,19 @@ static void give_back_release(void *ctx, int32_t id) {
 
 /* A pipelined transfer ended under its posted writes (ucx, in place, block-major pools,
  * kv-xfer-inflight 4; one thread drives both ends, which only posting allows): the sender posts
- * blocks 0..3 (none fetched yet). peer_gone: the receiver takes block 0 and goes (its transfer
- * destroyed: ABORT; its connection destroyed: FIN); the sender's next step flushes first: block
- * 0's write completed, blocks 1..3's cannot (the peer is gone) and are cancelled, the flush fails
- * and the transfer aborts with ERR_CONNECT. Otherwise the receiver just stops reading: the
- * sender's flush (timeout_ms 300 each) gives up on block 0, closes the connection and cancels the
- * rest: ERR_CONNECT too. Either way blocks 0..3 are each released exactly once, none while a
- * posted write was left, and given back: the sender's pool has 4 free blocks again (it had none
+ * blocks 0..3 (none fetched yet). ABORT_PEER_GONE: the receiver takes block 0 and goes (its
+ * transfer destroyed: ABORT; its connection destroyed: FIN); the sender's next step flushes
+ * first: block 0's write completed, blocks 1..3's cannot (the peer is gone) and are cancelled, the
+ * flush fails and the transfer aborts with ERR_CONNECT. ABORT_STALLED: the receiver just stops
+ * reading: the sender's flush (timeout_ms 300 each) gives up on block 0, closes the connection and
+ * cancels the rest: ERR_CONNECT too. ABORT_CANCEL: the receiver takes block 0, then the sender
+ * cancels (drain) with 1..3 still posted: the abort flushes before it releases (300 ms, then
+ * cancelled as above); ERR_CANCELLED. Each way blocks 0..3 are released exactly once, none while
+ * a posted write was left, and given back: the sender's pool has 4 free blocks again (it had none
  * after big_make), nothing is posted any more. */
-static void inflight_abort(bool peer_gone) {
+enum { ABORT_PEER_GONE, ABORT_STALLED, ABORT_CANCEL };
+
+static void inflight_abort(int how) {
     char keep_n[8], keep_ip[4], keep_bm[4];
     snprintf(keep_n, sizeof keep_n, "%s", flags_str(FLAG_KV_XFER_INFLIGHT));
     snprintf(keep_ip, sizeof keep_ip, "%s", flags_str(FLAG_KV_XFER_INPLACE));
@@ -1246,7 +1250,7 @@ static void inflight_abort(bool peer_gone) {
     big_make(&t, &f);
     kv_pool *dst = NULL;
     T_OK(kv_pool_create(&big_opts, &dst));
-    kv_xfer_send_opts so = {.xfer_id = 7, .timeout_ms = peer_gone ? -1 : 300};
+    kv_xfer_send_opts so = {.xfer_id = 7, .timeout_ms = how == ABORT_PEER_GONE ? -1 : 300};
     kv_xfer_send *s = NULL;
     T_OK(kv_xfer_send_create(f.cs, &so, &s));
     kv_xfer_recv_opts o = {
@@ -1266,16 +1270,22 @@ static void inflight_abort(bool peer_gone) {
     watchdog_stop(&w);
     T_CHECKF(rc == 0 && f.cs->n_posted == 4, "4 blocks sent: %s, %d posted", err_name(rc),
              f.cs->n_posted);
-    if (peer_gone) {
+    if (how != ABORT_STALLED)
         T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN); /* block 0 fetched and verified */
+    if (how == ABORT_PEER_GONE) {
         kv_xfer_recv_destroy(r);
         r = NULL;
         kv_xfer_conn_destroy(f.cr);
         f.cr = NULL;
         T_CHECK(kv_pool_n_free(dst) == NB);
     }
-    T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
-    T_CHECKF(kv_xfer_send_error(s) == ERR_CONNECT, "sender error %s (%s)",
+    if (how == ABORT_CANCEL)
+        kv_xfer_send_cancel(s, ERR_CANCELLED);
+    else
+        T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
+    int want = how == ABORT_CANCEL ? ERR_CANCELLED : ERR_CONNECT;
+    T_CHECKF(kv_xfer_send_state(s) == KV_XFER_ABORTED && kv_xfer_send_error(s) == want,
+             "sender ended %d, error %s (%s)", kv_xfer_send_state(s),
              err_name(kv_xfer_send_error(s)), err_detail());
     T_EQ_INT(f.cs->n_posted, 0);
     T_CHECKF(f.early == 0, "%d blocks released while a posted write was in flight", f.early);
@@ -1293,11 +1303,15 @@ static void inflight_abort(bool peer_gone) {
 }
 
 static void t_inflight_peer_gone(void) {
-    inflight_abort(true);
+    inflight_abort(ABORT_PEER_GONE);
 }
 
 static void t_inflight_stalled(void) {
-    inflight_abort(false);
+    inflight_abort(ABORT_STALLED);
+}
+
+static void t_inflight_cancel(void) {
+    inflight_abort(ABORT_CANCEL);
 }
 
 /* write_held's bound and the stream's order, on a bare ucx connection: with max_posted 2, the
@@ -1589,6 +1603,7 @@ int main(void) {
         if (t == 1) { /* posted writes, whatever the flags (each case sets what it needs) */
             test_run("kv_xfer.ucx.inflight_peer_gone", t_inflight_peer_gone);
             test_run("kv_xfer.ucx.inflight_stalled", t_inflight_stalled);
+            test_run("kv_xfer.ucx.inflight_cancel", t_inflight_cancel);
             test_run("kv_xfer.ucx.posted_bound", t_posted_bound);
         }
     }
