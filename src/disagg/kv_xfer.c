@@ -5,6 +5,17 @@
  * receiver keeps the pool blocks it verified, in position order, until the consumer takes them.
  * Both sides end a transfer through one function each (send_abort, recv_abort) that walks those
  * entries once, so a block is released exactly once whatever ended the transfer.
+ *
+ * Blocks in flight (kv-xfer-inflight, N). Where the connection can post writes (ucx) and N > 1, the
+ * sender posts a block-major block's one-piece payload (write_held) straight from its pool and
+ * goes on to the next block: up to N payloads are on their way at once. The bytes stay valid and
+ * unchanged because the block is HELD until its release; the sender flushes (send_flush: every
+ * posted write completed, or cancelled when it cannot) before every release and every read: in
+ * kv_xfer_send_step before it reads an ACK, in send_abort (done by error, cancel, drain, peer
+ * gone, timeout, destroy) before it releases, and in kv_xfer_send_flush, which a caller uses
+ * before it waits for something else. The frame headers (and a layer-major block's gathered
+ * write, and the frame path's blob) come from buffers reused for the next block, so they stay
+ * write_all. N = 1, or tcp: every write is write_all, as before.
  */
 #include "disagg/kv_xfer.h"
 

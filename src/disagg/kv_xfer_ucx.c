@@ -22,14 +22,36 @@
  * (each read then lands in place). write_all returns once UCP completed the send (for a
  * rendezvous message: once the receiver fetched it), so the caller may reuse its buffer.
  *
+ * Posted writes (write_held, flush; kv_xfer_int.h). Waiting for each rendezvous keeps one block in
+ * flight per connection: the send, the receiver's copy and its checksum ran one after another,
+ * each block paying the sender's wake-up. write_held sends the same tagged message and returns at
+ * once, keeping its request on the connection's ring (at most max_posted: when full it waits for
+ * the oldest, as write_all waits for its own); flush waits for every one. Order: the stream is the
+ * same as write_all's in call order, because UCP matches one endpoint's tag messages in the order
+ * they were sent whatever their protocol (its tag-matching ordering guarantee: an eager message
+ * and a rendezvous RTS travel on the endpoint's one active-message lane in send order; the
+ * rendezvous data follows its RTS), and the reader already takes messages in that order; the
+ * posted_bound case of test_kv_xfer mixes the two and compares the bytes. A small eager write_all
+ * (a frame header) copies its bytes out before its request completes, and write_all waits for
+ * that, so its buffer is reusable at once, posted writes or not. A posted write that cannot
+ * complete (the peer's FIN is here, the endpoint failed, a cut, or flush's deadline) is handled
+ * as write_all's is: the endpoint is closed and the request cancelled and given back; every later
+ * one then too, and the next flush returns ERR_CONNECT. A cancelled send's buffer is no longer
+ * read by UCX here; a receiver that is still alive (a local cut or a deadline, not a closed peer)
+ * could still fetch it by cma later from its queue, and would then verify whatever it read against
+ * the checksum it received first (kv_xfer's head): a changed block fails there, never lands.
+ *
  * End of stream. shutdown (and destroy) sends a FIN message after everything written, waits up
- * to FLUSH_MS for the endpoint to flush (the FIN delivered), takes the small messages nobody will
- * read off the queue, then force-closes the endpoint. The peer's read that reaches the FIN, or a
+ * to FLUSH_MS for the endpoint to flush (the FIN and any posted write delivered), takes the small
+ * messages nobody will read off the queue, then force-closes the endpoint and cancels the posted
+ * writes still in flight, so none outlives the worker. The peer's read that reaches the FIN, or a
  * read with nothing left when the endpoint's error handler reported a failure (the peer process
  * died, the connection was reset), is ERR_CONNECT ("end of stream"); messages that arrived before
  * it are still read first. A write when the peer's FIN is queued or the endpoint failed is
  * ERR_CONNECT too (a peer that closed reads no more); a write still waiting for its rendezvous
- * when that happens closes the endpoint and abandons the send (ucp_request_cancel, then
+ * when that happens first progresses the worker until idle (a receiver that fetched the message
+ * and then closed sent its completion before its close, but the endpoint's reset, reported on
+ * UCX's thread, can be seen first), then closes the endpoint and abandons the send (ucp_request_cancel, then
  * ucp_request_free: UCX keeps the request until its worker goes; nobody fetches the buffer from a
  * closed endpoint). Reads wait up to timeout_ms for a message to begin; a message that began
  * (probed) is received to its end (its bytes are on their way, or the endpoint fails).
