@@ -925,6 +925,17 @@ static void big_make(big_tx *t, fx *f) {
     }
 }
 
+/* A big-block case's start: f with a connected pair, t's sender pool, and an empty receiver pool
+ * of the same geometry (returned). */
+static kv_pool *big_begin(fx *f, big_tx *t) {
+    fx_init(f, true);
+    memset(t, 0, sizeof *t);
+    big_make(t, f);
+    kv_pool *dst = NULL;
+    T_OK(kv_pool_create(&big_opts, &dst));
+    return dst;
+}
+
 /* How many of a sender's block payloads may be on their way at once over tp with the current flags
  * and a source pool like src: kv-xfer-inflight where the sender posts them (ucx, in place, a
  * block-major pool's one-piece payload), else 1. */
@@ -947,12 +958,8 @@ static void big_check(const big_tx *t) {
 
 static void t_peer_destroyed(void) {
     fx f;
-    fx_init(&f, true);
     big_tx t;
-    memset(&t, 0, sizeof t);
-    big_make(&t, &f);
-    kv_pool *dst = NULL;
-    T_OK(kv_pool_create(&big_opts, &dst));
+    kv_pool *dst = big_begin(&f, &t);
     pthread_t th;
     T_CHECK(pthread_create(&th, NULL, big_sender, &t) == 0);
     kv_xfer_recv_opts o = {
@@ -1052,11 +1059,47 @@ static void t_peer_killed(void) {
  * (its counts are wrong), not hang. */
 enum { GATE_MS = 10000 };
 
-typedef struct gated_rx {
-    kv_xfer_recv *r;
+/* A one-way signal between two threads: set once, waited for with a deadline. */
+typedef struct latch {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool go;
+    bool set;
+} latch;
+
+static void latch_init(latch *l) {
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->set = false;
+}
+
+static void latch_deinit(latch *l) {
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+}
+
+static void latch_set(latch *l) {
+    pthread_mutex_lock(&l->mu);
+    l->set = true;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Waits up to GATE_MS for the latch; returns whether it was set. */
+static bool latch_wait(latch *l) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += GATE_MS / 1000;
+    pthread_mutex_lock(&l->mu);
+    while (!l->set && pthread_cond_timedwait(&l->cv, &l->mu, &until) == 0) {
+    }
+    bool set = l->set;
+    pthread_mutex_unlock(&l->mu);
+    return set;
+}
+
+typedef struct gated_rx {
+    kv_xfer_recv *r;
+    latch go;
     kv_xfer_state st;
     int32_t got[NB];
     int n_got;
@@ -1064,24 +1107,11 @@ typedef struct gated_rx {
 
 static void *gated_reader(void *arg) {
     gated_rx *g = arg;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += GATE_MS / 1000;
-    pthread_mutex_lock(&g->mu);
-    while (!g->go && pthread_cond_timedwait(&g->cv, &g->mu, &until) == 0) {
-    }
-    pthread_mutex_unlock(&g->mu);
+    (void)latch_wait(&g->go);
     while ((g->st = kv_xfer_recv_step(g->r)) == KV_XFER_OPEN) {
     }
     g->n_got = kv_xfer_recv_take(g->r, g->got, NB);
     return NULL;
-}
-
-static void gate_open(gated_rx *g) {
-    pthread_mutex_lock(&g->mu);
-    g->go = true;
-    pthread_cond_signal(&g->cv);
-    pthread_mutex_unlock(&g->mu);
 }
 
 /* kv-xfer-inflight n, 256 KiB blocks (rendezvous on ucx). The receiver is held back until the
@@ -1096,20 +1126,15 @@ static void inflight(const char *n) {
     snprintf(keep, sizeof keep, "%s", flags_str(FLAG_KV_XFER_INFLIGHT));
     T_OK(flags_set("kv-xfer-inflight", n));
     fx f;
-    fx_init(&f, true);
     big_tx t;
-    memset(&t, 0, sizeof t);
-    big_make(&t, &f);
+    kv_pool *dst = big_begin(&f, &t);
     int most = payloads_in_flight(t.src);
     kv_xfer_send *s = fx_sender(&f, NULL, NULL);
     T_OK(flags_set("kv-xfer-inflight", keep));
-    kv_pool *dst = NULL;
-    T_OK(kv_pool_create(&big_opts, &dst));
     kv_xfer_recv_opts o = {
         .xfer_id = 7, .identity = IDENTITY, .toks = f.toks, .n_toks = NB * BS, .timeout_ms = -1};
     gated_rx g = {.n_got = -1};
-    pthread_mutex_init(&g.mu, NULL);
-    pthread_cond_init(&g.cv, NULL);
+    latch_init(&g.go);
     T_OK(kv_xfer_recv_create(f.cr, dst, &o, &g.r));
     pthread_t th;
     T_CHECK(pthread_create(&th, NULL, gated_reader, &g) == 0);
@@ -1117,16 +1142,15 @@ static void inflight(const char *n) {
     for (int b = 0; b < NB && rc == 0; b++) {
         if (b == pre) {
             posted_at_gate = f.cs->n_posted;
-            gate_open(&g);
+            latch_set(&g.go);
         }
         rc = kv_xfer_send_block(s, t.src, t.ids[b], &t.meta[b], b == NB - 1, fx_release, &f);
     }
-    gate_open(&g);
+    latch_set(&g.go);
     while (kv_xfer_send_step(s) == KV_XFER_OPEN) {
     }
     pthread_join(th, NULL);
-    pthread_mutex_destroy(&g.mu);
-    pthread_cond_destroy(&g.cv);
+    latch_deinit(&g.go);
     T_CHECKF(rc == 0 && kv_xfer_send_state(s) == KV_XFER_COMPLETE, "sender: %s, ended %d (%s)",
              err_name(rc), kv_xfer_send_state(s), err_name(kv_xfer_send_error(s)));
     T_CHECKF(g.st == KV_XFER_COMPLETE && g.n_got == NB, "receiver ended %d (%s), took %d", g.st,
@@ -1171,41 +1195,26 @@ static void t_inflight_4(void) {
 typedef struct watchdog {
     kv_xfer_conn *c;
     pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
+    latch done;
 } watchdog;
 
 static void *watchdog_main(void *arg) {
     watchdog *w = arg;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += GATE_MS / 1000;
-    pthread_mutex_lock(&w->mu);
-    while (!w->done && pthread_cond_timedwait(&w->cv, &w->mu, &until) == 0) {
-    }
-    bool fire = !w->done;
-    pthread_mutex_unlock(&w->mu);
-    if (fire)
+    if (!latch_wait(&w->done))
         kv_xfer_conn_shutdown(w->c);
     return NULL;
 }
 
 static void watchdog_start(watchdog *w, kv_xfer_conn *c) {
-    *w = (watchdog){.c = c};
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    w->c = c;
+    latch_init(&w->done);
     T_CHECK(pthread_create(&w->th, NULL, watchdog_main, w) == 0);
 }
 
 static void watchdog_stop(watchdog *w) {
-    pthread_mutex_lock(&w->mu);
-    w->done = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    latch_set(&w->done);
     pthread_join(w->th, NULL);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
+    latch_deinit(&w->done);
 }
 
 /* The release callback of the abort cases: counted (fx_release: once each, none while a posted
@@ -1244,12 +1253,8 @@ static void inflight_abort(int how) {
     T_OK(flags_set("kv-xfer-inplace", "1"));
     T_OK(flags_set("kv-pool-block-major", "1"));
     fx f;
-    fx_init(&f, true);
     big_tx t;
-    memset(&t, 0, sizeof t);
-    big_make(&t, &f);
-    kv_pool *dst = NULL;
-    T_OK(kv_pool_create(&big_opts, &dst));
+    kv_pool *dst = big_begin(&f, &t);
     kv_xfer_send_opts so = {.xfer_id = 7, .timeout_ms = how == ABORT_PEER_GONE ? -1 : 300};
     kv_xfer_send *s = NULL;
     T_OK(kv_xfer_send_create(f.cs, &so, &s));
