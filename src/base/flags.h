@@ -232,6 +232,9 @@ enum flag_kind {
       "KV transfers write a block straight from the sender's pool and receive it straight into "  \
       "the receiver's (still invisible) pool block, verified once there (0: through a blob "       \
       "buffer on each side, verified twice; speed only, same bytes)")                             \
+    X(KV_XFER_INFLIGHT, "kv-xfer-inflight", FLAG_KIND_INT, "2", "1:64",                           \
+      "KV transfers over ucx: the most block payloads a sender has on their way at once on one "   \
+      "connection (1: each write waits until the receiver fetched it; speed only, same bytes)")    \
     X(KV_IN_SKIP, "kv-in-skip", FLAG_KIND_BOOL, "1", "0|1",                                        \
       "decode server: a queued request whose KV is still arriving holds no blocks, so the "         \
       "requests behind it may start (0: it keeps its place and the queue waits behind it; same "    \

@@ -611,9 +611,16 @@ static void tx_release(void *ctx, int32_t id) {
     (void)engine_loop_kv_unref(t->o.loop, id);
 }
 
-/* Takes the next queued block, waiting for one or the end. Returns false at the end. */
-static bool tx_next(disagg_tx *t, tx_item *it) {
+/* Takes the next queued block, waiting for one or the end. Before it sleeps it lets the blocks
+ * already sent leave (kv_xfer_send_flush on s, NULL: none): they are not left waiting for this
+ * thread while the engine computes the next chunk. Returns false at the end. */
+static bool tx_next(disagg_tx *t, kv_xfer_send *s, tx_item *it) {
     pthread_mutex_lock(&t->mu);
+    if (s && t->next_q == t->n_q && !t->ended) {
+        pthread_mutex_unlock(&t->mu);
+        (void)kv_xfer_send_flush(s); /* a failure aborted the transfer: the loop sees it */
+        pthread_mutex_lock(&t->mu);
+    }
     while (t->next_q == t->n_q && !t->ended)
         pthread_cond_wait(&t->cv, &t->mu);
     bool got = t->next_q < t->n_q;
@@ -669,7 +676,7 @@ static void *tx_main(void *arg) {
     uint64_t key = t->o.identity;
     tx_item it;
     bool final_sent = false;
-    while (tx_next(t, &it)) {
+    while (tx_next(t, s, &it)) {
         const int32_t *bt = t->toks + (int64_t)it.index * bs;
         uint64_t parent = key;
         key = kv_block_key(parent, bt, bs);

@@ -5,6 +5,17 @@
  * receiver keeps the pool blocks it verified, in position order, until the consumer takes them.
  * Both sides end a transfer through one function each (send_abort, recv_abort) that walks those
  * entries once, so a block is released exactly once whatever ended the transfer.
+ *
+ * Blocks in flight (kv-xfer-inflight, N). Where the connection can post writes (ucx) and N > 1, the
+ * sender posts a block-major block's one-piece payload (write_held) straight from its pool and
+ * goes on to the next block: up to N payloads are on their way at once. The bytes stay valid and
+ * unchanged because the block is HELD until its release; the sender flushes (send_flush: every
+ * posted write completed, or cancelled when it cannot) before every release and every read: in
+ * kv_xfer_send_step before it reads an ACK, in send_abort (done by error, cancel, drain, peer
+ * gone, timeout, destroy) before it releases, and in kv_xfer_send_flush, which a caller uses
+ * before it waits for something else. The frame headers (and a layer-major block's gathered
+ * write, and the frame path's blob) come from buffers reused for the next block, so they stay
+ * write_all. N = 1, or tcp: every write is write_all, as before.
  */
 #include "disagg/kv_xfer.h"
 
@@ -148,6 +159,8 @@ struct kv_xfer_send {
     bool inplace;      /* kv-xfer-inplace, and no wire hook (a hook rewrites a whole frame) */
     struct iovec *iov; /* in place: the message header, the blob's head, the block's segments */
     int iov_cap;
+    int inflight; /* kv-xfer-inflight where the connection posts writes (write_held), else 1 */
+    bool posted;  /* a write was posted since the last send_flush */
 };
 
 int kv_xfer_send_create(kv_xfer_conn *conn, const kv_xfer_send_opts *o, kv_xfer_send **out) {
@@ -160,6 +173,7 @@ int kv_xfer_send_create(kv_xfer_conn *conn, const kv_xfer_send_opts *o, kv_xfer_
     s->conn = conn;
     s->o = *o;
     s->inplace = flags_int(FLAG_KV_XFER_INPLACE) && !o->wire_hook;
+    s->inflight = conn->ops->write_held ? (int)flags_int(FLAG_KV_XFER_INFLIGHT) : 1;
     *out = s;
     return 0;
 }
@@ -173,10 +187,30 @@ static void send_release(kv_xfer_send *s, send_entry *e) {
     e->release(e->ctx, e->id);
 }
 
+/* Waits for the payload writes posted since the last flush (kv-xfer-inflight): every one then
+ * completed or was cancelled, so no posted write reads a block any more. Called before the
+ * transfer reads from the connection or releases a block. Returns 0 or ERR_CONNECT. */
+static int send_flush(kv_xfer_send *s) {
+    if (!s->posted)
+        return 0;
+    s->posted = false;
+    return s->conn->ops->flush(s->conn, s->o.timeout_ms);
+}
+
+/* Writes n bytes of a HELD block's payload: posted (write_held) when kv-xfer-inflight allows more
+ * than one in flight and the connection can post, else written (write_all). */
+static int send_payload(kv_xfer_send *s, const void *buf, size_t n) {
+    if (s->inflight <= 1)
+        return s->conn->ops->write_all(s->conn, buf, n);
+    s->posted = true;
+    return s->conn->ops->write_held(s->conn, buf, n, s->inflight);
+}
+
 /* Ends an open transfer with code: every HELD block released once; the peer told if notify. */
 static void send_abort(kv_xfer_send *s, int code, bool notify) {
     if (s->state != KV_XFER_OPEN)
         return;
+    (void)send_flush(s); /* before any release: no posted write may still read a block */
     s->state = KV_XFER_ABORTED;
     s->error = code;
     for (uint32_t i = 0; i < s->n_held; i++)
@@ -262,7 +296,7 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
              * own pool block) takes that message whole (kv_xfer_ucx.c) */
             rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES + head);
             if (rc == 0)
-                rc = s->conn->ops->write_all(s->conn, s->iov[1].iov_base, s->iov[1].iov_len);
+                rc = send_payload(s, s->iov[1].iov_base, s->iov[1].iov_len);
         } else {
             rc = s->conn->ops->write_all(s->conn, s->frame, HDR_BYTES);
             if (rc == 0)
@@ -288,10 +322,19 @@ int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_b
     return 0;
 }
 
+int kv_xfer_send_flush(kv_xfer_send *s) {
+    int rc = send_flush(s);
+    if (rc)
+        send_abort(s, rc, false);
+    return rc;
+}
+
 kv_xfer_state kv_xfer_send_step(kv_xfer_send *s) {
     uint8_t b[HDR_BYTES];
     msg_hdr h;
-    int rc = s->conn->ops->read_full(s->conn, b, sizeof b, s->o.timeout_ms);
+    int rc = send_flush(s); /* the blocks on their way first: an ACK may release one */
+    if (rc == 0)
+        rc = s->conn->ops->read_full(s->conn, b, sizeof b, s->o.timeout_ms);
     if (rc == 0)
         rc = hdr_decode(b, &h);
     if (rc == 0 && h.body)

@@ -9,7 +9,10 @@
  * between machines, RDMA where the hardware has it; a HELLO each way opens a connection, a FIN
  * ends it). A connection (kv_xfer_conn) is a reliable, ordered byte stream; everything above it
  * (framing, checks, ownership) is transport-independent. A BLOCK is written as two writes (its
- * header, then its blob): the same bytes on the stream, and on ucx each lands in place.
+ * header, then its blob): the same bytes on the stream, and on ucx each lands in place. On ucx a
+ * block's payload write may return before the receiver fetched it (toggle kv-xfer-inflight: up
+ * to that many per connection on their way; see kv_xfer_send_flush): the block is HELD meanwhile,
+ * and the sender waits for them all before it releases any block or reads.
  *
  * Wire. Every message is a 64-byte header plus a body (little-endian host assumed, packed):
  *   u32 magic "VKXF", u8 type, u8 flags, u16 zero, u64 transfer id, u32 seq, i32 code,
@@ -177,12 +180,22 @@ int kv_xfer_send_create(kv_xfer_conn *conn, const kv_xfer_send_opts *o, kv_xfer_
 void kv_xfer_send_destroy(kv_xfer_send *s);
 
 /* Sends pool block id (named by m, as kv_block_encode takes it) as the next block of the transfer;
- * final marks the last one. Returns 0 or ERR_CONNECT (the peer is gone: the transfer aborted), and
+ * final marks the last one. With kv-xfer-inflight above 1 over ucx it may return while the block's
+ * payload is still on its way (kv_xfer_send_flush). Returns 0 or ERR_CONNECT (the peer is gone: the transfer aborted), and
  * from then on the block is HELD: release(ctx, id) runs exactly once, on its ACK or on abort (for
  * ERR_CONNECT before this returns). ERR_STATE (the transfer is not open, or final was already
  * sent): the block was not taken, release does not run, the caller keeps its reference. */
 int kv_xfer_send_block(kv_xfer_send *s, const kv_pool *p, int32_t id, const kv_block_meta *m,
                        bool final, kv_xfer_release_fn release, void *ctx);
+
+/* Waits until the blocks sent so far have left: with kv-xfer-inflight above 1, a transport that
+ * can (ucx) still moves up to that many of them when kv_xfer_send_block returns; this waits for
+ * them (up to timeout_ms each). For a caller about to wait for something else (the engine's next
+ * block), so a transport that needs this thread to move them (ucx between machines) is not
+ * stalled meanwhile; kv_xfer_send_step and every abort do it themselves. Returns 0, or
+ * ERR_CONNECT: the transfer aborted (every HELD block released once). 0 at once when nothing is
+ * on its way. */
+int kv_xfer_send_flush(kv_xfer_send *s);
 
 /* Reads and applies one message from the receiver (waiting up to timeout_ms): an ACK releases its
  * block; an ABORT, end of stream or the timeout aborts the transfer (releasing every HELD block).

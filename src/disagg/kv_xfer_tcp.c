@@ -143,8 +143,14 @@ static void tcp_destroy(kv_xfer_conn *c) {
     free(t);
 }
 
-static const kv_xfer_conn_ops tcp_ops = {tcp_write_all,  tcp_read_full, tcp_writev_all,
-                                         tcp_readv_full, tcp_shutdown,  tcp_destroy};
+/* No posted writes (write_held, flush NULL): a socket's send returns once the kernel copied the
+ * bytes, so a write never waits for the peer to read them but for buffer space. */
+static const kv_xfer_conn_ops tcp_ops = {.write_all = tcp_write_all,
+                                         .read_full = tcp_read_full,
+                                         .writev_all = tcp_writev_all,
+                                         .readv_full = tcp_readv_full,
+                                         .shutdown = tcp_shutdown,
+                                         .destroy = tcp_destroy};
 
 int kv_xfer_conn_from_fd(int fd, kv_xfer_conn **out) {
     tcp_conn *t = calloc(1, sizeof *t);

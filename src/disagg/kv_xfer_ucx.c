@@ -22,14 +22,36 @@
  * (each read then lands in place). write_all returns once UCP completed the send (for a
  * rendezvous message: once the receiver fetched it), so the caller may reuse its buffer.
  *
+ * Posted writes (write_held, flush; kv_xfer_int.h). Waiting for each rendezvous keeps one block in
+ * flight per connection: the send, the receiver's copy and its checksum ran one after another,
+ * each block paying the sender's wake-up. write_held sends the same tagged message and returns at
+ * once, keeping its request on the connection's ring (at most max_posted: when full it waits for
+ * the oldest, as write_all waits for its own); flush waits for every one. Order: the stream is the
+ * same as write_all's in call order, because UCP matches one endpoint's tag messages in the order
+ * they were sent whatever their protocol (its tag-matching ordering guarantee: an eager message
+ * and a rendezvous RTS travel on the endpoint's one active-message lane in send order; the
+ * rendezvous data follows its RTS), and the reader already takes messages in that order; the
+ * posted_bound case of test_kv_xfer mixes the two and compares the bytes. A small eager write_all
+ * (a frame header) copies its bytes out before its request completes, and write_all waits for
+ * that, so its buffer is reusable at once, posted writes or not. A posted write that cannot
+ * complete (the peer's FIN is here, the endpoint failed, a cut, or flush's deadline) is handled
+ * as write_all's is: the endpoint is closed and the request cancelled and given back; every later
+ * one then too, and the next flush returns ERR_CONNECT. A cancelled send's buffer is no longer
+ * read by UCX here; a receiver that is still alive (a local cut or a deadline, not a closed peer)
+ * could still fetch it by cma later from its queue, and would then verify whatever it read against
+ * the checksum it received first (kv_xfer's head): a changed block fails there, never lands.
+ *
  * End of stream. shutdown (and destroy) sends a FIN message after everything written, waits up
- * to FLUSH_MS for the endpoint to flush (the FIN delivered), takes the small messages nobody will
- * read off the queue, then force-closes the endpoint. The peer's read that reaches the FIN, or a
+ * to FLUSH_MS for the endpoint to flush (the FIN and any posted write delivered), takes the small
+ * messages nobody will read off the queue, then force-closes the endpoint and cancels the posted
+ * writes still in flight, so none outlives the worker. The peer's read that reaches the FIN, or a
  * read with nothing left when the endpoint's error handler reported a failure (the peer process
  * died, the connection was reset), is ERR_CONNECT ("end of stream"); messages that arrived before
  * it are still read first. A write when the peer's FIN is queued or the endpoint failed is
  * ERR_CONNECT too (a peer that closed reads no more); a write still waiting for its rendezvous
- * when that happens closes the endpoint and abandons the send (ucp_request_cancel, then
+ * when that happens first progresses the worker until idle (a receiver that fetched the message
+ * and then closed sent its completion before its close, but the endpoint's reset, reported on
+ * UCX's thread, can be seen first), then closes the endpoint and abandons the send (ucp_request_cancel, then
  * ucp_request_free: UCX keeps the request until its worker goes; nobody fetches the buffer from a
  * closed endpoint). Reads wait up to timeout_ms for a message to begin; a message that began
  * (probed) is received to its end (its bytes are on their way, or the endpoint fails).
@@ -54,6 +76,7 @@
 
 #include "base/err.h"
 
+#include <assert.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -206,6 +229,11 @@ typedef struct ucx_conn {
     size_t stage_cap, stage_off, stage_len;
     uint8_t *gather; /* writev_all's parts, gathered into one message */
     size_t gather_cap;
+    /* Posted writes (write_held): their requests, oldest first, a ring of base.n_posted from
+     * posted_head; posted_rc: ERR_CONNECT once one of them failed or was cancelled, until flush
+     * reports it. */
+    ucs_status_ptr_t posted[KV_XFER_POSTED_MAX];
+    int posted_head, posted_rc;
     char peer[80];
 } ucx_conn;
 
@@ -242,6 +270,12 @@ static bool conn_peer_gone(ucx_conn *c) {
     return ucp_tag_probe_nb(c->w, TAG_FIN, TAG_ONE_MASK, 0, &info) != NULL;
 }
 
+/* Notes that n sends of c are in flight at once (n_inflight_max). */
+static void conn_note_inflight(ucx_conn *c, int n) {
+    if (n > c->base.n_inflight_max)
+        c->base.n_inflight_max = n;
+}
+
 /* Waits for request r of a send (or a flush) to complete. A request that cannot complete because
  * the peer is gone (its FIN is here, or the endpoint failed), or that is still waiting after
  * timeout_ms (-1: no limit), is cancelled by force-closing the endpoint. */
@@ -254,9 +288,18 @@ static int conn_send_wait(ucx_conn *c, ucs_status_ptr_t r, const char *what, int
     waiter wt = waiter_start(c->w, c->efd, timeout_ms);
     wt.wake_fd = c->wake_fd;
     ucs_status_t st;
+    bool late = false;
     while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
-        if (c->ep && (atomic_load(&c->cut) || conn_peer_gone(c)))
+        if (c->ep && (atomic_load(&c->cut) || conn_peer_gone(c))) {
+            /* what the peer sent before it went is handled first: a receiver that fetched the
+             * message and then closed sent its completion (rendezvous ATS) before the close, and
+             * its endpoint's reset can be seen before that message is progressed */
+            while (ucp_worker_progress(c->w)) {
+            }
+            if (ucp_request_check_status(r) != UCS_INPROGRESS)
+                continue;
             conn_close_ep(c);
+        }
         if (!c->ep) {
             /* closed: a rendezvous send the peer never fetched stays in progress; it is given
              * back (ucp_request_free) and abandoned: nobody fetches from a closed endpoint */
@@ -267,14 +310,17 @@ static int conn_send_wait(ucx_conn *c, ucs_status_ptr_t r, const char *what, int
             }
             break;
         }
-        if (waiter_round(&wt) == ERR_TIMEOUT)
+        if (waiter_round(&wt) == ERR_TIMEOUT) {
+            late = true;
             conn_close_ep(c);
+        }
     }
     ucp_request_free(r);
     if (st != UCS_OK)
         return err_set(ERR_CONNECT, "kv_xfer ucx: %s to %s: %s", what, c->peer,
-                       st == UCS_ERR_CANCELED ? "the peer closed the connection"
-                                              : ucs_status_string(st));
+                       late                     ? "not taken in time; the connection is closed"
+                       : st == UCS_ERR_CANCELED ? "the peer closed the connection"
+                                                : ucs_status_string(st));
     return 0;
 }
 
@@ -282,7 +328,10 @@ static int conn_send(ucx_conn *c, const void *buf, size_t n, ucp_tag_t tag, cons
     if (!c->ep)
         return err_set(ERR_CONNECT, "kv_xfer ucx: %s to %s: %s", what, c->peer, conn_failure(c));
     ucp_request_param_t p = {0};
-    return conn_send_wait(c, ucp_tag_send_nbx(c->ep, buf, n, tag, &p), what, -1);
+    ucs_status_ptr_t r = ucp_tag_send_nbx(c->ep, buf, n, tag, &p);
+    if (r && !UCS_PTR_IS_ERR(r))
+        conn_note_inflight(c, c->base.n_posted + 1); /* this one, and the posted ones */
+    return conn_send_wait(c, r, what, -1);
 }
 
 /* Receives the probed message m (length n) into buf and waits for it to land. */
@@ -329,20 +378,99 @@ static int conn_probe(ucx_conn *c, ucp_tag_t tag, ucp_tag_t mask, int timeout_ms
     }
 }
 
-static int conn_write_all(ucx_conn *c, const void *buf, size_t n) {
+/* Whether a write may start: not after shutdown, nor once the peer closed. Returns 0 or
+ * ERR_CONNECT. */
+static int conn_write_check(ucx_conn *c) {
     if (c->closed || atomic_load(&c->cut))
         return err_set(ERR_CONNECT, "kv_xfer ucx: write to %s after shutdown", c->peer);
     ucp_worker_progress(c->w);
     if (conn_peer_gone(c))
         return err_set(ERR_CONNECT, "kv_xfer ucx: write to %s: the peer closed the connection (%s)",
                        c->peer, c->fin_seen || !atomic_load(&c->failed) ? "FIN" : conn_failure(c));
-    return conn_send(c, buf, n, n <= SMALL ? TAG_DATA : TAG_DATA_BIG, "write");
+    if (!c->ep)
+        return err_set(ERR_CONNECT, "kv_xfer ucx: write to %s: %s", c->peer, conn_failure(c));
+    return 0;
+}
+
+static int conn_write_all(ucx_conn *c, const void *buf, size_t n) {
+    int rc = conn_write_check(c);
+    return rc ? rc : conn_send(c, buf, n, n <= SMALL ? TAG_DATA : TAG_DATA_BIG, "write");
 }
 
 static int ucx_write_all(kv_xfer_conn *base, const void *buf, size_t n) {
     ucx_conn *c = (ucx_conn *)base;
     pthread_mutex_lock(&c->use);
     int rc = conn_write_all(c, buf, n);
+    pthread_mutex_unlock(&c->use);
+    return rc;
+}
+
+/* Takes the oldest posted write off the ring and waits for it as conn_send_wait does (a gone
+ * peer, a cut or the deadline closes the endpoint and cancels it). Returns 0 or ERR_CONNECT, which
+ * stays in posted_rc for the next flush. */
+static int conn_posted_wait(ucx_conn *c, int timeout_ms) {
+    ucs_status_ptr_t r = c->posted[c->posted_head];
+    c->posted_head = (c->posted_head + 1) % KV_XFER_POSTED_MAX;
+    c->base.n_posted--;
+    int rc = conn_send_wait(c, r, "posted write", timeout_ms);
+    if (rc && !c->posted_rc)
+        c->posted_rc = rc;
+    return rc;
+}
+
+/* Posts a write (write_held's contract in kv_xfer_int.h). The posted writes that completed by now
+ * leave the ring first, from the oldest on (one still in flight keeps any later one on the ring
+ * until it completes: n_posted may count a completed write, never misses one in flight); only
+ * when max_posted are still posted does it wait, for the oldest. */
+static int conn_write_held(ucx_conn *c, const void *buf, size_t n, int max_posted) {
+    max_posted = max_posted < 1 ? 1 : max_posted > KV_XFER_POSTED_MAX ? KV_XFER_POSTED_MAX
+                                                                      : max_posted;
+    int rc = conn_write_check(c);
+    while (rc == 0 && c->base.n_posted > 0 &&
+           ucp_request_check_status(c->posted[c->posted_head]) != UCS_INPROGRESS)
+        rc = conn_posted_wait(c, -1); /* returns at once: it completed */
+    while (rc == 0 && c->base.n_posted >= max_posted)
+        rc = conn_posted_wait(c, -1);
+    if (rc == 0 && c->posted_rc)
+        rc = err_set(ERR_CONNECT, "kv_xfer ucx: write to %s: an earlier posted write failed",
+                     c->peer);
+    if (rc)
+        return rc;
+    ucp_request_param_t p = {0};
+    ucs_status_ptr_t r = ucp_tag_send_nbx(c->ep, buf, n, n <= SMALL ? TAG_DATA : TAG_DATA_BIG, &p);
+    if (UCS_PTR_IS_ERR(r))
+        return err_set(ERR_CONNECT, "kv_xfer ucx: write to %s: %s", c->peer,
+                       ucs_status_string(UCS_PTR_STATUS(r)));
+    if (r == NULL)
+        return 0; /* done already (an eager message UCP copied out) */
+    c->posted[(c->posted_head + c->base.n_posted) % KV_XFER_POSTED_MAX] = r;
+    c->base.n_posted++;
+    conn_note_inflight(c, c->base.n_posted);
+    return 0;
+}
+
+static int ucx_write_held(kv_xfer_conn *base, const void *buf, size_t n, int max_posted) {
+    ucx_conn *c = (ucx_conn *)base;
+    pthread_mutex_lock(&c->use);
+    int rc = conn_write_held(c, buf, n, max_posted);
+    pthread_mutex_unlock(&c->use);
+    return rc;
+}
+
+/* Resolves every posted write: waited for, or cancelled where it cannot complete. Returns 0 or
+ * ERR_CONNECT if any failed since the last flush. */
+static int conn_flush(ucx_conn *c, int timeout_ms) {
+    while (c->base.n_posted > 0)
+        (void)conn_posted_wait(c, timeout_ms);
+    int rc = c->posted_rc;
+    c->posted_rc = 0;
+    return rc ? err_wrap(rc, "kv_xfer ucx: flush to %s", c->peer) : 0;
+}
+
+static int ucx_flush(kv_xfer_conn *base, int timeout_ms) {
+    ucx_conn *c = (ucx_conn *)base;
+    pthread_mutex_lock(&c->use);
+    int rc = conn_flush(c, timeout_ms);
     pthread_mutex_unlock(&c->use);
     return rc;
 }
@@ -483,20 +611,25 @@ static void conn_drain(ucx_conn *c) {
     }
 }
 
-/* The close itself: the caller holds c->use (it is the owner, or the owner is in no call). */
+/* The close itself: the caller holds c->use (it is the owner, or the owner is in no call). The
+ * FIN goes after the posted writes and the endpoint's flush waits for them too (up to FLUSH_MS);
+ * once the endpoint is closed, the posted writes still in flight are cancelled (the next flush
+ * reports it), so none is left when this returns. */
 static void conn_shutdown(ucx_conn *c) {
     if (c->closed)
         return;
     c->closed = true;
-    if (!c->ep)
-        return;
-    if (!atomic_load(&c->failed)) {
+    if (c->ep && !atomic_load(&c->failed)) {
         ucp_request_param_t p = {0};
         if (conn_send(c, NULL, 0, TAG_FIN, "FIN") == 0 && c->ep)
             (void)conn_send_wait(c, ucp_ep_flush_nbx(c->ep, &p), "flush", FLUSH_MS);
     }
-    conn_drain(c);
-    conn_close_ep(c);
+    if (c->ep) {
+        conn_drain(c);
+        conn_close_ep(c);
+    }
+    while (c->base.n_posted > 0)
+        (void)conn_posted_wait(c, 0);
 }
 
 /* From any thread: closes now if no read or write is running, else cuts the running one (it
@@ -514,6 +647,7 @@ static void ucx_shutdown(kv_xfer_conn *base) {
 }
 
 static void conn_free(ucx_conn *c) {
+    assert(c->base.n_posted == 0); /* conn_shutdown resolved them before the worker goes */
     if (c->w) {
         conn_drain(c);
         ucp_worker_destroy(c->w);
@@ -535,8 +669,14 @@ static void ucx_destroy(kv_xfer_conn *base) {
     conn_free(c);
 }
 
-static const kv_xfer_conn_ops ucx_ops = {ucx_write_all,  ucx_read_full, ucx_writev_all,
-                                         ucx_readv_full, ucx_shutdown,  ucx_destroy};
+static const kv_xfer_conn_ops ucx_ops = {.write_all = ucx_write_all,
+                                         .read_full = ucx_read_full,
+                                         .writev_all = ucx_writev_all,
+                                         .readv_full = ucx_readv_full,
+                                         .write_held = ucx_write_held,
+                                         .flush = ucx_flush,
+                                         .shutdown = ucx_shutdown,
+                                         .destroy = ucx_destroy};
 
 /* A connection with its worker, no endpoint yet. */
 static int conn_new(const char *peer, ucx_conn **out) {
