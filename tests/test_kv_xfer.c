@@ -13,7 +13,8 @@
  * bytes onto its fds (a replayed ACK, garbage from the receiver) run over tcp only. Both
  * transports also run: a connect to a closed port (a clear ERR_CONNECT naming the address), and a
  * receiver destroyed mid-transfer of 256 KiB blocks (UCX's rendezvous path) while the sender's
- * thread is blocked writing: it sees end of stream, every block released exactly once.
+ * thread is blocked writing: it sees end of stream, every block released exactly once. Every case
+ * runs over the in-place path, then over the frame path ("kv_xfer.<transport>.frame.<case>").
  *
  * Then, over tcp once, the decode side's cancel (disagg.h "Cancel", disagg_rx_cancel) on a real
  * receiver with a timeout of 120 s (a case that waited it out would trip the backstop): before
@@ -22,211 +23,25 @@
  * receiver's transfer counted aborted), and after READY (left alone: the blocks are used).
  * Each checks the poll's answer and the rx_cancelled counter; states are reached by order of
  * calls and by polling the module's counters, never by a sleep.
+ *
+ * The fixture and the per-transport runner are kv_xfer_fx.h's; the posted writes
+ * (kv-xfer-inflight) are test_kv_xfer_inflight.c's.
  */
-#include "test.h"
+#include "kv_xfer_fx.h"
 
-#include "base/err.h"
-#include "base/flags.h"
 #include "base/hash.h"
 #include "disagg/disagg.h"
-#include "disagg/kv_xfer.h"
-#include "disagg/kv_xfer_int.h"
-#include "kv/kv_block.h"
-#include "kv/kv_pool.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-enum { NB = 8, BS = 4, POOL_BLOCKS = 32 };
-#define IDENTITY 0x1234abcdULL
-
-/* The transport the cases run over ("tcp" or "ucx"); main runs the list once per transport. */
-static const kv_xfer_transport *tp;
-
-typedef struct dialer {
-    char addr[64];
-    kv_xfer_conn *c;
-    int rc;
-} dialer;
-
-static void *dial(void *arg) {
-    dialer *d = arg;
-    d->rc = tp->connect(d->addr, &d->c);
-    return NULL;
-}
-
-/* A connected pair over tp through a loopback listener (connect in a thread: it waits for the
- * server's answer, which accept gives). */
-static void conn_pair(kv_xfer_conn **cs, kv_xfer_conn **cr) {
-    kv_xfer_listener *l = NULL;
-    T_OK(tp->listen("127.0.0.1:0", &l));
-    dialer d = {.c = NULL};
-    snprintf(d.addr, sizeof d.addr, "127.0.0.1:%d", kv_xfer_listener_port(l));
-    pthread_t th;
-    T_CHECK(pthread_create(&th, NULL, dial, &d) == 0);
-    int rc = tp->accept(l, 30000, cr);
-    pthread_join(th, NULL);
-    kv_xfer_listener_destroy(l);
-    T_CHECKF(rc == 0 && d.rc == 0, "accept %s, connect %s: %s", err_name(rc), err_name(d.rc),
-             err_detail());
-    *cs = d.c;
-}
-
-/* ---- fixture: a sender pool with NB sealed blocks, a receiver pool, a connection pair ---- */
-
-typedef struct fx {
-    kv_pool *src, *dst;
-    int32_t ids[NB];
-    kv_block_meta meta[NB];
-    int32_t toks[NB * BS + 3]; /* a partial tail block too */
-    int releases[POOL_BLOCKS]; /* sender release callbacks per block id */
-    int early;                 /* releases while a posted write was still on the connection */
-    int fd_s, fd_r;            /* the socketpair ends (sender, receiver) */
-    kv_xfer_conn *cs, *cr;
-} fx;
-
-/* Counts a release, and one made while the sender's connection still had a posted write (which
- * could still read the block: kv_xfer.c must flush first) in early. */
-static void fx_release(void *ctx, int32_t id) {
-    fx *f = ctx;
-    f->releases[id]++;
-    f->early += f->cs && f->cs->n_posted > 0;
-}
-
-/* The pools' layouts (kv-pool-block-major, "0" or "1") for the next fx_init: NULL for the flag's
- * value (how main runs every case), else the sender's and the receiver's, each its own. */
-static const char *src_layout, *dst_layout;
-
-static kv_pool *pool_make(const char *layout) {
-    kv_pool_opts o = {.n_layer = 2, .kv_dim = 8, .block_size = BS, .n_blocks = POOL_BLOCKS};
-    kv_pool *p = NULL;
-    char keep[4];
-    snprintf(keep, sizeof keep, "%s", flags_str(FLAG_KV_POOL_BLOCK_MAJOR));
-    if (layout)
-        T_OK(flags_set("kv-pool-block-major", layout));
-    T_CHECK(kv_pool_create(&o, &p) == 0);
-    T_OK(flags_set("kv-pool-block-major", keep));
-    return p;
-}
-
-static void fx_init(fx *f, bool pair) {
-    memset(f, 0, sizeof *f);
-    f->src = pool_make(src_layout);
-    f->dst = pool_make(dst_layout);
-    for (int i = 0; i < NB * BS + 3; i++)
-        f->toks[i] = 100 + i * 7;
-    size_t bb = kv_pool_block_bytes(f->src), st = kv_pool_kv_stride(f->src);
-    uint64_t parent = IDENTITY;
-    for (int b = 0; b < NB; b++) {
-        int32_t id = kv_pool_alloc(f->src);
-        T_CHECK(id >= 0);
-        for (int l = 0; l < 2; l++) {
-            unsigned char *k = (unsigned char *)kv_pool_k_base(f->src, l) + (size_t)id * st;
-            unsigned char *v = (unsigned char *)kv_pool_v_base(f->src, l) + (size_t)id * st;
-            for (size_t i = 0; i < bb; i++) {
-                k[i] = (unsigned char)(i * 31 + b * 7 + l);
-                v[i] = (unsigned char)(i * 17 + b * 5 + l + 1);
-            }
-        }
-        uint64_t key = kv_block_key(parent, f->toks + b * BS, BS);
-        f->ids[b] = id;
-        f->meta[b] = (kv_block_meta){.identity = IDENTITY,
-                                     .parent = parent,
-                                     .key = key,
-                                     .checksum = kv_block_checksum(f->src, id, key),
-                                     .toks = f->toks + b * BS};
-        parent = key;
-    }
-    if (pair && strcmp(tp->name, "tcp") != 0) {
-        f->fd_s = f->fd_r = -1;
-        conn_pair(&f->cs, &f->cr);
-    } else if (pair) {
-        int sv[2];
-        T_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-        f->fd_s = sv[0];
-        f->fd_r = sv[1];
-        T_CHECK(kv_xfer_conn_from_fd(sv[0], &f->cs) == 0);
-        T_CHECK(kv_xfer_conn_from_fd(sv[1], &f->cr) == 0);
-    }
-}
-
-static void fx_free(fx *f) {
-    kv_xfer_conn_destroy(f->cs);
-    kv_xfer_conn_destroy(f->cr);
-    kv_pool_destroy(f->src);
-    kv_pool_destroy(f->dst);
-}
-
-static kv_xfer_send *fx_sender(fx *f, kv_xfer_wire_hook hook, void *ctx) {
-    kv_xfer_send_opts o = {.xfer_id = 7, .timeout_ms = -1, .wire_hook = hook, .wire_ctx = ctx};
-    kv_xfer_send *s = NULL;
-    T_CHECK(kv_xfer_send_create(f->cs, &o, &s) == 0);
-    return s;
-}
-
-static kv_xfer_recv *fx_receiver(fx *f, int timeout_ms) {
-    kv_xfer_recv_opts o = {.xfer_id = 7,
-                           .identity = IDENTITY,
-                           .toks = f->toks,
-                           .n_toks = NB * BS + 3,
-                           .timeout_ms = timeout_ms};
-    kv_xfer_recv *r = NULL;
-    T_CHECK(kv_xfer_recv_create(f->cr, f->dst, &o, &r) == 0);
-    return r;
-}
-
-static int fx_send(fx *f, kv_xfer_send *s, int b, bool final) {
-    return kv_xfer_send_block(s, f->src, f->ids[b], &f->meta[b], final, fx_release, f);
-}
-
-/* Each of the first n blocks released exactly once, the rest never. */
-static void check_releases(const fx *f, int n) {
-    T_CHECKF(f->early == 0, "%d blocks released while a posted write was in flight", f->early);
-    for (int b = 0; b < NB; b++)
-        T_CHECKF(f->releases[f->ids[b]] == (b < n ? 1 : 0), "block %d released %d times", b,
-                 f->releases[f->ids[b]]);
-}
-
-static void check_dst_free(const fx *f) {
-    T_CHECKF(kv_pool_n_free(f->dst) == POOL_BLOCKS, "receiver pool: %lld of %d free",
-             (long long)kv_pool_n_free(f->dst), POOL_BLOCKS);
-}
-
-/* Ends a case: destroys both sides (a no-op cancel on ended transfers), checks each of the first n
- * blocks was released exactly once and the receiver's pool is all free, frees the fixture. */
-static void fx_end(fx *f, kv_xfer_send *s, kv_xfer_recv *r, int n) {
-    kv_xfer_send_destroy(s);
-    kv_xfer_recv_destroy(r);
-    check_releases(f, n);
-    check_dst_free(f);
-    fx_free(f);
-}
-
-/* The receiver's block holds exactly the sender's bytes. */
-static void check_same_pools(const kv_pool *src, int32_t src_id, const kv_pool *dst,
-                             int32_t dst_id, int b) {
-    size_t n = kv_block_state_bytes(src);
-    unsigned char *a = malloc(n), *c = malloc(n);
-    kv_block_save(src, src_id, a);
-    kv_block_save(dst, dst_id, c);
-    int same = memcmp(a, c, n) == 0;
-    free(a);
-    free(c);
-    T_CHECKF(same, "block %d differs after the transfer", b);
-}
-
-static void check_same(const fx *f, int b, int32_t dst_id) {
-    check_same_pools(f->src, f->ids[b], f->dst, dst_id, b);
-}
 
 /* Duplicates the next message waiting on fd (peeked, not consumed) onto the other end. */
 static void replay_next(int peek_fd, int write_fd) {
@@ -862,14 +677,6 @@ static void t_closed_port(void) {
 
 /* ---- a peer destroyed mid-transfer, with blocks big enough for UCX's rendezvous ---- */
 
-typedef struct big_tx {
-    fx *f;
-    kv_pool *src;
-    int32_t ids[NB];
-    kv_block_meta meta[NB];
-    int rc_block, at_block, state, error;
-} big_tx;
-
 static void *big_sender(void *arg) {
     big_tx *t = arg;
     kv_xfer_send_opts o = {.xfer_id = 7, .timeout_ms = -1};
@@ -890,61 +697,6 @@ static void *big_sender(void *arg) {
     return NULL;
 }
 
-/* 256 KiB blocks: the sender's thread writes all 8 (each write waits until the receiver fetched a
- * rendezvous message, or, posted, until kv-xfer-inflight are on their way; over tcp the socket
- * buffer fills); the receiver takes 2, then its process "dies" (shutdown, no ABORT, connection
- * destroyed). The sender's write of block 2 fails (ERR_CONNECT; posted: a later block's, or the
- * flush before it reads an ACK), every block it sent is released exactly once (ACKed or on the
- * abort), the later ones were never taken; the receiver freed its 2 blocks. Deterministic: the
- * receiver never reads past block 1, so the sender cannot get past block 2 (posted: 2 +
- * kv-xfer-inflight, the writes of blocks 2.. that cannot complete and the one waiting). */
-static const kv_pool_opts big_opts = {
-    .n_layer = 4, .kv_dim = 2048, .block_size = BS, .n_blocks = NB};
-
-/* The sender's big pool with NB sealed blocks named by f's tokens, each of its own bytes. */
-static void big_make(big_tx *t, fx *f) {
-    t->f = f;
-    T_OK(kv_pool_create(&big_opts, &t->src));
-    T_CHECK(kv_block_blob_bytes(t->src) >= 256 * 1024);
-    size_t bb = kv_pool_block_bytes(t->src), st = kv_pool_kv_stride(t->src);
-    uint64_t parent = IDENTITY;
-    for (int b = 0; b < NB; b++) {
-        t->ids[b] = kv_pool_alloc(t->src);
-        for (int l = 0; l < big_opts.n_layer; l++) {
-            unsigned char *k = (unsigned char *)kv_pool_k_base(t->src, l) + (size_t)t->ids[b] * st;
-            unsigned char *v = (unsigned char *)kv_pool_v_base(t->src, l) + (size_t)t->ids[b] * st;
-            for (size_t i = 0; i < bb; i++) {
-                k[i] = (unsigned char)(i * 13 + b * 3 + l);
-                v[i] = (unsigned char)(i * 29 + b * 11 + l + 5);
-            }
-        }
-        uint64_t key = kv_block_key(parent, f->toks + b * BS, BS);
-        t->meta[b] = (kv_block_meta){IDENTITY, parent, key,
-                                     kv_block_checksum(t->src, t->ids[b], key), f->toks + b * BS};
-        parent = key;
-    }
-}
-
-/* A big-block case's start: f with a connected pair, t's sender pool, and an empty receiver pool
- * of the same geometry (returned). */
-static kv_pool *big_begin(fx *f, big_tx *t) {
-    fx_init(f, true);
-    memset(t, 0, sizeof *t);
-    big_make(t, f);
-    kv_pool *dst = NULL;
-    T_OK(kv_pool_create(&big_opts, &dst));
-    return dst;
-}
-
-/* How many of a sender's block payloads may be on their way at once over tp with the current flags
- * and a source pool like src: kv-xfer-inflight where the sender posts them (ucx, in place, a
- * block-major pool's one-piece payload), else 1. */
-static int payloads_in_flight(const kv_pool *src) {
-    bool posting = strcmp(tp->name, "ucx") == 0 && flags_int(FLAG_KV_XFER_INPLACE) &&
-                   kv_pool_block_major(src);
-    return posting ? (int)flags_int(FLAG_KV_XFER_INFLIGHT) : 1;
-}
-
 /* After the receiver died: the sender aborted with ERR_CONNECT and released every block it sent
  * exactly once, the others never. */
 static void big_check(const big_tx *t) {
@@ -956,6 +708,14 @@ static void big_check(const big_tx *t) {
                  "block %d released %d times", b, t->f->releases[t->ids[b]]);
 }
 
+/* 256 KiB blocks: the sender's thread writes all 8 (each write waits until the receiver fetched a
+ * rendezvous message, or, posted, until kv-xfer-inflight are on their way; over tcp the socket
+ * buffer fills); the receiver takes 2, then its process "dies" (shutdown, no ABORT, connection
+ * destroyed). The sender's write of block 2 fails (ERR_CONNECT; posted: a later block's, or the
+ * flush before it reads an ACK), every block it sent is released exactly once (ACKed or on the
+ * abort), the later ones were never taken; the receiver freed its 2 blocks. Deterministic: the
+ * receiver never reads past block 1, so the sender cannot get past block 2 (posted: 2 +
+ * kv-xfer-inflight, the writes of blocks 2.. that cannot complete and the one waiting). */
 static void t_peer_destroyed(void) {
     fx f;
     big_tx t;
@@ -1049,330 +809,6 @@ static void t_peer_killed(void) {
     T_CHECKF(got == 1 && ok == 1, "the receiver process did not verify 2 blocks");
     big_check(&t);
     kv_pool_destroy(t.src);
-    fx_free(&f);
-}
-
-/* ---- posted writes (kv-xfer-inflight, kv_xfer_int.h's write_held and flush) ---- */
-
-/* A receiver thread that starts reading when told to (gate_open), or after GATE_MS anyway: a
- * sender that does not post, and so waits for its first block to be fetched, makes the case fail
- * (its counts are wrong), not hang. */
-enum { GATE_MS = 10000 };
-
-/* A one-way signal between two threads: set once, waited for with a deadline. */
-typedef struct latch {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool set;
-} latch;
-
-static void latch_init(latch *l) {
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
-    l->set = false;
-}
-
-static void latch_deinit(latch *l) {
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
-}
-
-static void latch_set(latch *l) {
-    pthread_mutex_lock(&l->mu);
-    l->set = true;
-    pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-}
-
-/* Waits up to GATE_MS for the latch; returns whether it was set. */
-static bool latch_wait(latch *l) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += GATE_MS / 1000;
-    pthread_mutex_lock(&l->mu);
-    while (!l->set && pthread_cond_timedwait(&l->cv, &l->mu, &until) == 0) {
-    }
-    bool set = l->set;
-    pthread_mutex_unlock(&l->mu);
-    return set;
-}
-
-typedef struct gated_rx {
-    kv_xfer_recv *r;
-    latch go;
-    kv_xfer_state st;
-    int32_t got[NB];
-    int n_got;
-} gated_rx;
-
-static void *gated_reader(void *arg) {
-    gated_rx *g = arg;
-    (void)latch_wait(&g->go);
-    while ((g->st = kv_xfer_recv_step(g->r)) == KV_XFER_OPEN) {
-    }
-    g->n_got = kv_xfer_recv_take(g->r, g->got, NB);
-    return NULL;
-}
-
-/* kv-xfer-inflight n, 256 KiB blocks (rendezvous on ucx). The receiver is held back until the
- * sender has sent as many blocks as it may post, so a sender that posts has exactly that many on
- * their way (n_posted) before any was fetched; then the receiver reads everything. Every block
- * arrives byte-identical, each is released once, none while a posted write was left, and the
- * connection's n_inflight_max is n (plus at most one header write waiting for its own send) where
- * the sender posts, 1 over ucx where it does not (each write waits until the receiver fetched it:
- * today's behaviour), 0 over tcp (no write waits for the peer). */
-static void inflight(const char *n) {
-    char keep[8];
-    snprintf(keep, sizeof keep, "%s", flags_str(FLAG_KV_XFER_INFLIGHT));
-    T_OK(flags_set("kv-xfer-inflight", n));
-    fx f;
-    big_tx t;
-    kv_pool *dst = big_begin(&f, &t);
-    int most = payloads_in_flight(t.src);
-    kv_xfer_send *s = fx_sender(&f, NULL, NULL);
-    T_OK(flags_set("kv-xfer-inflight", keep));
-    kv_xfer_recv_opts o = {
-        .xfer_id = 7, .identity = IDENTITY, .toks = f.toks, .n_toks = NB * BS, .timeout_ms = -1};
-    gated_rx g = {.n_got = -1};
-    latch_init(&g.go);
-    T_OK(kv_xfer_recv_create(f.cr, dst, &o, &g.r));
-    pthread_t th;
-    T_CHECK(pthread_create(&th, NULL, gated_reader, &g) == 0);
-    int pre = most > 1 ? most : 0, posted_at_gate = -1, rc = 0;
-    for (int b = 0; b < NB && rc == 0; b++) {
-        if (b == pre) {
-            posted_at_gate = f.cs->n_posted;
-            latch_set(&g.go);
-        }
-        rc = kv_xfer_send_block(s, t.src, t.ids[b], &t.meta[b], b == NB - 1, fx_release, &f);
-    }
-    latch_set(&g.go);
-    while (kv_xfer_send_step(s) == KV_XFER_OPEN) {
-    }
-    pthread_join(th, NULL);
-    latch_deinit(&g.go);
-    T_CHECKF(rc == 0 && kv_xfer_send_state(s) == KV_XFER_COMPLETE, "sender: %s, ended %d (%s)",
-             err_name(rc), kv_xfer_send_state(s), err_name(kv_xfer_send_error(s)));
-    T_CHECKF(g.st == KV_XFER_COMPLETE && g.n_got == NB, "receiver ended %d (%s), took %d", g.st,
-             err_name(kv_xfer_recv_error(g.r)), g.n_got);
-    T_CHECKF(posted_at_gate == pre, "%d writes posted before the receiver read, %d expected",
-             posted_at_gate, pre);
-    for (int b = 0; b < NB; b++)
-        check_same_pools(t.src, t.ids[b], dst, g.got[b], b);
-    T_CHECKF(f.early == 0, "%d blocks released while a posted write was in flight", f.early);
-    for (int b = 0; b < NB; b++)
-        T_CHECKF(f.releases[t.ids[b]] == 1, "block %d released %d times", b,
-                 f.releases[t.ids[b]]);
-    int mx = f.cs->n_inflight_max;
-    if (strcmp(tp->name, "tcp") == 0)
-        T_CHECKF(mx == 0, "tcp: %d sends in flight", mx);
-    else if (most > 1)
-        T_CHECKF(mx >= most && mx <= most + 1, "%d sends in flight at most, %d expected", mx, most);
-    else
-        T_CHECKF(mx == 1, "%d sends in flight at most, 1 expected", mx);
-    T_CHECK(f.cs->n_posted == 0);
-    kv_xfer_send_destroy(s);
-    kv_xfer_recv_destroy(g.r);
-    for (int b = 0; b < NB; b++)
-        kv_block_unref(dst, g.got[b]);
-    T_CHECK(kv_pool_n_free(dst) == NB);
-    kv_pool_destroy(t.src);
-    kv_pool_destroy(dst);
-    fx_free(&f);
-}
-
-static void t_inflight_1(void) {
-    inflight("1");
-}
-
-static void t_inflight_4(void) {
-    inflight("4");
-}
-
-/* Shuts connection c down (kv_xfer_conn_shutdown: any thread may) unless told within GATE_MS
- * that the writes it guards returned: a sender that waits for a receiver its own thread drives
- * would hang, and ends with ERR_CONNECT instead. */
-typedef struct watchdog {
-    kv_xfer_conn *c;
-    pthread_t th;
-    latch done;
-} watchdog;
-
-static void *watchdog_main(void *arg) {
-    watchdog *w = arg;
-    if (!latch_wait(&w->done))
-        kv_xfer_conn_shutdown(w->c);
-    return NULL;
-}
-
-static void watchdog_start(watchdog *w, kv_xfer_conn *c) {
-    w->c = c;
-    latch_init(&w->done);
-    T_CHECK(pthread_create(&w->th, NULL, watchdog_main, w) == 0);
-}
-
-static void watchdog_stop(watchdog *w) {
-    latch_set(&w->done);
-    pthread_join(w->th, NULL);
-    latch_deinit(&w->done);
-}
-
-/* The release callback of the abort cases: counted (fx_release: once each, none while a posted
- * write is left) and the block given back to the sender's pool. */
-typedef struct give_back {
-    fx *f;
-    kv_pool *src;
-} give_back;
-
-static void give_back_release(void *ctx, int32_t id) {
-    give_back *g = ctx;
-    fx_release(g->f, id);
-    kv_block_unref(g->src, id);
-}
-
-/* A pipelined transfer ended under its posted writes (ucx, in place, block-major pools,
- * kv-xfer-inflight 4; one thread drives both ends, which only posting allows): the sender posts
- * blocks 0..3 (none fetched yet). ABORT_PEER_GONE: the receiver takes block 0 and goes (its
- * transfer destroyed: ABORT; its connection destroyed: FIN); the sender's next step flushes
- * first: block 0's write completed, blocks 1..3's cannot (the peer is gone) and are cancelled, the
- * flush fails and the transfer aborts with ERR_CONNECT. ABORT_STALLED: the receiver just stops
- * reading: the sender's flush (timeout_ms 300 each) gives up on block 0, closes the connection and
- * cancels the rest: ERR_CONNECT too. ABORT_CANCEL: the receiver takes block 0, then the sender
- * cancels (drain) with 1..3 still posted: the abort flushes before it releases (300 ms, then
- * cancelled as above); ERR_CANCELLED. Each way blocks 0..3 are released exactly once, none while
- * a posted write was left, and given back: the sender's pool has 4 free blocks again (it had none
- * after big_make), nothing is posted any more. */
-enum { ABORT_PEER_GONE, ABORT_STALLED, ABORT_CANCEL };
-
-static void inflight_abort(int how) {
-    char keep_n[8], keep_ip[4], keep_bm[4];
-    snprintf(keep_n, sizeof keep_n, "%s", flags_str(FLAG_KV_XFER_INFLIGHT));
-    snprintf(keep_ip, sizeof keep_ip, "%s", flags_str(FLAG_KV_XFER_INPLACE));
-    snprintf(keep_bm, sizeof keep_bm, "%s", flags_str(FLAG_KV_POOL_BLOCK_MAJOR));
-    T_OK(flags_set("kv-xfer-inflight", "4"));
-    T_OK(flags_set("kv-xfer-inplace", "1"));
-    T_OK(flags_set("kv-pool-block-major", "1"));
-    fx f;
-    big_tx t;
-    kv_pool *dst = big_begin(&f, &t);
-    kv_xfer_send_opts so = {.xfer_id = 7, .timeout_ms = how == ABORT_PEER_GONE ? -1 : 300};
-    kv_xfer_send *s = NULL;
-    T_OK(kv_xfer_send_create(f.cs, &so, &s));
-    kv_xfer_recv_opts o = {
-        .xfer_id = 7, .identity = IDENTITY, .toks = f.toks, .n_toks = NB * BS, .timeout_ms = -1};
-    kv_xfer_recv *r = NULL;
-    T_OK(kv_xfer_recv_create(f.cr, dst, &o, &r));
-    T_OK(flags_set("kv-xfer-inflight", keep_n));
-    T_OK(flags_set("kv-xfer-inplace", keep_ip));
-    T_OK(flags_set("kv-pool-block-major", keep_bm));
-    T_CHECK(kv_pool_n_free(t.src) == 0);
-    give_back gb = {&f, t.src};
-    watchdog w;
-    watchdog_start(&w, f.cs);
-    int rc = 0;
-    for (int b = 0; b < 4 && rc == 0; b++)
-        rc = kv_xfer_send_block(s, t.src, t.ids[b], &t.meta[b], false, give_back_release, &gb);
-    watchdog_stop(&w);
-    T_CHECKF(rc == 0 && f.cs->n_posted == 4, "4 blocks sent: %s, %d posted", err_name(rc),
-             f.cs->n_posted);
-    if (how != ABORT_STALLED)
-        T_CHECK(kv_xfer_recv_step(r) == KV_XFER_OPEN); /* block 0 fetched and verified */
-    if (how == ABORT_PEER_GONE) {
-        kv_xfer_recv_destroy(r);
-        r = NULL;
-        kv_xfer_conn_destroy(f.cr);
-        f.cr = NULL;
-        T_CHECK(kv_pool_n_free(dst) == NB);
-    }
-    if (how == ABORT_CANCEL)
-        kv_xfer_send_cancel(s, ERR_CANCELLED);
-    else
-        T_CHECK(kv_xfer_send_step(s) == KV_XFER_ABORTED);
-    int want = how == ABORT_CANCEL ? ERR_CANCELLED : ERR_CONNECT;
-    T_CHECKF(kv_xfer_send_state(s) == KV_XFER_ABORTED && kv_xfer_send_error(s) == want,
-             "sender ended %d, error %s (%s)", kv_xfer_send_state(s),
-             err_name(kv_xfer_send_error(s)), err_detail());
-    T_EQ_INT(f.cs->n_posted, 0);
-    T_CHECKF(f.early == 0, "%d blocks released while a posted write was in flight", f.early);
-    for (int b = 0; b < NB; b++)
-        T_CHECKF(f.releases[t.ids[b]] == (b < 4 ? 1 : 0), "block %d released %d times", b,
-                 f.releases[t.ids[b]]);
-    T_EQ_INT(kv_pool_n_free(t.src), 4);
-    kv_xfer_send_destroy(s); /* ended: releases nothing more */
-    T_EQ_INT(kv_pool_n_free(t.src), 4);
-    kv_xfer_recv_destroy(r);
-    T_CHECK(kv_pool_n_free(dst) == NB);
-    kv_pool_destroy(t.src);
-    kv_pool_destroy(dst);
-    fx_free(&f);
-}
-
-static void t_inflight_peer_gone(void) {
-    inflight_abort(ABORT_PEER_GONE);
-}
-
-static void t_inflight_stalled(void) {
-    inflight_abort(ABORT_STALLED);
-}
-
-static void t_inflight_cancel(void) {
-    inflight_abort(ABORT_CANCEL);
-}
-
-/* write_held's bound and the stream's order, on a bare ucx connection: with max_posted 2, the
- * third posted write returns only once the first was fetched. The reader (another thread) pauses,
- * then marks that it starts reading; the writer checks the mark once its third posted write
- * returned (a bound not kept returns at once, before the mark). The three 256 KiB buffers (each
- * its own bytes) and a small write_all between the first two arrive in call order, byte-identical
- * (eager and rendezvous messages of one endpoint are matched in send order). */
-enum { BIG_MSG = 256 * 1024 };
-
-typedef struct bound_rx {
-    kv_xfer_conn *c;
-    atomic_int started;
-    unsigned char *got; /* [3 * BIG_MSG + 64] */
-    int rc;
-} bound_rx;
-
-static void *bound_reader(void *arg) {
-    bound_rx *b = arg;
-    struct timespec pause_ts = {0, 200 * 1000000L};
-    nanosleep(&pause_ts, NULL);
-    atomic_store(&b->started, 1);
-    b->rc = b->c->ops->read_full(b->c, b->got, 3 * BIG_MSG + 64, 30000);
-    return NULL;
-}
-
-static void t_posted_bound(void) {
-    fx f;
-    fx_init(&f, true);
-    unsigned char *buf = malloc(3 * BIG_MSG + 64), *small = buf + 3 * BIG_MSG;
-    bound_rx b = {.c = f.cr, .got = malloc(3 * BIG_MSG + 64)};
-    T_CHECK(buf && b.got);
-    for (size_t i = 0; i < 3 * BIG_MSG + 64; i++)
-        buf[i] = (unsigned char)(i * 7 + i / BIG_MSG * 13);
-    pthread_t th;
-    T_CHECK(pthread_create(&th, NULL, bound_reader, &b) == 0);
-    kv_xfer_conn *c = f.cs;
-    T_OK(c->ops->write_held(c, buf, BIG_MSG, 2));
-    T_OK(c->ops->write_all(c, small, 64));
-    T_OK(c->ops->write_held(c, buf + BIG_MSG, BIG_MSG, 2));
-    int posted = c->n_posted;
-    T_OK(c->ops->write_held(c, buf + 2 * BIG_MSG, BIG_MSG, 2));
-    int started = atomic_load(&b.started);
-    T_OK(c->ops->flush(c, -1));
-    pthread_join(th, NULL);
-    T_EQ_INT(posted, 2);
-    T_CHECKF(started, "the third posted write returned before the receiver read anything");
-    T_EQ_INT(c->n_posted, 0);
-    T_CHECKF(c->n_inflight_max <= 3, "%d sends in flight (2 posted, 1 header)",
-             c->n_inflight_max);
-    T_OK(b.rc);
-    T_CHECK(memcmp(b.got, buf, BIG_MSG) == 0);
-    T_CHECK(memcmp(b.got + BIG_MSG, small, 64) == 0);
-    T_CHECK(memcmp(b.got + BIG_MSG + 64, buf + BIG_MSG, 2 * BIG_MSG) == 0);
-    free(buf);
-    free(b.got);
     fx_free(&f);
 }
 
@@ -1535,12 +971,6 @@ static void t_cancel_after_ready(void) {
     cx_end(&c, KV_XFER_COMPLETE, NB);
 }
 
-typedef struct tcase {
-    const char *name;
-    void (*fn)(void);
-    bool fd_only; /* needs the socketpair's fds (tcp only) */
-} tcase;
-
 static const tcase cases[] = {
     {"transfer", t_transfer, false},
     {"corrupt_block", t_corrupt_block, false},
@@ -1565,53 +995,11 @@ static const tcase cases[] = {
     {"peer_destroyed", t_peer_destroyed, false},
     {"peer_killed", t_peer_killed, false},
     {"cut_by_other_thread", t_cut_by_other_thread, false},
-    {"inflight_1", t_inflight_1, false},
-    {"inflight_4", t_inflight_4, false},
 };
 
-static char ucx_skip[256];
-
-static void t_ucx_missing(void) {
-    test_skip("%s", ucx_skip);
-}
-
 int main(void) {
-    const char *names[] = {"tcp", "ucx"};
-    for (int t = 0; t < 2; t++) {
-        tp = kv_xfer_transport_find(names[t]);
-        char full[96];
-        if (t == 1) { /* UCX may not start here (no usable transport): one SKIP line */
-            kv_xfer_listener *l = NULL;
-            int rc = tp->listen("127.0.0.1:0", &l);
-            kv_xfer_listener_destroy(l);
-            if (rc) {
-                snprintf(ucx_skip, sizeof ucx_skip, "UCX cannot start here: %s", err_detail());
-                test_run("kv_xfer.ucx", t_ucx_missing);
-                break;
-            }
-        }
-        /* every case over the in-place path (the default), then over the frame path */
-        for (int mode = 0; mode < 2; mode++) {
-            if (flags_set("kv-xfer-inplace", mode == 0 ? "1" : "0")) {
-                fprintf(stderr, "test_kv_xfer: %s\n", err_detail());
-                return 1;
-            }
-            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-                if (t == 1 && cases[i].fd_only)
-                    continue;
-                snprintf(full, sizeof full, "kv_xfer.%s.%s%s", names[t], mode ? "frame." : "",
-                         cases[i].name);
-                test_run(full, cases[i].fn);
-            }
-        }
-        flags_set("kv-xfer-inplace", "1");
-        if (t == 1) { /* posted writes, whatever the flags (each case sets what it needs) */
-            test_run("kv_xfer.ucx.inflight_peer_gone", t_inflight_peer_gone);
-            test_run("kv_xfer.ucx.inflight_stalled", t_inflight_stalled);
-            test_run("kv_xfer.ucx.inflight_cancel", t_inflight_cancel);
-            test_run("kv_xfer.ucx.posted_bound", t_posted_bound);
-        }
-    }
+    if (fx_run_cases("test_kv_xfer", cases, sizeof cases / sizeof cases[0], NULL, 0))
+        return 1;
     tp = kv_xfer_transport_find("tcp");
     test_run("kv_xfer.cancel.before_expect", t_cancel_before_expect);
     test_run("kv_xfer.cancel.waiting", t_cancel_waiting);

@@ -3,8 +3,8 @@
 # buffer) and block-major (a block's buffers for all layers in one region). Both must hold the same
 # bytes, so:
 # 1. the pool, block, prefix-cache, tier and transfer unit tests (test_kv_prefix, test_kv_tier,
-#    test_kv_xfer) run in each layout (VERITY_KV_POOL_BLOCK_MAJOR=1, then 0; test_kv_xfer also
-#    moves blocks between pools of different layouts), every case passing in both;
+#    test_kv_xfer, test_kv_xfer_inflight) run in each layout (VERITY_KV_POOL_BLOCK_MAJOR=1, then 0;
+#    test_kv_xfer also moves blocks between pools of different layouts), every case passing in both;
 # 2. P1: `generate --logits-digest` of the same 64 prompts is byte-identical in both layouts, for
 #    a dense llama model (K and V), deepseek2 (MLA's K-only latent cache), deepseek32 (that and
 #    the DSA indexer's companion buffer) and deepseek4 (compressor state and index keys in the
@@ -18,7 +18,7 @@ BUILD=${VERITY_BUILD:-$(dirname "$VERITY")}
 # of the suite runs them in the default (block-major) one
 layouts="1 0"
 awk -v s="${VERITY_TEST_SCALE:-1}" 'BEGIN { exit !(s < 1) }' && layouts="0"
-for t in test_kv_prefix test_kv_tier test_kv_xfer; do
+for t in test_kv_prefix test_kv_tier test_kv_xfer test_kv_xfer_inflight; do
     for bm in $layouts; do
         name=kv_layout.$t.$([ $bm = 1 ] && echo block_major || echo layer_major)
         if [ ! -x "$BUILD/tests/$t" ]; then fail "$name" "$BUILD/tests/$t not built"; continue; fi
