@@ -92,6 +92,8 @@ typedef struct router_opts {
     bool nagle;        /* keep Nagle's algorithm on client connections (--http-nodelay 0) */
     bool direct_write; /* a worker sends its stream's events on the client's socket itself
                           (srv_http_cfg.direct_write; flag router-direct-write) */
+    int loops; /* 0: every request is proxied on a worker (above); N >= 1: N proxy loops drive
+                  every backend transfer without a thread per request (flag router-loop) */
 } router_opts;
 
 typedef struct router router;
