@@ -8,7 +8,8 @@
  * (round robin over the loops) under the queue's lock; it writes the loop's eventfd only when the
  * loop is about to sleep or sleeping (`sleeping`, set before the loop's last look at the queue
  * and read after the append, both sequentially consistent, so no request is left behind). A
- * busy loop finds the request at its next turn without a wake-up.
+ * busy loop sees `queued` between two backend events and takes the request without a wake-up,
+ * starting its transfer at once (curl_multi_socket_action on the timeout, not at the next turn).
  *
  * One request (rt_lcall) behaves as rt_proxy in router.c (see its design note): the same choice
  * (rt_policy_choose over the prompt's prefix hashes), the same retries while nothing was passed
@@ -139,6 +140,7 @@ struct rt_loop {
     pthread_mutex_t q_mu;
     rt_lcall *q_head, *q_tail;
     atomic_bool sleeping, stop;
+    atomic_bool queued; /* set by a submitter after its append: the loop looks between events */
 };
 
 /* ---- transfers ---- */
@@ -658,17 +660,25 @@ static void rt_loop_room(rt_loop *L) {
     }
 }
 
-/* Takes the queue's requests. */
+/* Takes the queue's requests and starts their transfers at once (libcurl's timer would
+ * otherwise start them only after the events of this turn). */
 static void rt_loop_take(rt_loop *L) {
+    atomic_store(&L->queued, false);
     pthread_mutex_lock(&L->q_mu);
     rt_lcall *c = L->q_head;
     L->q_head = L->q_tail = NULL;
     pthread_mutex_unlock(&L->q_mu);
+    if (!c)
+        return;
     while (c) {
         rt_lcall *next = c->qnext;
         rt_call_begin(L, c);
         c = next;
     }
+    int running = 0;
+    L->curl_due_ns = -1;
+    curl_multi_socket_action(L->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    rt_loop_finished(L);
 }
 
 static void *rt_loop_main(void *arg) {
@@ -709,6 +719,8 @@ static void *rt_loop_main(void *arg) {
                         (evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                         (evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
             curl_multi_socket_action(L->multi, evs[i].data.fd, flags, &running);
+            if (atomic_load(&L->queued)) /* a request arrived: it goes before the next event */
+                rt_loop_take(L);
         }
         now = clock_now_ns();
         if (L->curl_due_ns >= 0 && L->curl_due_ns <= now) {
@@ -772,6 +784,7 @@ void rt_loop_submit(router *r, srv_http_req *req, int64_t t0_ns) {
         L->q_head = c;
     L->q_tail = c;
     pthread_mutex_unlock(&L->q_mu);
+    atomic_store(&L->queued, true);
     if (atomic_load(&L->sleeping)) {
         uint64_t one = 1;
         ssize_t n = write(L->evfd, &one, sizeof one);
