@@ -13,6 +13,11 @@
  * failed attempt (no connection, a cut answer, a 503 or 429 from a backend loading, draining or
  * full) goes to the next backend (the last such refusal is passed on when none is left); after
  * that, never: the stream gets an error event and ends without [DONE].
+ *
+ * With router-loop N >= 1 the workers are not started: rt_on_request hands each request to one of
+ * N proxy loops (rt_loop.c), which make the same decisions with libcurl's multi interface and
+ * never block; the pieces both paths use (answers, the error event, the disaggregated start) are
+ * declared in rt_int.h.
  */
 #include "router/rt_int.h"
 #include "base/arena.h"
@@ -38,8 +43,6 @@
 #define RT_HEAD_TIMEOUT_S 10
 #define RT_WORKER_STACK   (512u << 10)
 #define RT_WRITE_WAIT_MS  1000
-/* a whole (non-streamed) answer held for passing on: beyond this the attempt fails */
-#define RT_MAX_ANSWER_BYTES ((size_t)256 << 20)
 
 int router_url_check(const char *url, char *norm, size_t cap) {
     if (strncmp(url, "http://", 7) != 0)
@@ -79,9 +82,7 @@ int router_url_check(const char *url, char *norm, size_t cap) {
 
 /* ---- answers of the router itself ---- */
 
-/* An OpenAI-shaped error: {"error":{"message","type","param":null,"code"}}, with an optional
- * extra header line h (ending in CRLF). */
-static int rt_send_error(srv_http_req *req, int status, const char *type, const char *code,
+int rt_send_error(srv_http_req *req, int status, const char *type, const char *code,
                          const char *h, const char *msg) {
     strbuf sb, hd;
     strbuf_init(&sb);
@@ -178,18 +179,11 @@ static int rt_on_data(void *ud, long status, const char *ct, const char *bytes, 
     if (!c->sse)
         return 0;
     /* pass on everything up to the last blank line (the end of the last complete event) */
-    size_t end = 0;
-    for (size_t i = c->held.len; i >= 2; i--)
-        if (c->held.data[i - 1] == '\n' && c->held.data[i - 2] == '\n') {
-            end = i;
-            break;
-        }
+    size_t end = rt_sse_complete(c->held.data, c->held.len);
     if (!end)
         return 0;
     if (!c->begun) {
-        int rc = srv_http_stream_begin(c->req, (int)status,
-                                       "Content-Type: text/event-stream\r\n"
-                                       "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+        int rc = srv_http_stream_begin(c->req, (int)status, RT_SSE_HEADERS);
         if (rc)
             return c->write_rc = rc;
         c->begun = true;
@@ -214,11 +208,7 @@ static bool rt_client_gone(void *ud) {
 static void rt_stream_fail(rt_call *c, const char *url, const char *why) {
     strbuf sb;
     strbuf_init(&sb);
-    char msg[1024];
-    snprintf(msg, sizeof msg, "the backend %s failed during the stream: %s", url, why);
-    strbuf_puts(&sb, "data: {\"error\":{\"message\":");
-    strbuf_json_cstr(&sb, msg);
-    strbuf_puts(&sb, ",\"type\":\"server_error\",\"param\":null,\"code\":\"backend_failed\"}}\n\n");
+    rt_stream_error_event(&sb, url, why);
     int rc;
     while ((rc = srv_http_stream_write(c->req, sb.data, sb.len, RT_WRITE_WAIT_MS)) == ERR_BUSY)
         ;
@@ -226,12 +216,31 @@ static void rt_stream_fail(rt_call *c, const char *url, const char *why) {
     strbuf_deinit(&sb);
 }
 
+size_t rt_sse_complete(const char *p, size_t len) {
+    for (size_t i = len; i >= 2; i--)
+        if (p[i - 1] == '\n' && p[i - 2] == '\n')
+            return i;
+    return 0;
+}
+
+void rt_stream_error_event(strbuf *sb, const char *url, const char *why) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "the backend %s failed during the stream: %s", url, why);
+    strbuf_puts(sb, "data: {\"error\":{\"message\":");
+    strbuf_json_cstr(sb, msg);
+    strbuf_puts(sb, ",\"type\":\"server_error\",\"param\":null,\"code\":\"backend_failed\"}}\n\n");
+}
+
+void rt_respond_whole(srv_http_req *req, long status, const char *ctype, const strbuf *held) {
+    char hd[256];
+    snprintf(hd, sizeof hd, "Content-Type: %s\r\n%s", ctype[0] ? ctype : "application/json",
+             status == 429 || status == 503 ? "Retry-After: 1\r\n" : "");
+    srv_http_respond(req, (int)status, hd, held->data, held->len);
+}
+
 /* Sends a complete held answer as it came. */
 static void rt_pass_whole(rt_call *c) {
-    char hd[256];
-    snprintf(hd, sizeof hd, "Content-Type: %s\r\n%s", c->ctype[0] ? c->ctype : "application/json",
-             c->status == 429 || c->status == 503 ? "Retry-After: 1\r\n" : "");
-    srv_http_respond(c->req, (int)c->status, hd, c->held.data, c->held.len);
+    rt_respond_whole(c->req, c->status, c->ctype, &c->held);
 }
 
 /* ---- the disaggregated flow (router.h) ---- */
@@ -266,30 +275,15 @@ static char *rt_body_with(const char *body, size_t len, const char *extra, size_
     return out;
 }
 
-/* The prefill side of one request, on its own thread: its answer says whether the transfer
- * reached the decode server ("kv_transfer":{"status":"sent"|"failed"}); on a failure (no answer,
- * not 200, "failed") the decode server
- * is told at once (POST /v1/kv_transfer/cancel), so it computes the prompt now instead of
- * waiting out its --kv-xfer-timeout (disagg.h "Cancel"). */
-typedef struct rt_prefill {
-    router *r;
-    int b;
-    char url[1200];
-    char cancel_url[1200]; /* the decode server's cancel route */
-    uint64_t id;           /* the transfer's */
-    char *body;
-    size_t len;
-    pthread_t thread;
-} rt_prefill;
-
 /* The prefill's answer (whole: its body asks for no stream), bounded. */
-#define RT_PREFILL_ANSWER_MAX ((size_t)1 << 20)
-
 static int rt_prefill_on_data(void *ud, long status, const char *ct, const char *bytes,
                               size_t n) {
-    strbuf *sb = ud;
     (void)status;
     (void)ct;
+    return rt_prefill_answer_add(ud, bytes, n);
+}
+
+int rt_prefill_answer_add(strbuf *sb, const char *bytes, size_t n) {
     if (sb->len + n > RT_PREFILL_ANSWER_MAX)
         return ERR_NOMEM;
     strbuf_append(sb, bytes, n);
@@ -311,18 +305,22 @@ static bool rt_prefill_xfer_failed(const strbuf *sb) {
     return failed;
 }
 
-/* Tells the decode server that transfer p->id will not come. */
-static void rt_prefill_cancel(rt_prefill *p, http_fetch *f) {
+bool rt_prefill_failed(const rt_prefill *p, int rc, long status, const strbuf *ans) {
+    if (!rc && status == 200 && !rt_prefill_xfer_failed(ans))
+        return false;
+    log_warn("router: prefill of transfer %016llx on %s failed (%s): the decode server is "
+             "told to compute the prompt",
+             (unsigned long long)p->id, p->r->backends[p->b].url,
+             rc ? err_detail() : status != 200 ? "not 200" : "its transfer failed");
+    return true;
+}
+
+int rt_prefill_cancel_body(const rt_prefill *p, char *buf, size_t cap) {
+    return snprintf(buf, cap, "{\"id\":\"%016llx\"}", (unsigned long long)p->id);
+}
+
+void rt_prefill_cancel_done(rt_prefill *p, int rc, long status) {
     router *r = p->r;
-    char body[64];
-    int n = snprintf(body, sizeof body, "{\"id\":\"%016llx\"}", (unsigned long long)p->id);
-    long status = 0;
-    http_fetch_req q = {.url = p->cancel_url,
-                        .body = body,
-                        .body_len = (size_t)n,
-                        .api_key = r->backend_api_key,
-                        .timeout_s = r->o.timeout_s};
-    int rc = f ? http_fetch_run(f, &q, &status) : ERR_NOMEM;
     bool ok = rc == 0 && status == 200;
     if (!ok)
         log_warn("router: cancel of transfer %016llx on %s failed (%s): the decode server waits "
@@ -333,6 +331,23 @@ static void rt_prefill_cancel(rt_prefill *p, http_fetch *f) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Tells the decode server that transfer p->id will not come. */
+static void rt_prefill_cancel(rt_prefill *p, http_fetch *f) {
+    router *r = p->r;
+    char body[64];
+    int n = rt_prefill_cancel_body(p, body, sizeof body);
+    long status = 0;
+    http_fetch_req q = {.url = p->cancel_url,
+                        .body = body,
+                        .body_len = (size_t)n,
+                        .api_key = r->backend_api_key,
+                        .timeout_s = r->o.timeout_s};
+    int rc = f ? http_fetch_run(f, &q, &status) : ERR_NOMEM;
+    rt_prefill_cancel_done(p, rc, status);
+}
+
+/* The prefill side of one request on its own thread (the worker path): its answer, then the
+ * cancel when it failed (rt_int.h, rt_prefill). */
 static void *rt_prefill_main(void *arg) {
     rt_prefill *p = arg;
     router *r = p->r;
@@ -352,13 +367,8 @@ static void *rt_prefill_main(void *arg) {
                             .ud = &ans};
         rc = http_fetch_run(f, &q, &status);
     }
-    if (rc || status != 200 || rt_prefill_xfer_failed(&ans)) {
-        log_warn("router: prefill of transfer %016llx on %s failed (%s): the decode server is "
-                 "told to compute the prompt",
-                 (unsigned long long)p->id, r->backends[p->b].url,
-                 rc ? err_detail() : status != 200 ? "not 200" : "its transfer failed");
+    if (rt_prefill_failed(p, rc, status, &ans))
         rt_prefill_cancel(p, f);
-    }
     rt_backend_done(r, p->b, rc || status != 200 ? RT_OUT_ERROR : RT_OUT_OK,
                     (double)(clock_now_ns() - t0) * 1e-9, rc == ERR_CONNECT);
     http_fetch_destroy(f);
@@ -366,10 +376,14 @@ static void *rt_prefill_main(void *arg) {
     return NULL;
 }
 
-/* For a generation request sent to decode server d: picks a prefill server, starts its part
- * and returns the body D gets (or NULL: D gets the original body and computes the prompt). */
-static char *rt_disagg_start(router *r, int d, const char *path, const char *body, size_t blen,
-                             const uint64_t *h, int nh, rt_prefill **pp, size_t *dlen) {
+static int rt_prefill_thread_start(rt_prefill *pf, void *ud) {
+    (void)ud;
+    return pthread_create(&pf->thread, NULL, rt_prefill_main, pf) ? ERR_INTERNAL : 0;
+}
+
+char *rt_disagg_start(router *r, int d, const char *path, const char *body, size_t blen,
+                      const uint64_t *h, int nh, rt_prefill_start_fn start, void *ud,
+                      rt_prefill **pp, size_t *dlen) {
     char kv[300];
     pthread_mutex_lock(&r->mu);
     snprintf(kv, sizeof kv, "%s", r->backends[d].kv_addr);
@@ -402,7 +416,7 @@ static char *rt_disagg_start(router *r, int d, const char *path, const char *bod
         snprintf(ex, sizeof ex, "\"kv_transfer\":{\"id\":\"%016llx\",\"recv\":true}",
                  (unsigned long long)id);
         dbody = pf && pf->body ? rt_body_with(body, blen, ex, dlen) : NULL;
-        if (!dbody || pthread_create(&pf->thread, NULL, rt_prefill_main, pf)) {
+        if (!dbody || start(pf, ud)) {
             rt_backend_done(r, p, RT_OUT_ERROR, 0, false);
             if (pf)
                 free(pf->body);
@@ -455,7 +469,8 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req, int64_t body_t
         bool first = tried == 0;
         tried |= 1ull << b;
         if (gen && first)
-            dbody = rt_disagg_start(r, b, path, body, blen, h, nh, &pf, &dlen);
+            dbody = rt_disagg_start(r, b, path, body, blen, h, nh, rt_prefill_thread_start, NULL,
+                                    &pf, &dlen);
         else if (dbody) { /* a retry on another decode server: no transfer, it computes */
             free(dbody);
             dbody = NULL;
@@ -625,11 +640,16 @@ static void rt_worker_run(void *user, void *state, void *item) {
 }
 
 /* A complete request, on the event thread: queued for the workers; 429 when as many wait as
- * there are workers. */
+ * there are workers. With loops: handed to one, 429 when twice as many requests as there are
+ * workers are in flight (where the workers refuse). */
 static void rt_on_request(void *user, srv_http_req *req) {
     router *r = user;
-    atomic_fetch_add(&r->active, 1);
-    rt_job *job = malloc(sizeof *job);
+    int64_t n = atomic_fetch_add(&r->active, 1);
+    if (r->loops && n < 2 * (int64_t)r->o.workers) {
+        rt_loop_submit(r, req, clock_now_ns());
+        return;
+    }
+    rt_job *job = r->loops ? NULL : malloc(sizeof *job);
     if (job) {
         *job = (rt_job){.req = req, .t0 = clock_now_ns()};
         if (workq_push(r->pool, job) == 0)
@@ -702,7 +722,8 @@ int router_create(const router_opts *o, router **out) {
         .nagle = o->nagle,
     };
     srv_http_cfg_timeouts(&cfg, o->timeout_s, RT_HEAD_TIMEOUT_S);
-    if ((rc = rt_start_workers(r)) || (rc = rt_health_start(r))) {
+    if ((rc = r->o.loops > 0 ? rt_loops_start(r) : rt_start_workers(r)) ||
+        (rc = rt_health_start(r))) {
         router_destroy(r);
         return rc;
     }
@@ -744,6 +765,7 @@ void router_destroy(router *r) {
     if (r->http)
         srv_http_shutdown(r->http, RT_SHUTDOWN_MS);
     workq_destroy(r->pool); /* the layer is shut down: what is queued is gone and quick */
+    rt_loops_stop(r);
     rt_health_stop(r);
     if (r->http)
         srv_http_destroy(r->http);

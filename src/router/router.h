@@ -20,7 +20,10 @@
  * the client's socket itself (srv_http_cfg.direct_write), so an event costs one wake-up (the
  * worker's), not two. /metrics' verity_router_overhead_seconds is the router's own time: per
  * request, body complete -> the backend request about to be written; per write of events, the
- * backend's bytes reaching the worker -> written to the client (rt_int.h defines both). A health thread polls every backend's GET /v1/status (running and waiting
+ * backend's bytes reaching the worker -> written to the client (rt_int.h defines both). With
+ * loops > 0 (flag router-loop) there are no workers: N proxy loops drive every backend transfer
+ * with libcurl's multi interface, the same decisions, bytes and metrics, no thread per request
+ * (rt_loop.c). A health thread polls every backend's GET /v1/status (running and waiting
  * sequences, KV blocks used, draining) every health_ms: a backend that fails it or drains is taken
  * out, one that answers again is put back. A request whose backend cannot be reached is also taken
  * out at once (passive check).
@@ -92,6 +95,8 @@ typedef struct router_opts {
     bool nagle;        /* keep Nagle's algorithm on client connections (--http-nodelay 0) */
     bool direct_write; /* a worker sends its stream's events on the client's socket itself
                           (srv_http_cfg.direct_write; flag router-direct-write) */
+    int loops; /* 0: every request is proxied on a worker (above); N >= 1: N proxy loops drive
+                  every backend transfer without a thread per request (flag router-loop) */
 } router_opts;
 
 typedef struct router router;

@@ -39,6 +39,14 @@
 #define RT_OVH_BUCKETS 24
 enum rt_ovh_part { RT_OVH_REQUEST, RT_OVH_EVENT, RT_OVH_N };
 
+/* a whole (non-streamed) answer held for passing on: beyond this the attempt fails */
+#define RT_MAX_ANSWER_BYTES ((size_t)256 << 20)
+/* a prefill's answer (whole: its body asks for no stream): beyond this it failed */
+#define RT_PREFILL_ANSWER_MAX ((size_t)1 << 20)
+/* the head of a stream passed on */
+#define RT_SSE_HEADERS                                                                             \
+    "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+
 enum rt_decision { RT_DECIDE_CACHE, RT_DECIDE_LEAST_LOAD, RT_DECIDE_BALANCE, RT_N_DECISIONS };
 enum rt_outcome { RT_OUT_OK, RT_OUT_ERROR, RT_OUT_RETRIED, RT_N_OUTCOMES };
 
@@ -86,8 +94,90 @@ struct router {
     _Atomic uint64_t ovh_bucket[RT_OVH_N][RT_OVH_BUCKETS + 1];
     _Atomic uint64_t ovh_sum_ns[RT_OVH_N];
     struct workq *pool;     /* the workers (base/workq.h), started as needed up to o.workers */
+    struct rt_loop **loops; /* [o.loops] the proxy loops (rt_loop.c) when o.loops > 0 */
+    _Atomic unsigned loop_turn; /* the loop the next request goes to */
     http_fetch_pool *conns; /* the workers' shared idle connections to the backends */
 };
+
+/* ---- router.c: pieces both proxy paths use (the workers' rt_proxy, rt_loop.c) ---- */
+
+/* Answers req with an OpenAI-shaped error {"error":{"message","type","param":null,"code"}}
+ * (code NULL: the status), with an optional extra header line h (ending in CRLF). Returns
+ * srv_http_respond's code. */
+int rt_send_error(srv_http_req *req, int status, const char *type, const char *code,
+                  const char *h, const char *msg);
+
+/* The length of p[0, len) up to and including its last blank line ("\n\n", the end of the last
+ * complete SSE event); 0 when it holds no complete event. */
+size_t rt_sse_complete(const char *p, size_t len);
+
+/* Appends to sb the error event that ends a stream whose backend url failed (why): an OpenAI
+ * error object with code "backend_failed", as "data: ...\n\n". */
+void rt_stream_error_event(strbuf *sb, const char *url, const char *why);
+
+/* Answers req with a complete held answer as it came: status, Content-Type ctype ("" ->
+ * application/json; Retry-After: 1 with a 429 or 503), body held. */
+void rt_respond_whole(srv_http_req *req, long status, const char *ctype, const strbuf *held);
+
+/* The prefill side of one disaggregated request (router.h "Disaggregation"): P's request and,
+ * when it fails (no answer, not 200, "kv_transfer":{"status":"failed"}), the cancel POSTed to
+ * the decode server (body rt_prefill_cancel_body), so it computes the prompt at once instead of
+ * waiting out its --kv-xfer-timeout. Runs on its own thread (workers) or as further transfers of
+ * the request's loop (rt_loop.c); either way the request ends after it. */
+typedef struct rt_prefill {
+    router *r;
+    int b; /* the prefill backend */
+    char url[1200];
+    char cancel_url[1200]; /* the decode server's cancel route */
+    uint64_t id;           /* the transfer's */
+    char *body;            /* owned */
+    size_t len;
+    pthread_t thread; /* the worker path's */
+} rt_prefill;
+
+/* Starts pf's part (called by rt_disagg_start with its ud). Returns 0, or a negative code: then
+ * nothing was started and rt_disagg_start frees pf. */
+typedef int (*rt_prefill_start_fn)(rt_prefill *pf, void *ud);
+
+/* For a generation request sent to decode server d: picks a prefill server (cache-aware, blocks
+ * h[0, nh)), builds its body and D's, starts P's part with start(pf, ud), and counts the
+ * request in verity_router_disagg_requests_total. Returns D's body (malloc'd, *dlen its length)
+ * and *pp (the caller frees pf->body and pf once its part ended), or NULL and *pp NULL: D gets the
+ * original body and computes the prompt (no kv_addr known, no prefill server up, a body that is
+ * not a JSON object, start failed). */
+char *rt_disagg_start(router *r, int d, const char *path, const char *body, size_t blen,
+                      const uint64_t *h, int nh, rt_prefill_start_fn start, void *ud,
+                      rt_prefill **pp, size_t *dlen);
+
+/* Appends n bytes of P's answer to sb. Returns 0, or ERR_NOMEM past RT_PREFILL_ANSWER_MAX. */
+int rt_prefill_answer_add(strbuf *sb, const char *bytes, size_t n);
+
+/* Whether P's part failed (rc: its transfer's code, status, ans: its answer); logs why when it
+ * did (the caller then sends the cancel). */
+bool rt_prefill_failed(const rt_prefill *p, int rc, long status, const strbuf *ans);
+
+/* Writes the cancel's body {"id":"X"} into buf[0, cap); returns its length. */
+int rt_prefill_cancel_body(const rt_prefill *p, char *buf, size_t cap);
+
+/* Counts the cancel's outcome (rc: its transfer's code, status) and logs a failed one. */
+void rt_prefill_cancel_done(rt_prefill *p, int rc, long status);
+
+/* ---- rt_loop.c: the event-driven proxy path (flag router-loop) ---- */
+
+/* Starts r->o.loops proxy loops into r->loops. Returns 0, ERR_NOMEM or ERR_INTERNAL (a thread,
+ * epoll, an eventfd or libcurl's multi handle: err_detail names which); on error the loops
+ * started are stopped. */
+int rt_loops_start(router *r);
+
+/* Hands a complete request (its body complete at t0_ns) to a loop; the loop owns the caller's
+ * reference from here (it answers, releases req and decrements r->active). Any thread; never
+ * blocks (a lock held for a list insert, an eventfd write when the loop sleeps). */
+void rt_loop_submit(router *r, srv_http_req *req, int64_t t0_ns);
+
+/* Stops every loop: requests still queued are answered 503, transfers in progress are removed
+ * (their clients are gone once srv_http_shutdown returned), each request released; joins the
+ * threads and frees. Call after srv_http_shutdown. No-op when none were started. */
+void rt_loops_stop(router *r);
 
 /* ---- rt_policy.c ---- */
 

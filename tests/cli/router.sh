@@ -24,6 +24,10 @@
 #     hang and never a token twice (the other replica is free, so a retry would show)
 #   - drain: SIGTERM lets a request in flight finish, answers 503 meanwhile, exits 0
 #   - contrib/router/local.sh starts a router and two replicas, serves, and stops them all on SIGTERM
+#   - a client that stops reading a long stream: the router stops reading its backend (bounded
+#     memory), serves another stream meanwhile, then passes every event once; such a client
+#     closing ends its transfer
+# router_loop.sh runs this file again with --router-loop 1 (VERITY_ROUTER_LOOP=1).
 # Nothing depends on timing: replicas are held with --admin-api (pause, step), and every wait
 # polls for a state (a metric, a line in a file) with a backstop only for a hung process.
 . "$(dirname "$0")/lib.bash"
@@ -344,6 +348,87 @@ if [ -x "$MOCK" ]; then
         kill -9 -- -"$RT_PID" 2>/dev/null
     fi
 else fail router.backend_connections_reused "$MOCK missing (make tests)"; fi
+
+# --- a client that stops reading: backpressure, others served, then the whole stream ----------
+# A stream of 120000 events (about 18 MB) to a client that reads nothing until told: the router
+# must stop reading the backend (a blocked worker, or the loop's paused transfer) and so hold
+# far less than the stream (its RSS grows by under 10 MB) while another stream through the same
+# router completes; told to read, the client gets every event once and [DONE]. A second such
+# client closes instead: the router ends that transfer (nothing left in flight).
+SLOW_N=120000
+# slow_client PORT GOFILE OUTFILE: a request on a socket with a small receive buffer; waits for
+# GOFILE, then reads the whole answer ("read": OUTFILE gets "events dones errors") or closes
+slow_client() {
+    python3 - "$1" "$2" "$3" "$SLOW_N" <<'PY'
+import os, socket, sys, time
+port, go, out, n = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+body = b'{"prompt":"x","max_tokens":%s,"stream":true}' % n.encode()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connect: a small window
+s.settimeout(300)
+s.connect(("127.0.0.1", port))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+for _ in range(6000):
+    if os.path.exists(go) and open(go).read().strip():
+        break
+    time.sleep(0.05)
+if open(go).read().strip() == "drop":
+    s.close()
+    sys.exit(0)
+data = bytearray()
+while True:
+    b = s.recv(1 << 20)
+    if not b:
+        break
+    data += b
+open(out, "w").write("%d %d %d" % (data.count(b'"text":" tok"'), data.count(b"data: [DONE]"),
+                                   data.count(b"backend_failed")))
+PY
+}
+if [ -x "$MOCK" ]; then
+    setsid "$MOCK" --port 0 --tokens 1 --gap-us 1 >"$TMP/mock2.log" 2>&1 &
+    PIDS+=("$!")
+    wait_for grep -q "listening on" "$TMP/mock2.log"
+    M2_URL="http://127.0.0.1:$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/mock2.log")"
+    m2_idle() { curl -s "$M2_URL/v1/status" | grep -q '"running":0,'; }
+    rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$RT_PID/status"; }
+    rt_inflight_is() { [ "$(metric_at "$RT_URL" "verity_router_backend_inflight{backend=\"$M2_URL\"}")" = "$1" ]; }
+    if start_router router.slow --replica "$M2_URL" --router-health-ms 600000; then
+        port=${RT_URL##*:}
+        curl -sN "$RT_URL/v1/completions" -d '{"prompt":"x","max_tokens":50,"stream":true}' >/dev/null
+        rss0=$(rss_kb)
+        : >"$TMP/slow.go"
+        slow_client "$port" "$TMP/slow.go" "$TMP/slow.out" &
+        CL=$!
+        wait_for rt_inflight_is 1 && wait_for m2_idle # every event made: the router took its share
+        grow=0
+        for i in $(seq 1 20); do # a router that does not stop reading grows within this
+            grow=$(( $(rss_kb) - rss0 )); [ "$grow" -gt 10240 ] && break; sleep 0.1
+        done
+        curl -sN --max-time 60 "$RT_URL/v1/completions" -d '{"prompt":"y","max_tokens":5,"stream":true}' >"$TMP/slow.other"
+        others=$(grep -c '"text":" tok"' "$TMP/slow.other")
+        echo read >"$TMP/slow.go"
+        wait "$CL"
+        got=$(cat "$TMP/slow.out" 2>/dev/null)
+        if [ "$grow" -le 10240 ] && [ "$others" = 5 ] && grep -q '\[DONE\]' "$TMP/slow.other" && [ "$got" = "$SLOW_N 1 0" ]; then
+            pass "router.slow_client_backpressure(+$((grow / 1024)) MB)"
+        else fail router.slow_client_backpressure "RSS +${grow} kB (at most 10240), the other stream ${others} events, the slow one: '${got}' (want '$SLOW_N 1 0')"; fi
+        # the same, and the client closes: the transfer ends
+        : >"$TMP/slow2.go"
+        slow_client "$port" "$TMP/slow2.go" "$TMP/slow2.out" &
+        CL=$!
+        wait_for rt_inflight_is 1 && wait_for m2_idle
+        echo drop >"$TMP/slow2.go"
+        wait "$CL"
+        ended=0
+        for i in $(seq 1 300); do rt_inflight_is 0 && { ended=1; break; }; sleep 0.1; done
+        code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 60 "$RT_URL/v1/completions" -d '{"prompt":"z","max_tokens":2}')
+        if [ "$ended" = 1 ] && [ "$code" = 200 ]; then pass router.slow_client_gone
+        else fail router.slow_client_gone "in flight after the client closed: $(metric_at "$RT_URL" "verity_router_backend_inflight{backend=\"$M2_URL\"}"), then HTTP $code"; fi
+        kill -9 -- -"$RT_PID" 2>/dev/null
+    fi
+else fail router.slow_client_backpressure "$MOCK missing (make tests)"; fi
 
 # --- no sanitizer report in any router's log (a sanitizer build; nothing to find in release) ----
 rep=$(grep -h -A12 -m1 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error' "$TMP"/router.*.log 2>/dev/null | tr '\n' ' ' | head -c 1500)
