@@ -215,7 +215,7 @@ enum flag_kind {
       "router: the worker that reads a backend's stream writes each event to the client's socket " \
       "itself (nonblocking, outside the HTTP layer's lock) instead of waking the event thread to " \
       "send it (0: the event thread sends every byte; same bytes either way)")                     \
-    X(ROUTER_LOOP, "router-loop", FLAG_KIND_INT, "0", "0:64",                                      \
+    X(ROUTER_LOOP, "router-loop", FLAG_KIND_INT, "1", "0:64",                                      \
       "router: 0 proxies each request on a worker thread (router-workers); N >= 1 runs N proxy "   \
       "loops (libcurl's multi interface on epoll) that drive every backend transfer without a "    \
       "thread per request or a worker's wake-up (router-workers then bounds requests in flight " \

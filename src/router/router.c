@@ -14,7 +14,7 @@
  * full) goes to the next backend (the last such refusal is passed on when none is left); after
  * that, never: the stream gets an error event and ends without [DONE].
  *
- * With router-loop N >= 1 the workers are not started: rt_on_request hands each request to one of
+ * With router-loop N >= 1 (the default is 1) the workers are not started: rt_on_request hands each request to one of
  * N proxy loops (rt_loop.c), which make the same decisions with libcurl's multi interface and
  * never block; the pieces both paths use (answers, the error event, the disaggregated start) are
  * declared in rt_int.h.

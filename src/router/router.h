@@ -21,7 +21,7 @@
  * worker's), not two. /metrics' verity_router_overhead_seconds is the router's own time: per
  * request, body complete -> the backend request about to be written; per write of events, the
  * backend's bytes reaching the worker -> written to the client (rt_int.h defines both). With
- * loops > 0 (flag router-loop) there are no workers: N proxy loops drive every backend transfer
+ * loops > 0 (flag router-loop, default 1) there are no workers: N proxy loops drive every backend transfer
  * with libcurl's multi interface, the same decisions, bytes and metrics, no thread per request
  * (rt_loop.c). A health thread polls every backend's GET /v1/status (running and waiting
  * sequences, KV blocks used, draining) every health_ms: a backend that fails it or drains is taken
@@ -96,7 +96,8 @@ typedef struct router_opts {
     bool direct_write; /* a worker sends its stream's events on the client's socket itself
                           (srv_http_cfg.direct_write; flag router-direct-write) */
     int loops; /* 0: every request is proxied on a worker (above); N >= 1: N proxy loops drive
-                  every backend transfer without a thread per request (flag router-loop) */
+                  every backend transfer without a thread per request (flag router-loop,
+                  default 1) */
 } router_opts;
 
 typedef struct router router;

@@ -27,7 +27,8 @@
 #   - a client that stops reading a long stream: the router stops reading its backend (bounded
 #     memory), serves another stream meanwhile, then passes every event once; such a client
 #     closing ends its transfer
-# router_loop.sh runs this file again with --router-loop 1 (VERITY_ROUTER_LOOP=1).
+# router_workers.sh runs this file again with --router-loop 0 (VERITY_ROUTER_LOOP=0), the worker
+# path; this file runs the default (one proxy loop).
 # Nothing depends on timing: replicas are held with --admin-api (pause, step), and every wait
 # polls for a state (a metric, a line in a file) with a backstop only for a hung process.
 . "$(dirname "$0")/lib.bash"

@@ -1,6 +1,0 @@
-# SPDX-License-Identifier: MIT
-# verity router with --router-loop 1 (the event-driven proxy path, src/router/rt_loop.c): every
-# case of router.sh again (the streams byte for byte against one server, retries, a backend killed
-# mid-stream, whole answers, drain, the metrics, connection reuse, a client that stops reading or
-# closes), its names prefixed router_loop. instead of router.
-VERITY_ROUTER_LOOP=1 bash "$(dirname "$0")/router.sh" 2>&1 | sed -u 's/^\(PASS\|FAIL\|SKIP\) router\./\1 router_loop./'
