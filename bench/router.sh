@@ -22,9 +22,13 @@
 # so every request arrives in a burst of C): the streams' starts spread over that many ms; in
 # mock mode G * GAP_US / 1000 spreads the arrivals evenly over a request's length, the steady
 # state of C concurrent streams.
+# CLIENT_CPUS (default: unset, anywhere): a CPU list (taskset -c) for the load generator and the
+# mock backend, so the router, given other CPUs with VERITY_ROUTER_CPUS (--router-cpus), has a
+# core of its own: on a small machine that is what separates the router's own time from waiting
+# for a core the clients hold, e.g. CLIENT_CPUS=0 VERITY_ROUTER_CPUS=1 on two CPUs.
 # The node client opens more connections than it has streams (one per request at times), so every
 # process takes --max-conns-per-addr 4096.
-# Usage: [BACKEND=serve|mock] [GAP_US=5000] [AB=0|1] [ROUNDS=3] [STAGGER_MS=0] bench/router.sh [MODEL.gguf] [C=64]
+# Usage: [BACKEND=serve|mock] [GAP_US=5000] [AB=0|1] [ROUNDS=3] [STAGGER_MS=0] [CLIENT_CPUS=LIST] bench/router.sh [MODEL.gguf] [C=64]
 # [R=4] [G=64]. Exit 2 if a request fails or a process does not start.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -32,12 +36,14 @@ cd "$(dirname "$0")/.." || exit 2
 MODEL=${1:-} C=${2:-64} R=${3:-4} G=${4:-64} ROUNDS=${ROUNDS:-3}
 BACKEND=${BACKEND:-serve} GAP_US=${GAP_US:-5000} AB=${AB:-0}
 export STAGGER_MS=${STAGGER_MS:-0}
+pin=()
+[ -n "${CLIENT_CPUS:-}" ] && pin=(taskset -c "$CLIENT_CPUS")
 out=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$out"' EXIT
 if [ "$BACKEND" = mock ]; then
     [ -x build/release/tools/mock_stream ] || { echo "$0: build/release/tools/mock_stream missing (make tests)" >&2; exit 2; }
-    build/release/tools/mock_stream --port 0 --tokens "$G" --gap-us "$GAP_US" >"$out/mock.log" 2>&1 &
+    "${pin[@]}" build/release/tools/mock_stream --port 0 --tokens "$G" --gap-us "$GAP_US" >"$out/mock.log" 2>&1 &
     pids+=("$!")
     for _ in $(seq 1 100); do
         BENCH_PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$out/mock.log")
@@ -66,15 +72,15 @@ done
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # a warm-up (not measured): the routers start their workers and connections, node its JIT
 for u in "$direct" "${url[@]}"; do
-    VERITY_URL=$u node bench/serve_client.mjs "$C" 1 4 >/dev/null || exit 2
+    VERITY_URL=$u "${pin[@]}" node bench/serve_client.mjs "$C" 1 4 >/dev/null || exit 2
 done
 HZ=$(getconf CLK_TCK)
 for round in $(seq 1 "$ROUNDS"); do
-    VERITY_URL=$direct node bench/serve_client.mjs "$C" "$R" "$G" >"$out/direct$round.json" || exit 2
+    VERITY_URL=$direct "${pin[@]}" node bench/serve_client.mjs "$C" "$R" "$G" >"$out/direct$round.json" || exit 2
     for v in "${variants[@]}"; do
         curl -s "${url[$v]}/metrics" | grep '^verity_router_overhead_seconds_bucket' >"$out/m0_$v.$round"
         t0=$(ticks "${rpid[$v]}")
-        VERITY_URL=${url[$v]} node bench/serve_client.mjs "$C" "$R" "$G" >"$out/routed$v.$round.json" || exit 2
+        VERITY_URL=${url[$v]} "${pin[@]}" node bench/serve_client.mjs "$C" "$R" "$G" >"$out/routed$v.$round.json" || exit 2
         t1=$(ticks "${rpid[$v]}")
         curl -s "${url[$v]}/metrics" | grep '^verity_router_overhead_seconds_bucket' >"$out/m1_$v.$round"
         echo "$(( t1 - t0 ))" >"$out/ticks$v.$round"
