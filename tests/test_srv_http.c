@@ -714,49 +714,44 @@ static void *reader_main(void *arg) {
     return NULL;
 }
 
-static void case_stream_backpressure(void) {
+/* A server with out_cap_bytes cap and a 4 KiB send buffer, a client with a 4 KiB receive buffer
+ * that reads nothing yet, and its /stream request's stream begun: *fd is the client's socket. */
+static srv_http_req *slow_stream_begin(size_t cap, int *fd) {
     srv_http_cfg cfg;
     base_cfg(&cfg);
-    cfg.out_cap_bytes = 4096;
+    cfg.out_cap_bytes = cap;
     start(&cfg, 4096);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
     int rcv = 4096;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    setsockopt(*fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
     struct sockaddr_in a = {.sin_family = AF_INET,
                             .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    T_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    PUTS(fd, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\n");
+    T_CHECK(connect(*fd, (struct sockaddr *)&a, sizeof a) == 0);
+    PUTS(*fd, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\n");
     srv_http_req *req = wait_held();
     T_CHECK(req);
     T_OK(srv_http_stream_begin(req, 200, "Content-Type: text/event-stream\r\n"));
-    T_EQ_INT(srv_http_stream_begin(req, 200, NULL), ERR_STATE);
-    char chunk[1000];
-    size_t sent = 0;
-    int rc = 0, writes = 0;
-    /* the client reads nothing: the buffer fills and a non-blocking write is told to retry */
-    for (; writes < 100000; writes++) {
-        for (int i = 0; i < 1000; i++)
-            chunk[i] = (char)('a' + (sent + (size_t)i) % 26);
-        rc = srv_http_stream_write(req, chunk, sizeof chunk, 100);
-        if (rc)
-            break;
-        sent += sizeof chunk;
-    }
-    /* full for 100 ms with nobody reading: the buffered total is bounded (kernel buffers plus
-     * out_cap_bytes plus one write), and a non-blocking write is refused too */
-    T_EQ_INT(rc, ERR_BUSY);
-    T_CHECKF(sent < (8u << 20), "%zu bytes accepted with nobody reading", sent);
-    T_EQ_INT(srv_http_stream_write(req, chunk, sizeof chunk, 0), ERR_BUSY);
-    /* now a reader drains it; blocking writes go through */
+    return req;
+}
+
+/* The stream's next n bytes (byte i of the stream is 'a' + i % 26) into chunk. */
+static void fill_chunk(char *chunk, size_t n, size_t sent) {
+    for (size_t i = 0; i < n; i++)
+        chunk[i] = (char)('a' + (sent + i) % 26);
+}
+
+/* Then a reader drains fd while 300 more chunks of n bytes go out with blocking writes; every byte
+ * must arrive, in order; the request, the client and the server end. */
+static void slow_stream_finish(srv_http_req *req, int fd, size_t sent, size_t n) {
     reader rd = {fd, 0, false};
     pthread_t t;
     T_CHECK(pthread_create(&t, NULL, reader_main, &rd) == 0);
+    char chunk[1000];
     for (int k = 0; k < 300; k++) {
-        for (int i = 0; i < 1000; i++)
-            chunk[i] = (char)('a' + (sent + (size_t)i) % 26);
-        T_OK(srv_http_stream_write(req, chunk, sizeof chunk, BACKSTOP_MS));
-        sent += sizeof chunk;
+        fill_chunk(chunk, n, sent);
+        T_OK(srv_http_stream_write(req, chunk, n, BACKSTOP_MS));
+        sent += n;
     }
     T_OK(srv_http_stream_end(req));
     pthread_join(t, NULL);
@@ -768,27 +763,38 @@ static void case_stream_backpressure(void) {
     stop();
 }
 
+static void case_stream_backpressure(void) {
+    int fd;
+    srv_http_req *req = slow_stream_begin(4096, &fd);
+    T_EQ_INT(srv_http_stream_begin(req, 200, NULL), ERR_STATE);
+    char chunk[1000];
+    size_t sent = 0;
+    int rc = 0, writes = 0;
+    /* the client reads nothing: the buffer fills and a non-blocking write is told to retry */
+    for (; writes < 100000; writes++) {
+        fill_chunk(chunk, sizeof chunk, sent);
+        rc = srv_http_stream_write(req, chunk, sizeof chunk, 100);
+        if (rc)
+            break;
+        sent += sizeof chunk;
+    }
+    /* full for 100 ms with nobody reading: the buffered total is bounded (kernel buffers plus
+     * out_cap_bytes plus one write), and a non-blocking write is refused too */
+    T_EQ_INT(rc, ERR_BUSY);
+    T_CHECKF(sent < (8u << 20), "%zu bytes accepted with nobody reading", sent);
+    T_EQ_INT(srv_http_stream_write(req, chunk, sizeof chunk, 0), ERR_BUSY);
+    /* now a reader drains it; blocking writes go through */
+    slow_stream_finish(req, fd, sent, sizeof chunk);
+}
+
 /* A client that reads nothing, and a handler that keeps writing small events while the server's
  * output buffer has room: once a send has found the socket full, the writes only append. Each
  * write before this fix cost a failing send() (the caller's, under direct_write) and a wake-up
  * of the event thread with its own failing send(); srv_http_stats.send_full counts those sends.
  * Then a reader drains it and every byte arrives in order. */
 static void case_stream_blocked_appends(void) {
-    srv_http_cfg cfg;
-    base_cfg(&cfg);
-    cfg.out_cap_bytes = 64 * 1024;
-    start(&cfg, 4096);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int rcv = 4096;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    T_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    PUTS(fd, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\n");
-    srv_http_req *req = wait_held();
-    T_CHECK(req);
-    T_OK(srv_http_stream_begin(req, 200, "Content-Type: text/event-stream\r\n"));
+    int fd;
+    srv_http_req *req = slow_stream_begin(64 * 1024, &fd);
     char chunk[100];
     size_t sent = 0;
     srv_http_stats st;
@@ -799,8 +805,7 @@ static void case_stream_blocked_appends(void) {
         if (st.send_full > 0)
             break;
         T_CHECKF(k < BACKSTOP_MS, "no send found the socket full after %zu bytes", sent);
-        for (int i = 0; i < (int)sizeof chunk; i++)
-            chunk[i] = (char)('a' + (sent + (size_t)i) % 26);
+        fill_chunk(chunk, sizeof chunk, sent);
         if (srv_http_stream_write(req, chunk, sizeof chunk, 0) == 0)
             sent += sizeof chunk;
         struct timespec ts = {0, 1000000};
@@ -809,8 +814,7 @@ static void case_stream_blocked_appends(void) {
     uint64_t full0 = st.send_full;
     int rc = 0, writes = 0;
     for (; writes < 100000; writes++) {
-        for (int i = 0; i < (int)sizeof chunk; i++)
-            chunk[i] = (char)('a' + (sent + (size_t)i) % 26);
+        fill_chunk(chunk, sizeof chunk, sent);
         if ((rc = srv_http_stream_write(req, chunk, sizeof chunk, 0)))
             break;
         sent += sizeof chunk;
@@ -822,22 +826,7 @@ static void case_stream_blocked_appends(void) {
     T_CHECKF(writes >= 10, "only %d writes after the socket was full", writes);
     T_CHECKF(st.send_full - full0 <= 4, "%llu more sends found the socket full over %d writes",
              (unsigned long long)(st.send_full - full0), writes);
-    reader rd = {fd, 0, false};
-    pthread_t t;
-    T_CHECK(pthread_create(&t, NULL, reader_main, &rd) == 0);
-    for (int k = 0; k < 300; k++) {
-        for (int i = 0; i < (int)sizeof chunk; i++)
-            chunk[i] = (char)('a' + (sent + (size_t)i) % 26);
-        T_OK(srv_http_stream_write(req, chunk, sizeof chunk, BACKSTOP_MS));
-        sent += sizeof chunk;
-    }
-    T_OK(srv_http_stream_end(req));
-    pthread_join(t, NULL);
-    T_CHECK(rd.ok);
-    T_EQ_INT(rd.got, sent);
-    srv_http_req_release(req);
-    close(fd);
-    stop();
+    slow_stream_finish(req, fd, sent, sizeof chunk);
 }
 
 static void case_gone_mid_stream(void) {
