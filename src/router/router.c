@@ -474,6 +474,7 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req, int64_t body_t
         else if (dbody) { /* a retry on another decode server: no transfer, it computes */
             free(dbody);
             dbody = NULL;
+            rt_prefill_cancel(pf, f); /* the first one will not take the transfer (rt_int.h) */
         }
         const char *base = r->backends[b].url;
         char url[1200];
@@ -530,6 +531,8 @@ static void rt_proxy(router *r, http_fetch *f, srv_http_req *req, int64_t body_t
         log_info("router: %s %s on %s failed before anything was passed on (%s); retrying", method,
                  path, base, last_err);
     }
+    if (dbody) /* the decode server that got the transfer did not take the request */
+        rt_prefill_cancel(pf, f);
     if (have_whole) {
         rt_pass_whole(&c);
     } else {

@@ -123,7 +123,12 @@ void rt_respond_whole(srv_http_req *req, long status, const char *ctype, const s
  * when it fails (no answer, not 200, "kv_transfer":{"status":"failed"}), the cancel POSTed to
  * the decode server (body rt_prefill_cancel_body), so it computes the prompt at once instead of
  * waiting out its --kv-xfer-timeout. Runs on its own thread (workers) or as further transfers of
- * the request's loop (rt_loop.c); either way the request ends after it. */
+ * the request's loop (rt_loop.c); either way the request ends after it. The same cancel goes to
+ * the decode server when the router gives up on it before it answered (a 503 or 429 refusal, a
+ * failure before anything was passed on: the request goes to another decode server, which
+ * computes the prompt, or to none): there it leaves a tombstone, so P's connection for the
+ * transfer is refused at once instead of waiting out that server's --kv-xfer-timeout with P's
+ * blocks held (disagg.h "Cancel"). */
 typedef struct rt_prefill {
     router *r;
     int b; /* the prefill backend */

@@ -63,7 +63,9 @@
 #define RT_LOOP_MAX_CONNS 4096L /* idle backend connections a loop keeps */
 #define RT_LOOP_SPARE     64    /* easy handles a loop keeps for reuse */
 
-enum { RT_X_MAIN, RT_X_PREFILL, RT_X_CANCEL };
+/* a request's transfers: the answer's, P's request, the cancel after P failed, the cancel after
+ * the decode server was given up (rt_int.h, rt_prefill) */
+enum { RT_X_MAIN, RT_X_PREFILL, RT_X_CANCEL, RT_X_DCANCEL };
 
 typedef struct rt_loop rt_loop;
 typedef struct rt_lcall rt_lcall;
@@ -121,6 +123,9 @@ struct rt_lcall {
     int64_t pt0;     /* P's request started */
     char cbody[64];  /* the cancel's body */
     bool pf_running; /* px runs P's request or the cancel */
+    rt_xfer dx;      /* the cancel to the decode server given up (RT_X_DCANCEL) */
+    char dcbody[64];
+    bool dx_running;
 };
 
 struct rt_loop {
@@ -361,6 +366,7 @@ static void rt_call_free(rt_lcall *c) {
     rt_loop *L = c->L;
     rt_xfer_end(L, &c->x);
     rt_xfer_end(L, &c->px);
+    rt_xfer_end(L, &c->dx);
     if (c->blocked)
         L->n_blocked--;
     if (c->prev)
@@ -382,13 +388,39 @@ static void rt_call_free(rt_lcall *c) {
     free(c);
 }
 
-/* The client's answer is given or it is gone: the call ends once its prefill part has too. */
+/* The client's answer is given or it is gone: the call ends once its prefill part and its
+ * decode-side cancel have too. */
 static void rt_call_main_done(rt_lcall *c) {
     c->main_done = true;
     if (c->blocked)
         c->L->n_blocked--;
     c->blocked = false;
-    if (!c->pf_running)
+    if (!c->pf_running && !c->dx_running)
+        rt_call_free(c);
+}
+
+/* The decode server that got the request with its transfer is given up before it answered: the
+ * transfer is cancelled there (rt_int.h, rt_prefill), as one more transfer of the call. */
+static void rt_call_cancel_decode(rt_lcall *c) {
+    if (!c->pf || c->dx_running)
+        return;
+    int n = rt_prefill_cancel_body(c->pf, c->dcbody, sizeof c->dcbody);
+    c->dx.kind = RT_X_DCANCEL;
+    snprintf(c->dx.url, sizeof c->dx.url, "%s", c->pf->cancel_url);
+    int rc = rt_xfer_start(c->L, &c->dx, NULL, c->dcbody, (size_t)n);
+    if (rc)
+        rt_prefill_cancel_done(c->pf, rc, 0);
+    c->dx_running = rc == 0;
+}
+
+/* The decode-side cancel ended with rc. */
+static void rt_dcancel_done(rt_lcall *c, int rc) {
+    long status = 0;
+    curl_easy_getinfo(c->dx.e, CURLINFO_RESPONSE_CODE, &status);
+    rt_xfer_end(c->L, &c->dx);
+    rt_prefill_cancel_done(c->pf, rc, status);
+    c->dx_running = false;
+    if (c->main_done && !c->pf_running)
         rt_call_free(c);
 }
 
@@ -425,6 +457,7 @@ static void rt_call_next(rt_lcall *c) {
         } else if (c->dbody) { /* a retry on another decode server: no transfer, it computes */
             free(c->dbody);
             c->dbody = NULL;
+            rt_call_cancel_decode(c); /* the first one will not take the transfer */
         }
         c->b = b;
         snprintf(c->x.url, sizeof c->x.url, "%s%s%s%s", r->backends[b].url, path,
@@ -443,6 +476,8 @@ static void rt_call_next(rt_lcall *c) {
         c->have_whole = false;
         log_warn("router: %s %s: %s", method, path, c->last_err);
     }
+    if (c->dbody) /* the decode server that got the transfer did not take the request */
+        rt_call_cancel_decode(c);
     if (c->have_whole) {
         rt_respond_whole(c->req, c->status, c->ctype, &c->held);
     } else {
@@ -531,7 +566,7 @@ static void rt_call_begin(rt_loop *L, rt_lcall *c) {
 static size_t rt_pre_write(char *p, size_t size, size_t nmemb, void *ud) {
     rt_xfer *x = ud;
     size_t n = size * nmemb;
-    if (x->kind == RT_X_CANCEL)
+    if (x->kind == RT_X_CANCEL || x->kind == RT_X_DCANCEL)
         return n;
     int rc = rt_prefill_answer_add(&x->c->pans, p, n);
     if (rc) {
@@ -578,7 +613,7 @@ static void rt_pre_done(rt_lcall *c, int rc) {
     rt_backend_done(c->r, pf->b, c->prc || c->pstatus != 200 ? RT_OUT_ERROR : RT_OUT_OK,
                     (double)(clock_now_ns() - c->pt0) * 1e-9, c->prc == ERR_CONNECT);
     c->pf_running = false;
-    if (c->main_done)
+    if (c->main_done && !c->dx_running)
         rt_call_free(c);
 }
 
@@ -630,6 +665,8 @@ static void rt_loop_finished(rt_loop *L) {
         int rc = rt_xfer_rc(x, cc);
         if (x->kind == RT_X_MAIN)
             rt_call_attempt_done(x->c, rc);
+        else if (x->kind == RT_X_DCANCEL)
+            rt_dcancel_done(x->c, rc);
         else
             rt_pre_done(x->c, rc);
     }
@@ -745,6 +782,10 @@ static void *rt_loop_main(void *arg) {
             c->pf_running = false;
             rt_backend_done(L->r, c->pf->b, RT_OUT_ERROR, 0, false);
         }
+        if (c->dx_running) {
+            rt_xfer_end(L, &c->dx);
+            c->dx_running = false;
+        }
         if (c->x.e) {
             rt_xfer_end(L, &c->x);
             rt_backend_done(L->r, c->b, RT_OUT_OK, 0, false);
@@ -774,6 +815,7 @@ void rt_loop_submit(router *r, srv_http_req *req, int64_t t0_ns) {
     c->x.kind = RT_X_MAIN;
     c->x.c = c;
     c->px.c = c;
+    c->dx.c = c;
     strbuf_init(&c->held);
     strbuf_init(&c->out);
     strbuf_init(&c->pans);

@@ -32,6 +32,10 @@
 #   - verity hunt against the router finds nothing (concurrency 1 and 16, then 64, --tie-threshold 0)
 #   - drain: SIGTERM on the decode server while its request waits for the KV (the prefill server
 #     held): new requests get 503, the request is answered whole once the KV arrives, exit 0
+#   - a decode server that refuses (429, full) the request a transfer is for: the router tells it
+#     the transfer will not come, so the prefill server's transfer is refused at once and its
+#     blocks given back (not held for the decode server's --kv-xfer-timeout), and the client gets
+#     the 429
 #   - contrib/router/disagg_local.sh starts a router, two prefill and two decode servers, serves,
 #     and stops them all on SIGTERM
 # Checked to fail on a planted defect: a decode server that never uses what it received (its
@@ -270,6 +274,41 @@ if wait_for both_hold; then
 else fail disagg.decode_drain "the request was not held on both sides"; adm "$LIVE_P" resume; fi
 kill -9 -- -"$RT_PID" 2>/dev/null
 for p in "$P1_PID" "$P2_PID" "$D1_PID" "$D2_PID"; do kill -9 -- -"$p" 2>/dev/null; done
+
+# --- a decode server that refuses the request its transfer is for: the router cancels there -------
+# one prefill server (RP) and one decode server (RD: room for one sequence, --max-batch 1
+# --queue-max 0), both with --kv-xfer-timeout 600000, so RD's wait for a transfer no request
+# expects, and RP's for the ACKs that do not come meanwhile, would outlast the backstop; RD holds a request of its own (its engine paused), so it answers the
+# router's request 429 before expecting the transfer; the router gives up on RD and tells it the
+# transfer will not come (a tombstone), so RP's connection for it is refused at once and RP gives
+# its blocks back, instead of holding them for RD's 600 s; the client gets the 429. With no health
+# poll after the first (--router-health-ms 600000) the router goes by what it saw at the start.
+srv RP -m "$MODEL" --role prefill --kv-xfer-timeout 600000 || exit 0
+srv RD -m "$MODEL" --role decode --max-batch 1 --queue-max 0 --kv-xfer-timeout 600000 || exit 0
+start_router disagg.router_refused --router-health-ms 600000 --prefill "$RP_URL" --decode "$RD_URL" || exit 0
+rd_up() { grep -q '2 up' "$RT_LOG"; }
+rp_aborted() { [ "$(metric_at "$RP_URL" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}')" -gt "${ab0:-0}" ]; }
+if wait_for rd_up; then
+    adm "$RD_URL" pause
+    curl -s -o /dev/null "$RD_URL/v1/completions" -d '{"prompt":"held","max_tokens":2}' &
+    CURLR=$!
+    if wait_for waiting_is "$RD_URL" 1; then
+        rc0=$(metric_at "$RT_URL" 'verity_router_disagg_cancels_total{result="ok"}')
+        ab0=$(metric_at "$RP_URL" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}')
+        code=$(curl -s -o "$TMP/refused.body" -w '%{http_code}' "$RT_URL/v1/completions" -d '{"prompt":"a story for a server with no room: once upon a time there was a cat who sat on the mat","max_tokens":4}')
+        if [ "$code" = 429 ] && wait_for rp_aborted && wait_for idle "$RP_URL"; then
+            rc1=$(metric_at "$RT_URL" 'verity_router_disagg_cancels_total{result="ok"}')
+            [ "${rc1:-0}" -gt "${rc0:-0}" ] && pass disagg.decode_refused_transfer_cancelled ||
+                fail disagg.decode_refused_transfer_cancelled "router cancels ok ${rc0:-?} -> ${rc1:-?}"
+        else
+            fail disagg.decode_refused_transfer_cancelled "HTTP $code ($(head -c 200 "$TMP/refused.body")), prefill transfers aborted ${ab0:-?} -> $(metric_at "$RP_URL" 'verity_kv_xfer_transfers_total{dir="send",result="aborted"}'), kv_used $(kv_used "$RP_URL")"
+        fi
+    else fail disagg.decode_refused_transfer_cancelled "RD did not hold its own request"; fi
+    adm "$RD_URL" resume
+    wait "$CURLR" 2>/dev/null
+else fail disagg.decode_refused_transfer_cancelled "the router did not see its backends up: $(tail -c 300 "$RT_LOG")"; fi
+kill -9 -- -"$RT_PID" 2>/dev/null
+for p in "$RP_PID" "$RD_PID"; do kill -9 -- -"$p" 2>/dev/null; done
 
 # --- the ucx transport: one prefill, one decode server ------------------------------------------
 # the same workload with the KV carried by libucx (shared memory and cma on one machine); where
