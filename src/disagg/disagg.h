@@ -47,7 +47,9 @@
  * Cancel (D, disagg_rx_cancel): when the prefill side fails (P's HTTP call fails, or P reports
  * its transfer failed: it could not connect to D or the transfer aborted), the router tells D at
  * once (POST /v1/kv_transfer/cancel), so D computes the prompt now instead of waiting out
- * timeout_ms. The receiver's entries, one per transfer id:
+ * timeout_ms; and when the router gives up on D before it answered (D refused the request or
+ * failed first), so P's connection for a transfer nobody will expect is refused (the tombstone
+ * below) instead of holding P's blocks for timeout_ms. The receiver's entries, one per transfer id:
  *
  *     (none) --expect--> WAITING --hello, request registered--> RECEIVING --complete--> READY
  *     WAITING | RECEIVING --abort, no progress for timeout_ms, cancel--> FAILED
