@@ -176,6 +176,10 @@ enum flag_kind {
       "serve, router: TCP_NODELAY on client connections, so an answer's head and each streamed "  \
       "event leave at once (0: the kernel's Nagle algorithm, which holds a small write until the " \
       "previous one is acknowledged: up to the client's delayed ACK, 40 ms on Linux)")            \
+    X(HTTP_APPEND_BLOCKED, "http-append-blocked", FLAG_KIND_BOOL, "1", "0|1",                     \
+      "serve, router: once a send finds a client's socket full, the writes that follow only "      \
+      "append to its output until the event thread has drained it (0: every write tries a send "   \
+      "and wakes the event thread, a failing send and a wake-up per write to a slow reader)")      \
     X(MAX_BODY, "max-body", FLAG_KIND_INT, "8", "1:1024",                                          \
       "serve: largest request body in MiB; larger ones get 413 (refused on their headers when "    \
       "they declare a length)")                                                                    \

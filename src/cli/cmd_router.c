@@ -149,6 +149,7 @@ int cmd_router(int argc, char **argv) {
                      .balance_abs = (int)flags_int(FLAG_ROUTER_BALANCE_ABS),
                      .cache_pct = (int)flags_int(FLAG_ROUTER_CACHE_PCT),
                      .nagle = flags_int(FLAG_HTTP_NODELAY) == 0,
+                     .send_each_write = flags_int(FLAG_HTTP_APPEND_BLOCKED) == 0,
                      .direct_write = flags_int(FLAG_ROUTER_DIRECT_WRITE) != 0,
                      .loops = (int)flags_int(FLAG_ROUTER_LOOP)};
     /* before any thread starts: the event thread, the workers and the health thread inherit it */

@@ -229,6 +229,7 @@ static int serve_start(serve_state *s) {
                           .max_conns = (int)flags_int(FLAG_MAX_CONNS),
                           .max_conns_per_addr = (int)flags_int(FLAG_MAX_CONNS_PER_ADDR),
                           .nagle = flags_int(FLAG_HTTP_NODELAY) == 0,
+                          .send_each_write = flags_int(FLAG_HTTP_APPEND_BLOCKED) == 0,
                           .max_batch = flags_int(FLAG_MAX_BATCH),
                           .drain_timeout_s = (int)flags_int(FLAG_DRAIN_TIMEOUT),
                           .admin_api = flags_int(FLAG_ADMIN_API) != 0};

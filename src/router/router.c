@@ -723,6 +723,7 @@ int router_create(const router_opts *o, router **out) {
         .max_conns_per_addr = o->max_conns_per_addr,
         .direct_write = o->direct_write,
         .nagle = o->nagle,
+        .send_each_write = o->send_each_write,
     };
     srv_http_cfg_timeouts(&cfg, o->timeout_s, RT_HEAD_TIMEOUT_S);
     if ((rc = r->o.loops > 0 ? rt_loops_start(r) : rt_start_workers(r)) ||

@@ -93,6 +93,7 @@ typedef struct router_opts {
     int balance_abs;  /* load spread beyond which the least loaded backend wins */
     int cache_pct;    /* matched share of a prompt's blocks for the cache to decide */
     bool nagle;        /* keep Nagle's algorithm on client connections (--http-nodelay 0) */
+    bool send_each_write; /* srv_http_cfg.send_each_write (--http-append-blocked 0) */
     bool direct_write; /* a worker sends its stream's events on the client's socket itself
                           (srv_http_cfg.direct_write; flag router-direct-write) */
     int loops; /* 0: every request is proxied on a worker (above); N >= 1: N proxy loops drive

@@ -710,6 +710,7 @@ int server_create(const server_opts *o, server **out) {
         .max_conns = o->max_conns,
         .max_conns_per_addr = o->max_conns_per_addr,
         .nagle = o->nagle,
+        .send_each_write = o->send_each_write,
         .too_large_msg = s->too_large_msg,
         .budget_msg = s->budget_msg,
     };

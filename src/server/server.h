@@ -47,6 +47,7 @@ typedef struct server_opts {
     int max_conns_per_addr;      /* ... from one address (--max-conns-per-addr; 0: the layer's) */
     bool nagle;                  /* keep Nagle's algorithm on client connections (--http-nodelay 0;
                                     srv_http_cfg.nagle) */
+    bool send_each_write;        /* srv_http_cfg.send_each_write (--http-append-blocked 0) */
     size_t max_body_bytes;       /* larger request bodies get 413 (--max-body) */
     size_t max_body_total_bytes; /* bodies being received at once, all connections together;
                                     beyond it 503 with Retry-After (--max-body-total) */

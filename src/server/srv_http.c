@@ -294,7 +294,8 @@ static void conn_send_or_wake_locked(conn *c) {
             if (n < 0 && (e == EAGAIN || e == EWOULDBLOCK)) {
                 s->stats.send_full++;
                 conn_wake_locked(c); /* the event thread takes over the output ... */
-                c->out_blocked = true; /* ... and until it drains it, writes only append */
+                c->out_blocked = !s->cfg.send_each_write; /* ... and until it drains it,
+                                                             writes only append */
                 return;
             }
             break;
@@ -747,7 +748,8 @@ static bool conn_flush(conn *c, bool *drained) {
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             s->stats.send_full++;
-            c->out_blocked = true; /* conn_step arms EPOLLOUT: writes only append till then */
+            /* conn_step arms EPOLLOUT: writes only append till then */
+            c->out_blocked = !s->cfg.send_each_write;
             break;
         }
         ok = false;

@@ -68,6 +68,11 @@
  *                             the kernel's default (Nagle's algorithm holds a small write until
  *                             the previous one is acknowledged, which a peer's delayed ACK can
  *                             make 40 ms on Linux)
+ *   send_each_write [false]   false: once a send finds a connection's socket full, later writes
+ *                             only append until the event thread's flush drains the output (it
+ *                             waits for EPOLLOUT meanwhile); true: every write tries a send (and
+ *                             a direct_write one wakes the event thread), which a slow reader
+ *                             pays per write (srv_http_stats.send_full counts the failed sends)
  *   linger_ms [2000]          after a final answer with "Connection: close", unread input is
  *                             drained this long so the close does not reset the answer away
  *
@@ -139,6 +144,7 @@ typedef struct srv_http_cfg {
      * write). Same bytes, same order either way: only who calls send() differs. */
     bool direct_write;
     bool nagle; /* keep Nagle's algorithm on accepted connections (above; flag http-nodelay 0) */
+    bool send_each_write; /* above; flag http-append-blocked 0 */
     /* the messages of the layer's 413 (body over its limit) and 503 (no room in
      * max_body_total_bytes) answers, so they can name the caller's settings; NULL: generic */
     const char *too_large_msg, *budget_msg;
