@@ -168,11 +168,8 @@ static int http_fetch_prereq(void *ud, char *ip, char *local_ip, int port, int l
     return CURL_PREREQFUNC_OK;
 }
 
-int http_fetch_run(http_fetch *f, const http_fetch_req *r, long *status) {
-    CURL *e = f->easy;
-    curl_easy_reset(e);
-    http_fetch_call c = {.r = r, .easy = e};
-    char errbuf[CURL_ERROR_SIZE] = "";
+struct curl_slist *http_fetch_easy_setup(void *easy, const http_fetch_req *r, char *errbuf) {
+    CURL *e = easy;
     struct curl_slist *hd = NULL;
     if (r->api_key && r->api_key[0]) {
         char auth[1024];
@@ -197,20 +194,41 @@ int http_fetch_run(http_fetch *f, const http_fetch_req *r, long *status) {
     double ct = r->connect_timeout_s > 0 ? r->connect_timeout_s : (t < 10 ? t : 10);
     curl_easy_setopt(e, CURLOPT_URL, r->url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, http_fetch_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &c);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PROXY, "");
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(t * 1000));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000));
+    return hd;
+}
+
+int http_fetch_code(int cc, const char *url, const char *errbuf) {
+    if (cc == CURLE_OK)
+        return 0;
+    const char *why = errbuf && errbuf[0] ? errbuf : curl_easy_strerror((CURLcode)cc);
+    if (cc == CURLE_OPERATION_TIMEDOUT)
+        return err_set(ERR_TIMEOUT, "%s: %s", url, why);
+    if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
+        cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL)
+        return err_set(ERR_CONNECT, "%s: %s", url, why);
+    return err_set(ERR_PROTOCOL, "%s: %s", url, why);
+}
+
+int http_fetch_run(http_fetch *f, const http_fetch_req *r, long *status) {
+    CURL *e = f->easy;
+    curl_easy_reset(e);
+    http_fetch_call c = {.r = r, .easy = e};
+    char errbuf[CURL_ERROR_SIZE] = "";
+    struct curl_slist *hd = http_fetch_easy_setup(e, r, errbuf);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, http_fetch_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &c);
     /* a shared cache keeps every connection given back (libcurl's default of 5 would close the
      * rest, so each request past the fifth at once paid for a new connection) */
     if (f->pool)
         curl_easy_setopt(e, CURLOPT_MAXCONNECTS, HTTP_FETCH_POOL_MAX_CONNS);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(t * 1000));
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000));
     if (r->on_send) {
         curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, http_fetch_prereq);
         curl_easy_setopt(e, CURLOPT_PREREQDATA, (void *)r);
@@ -222,22 +240,14 @@ int http_fetch_run(http_fetch *f, const http_fetch_req *r, long *status) {
     }
     CURLcode cc = curl_easy_perform(e);
     int rc = 0;
-    if (cc == CURLE_OK) {
+    if (cc == CURLE_OK)
         curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &c.status);
-    } else if (c.data_rc) {
+    else if (c.data_rc)
         rc = c.data_rc;
-    } else if (c.aborted) {
+    else if (c.aborted)
         rc = err_set(ERR_CANCELLED, "%s: abandoned by the caller", r->url);
-    } else {
-        const char *why = errbuf[0] ? errbuf : curl_easy_strerror(cc);
-        if (cc == CURLE_OPERATION_TIMEDOUT)
-            rc = err_set(ERR_TIMEOUT, "%s: %s", r->url, why);
-        else if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
-                 cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL)
-            rc = err_set(ERR_CONNECT, "%s: %s", r->url, why);
-        else
-            rc = err_set(ERR_PROTOCOL, "%s: %s", r->url, why);
-    }
+    else
+        rc = http_fetch_code(cc, r->url, errbuf);
     if (status)
         *status = c.status;
     curl_slist_free_all(hd);

@@ -81,6 +81,20 @@ void http_fetch_destroy(http_fetch *f);
  * HTTP, the connection closed before the response was complete). err_detail() names the URL. */
 int http_fetch_run(http_fetch *f, const http_fetch_req *r, long *status);
 
+/* For a caller that drives libcurl itself (the router's proxy loops, on the multi interface):
+ * sets on easy (a CURL *) every option http_fetch_run sets from r except the callbacks (write,
+ * progress, pre-request: the caller's own) and the connection cache's size: the URL, the method
+ * and body, the headers (bearer key, Accept, Content-Type, no Expect), the timeouts, no signals,
+ * no proxy, no redirects, HTTP/1.1, TCP_NODELAY, and errbuf (CURL_ERROR_SIZE bytes, kept alive
+ * by the caller) as the error buffer. Returns the header list, which the caller frees
+ * (curl_slist_free_all) once the transfer ended; NULL when there is none. */
+struct curl_slist *http_fetch_easy_setup(void *easy, const http_fetch_req *r, char *errbuf);
+
+/* The code http_fetch_run returns for libcurl's result cc (a CURLcode) of a transfer to url:
+ * 0 for CURLE_OK, else ERR_TIMEOUT, ERR_CONNECT or ERR_PROTOCOL, err_detail() naming url and
+ * why (errbuf when libcurl filled it). A caller maps its own aborts and refusals first. */
+int http_fetch_code(int cc, const char *url, const char *errbuf);
+
 /* One request with a fresh fetcher, the body copied into body[0, cap) (truncated, always
  * NUL-terminated when cap > 0). post_body NULL: a GET. Same returns as http_fetch_run plus
  * ERR_NOMEM. */

@@ -175,19 +175,11 @@ static void rt_xfer_end(rt_loop *L, rt_xfer *x) {
 
 /* x's code, as http_fetch_run maps libcurl's (err_detail names the URL). */
 static int rt_xfer_rc(rt_xfer *x, CURLcode cc) {
-    if (cc == CURLE_OK)
-        return 0;
-    if (x->data_rc)
+    if (cc != CURLE_OK && x->data_rc)
         return x->data_rc;
-    if (x->aborted)
+    if (cc != CURLE_OK && x->aborted)
         return err_set(ERR_CANCELLED, "%s: abandoned by the caller", x->url);
-    const char *why = x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc);
-    if (cc == CURLE_OPERATION_TIMEDOUT)
-        return err_set(ERR_TIMEOUT, "%s: %s", x->url, why);
-    if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
-        cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL)
-        return err_set(ERR_CONNECT, "%s: %s", x->url, why);
-    return err_set(ERR_PROTOCOL, "%s: %s", x->url, why);
+    return http_fetch_code(cc, x->url, x->errbuf);
 }
 
 static size_t rt_main_write(char *p, size_t size, size_t nmemb, void *ud);
@@ -207,36 +199,16 @@ static int rt_xfer_start(rt_loop *L, rt_xfer *x, const char *method, const char 
     x->data_rc = 0;
     x->aborted = false;
     x->t0 = clock_now_ns();
-    struct curl_slist *hd = NULL;
-    if (r->backend_api_key) {
-        char auth[1024];
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", r->backend_api_key);
-        hd = curl_slist_append(hd, auth);
-    }
-    if (body) {
-        hd = curl_slist_append(hd, "Content-Type: application/json");
-        hd = curl_slist_append(hd, "Expect:"); /* no 100-continue round trip */
-        curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
-    }
-    if (method)
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    double t = r->o.timeout_s > 0 ? r->o.timeout_s : 600;
-    double ct = t < 10 ? t : 10;
-    curl_easy_setopt(e, CURLOPT_URL, x->url);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
+    http_fetch_req q = {.url = x->url,
+                        .method = method,
+                        .body = body,
+                        .body_len = blen,
+                        .api_key = r->backend_api_key,
+                        .timeout_s = r->o.timeout_s};
+    struct curl_slist *hd = http_fetch_easy_setup(e, &q, x->errbuf);
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, x->kind == RT_X_MAIN ? rt_main_write : rt_pre_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_PROXY, "");
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(t * 1000));
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000));
     if (x->kind == RT_X_MAIN) {
         curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, rt_main_prereq);
         curl_easy_setopt(e, CURLOPT_PREREQDATA, x->c);
