@@ -114,6 +114,7 @@ typedef struct phase {
     kv_xfer_listener *l;
     pools *p;
     int n_transfers, n_blocks, rc;
+    int64_t n_verified, n_overlapped; /* the receiver's, over the phase */
 } phase;
 
 static void *receiver(void *arg) {
@@ -138,6 +139,9 @@ static void *receiver(void *arg) {
             x->rc = n < 0 ? n : kv_xfer_recv_error(r);
         for (int i = 0; i < n; i++)
             kv_block_unref(x->p->dst, ids[i]);
+        kv_xfer_stats st = kv_xfer_recv_stats(r);
+        x->n_verified += st.n_verified;
+        x->n_overlapped += st.n_overlapped;
         if (x->rc)
             fprintf(stderr, "bench_xfer: receiver: %s (%s)\n", err_name(x->rc), err_detail());
         kv_xfer_recv_destroy(r);
@@ -147,9 +151,11 @@ static void *receiver(void *arg) {
 }
 
 /* Runs a phase; returns its wall time (connection set-up excluded); the process's CPU seconds in
- * that time into *cpu; each transfer's time into per (NULL: not kept). */
+ * that time into *cpu; each transfer's time into per (NULL: not kept); the fraction of blocks
+ * the receiver checksummed while the next one landed (kv-xfer-verify-overlap) into *overlap
+ * (NULL: not kept). */
 static double phase_run(const kv_xfer_transport *tp, pools *p, int n_transfers, int n_blocks,
-                        double *per, double *cpu) {
+                        double *per, double *cpu, double *overlap) {
     phase x = {.tp = tp, .p = p, .n_transfers = n_transfers, .n_blocks = n_blocks};
     int rc = tp->listen("127.0.0.1:0", &x.l);
     if (rc)
@@ -186,6 +192,8 @@ static double phase_run(const kv_xfer_transport *tp, pools *p, int n_transfers, 
     pthread_join(th, NULL);
     if (x.rc)
         die("receiver", x.rc);
+    if (overlap)
+        *overlap = x.n_verified ? (double)x.n_overlapped / (double)x.n_verified : 0;
     kv_xfer_conn_destroy(conn);
     kv_xfer_listener_destroy(x.l);
     return dt;
@@ -227,6 +235,7 @@ int main(int argc, char **argv) {
     memset(a, 1, span);
     memset(c, 2, span);
     double mc[RUNS], mc_cpu[RUNS], xf[MAX_TP][RUNS], ratio[MAX_TP][RUNS], xcpu[MAX_TP][RUNS];
+    double ovl[MAX_TP][RUNS];
     for (int run = 0; run < RUNS; run++) {
         double t0 = now_s(), c0 = cpu_s();
         for (int t = 0; t < n_transfers; t++) {
@@ -237,7 +246,8 @@ int main(int argc, char **argv) {
         mc_cpu[run] = (cpu_s() - c0) / (bytes / 1e9);
         for (int k = 0; k < n_tp; k++) {
             double cpu = 0;
-            xf[k][run] = bytes / phase_run(tps[k], &pb, n_transfers, NB, NULL, &cpu) / 1e9;
+            xf[k][run] =
+                bytes / phase_run(tps[k], &pb, n_transfers, NB, NULL, &cpu, &ovl[k][run]) / 1e9;
             ratio[k][run] = xf[k][run] / mc[run];
             xcpu[k][run] = cpu / (bytes / 1e9);
         }
@@ -249,7 +259,7 @@ int main(int argc, char **argv) {
            n_transfers, NB, state / 1024, bytes / 1048576.0, RUNS);
     printf("  pool layout %s (kv-pool-block-major), kv-xfer-inplace %d\n",
            kv_pool_block_major(pb.src) ? "block-major" : "layer-major",
-           flags_int(FLAG_KV_XFER_INPLACE));
+           (int)flags_int(FLAG_KV_XFER_INPLACE));
     printf("  memcpy            %7.2f GB/s  CPU %6.3f s/GB\n", mc[RUNS / 2], mc_cpu[RUNS / 2]);
     for (int k = 0; k < n_tp; k++) {
         qsort(xf[k], RUNS, sizeof xf[k][0], cmp_d);
@@ -262,12 +272,16 @@ int main(int argc, char **argv) {
         printf("    CPU %6.3f s/GB (sender + receiver + library threads; memcpy's CPU per GB is "
                "%.1f%% of it)\n",
                xcpu[k][RUNS / 2], 100.0 * mc_cpu[RUNS / 2] / xcpu[k][RUNS / 2]);
+        qsort(ovl[k], RUNS, sizeof ovl[k][0], cmp_d);
+        printf("    kv-xfer-verify-overlap %d: %.1f%% of blocks checksummed while the next one "
+               "landed (median round)\n",
+               (int)flags_int(FLAG_KV_XFER_VERIFY_OVERLAP), 100.0 * ovl[k][RUNS / 2]);
     }
     static double per[LAT_N];
     pools *lp[2] = {&pb, &ps};
     for (int g = 0; g < 2; g++)
         for (int k = 0; k < n_tp; k++) {
-            phase_run(tps[k], lp[g], LAT_N, 1, per, NULL);
+            phase_run(tps[k], lp[g], LAT_N, 1, per, NULL, NULL);
             qsort(per, LAT_N, sizeof per[0], cmp_d);
             printf("  1-block transfer  %-4s %6zu KiB block: median %8.1f us, p90 %8.1f us\n",
                    tps[k]->name, kv_block_state_bytes(lp[g]->src) / 1024, per[LAT_N / 2] * 1e6,

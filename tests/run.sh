@@ -35,7 +35,7 @@ case $lanes in '' | *[!0-9]* | 0) echo "VERITY_TEST_JOBS must be a positive inte
 # worker path)
 # (test_spec is not among them: its only threads are the forward pass's pool, which test_model and
 # test_kv_prefix run under TSan, and under TSan it takes 3.5 minutes of CPU)
-TSAN_AREAS='^(test_base|test_srv_http|test_router|test_model|test_kv_prefix|test_kv_xfer|test_kv_xfer_inflight|test_grammar_engine|test_engine_loop|test_kv_tier|test_tokenizer|test_chat_api|test_hunt_.*|serve\.sh|router\.sh|router_workers\.sh|serve_tools\.sh|hunt\.sh|hunt_bisect\.sh|hunt_scale\.sh|kv_cache\.sh|disagg\.sh)$'
+TSAN_AREAS='^(test_base|test_srv_http|test_router|test_model|test_kv_prefix|test_kv_xfer|test_kv_xfer_inflight|test_kv_xfer_overlap|test_grammar_engine|test_engine_loop|test_kv_tier|test_tokenizer|test_chat_api|test_hunt_.*|serve\.sh|router\.sh|router_workers\.sh|serve_tools\.sh|hunt\.sh|hunt_bisect\.sh|hunt_scale\.sh|kv_cache\.sh|disagg\.sh)$'
 # scripts that drive other builds themselves (the fault build) and run once, with the release suite
 RELEASE_ONLY='^(faults\.sh|disagg_faults\.sh|hunt_faults\.sh|kv_faults\.sh|abuse\.sh)$'
 expected=()

@@ -25,7 +25,9 @@
  * calls and by polling the module's counters, never by a sleep.
  *
  * The fixture and the per-transport runner are kv_xfer_fx.h's; the posted writes
- * (kv-xfer-inflight) are test_kv_xfer_inflight.c's.
+ * (kv-xfer-inflight) are test_kv_xfer_inflight.c's, the receiver's overlap
+ * (kv-xfer-verify-overlap, off here: each block's verdict comes within its own step) is
+ * test_kv_xfer_overlap.c's.
  */
 #include "kv_xfer_fx.h"
 
@@ -998,6 +1000,12 @@ static const tcase cases[] = {
 };
 
 int main(void) {
+    /* every edge here is reached one step at a time, each BLOCK verified within its own step: the
+     * overlap (a block checksummed while the next lands) is test_kv_xfer_overlap.c's */
+    if (flags_set("kv-xfer-verify-overlap", "0")) {
+        fprintf(stderr, "test_kv_xfer: %s\n", err_detail());
+        return 1;
+    }
     if (fx_run_cases("test_kv_xfer", cases, sizeof cases / sizeof cases[0], NULL, 0))
         return 1;
     tp = kv_xfer_transport_find("tcp");

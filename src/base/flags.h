@@ -244,6 +244,11 @@ enum flag_kind {
     X(KV_XFER_INFLIGHT, "kv-xfer-inflight", FLAG_KIND_INT, "2", "1:64",                           \
       "KV transfers over ucx: the most block payloads a sender has on their way at once on one "   \
       "connection (1: each write waits until the receiver fetched it; speed only, same bytes)")    \
+    X(KV_XFER_VERIFY_OVERLAP, "kv-xfer-verify-overlap", FLAG_KIND_INT, "1", "0:2",               \
+      "KV transfers received in place: a block is checksummed on a helper thread while the next "  \
+      "one lands, when the next one is already on its way; 1: over transports whose receiver "     \
+      "moves the bytes (ucx), 2: over every transport (tcp too: its sender copies as well, so on " \
+      "one small machine the helper takes a core they need), 0: never (speed only, same bytes)")   \
     X(KV_IN_SKIP, "kv-in-skip", FLAG_KIND_BOOL, "1", "0|1",                                        \
       "decode server: a queued request whose KV is still arriving holds no blocks, so the "         \
       "requests behind it may start (0: it keeps its place and the queue waits behind it; same "    \

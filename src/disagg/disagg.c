@@ -324,7 +324,7 @@ static void **rx_receive(disagg_rx *rx, rx_entry *e, kv_xfer_conn *conn, int32_t
                 int32_t id = kv_xfer_recv_block(r, (uint32_t)i);
                 if (id < 0)
                     break;
-                sums[i] = kv_block_checksum(stage, id, keys[i]);
+                sums[i] = kv_xfer_recv_checksum(r, (uint32_t)i); /* as verified: no 2nd pass */
                 if (f_reuse && i == 0) {
                     /* FAULT (j) reuse: the verified block is written over while the transfer
                      * still holds it, as if the pool had handed it to someone else */

@@ -16,6 +16,17 @@
  * before it waits for something else. The frame headers (and a layer-major block's gathered
  * write, and the frame path's blob) come from buffers reused for the next block, so they stay
  * write_all. N = 1, or tcp: every write is write_all, as before.
+ *
+ * Overlap on the receiver (kv-xfer-verify-overlap). In place, the receiver's per-block work is the
+ * landing (on ucx the cma copy, inside the read) and then the checksum pass, one after the other
+ * on its thread. When a block has landed and read_ready says the next message is already there,
+ * recv_block posts the checksum to the receiver's verifier thread and returns with the block
+ * pending (still RECEIVING, not ACKed); the next block's read then lands it while the verifier
+ * hashes the first, and recv_pend_finish takes the first's verdict (HELD and ACK, or the abort)
+ * before the second is decided, so the order of HELD blocks and ACKs is unchanged. A step that
+ * finds a pending block and nothing to read settles it first, so a sender waiting for that ACK is
+ * never kept waiting on the receiver's next read. recv_abort waits for the verifier before it
+ * frees the pending block. The final block is always verified inline (nothing follows it).
  */
 #include "disagg/kv_xfer.h"
 
@@ -24,6 +35,7 @@
 #include "base/hash.h"
 #include "disagg/kv_xfer_int.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -380,6 +392,81 @@ kv_xfer_stats kv_xfer_send_stats(const kv_xfer_send *s) {
 
 /* ---- receiver ---- */
 
+/* The verifier thread of one receiver (kv-xfer-verify-overlap), started at its first job: it
+ * checksums one RECEIVING block at a time (job: busy set, id, key; done: busy cleared, sum) and
+ * reads nothing else of the pool but the block's bytes and the pool's fixed geometry, so the
+ * receiver's thread may allocate and land the next block meanwhile. */
+typedef struct recv_verifier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    bool started, stop, busy;
+    const kv_pool *pool;
+    int32_t id;
+    uint64_t key, sum;
+} recv_verifier;
+
+static void *verifier_main(void *arg) {
+    recv_verifier *v = arg;
+    pthread_mutex_lock(&v->mu);
+    for (;;) {
+        while (!v->busy && !v->stop)
+            pthread_cond_wait(&v->cv, &v->mu);
+        if (!v->busy)
+            break;
+        int32_t id = v->id;
+        uint64_t key = v->key;
+        pthread_mutex_unlock(&v->mu);
+        uint64_t sum = kv_block_checksum(v->pool, id, key);
+        pthread_mutex_lock(&v->mu);
+        v->sum = sum;
+        v->busy = false;
+        pthread_cond_broadcast(&v->cv);
+    }
+    pthread_mutex_unlock(&v->mu);
+    return NULL;
+}
+
+/* Gives block id (name key) to the verifier, starting it if needed. Returns 0, or -1 when no
+ * thread could be started (the caller verifies the block itself). */
+static int verifier_post(recv_verifier *v, const kv_pool *p, int32_t id, uint64_t key) {
+    if (!v->started) {
+        if (pthread_create(&v->th, NULL, verifier_main, v) != 0)
+            return -1;
+        v->started = true;
+    }
+    pthread_mutex_lock(&v->mu);
+    v->pool = p;
+    v->id = id;
+    v->key = key;
+    v->busy = true;
+    pthread_cond_broadcast(&v->cv);
+    pthread_mutex_unlock(&v->mu);
+    return 0;
+}
+
+/* Waits for the posted job and returns the checksum it computed. */
+static uint64_t verifier_wait(recv_verifier *v) {
+    pthread_mutex_lock(&v->mu);
+    while (v->busy)
+        pthread_cond_wait(&v->cv, &v->mu);
+    uint64_t sum = v->sum;
+    pthread_mutex_unlock(&v->mu);
+    return sum;
+}
+
+static void verifier_stop(recv_verifier *v) {
+    if (v->started) {
+        pthread_mutex_lock(&v->mu);
+        v->stop = true;
+        pthread_cond_broadcast(&v->cv);
+        pthread_mutex_unlock(&v->mu);
+        pthread_join(v->th, NULL);
+    }
+    pthread_cond_destroy(&v->cv);
+    pthread_mutex_destroy(&v->mu);
+}
+
 struct kv_xfer_recv {
     kv_xfer_conn *conn;
     kv_pool *pool;
@@ -391,12 +478,20 @@ struct kv_xfer_recv {
     int64_t bs, n_full;
     uint64_t *keys; /* n_full chain names, computed from the prompt */
     int32_t *ids;   /* verified blocks, position order */
+    uint64_t *sums; /* their checksums, as verified */
     uint32_t n_ids;
     uint8_t *body;
     size_t body_bytes;
     bool inplace;      /* kv-xfer-inplace: the blob's segments land in the pool block */
     struct iovec *iov; /* in place: the blob's head (into body), then the block's segments */
     int n_iov;
+    /* kv-xfer-verify-overlap: block pend_seq (pool block pend_id, RECEIVING) is being checksummed
+     * by the verifier thread while the next block lands; pend_sum is what its head promised. */
+    bool overlap, pend;
+    int32_t pend_id;
+    uint32_t pend_seq;
+    uint64_t pend_sum;
+    recv_verifier v;
 };
 
 int kv_xfer_recv_create(kv_xfer_conn *conn, kv_pool *p, const kv_xfer_recv_opts *o,
@@ -413,16 +508,18 @@ int kv_xfer_recv_create(kv_xfer_conn *conn, kv_pool *p, const kv_xfer_recv_opts 
     if (r) {
         r->keys = malloc((size_t)n_full * sizeof *r->keys);
         r->ids = malloc((size_t)n_full * sizeof *r->ids);
+        r->sums = malloc((size_t)n_full * sizeof *r->sums);
         r->body_bytes = kv_block_blob_bytes(p);
         r->inplace = flags_int(FLAG_KV_XFER_INPLACE) != 0;
         r->body = malloc(r->inplace ? kv_block_head_bytes(p) : r->body_bytes);
         r->n_iov = 1 + (int)(kv_pool_n_layer(p) * kv_pool_n_buffers(p));
         r->iov = r->inplace ? malloc((size_t)r->n_iov * sizeof *r->iov) : NULL;
     }
-    if (!r || !r->keys || !r->ids || !r->body || (r->inplace && !r->iov)) {
+    if (!r || !r->keys || !r->ids || !r->sums || !r->body || (r->inplace && !r->iov)) {
         if (r) {
             free(r->keys);
             free(r->ids);
+            free(r->sums);
             free(r->body);
             free(r->iov);
             free(r);
@@ -433,6 +530,11 @@ int kv_xfer_recv_create(kv_xfer_conn *conn, kv_pool *p, const kv_xfer_recv_opts 
     r->conn = conn;
     r->pool = p;
     r->o = *o;
+    int64_t ov = flags_int(FLAG_KV_XFER_VERIFY_OVERLAP);
+    r->overlap = r->inplace && conn->ops->read_ready &&
+                 (ov == 2 || (ov == 1 && conn->ops->receiver_moves));
+    pthread_mutex_init(&r->v.mu, NULL);
+    pthread_cond_init(&r->v.cv, NULL);
     r->bs = bs;
     r->n_full = n_full;
     uint64_t parent = o->identity;
@@ -448,6 +550,12 @@ static void recv_abort(kv_xfer_recv *r, int code, bool notify) {
         return;
     r->state = KV_XFER_ABORTED;
     r->error = code;
+    if (r->pend) {
+        (void)verifier_wait(&r->v); /* the verifier reads it: freed only once it is done */
+        r->pend = false;
+        kv_block_unref(r->pool, r->pend_id); /* RECEIVING -> FREED */
+        r->st.n_released++;
+    }
     for (uint32_t i = 0; i < r->n_ids; i++) {
         kv_block_unref(r->pool, r->ids[i]);
         r->st.n_released++;
@@ -465,19 +573,56 @@ void kv_xfer_recv_destroy(kv_xfer_recv *r) {
     if (!r)
         return;
     recv_abort(r, ERR_CANCELLED, true);
+    verifier_stop(&r->v);
     free(r->keys);
     free(r->ids);
+    free(r->sums);
     free(r->body);
     free(r->iov);
     free(r);
 }
 
-/* Applies one BLOCK whose header h was read (its body not yet). Returns 0 or the abort code. */
+/* Block seq (pool block id, checksum sum) passed: HELD, in position order, and ACKed; the final
+ * one completes the transfer. Returns 0 or the ACK's write error. */
+static int recv_held(kv_xfer_recv *r, int32_t id, uint32_t seq, uint64_t sum, bool final) {
+    r->sums[r->n_ids] = sum;
+    r->ids[r->n_ids++] = id; /* RECEIVING -> HELD */
+    r->st.n_verified++;
+    int rc = msg_write_short(r->conn, MSG_ACK, r->o.xfer_id, seq, 0);
+    if (rc)
+        return rc;
+    r->st.n_acked++;
+    if (final)
+        r->state = KV_XFER_COMPLETE;
+    return 0;
+}
+
+/* The pending block's verdict: waits for the verifier, then HELD and ACKed, or freed. Returns 0 or
+ * the error that ends the transfer. */
+static int recv_pend_finish(kv_xfer_recv *r) {
+    uint64_t got = verifier_wait(&r->v);
+    r->pend = false;
+    if (got != r->pend_sum) {
+        kv_block_unref(r->pool, r->pend_id); /* RECEIVING -> FREED */
+        r->st.n_released++;
+        err_set(ERR_CHECKSUM, "kv blob %016llx: block %d as received fails its checksum",
+                (unsigned long long)r->keys[r->pend_seq], r->pend_id);
+        return err_wrap(ERR_CHECKSUM, "kv_xfer transfer %llu: block %u",
+                        (unsigned long long)r->o.xfer_id, r->pend_seq);
+    }
+    return recv_held(r, r->pend_id, r->pend_seq, got, false);
+}
+
+/* Applies one BLOCK whose header h was read (its body not yet). In place with the overlap on, a
+ * block that is not the final one and has a message behind it already is handed to the verifier
+ * (pending) instead: the next block then lands while it is checksummed, and its verdict comes
+ * before the next block's (recv_pend_finish). Returns 0 or the abort code. */
 static int recv_block(kv_xfer_recv *r, const msg_hdr *h) {
     unsigned long long x = (unsigned long long)r->o.xfer_id;
-    if (h->seq != r->n_ids)
+    uint32_t next = r->n_ids + (r->pend ? 1 : 0);
+    if (h->seq != next)
         return err_set(ERR_PROTOCOL, "kv_xfer transfer %llu: block %u arrived, block %u expected",
-                       x, h->seq, r->n_ids);
+                       x, h->seq, next);
     if (h->seq >= r->n_full || h->pos0 != (int64_t)h->seq * r->bs || h->pos1 != h->pos0 + r->bs ||
         h->body != r->body_bytes || h->key != r->keys[h->seq])
         return err_set(ERR_PROTOCOL,
@@ -489,6 +634,7 @@ static int recv_block(kv_xfer_recv *r, const msg_hdr *h) {
                           .parent = h->seq ? r->keys[h->seq - 1] : r->o.identity,
                           .key = r->keys[h->seq],
                           .toks = r->o.toks + (int64_t)h->seq * r->bs};
+    bool final = (h->flags & FLAG_FINAL) != 0;
     int rc = r->inplace ? 0 : r->conn->ops->read_full(r->conn, r->body, r->body_bytes,
                                                        r->o.timeout_ms);
     if (rc)
@@ -500,20 +646,34 @@ static int recv_block(kv_xfer_recv *r, const msg_hdr *h) {
         return err_set(ERR_FULL, "kv_xfer transfer %llu: no free pool block for block %u", x,
                        h->seq);
     }
+    uint64_t sum = 0;
     if (r->inplace) {
         /* RECEIVING: the block is ours alone and nobody sees it until it is HELD, so its bytes
          * land in it straight from the wire and are verified once where they lie */
-        uint64_t sum = 0;
         r->iov[0] = (struct iovec){r->body, kv_block_head_bytes(r->pool)};
         int n_seg = kv_block_segments(r->pool, id, r->iov + 1, r->n_iov - 1);
         rc = r->conn->ops->readv_full(r->conn, r->iov, 1 + n_seg, r->o.timeout_ms);
         if (rc == 0)
             rc = kv_block_check_head(r->pool, &want, r->body, kv_block_head_bytes(r->pool), &sum);
+        if (rc == 0 && r->pend && (rc = recv_pend_finish(r)) != 0) {
+            kv_block_unref(r->pool, id); /* RECEIVING -> FREED: the one before failed */
+            r->st.n_released++;
+            return rc;
+        }
+        if (rc == 0 && r->overlap && !final && r->conn->ops->read_ready(r->conn) &&
+            verifier_post(&r->v, r->pool, id, want.key) == 0) {
+            r->pend = true; /* stays RECEIVING until recv_pend_finish */
+            r->pend_id = id;
+            r->pend_seq = h->seq;
+            r->pend_sum = sum;
+            r->st.n_overlapped++;
+            return 0;
+        }
         if (rc == 0 && kv_block_checksum(r->pool, id, want.key) != sum)
             rc = err_set(ERR_CHECKSUM, "kv blob %016llx: block %d as received fails its checksum",
                          (unsigned long long)want.key, id);
     } else {
-        rc = kv_block_decode(r->pool, id, &want, r->body, r->body_bytes, NULL);
+        rc = kv_block_decode(r->pool, id, &want, r->body, r->body_bytes, &sum);
     }
     if (rc) {
         kv_block_unref(r->pool, id); /* RECEIVING -> FREED */
@@ -522,20 +682,19 @@ static int recv_block(kv_xfer_recv *r, const msg_hdr *h) {
                    ? rc
                    : err_wrap(rc, "kv_xfer transfer %llu: block %u", x, h->seq);
     }
-    r->ids[r->n_ids++] = id; /* RECEIVING -> HELD */
-    r->st.n_verified++;
-    rc = msg_write_short(r->conn, MSG_ACK, r->o.xfer_id, h->seq, 0);
-    if (rc)
-        return rc;
-    r->st.n_acked++;
-    if (h->flags & FLAG_FINAL)
-        r->state = KV_XFER_COMPLETE;
-    return 0;
+    return recv_held(r, id, h->seq, sum, final);
 }
 
 kv_xfer_state kv_xfer_recv_step(kv_xfer_recv *r) {
     uint8_t b[HDR_BYTES];
     msg_hdr h;
+    if (r->pend && !r->conn->ops->read_ready(r->conn)) {
+        /* nothing behind the pending block yet: its verdict (and ACK) does not wait for more */
+        int rc = recv_pend_finish(r);
+        if (rc)
+            recv_abort(r, rc, rc != ERR_CONNECT);
+        return r->state;
+    }
     int rc = r->conn->ops->read_full(r->conn, b, sizeof b, r->o.timeout_ms);
     if (rc == 0)
         rc = hdr_decode(b, &h);
@@ -544,7 +703,7 @@ kv_xfer_state kv_xfer_recv_step(kv_xfer_recv *r) {
             recv_abort(r, rc, rc != ERR_CONNECT);
         return r->state;
     }
-    bool dup = h.type == MSG_BLOCK && h.seq < r->n_ids;
+    bool dup = h.type == MSG_BLOCK && h.seq < r->n_ids + (r->pend ? 1u : 0u);
     if (r->state != KV_XFER_OPEN || h.xfer_id != r->o.xfer_id || dup || h.type == MSG_ACK) {
         r->st.n_dropped++; /* late, foreign, duplicate, or an ACK the sender should not send */
         if (msg_skip_body(r->conn, h.body, r->o.timeout_ms) && r->state == KV_XFER_OPEN)
@@ -581,6 +740,10 @@ int kv_xfer_recv_take(kv_xfer_recv *r, int32_t *ids, int cap) {
 
 int32_t kv_xfer_recv_block(const kv_xfer_recv *r, uint32_t i) {
     return i < r->n_ids ? r->ids[i] : -1;
+}
+
+uint64_t kv_xfer_recv_checksum(const kv_xfer_recv *r, uint32_t i) {
+    return i < r->n_ids ? r->sums[i] : 0;
 }
 
 kv_xfer_state kv_xfer_recv_state(const kv_xfer_recv *r) {

@@ -38,6 +38,13 @@
  * each side: the sender writes the header and head, then the payload in one write from its pool,
  * and the receiver reads the payload in one read into its block (on ucx: one rendezvous, one cma
  * copy, then the one checksum pass). The bytes on the wire do not depend on either side's layout.
+ * Overlap (toggle kv-xfer-verify-overlap; in place only): when a block has landed and the next
+ * message is already waiting, the block's checksum is computed on the receiver's helper thread
+ * (started at the first such block, joined by destroy) while the receiver reads the next block
+ * into its own pool block; the first block's verdict is then taken before the second's, so blocks
+ * still become HELD and are ACKed in order, one step later. A pending block with nothing behind it
+ * gets its verdict at the start of the next step, before that step waits for a message. 1 (the
+ * default) overlaps where the receiver's read moves the bytes (ucx); 2 on every transport.
  * A block that fails is freed, never seen. Block i must carry
  * positions [i*B, (i+1)*B). Only full blocks travel; a prompt's partial tail block is recomputed by
  * the receiver. Pipelining: the sender sends each block as soon as it is sealed (chunk-wise, so the
@@ -52,7 +59,8 @@
  *               (a) an ACK for its seq, or (b) the transfer aborting (local cancel, drain, peer
  *               ABORT, peer disconnect, timeout, protocol error). Terminal.
  *   A block on the receiver side:
- *     RECEIVING a pool block is allocated and the blob is being restored into it; invisible.
+ *     RECEIVING a pool block is allocated and the blob is being restored into it, or it has
+ *               landed and its checksum is being computed (overlap); invisible.
  *     HELD      verified (kv_block_decode returned 0) and ACKed; held by the transfer, still
  *               invisible to the consumer.
  *     HANDED    the transfer completed and kv_xfer_recv_take gave the block to the consumer, who
@@ -81,7 +89,8 @@
  * Threading: a kv_xfer_send or kv_xfer_recv, and its connection, belong to one thread at a time
  * (the sender and the receiver of one transfer run in different threads or processes: each end
  * blocks in its own reads and writes). Drain = the owner calls cancel on each open transfer.
- * Nothing here takes a lock. On ucx the owning thread is also the one that progresses the
+ * Nothing here takes a lock but the receiver's own helper thread's (overlap), which reads only
+ * the pending block's bytes. On ucx the owning thread is also the one that progresses the
  * connection's UCP worker (inside its reads and writes); nothing else does, so a connection must
  * not be used by two threads at once even for reading on one and writing on the other. The one
  * exception is kv_xfer_conn_shutdown, which any thread may call to cut the owner's blocked read or
@@ -152,6 +161,8 @@ typedef struct kv_xfer_stats {
     int64_t n_released; /* sender: release callbacks run; receiver: pool blocks unreferenced */
     int64_t n_dropped;  /* duplicate, foreign or late messages dropped */
     int64_t n_handed;   /* receiver: blocks given to the consumer */
+    int64_t n_overlapped; /* receiver: blocks checksummed while the next one landed
+                           * (kv-xfer-verify-overlap) */
 } kv_xfer_stats;
 
 /* Test hook on the sender: sees each BLOCK frame (header and body, n bytes, writable) just before
@@ -245,6 +256,10 @@ int kv_xfer_recv_take(kv_xfer_recv *r, int32_t *ids, int cap);
 /* The pool block holding verified block i (HELD, or HANDED once taken), or -1 if block i was not
  * verified (yet). For a consumer that records what it verified (a checksum) before the end. */
 int32_t kv_xfer_recv_block(const kv_xfer_recv *r, uint32_t i);
+
+/* The checksum verified block i was verified against (kv_block_checksum of its bytes then), or 0
+ * if block i was not verified (yet): a consumer that records it need not hash the block again. */
+uint64_t kv_xfer_recv_checksum(const kv_xfer_recv *r, uint32_t i);
 
 kv_xfer_state kv_xfer_recv_state(const kv_xfer_recv *r);
 int kv_xfer_recv_error(const kv_xfer_recv *r);

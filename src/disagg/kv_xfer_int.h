@@ -46,6 +46,15 @@ typedef struct kv_xfer_conn_ops {
      * again. Returns 0, or ERR_CONNECT if any posted write since the last flush failed or was
      * cancelled. NULL where write_held is. */
     int (*flush)(kv_xfer_conn *c, int timeout_ms);
+    /* Whether a read would find something now without waiting: bytes of a message, the end of
+     * the stream or a failure (which the read then reports). Never blocks and takes nothing. NULL
+     * where the transport cannot tell (the receiver then verifies every block before it reads
+     * the next). */
+    bool (*read_ready)(kv_xfer_conn *c);
+    /* Whether the receiver's read moves the bytes and the sender's write does not copy them (ucx:
+     * a rendezvous fetched by the receiver), so a helper thread beside the receiver has a core
+     * the sender does not need (kv-xfer-verify-overlap 1). */
+    bool receiver_moves;
     void (*shutdown)(kv_xfer_conn *c);
     void (*destroy)(kv_xfer_conn *c);
 } kv_xfer_conn_ops;

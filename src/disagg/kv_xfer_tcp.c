@@ -125,6 +125,11 @@ static int tcp_iov(tcp_conn *t, const struct iovec *iov, int n, bool out, int ti
     }
 }
 
+static bool tcp_read_ready(kv_xfer_conn *c) {
+    struct pollfd pf = {.fd = ((tcp_conn *)c)->fd, .events = POLLIN};
+    return poll(&pf, 1, 0) != 0; /* data, the peer's end, an error (or poll's own failure) */
+}
+
 static int tcp_writev_all(kv_xfer_conn *c, const struct iovec *iov, int n) {
     return tcp_iov((tcp_conn *)c, iov, n, true, -1);
 }
@@ -149,6 +154,7 @@ static const kv_xfer_conn_ops tcp_ops = {.write_all = tcp_write_all,
                                          .read_full = tcp_read_full,
                                          .writev_all = tcp_writev_all,
                                          .readv_full = tcp_readv_full,
+                                         .read_ready = tcp_read_ready,
                                          .shutdown = tcp_shutdown,
                                          .destroy = tcp_destroy};
 

@@ -596,6 +596,22 @@ static int ucx_readv_full(kv_xfer_conn *base, const struct iovec *iov, int n, in
     return rc;
 }
 
+/* Whether a read would return now: the rest of a staged message, a message on the queue, or the
+ * end (FIN read, failed, cut, closed). Progresses the worker once; takes nothing. */
+static bool ucx_read_ready(kv_xfer_conn *base) {
+    ucx_conn *c = (ucx_conn *)base;
+    pthread_mutex_lock(&c->use);
+    bool ready = c->stage_off < c->stage_len || c->closed || c->fin_seen ||
+                 atomic_load(&c->cut) || atomic_load(&c->failed) || !c->ep;
+    if (!ready) {
+        ucp_tag_recv_info_t info;
+        ucp_worker_progress(c->w);
+        ready = ucp_tag_probe_nb(c->w, 0, TAG_ANY_MASK, 0, &info) != NULL;
+    }
+    pthread_mutex_unlock(&c->use);
+    return ready;
+}
+
 /* Takes the small messages nobody will read off the queue (the peer's FIN, ACKs, an ABORT), so
  * the worker is destroyed with none pending. A rendezvous message stays: receiving it would tell
  * its sender it was delivered. */
@@ -675,6 +691,8 @@ static const kv_xfer_conn_ops ucx_ops = {.write_all = ucx_write_all,
                                          .readv_full = ucx_readv_full,
                                          .write_held = ucx_write_held,
                                          .flush = ucx_flush,
+                                         .read_ready = ucx_read_ready,
+                                         .receiver_moves = true,
                                          .shutdown = ucx_shutdown,
                                          .destroy = ucx_destroy};
 
