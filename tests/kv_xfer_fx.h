@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kv_xfer_fx: the fixture the KV transfer tests share (test_kv_xfer.c, the state machine per
- * transport and disagg's cancel; test_kv_xfer_inflight.c, the posted writes): the transport the
- * cases run over (tp), a connected pair over it (a socketpair over tcp, a loopback listener's
- * accepted connection otherwise), a sender pool with NB sealed blocks and an empty receiver pool
- * (fx_*), the checks every case ends with (each block released exactly once, none while a posted
- * write was left; the receiver's pool all free; bytes identical), the 256 KiB blocks of UCX's
- * rendezvous path (big_*), and the runner that runs a list of cases once per transport and path
- * under the names "kv_xfer.<transport>[.frame].<case>" that tests/run.sh and CI logs key on.
+ * transport and disagg's cancel; test_kv_xfer_inflight.c, the posted writes;
+ * test_kv_xfer_overlap.c, the receiver's overlap): the transport the cases run over (tp), a
+ * connected pair over it (a socketpair over tcp, a loopback listener's accepted connection
+ * otherwise), a sender pool with NB sealed blocks and an empty receiver pool (fx_*), the checks
+ * every case ends with (each block released exactly once, none while a posted write was left; the
+ * receiver's pool all free; bytes identical), a wire hook that flips or repeats a frame (hook_fn),
+ * the 256 KiB blocks of UCX's rendezvous path (big_*), and the runner that runs a list of cases
+ * once per transport and path under the names "kv_xfer.<transport>[.frame].<case>" that
+ * tests/run.sh and CI logs key on.
  *
  * Header-only, static inline (as test_grammar_util.h and test_isa.h): the Makefile links each
  * tests/test_*.c with tests/test_util.c only, and not every includer uses every helper. Its
@@ -215,6 +217,25 @@ static inline void check_same(const fx *f, int b, int32_t dst_id) {
     check_same_pools(f->src, f->ids[b], f->dst, dst_id, b);
 }
 
+/* ---- a wire hook (kv_xfer_send_opts.wire_hook: the sender's frame path) ---- */
+
+typedef struct hook_cfg {
+    int seq;      /* the frame to act on */
+    long flip_at; /* byte offset to flip (-1: none) */
+    int copies;   /* copies of that frame to write */
+} hook_cfg;
+
+/* Frame seq written `copies` times (0 drops it), its byte flip_at flipped first (-1: none); every
+ * other frame once. ctx is a hook_cfg. */
+static inline int hook_fn(void *ctx, uint32_t seq, uint8_t *frame, size_t n) {
+    hook_cfg *h = ctx;
+    if ((int)seq != h->seq)
+        return 1;
+    if (h->flip_at >= 0 && (size_t)h->flip_at < n)
+        frame[h->flip_at] ^= 0x40;
+    return h->copies;
+}
+
 /* ---- blocks big enough for UCX's rendezvous (256 KiB) ---- */
 
 /* A sender thread's transfer of big blocks (big_sender in test_kv_xfer.c), or a posted-writes
@@ -290,6 +311,19 @@ static inline void t_ucx_missing(void) {
     test_skip("%s", ucx_skip);
 }
 
+/* Whether UCX starts here (a listener on loopback); if not (no usable transport), one SKIP line
+ * named `name` saying why, and false. */
+static inline bool fx_ucx_starts(const char *name) {
+    kv_xfer_listener *l = NULL;
+    int rc = kv_xfer_transport_find("ucx")->listen("127.0.0.1:0", &l);
+    kv_xfer_listener_destroy(l);
+    if (rc == 0)
+        return true;
+    snprintf(ucx_skip, sizeof ucx_skip, "UCX cannot start here: %s", err_detail());
+    test_run(name, t_ucx_missing);
+    return false;
+}
+
 /* Runs cases[0..n) once per transport, "tcp" then "ucx" (one SKIP line "kv_xfer.ucx" instead if
  * UCX cannot start here): every case over the in-place path (the default) as
  * "kv_xfer.<transport>.<name>", then over the frame path as "kv_xfer.<transport>.frame.<name>",
@@ -303,16 +337,8 @@ static inline int fx_run_cases(const char *prog, const tcase *cases, size_t n,
     for (int t = 0; t < 2; t++) {
         tp = kv_xfer_transport_find(names[t]);
         char full[96];
-        if (t == 1) { /* UCX may not start here (no usable transport): one SKIP line */
-            kv_xfer_listener *l = NULL;
-            int rc = tp->listen("127.0.0.1:0", &l);
-            kv_xfer_listener_destroy(l);
-            if (rc) {
-                snprintf(ucx_skip, sizeof ucx_skip, "UCX cannot start here: %s", err_detail());
-                test_run("kv_xfer.ucx", t_ucx_missing);
-                break;
-            }
-        }
+        if (t == 1 && !fx_ucx_starts("kv_xfer.ucx"))
+            break;
         /* every case over the in-place path (the default), then over the frame path */
         for (int mode = 0; mode < 2; mode++) {
             if (flags_set("kv-xfer-inplace", mode == 0 ? "1" : "0")) {

@@ -52,23 +52,6 @@ static void replay_next(int peek_fd, int write_fd) {
     T_CHECK(write(write_fd, m, sizeof m) == (ssize_t)sizeof m);
 }
 
-/* ---- wire hooks ---- */
-
-typedef struct hook_cfg {
-    int seq;      /* the frame to act on */
-    long flip_at; /* byte offset to flip (-1: none) */
-    int copies;   /* copies of that frame to write */
-} hook_cfg;
-
-static int hook_fn(void *ctx, uint32_t seq, uint8_t *frame, size_t n) {
-    hook_cfg *h = ctx;
-    if ((int)seq != h->seq)
-        return 1;
-    if (h->flip_at >= 0 && (size_t)h->flip_at < n)
-        frame[h->flip_at] ^= 0x40;
-    return h->copies;
-}
-
 /* ---- cases ---- */
 
 typedef struct xfer_rx {
