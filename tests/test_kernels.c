@@ -535,7 +535,7 @@ static void t_matmul_few_rows(void) {
         bool q6 = types[ti] == GGUF_TYPE_Q6_K, q4k = types[ti] == GGUF_TYPE_Q4_K,
              q5k = types[ti] == GGUF_TYPE_Q5_K;
         bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0 || q6 || q4k || q5k;
-        int64_t k = q6 || q4k || q5k ? 2304 : q ? 416 : 300; /* 300 = 2 chunks of 128 and 44 */
+        int64_t k = q6 || q4k || q5k ? 2304 : q ? 416 : 300; /* 300: 2 chunks of 128 and 44 at mm-kc 128 */
         void *w = make_weights(types[ti], n, k, NULL);
         const int64_t m_max = q ? 17 : 33, n_vals = q4k ? 4 : q ? 3 : 6;
         for (int64_t m = 1; m <= m_max; m++) {
@@ -590,6 +590,60 @@ static void t_matmul_few_rows(void) {
     T_OK(flags_set("kq-prefetch", flags_find("kq-prefetch")->def));
     T_OK(flags_set("q8-prefetch", flags_find("q8-prefetch")->def));
     T_CHECK(cases == (2 * 33 * 6 + 4 * 17 * 3 + 17 * 4) * n_simd);
+}
+
+/* The float panel's K chunk (mm-kc): 16, 48, 100 (96), 128, 512 and 1024, over K = 1100
+ * (many chunks and a tail; one chunk and a tail), for F32 / F16 / BF16, m = 1, 7, 13 and 33 with
+ * mm-direct-rows 0 (every m through the panel), against the reference bit for bit: the chunk
+ * only moves where the accumulators are stored and reloaded. */
+static void t_matmul_kc(void) {
+    setup_isas();
+    if (!n_simd)
+        test_skip("no SIMD ISA on this CPU");
+    const int types[] = {GGUF_TYPE_F32, GGUF_TYPE_F16, GGUF_TYPE_BF16};
+    const char *kcs[] = {"16", "48", "100", "128", "512", "1024"};
+    const int64_t ms[] = {1, 7, 13, 33}, n = 130, k = 1100;
+    int cases = 0;
+    T_OK(flags_set("mm-direct-rows", "0"));
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        void *w = make_weights(types[ti], n, k, NULL);
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+            int64_t m = ms[mi], ldy = n + 3;
+            act_buf ab;
+            act_make(&ab, m, k, k + 5, mi == 3);
+            float *yr = calloc((size_t)(m * ldy), sizeof(float));
+            float *ys = calloc((size_t)(m * ldy), sizeof(float));
+            kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, ldy);
+            for (int ii = 0; ii < n_simd; ii++)
+                for (size_t ci = 0; ci < sizeof kcs / sizeof *kcs; ci++) {
+                    T_OK(flags_set("mm-kc", kcs[ci]));
+                    kn_mat *mat;
+                    T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
+                    void *scratch = aligned_alloc(64, kn_matmul_scratch_bytes());
+                    memset(ys, 0, (size_t)(m * ldy) * sizeof(float));
+                    kn_matmul(mat, &ab.a, m, ys, ldy, 0, 1, scratch);
+                    T_CHECKF(memcmp(yr, ys, (size_t)(m * ldy) * sizeof(float)) == 0,
+                             "type %s isa %s m=%lld mm-kc %s", kn_type_name(types[ti]),
+                             kn_isa_name(simd_isas[ii]), (long long)m, kcs[ci]);
+                    free(scratch);
+                    kn_mat_destroy(mat);
+                    cases++;
+                }
+            free(yr);
+            free(ys);
+            act_free(&ab);
+        }
+        free(w);
+    }
+    T_OK(flags_set("mm-kc", flags_find("mm-kc")->def));
+    T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
+    T_CHECK(cases == 3 * 4 * 6 * n_simd);
+    /* the value: rounded down to a multiple of 16, within 16..KN_KC_MAX */
+    T_CHECK(kn_matmul_kc(16) == 16);
+    T_CHECK(kn_matmul_kc(100) == 96);
+    T_CHECK(kn_matmul_kc(1024) == 1024);
+    T_CHECK(kn_matmul_kc(128) == 128 && flags_int(FLAG_MM_KC) == 128);
+    T_CHECK(flags_set("mm-kc", "15") != 0 && flags_set("mm-kc", "1025") != 0);
 }
 
 /* mm-direct-rows: a value of 0 or more is taken as it is; -1 (the default) is 32 on AMD and 12
@@ -1024,6 +1078,7 @@ int main(void) {
     test_run("kernels.matmul_kq_large_m", t_matmul_kq_large_m);
     test_run("kernels.matmul_few_rows_eq_ref", t_matmul_few_rows);
     test_run("kernels.matmul_direct_rows_by_cpu", t_matmul_direct_rows);
+    test_run("kernels.matmul_kc", t_matmul_kc);
     test_run("kernels.matmul_accuracy", t_matmul_accuracy);
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);
     test_run("kernels.attention", t_attention);

@@ -37,6 +37,9 @@ enum flag_kind {
       "AVX-512 F16/BF16 matmuls of at most this many rows convert weights in registers, not "      \
       "via a panel (3 or more rows: in L1-sized K chunks shared by all rows); -1 = by CPU: 32 on " \
       "AMD, where the conversion runs beside the FMAs, 12 elsewhere (speed only, same bits)")      \
+    X(MM_KC, "mm-kc", FLAG_KIND_INT, "128", "16:1024",                                             \
+      "F16/BF16/F32 matmuls through the f32 panel work in K chunks of this many steps (rounded "   \
+      "down to a multiple of 16; speed only, same bits)")                                          \
     X(MM_Q_TILE, "mm-q-tile", FLAG_KIND_INT, "7", "4:7",                                           \
       "AVX-512 Q8_0 matmuls of more than 4 rows run in ceil(rows / this) tiles of equal height, "  \
       "each sweeping the weights once (4: tiles of 4, then the rest; speed only, same bits)")      \

@@ -107,6 +107,14 @@ void kn_act_quantize(const kn_act *a, int64_t k, int64_t m0, int64_t m1, kn_isa 
  * conversions and the panel path a few percent). Only speed depends on it, never the bits. */
 int kn_matmul_direct_rows(int64_t flag, bool amd);
 
+/* The K chunk of the float matmuls' f32 panel (F16/BF16 converted once per chunk and column block,
+ * then swept by every row tile; F32 read in place): flag (the mm-kc toggle, default 128) rounded
+ * down to a multiple of 16, within 16..1024. 128's panel (32 KiB) fits L1 beside the streaming
+ * rows; longer chunks store and reload the accumulators less often but keep the panel in L2 (no
+ * gain beyond this VM's noise at 256 to 1024: BENCHMARKS.md, "## Engine"). The chunk only decides
+ * where the accumulators are stored and reloaded, which is exact: never the bits. */
+int kn_matmul_kc(int64_t flag);
+
 /* Per-thread scratch bytes kn_matmul needs (panel conversion buffer). */
 size_t kn_matmul_scratch_bytes(void);
 

@@ -46,7 +46,7 @@
 
 #define KN_NB_F           64
 #define KN_NB_Q           32
-#define KN_KC             128
+#define KN_KC_MAX         1024 /* the largest K chunk of the float panel (mm-kc) */
 #define KN_Q8_BLOCK_BYTES (64 + 8 * KN_NB_Q * 4)
 #define KN_Q4_BLOCK_BYTES (64 + 4 * KN_NB_Q * 4)
 
@@ -59,6 +59,7 @@ struct kn_mat {
     size_t packed_bytes;
     bool prefetch;       /* the mm-prefetch toggle at creation */
     int direct_rows;     /* the mm-direct-rows toggle at creation (AVX-512 float types) */
+    int kc;              /* the float panel's K chunk (kn_matmul_kc of mm-kc at creation) */
     int q_tile;          /* the mm-q-tile toggle at creation (AVX-512 Q8_0) */
     int q6k_prefetch;    /* the q6k-prefetch toggle at creation (bytes ahead; 0 = none) */
     int kq_prefetch;     /* the kq-prefetch toggle at creation (Q4_K/Q5_K; bytes ahead, 0 = none) */
@@ -68,7 +69,7 @@ struct kn_mat {
     size_t block_stride; /* bytes per column block */
 };
 
-/* Float-type matmul over column blocks [b0, b1). scratch: KN_KC * KN_NB_F floats. */
+/* Float-type matmul over column blocks [b0, b1). scratch: KN_KC_MAX * KN_NB_F floats. */
 void kn_matmul_f_avx512(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy,
                         int64_t b0, int64_t b1, float *scratch);
 void kn_matmul_f_avx2(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy,

@@ -166,6 +166,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->prefetch = flags_int(FLAG_MM_PREFETCH) != 0;
     w->direct_rows =
         kn_matmul_direct_rows(flags_int(FLAG_MM_DIRECT_ROWS), cpu_get_features()->amd);
+    w->kc = kn_matmul_kc(flags_int(FLAG_MM_KC));
     w->q_tile = (int)flags_int(FLAG_MM_Q_TILE);
     w->q6k_prefetch = (int)flags_int(FLAG_Q6K_PREFETCH);
     w->kq_prefetch = (int)flags_int(FLAG_KQ_PREFETCH);
@@ -242,8 +243,13 @@ int kn_matmul_direct_rows(int64_t flag, bool amd) {
     return amd ? 32 : 12;
 }
 
+int kn_matmul_kc(int64_t flag) {
+    int64_t kc = flag / 16 * 16;
+    return (int)(kc < 16 ? 16 : kc > KN_KC_MAX ? KN_KC_MAX : kc);
+}
+
 size_t kn_matmul_scratch_bytes(void) {
-    return (size_t)KN_KC * KN_NB_F * sizeof(float);
+    return (size_t)KN_KC_MAX * KN_NB_F * sizeof(float);
 }
 
 /* ---- scalar references ---- */

@@ -80,8 +80,8 @@ void kn_matmul_f_avx2(const kn_mat *w, const kn_act *xa, int64_t m, float *y, in
         if (ncols > KN_NB_F)
             ncols = KN_NB_F;
         const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
-        for (int64_t k0 = 0; k0 < K; k0 += KN_KC) {
-            int64_t kc = K - k0 < KN_KC ? K - k0 : KN_KC;
+        for (int64_t k0 = 0; k0 < K; k0 += w->kc) {
+            int64_t kc = K - k0 < w->kc ? K - k0 : w->kc;
             const float *wp;
             if (w->type == GGUF_TYPE_F32) {
                 wp = (const float *)blk + k0 * KN_NB_F;

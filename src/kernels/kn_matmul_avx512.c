@@ -2,15 +2,16 @@
 /*
  * kn_matmul_avx512: AVX-512 matmul kernels (compiled with -mavx512f/bw/vl/dq/vnni only here).
  *
- * Float types: for each 64-column block and each K chunk of KN_KC, the block's [kc][64] panel is
+ * Float types: for each 64-column block and each K chunk of w->kc, the block's [kc][64] panel is
  * converted once to f32 in the thread's scratch (F16 via vcvtph2ps, BF16 by shifting; both exact)
  * and then every 6-row tile of the M rows runs the register-blocked micro-kernel: 6 x 4 zmm
  * accumulators, one broadcast of x[m][k] per row and 4 FMAs per row per k. The accumulators are
  * stored to y between chunks and reloaded, which is exact, so each y[m][n] is the single fma
  * chain over k = 0..K-1 that kn_matmul_ref computes. The M rows are cut into ceil(M/6) tiles of
  * equal height give or take one (the same kernel with fewer rows); column tails are masked stores.
- * KN_KC = 128 divides the K of common shapes (896, 4864, 2048, 4096...) and its 32 KiB panel still
- * leaves L1 room for the streaming rows. The activations of a chunk do not fit L1 at prefill sizes
+ * The chunk (mm-kc, default 128) only moves those stores: 128 divides the K of common shapes (896,
+ * 4864, 2048, 4096...) and its 32 KiB panel still leaves L1 room for the streaming rows. The
+ * activations of a chunk do not fit L1 at prefill sizes
  * (256 rows x 128 floats), so each tile prefetches the next tile's activation rows and, after the
  * first chunk, its y rows, a few lines per 16 k-steps, and its share of the weights' next chunk
  * (spread over all tiles). The k loop addresses the six rows off two pointers and a stride, so it
@@ -239,12 +240,12 @@ static void kf_masks(const kn_mat *w, int64_t jb, __mmask16 *mask) {
     }
 }
 
-/* The k-chunk [k0, k0 + KN_KC) of column block jb for all m rows: converts the panel (F16/BF16)
+/* The k-chunk [k0, k0 + w->kc) of column block jb for all m rows: converts the panel (F16/BF16)
  * and runs the row tiles; the first tile prefetches pf (the weights this thread converts next;
  * NULL for none). */
 static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
                            int64_t jb, int64_t k0, float *scratch, const char *pf) {
-    const int64_t K = w->k, kc = K - k0 < KN_KC ? K - k0 : KN_KC;
+    const int64_t K = w->k, kc = K - k0 < w->kc ? K - k0 : w->kc;
     __mmask16 mask[4];
     kf_masks(w, jb, mask);
     const unsigned char *blk = (const unsigned char *)w->packed + (size_t)jb * w->block_stride;
@@ -334,10 +335,10 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
         return;
     }
     for (int64_t jb = b0; jb < b1; jb++)
-        for (int64_t k0 = 0; k0 < K; k0 += KN_KC) /* next: this block's next chunk or the next
+        for (int64_t k0 = 0; k0 < K; k0 += w->kc) /* next: this block's next chunk or the next
                                                    * block's first, contiguous in memory */
             kf_block_chunk(w, xa, m, y, ldy, jb, k0, scratch,
-                           w->prefetch ? (const char *)KF_W(jb, k0 + KN_KC) : NULL);
+                           w->prefetch ? (const char *)KF_W(jb, k0 + w->kc) : NULL);
 #undef KF_W
 }
 
