@@ -140,8 +140,8 @@ if start_server serve.start -m "$MODEL" --admin-api 1 --max-batch 64 --chunk 8 -
     if [ -n "$have_node" ]; then
         sh0=$(metric verity_shared_prompt_tokens_total)
         body='"prompt":"a fairly long shared prompt for the choices to share","max_tokens":12,"temperature":0.9'
-        curl -s -H 'content-type: application/json' -d "{$body,\"n\":3,\"seed\":5}" "$SRV_URL/v1/completions" |
-            node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const c of JSON.parse(s).choices)console.log(JSON.stringify(c.text))})' >"$TMP/n3"
+        curl -s -H 'content-type: application/json' -d "{$body,\"n\":3,\"seed\":5}" "$SRV_URL/v1/completions" >"$TMP/n3.json"
+        node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const c of JSON.parse(s).choices)console.log(JSON.stringify(c.text))})' <"$TMP/n3.json" >"$TMP/n3"
         for k in 0 1 2; do
             curl -s -H 'content-type: application/json' -d "{$body,\"seed\":$((5 + k))}" "$SRV_URL/v1/completions" |
                 node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.stringify(JSON.parse(s).choices[0].text)))'
@@ -150,7 +150,7 @@ if start_server serve.start -m "$MODEL" --admin-api 1 --max-batch 64 --chunk 8 -
         if [ "$(grep -c '' "$TMP/n3")" -eq 3 ] && cmp -s "$TMP/n3" "$TMP/n1" && [ "$sh1" -gt "${sh0:-0}" ]; then
             pass "serve.n_choices_share_prompt($((sh1 - ${sh0:-0})) positions shared)"
         else
-            fail serve.n_choices_share_prompt "choices differ from separate requests or nothing shared ($sh0 -> $sh1)"
+            fail serve.n_choices_share_prompt "choices differ from separate requests or nothing shared ($sh0 -> $sh1); n=3 answered: $(head -c 300 "$TMP/n3.json"); separately: $(head -c 200 "$TMP/n1" | tr '\n' ' ')"
         fi
     fi
     # every series the Grafana dashboard queries exists (the KV tiers' own series exist only on a
