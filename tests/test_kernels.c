@@ -507,6 +507,22 @@ static void t_quant_roundtrip(void) {
     free(y);
 }
 
+/* Creates type's matrix (n x k, weights w) for isa, runs it over the m rows of a in two thread
+ * shares (the second first) into ys (m x ldy, cleared first) and says whether every byte equals
+ * the reference's yr. */
+static bool mm_same(int type, const void *w, int64_t n, int64_t k, kn_isa isa, const kn_act *a,
+                    int64_t m, const float *yr, float *ys, int64_t ldy) {
+    kn_mat *mat;
+    T_OK(kn_mat_create(type, w, n, k, isa, &mat));
+    void *scratch = aligned_alloc(64, kn_matmul_scratch_bytes());
+    memset(ys, 0, (size_t)(m * ldy) * sizeof(float));
+    kn_matmul(mat, a, m, ys, ldy, 1, 2, scratch);
+    kn_matmul(mat, a, m, ys, ldy, 0, 2, scratch);
+    free(scratch);
+    kn_mat_destroy(mat);
+    return memcmp(yr, ys, (size_t)(m * ldy) * sizeof(float)) == 0;
+}
+
 /* The new quantized kernels tile rows in chunks of 96 (activation reuse in L2): M across a
  * chunk boundary, with a tail, gives the reference's bytes too. */
 /* The few-row paths (speculative verification feeds 1 + k rows of one sequence, decode at batch
@@ -563,18 +579,10 @@ static void t_matmul_few_rows(void) {
                         T_OK(flags_set("kq-prefetch", kpf[di]));
                     if (types[ti] == GGUF_TYPE_Q8_0) /* and the one-row prefetch */
                         T_OK(flags_set("q8-prefetch", pf[di]));
-                    kn_mat *mat;
-                    T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
-                    void *scratch = aligned_alloc(64, kn_matmul_scratch_bytes());
-                    memset(ys, 0, (size_t)(m * ldy) * sizeof(float));
-                    kn_matmul(mat, &ab.a, m, ys, ldy, 1, 2, scratch);
-                    kn_matmul(mat, &ab.a, m, ys, ldy, 0, 2, scratch);
-                    T_CHECKF(memcmp(yr, ys, (size_t)(m * ldy) * sizeof(float)) == 0,
+                    T_CHECKF(mm_same(types[ti], w, n, k, simd_isas[ii], &ab.a, m, yr, ys, ldy),
                              "type %s isa %s m=%lld %s %s kq-prefetch %s", kn_type_name(types[ti]),
                              kn_isa_name(simd_isas[ii]), (long long)m, flag, val,
                              flags_str(FLAG_KQ_PREFETCH));
-                    free(scratch);
-                    kn_mat_destroy(mat);
                     cases++;
                 }
             free(yr);
@@ -617,16 +625,9 @@ static void t_matmul_kc(void) {
             for (int ii = 0; ii < n_simd; ii++)
                 for (size_t ci = 0; ci < sizeof kcs / sizeof *kcs; ci++) {
                     T_OK(flags_set("mm-kc", kcs[ci]));
-                    kn_mat *mat;
-                    T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
-                    void *scratch = aligned_alloc(64, kn_matmul_scratch_bytes());
-                    memset(ys, 0, (size_t)(m * ldy) * sizeof(float));
-                    kn_matmul(mat, &ab.a, m, ys, ldy, 0, 1, scratch);
-                    T_CHECKF(memcmp(yr, ys, (size_t)(m * ldy) * sizeof(float)) == 0,
+                    T_CHECKF(mm_same(types[ti], w, n, k, simd_isas[ii], &ab.a, m, yr, ys, ldy),
                              "type %s isa %s m=%lld mm-kc %s", kn_type_name(types[ti]),
                              kn_isa_name(simd_isas[ii]), (long long)m, kcs[ci]);
-                    free(scratch);
-                    kn_mat_destroy(mat);
                     cases++;
                 }
             free(yr);
