@@ -40,6 +40,9 @@ static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t held_cv = PTHREAD_COND_INITIALIZER;
 static srv_http_req *held; /* a request parked by /hold or /stream for the test to answer */
 static atomic_int n_requests;
+/* answer_thread's still running: a client may have read the answer before the thread released
+ * its request, and srv_http_destroy wants every request released first (stop waits for them) */
+static atomic_int n_answering;
 
 static int on_head(void *user, srv_http_req *req) {
     const char *path = srv_http_req_path(req);
@@ -69,6 +72,7 @@ static void *answer_thread(void *arg) {
     int len = snprintf(out, sizeof out, "thread:%.*s", (int)(n > 200 ? 200 : n), b);
     srv_http_respond(req, 200, NULL, out, (size_t)len);
     srv_http_req_release(req);
+    atomic_fetch_sub(&n_answering, 1);
     return NULL;
 }
 
@@ -77,10 +81,13 @@ static void on_request(void *user, srv_http_req *req) {
     const char *path = srv_http_req_path(req);
     if (strcmp(path, "/thread") == 0) {
         pthread_t t;
-        if (pthread_create(&t, NULL, answer_thread, req) == 0)
+        atomic_fetch_add(&n_answering, 1);
+        if (pthread_create(&t, NULL, answer_thread, req) == 0) {
             pthread_detach(t);
-        else
+        } else {
+            atomic_fetch_sub(&n_answering, 1);
             srv_http_req_release(req);
+        }
         return;
     }
     if (strcmp(path, "/hold") == 0 || strcmp(path, "/stream") == 0) {
@@ -148,6 +155,8 @@ static void start(srv_http_cfg *cfg, int sndbuf) {
 }
 
 static void stop(void) {
+    while (atomic_load(&n_answering) > 0) /* each ends right after its release */
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
     srv_http_destroy(srv);
     srv = NULL;
 }
