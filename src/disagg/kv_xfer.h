@@ -239,7 +239,9 @@ int kv_xfer_recv_create(kv_xfer_conn *conn, kv_pool *p, const kv_xfer_recv_opts 
 void kv_xfer_recv_destroy(kv_xfer_recv *r);
 
 /* Reads and applies one message (waiting up to timeout_ms): a BLOCK is restored into a fresh pool
- * block and verified, then ACKed and held; a block that fails verification, an ABORT, end of
+ * block and verified, then ACKed and held (with kv-xfer-verify-overlap, a block with a message
+ * behind it gets its verdict in the next step, before the next block's; a step that finds such a
+ * block and nothing to read only settles it); a block that fails verification, an ABORT, end of
  * stream, a protocol error or the timeout aborts the transfer, freeing every block it holds.
  * Returns the state after it; on ABORTED, kv_xfer_recv_error says why. */
 kv_xfer_state kv_xfer_recv_step(kv_xfer_recv *r);
