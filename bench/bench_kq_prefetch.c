@@ -12,21 +12,9 @@
  *   BKP_FLAG=kq-prefetch BKP_CPU=1 /tmp/bkp q4_K 2048 16      (one thread, by CPU time)
  * BKP_MATS=N: the first N matrices only (1: attn_q's 1024 x 1024, L2-resident: the kernel's
  * instruction work rather than the memory stream).
- * BKP_FLAG names another toggle (kq-prefetch, q8-prefetch, kq-q4k-pair, ...), BKP_A its value on
- * side A. BKP_CPU=1: one thread, timed by the process's CPU time, so a busy machine's
+ * BKP_FLAG names another toggle (kq-prefetch, q8-prefetch, mm-prefetch-l2, kq-q4k-pair, ...),
+ * BKP_A its value on side A. BKP_CPU=1: one thread, timed by the process's CPU time, so a busy machine's
  * preemptions do not count (its cache and memory contention still do). TYPE may be Q8_0 too.
- */
-/*
- * bench_kq_prefetch: A/B of the q6k-prefetch toggle in one process (not a test). On a shared VM
- * two commands a minute apart see different machines, so this makes two copies of the same
- * matrices, one with q6k-prefetch 0 and one with PF bytes, in the 1b-kq shape's layer shapes
- * (16 layers of Q, K, V, O, gate, up, down: 1024/256/256/1024/2816/2816 x 1024 and 1024 x 2816,
- * more than the L3), and alternates one-row passes over each on 2 threads, ROUNDS times; it
- * prints each side's median GB/s and the median (and quartiles) of the per-round speed ratio.
- *   make && cc -O2 -Isrc bench/bench_kq_prefetch.c build/release/libverity.a -lm -pthread \
- *       -o /tmp/bkp
- *   /tmp/bkp q6_K 2048 40
- * The toggle only acts on Q6_K; other K-quant types run as a control (ratio ~1).
  */
 #include "base/clock.h"
 #include "base/flags.h"

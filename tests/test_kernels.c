@@ -533,7 +533,8 @@ static bool mm_same(int type, const void *w, int64_t n, int64_t k, kn_isa isa, c
  * with q8-prefetch 0, 64 and 4096 alongside), of Q6_K over 9 super-blocks (q6k-prefetch 0, 64
  * and 4096: one-row products prefetch the weights, or not) and of Q4_K / Q5_K over 9
  * (kq-q4k-pair 0 and 1: the NIB plane, or AVX-512's two columns a byte, each with kq-prefetch 0
- * or 64 / 4096; Q5_K with kq-prefetch 0, 64 and 4096),
+ * or 64 / 4096; Q5_K with kq-prefetch 0, 64 and 4096), every quantized case also with
+ * mm-prefetch-l2 0, 64, 65536 (past the weights' end) or 8192,
  * against the reference bit for bit, with K ending mid-chunk; so each row's result is the same
  * whatever m and the toggle (batch invariance: a row never depends on the rows beside it). */
 static void t_matmul_few_rows(void) {
@@ -544,7 +545,7 @@ static void t_matmul_few_rows(void) {
                          GGUF_TYPE_Q6_K, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K};
     const char *direct[] = {"0", "2", "12", "16", "32", "-1"}, *qtile[] = {"4", "6", "7"},
                *pf[] = {"0", "64", "4096"}, *pair[] = {"0", "1", "0", "1"},
-               *kpf[] = {"0", "0", "4096", "64"};
+               *kpf[] = {"0", "0", "4096", "64"}, *pl2[] = {"0", "64", "65536", "8192"};
     const int64_t n = 130;
     int cases = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
@@ -579,10 +580,13 @@ static void t_matmul_few_rows(void) {
                         T_OK(flags_set("kq-prefetch", kpf[di]));
                     if (types[ti] == GGUF_TYPE_Q8_0) /* and the one-row prefetch */
                         T_OK(flags_set("q8-prefetch", pf[di]));
+                    if (q) /* the far prefetch into L2, past the end of the weights at 65536 */
+                        T_OK(flags_set("mm-prefetch-l2", pl2[di]));
                     T_CHECKF(mm_same(types[ti], w, n, k, simd_isas[ii], &ab.a, m, yr, ys, ldy),
-                             "type %s isa %s m=%lld %s %s kq-prefetch %s", kn_type_name(types[ti]),
-                             kn_isa_name(simd_isas[ii]), (long long)m, flag, val,
-                             flags_str(FLAG_KQ_PREFETCH));
+                             "type %s isa %s m=%lld %s %s kq-prefetch %s mm-prefetch-l2 %s",
+                             kn_type_name(types[ti]), kn_isa_name(simd_isas[ii]), (long long)m,
+                             flag, val, flags_str(FLAG_KQ_PREFETCH),
+                             flags_str(FLAG_MM_PREFETCH_L2));
                     cases++;
                 }
             free(yr);
@@ -597,6 +601,7 @@ static void t_matmul_few_rows(void) {
     T_OK(flags_set("kq-q4k-pair", flags_find("kq-q4k-pair")->def));
     T_OK(flags_set("kq-prefetch", flags_find("kq-prefetch")->def));
     T_OK(flags_set("q8-prefetch", flags_find("q8-prefetch")->def));
+    T_OK(flags_set("mm-prefetch-l2", flags_find("mm-prefetch-l2")->def));
     T_CHECK(cases == (2 * 33 * 6 + 4 * 17 * 3 + 17 * 4) * n_simd);
 }
 

@@ -64,6 +64,8 @@ struct kn_mat {
     int q6k_prefetch;    /* the q6k-prefetch toggle at creation (bytes ahead; 0 = none) */
     int kq_prefetch;     /* the kq-prefetch toggle at creation (Q4_K/Q5_K; bytes ahead, 0 = none) */
     int q8_prefetch;     /* the q8-prefetch toggle at creation (Q8_0; bytes ahead, 0 = none) */
+    int prefetch_l2;     /* the mm-prefetch-l2 toggle at creation (one-row K-quant and Q8_0
+                          * products: bytes ahead into L2, 0 = none) */
     bool q4k_pair;       /* Q4_K packed as PAIR, not NIB (AVX-512 and the kq-q4k-pair toggle) */
     int64_t n_blocks;    /* column blocks */
     size_t block_stride; /* bytes per column block */

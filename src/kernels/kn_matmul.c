@@ -171,6 +171,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->q6k_prefetch = (int)flags_int(FLAG_Q6K_PREFETCH);
     w->kq_prefetch = (int)flags_int(FLAG_KQ_PREFETCH);
     w->q8_prefetch = (int)flags_int(FLAG_Q8_PREFETCH);
+    w->prefetch_l2 = (int)flags_int(FLAG_MM_PREFETCH_L2);
     w->q4k_pair =
         type == GGUF_TYPE_Q4_K && isa == KN_ISA_AVX512 && flags_int(FLAG_KQ_Q4K_PAIR) != 0;
     if (isa == KN_ISA_SCALAR) {

@@ -345,7 +345,7 @@ void kn_matmul_f_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
 static inline __attribute__((always_inline)) void
 kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const int32_t *xs,
         int64_t K, const unsigned char *wblk, float *y, int64_t ldy, __mmask16 mask0,
-        __mmask16 mask1, int64_t pf) {
+        __mmask16 mask1, int64_t pf, int64_t pf2) {
     const int64_t KB = K / KN_QK;
     const size_t bb = q8 ? KN_Q8_BLOCK_BYTES : KN_Q4_BLOCK_BYTES;
     const __m512i corr_mul = _mm512_set1_epi32(q8 ? 128 : 8);
@@ -360,6 +360,9 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
         if (pf)
             for (size_t o = 0; o < bb; o += 64)
                 _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
+        if (pf2)
+            for (size_t o = 0; o < bb; o += 64)
+                _mm_prefetch((const char *)p + pf2 + o, _MM_HINT_T1);
         __m512i iacc[KQ_MR6][2];
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++)
@@ -418,7 +421,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
 
 #define KQ_ROWS(MR, Q8)                                                                            \
     kq_tile(MR, Q8, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk, yb + i * ldy, ldy,    \
-            mask0, mask1, 0)
+            mask0, mask1, 0, 0)
 
 void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, int64_t ldy,
                         int64_t b0, int64_t b1) {
@@ -437,9 +440,12 @@ void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
         int64_t i = 0;
         /* decode at batch 1 (q8-prefetch, default 2048): one thread streaming the 1b-kq
          * layer matrices (192 MB) by CPU time on the Intel AVX-512 VM, 16 alternated rounds,
-         * 1.16x as fast as the hardware prefetcher alone (1024: 1.07x, 4096: 1.10x) */
+         * 1.16x as fast as the hardware prefetcher alone (1024: 1.07x, 4096: 1.10x); with
+         * mm-prefetch-l2 also 8192 bytes ahead into L2 (1.01x in the kernel on two threads,
+         * already at the read roof there; 1.09-1.14x through decode, BENCHMARKS.md) */
         if (q8 && m == 1 && w->q8_prefetch) {
-            kq_tile(1, true, xa->q, xa->qd, xa->qs, K, blk, yb, ldy, mask0, mask1, w->q8_prefetch);
+            kq_tile(1, true, xa->q, xa->qd, xa->qs, K, blk, yb, ldy, mask0, mask1, w->q8_prefetch,
+                    w->prefetch_l2);
             continue;
         }
         if (q8 && w->q_tile > KQ_MR && m > KQ_MR) {

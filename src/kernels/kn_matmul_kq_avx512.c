@@ -69,11 +69,16 @@ static inline __attribute__((always_inline)) __m512i kk_h6_shift(__m512i h, cons
  * and Q4_K / Q5_K (the kq-prefetch toggle, default 2048: on the Intel AVX-512 VM of 2026-12-03,
  * one thread streaming the same matrices by CPU time, 1.24x for Q4_K and 1.25x for Q5_K, 1024
  * and 4096 bytes 1.16-1.26x; on the EPYC the same two had measured 0.88-0.91x and 0.94-0.99x on
- * two threads by the wall clock, so the default is the machine's to check; BENCHMARKS.md). */
+ * two threads by the wall clock, so the default is the machine's to check; BENCHMARKS.md).
+ * pf2: bytes ahead to prefetch the same lines into L2 (mm-prefetch-l2, default 8192, one-row
+ * products): the L1 prefetch alone keeps at most the core's few line-fill buffers in flight, and
+ * the hardware streamer stops at each 4 KiB page; on the Intel AVX-512 VM of 2026-12-03, two
+ * threads alternating passes over the 1b-kq matrices, 1.15-1.17x for Q4_K, Q5_K and Q6_K (4096
+ * to 32768 bytes within 3% of each other). */
 static inline __attribute__((always_inline)) void
 kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const float *xd,
         const int32_t *xs, const int32_t *xs16, int64_t K, const unsigned char *wblk, int h0,
-        float *y, int64_t ldy, const __mmask16 *mask, int64_t pf) {
+        float *y, int64_t ldy, const __mmask16 *mask, int64_t pf, int64_t pf2) {
     const int64_t KB = K / KN_QK;
     const bool k45 = type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K;
     const bool q6 = type == GGUF_TYPE_Q6_K;
@@ -133,6 +138,9 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
         if (pf)
             for (size_t o = 0; o < chunk; o += 64)
                 _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
+        if (pf2)
+            for (size_t o = 0; o < chunk; o += 64)
+                _mm_prefetch((const char *)p + pf2 + o, _MM_HINT_T1);
         const unsigned char *nib = p + sc_bytes;
         const unsigned char *qh = nib + 512;
         __m512i iacc[KK_MR][2], iacc2[KK_MR][2];
@@ -238,7 +246,8 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
  * needs no per-group low/high split of the activations. */
 static inline __attribute__((always_inline)) void
 kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, int64_t K,
-            const unsigned char *wblk, float *y, int64_t ldy, const __mmask16 *mask, int64_t pf) {
+            const unsigned char *wblk, float *y, int64_t ldy, const __mmask16 *mask, int64_t pf,
+            int64_t pf2) {
     const int64_t KB = K / KN_QK;
     const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
     __m512 facc[KK_MR][2], dsb[2], msb[2];
@@ -267,6 +276,9 @@ kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, 
         if (pf)
             for (int o = 0; o < 576; o += 64)
                 _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
+        if (pf2)
+            for (int o = 0; o < 576; o += 64)
+                _mm_prefetch((const char *)p + pf2 + o, _MM_HINT_T1);
         const unsigned char *pr = p + 64;
         /* tiles of 1-2 rows keep two accumulators of each kind (even and odd steps): half the
          * dependency chain; int32 addition is exact, so the sums are the same */
@@ -310,12 +322,12 @@ kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, 
 
 #define KK_TILE_Q4P(MR)                                                                            \
     kk_tile_q4p(MR, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk, yb + i * ldy, ldy,    \
-                mask, MR == 1 && m == 1 ? w->kq_prefetch : 0)
+                mask, MR == 1 && m == 1 ? w->kq_prefetch : 0, MR == 1 && m == 1 ? w->prefetch_l2 : 0)
 
-#define KK_TILE(MR, PF)                                                                            \
+#define KK_TILE(MR, PF, PF2)                                                                       \
     kk_tile(MR, nh, type, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB,                         \
             xa->qs16 ? xa->qs16 + i * KB : NULL, K, blk, h0, yb + 16 * h0 + i * ldy, ldy, mask,    \
-            PF)
+            PF, PF2)
 
 /* All column blocks [b0, b1) and rows [0, m) for one type and column width (nh zmm). */
 static inline __attribute__((always_inline)) void kk_run(const int type, const int nh, const int mr,
@@ -359,32 +371,32 @@ static inline __attribute__((always_inline)) void kk_run(const int type, const i
             for (int h0 = 0; h0 < 2 && 16 * h0 < ncols; h0 += nh) {
                 int64_t i = r0;
                 if (m == 1 && type == GGUF_TYPE_Q6_K && w->q6k_prefetch) { /* decode, batch 1 */
-                    KK_TILE(1, w->q6k_prefetch);
+                    KK_TILE(1, w->q6k_prefetch, w->prefetch_l2);
                     continue;
                 }
                 if (m == 1 && (type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K) &&
                     w->kq_prefetch) {
-                    KK_TILE(1, w->kq_prefetch);
+                    KK_TILE(1, w->kq_prefetch, w->prefetch_l2);
                     continue;
                 }
                 if (mr == 4)
                     for (; i + 4 <= r1; i += 4)
-                        KK_TILE(4, 0);
+                        KK_TILE(4, 0, 0);
                 else if (mr == 3)
                     for (; i + 3 <= r1; i += 3)
-                        KK_TILE(3, 0);
+                        KK_TILE(3, 0, 0);
                 else
                     for (; i + 2 <= r1; i += 2)
-                        KK_TILE(2, 0);
+                        KK_TILE(2, 0, 0);
                 switch (r1 - i) {
                 case 3:
-                    KK_TILE(3, 0);
+                    KK_TILE(3, 0, 0);
                     break;
                 case 2:
-                    KK_TILE(2, 0);
+                    KK_TILE(2, 0, 0);
                     break;
                 case 1:
-                    KK_TILE(1, 0);
+                    KK_TILE(1, 0, 0);
                     break;
                 default:
                     break;
