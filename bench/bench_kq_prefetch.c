@@ -13,8 +13,9 @@
  * BKP_MATS=N: the first N matrices only (1: attn_q's 1024 x 1024, L2-resident: the kernel's
  * instruction work rather than the memory stream).
  * BKP_FLAG names another toggle (kq-prefetch, q8-prefetch, mm-prefetch-l2, kq-q4k-pair, ...),
- * BKP_A its value on side A. BKP_CPU=1: one thread, timed by the process's CPU time, so a busy machine's
- * preemptions do not count (its cache and memory contention still do). TYPE may be Q8_0 too.
+ * BKP_A its value on side A. BKP_CPU=1: one thread, timed by the process's CPU time, so a busy
+ * machine's preemptions do not count (its cache and memory contention still do). TYPE may be
+ * Q8_0 too.
  */
 #include "base/clock.h"
 #include "base/flags.h"

@@ -552,7 +552,9 @@ static void t_matmul_few_rows(void) {
         bool q6 = types[ti] == GGUF_TYPE_Q6_K, q4k = types[ti] == GGUF_TYPE_Q4_K,
              q5k = types[ti] == GGUF_TYPE_Q5_K;
         bool q = types[ti] == GGUF_TYPE_Q8_0 || types[ti] == GGUF_TYPE_Q4_0 || q6 || q4k || q5k;
-        int64_t k = q6 || q4k || q5k ? 2304 : q ? 416 : 300; /* 300: 2 chunks of 128 and 44 at mm-kc 128 */
+        int64_t k = q6 || q4k || q5k ? 2304
+                    : q              ? 416
+                                     : 300; /* 300: 2 chunks of 128 and 44 at mm-kc 128 */
         void *w = make_weights(types[ti], n, k, NULL);
         const int64_t m_max = q ? 17 : 33, n_vals = q4k ? 4 : q ? 3 : 6;
         for (int64_t m = 1; m <= m_max; m++) {

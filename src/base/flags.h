@@ -46,15 +46,15 @@ enum flag_kind {
     X(Q6K_PREFETCH, "q6k-prefetch", FLAG_KIND_INT, "2048", "0:65536",                              \
       "AVX-512 Q6_K matmuls of one row (decode at batch 1) prefetch the weights this many bytes "  \
       "ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")                    \
-    X(KQ_PREFETCH, "kq-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                  \
+    X(KQ_PREFETCH, "kq-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                \
       "AVX-512 Q4_K and Q5_K matmuls of one row (decode at batch 1) prefetch the weights this "    \
       "many bytes ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")         \
-    X(Q8_PREFETCH, "q8-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                   \
+    X(Q8_PREFETCH, "q8-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                \
       "AVX-512 Q8_0 matmuls of one row (decode at batch 1) prefetch the weights this many bytes "  \
       "ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")                    \
     X(MM_PREFETCH_L2, "mm-prefetch-l2", FLAG_KIND_INT, "8192", "0:65536",                          \
-      "AVX-512 Q4_K, Q5_K, Q6_K and Q8_0 matmuls of one row (decode at batch 1) also prefetch "  \
-      "the weights this many bytes ahead into L2, beyond the near prefetch into L1 (0 = none; "   \
+      "AVX-512 Q4_K, Q5_K, Q6_K and Q8_0 matmuls of one row (decode at batch 1) also prefetch "    \
+      "the weights this many bytes ahead into L2, beyond the near prefetch into L1 (0 = none; "    \
       "speed only, same bits)")                                                                    \
     X(KQ_Q4K_PAIR, "kq-q4k-pair", FLAG_KIND_BOOL, "1", "0|1",                                      \
       "AVX-512 Q4_K weights packed two columns to a byte (the codes of columns c and c + 16 for "  \
@@ -80,7 +80,7 @@ enum flag_kind {
     X(ATTN_GROUP, "attn-group", FLAG_KIND_INT, "16", "0:16",                                       \
       "query heads of one KV head attended together, sharing each key and value read (0: the "     \
       "per-head kernel; speed only, same bits)")                                                   \
-    X(MOE_GROUP, "moe-group", FLAG_KIND_BOOL, "1", "0|1",                                        \
+    X(MOE_GROUP, "moe-group", FLAG_KIND_BOOL, "1", "0|1",                                          \
       "mixture-of-experts: rows routed to one expert multiplied together, its weights read once "  \
       "per step (0: each row's experts one row at a time; speed only, same bits)")                 \
     X(MAX_BATCH, "max-batch", FLAG_KIND_INT, "32", "1:4096", "most sequences in one engine step")  \
@@ -106,7 +106,7 @@ enum flag_kind {
       "none); sealed blocks are written to it and reused by any replica of the same model")        \
     X(KV_DISK_DIRECT, "kv-disk-direct", FLAG_KIND_BOOL, "0", "0|1",                                \
       "the disk KV tier reads its files with O_DIRECT into aligned buffers (0: through the page "  \
-      "cache, with read-ahead hints for a batch of files; speed only, same bytes, verified)")       \
+      "cache, with read-ahead hints for a batch of files; speed only, same bytes, verified)")      \
     X(KV_DISK_FLUSH, "kv-disk-flush", FLAG_KIND_BOOL, "1", "0|1",                                  \
       "at shutdown, write the blocks the memory cache still holds to the disk KV tier, so a "      \
       "restart on the same kv-disk-dir finds them (0: only evicted blocks reach the disk)")        \
@@ -121,15 +121,17 @@ enum flag_kind {
       "round trip each; speed only)")                                                              \
     X(KV_TIER_WAKE, "kv-tier-wake", FLAG_KIND_BOOL, "1", "0|1",                                    \
       "the KV tiers' I/O thread wakes the engine as soon as it answered lookups for a queued "     \
-      "request (0: the engine polls, sleeping 100 us doubling to 2 ms; speed only)")                \
+      "request (0: the engine polls, sleeping 100 us doubling to 2 ms; speed only)")               \
     X(KV_FETCH_GROUP, "kv-fetch-group", FLAG_KIND_BOOL, "1", "0|1",                                \
-      "a queued request's lookups in the KV tiers are asked and collected under one lock with one " \
+      "a queued request's lookups in the KV tiers are asked and collected under one lock with "    \
+      "one "                                                                                       \
       "wake of the I/O thread, and its restore is retried only once its next block arrived (0: "   \
-      "key by key, retried every step; speed only)")                                                \
-    X(KV_PREFAULT_AHEAD, "kv-prefault-ahead", FLAG_KIND_INT, "256", "0:1048576",                \
-      "with a disk or Redis KV tier, MiB of KV pool beyond the highest block used so far that the " \
+      "key by key, retried every step; speed only)")                                               \
+    X(KV_PREFAULT_AHEAD, "kv-prefault-ahead", FLAG_KIND_INT, "256", "0:1048576",                   \
+      "with a disk or Redis KV tier, MiB of KV pool beyond the highest block used so far that "    \
+      "the "                                                                                       \
       "tiers' I/O thread faults in while it has nothing else to do, so restored blocks do not "    \
-      "wait on the kernel zeroing fresh pages (0: none; speed only)")                               \
+      "wait on the kernel zeroing fresh pages (0: none; speed only)")                              \
     X(KV_PREFAULT, "kv-prefault", FLAG_KIND_BOOL, "0", "0|1",                                      \
       "write every page of the KV pool at start-up, so serving never waits on the kernel zeroing " \
       "a first-touched page (the whole pool is resident from the start; speed only)")              \
@@ -140,7 +142,7 @@ enum flag_kind {
     X(SPEC, "spec", FLAG_KIND_ENUM, "off", "off|ngram|draft|mtp",                                  \
       "speculative decoding: drafted tokens are fed with a sequence's last token and each is "     \
       "kept only if the model's own sampler picks exactly it (same bytes as off); ngram: prompt "  \
-      "lookup, draft: a draft model (draft-model), mtp: the model's MTP layers (deepseek4 nextn)")   \
+      "lookup, draft: a draft model (draft-model), mtp: the model's MTP layers (deepseek4 nextn)") \
     X(SPEC_K, "spec-k", FLAG_KIND_INT, "8", "1:32",                                                \
       "spec: most tokens drafted for one sequence in one step")                                    \
     X(SPEC_ROWS, "spec-rows", FLAG_KIND_INT, "16", "0:4096",                                       \
@@ -172,18 +174,18 @@ enum flag_kind {
       "(a stream: an error event)")                                                                \
     X(TIMEOUT, "timeout", FLAG_KIND_INT, "600", "1:86400",                                         \
       "serve: seconds a connection may stay idle or take to send its request (the request head "   \
-      "has its own deadline, at most 10 s)")                                                        \
-    X(MAX_CONNS, "max-conns", FLAG_KIND_INT, "1024", "1:1000000",                               \
+      "has its own deadline, at most 10 s)")                                                       \
+    X(MAX_CONNS, "max-conns", FLAG_KIND_INT, "1024", "1:1000000",                                  \
       "serve: client connections open at once; one more is answered 503 and closed (idle ones "    \
       "cost about 300 bytes, no thread)")                                                          \
-    X(MAX_CONNS_PER_ADDR, "max-conns-per-addr", FLAG_KIND_INT, "128", "1:1000000",                  \
-      "serve: client connections open at once from one IP address; one more is answered 429 and " \
+    X(MAX_CONNS_PER_ADDR, "max-conns-per-addr", FLAG_KIND_INT, "128", "1:1000000",                 \
+      "serve: client connections open at once from one IP address; one more is answered 429 and "  \
       "closed")                                                                                    \
-    X(HTTP_NODELAY, "http-nodelay", FLAG_KIND_BOOL, "1", "0|1",                                   \
-      "serve, router: TCP_NODELAY on client connections, so an answer's head and each streamed "  \
+    X(HTTP_NODELAY, "http-nodelay", FLAG_KIND_BOOL, "1", "0|1",                                    \
+      "serve, router: TCP_NODELAY on client connections, so an answer's head and each streamed "   \
       "event leave at once (0: the kernel's Nagle algorithm, which holds a small write until the " \
-      "previous one is acknowledged: up to the client's delayed ACK, 40 ms on Linux)")            \
-    X(HTTP_APPEND_BLOCKED, "http-append-blocked", FLAG_KIND_BOOL, "1", "0|1",                     \
+      "previous one is acknowledged: up to the client's delayed ACK, 40 ms on Linux)")             \
+    X(HTTP_APPEND_BLOCKED, "http-append-blocked", FLAG_KIND_BOOL, "1", "0|1",                      \
       "serve, router: once a send finds a client's socket full, the writes that follow only "      \
       "append to its output until the event thread has drained it (0: every write tries a send "   \
       "and wakes the event thread, a failing send and a wake-up per write to a slow reader)")      \
@@ -204,12 +206,12 @@ enum flag_kind {
       "request's chat_template_kwargs replaces them key by key")                                   \
     X(ADMIN_API, "admin-api", FLAG_KIND_BOOL, "0", "0|1",                                          \
       "serve: POST /admin/pause, /admin/resume and /admin/step hold the engine between steps, "    \
-      "release it, or step it (tests, maintenance; behind --api-key like every route)")         \
+      "release it, or step it (tests, maintenance; behind --api-key like every route)")            \
     X(ROUTER_WORKERS, "router-workers", FLAG_KIND_INT, "256", "1:4096",                            \
       "router: worker threads, each proxying one request at a time (as many may wait; beyond: "    \
       "429)")                                                                                      \
     X(ROUTER_CPUS, "router-cpus", FLAG_KIND_STRING, "", "",                                        \
-      "router: the CPUs its threads run on (\"1\", \"0-3,6\"; empty: wherever the kernel puts "     \
+      "router: the CPUs its threads run on (\"1\", \"0-3,6\"; empty: wherever the kernel puts "    \
       "them); one CPU keeps the hand-offs between the event thread and the workers on one core, "  \
       "which on a small or virtual machine cuts the wake-ups' tail (bench/router.sh)")             \
     X(ROUTER_HEALTH_MS, "router-health-ms", FLAG_KIND_INT, "1000", "10:600000",                    \
@@ -229,36 +231,37 @@ enum flag_kind {
     X(ROUTER_LOOP, "router-loop", FLAG_KIND_INT, "1", "0:64",                                      \
       "router: 0 proxies each request on a worker thread (router-workers); N >= 1 runs N proxy "   \
       "loops (libcurl's multi interface on epoll) that drive every backend transfer without a "    \
-      "thread per request or a worker's wake-up (router-workers then bounds requests in flight " \
-      "at twice its value; same bytes either way)")                                               \
+      "thread per request or a worker's wake-up (router-workers then bounds requests in flight "   \
+      "at twice its value; same bytes either way)")                                                \
     X(BACKEND_API_KEY, "backend-api-key", FLAG_KIND_SECRET, "", "",                                \
-      "router: bearer token sent to the backends (empty = none)")                                \
+      "router: bearer token sent to the backends (empty = none)")                                  \
     X(ROLE, "role", FLAG_KIND_ENUM, "both", "prefill|decode|both",                                 \
-      "serve: disaggregation role: prefill computes prompts' K/V and sends it to a decode "       \
+      "serve: disaggregation role: prefill computes prompts' K/V and sends it to a decode "        \
       "server, decode receives it (on --kv-listen) and generates, both is a monolithic server")    \
     X(KV_TRANSPORT, "kv-transport", FLAG_KIND_STRING, "tcp", "",                                   \
-      "serve: the KV transfer transport between prefill and decode servers (tcp; ucx where built)")\
+      "serve: the KV transfer transport between prefill and decode servers (tcp; ucx where "       \
+      "built)")                                                                                    \
     X(KV_LISTEN, "kv-listen", FLAG_KIND_STRING, "127.0.0.1:0", "",                                 \
       "serve --role decode: HOST:PORT the KV receiver listens on (port 0 picks a free one; "       \
       "GET /v1/status reports it as kv_addr)")                                                     \
-    X(KV_XFER_TIMEOUT, "kv-xfer-timeout", FLAG_KIND_INT, "10000", "100:600000",                   \
+    X(KV_XFER_TIMEOUT, "kv-xfer-timeout", FLAG_KIND_INT, "10000", "100:600000",                    \
       "serve: milliseconds without progress after which a KV transfer is aborted and the decode "  \
-      "server computes the prompt itself")                                                       \
+      "server computes the prompt itself")                                                         \
     X(KV_XFER_INPLACE, "kv-xfer-inplace", FLAG_KIND_BOOL, "1", "0|1",                              \
-      "KV transfers write a block straight from the sender's pool and receive it straight into "  \
+      "KV transfers write a block straight from the sender's pool and receive it straight into "   \
       "the receiver's (still invisible) pool block, verified once there (0: through a blob "       \
-      "buffer on each side, verified twice; speed only, same bytes)")                             \
-    X(KV_XFER_INFLIGHT, "kv-xfer-inflight", FLAG_KIND_INT, "2", "1:64",                           \
+      "buffer on each side, verified twice; speed only, same bytes)")                              \
+    X(KV_XFER_INFLIGHT, "kv-xfer-inflight", FLAG_KIND_INT, "2", "1:64",                            \
       "KV transfers over ucx: the most block payloads a sender has on their way at once on one "   \
       "connection (1: each write waits until the receiver fetched it; speed only, same bytes)")    \
-    X(KV_XFER_VERIFY_OVERLAP, "kv-xfer-verify-overlap", FLAG_KIND_INT, "1", "0:2",               \
+    X(KV_XFER_VERIFY_OVERLAP, "kv-xfer-verify-overlap", FLAG_KIND_INT, "1", "0:2",                 \
       "KV transfers received in place: a block is checksummed on a helper thread while the next "  \
       "one lands, when the next one is already on its way; 1: over transports whose receiver "     \
       "moves the bytes (ucx), 2: over every transport (tcp too: its sender copies as well, so on " \
       "one small machine the helper takes a core they need), 0: never (speed only, same bytes)")   \
     X(KV_IN_SKIP, "kv-in-skip", FLAG_KIND_BOOL, "1", "0|1",                                        \
-      "decode server: a queued request whose KV is still arriving holds no blocks, so the "         \
-      "requests behind it may start (0: it keeps its place and the queue waits behind it; same "    \
+      "decode server: a queued request whose KV is still arriving holds no blocks, so the "        \
+      "requests behind it may start (0: it keeps its place and the queue waits behind it; same "   \
       "bytes either way, only the order requests start in differs)")
 
 /* Fault injection: the incident's bug classes, reproduced on purpose so that
@@ -279,11 +282,12 @@ enum flag_kind {
     X(FAULT_TABLE_RACE, "fault-table-race", FLAG_KIND_BOOL, "0", "0|1",                            \
       "FAULT (e): the scheduler rewrites a block table while the previous step still reads it")    \
     X(FAULT_TIER_RELOAD, "fault-tier-reload", FLAG_KIND_BOOL, "0", "0|1",                          \
-      "FAULT (f): a preempted sequence's KV comes back from the host tier with K but not V")      \
+      "FAULT (f): a preempted sequence's KV comes back from the host tier with K but not V")       \
     X(FAULT_TIER_KONLY, "fault-tier-konly", FLAG_KIND_BOOL, "0", "0|1",                            \
-      "FAULT (g): a block loaded from the disk or Redis tier gets its K but not its V")             \
-    X(FAULT_KV_CORRUPT, "fault-kv-corrupt", FLAG_KIND_ENUM, "none", "none|l1|disk|redis",         \
-      "FAULT (h): one bit of every eighth KV block flips in memory after it is cached (l1), or in " \
+      "FAULT (g): a block loaded from the disk or Redis tier gets its K but not its V")            \
+    X(FAULT_KV_CORRUPT, "fault-kv-corrupt", FLAG_KIND_ENUM, "none", "none|l1|disk|redis",          \
+      "FAULT (h): one bit of every eighth KV block flips in memory after it is cached (l1), or "   \
+      "in "                                                                                        \
       "the blob written to the disk or Redis tier")                                                \
     X(FAULT_SPEC_ACCEPT, "fault-spec-accept", FLAG_KIND_BOOL, "0", "0|1",                          \
       "FAULT (i): speculation keeps every drafted token without comparing it with the "            \
@@ -293,7 +297,7 @@ enum flag_kind {
       "FAULT (j): KV transfers between prefill and decode servers: a sent block gets a bit "       \
       "flipped (corrupt), is lost (drop), held past the timeout (delay) or sent twice (dup); the " \
       "decode side gives up waiting at once and the blocks arrive after (late), a received "       \
-      "block is overwritten while the transfer still holds it (reuse: the ownership rule "          \
+      "block is overwritten while the transfer still holds it (reuse: the ownership rule "         \
       "bypassed), or the prefill side's connect to the decode server is refused (noconnect)")
 #else
 #define FLAG_FAULT_LIST(X)

@@ -191,8 +191,9 @@ kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const 
  * operations depend neither on its tile nor on m, so the bits are kf_tile's. Only the first tile
  * prefetches (the others find the chunk in L1). */
 #define KF_DIRECT_KC 128
-static inline __attribute__((always_inline)) void kf_block_direct(const kn_mat *w, const bool f16, const kn_act *xa, int64_t m, float *y,
-                            int64_t ldy, int64_t jb, const uint16_t *blk, const __mmask16 *mask) {
+static inline __attribute__((always_inline)) void
+kf_block_direct(const kn_mat *w, const bool f16, const kn_act *xa, int64_t m, float *y, int64_t ldy,
+                int64_t jb, const uint16_t *blk, const __mmask16 *mask) {
     const int64_t K = w->k, ldx = xa->ldx;
     const int64_t nt = (m + KF_DIRECT_MR - 1) / KF_DIRECT_MR, base = m / nt, extra = m % nt;
     float *yb = y + jb * KN_NB_F;

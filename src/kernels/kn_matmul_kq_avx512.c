@@ -322,7 +322,8 @@ kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, 
 
 #define KK_TILE_Q4P(MR)                                                                            \
     kk_tile_q4p(MR, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB, K, blk, yb + i * ldy, ldy,    \
-                mask, MR == 1 && m == 1 ? w->kq_prefetch : 0, MR == 1 && m == 1 ? w->prefetch_l2 : 0)
+                mask, MR == 1 && m == 1 ? w->kq_prefetch : 0,                                      \
+                MR == 1 && m == 1 ? w->prefetch_l2 : 0)
 
 #define KK_TILE(MR, PF, PF2)                                                                       \
     kk_tile(MR, nh, type, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB,                         \
