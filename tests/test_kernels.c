@@ -609,8 +609,9 @@ static void t_matmul_few_rows(void) {
 
 /* The float panel's K chunk (mm-kc): 16, 48, 100 (96), 128, 512 and 1024, over K = 1100
  * (many chunks and a tail; one chunk and a tail), for F32 / F16 / BF16, m = 1, 7, 13 and 33 with
- * mm-direct-rows 0 (every m through the panel), against the reference bit for bit: the chunk
- * only moves where the accumulators are stored and reloaded. */
+ * mm-direct-rows 0 (every m through the panel), each with mm-panel-fuse 0 and 1 (the panel
+ * converted in a loop of its own, or by the first row tile), against the reference bit for bit:
+ * the chunk only moves where the accumulators are stored and reloaded. */
 static void t_matmul_kc(void) {
     setup_isas();
     if (!n_simd)
@@ -630,11 +631,14 @@ static void t_matmul_kc(void) {
             float *ys = calloc((size_t)(m * ldy), sizeof(float));
             kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, ldy);
             for (int ii = 0; ii < n_simd; ii++)
-                for (size_t ci = 0; ci < sizeof kcs / sizeof *kcs; ci++) {
-                    T_OK(flags_set("mm-kc", kcs[ci]));
+                for (size_t ci = 0; ci < 2 * (sizeof kcs / sizeof *kcs); ci++) {
+                    const char *fuse = ci % 2 ? "1" : "0";
+                    T_OK(flags_set("mm-kc", kcs[ci / 2]));
+                    T_OK(flags_set("mm-panel-fuse", fuse));
                     T_CHECKF(mm_same(types[ti], w, n, k, simd_isas[ii], &ab.a, m, yr, ys, ldy),
-                             "type %s isa %s m=%lld mm-kc %s", kn_type_name(types[ti]),
-                             kn_isa_name(simd_isas[ii]), (long long)m, kcs[ci]);
+                             "type %s isa %s m=%lld mm-kc %s mm-panel-fuse %s",
+                             kn_type_name(types[ti]), kn_isa_name(simd_isas[ii]), (long long)m,
+                             kcs[ci / 2], fuse);
                     cases++;
                 }
             free(yr);
@@ -644,8 +648,9 @@ static void t_matmul_kc(void) {
         free(w);
     }
     T_OK(flags_set("mm-kc", flags_find("mm-kc")->def));
+    T_OK(flags_set("mm-panel-fuse", flags_find("mm-panel-fuse")->def));
     T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
-    T_CHECK(cases == 3 * 4 * 6 * n_simd);
+    T_CHECK(cases == 3 * 4 * 6 * 2 * n_simd);
     /* the value: rounded down to a multiple of 16, within 16..KN_KC_MAX */
     T_CHECK(kn_matmul_kc(16) == 16);
     T_CHECK(kn_matmul_kc(100) == 96);

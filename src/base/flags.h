@@ -40,6 +40,10 @@ enum flag_kind {
     X(MM_KC, "mm-kc", FLAG_KIND_INT, "128", "16:1024",                                             \
       "F16/BF16/F32 matmuls through the f32 panel work in K chunks of this many steps (rounded "   \
       "down to a multiple of 16; speed only, same bits)")                                          \
+    X(MM_PANEL_FUSE, "mm-panel-fuse", FLAG_KIND_BOOL, "1", "0|1",                                  \
+      "AVX-512 F16/BF16 matmuls through the f32 panel convert each K chunk inside the first row "  \
+      "tile's loop, which stores the panel for the others, instead of in a loop of its own "       \
+      "(speed only, same bits)")                                                                   \
     X(MM_Q_TILE, "mm-q-tile", FLAG_KIND_INT, "7", "4:7",                                           \
       "AVX-512 Q8_0 matmuls of more than 4 rows run in ceil(rows / this) tiles of equal height, "  \
       "each sweeping the weights once (4: tiles of 4, then the rest; speed only, same bits)")      \
