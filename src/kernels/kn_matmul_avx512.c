@@ -55,6 +55,14 @@ static inline int32_t kq_load_i32(const int8_t *p) {
     return v;
 }
 
+/* 16 F16 (f16) or BF16 weights at p as f32, exactly: vcvtph2ps, or the bits shifted into the high
+ * half of each lane */
+static inline __attribute__((always_inline)) __m512 kf_cvt16(const bool f16, const uint16_t *p) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return f16 ? _mm512_cvtph_ps(h)
+               : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /* n k-steps of the micro-kernel: row m's activations at x0 + m * ldx (rows 3-5 off a second
  * pointer, so every broadcast is one base + index addressing mode and the loop carries no other
  * arithmetic), the panel's rows at wk. */
@@ -95,9 +103,7 @@ static inline __attribute__((always_inline)) void kf_steps_conv(const int mr, co
         __m512 wv[4];
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)(src + 16 * j));
-            wv[j] = f16 ? _mm512_cvtph_ps(h)
-                        : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            wv[j] = kf_cvt16(f16, src + 16 * j);
             _mm512_store_ps(wk + 16 * j, wv[j]);
         }
 #pragma GCC unroll 16
@@ -162,16 +168,12 @@ kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, 
 /* Converts a [kc][64] panel of F16/BF16 to f32. */
 static void kf_convert(int type, const uint16_t *src, int64_t kc, float *dst) {
     int64_t n = kc * KN_NB_F;
-    if (type == GGUF_TYPE_F16) {
+    if (type == GGUF_TYPE_F16)
         for (int64_t i = 0; i < n; i += 16)
-            _mm512_store_ps(dst + i,
-                            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
-    } else {
-        for (int64_t i = 0; i < n; i += 16) {
-            __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
-            _mm512_store_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
-        }
-    }
+            _mm512_store_ps(dst + i, kf_cvt16(true, src + i));
+    else
+        for (int64_t i = 0; i < n; i += 16)
+            _mm512_store_ps(dst + i, kf_cvt16(false, src + i));
 }
 
 /* Few-row tile for F16/BF16 (rows <= KF_DIRECT_MR): converts each weight vector in registers
@@ -203,11 +205,8 @@ kf_tile_direct(const int mr, const bool f16, const float *x, int64_t ldx, const 
         _mm_prefetch((const char *)(wk + pf_off) + 64, _MM_HINT_T0);
         __m512 w[4];
 #pragma GCC unroll 16
-        for (int j = 0; j < 4; j++) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)(wk + 16 * j));
-            w[j] = f16 ? _mm512_cvtph_ps(h)
-                       : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-        }
+        for (int j = 0; j < 4; j++)
+            w[j] = kf_cvt16(f16, wk + 16 * j);
 #pragma GCC unroll 16
         for (int m = 0; m < mr; m++) {
             __m512 xb = _mm512_set1_ps(x[m * ldx + k]);
