@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_bench: `verity bench [-m MODEL] [--shape 0.5b|1b-kq] [--type TYPE] [--batch 1,8,32]
- * [--prompt 256] [--gen 64] [-t N] [--reps R] [--json]`.
+ * [--prompt 256] [--gen 64] [-t N] [--reps R] [--cold] [--json]`.
  *
  * Measures this machine's roofline with the same number of threads (kn_roofline.h), interleaved
  * with the workload: a probe over a buffer larger than both the last-level cache and the model
@@ -17,6 +17,10 @@
  *   decode:  b sequences advancing one token per step for G steps (next token = argmax);
  *            tokens/s from the median step time, the fraction of the read bandwidth the weight
  *            bytes per step reach, and the fraction of the FMA peak.
+ * With --cold every decode step starts from caches that hold none of the weights: one untimed
+ * read pass over the probe's buffer before each step (a model smaller than the last-level cache,
+ * such as the 1b-kq shape's on a host with a 260 MB L3, otherwise decodes partly from the L3, and
+ * its "of the read roof", a fraction of memory's bandwidth, passes 100%).
  * Prefill is repeated R times (median). Without -m it runs the synthetic model of --shape (0.5b,
  * the default, or 1b-kq) and --type (default f16; any synth type, q4_k_m or q5_k_m), made once and
  * cached under $XDG_CACHE_HOME/verity (or ~/.cache/verity).
@@ -68,6 +72,7 @@ typedef struct bench_roof {
     size_t bw_bytes, wbytes;
     double bw_s[BENCH_ROOF_MAX], fma_s[BENCH_ROOF_MAX]; /* samples, in the order taken */
     int n_bw, n_fma, n_points;
+    int n_flush;                  /* --cold's read passes before decode steps (not samples) */
     double bw, bw_min, bw_max;    /* median and spread of bw_s */
     double fma, fma_min, fma_max; /* of fma_s */
     double flops_tok;
@@ -170,6 +175,7 @@ typedef struct bench_opts {
     int batches[BENCH_MAX_BATCHES];
     int n_batches;
     int64_t P, G, reps; /* --prompt, --gen, --reps */
+    bool cold;          /* --cold: a read pass over the probe's buffer before every decode step */
     bool json;
 } bench_opts;
 
@@ -241,8 +247,8 @@ static int bench_parse_args(int argc, char **argv, bench_opts *o) {
     quant_plan_parse("f16", &o->plan);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--json")) {
-            o->json = true;
+        if (!strcmp(a, "--json") || !strcmp(a, "--cold")) {
+            *(a[2] == 'j' ? &o->json : &o->cold) = true;
             continue;
         }
         if (!(v = cli_next("bench", argc, argv, &i)))
@@ -331,8 +337,10 @@ static int bench_prefill(bench_run *r, int b, int64_t P, int64_t reps, double *t
 }
 
 /* Advances b sequences one token per step for G steps after their P-token prompts; sets *tok_s
- * from the median step time. Returns 0 or a negative error code. */
-static int bench_decode(bench_run *r, int b, int64_t P, int64_t G, double *tok_s) {
+ * from the median step time. With flush (--cold), one untimed read pass over its buffer before
+ * every step, counted in *flushes. Returns 0 or a negative error code. */
+static int bench_decode(bench_run *r, int b, int64_t P, int64_t G, kn_roof *flush, int *flushes,
+                        double *tok_s) {
     const model_hparams *hp = r->hp;
     const float *lg;
     int64_t no;
@@ -346,6 +354,10 @@ static int bench_decode(bench_run *r, int b, int64_t P, int64_t G, double *tok_s
                                    .n_blocks = (int32_t)r->blocks_per,
                                    .n_logits = 1};
         fwd_batch fb = {.seqs = r->seqs, .n_seqs = b};
+        if (flush) {
+            kn_roof_read_gbs(flush);
+            (*flushes)++;
+        }
         int64_t t0 = clock_now_ns();
         rc = fwd_run(r->fc, &fb, &lg, &no);
         r->times[g] = (double)(clock_now_ns() - t0) * 1e-9;
@@ -372,7 +384,8 @@ static int bench_measure(const cli_model *cm, const bench_opts *o, int threads, 
         rc = bench_prefill(&r, b, o->P, o->reps, &rows[bi].prefill_tok_s);
         bench_roof_sample(rf);
         if (!rc)
-            rc = bench_decode(&r, b, o->P, o->G, &rows[bi].decode_tok_s);
+            rc = bench_decode(&r, b, o->P, o->G, o->cold ? rf->probe : NULL, &rf->n_flush,
+                              &rows[bi].decode_tok_s);
         bench_roof_sample(rf);
         if (!rc && !o->json)
             fprintf(stderr, "verity bench: batch %d done\n", b);
@@ -403,6 +416,10 @@ static void bench_print_text(const cli_model *cm, int threads, const bench_roof 
     printf("model: %s %s, %lld layers, embd %lld, %.1f MB of matmul weights, %.3f GFLOP/token\n",
            hp->arch_name, kn_type_name(hp->weight_type), (long long)hp->n_layer,
            (long long)hp->n_embd, (double)rf->wbytes / 1e6, rf->flops_tok / 1e9);
+    if (rf->n_flush)
+        printf("decode: every step after a read pass over the buffer (--cold, %d passes): the "
+               "weights come from memory\n",
+               rf->n_flush);
     printf("%6s %14s %9s %14s %9s %9s\n", "batch", "prefill tok/s", "of FMA", "decode tok/s",
            "of BW", "of FMA");
     for (int i = 0; i < n; i++)
@@ -437,8 +454,8 @@ static void bench_print_json(const cli_model *cm, const bench_opts *o, int threa
                   "\"weight_bytes\":%zu,\"gflop_per_token\":%.6f},",
                   hp->arch_name, kn_type_name(hp->weight_type), (long long)hp->n_layer,
                   (long long)hp->n_embd, rf->wbytes, rf->flops_tok / 1e9);
-    strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"results\":[", (long long)o->P,
-                  (long long)o->G);
+    strbuf_printf(&sb, "\"prompt\":%lld,\"gen\":%lld,\"cold\":%s,\"flush_passes\":%d,\"results\":[",
+                  (long long)o->P, (long long)o->G, o->cold ? "true" : "false", rf->n_flush);
     for (int i = 0; i < o->n_batches; i++)
         strbuf_printf(&sb,
                       "%s{\"batch\":%d,\"prefill_tok_s\":%.3f,\"prefill_fma_frac\":%.4f,"

@@ -57,10 +57,11 @@ static const cli_command commands[] = {
     {"tokenize", cmd_tokenize, "print the token ids of a text", NULL},
     {"bench", cmd_bench, "measure prefill/decode speed against the machine's roofline",
      "usage: verity bench [-m MODEL] [--shape 0.5b|1b-kq] [--type TYPE] [--batch 1,8,32]\n"
-     "                    [--prompt 256] [--gen 64] [--reps N] [-t N] [--json]\n"
+     "                    [--prompt 256] [--gen 64] [--reps N] [-t N] [--cold] [--json]\n"
      "Without -m it benchmarks the synthetic model of SHAPE (default 0.5b) and TYPE (default f16;\n"
      "q4_k_m and q5_k_m are the llama.cpp mixes). The roofline is sampled before the first phase\n"
-     "and after every phase; fractions use the medians.\n"},
+     "and after every phase; fractions use the medians. --cold: every decode step starts with\n"
+     "none of the weights in the caches (an untimed read pass over the roofline's buffer).\n"},
     {"synth", cmd_synth, "write a deterministic random-weight model",
      "usage: verity synth --shape tiny|small|0.5b|gqa|1b-kq --type TYPE --seed S [--arch "
      "llama|qwen2|qwen3|qwen3moe|deepseek2|deepseek32|deepseek4]\n"

@@ -3,7 +3,8 @@
 # compared with a threshold): the table and the JSON report every requested batch with positive
 # tokens/s and fractions that are the figures over the roofline it measured (the medians of the
 # samples it took before the first phase and after every phase: 3 read and 2 FMA samples at each
-# of 1 + 2 x batches points), the model path it ran; bad options exit 2 with one line.
+# of 1 + 2 x batches points), the model path it ran; --cold's read pass before every decode step
+# (counted, not taken as a sample); bad options exit 2 with one line.
 . "$(dirname "$0")/lib.bash"
 
 V="$VERITY"
@@ -29,6 +30,8 @@ if m["roof_points"] != 5 or len(rs) != 15 or len(fs) != 10:
 if abs(bw - statistics.median(rs)) > 1e-3: bad.append("bw %r not the median of %r" % (bw, rs))
 if abs(fma - statistics.median(fs)) > 1e-3: bad.append("fma %r not the median of %r" % (fma, fs))
 if [r["batch"] for r in res] != [1, 3]: bad.append("batches %r" % [r["batch"] for r in res])
+if d["cold"] is not False or d["flush_passes"] != 0:
+    bad.append("cold %r, %r passes" % (d["cold"], d["flush_passes"]))
 for r in res:
     if not (r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0): bad.append("tok/s %r" % r)
     want_bw = mod["weight_bytes"] * r["decode_tok_s"] / r["batch"] / (bw * 1e9)
@@ -49,6 +52,28 @@ if "$V" bench -m "$TMP/tiny.gguf" --batch 2 --prompt 4 --gen 2 --reps 1 -t 1 >"$
     pass bench.table
 else
     fail bench.table "$(cat "$TMP/b.txt" "$TMP/err")"
+fi
+
+# --cold: one read pass over the probe's buffer before every decode step (2 batches x 3 steps),
+# not counted as roofline samples
+if "$V" bench -m "$TMP/tiny.gguf" --batch 1,2 --prompt 4 --gen 3 --reps 1 -t 1 --cold --json \
+    >"$TMP/c.json" 2>"$TMP/err" &&
+    "$V" bench -m "$TMP/tiny.gguf" --batch 2 --prompt 4 --gen 2 --reps 1 -t 1 --cold >"$TMP/c.txt" 2>"$TMP/err"; then
+    r=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+m = d["machine"]
+ok = d["cold"] is True and d["flush_passes"] == 6 and m["roof_points"] == 5 and \
+    len(m["read_samples"]) == 15 and all(r["decode_tok_s"] > 0 for r in d["results"])
+print("ok" if ok else "cold %r, %r passes, %r points" % (d["cold"], d["flush_passes"], m["roof_points"]))
+' "$TMP/c.json")
+    if [ "$r" = ok ] && grep -q '^decode: every step after a read pass over the buffer (--cold, 2 passes)' "$TMP/c.txt"; then
+        pass bench.cold
+    else
+        fail bench.cold "$r; $(cat "$TMP/c.txt")"
+    fi
+else
+    fail bench.cold "exit $?: $(cat "$TMP/err")"
 fi
 
 for bad in "--batch 0" "--batch x" "--prompt 0" "--gen -1" "--frobnicate 1" "--shape 2b" "--type q9_k"; do
