@@ -6,8 +6,8 @@
  * converted once to f32 in the thread's scratch (F16 via vcvtph2ps, BF16 by shifting; both exact):
  * with mm-panel-fuse (the default) inside the first row tile's k loop, which stores each converted
  * k-step for the other tiles and uses it at once, so the conversion's loads wait under that
- * tile's FMAs (decode at batch 32 on the Intel VM, 32 rows on L3-resident 0.5b layers, one
- * thread: 1.08x; 256 rows 1.02x); without it in a loop of its own before the tiles. Then every
+ * tile's FMAs (Intel AVX-512 VM, one thread, the 0.5b layers L3-resident: 1.08x at 32 rows,
+ * decode at batch 32; 1.02x at 256); without it in a loop of its own before the tiles. Then every
  * 6-row tile of the M rows runs the register-blocked micro-kernel: 6 x 4 zmm
  * accumulators, one broadcast of x[m][k] per row and 4 FMAs per row per k. The accumulators are
  * stored to y between chunks and reloaded, which is exact, so each y[m][n] is the single fma
@@ -123,7 +123,8 @@ static inline __attribute__((always_inline)) void kf_steps_conv(const int mr, co
  * (or starting from zero with init). The k loop runs in blocks of 16 steps; at the top of each,
  * a line of each of the next tile's activation rows (xn, NULL for none) and, after the first
  * chunk, a row of its y are prefetched, and this tile's share of the weight prefetch: pf_n
- * lines from pf, spread over the blocks. */
+ * lines from pf, spread over the blocks. With src (the chunk's F16/BF16 weights, f16 telling
+ * which; NULL for none) the tile converts them into the panel wp as it goes (kf_steps_conv). */
 static inline __attribute__((always_inline)) void
 kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
         int64_t ldy, const __mmask16 *mask, bool init, const char *pf, int64_t pf_n,
