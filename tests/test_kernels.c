@@ -534,7 +534,8 @@ static bool mm_same(int type, const void *w, int64_t n, int64_t k, kn_isa isa, c
  * and 4096: one-row products prefetch the weights, or not) and of Q4_K / Q5_K over 9
  * (kq-q4k-pair 0 and 1: the NIB plane, or AVX-512's two columns a byte, each with kq-prefetch 0
  * or 64 / 4096; Q5_K with kq-prefetch 0, 64 and 4096), every quantized case also with
- * mm-prefetch-l2 0, 64, 65536 (past the weights' end) or 8192,
+ * mm-prefetch-l2 64 (with the near prefetch 0: the one-row tile for the far one alone), 0,
+ * 65536 (past the weights' end) or 8192,
  * against the reference bit for bit, with K ending mid-chunk; so each row's result is the same
  * whatever m and the toggle (batch invariance: a row never depends on the rows beside it). */
 static void t_matmul_few_rows(void) {
@@ -545,7 +546,7 @@ static void t_matmul_few_rows(void) {
                          GGUF_TYPE_Q6_K, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K};
     const char *direct[] = {"0", "2", "12", "16", "32", "-1"}, *qtile[] = {"4", "6", "7"},
                *pf[] = {"0", "64", "4096"}, *pair[] = {"0", "1", "0", "1"},
-               *kpf[] = {"0", "0", "4096", "64"}, *pl2[] = {"0", "64", "65536", "8192"};
+               *kpf[] = {"0", "0", "4096", "64"}, *pl2[] = {"64", "0", "65536", "8192"};
     const int64_t n = 130;
     int cases = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {

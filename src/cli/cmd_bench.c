@@ -249,8 +249,12 @@ static int bench_parse_args(int argc, char **argv, bench_opts *o) {
     quant_plan_parse("f16", &o->plan);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--json") || !strcmp(a, "--cold")) {
-            *(a[2] == 'j' ? &o->json : &o->cold) = true;
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (!strcmp(a, "--cold")) {
+            o->cold = true;
             continue;
         }
         if (!(v = cli_next("bench", argc, argv, &i)))

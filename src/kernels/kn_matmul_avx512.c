@@ -490,7 +490,7 @@ void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
          * 1.16x as fast as the hardware prefetcher alone (1024: 1.07x, 4096: 1.10x); with
          * mm-prefetch-l2 also 8192 bytes ahead into L2 (1.01x in the kernel on two threads,
          * already at the read roof there; 1.09-1.14x through decode, BENCHMARKS.md) */
-        if (q8 && m == 1 && w->q8_prefetch) {
+        if (q8 && m == 1 && (w->q8_prefetch || w->prefetch_l2)) {
             kq_tile(1, true, xa->q, xa->qd, xa->qs, K, blk, yb, ldy, mask0, mask1, w->q8_prefetch,
                     w->prefetch_l2);
             continue;

@@ -371,12 +371,13 @@ static inline __attribute__((always_inline)) void kk_run(const int type, const i
             }
             for (int h0 = 0; h0 < 2 && 16 * h0 < ncols; h0 += nh) {
                 int64_t i = r0;
-                if (m == 1 && type == GGUF_TYPE_Q6_K && w->q6k_prefetch) { /* decode, batch 1 */
+                if (m == 1 && type == GGUF_TYPE_Q6_K &&
+                    (w->q6k_prefetch || w->prefetch_l2)) { /* decode, batch 1 */
                     KK_TILE(1, w->q6k_prefetch, w->prefetch_l2);
                     continue;
                 }
                 if (m == 1 && (type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K) &&
-                    w->kq_prefetch) {
+                    (w->kq_prefetch || w->prefetch_l2)) {
                     KK_TILE(1, w->kq_prefetch, w->prefetch_l2);
                     continue;
                 }
