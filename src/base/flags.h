@@ -128,14 +128,12 @@ enum flag_kind {
       "request (0: the engine polls, sleeping 100 us doubling to 2 ms; speed only)")               \
     X(KV_FETCH_GROUP, "kv-fetch-group", FLAG_KIND_BOOL, "1", "0|1",                                \
       "a queued request's lookups in the KV tiers are asked and collected under one lock with "    \
-      "one "                                                                                       \
-      "wake of the I/O thread, and its restore is retried only once its next block arrived (0: "   \
-      "key by key, retried every step; speed only)")                                               \
+      "one wake of the I/O thread, and its restore is retried only once its next block "           \
+      "arrived (0: key by key, retried every step; speed only)")                                   \
     X(KV_PREFAULT_AHEAD, "kv-prefault-ahead", FLAG_KIND_INT, "256", "0:1048576",                   \
       "with a disk or Redis KV tier, MiB of KV pool beyond the highest block used so far that "    \
-      "the "                                                                                       \
-      "tiers' I/O thread faults in while it has nothing else to do, so restored blocks do not "    \
-      "wait on the kernel zeroing fresh pages (0: none; speed only)")                              \
+      "the tiers' I/O thread faults in while it has nothing else to do, so restored blocks "       \
+      "do not wait on the kernel zeroing fresh pages (0: none; speed only)")                       \
     X(KV_PREFAULT, "kv-prefault", FLAG_KIND_BOOL, "0", "0|1",                                      \
       "write every page of the KV pool at start-up, so serving never waits on the kernel zeroing " \
       "a first-touched page (the whole pool is resident from the start; speed only)")              \
