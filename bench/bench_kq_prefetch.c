@@ -10,12 +10,12 @@
  *       -o /tmp/bkp
  *   /tmp/bkp q6_K 2048 40
  *   BKP_FLAG=kq-prefetch BKP_CPU=1 /tmp/bkp q4_K 2048 16      (one thread, by CPU time)
- * BKP_MATS=N: the first N matrices only (1: attn_q's 1024 x 1024, L2-resident: the kernel's
- * instruction work rather than the memory stream).
- * BKP_FLAG names another toggle (kq-prefetch, q8-prefetch, mm-prefetch-l2, kq-q4k-pair, ...),
- * BKP_A its value on side A. BKP_CPU=1: one thread, timed by the process's CPU time, so a busy
- * machine's preemptions do not count (its cache and memory contention still do). TYPE may be
- * Q8_0 too.
+ * BKP_LAYERS=N: N layers rather than 16 (160: about 1 GB of Q4_K per side, more than any L3, so
+ * every pass reads from memory). BKP_MATS=N: the first N matrices only (1: attn_q's 1024 x 1024,
+ * L2-resident: the kernel's instruction work rather than the memory stream). BKP_FLAG names another
+ * toggle (kq-prefetch, q8-prefetch, mm-prefetch-l2, kq-q4k-pair, ...), BKP_A its value on side A.
+ * BKP_CPU=1: one thread, timed by the process's CPU time, so a busy machine's preemptions do not
+ * count (its cache and memory contention still do). TYPE may be Q8_0 too.
  */
 #include "base/clock.h"
 #include "base/flags.h"
@@ -39,10 +39,11 @@ static int64_t bkp_now_ns(bool cpu) {
 
 #define BKP_LAYERS 16
 #define BKP_MATS   (BKP_LAYERS * 7)
+#define BKP_MAX    (160 * 7) /* BKP_LAYERS=160: about 1 GB of Q4_K per side */
 #define BKP_K      2816
 
 typedef struct bkp_ctx {
-    kn_mat *w[BKP_MATS];
+    kn_mat *w[BKP_MAX];
     int n_mats; /* BKP_MATS: the first n of the matrices (1: attn_q alone, L2-resident) */
     kn_act a;
     float *y; /* [2816] */
@@ -86,28 +87,36 @@ int main(int argc, char **argv) {
                                          {2816, 1024}, {2816, 1024}, {1024, 2816}};
     static bkp_ctx ca, cb;
     size_t bytes = 0;
-    int n_mats = getenv("BKP_MATS") ? atoi(getenv("BKP_MATS")) : BKP_MATS;
-    if (n_mats < 1 || n_mats > BKP_MATS)
-        n_mats = BKP_MATS;
+    int layers = getenv("BKP_LAYERS") ? atoi(getenv("BKP_LAYERS")) : BKP_LAYERS;
+    if (layers < 1 || layers * 7 > BKP_MAX)
+        layers = BKP_LAYERS;
+    int n_mats = getenv("BKP_MATS") ? atoi(getenv("BKP_MATS")) : layers * 7;
+    if (n_mats < 1 || n_mats > layers * 7)
+        n_mats = layers * 7;
     ca.n_mats = cb.n_mats = n_mats;
-    for (int i = 0; i < n_mats; i++) {
-        int64_t n = shapes[i % 7][0], k = shapes[i % 7][1];
+    unsigned char *data[7];
+    for (int i = 0; i < 7; i++) { /* each layer shape quantized once, packed into every copy */
+        int64_t n = shapes[i][0], k = shapes[i][1];
         int64_t rb = kn_type_row_bytes(type, k);
-        unsigned char *d = malloc((size_t)(rb * n));
+        data[i] = malloc((size_t)(rb * n));
         float *f = malloc((size_t)k * sizeof(float));
         for (int64_t r = 0; r < n; r++) {
             for (int64_t j = 0; j < k; j++)
                 f[j] = (float)((r * 31 + j * 17 + i) % 97) * 0.001f - 0.05f;
-            kn_quantize_rows(type, f, 1, k, d + r * rb);
+            kn_quantize_rows(type, f, 1, k, data[i] + r * rb);
         }
-        flags_set(flag, val_a);
-        kn_mat_create(type, d, n, k, isa, &ca.w[i]);
-        flags_set(flag, argv[2]);
-        kn_mat_create(type, d, n, k, isa, &cb.w[i]);
-        bytes += kn_mat_bytes(ca.w[i]);
-        free(d);
         free(f);
     }
+    for (int i = 0; i < n_mats; i++) {
+        int64_t n = shapes[i % 7][0], k = shapes[i % 7][1];
+        flags_set(flag, val_a);
+        kn_mat_create(type, data[i % 7], n, k, isa, &ca.w[i]);
+        flags_set(flag, argv[2]);
+        kn_mat_create(type, data[i % 7], n, k, isa, &cb.w[i]);
+        bytes += kn_mat_bytes(ca.w[i]);
+    }
+    for (int i = 0; i < 7; i++)
+        free(data[i]);
     float *x = calloc(BKP_K, sizeof(float));
     for (int i = 0; i < BKP_K; i++)
         x[i] = (float)(i % 13) * 0.1f - 0.6f;

@@ -17,6 +17,10 @@
  * cache and memory contention, still do), and adds the fraction of the FMA roof measured the same
  * way on this thread (AVX-512 machines): GFLOP per CPU-second over one thread's roof per
  * CPU-second. bench/ab.sh passes the variable through.
+ *
+ * BS_FLUSH=MB: before every timed repetition, an untimed read of a buffer of MB megabytes (more
+ * than the last-level cache: 1024 on a 260 MB L3), so each step reads its weights from memory as
+ * `verity bench --cold` does, even for a model that fits in the L3.
  */
 #include "base/clock.h"
 #include "kernels/kn.h"
@@ -128,7 +132,23 @@ int main(int argc, char **argv) {
     if (decode) /* the prompts, once */
         for (int s0 = 0; s0 < B && !rc; s0 += fit)
             rc = bs_step(fc, seqs, s0, B - s0 < fit ? B - s0 : fit, toks, P, blocks, per, false, 0);
+    const int64_t flush_mb = getenv("BS_FLUSH") ? atoll(getenv("BS_FLUSH")) : 0;
+    size_t flush_n = flush_mb > 0 ? (size_t)flush_mb * (1 << 20) / sizeof(int64_t) : 0;
+    int64_t *flush = flush_n ? malloc(flush_n * sizeof(int64_t)) : NULL;
+    if (flush_n && !flush) {
+        fprintf(stderr, "bench_step: out of memory\n");
+        return 2;
+    }
+    for (size_t i = 0; i < flush_n; i++)
+        flush[i] = (int64_t)i;
+    volatile int64_t flush_sum = 0;
     for (int r = 0; r < reps && !rc; r++) {
+        int64_t fs = 0;
+        for (size_t i = 0; i < flush_n; i += 8) /* one load per 64-byte line */
+            fs += flush[i];
+        flush_sum += fs;
+        if (flush_n)
+            fwd_ctx_wake(fc); /* asleep during the read: awake, as between steps */
         int64_t t0 = bs_now_ns(cpu);
         if (decode)
             rc = bs_step(fc, seqs, 0, B, toks, P, blocks, per, true, P + r % 64);
@@ -161,5 +181,6 @@ int main(int argc, char **argv) {
     free(toks);
     free(seqs);
     free(t);
+    free(flush);
     return 0;
 }

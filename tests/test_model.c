@@ -564,6 +564,8 @@ static void inv_run(inv_case *ic, const char *path, kn_isa isa, int threads, int
         fwd_batch b = {.seqs = seqs, .n_seqs = ns};
         const float *lg;
         int64_t no;
+        if (order_seed & 2) /* threads woken between steps (bench --cold) change nothing */
+            fwd_ctx_wake(e.fc);
         T_OK(fwd_run(e.fc, &b, &lg, &no));
         int64_t o = 0;
         for (int i = 0; i < ns; i++) {

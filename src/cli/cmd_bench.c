@@ -20,7 +20,9 @@
  * With --cold every decode step starts from caches that hold none of the weights: one untimed
  * read pass over the probe's buffer before each step (a model smaller than the last-level cache,
  * such as the 1b-kq shape's on a host with a 260 MB L3, otherwise decodes partly from the L3, and
- * its "of the read roof", a fraction of memory's bandwidth, passes 100%).
+ * its "of the read roof", a fraction of memory's bandwidth, passes 100%); the step's threads,
+ * asleep during the pass, are woken before the clock starts (fwd_ctx_wake), as they are awake
+ * between consecutive steps.
  * Prefill is repeated R times (median). Without -m it runs the synthetic model of --shape (0.5b,
  * the default, or 1b-kq) and --type (default f16; any synth type, q4_k_m or q5_k_m), made once and
  * cached under $XDG_CACHE_HOME/verity (or ~/.cache/verity).
@@ -366,6 +368,8 @@ static int bench_decode(bench_run *r, int b, int64_t P, int64_t G, kn_roof *flus
             /* the probe's worker spins up to pool.c's 200 us before it sleeps: not beside the
              * step's own threads */
             nanosleep(&(struct timespec){.tv_nsec = BENCH_FLUSH_SETTLE_NS}, NULL);
+            /* and the step's threads, asleep since the pass began, awake as between steps */
+            fwd_ctx_wake(r->fc);
         }
         int64_t t0 = clock_now_ns();
         rc = fwd_run(r->fc, &fb, &lg, &no);

@@ -139,6 +139,14 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     return 0;
 }
 
+static void fwd_wake_nop(void *ctx, int ith, int nth) {
+    (void)ctx, (void)ith, (void)nth;
+}
+
+void fwd_ctx_wake(fwd_ctx *c) {
+    pool_run(c->threads, fwd_wake_nop, NULL);
+}
+
 void fwd_ctx_destroy(fwd_ctx *c) {
     if (!c)
         return;

@@ -46,6 +46,12 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
                    int64_t attn_chunk, fwd_ctx **out);
 void fwd_ctx_destroy(fwd_ctx *c);
 
+/* Wakes c's compute threads and returns once every one is running, so that a step started within
+ * the pool's spin time (pool.h: 200 us) finds them spinning rather than asleep, as consecutive
+ * steps do. For a caller that left the threads idle on purpose: `verity bench --cold`'s read
+ * pass between decode steps. Computes nothing; no-op with one thread. */
+void fwd_ctx_wake(fwd_ctx *c);
+
 /* Runs one step. On success *logits points to n_out rows of n_vocab floats, in batch order
  * (sequence by sequence, position by position), valid until the next run. Returns 0, or ERR_INVAL
  * (too many tokens or outputs, a token id outside the vocabulary, a block table too short, a
