@@ -18,11 +18,20 @@
  * way on this thread (AVX-512 machines): GFLOP per CPU-second over one thread's roof per
  * CPU-second. bench/ab.sh passes the variable through.
  *
+ * BS_AB=NAME=A,B: an A/B of a forward-pass toggle (one read when a context is made: ffn-fuse-glu,
+ * mm-even-split, mm-panel, attn-group...) in one process: two contexts over the same model and
+ * KV pool, made with the toggle at A and at B, step in turn (A first in even repetitions, B first
+ * in odd ones; both write the same KV bytes), so both see the same moments of a noisy machine;
+ * prints each side's median and the median (and quartiles) of the per-repetition ratio A/B. Each
+ * step starts 0.5 ms after the other context's (its threads spin, then sleep, pool.h), with its
+ * own threads woken (fwd_ctx_wake).
+ *
  * BS_FLUSH=MB: before every timed repetition, an untimed read of a buffer of MB megabytes (more
  * than the last-level cache: 1024 on a 260 MB L3), so each step reads its weights from memory as
  * `verity bench --cold` does, even for a model that fits in the L3.
  */
 #include "base/clock.h"
+#include "base/flags.h"
 #include "kernels/kn.h"
 #include "kv/kv_pool.h"
 #include "model/forward.h"
@@ -118,9 +127,22 @@ int main(int argc, char **argv) {
     int32_t *toks = malloc((size_t)P * (size_t)B * sizeof(int32_t));
     fwd_seq *seqs = malloc((size_t)B * sizeof(fwd_seq));
     double *t = malloc(BS_MAX_REPS * sizeof(double));
-    if (!blocks || !toks || !seqs || !t || kv_pool_create(&ko, &kv) ||
-        fwd_ctx_create(m, kv, BS_STEP_TOKENS, B, threads, 64, &fc)) {
-        fprintf(stderr, "bench_step: out of memory\n");
+    /* BS_AB: the toggle's name and its two values */
+    char ab_name[64] = "", ab_val[2][32] = {"", ""};
+    const char *ab = getenv("BS_AB");
+    fwd_ctx *fc2 = NULL;
+    double *t2 = malloc(BS_MAX_REPS * sizeof(double)),
+           *ratio = malloc(BS_MAX_REPS * sizeof(double));
+    if (ab && (sscanf(ab, "%63[^=]=%31[^,],%31s", ab_name, ab_val[0], ab_val[1]) != 3 ||
+               flags_set(ab_name, ab_val[0]))) {
+        fprintf(stderr, "bench_step: BS_AB must be NAME=A,B with a toggle of `verity flags`\n");
+        return 2;
+    }
+    if (!blocks || !toks || !seqs || !t || !t2 || !ratio || kv_pool_create(&ko, &kv) ||
+        fwd_ctx_create(m, kv, BS_STEP_TOKENS, B, threads, 64, &fc) ||
+        (ab && (flags_set(ab_name, ab_val[1]) ||
+                fwd_ctx_create(m, kv, BS_STEP_TOKENS, B, threads, 64, &fc2)))) {
+        fprintf(stderr, "bench_step: out of memory (or a bad BS_AB value)\n");
         return 2;
     }
     for (int i = 0; i < per * B; i++)
@@ -143,28 +165,46 @@ int main(int argc, char **argv) {
         flush[i] = (int64_t)i;
     volatile int64_t flush_sum = 0;
     for (int r = 0; r < reps && !rc; r++) {
-        int64_t fs = 0;
-        for (size_t i = 0; i < flush_n; i += 8) /* one load per 64-byte line */
-            fs += flush[i];
-        flush_sum += fs;
-        if (flush_n)
-            fwd_ctx_wake(fc); /* asleep during the read: awake, as between steps */
-        int64_t t0 = bs_now_ns(cpu);
-        if (decode)
-            rc = bs_step(fc, seqs, 0, B, toks, P, blocks, per, true, P + r % 64);
-        else
-            for (int s0 = 0; s0 < B && !rc; s0 += fit)
-                rc = bs_step(fc, seqs, s0, B - s0 < fit ? B - s0 : fit, toks, P, blocks, per, false,
-                             0);
-        t[r] = (double)(bs_now_ns(cpu) - t0) * 1e-9;
+        for (int side = 0; side < (fc2 ? 2 : 1) && !rc; side++) {
+            /* with BS_AB, A first in even repetitions, B first in odd ones */
+            fwd_ctx *f = fc2 && (side ^ (r & 1)) ? fc2 : fc;
+            double *tt = f == fc ? t : t2;
+            int64_t fs = 0;
+            for (size_t i = 0; i < flush_n; i += 8) /* one load per 64-byte line */
+                fs += flush[i];
+            flush_sum += fs;
+            if (fc2 && !flush_n) /* the other context's threads spin for pool.c's 200 us */
+                nanosleep(&(struct timespec){.tv_nsec = 500000}, NULL);
+            if (flush_n || fc2)
+                fwd_ctx_wake(f); /* asleep during the read: awake, as between steps */
+            int64_t t0 = bs_now_ns(cpu);
+            if (decode)
+                rc = bs_step(f, seqs, 0, B, toks, P, blocks, per, true, P + r % 64);
+            else
+                for (int s0 = 0; s0 < B && !rc; s0 += fit)
+                    rc = bs_step(f, seqs, s0, B - s0 < fit ? B - s0 : fit, toks, P, blocks, per,
+                                 false, 0);
+            tt[r] = (double)(bs_now_ns(cpu) - t0) * 1e-9;
+        }
+        if (fc2)
+            ratio[r] = t[r] / t2[r];
     }
     if (rc) {
         fprintf(stderr, "bench_step: forward pass failed (%d)\n", rc);
         return 1;
     }
-    qsort(t, (size_t)reps, sizeof *t, bs_cmp);
     double tokens = decode ? B : (double)B * P;
     double flop = model_flops_per_token(m) * tokens;
+    if (fc2) {
+        qsort(t2, (size_t)reps, sizeof *t2, bs_cmp);
+        qsort(ratio, (size_t)reps, sizeof *ratio, bs_cmp);
+        printf("%s=%s: median %.2f ms (%.1f GFLOP/s); speed ratio %s/%s per repetition: median "
+               "%.3f (quartiles %.3f-%.3f)\n",
+               ab_name, ab_val[1], t2[reps / 2] * 1e3, flop / t2[reps / 2] * 1e-9, ab_val[1],
+               ab_val[0], ratio[reps / 2], ratio[reps / 4], ratio[3 * reps / 4]);
+        printf("%s=%s: ", ab_name, ab_val[0]);
+    }
+    qsort(t, (size_t)reps, sizeof *t, bs_cmp);
     printf("%s batch %d prompt %d: median %.2f ms (%.1f GFLOP/s), best %.2f ms (%.1f GFLOP/s)\n",
            decode ? "decode" : "prefill", B, P, t[reps / 2] * 1e3, flop / t[reps / 2] * 1e-9,
            t[0] * 1e3, flop / t[0] * 1e-9);
@@ -175,12 +215,15 @@ int main(int argc, char **argv) {
                100 * flop / t[reps / 2] * 1e-9 / roof, 100 * flop / t[0] * 1e-9 / roof, roof);
     }
     fwd_ctx_destroy(fc);
+    fwd_ctx_destroy(fc2);
     kv_pool_destroy(kv);
     model_destroy(m);
     free(blocks);
     free(toks);
     free(seqs);
     free(t);
+    free(t2);
+    free(ratio);
     free(flush);
     return 0;
 }
