@@ -10,10 +10,15 @@
  *       -o /tmp/bkp
  *   /tmp/bkp q6_K 2048 40
  *   BKP_FLAG=kq-prefetch BKP_CPU=1 /tmp/bkp q4_K 2048 16      (one thread, by CPU time)
- * BKP_LAYERS=N: N layers rather than 16 (160: about 1 GB of Q4_K per side, more than any L3, so
- * every pass reads from memory). BKP_MATS=N: the first N matrices only (1: attn_q's 1024 x 1024,
- * L2-resident: the kernel's instruction work rather than the memory stream). BKP_FLAG names another
- * toggle (kq-prefetch, q8-prefetch, mm-prefetch-l2, kq-q4k-pair, ...), BKP_A its value on side A.
+ * BKP_MODE_A / BKP_MODE_B: how side A / B splits each matrix between the threads (with BKP_A the
+ * same value as VALUE, an A/B of the split alone): halves (the default: one pool_run, thread ith
+ * takes half ith of every matrix), static:N (N chunks, thread ith takes chunks ith, ith + nth,
+ * ...), range:N (N chunks, thread ith takes the contiguous ith range of them), for:N (one
+ * pool_for of N chunks per matrix, as the forward pass's matmul phases). BKP_LAYERS=N: N layers
+ * rather than 16 (160: about 1 GB of Q4_K per side, more than any L3, so every pass reads from
+ * memory). BKP_MATS=N: the first N matrices only (1: attn_q's 1024 x 1024, L2-resident: the
+ * kernel's instruction work rather than the memory stream). BKP_FLAG names another toggle
+ * (kq-prefetch, q8-prefetch, mm-prefetch-l2, kq-q4k-pair, ...), BKP_A its value on side A.
  * BKP_CPU=1: one thread, timed by the process's CPU time, so a busy machine's preemptions do not
  * count (its cache and memory contention still do). TYPE may be Q8_0 too.
  */
@@ -44,15 +49,61 @@ static int64_t bkp_now_ns(bool cpu) {
 
 typedef struct bkp_ctx {
     kn_mat *w[BKP_MAX];
-    int n_mats; /* BKP_MATS: the first n of the matrices (1: attn_q alone, L2-resident) */
+    int chunks;      /* BKP_MODE static:N / range:N: chunks per matrix (0: halves) */
+    bool interleave; /* static:N: thread ith takes chunks ith, ith + nth, ... */
+    int n_mats;      /* BKP_MATS: the first n of the matrices (1: attn_q alone, L2-resident) */
     kn_act a;
     float *y; /* [2816] */
 } bkp_ctx;
 
 static void bkp_run(void *v, int ith, int nth) {
     bkp_ctx *c = v;
-    for (int i = 0; i < c->n_mats; i++)
-        kn_matmul(c->w[i], &c->a, 1, c->y, kn_mat_n(c->w[i]), ith, nth, NULL);
+    for (int i = 0; i < c->n_mats; i++) {
+        int n = c->chunks;
+        if (!n) /* halves */
+            kn_matmul(c->w[i], &c->a, 1, c->y, kn_mat_n(c->w[i]), ith, nth, NULL);
+        else if (c->interleave) /* every nth chunk, no atomics */
+            for (int ch = ith; ch < n; ch += nth)
+                kn_matmul(c->w[i], &c->a, 1, c->y, kn_mat_n(c->w[i]), ch, n, NULL);
+        else /* a contiguous range of chunks */
+            for (int ch = ith * n / nth; ch < (ith + 1) * n / nth; ch++)
+                kn_matmul(c->w[i], &c->a, 1, c->y, kn_mat_n(c->w[i]), ch, n, NULL);
+    }
+}
+
+/* BKP_MODE for:N: one pool_for per matrix, as the forward pass's matmul phases */
+typedef struct bkp_mat_arg {
+    bkp_ctx *c;
+    int i;
+} bkp_mat_arg;
+
+static void bkp_chunk(void *v, int64_t ci, int64_t n, int thread) {
+    bkp_mat_arg *a = v;
+    (void)thread;
+    kn_matmul(a->c->w[a->i], &a->c->a, 1, a->c->y, kn_mat_n(a->c->w[a->i]), (int)ci, (int)n, NULL);
+}
+
+static void bkp_run_phases(pool *p, bkp_ctx *c, int chunks) {
+    for (int i = 0; i < c->n_mats; i++) {
+        bkp_mat_arg a = {c, i};
+        int64_t n = chunks < kn_mat_n_units(c->w[i]) ? chunks : kn_mat_n_units(c->w[i]);
+        pool_for(p, n, bkp_chunk, &a);
+    }
+}
+
+/* One pass over c's matrices in mode: halves (the default), static:N, range:N or for:N. */
+static void bkp_pass(pool *p, bkp_ctx *c, const char *mode) {
+    int n = 0;
+    if (mode && sscanf(mode, "for:%d", &n) == 1 && n > 0) {
+        bkp_run_phases(p, c, n);
+        return;
+    }
+    c->chunks = 0;
+    if (mode && (sscanf(mode, "static:%d", &n) == 1 || sscanf(mode, "range:%d", &n) == 1)) {
+        c->chunks = n > 0 ? n : 0;
+        c->interleave = mode[0] == 's';
+    }
+    pool_run(p, bkp_run, c);
 }
 
 static int bkp_cmp(const void *a, const void *b) {
@@ -87,6 +138,7 @@ int main(int argc, char **argv) {
                                          {2816, 1024}, {2816, 1024}, {1024, 2816}};
     static bkp_ctx ca, cb;
     size_t bytes = 0;
+    const char *mode_a = getenv("BKP_MODE_A"), *mode_b = getenv("BKP_MODE_B");
     int layers = getenv("BKP_LAYERS") ? atoi(getenv("BKP_LAYERS")) : BKP_LAYERS;
     if (layers < 1 || layers * 7 > BKP_MAX)
         layers = BKP_LAYERS;
@@ -134,9 +186,9 @@ int main(int argc, char **argv) {
     double *ratio = malloc((size_t)rounds * sizeof(double));
     for (int r = -2; r < rounds; r++) { /* two warm-up rounds */
         int64_t t0 = bkp_now_ns(cpu);
-        pool_run(p, bkp_run, &ca);
+        bkp_pass(p, &ca, mode_a);
         int64_t t1 = bkp_now_ns(cpu);
-        pool_run(p, bkp_run, &cb);
+        bkp_pass(p, &cb, mode_b);
         int64_t t2 = bkp_now_ns(cpu);
         if (r >= 0) {
             ta[r] = (double)(t1 - t0) * 1e-9;

@@ -318,10 +318,13 @@ static void pool_for_chunk(void *vctx, int64_t chunk, int64_t n_chunks, int thre
 }
 
 /* pool_for runs every chunk exactly once, whatever the chunk count (including more than one job
- * word holds) and interleaved with pool_run jobs, and passes a thread index in range. */
+ * word holds, and fewer chunks than threads) and interleaved with pool_run jobs, and passes a
+ * thread index in range: claimed by range (pool-ranges, the default) and from one counter. */
 static void t_pool_for(void) {
     static const int64_t sizes[] = {0, 1, 2, 3, 7, 64, 1000, (1 << 20) + 5};
-    for (int n = 1; n <= 4; n++) {
+    for (int nr = 0; nr < 8; nr++) {
+        int n = 1 + nr % 4;
+        T_OK(flags_set("pool-ranges", nr < 4 ? "1" : "0"));
         pool *p;
         T_OK(pool_create(n, &p));
         pool_ctx rc = {.p = p};
@@ -347,6 +350,57 @@ static void t_pool_for(void) {
         T_EQ_INT(atomic_load(&rc.sum), runs * n);
         pool_destroy(p);
     }
+    T_OK(flags_set("pool-ranges", "1"));
+}
+
+typedef struct {
+    int64_t n;
+    atomic_int done;          /* chunks finished, but chunk 0 */
+    atomic_int runs[64];      /* per chunk */
+    atomic_int by_thread[64]; /* the thread that ran it */
+} pool_steal_ctx;
+
+/* Whoever runs chunk 0 waits until every other chunk is done: the others must take the rest of
+ * its range (with ranges, chunk 0 is the owner's first, so the rest of the owner's range). */
+static void pool_steal_chunk(void *vctx, int64_t chunk, int64_t n_chunks, int thread) {
+    pool_steal_ctx *c = vctx;
+    (void)n_chunks;
+    atomic_fetch_add(&c->runs[chunk], 1);
+    atomic_store(&c->by_thread[chunk], thread);
+    if (chunk == 0) /* a pool that never hands out the rest hangs here: the runner's timeout */
+        while (atomic_load(&c->done) < c->n - 1)
+            ;
+    else
+        atomic_fetch_add(&c->done, 1);
+}
+
+/* A thread stalled in its first chunk (descheduled, or slow) delays only that chunk: the other
+ * threads finish their own ranges, then take the stalled thread's remaining chunks from the back.
+ * Deterministic: the stall lasts until every other chunk is done, whoever runs them. */
+static void t_pool_for_ranges_steal(void) {
+    for (int nr = 0; nr < 4; nr++) {
+        int n = 2 + nr % 2;
+        T_OK(flags_set("pool-ranges", nr < 2 ? "1" : "0"));
+        pool *p;
+        T_OK(pool_create(n, &p));
+        for (int round = 0; round < 20; round++) {
+            pool_steal_ctx c = {.n = 48};
+            pool_for(p, c.n, pool_steal_chunk, &c);
+            int64_t wrong = 0, stolen = 0;
+            for (int64_t i = 0; i < c.n; i++)
+                wrong += atomic_load(&c.runs[i]) != 1;
+            T_EQ_INT(wrong, 0);
+            /* the owner claims first, so it normally runs chunk 0 (a preempted owner may find
+             * everything done); then the rest of its range, [1, 48 / n) by range, went to the
+             * others (a ranges pool without stealing never returns) */
+            for (int64_t i = 1; i < c.n / n; i++)
+                stolen += atomic_load(&c.by_thread[i]) != 0;
+            if (atomic_load(&c.by_thread[0]) == 0)
+                T_EQ_INT(stolen, c.n / n - 1);
+        }
+        pool_destroy(p);
+    }
+    T_OK(flags_set("pool-ranges", "1"));
 }
 
 /* file_read_all: the bytes and a NUL after them; a file read to its end whatever stat says
@@ -477,6 +531,7 @@ int main(void) {
     test_run("base.flags", t_flags);
     test_run("base.pool", t_pool);
     test_run("base.pool_for", t_pool_for);
+    test_run("base.pool_for_ranges_steal", t_pool_for_ranges_steal);
     test_run("base.list", t_list);
     test_run("base.grow", t_grow);
     return test_summary();

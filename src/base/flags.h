@@ -161,6 +161,10 @@ enum flag_kind {
       "start-up otherwise)")                                                                       \
     X(POOL_SPIN, "pool-spin", FLAG_KIND_BOOL, "1", "0|1",                                          \
       "compute threads spin briefly between parallel regions instead of sleeping at once")         \
+    X(POOL_RANGES, "pool-ranges", FLAG_KIND_BOOL, "1", "0|1",                                      \
+      "each compute thread claims the chunks of a parallel region from its own contiguous range "  \
+      "first, then takes the last chunks of the others' ranges, so a thread's chunks follow one "  \
+      "another in memory (0: every chunk from one shared counter; speed only, same bits)")         \
     X(CTX, "ctx", FLAG_KIND_INT, "0", "0:16777216",                                                \
       "context length limit per sequence (0 = the model's)")                                       \
     X(HOST, "host", FLAG_KIND_STRING, "127.0.0.1", "", "serve: address to listen on")              \

@@ -13,6 +13,13 @@
  * it. Each finished chunk increments `done`; the owner waits for done == n, which only needs the
  * chunks that were claimed, never a thread that took none.
  *
+ * pool_for with pool-ranges: before the job word, the owner stores one word per thread,
+ * seq (24 bits) | lo (20) | hi (20): that thread's unclaimed chunks [lo, hi). A thread claims its
+ * own range's front (lo + 1) and, once it is empty, another range's back (hi - 1), each by a
+ * compare-and-swap of that word, which fails on a word of another job (seq), so, as above, a late
+ * worker claims nothing. Its own range's word is touched by others only when they steal, so a
+ * claim seldom moves a cache line between cores.
+ *
  * pool_run: every worker must take part, so the owner waits for done == nth - 1 and the
  * descriptor stays put until then. The barrier is sense-reversing: the last thread to arrive
  * resets the count and bumps `bar_phase`; the others wait for the phase to change.
@@ -50,6 +57,11 @@ static int64_t pool_job_claimed(uint64_t j) {
     return (int64_t)(j & POOL_FIELD_MASK);
 }
 
+/* one thread's range of a pool_for job's chunks, alone on its cache line */
+typedef struct pool_range {
+    _Alignas(64) _Atomic uint64_t w; /* seq | lo << 20 | hi */
+} pool_range;
+
 typedef struct pool_worker {
     pool *p;
     int ith;
@@ -59,6 +71,9 @@ typedef struct pool_worker {
 struct pool {
     int n;
     bool spin;
+    bool ranges;           /* pool-ranges at creation */
+    pool_range *range;     /* [n], with ranges and n > 1 */
+    atomic_bool job_range; /* the published pool_for job claims by range */
     pool_worker *workers;
     uint32_t seq; /* owner only: the last job's seq (24 bits) */
     /* the job's descriptor */
@@ -113,9 +128,64 @@ static void pool_wake(pool *p, atomic_int *addr) {
         pool_futex_wake(addr);
 }
 
+/* Runs chunk c of the pool_for job of n chunks (claimed; its descriptor cannot change) and counts
+ * it done. */
+static void pool_run_chunk(pool *p, int64_t c, int64_t n, int thread) {
+    pool_chunk_fn fn = atomic_load_explicit(&p->for_fn, memory_order_relaxed);
+    void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+    int64_t base = atomic_load_explicit(&p->for_base, memory_order_relaxed);
+    int64_t total = atomic_load_explicit(&p->for_total, memory_order_relaxed);
+    fn(ctx, base + c, total, thread);
+    if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == n)
+        pool_wake(p, &p->done);
+}
+
+static uint64_t pool_range_word(uint32_t seq, int64_t lo, int64_t hi) {
+    return ((uint64_t)seq << POOL_SEQ_SHIFT) | ((uint64_t)lo << POOL_N_SHIFT) | (uint64_t)hi;
+}
+
+/* Claims one chunk of range r of job seq: its front (own) or its back. Returns the chunk, -1 if
+ * the range is empty, -2 if the word belongs to another job. */
+static int64_t pool_range_claim(pool *p, int r, uint32_t seq, bool own) {
+    uint64_t w = atomic_load_explicit(&p->range[r].w, memory_order_acquire);
+    for (;;) {
+        if (pool_job_seq(w) != seq)
+            return -2;
+        int64_t lo = pool_job_n(w), hi = pool_job_claimed(w);
+        if (lo >= hi)
+            return -1;
+        uint64_t nw = own ? pool_range_word(seq, lo + 1, hi) : pool_range_word(seq, lo, hi - 1);
+        if (atomic_compare_exchange_weak_explicit(&p->range[r].w, &w, nw, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return own ? lo : hi - 1;
+    }
+}
+
+/* pool_claim_chunks of a job claimed by range: this thread's own range from its front, then the
+ * other ranges from their backs, nearest thread first. */
+static void pool_claim_ranges(pool *p, uint64_t j, int thread) {
+    uint32_t seq = pool_job_seq(j);
+    int64_t n = pool_job_n(j), c;
+    while ((c = pool_range_claim(p, thread, seq, true)) >= 0)
+        pool_run_chunk(p, c, n, thread);
+    if (c == -2)
+        return;
+    for (int k = 1; k < p->n; k++) {
+        int r = (thread + k) % p->n;
+        while ((c = pool_range_claim(p, r, seq, false)) >= 0)
+            pool_run_chunk(p, c, n, thread);
+        if (c == -2)
+            return;
+    }
+}
+
 /* Claims and runs chunks of the pool_for job whose word is j until it has none left or a newer
  * job replaced it. */
 static void pool_claim_chunks(pool *p, uint64_t j, int thread) {
+    if (atomic_load_explicit(&p->job_range, memory_order_relaxed)) {
+        pool_claim_ranges(p, j, thread);
+        return;
+    }
     uint32_t seq = pool_job_seq(j);
     int64_t n = pool_job_n(j);
     for (;;) {
@@ -124,14 +194,7 @@ static void pool_claim_chunks(pool *p, uint64_t j, int thread) {
         if (!atomic_compare_exchange_weak_explicit(&p->job, &j, j + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; /* j now holds the current word */
-        int64_t c = pool_job_claimed(j);
-        pool_chunk_fn fn = atomic_load_explicit(&p->for_fn, memory_order_relaxed);
-        void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
-        int64_t base = atomic_load_explicit(&p->for_base, memory_order_relaxed);
-        int64_t total = atomic_load_explicit(&p->for_total, memory_order_relaxed);
-        fn(ctx, base + c, total, thread);
-        if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == n)
-            pool_wake(p, &p->done);
+        pool_run_chunk(p, pool_job_claimed(j), n, thread);
         j = atomic_load_explicit(&p->job, memory_order_acquire);
     }
 }
@@ -166,11 +229,18 @@ static void *pool_worker_main(void *arg) {
     }
 }
 
-/* Owner: publishes a job word (the descriptor already written) and wakes the workers. */
-static void pool_publish(pool *p, int64_t n) {
+/* Owner: publishes a job word (the descriptor already written) and wakes the workers; a pool_for
+ * job with ranges gets its range words first. */
+static void pool_publish(pool *p, int64_t n, bool ranges) {
     p->seq = (p->seq + 1) & 0xFFFFFF;
     if (p->seq == 0)
         p->seq = 1; /* 0 is the workers' initial "last seen" */
+    atomic_store_explicit(&p->job_range, ranges, memory_order_relaxed);
+    if (ranges)
+        for (int t = 0; t < p->n; t++)
+            atomic_store_explicit(&p->range[t].w,
+                                  pool_range_word(p->seq, n * t / p->n, n * (t + 1) / p->n),
+                                  memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->job,
                           ((uint64_t)p->seq << POOL_SEQ_SHIFT) | ((uint64_t)n << POOL_N_SHIFT),
@@ -197,6 +267,17 @@ int pool_create(int n_threads, pool **out) {
         return err_set(ERR_NOMEM, "pool: out of memory");
     p->n = n_threads;
     p->spin = flags_int(FLAG_POOL_SPIN) != 0;
+    p->ranges = flags_int(FLAG_POOL_RANGES) != 0 && n_threads > 1;
+    atomic_init(&p->job_range, false);
+    if (p->ranges) {
+        p->range = aligned_alloc(64, (size_t)n_threads * sizeof *p->range);
+        if (!p->range) {
+            free(p);
+            return err_set(ERR_NOMEM, "pool: out of memory");
+        }
+        for (int i = 0; i < n_threads; i++)
+            atomic_init(&p->range[i].w, 0);
+    }
     atomic_init(&p->gen, 0);
     atomic_init(&p->job, 0);
     atomic_init(&p->run_fn, NULL);
@@ -212,6 +293,7 @@ int pool_create(int n_threads, pool **out) {
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads, sizeof *p->workers);
         if (!p->workers) {
+            free(p->range);
             free(p);
             return err_set(ERR_NOMEM, "pool: out of memory");
         }
@@ -235,11 +317,12 @@ void pool_destroy(pool *p) {
     if (p->n > 1) {
         atomic_store_explicit(&p->stop, true, memory_order_release);
         atomic_store_explicit(&p->run_fn, NULL, memory_order_relaxed);
-        pool_publish(p, 0);
+        pool_publish(p, 0, false);
         for (int i = 1; i < p->n; i++)
             pthread_join(p->workers[i].tid, NULL);
     }
     free(p->workers);
+    free(p->range);
     free(p);
 }
 
@@ -254,7 +337,7 @@ void pool_run(pool *p, pool_fn fn, void *ctx) {
     }
     atomic_store_explicit(&p->run_fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
-    pool_publish(p, 0);
+    pool_publish(p, 0, false);
     fn(ctx, 0, p->n);
     pool_wait_done(p, p->n - 1);
 }
@@ -271,7 +354,7 @@ void pool_for(pool *p, int64_t n_chunks, pool_chunk_fn fn, void *ctx) {
         atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
         atomic_store_explicit(&p->for_base, base, memory_order_relaxed);
         atomic_store_explicit(&p->for_total, n_chunks, memory_order_relaxed);
-        pool_publish(p, n);
+        pool_publish(p, n, p->ranges);
         pool_claim_chunks(p, atomic_load_explicit(&p->job, memory_order_acquire), 0);
         pool_wait_done(p, (int)n);
     }
