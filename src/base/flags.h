@@ -48,18 +48,19 @@ enum flag_kind {
       "AVX-512 Q8_0 matmuls of more than 4 rows run in ceil(rows / this) tiles of equal height, "  \
       "each sweeping the weights once (4: tiles of 4, then the rest; speed only, same bits)")      \
     X(Q6K_PREFETCH, "q6k-prefetch", FLAG_KIND_INT, "2048", "0:65536",                              \
-      "AVX-512 Q6_K matmuls of one row (decode at batch 1) prefetch the weights this many bytes "  \
-      "ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")                    \
-    X(KQ_PREFETCH, "kq-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                \
-      "AVX-512 Q4_K and Q5_K matmuls of one row (decode at batch 1) prefetch the weights this "    \
+      "AVX-512 and AVX2 Q6_K matmuls of one row (decode at batch 1) prefetch the weights this "    \
       "many bytes ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")         \
+    X(KQ_PREFETCH, "kq-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                \
+      "AVX-512 and AVX2 Q4_K and Q5_K matmuls of one row (decode at batch 1) prefetch the "        \
+      "weights this many bytes ahead (0 = leave it to the hardware prefetcher; speed only, same "  \
+      "bits)")                                                                                     \
     X(Q8_PREFETCH, "q8-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                \
-      "AVX-512 Q8_0 matmuls of one row (decode at batch 1) prefetch the weights this many bytes "  \
-      "ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")                    \
+      "AVX-512 and AVX2 Q8_0 matmuls of one row (decode at batch 1) prefetch the weights this "    \
+      "many bytes ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")         \
     X(MM_PREFETCH_L2, "mm-prefetch-l2", FLAG_KIND_INT, "8192", "0:65536",                          \
-      "AVX-512 Q4_K, Q5_K, Q6_K and Q8_0 matmuls of one row (decode at batch 1) also prefetch "    \
-      "the weights this many bytes ahead into L2, beyond the near prefetch into L1 (0 = none; "    \
-      "speed only, same bits)")                                                                    \
+      "AVX-512 and AVX2 Q4_K, Q5_K, Q6_K and Q8_0 matmuls of one row (decode at batch 1) also "    \
+      "prefetch the weights this many bytes ahead into L2, beyond the near prefetch into L1 (0 = " \
+      "none; speed only, same bits)")                                                              \
     X(KQ_Q4K_PAIR, "kq-q4k-pair", FLAG_KIND_BOOL, "1", "0|1",                                      \
       "AVX-512 Q4_K weights packed two columns to a byte (the codes of columns c and c + 16 for "  \
       "one input), so one dot product serves both and no nibble is shifted (speed only, same "     \
