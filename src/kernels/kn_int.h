@@ -96,6 +96,18 @@ void kn_pack_kq(kn_mat *w, const unsigned char *src);
 /* True for the types kn_pack_kq packs. */
 bool kn_type_is_kq(int type);
 
+/* The one-row products' weight prefetch over the len bytes being read at p: the same bytes pf
+ * ahead into L1 and pf2 ahead into L2 (0: none). A hint only. */
+static inline __attribute__((always_inline)) void kn_prefetch_ahead(const void *p, size_t len,
+                                                                    int64_t pf, int64_t pf2) {
+    if (pf)
+        for (size_t o = 0; o < len; o += 64)
+            __builtin_prefetch((const char *)p + pf + o, 0, 3); /* prefetcht0 */
+    if (pf2)
+        for (size_t o = 0; o < len; o += 64)
+            __builtin_prefetch((const char *)p + pf2 + o, 0, 2); /* prefetcht1 */
+}
+
 void kn_act_quantize_avx512(const kn_act *a, int64_t k, int64_t m0, int64_t m1);
 void kn_act_quantize_avx2(const kn_act *a, int64_t k, int64_t m0, int64_t m1);
 

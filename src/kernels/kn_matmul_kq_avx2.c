@@ -102,12 +102,7 @@ kk2_tile(const int mr, const int type, const int8_t *xq, const float *xd, const 
                               : _mm256_setzero_ps();
             }
         }
-        if (pf) /* the weights pf bytes ahead into L1, pf2 bytes ahead into L2 */
-            for (size_t o = 0; o < chunk; o += 64)
-                _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
-        if (pf2)
-            for (size_t o = 0; o < chunk; o += 64)
-                _mm_prefetch((const char *)p + pf2 + o, _MM_HINT_T1);
+        kn_prefetch_ahead(p, chunk, pf, pf2);
         const unsigned char *nib = p + sc_bytes;
         const unsigned char *qh = nib + 512;
         __m256i iacc[KK2_MR][2], iacc2[KK2_MR][2];
