@@ -47,7 +47,7 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
 void fwd_ctx_destroy(fwd_ctx *c);
 
 /* Wakes c's compute threads and returns once every one is running, so that a step started within
- * the pool's spin time (pool.h: 200 us) finds them spinning rather than asleep, as consecutive
+ * the pool's spin time (pool.c: 200 us) finds them spinning rather than asleep, as consecutive
  * steps do. For a caller that left the threads idle on purpose: `verity bench --cold`'s read
  * pass between decode steps. Computes nothing; no-op with one thread. */
 void fwd_ctx_wake(fwd_ctx *c);
