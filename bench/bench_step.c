@@ -18,7 +18,7 @@
  * way on this thread (AVX-512 machines): GFLOP per CPU-second over one thread's roof per
  * CPU-second. bench/ab.sh passes the variable through.
  *
- * BS_AB=NAME=A,B: an A/B of a forward-pass toggle (one read when a context is made: ffn-fuse-glu,
+ * BS_AB=NAME=A,B: an A/B of a forward-pass toggle (one read when a context is made: pool-ranges,
  * mm-even-split, mm-panel, attn-group...) in one process: two contexts over the same model and
  * KV pool, made with the toggle at A and at B, step in turn (A first in even repetitions, B first
  * in odd ones; both write the same KV bytes), so both see the same moments of a noisy machine;

@@ -12,6 +12,7 @@
 #include "base/strbuf.h"
 #include "base/utf8.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -369,7 +370,7 @@ static void pool_steal_chunk(void *vctx, int64_t chunk, int64_t n_chunks, int th
     atomic_store(&c->by_thread[chunk], thread);
     if (chunk == 0) /* a pool that never hands out the rest hangs here: the runner's timeout */
         while (atomic_load(&c->done) < c->n - 1)
-            ;
+            sched_yield(); /* the CPU to the others where the threads outnumber the cores */
     else
         atomic_fetch_add(&c->done, 1);
 }

@@ -404,12 +404,7 @@ kq_tile(const int mr, const bool q8, const int8_t *xq, const float *xd, const in
     for (int64_t b = 0; b < KB; b++) {
         const unsigned char *p = wblk + (size_t)b * bb;
         const unsigned char *qs = p + 64;
-        if (pf)
-            for (size_t o = 0; o < bb; o += 64)
-                _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
-        if (pf2)
-            for (size_t o = 0; o < bb; o += 64)
-                _mm_prefetch((const char *)p + pf2 + o, _MM_HINT_T1);
+        kn_prefetch_ahead(p, bb, pf, pf2);
         __m512i iacc[KQ_MR6][2];
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++)

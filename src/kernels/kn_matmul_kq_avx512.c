@@ -135,12 +135,7 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
                           : _mm512_setzero_ps();
             }
         }
-        if (pf)
-            for (size_t o = 0; o < chunk; o += 64)
-                _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
-        if (pf2)
-            for (size_t o = 0; o < chunk; o += 64)
-                _mm_prefetch((const char *)p + pf2 + o, _MM_HINT_T1);
+        kn_prefetch_ahead(p, chunk, pf, pf2);
         const unsigned char *nib = p + sc_bytes;
         const unsigned char *qh = nib + 512;
         __m512i iacc[KK_MR][2], iacc2[KK_MR][2];
@@ -273,12 +268,7 @@ kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, 
             sa[h] = _mm512_mul_ps(dsb[h], _mm512_cvtepi32_ps(sc));
             sb[h] = _mm512_mul_ps(msb[h], _mm512_cvtepi32_ps(mn));
         }
-        if (pf)
-            for (int o = 0; o < 576; o += 64)
-                _mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
-        if (pf2)
-            for (int o = 0; o < 576; o += 64)
-                _mm_prefetch((const char *)p + pf2 + o, _MM_HINT_T1);
+        kn_prefetch_ahead(p, 576, pf, pf2);
         const unsigned char *pr = p + 64;
         /* tiles of 1-2 rows keep two accumulators of each kind (even and odd steps): half the
          * dependency chain; int32 addition is exact, so the sums are the same */
