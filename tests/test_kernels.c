@@ -843,7 +843,9 @@ static void t_attention(void) {
 /* kn_attn_rows: every row of every group size bitwise equals kn_attn_row's scalar reference, for
  * head_dim with and without a fixed-size kernel, F16 and F32, chunk lengths that are and are not
  * multiples of 16 (a last 16-position group that is partly padding), windows, and the scores of
- * a repeated key (equal maxima in a chunk). */
+ * a repeated key (equal maxima in a chunk); with the prefetch hints off and on (a next unit of
+ * another length and KV head, or none), through block tables allocated to their exact length so
+ * that an address sanitizer build catches the prefetch cursor reading past one. */
 static void t_attention_rows(void) {
     setup_isas();
     const int64_t hds[] = {32, 64, 80, 128};
@@ -860,7 +862,7 @@ static void t_attention_rows(void) {
             float *q = malloc((size_t)(20 * hd) * 4), *outr = malloc((size_t)(20 * hd) * 4),
                   *outs = malloc((size_t)(20 * hd) * 4);
             float *scratch = malloc(kn_attn_scratch_floats(16, hd, 100) * 4);
-            int32_t table[16];
+            int32_t *table = malloc((size_t)nb * sizeof(int32_t));
             for (int64_t b = 0; b < nb; b++)
                 table[b] = (int32_t)((b * 5) % nb); /* nb = 14: a permutation */
             for (int64_t p = 0; p < n_pos; p++) {
@@ -888,18 +890,33 @@ static void t_attention_rows(void) {
                         for (int64_t h = 0; h < 20; h++)
                             kn_attn_row(q + h * hd, &kv, 1, hd, np, scale, chunk, scratch,
                                         outr + h * hd, KN_ISA_SCALAR);
+                        /* the next unit: another length, its table exactly as long */
+                        int64_t nnp = (np * 7 + 30) % n_pos + 1, nnb = (nnp + bs - 1) / bs;
+                        int32_t *next = malloc((size_t)nnb * sizeof(int32_t));
+                        for (int64_t b = 0; b < nnb; b++)
+                            next[b] = (int32_t)((b * 3 + 1) % nb);
                         for (int gi = 0; gi < 8; gi++)
-                            for (int ii = 0; ii < n_simd; ii++) {
-                                int64_t g = gs[gi], h0 = 20 - g; /* the last g heads */
-                                memset(outs, 0xFF, (size_t)(g * hd) * 4);
-                                kn_attn_rows(q + h0 * hd, g, &kv, 1, hd, np, scale, chunk, scratch,
-                                             outs, simd_isas[ii]);
-                                T_CHECKF(memcmp(outr + h0 * hd, outs, (size_t)(g * hd) * 4) == 0,
-                                         "attn rows hd=%lld f16=%d g=%lld chunk=%lld np=%lld "
-                                         "window %lld isa %s",
-                                         (long long)hd, f16, (long long)g, (long long)chunk,
-                                         (long long)np, (long long)win, kn_isa_name(simd_isas[ii]));
-                            }
+                            for (int ii = 0; ii < n_simd; ii++)
+                                for (int pf = 0; pf < 3; pf++) {
+                                    int64_t g = gs[gi], h0 = 20 - g; /* the last g heads */
+                                    kv.prefetch = pf > 0;
+                                    kv.next_table = pf == 2 ? next : NULL;
+                                    kv.next_kvh = 0;
+                                    kv.next_n_pos = nnp;
+                                    memset(outs, 0xFF, (size_t)(g * hd) * 4);
+                                    kn_attn_rows(q + h0 * hd, g, &kv, 1, hd, np, scale, chunk,
+                                                 scratch, outs, simd_isas[ii]);
+                                    T_CHECKF(memcmp(outr + h0 * hd, outs, (size_t)(g * hd) * 4) ==
+                                                 0,
+                                             "attn rows hd=%lld f16=%d g=%lld chunk=%lld np=%lld "
+                                             "window %lld isa %s prefetch %d",
+                                             (long long)hd, f16, (long long)g, (long long)chunk,
+                                             (long long)np, (long long)win,
+                                             kn_isa_name(simd_isas[ii]), pf);
+                                }
+                        kv.prefetch = false;
+                        kv.next_table = NULL;
+                        free(next);
                     }
             free(kpool);
             free(vpool);
@@ -908,6 +925,7 @@ static void t_attention_rows(void) {
             free(outr);
             free(outs);
             free(scratch);
+            free(table);
         }
     }
     if (!n_simd)

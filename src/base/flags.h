@@ -85,6 +85,10 @@ enum flag_kind {
     X(ATTN_GROUP, "attn-group", FLAG_KIND_INT, "16", "0:16",                                       \
       "query heads of one KV head attended together, sharing each key and value read (0: the "     \
       "per-head kernel; speed only, same bits)")                                                   \
+    X(ATTN_PREFETCH, "attn-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                  \
+      "AVX-512 and AVX2 grouped attention prefetches the next key chunk's keys and values into "   \
+      "L2 while scoring a chunk, and the next unit's first chunk during a unit's last (speed "     \
+      "only, same bits)")                                                                          \
     X(MOE_GROUP, "moe-group", FLAG_KIND_BOOL, "1", "0|1",                                          \
       "mixture-of-experts: rows routed to one expert multiplied together, its weights read once "  \
       "per step (0: each row's experts one row at a time; speed only, same bits)")                 \

@@ -195,6 +195,14 @@ typedef struct kn_attn_kv {
     int64_t kv_stride; /* elements per position: n_kv_heads * head_dim */
     bool f16;          /* element type: F16 if true, else F32 */
     int64_t window;    /* sliding window: a query at position p sees keys > p - window (0: all) */
+    /* Prefetch hints for kn_attn_rows (speed only, the bits never change): with prefetch set, the
+     * AVX-512 and AVX2 grouped kernels prefetch each chunk's successor while scoring the chunk,
+     * spread over its score blocks, and during the last chunk the first chunk of the unit the
+     * caller runs next: next_table (NULL: none), kv head next_kvh over next_n_pos positions, in
+     * the same k_base / v_base. */
+    bool prefetch;
+    const int32_t *next_table;
+    int64_t next_kvh, next_n_pos;
 } kn_attn_kv;
 
 /* Address of the K (or V) row of position p for kv head kvh. */

@@ -9,7 +9,9 @@
  * positions at a time (8 accumulator pairs reduced by one transposed tree that performs kx2_tree's
  * additions for all 8), the values are converted once into the same rows, and the value pass
  * takes two heads per value load. Each head's operations are exactly kn_attn_row_avx2's (the
- * reference's), so its bits do not depend on which heads share its group or on the ISA.
+ * reference's), so its bits do not depend on which heads share its group or on the ISA. With
+ * kv->prefetch (attn-prefetch) each score block also prefetches a share of the next chunk's key
+ * and value rows into L2 (kn_attn_pf_chunk: the next unit's first chunk during the last).
  */
 #include "kernels/kn_int.h"
 
@@ -318,11 +320,14 @@ kx2_attn_group(const int NV, const float *q, int64_t g, const kn_attn_kv *kv, in
         int64_t c1 = cb + chunk < n_pos ? cb + chunk : n_pos;
         int64_t n = c1 - c0;
         kx2_attn_gather(NV, kv, kv->k_base, kvh, c0, n, kf);
+        kn_attn_pf pf;
+        kn_attn_pf_chunk(&pf, kv, kvh, hd, n_pos, chunk, cb, c1, g * ((n + 7) / 8));
         for (int64_t h = 0; h < g; h++) {
             const float *qh = q + h * hd;
             float *sh = sc + h * cp;
             __m256 vmax = _mm256_set1_ps(-INFINITY);
             for (int64_t p = 0; p < n; p += 8) {
+                kn_attn_pf_step(&pf);
                 __m256 s = kx2_scores8(NV, qh, kf + p * hd, vscale);
                 __m256i mk = kx2_mask(n - p);
                 _mm256_maskstore_ps(sh + p, mk, s);

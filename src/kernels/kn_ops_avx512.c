@@ -10,7 +10,11 @@
  * keys are converted once to f32 rows, each head's scores come 16 positions at a time (16
  * accumulators reduced by one butterfly that performs kx_tree512's additions for all 16 lanes),
  * and the value pass takes up to four heads per value row read. Each head's operations are
- * exactly kx_attn_fixed's, so its bits do not depend on which heads share its group.
+ * exactly kx_attn_fixed's, so its bits do not depend on which heads share its group. With
+ * kv->prefetch (attn-prefetch) each score block also prefetches a share of the next chunk's key
+ * and value rows into L2 (kn_attn_pf_chunk: the next unit's first chunk during the last): from
+ * memory a chunk's reads otherwise stall its gather and value pass, the hardware streamer starting
+ * afresh in each 4 KiB block.
  */
 #include "kernels/kn_int.h"
 
@@ -390,6 +394,8 @@ kx_attn_group(const int NV, const float *q, int64_t g, const kn_attn_kv *kv, int
         int64_t c1 = cb + chunk < n_pos ? cb + chunk : n_pos;
         int64_t n = c1 - c0;
         kx_attn_gather(NV, kv, kvh, c0, n, kf, vrow);
+        kn_attn_pf pf;
+        kn_attn_pf_chunk(&pf, kv, kvh, hd, n_pos, chunk, cb, c1, g * ((n + 15) / 16));
         for (int64_t h = 0; h < g; h++) {
             __m512 qv[8];
 #pragma GCC unroll 8
@@ -400,6 +406,7 @@ kx_attn_group(const int NV, const float *q, int64_t g, const kn_attn_kv *kv, int
             __m512 vmax = _mm512_set1_ps(-INFINITY);
             for (int64_t p = 0; p < n; p += 16) {
                 __mmask16 mk = kx_tail(n - p);
+                kn_attn_pf_step(&pf);
                 __m512 s = kx_scores16(NV, qv, kf + p * hd, vscale);
                 _mm512_mask_storeu_ps(sh + p, mk, s);
                 vmax = _mm512_mask_max_ps(vmax, mk, vmax, s); /* kn_maxf(running, new) */

@@ -307,7 +307,8 @@ static void arch_dense_rows_attention(fwd_ctx *c, const fwd_phase *ph, int64_t p
                      .block_size = kv_pool_block_size(c->kv),
                      .kv_stride = c->kv_dim,
                      .f16 = kv_pool_f16(c->kv),
-                     .window = hp->sliding_window};
+                     .window = hp->sliding_window,
+                     .prefetch = c->attn_prefetch};
     for (int64_t pi = p0; pi < p1; pi++) {
         int64_t t = pi / units_tok, kvh = pi % units_tok / slices, s = pi % slices;
         int64_t h = kvh * group + s * per, g = group - s * per < per ? group - s * per : per;
@@ -315,6 +316,13 @@ static void arch_dense_rows_attention(fwd_ctx *c, const fwd_phase *ph, int64_t p
         if (c->fault_attn_offsets && c->b->n_seqs > 1 &&
             c->b->seqs[0].n_blocks * kv.block_size > c->tok_pos[t])
             kv.table = c->b->seqs[0].blocks; /* FAULT (b): the first sequence's block table */
+        kv.next_table = NULL; /* the next unit of this chunk, whose first keys are prefetched */
+        if (pi + 1 < p1) {
+            int64_t tn = (pi + 1) / units_tok;
+            kv.next_table = c->b->seqs[c->tok_seq[tn]].blocks;
+            kv.next_kvh = (pi + 1) % units_tok / slices;
+            kv.next_n_pos = (int64_t)c->tok_pos[tn] + 1;
+        }
         const float *q = c->q + t * c->q_dim + h * hd;
         float *o = c->att + t * c->q_dim + h * hd;
         int64_t n_pos = (int64_t)c->tok_pos[t] + 1;
