@@ -316,11 +316,13 @@ static void arch_dense_rows_attention(fwd_ctx *c, const fwd_phase *ph, int64_t p
         if (c->fault_attn_offsets && c->b->n_seqs > 1 &&
             c->b->seqs[0].n_blocks * kv.block_size > c->tok_pos[t])
             kv.table = c->b->seqs[0].blocks; /* FAULT (b): the first sequence's block table */
-        kv.next_table = NULL; /* the next unit of this chunk, whose first keys are prefetched */
-        if (pi + 1 < p1) {
-            int64_t tn = (pi + 1) / units_tok;
+        /* the next unit this thread most likely runs, whose first keys are prefetched */
+        int64_t pn = pi + 1 < p1 ? pi + 1 : c->chunk_next_unit[thread];
+        kv.next_table = NULL;
+        if (pn >= 0 && pn < ph->units) {
+            int64_t tn = pn / units_tok;
             kv.next_table = c->b->seqs[c->tok_seq[tn]].blocks;
-            kv.next_kvh = (pi + 1) % units_tok / slices;
+            kv.next_kvh = pn % units_tok / slices;
             kv.next_n_pos = (int64_t)c->tok_pos[tn] + 1;
         }
         const float *q = c->q + t * c->q_dim + h * hd;

@@ -107,7 +107,8 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->logits = fwd_alloc(O * (size_t)hp->n_vocab * F, &fail);
     c->mm_scratch = calloc((size_t)n_threads, sizeof(void *));
     c->attn_scratch = calloc((size_t)n_threads, sizeof(float *));
-    if (!c->mm_scratch || !c->attn_scratch)
+    c->chunk_next_unit = calloc((size_t)n_threads, sizeof(int64_t));
+    if (!c->mm_scratch || !c->attn_scratch || !c->chunk_next_unit)
         fail = true;
     for (int i = 0; !fail && i < n_threads; i++) {
         c->mm_scratch[i] = fwd_alloc(kn_matmul_scratch_bytes(), &fail);
@@ -183,6 +184,7 @@ void fwd_ctx_destroy(fwd_ctx *c) {
     }
     free(c->mm_scratch);
     free(c->attn_scratch);
+    free(c->chunk_next_unit);
     free(c);
 }
 
@@ -293,9 +295,10 @@ static void fwd_phase_chunk(void *vph, int64_t ci, int64_t n, int thread) {
                   c->mm_scratch[thread]);
         return;
     }
-    if (ph->uneven) /* later tokens attend to more keys: claim the heaviest first */
-        ci = n - 1 - ci;
-    int64_t u0 = ph->units * ci / n, u1 = ph->units * (ci + 1) / n;
+    /* uneven: later tokens attend to more keys, so claim the heaviest first */
+    int64_t k = ph->uneven ? n - 1 - ci : ci, kn = ph->uneven ? n - 2 - ci : ci + 1;
+    int64_t u0 = ph->units * k / n, u1 = ph->units * (k + 1) / n;
+    c->chunk_next_unit[thread] = ci + 1 < n ? ph->units * kn / n : -1;
     ph->fn(c, ph, u0, u1, thread);
 }
 

@@ -59,8 +59,12 @@ struct fwd_ctx {
     int64_t *out_row;
     float *out_x;
     float *logits;
-    void **mm_scratch;                        /* per thread */
-    float **attn_scratch;                     /* per thread */
+    void **mm_scratch;    /* per thread */
+    float **attn_scratch; /* per thread */
+    /* per thread: the first unit of the chunk after the one its row phase function is running, in
+     * claim order (with pool-ranges most often the thread's next; -1: none). A hint only (the
+     * attention's prefetch of the next unit's keys): the next chunk may go to another thread. */
+    int64_t *chunk_next_unit;
     fwd_moe *moe;                             /* MoE buffers (moe.c), or NULL */
     void *arch_ctx;                           /* the architecture's buffers, or NULL */
     bool fault_attn_offsets, fault_big_batch; /* FAULT (b), (d): fault build only */
