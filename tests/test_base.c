@@ -404,6 +404,60 @@ static void t_pool_for_ranges_steal(void) {
     T_OK(flags_set("pool-ranges", "1"));
 }
 
+typedef struct pool_alt_ctx {
+    int magic;
+    atomic_long wrong, chunks, runs;
+} pool_alt_ctx;
+
+static atomic_long pool_alt_null; /* chunks run with ctx NULL */
+
+static void pool_alt_chunk(void *ctx, int64_t c, int64_t n, int thread) {
+    if (!ctx) {
+        atomic_fetch_add(&pool_alt_null, 1);
+        return;
+    }
+    pool_alt_ctx *a = ctx;
+    if (a->magic != 42 || c < 0 || c >= n || thread < 0)
+        atomic_fetch_add(&a->wrong, 1);
+    atomic_fetch_add(&a->chunks, 1);
+}
+
+static void pool_alt_run(void *ctx, int ith, int nth) {
+    pool_alt_ctx *a = ctx;
+    if (a) /* the NULL-ctx runs count nothing */
+        atomic_fetch_add(&a->runs, 1);
+    (void)ith;
+    (void)nth;
+}
+
+/* pool_for and pool_run in turn, the pool_run's ctx NULL (forward's fwd_ctx_wake): every chunk
+ * gets its own job's ctx, each exactly once, and every job returns. A worker that read a finished
+ * ranges job's word late could once claim chunk 0 of it again through the shared counter, after
+ * the owner had stored the pool_run's NULL ctx: that chunk ran with ctx NULL and counted in the
+ * pool_run's `done`, which never again equalled its target (a hang, within a thousand rounds
+ * here). Passing does not depend on timing; the failure did. */
+static void t_pool_for_run_alternate(void) {
+    for (int n = 2; n <= 3; n++) {
+        pool *p;
+        T_OK(pool_create(n, &p));
+        pool_alt_ctx a = {.magic = 42};
+        atomic_store(&pool_alt_null, 0);
+        pool_for(p, 2, pool_alt_chunk, &a);
+        long rounds = (long)((n == 2 ? 20000 : 4000) * test_scale()) + 200, want = 2;
+        for (long i = 0; i < rounds; i++) {
+            int64_t k = 2 + i % 5;
+            pool_for(p, k, pool_alt_chunk, &a);
+            want += k;
+            pool_run(p, pool_alt_run, (i & 1) ? NULL : &a);
+        }
+        pool_destroy(p);
+        T_EQ_INT(atomic_load(&pool_alt_null), 0);
+        T_EQ_INT(atomic_load(&a.wrong), 0);
+        T_EQ_INT(atomic_load(&a.chunks), want);
+        T_EQ_INT(atomic_load(&a.runs), (rounds + 1) / 2 * n);
+    }
+}
+
 /* file_read_all: the bytes and a NUL after them; a file read to its end whatever stat says
  * (/proc); missing, too large, unreadable (a directory) each its own error, naming the path. */
 static void t_file(void) {
@@ -533,6 +587,7 @@ int main(void) {
     test_run("base.pool", t_pool);
     test_run("base.pool_for", t_pool_for);
     test_run("base.pool_for_ranges_steal", t_pool_for_ranges_steal);
+    test_run("base.pool_for_run_alternate", t_pool_for_run_alternate);
     test_run("base.list", t_list);
     test_run("base.grow", t_grow);
     return test_summary();

@@ -18,7 +18,12 @@
  * own range's front (lo + 1) and, once it is empty, another range's back (hi - 1), each by a
  * compare-and-swap of that word, which fails on a word of another job (seq), so, as above, a late
  * worker claims nothing. Its own range's word is touched by others only when they steal, so a
- * claim seldom moves a cache line between cores.
+ * claim seldom moves a cache line between cores. Such a job's word is published with claimed = n:
+ * the `job_range` flag that sends a thread to the ranges is not part of the word, and a late
+ * worker holding this word may read the flag the owner has already cleared for its next job (a
+ * pool_run) while the word is still this one; it then tries the shared counter, finds nothing
+ * left to claim and leaves (with claimed = 0 its compare-and-swap succeeded, ran a finished job's
+ * chunk 0 with the next job's ctx and counted it in the next job's `done`).
  *
  * pool_run: every worker must take part, so the owner waits for done == nth - 1 and the
  * descriptor stays put until then. The barrier is sense-reversing: the last thread to arrive
@@ -243,7 +248,8 @@ static void pool_publish(pool *p, int64_t n, bool ranges) {
                                   memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->job,
-                          ((uint64_t)p->seq << POOL_SEQ_SHIFT) | ((uint64_t)n << POOL_N_SHIFT),
+                          ((uint64_t)p->seq << POOL_SEQ_SHIFT) | ((uint64_t)n << POOL_N_SHIFT) |
+                              (ranges ? (uint64_t)n : 0),
                           memory_order_release);
     atomic_store_explicit(&p->gen, (int)p->seq, memory_order_seq_cst);
     pool_wake(p, &p->gen);
