@@ -697,6 +697,14 @@ static void t_invariance(void) {
         T_OK(flags_set("mm-even-split", "0"));
         inv_run(&ic, path, best, 2, 1, 1, 6, false);
         T_OK(flags_set("mm-even-split", "1"));
+        /* each thread's last chunk whole, or in 16 pieces (some of them empty: more pieces than
+         * the chunk has column blocks) */
+        T_OK(flags_set("mm-tail-split", "1"));
+        inv_run(&ic, path, best, 2, 3, 3, 10, false);
+        T_OK(flags_set("mm-tail-split", "16"));
+        inv_run(&ic, path, best, 2, INV_SEQS, 16, 11, false);
+        inv_run(&ic, path, best, 2, 1, 1, 12, false);
+        T_OK(flags_set("mm-tail-split", "4"));
         free(ic.gold);
     }
 }

@@ -69,6 +69,10 @@ enum flag_kind {
       "matmul phases cut each matrix into a multiple of the thread count of chunks with equal "    \
       "column-block counts where one divides, so two threads end a phase together (0: chunks "     \
       "by work alone; speed only, same bits)")                                                     \
+    X(MM_TAIL_SPLIT, "mm-tail-split", FLAG_KIND_INT, "4", "1:16",                                  \
+      "matmul phases cut the last chunk of each thread's range into this many pieces (1 = none), " \
+      "so a thread done with its own range early takes small pieces of another's and the "         \
+      "threads end the phase together (speed only, same bits)")                                    \
     X(MM_PANEL, "mm-panel", FLAG_KIND_INT, "256", "0:1048576",                                     \
       "matmuls over more rows run panel by panel, each panel's columns swept before the next "     \
       "(0 = all rows at once; speed only, same bits)")                                             \

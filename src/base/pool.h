@@ -12,13 +12,13 @@
  *               For code that needs all threads simultaneously (the roofline probe, benchmarks).
  *
  * Claiming (the `pool-ranges` toggle, default on): the chunks are cut into one contiguous range
- * per thread; each thread claims its own range's chunks in order, then the last unclaimed chunk
- * of another's range, until none is left. A thread's chunks then follow one another (a matmul
- * phase's weights stream on where the last chunk ended, the prefetches already ahead: claimed
- * from one shared counter, the two threads of a one-row product alternate chunks and each of its
- * streams restarts at every chunk, 11-14% slower on 16 chunks a matrix from memory), and a
- * thread that is slow or descheduled only loses its range's tail to the others. Off: every
- * chunk from one shared counter, in order.
+ * per thread, thread t's [n * t / T, n * (t + 1) / T) of n chunks on T threads; each thread claims
+ * its own range's chunks in order, then the last unclaimed chunk of another's range, until none is
+ * left. A thread's chunks then follow one another (a matmul phase's weights stream on where the
+ * last chunk ended, the prefetches already ahead: claimed from one shared counter, the two threads
+ * of a one-row product alternate chunks and each of its streams restarts at every chunk, 11-14%
+ * slower on 16 chunks a matrix from memory), and a thread that is slow or descheduled only loses
+ * its range's tail to the others. Off: every chunk from one shared counter, in order.
  *
  * Which thread runs which chunk varies from run to run; callers make each chunk's result depend
  * only on the chunk (verity's kernels compute every output element with the same operations

@@ -125,6 +125,12 @@ size_t kn_matmul_scratch_bytes(void);
 void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int ith, int nth,
                void *scratch);
 
+/* kn_matmul for the columns of units [u0, u1) of kn_mat_n_units(w) (column blocks, or 16-column
+ * groups at the scalar ISA; clamped to them, an empty range does nothing): thread ith of nth in
+ * kn_matmul owns units [units * ith / nth, units * (ith + 1) / nth). */
+void kn_matmul_units(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int64_t u0,
+                     int64_t u1, void *scratch);
+
 /* The scalar reference, straight from GGUF-layout data, for tests and the scalar ISA: computes
  * columns [n0, n1) of all M rows. For quantized types x must carry q/qd/qs (qs16 is not read). */
 void kn_matmul_ref(int type, const void *data, int64_t k, const kn_act *x, int64_t m, int64_t n0,

@@ -164,8 +164,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->isa = isa;
     w->ref_data = data;
     w->prefetch = flags_int(FLAG_MM_PREFETCH) != 0;
-    w->direct_rows =
-        kn_matmul_direct_rows(flags_int(FLAG_MM_DIRECT_ROWS), cpu_get_features()->amd);
+    w->direct_rows = kn_matmul_direct_rows(flags_int(FLAG_MM_DIRECT_ROWS), cpu_get_features()->amd);
     w->kc = kn_matmul_kc(flags_int(FLAG_MM_KC));
     w->panel_fuse = flags_int(FLAG_MM_PANEL_FUSE) != 0;
     w->q_tile = (int)flags_int(FLAG_MM_Q_TILE);
@@ -448,16 +447,25 @@ void kn_matmul_ref(int type, const void *data, int64_t k, const kn_act *x, int64
 
 void kn_matmul(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int ith, int nth,
                void *scratch) {
+    int64_t units = kn_mat_n_units(w);
+    kn_matmul_units(w, x, m, y, ldy, units * ith / nth, units * (ith + 1) / nth, scratch);
+}
+
+void kn_matmul_units(const kn_mat *w, const kn_act *x, int64_t m, float *y, int64_t ldy, int64_t u0,
+                     int64_t u1, void *scratch) {
+    int64_t units = kn_mat_n_units(w);
+    if (u0 < 0)
+        u0 = 0;
+    if (u1 > units)
+        u1 = units;
     if (w->isa == KN_ISA_SCALAR) {
         /* split columns in groups of 16 so the slices match the SIMD split in spirit */
-        int64_t groups = (w->n + 15) / 16;
-        int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
-        int64_t n0 = g0 * 16, n1 = g1 * 16 < w->n ? g1 * 16 : w->n;
-        if (n0 < n1)
+        int64_t n0 = u0 * 16, n1 = u1 * 16 < w->n ? u1 * 16 : w->n;
+        if (n0 < n1 && m > 0)
             kn_matmul_ref(w->type, w->ref_data, w->k, x, m, n0, n1, y, ldy);
         return;
     }
-    int64_t b0 = w->n_blocks * ith / nth, b1 = w->n_blocks * (ith + 1) / nth;
+    int64_t b0 = u0, b1 = u1;
     if (b0 >= b1 || m <= 0)
         return;
 #ifndef VERITY_NO_SIMD

@@ -53,6 +53,7 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->attn_chunk = attn_chunk;
     c->mm_panel = flags_int(FLAG_MM_PANEL) > 0 ? flags_int(FLAG_MM_PANEL) : max_tokens;
     c->mm_even_split = flags_int(FLAG_MM_EVEN_SPLIT) != 0;
+    c->mm_tail_split = flags_int(FLAG_MM_TAIL_SPLIT);
     c->attn_group = hp->n_head / hp->n_head_kv;
     c->attn_per_row = flags_int(FLAG_ATTN_GROUP) == 0;
     c->attn_prefetch = flags_int(FLAG_ATTN_PREFETCH) != 0;
@@ -273,6 +274,17 @@ static void fwd_phase_chunk(void *vph, int64_t ci, int64_t n, int thread) {
     fwd_phase *ph = vph;
     fwd_ctx *c = ph->c;
     if (ph->mm) {
+        int64_t part = 0, parts = 1;
+        if (ph->mm_tail > 1) { /* a range's last chunk in pieces */
+            int64_t k = ph->mm_chunks / c->n_threads, kr = k + ph->mm_tail - 1;
+            int64_t t = ci / kr, j = ci % kr;
+            if (j >= k - 1) {
+                part = j - (k - 1);
+                parts = ph->mm_tail;
+                j = k - 1;
+            }
+            ci = t * k + j;
+        }
         int i = 0;
         while (ci >= ph->mm[i].chunks * ph->mm[i].panels)
             ci -= ph->mm[i].chunks * ph->mm[i].panels, i++;
@@ -291,8 +303,10 @@ static void fwd_phase_chunk(void *vph, int64_t ci, int64_t n, int thread) {
                     .qd = c->aqd + a0 * kb,
                     .qs = c->aqs + a0 * kb,
                     .qs16 = c->aqs16 + a0 * kb};
-        kn_matmul(mm->w, &a, r1 - r0, mm->y + a0 * ldy, ldy, (int)ci, (int)mm->chunks,
-                  c->mm_scratch[thread]);
+        int64_t units = kn_mat_n_units(mm->w);
+        int64_t u0 = units * ci / mm->chunks, u1 = units * (ci + 1) / mm->chunks;
+        kn_matmul_units(mm->w, &a, r1 - r0, mm->y + a0 * ldy, ldy, u0 + (u1 - u0) * part / parts,
+                        u0 + (u1 - u0) * (part + 1) / parts, c->mm_scratch[thread]);
         return;
     }
     /* uneven: later tokens attend to more keys, so claim the heaviest first */
@@ -368,8 +382,14 @@ void fwd_phase_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm) {
             mm[i].chunks = fwd_mm_chunks_even(mm[i].chunks, kn_mat_n_units(mm[i].w), c->n_threads);
         total += mm[i].chunks * mm[i].panels;
     }
+    /* with pool-ranges thread t's own range is [n * t / T, n * (t + 1) / T) (pool.h): a multiple
+     * of T chunks keeps each range's pieces at its end */
+    int64_t nt = c->n_threads;
+    ph.mm_chunks = total;
+    ph.mm_tail = nt > 1 && c->mm_tail_split > 1 && total % nt == 0 ? c->mm_tail_split : 1;
     if (total > 0)
-        pool_for(c->threads, total, fwd_phase_chunk, &ph);
+        pool_for(c->threads, total + (ph.mm_tail - 1) * (ph.mm_tail > 1 ? nt : 0), fwd_phase_chunk,
+                 &ph);
 }
 
 static void fwd_step(fwd_ctx *c) {

@@ -37,6 +37,7 @@ struct fwd_ctx {
      * at batch 1. 0: one panel of all rows. */
     int64_t mm_panel;
     bool mm_even_split;    /* the mm-even-split toggle */
+    int64_t mm_tail_split; /* the mm-tail-split toggle */
     int64_t attn_group;    /* most query heads per attention unit (attn-group, <= the GQA group) */
     bool attn_per_row;     /* attn-group 0: kn_attn_row per head, one head per unit */
     bool attn_prefetch;    /* the attn-prefetch toggle */
@@ -119,6 +120,11 @@ struct fwd_phase {
     const void *arg; /* the phase function's argument (a norm weight, a layer's MoE) */
     fwd_mm *mm;      /* matmul phases */
     int n_mm;
+    /* matmul phases: the products' chunks, and the pieces the last chunk of each thread's range is
+     * cut into (mm-tail-split; 1: none). With pieces, pool chunk ci is piece or chunk j of range t
+     * (ci = t * (k + mm_tail - 1) + j, k = mm_chunks / threads): j < k - 1 is the range's chunk j,
+     * the rest the pieces of its last. */
+    int64_t mm_chunks, mm_tail;
 };
 
 /* Most products in one matmul phase. */
