@@ -165,7 +165,7 @@ static int ba_seqs_run(int64_t n_seq, int64_t n_pos) {
                 }
         med[m] = x[reps / 2];
         printf("%-20s | %6.3f ns/pair | %5.2f GB/s of KV | %.3fx\n", names[m], med[m],
-               36.571 / med[m], med[0] / med[m]);
+               (double)(4 * HD) / (NQ / NKV) / med[m], med[0] / med[m]);
     }
     pool_destroy(p);
     mem_free_large(kp, (size_t)nbt * bb);
