@@ -158,20 +158,15 @@ static inline __attribute__((always_inline)) void kn_attn_pf_step(kn_attn_pf *f)
 static inline void kn_attn_pf_chunk(kn_attn_pf *f, const kn_attn_kv *kv, int64_t kvh, int64_t hd,
                                     int64_t n_pos, int64_t chunk, int64_t cb, int64_t c1,
                                     int64_t steps) {
-    if (!kv->prefetch) {
-        f->left = 0;
-        f->per = 0;
-    } else if (c1 < n_pos) {
+    f->left = f->per = 0; /* nothing, unless one of the cases below */
+    if (kv->prefetch && c1 < n_pos) {
         kn_attn_pf_set(f, kv, kv->table, kvh, hd, c1,
                        cb + 2 * chunk < n_pos ? cb + 2 * chunk : n_pos, steps);
-    } else if (kv->next_table) {
+    } else if (kv->prefetch && kv->next_table) {
         int64_t np = kv->next_n_pos;
         int64_t s = kv->window > 0 && np > kv->window ? np - kv->window : 0;
         int64_t e = s - s % chunk + chunk;
         kn_attn_pf_set(f, kv, kv->next_table, kv->next_kvh, hd, s, e < np ? e : np, steps);
-    } else {
-        f->left = 0;
-        f->per = 0;
     }
 }
 
