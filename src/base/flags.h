@@ -57,7 +57,7 @@ enum flag_kind {
     X(Q8_PREFETCH, "q8-prefetch", FLAG_KIND_INT, "2048", "0:65536",                                \
       "AVX-512 and AVX2 Q8_0 matmuls of one row (decode at batch 1) prefetch the weights this "    \
       "many bytes ahead (0 = leave it to the hardware prefetcher; speed only, same bits)")         \
-    X(MM_PREFETCH_L2, "mm-prefetch-l2", FLAG_KIND_INT, "8192", "0:65536",                          \
+    X(MM_PREFETCH_L2, "mm-prefetch-l2", FLAG_KIND_INT, "4096", "0:65536",                          \
       "AVX-512 and AVX2 Q4_K, Q5_K, Q6_K and Q8_0 matmuls of one row (decode at batch 1) also "    \
       "prefetch the weights this many bytes ahead into L2, beyond the near prefetch into L1 (0 = " \
       "none; speed only, same bits)")                                                              \

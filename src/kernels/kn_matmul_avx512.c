@@ -484,7 +484,8 @@ void kn_matmul_q_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y, 
          * layer matrices (192 MB) by CPU time on the Intel AVX-512 VM, 16 alternated rounds,
          * 1.16x as fast as the hardware prefetcher alone (1024: 1.07x, 4096: 1.10x); with
          * mm-prefetch-l2 also 8192 bytes ahead into L2 (1.01x in the kernel on two threads,
-         * already at the read roof there; 1.09-1.14x through decode, BENCHMARKS.md) */
+         * already at the read roof there; 1.09-1.14x through decode, BENCHMARKS.md; now 4096:
+         * 1.11x over 8192 on 2026-12-04's VM, 1.9 GB of layers from memory) */
         if (q8 && m == 1 && (w->q8_prefetch || w->prefetch_l2)) {
             kq_tile(1, true, xa->q, xa->qd, xa->qs, K, blk, yb, ldy, mask0, mask1, w->q8_prefetch,
                     w->prefetch_l2);

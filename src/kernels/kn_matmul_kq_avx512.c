@@ -70,11 +70,13 @@ static inline __attribute__((always_inline)) __m512i kk_h6_shift(__m512i h, cons
  * one thread streaming the same matrices by CPU time, 1.24x for Q4_K and 1.25x for Q5_K, 1024
  * and 4096 bytes 1.16-1.26x; on the EPYC the same two had measured 0.88-0.91x and 0.94-0.99x on
  * two threads by the wall clock, so the default is the machine's to check; BENCHMARKS.md).
- * pf2: bytes ahead to prefetch the same lines into L2 (mm-prefetch-l2, default 8192, one-row
+ * pf2: bytes ahead to prefetch the same lines into L2 (mm-prefetch-l2, default 4096, one-row
  * products): the L1 prefetch alone keeps at most the core's few line-fill buffers in flight, and
  * the hardware streamer stops at each 4 KiB page; on the Intel AVX-512 VM of 2026-12-03, two
  * threads alternating passes over the 1b-kq matrices, 1.15-1.17x for Q4_K, Q5_K and Q6_K (4096
- * to 32768 bytes within 3% of each other). */
+ * to 32768 bytes within 3% of each other); on the one of 2026-12-04, 160 layers of them from
+ * memory, 4096 against 8192 1.06-1.12x for every type (3072-5120 within 2%, 16384 and 32768
+ * slower, 0 below 4096; AVX2 1.07x). */
 static inline __attribute__((always_inline)) void
 kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const float *xd,
         const int32_t *xs, const int32_t *xs16, int64_t K, const unsigned char *wblk, int h0,
