@@ -2,6 +2,7 @@
 /* Unit tests for src/base: err, utf8, strbuf, arena, json, flags, pool. */
 #include "test.h"
 #include "base/arena.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/file.h"
 #include "base/flags.h"
@@ -458,6 +459,68 @@ static void t_pool_for_run_alternate(void) {
     }
 }
 
+/* pool_set_idle: a thread that has nothing to run calls the idle function while it spins (the
+ * worker waiting for its next job, the owner for a pool_for's last chunk), with its own thread
+ * number and the ctx given. Chunk 0 of each pool_for waits (up to 10 s) until a thread other than
+ * the one running it has called it: the other thread's chunk 1 ends at once and it has nothing
+ * left, so it spins; without the calls every round times out. Spinning is set on explicitly
+ * (pool-spin 0 makes every wait a sleep, which calls nothing). */
+typedef struct pool_idle_ctx {
+    int magic;
+    int n;
+    _Atomic long calls[4];
+    atomic_int wrong, timeouts;
+} pool_idle_ctx;
+
+static void pool_idle_count(void *ctx, int thread) {
+    pool_idle_ctx *a = ctx;
+    if (a->magic != 7 || thread < 0 || thread >= a->n)
+        atomic_fetch_add(&a->wrong, 1);
+    else
+        atomic_fetch_add(&a->calls[thread], 1);
+}
+
+static void pool_idle_chunk(void *ctx, int64_t c, int64_t n, int thread) {
+    pool_idle_ctx *a = ctx;
+    (void)n;
+    if (c != 0)
+        return;
+    int64_t t0 = clock_now_ns();
+    for (;;) {
+        long others = 0;
+        for (int t = 0; t < a->n; t++)
+            if (t != thread)
+                others += atomic_load(&a->calls[t]);
+        if (others > 0)
+            break;
+        if (clock_now_ns() - t0 > 10 * (int64_t)1000000000) {
+            atomic_fetch_add(&a->timeouts, 1);
+            break;
+        }
+        sched_yield();
+    }
+    for (int t = 0; t < a->n; t++) /* the next round waits for new calls */
+        atomic_store(&a->calls[t], 0);
+}
+
+static void t_pool_idle(void) {
+    char spin[8];
+    snprintf(spin, sizeof spin, "%s", flags_str(FLAG_POOL_SPIN));
+    T_OK(flags_set("pool-spin", "1"));
+    for (int n = 2; n <= 3; n++) {
+        pool *p;
+        T_OK(pool_create(n, &p));
+        pool_idle_ctx a = {.magic = 7, .n = n};
+        pool_set_idle(p, pool_idle_count, &a);
+        for (int r = 0; r < 20 && !atomic_load(&a.timeouts); r++)
+            pool_for(p, 2, pool_idle_chunk, &a);
+        pool_destroy(p);
+        T_EQ_INT(atomic_load(&a.wrong), 0);
+        T_EQ_INT(atomic_load(&a.timeouts), 0);
+    }
+    T_OK(flags_set("pool-spin", spin));
+}
+
 /* file_read_all: the bytes and a NUL after them; a file read to its end whatever stat says
  * (/proc); missing, too large, unreadable (a directory) each its own error, naming the path. */
 static void t_file(void) {
@@ -588,6 +651,7 @@ int main(void) {
     test_run("base.pool_for", t_pool_for);
     test_run("base.pool_for_ranges_steal", t_pool_for_ranges_steal);
     test_run("base.pool_for_run_alternate", t_pool_for_run_alternate);
+    test_run("base.pool_idle", t_pool_idle);
     test_run("base.list", t_list);
     test_run("base.grow", t_grow);
     return test_summary();

@@ -608,6 +608,53 @@ static void t_matmul_few_rows(void) {
     T_CHECK(cases == (2 * 33 * 6 + 4 * 17 * 3 + 17 * 4) * n_simd);
 }
 
+/* kn_mat_units_span (the forward pass's mm-warm prefetch spans): on every SIMD ISA, for a float,
+ * a Q8_0 and a K-quant layout, each unit's span starts where the one before ends, a range's span
+ * is its units' together, and all units' is kn_mat_bytes; an empty or out-of-range range and the
+ * scalar ISA's GGUF layout give none. */
+static void t_mat_units_span(void) {
+    setup_isas();
+    const int types[] = {GGUF_TYPE_F32, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K};
+    const int64_t n = 200, k = 512;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        void *wd = make_weights(types[ti], n, k, NULL);
+        for (int ii = -1; ii < n_simd; ii++) {
+            kn_isa isa = ii < 0 ? KN_ISA_SCALAR : simd_isas[ii];
+            kn_mat *w;
+            T_OK(kn_mat_create(types[ti], wd, n, k, isa, &w));
+            int64_t u = kn_mat_n_units(w);
+            const void *p, *p0;
+            size_t b, b0;
+            if (isa == KN_ISA_SCALAR) {
+                T_CHECK(!kn_mat_units_span(w, 0, u, &p, &b));
+                kn_mat_destroy(w);
+                continue;
+            }
+            T_CHECKF(u >= 4, "type %s: %lld units", kn_type_name(types[ti]), (long long)u);
+            T_CHECK(kn_mat_units_span(w, 0, u, &p0, &b0));
+            T_EQ_INT(b0, kn_mat_bytes(w));
+            const unsigned char *at = p0;
+            for (int64_t a = 0; a < u; a++) {
+                T_CHECK(kn_mat_units_span(w, a, a + 1, &p, &b));
+                T_CHECKF(p == at && b > 0, "type %s isa %s unit %lld", kn_type_name(types[ti]),
+                         kn_isa_name(isa), (long long)a);
+                at += b;
+            }
+            T_CHECK(at == (const unsigned char *)p0 + b0);
+            const void *p1;
+            size_t b1;
+            T_CHECK(kn_mat_units_span(w, 1, u - 1, &p, &b));
+            T_CHECK(kn_mat_units_span(w, 1, 2, &p1, &b1));
+            T_CHECK(p == p1 && b == b1 * (size_t)(u - 2));
+            T_CHECK(!kn_mat_units_span(w, 2, 2, &p, &b));
+            T_CHECK(!kn_mat_units_span(w, -1, 1, &p, &b));
+            T_CHECK(!kn_mat_units_span(w, 0, u + 1, &p, &b));
+            kn_mat_destroy(w);
+        }
+        free(wd);
+    }
+}
+
 /* The float panel's K chunk (mm-kc): 16, 48, 100 (96), 128, 512 and 1024, over K = 1100
  * (many chunks and a tail; one chunk and a tail), for F32 / F16 / BF16, m = 1, 7, 13 and 33 with
  * mm-direct-rows 0 (every m through the panel), each with mm-panel-fuse 0 and 1 (the panel
@@ -1111,6 +1158,7 @@ int main(void) {
     test_run("kernels.matmul_few_rows_eq_ref", t_matmul_few_rows);
     test_run("kernels.matmul_direct_rows_by_cpu", t_matmul_direct_rows);
     test_run("kernels.matmul_kc", t_matmul_kc);
+    test_run("kernels.mat_units_span", t_mat_units_span);
     test_run("kernels.matmul_accuracy", t_matmul_accuracy);
     test_run("kernels.row_ops_simd_eq_ref", t_row_ops);
     test_run("kernels.attention", t_attention);

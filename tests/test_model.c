@@ -705,6 +705,12 @@ static void t_invariance(void) {
         inv_run(&ic, path, best, 2, INV_SEQS, 16, 11, false);
         inv_run(&ic, path, best, 2, 1, 1, 12, false);
         T_OK(flags_set("mm-tail-split", "4"));
+        /* no weight prefetch by waiting threads, and the most (hints: the bits cannot move) */
+        T_OK(flags_set("mm-warm", "0"));
+        inv_run(&ic, path, best, 2, 3, 3, 13, false);
+        T_OK(flags_set("mm-warm", "4194304"));
+        inv_run(&ic, path, best, 2, INV_SEQS, 16, 14, false);
+        T_OK(flags_set("mm-warm", "65536"));
         free(ic.gold);
     }
 }
@@ -745,6 +751,74 @@ static void t_bad_input(void) {
 }
 
 /* mm-even-split: equal chunks, a multiple of the thread count, near the work-based count */
+/* fwd_warm_matmul (mm-warm): each thread's target is the front of its pool-ranges range (pool.h:
+ * chunks [n t / T, n (t + 1) / T)) in the matrix that range starts in, at most mm-warm bytes; a
+ * matmul phase in between keeps it, the phase it is for clears it. Two 1024 x 512 F32 matrices
+ * at one row: 16 column blocks each, two equal chunks each (mm-even-split), so on two threads
+ * thread 0's range is all of A and thread 1's all of B; with A alone, A's two halves. */
+static void t_warm_targets(void) {
+    kn_isa isa;
+    T_OK(kn_isa_select(&isa));
+    if (isa == KN_ISA_SCALAR)
+        test_skip("the scalar ISA's matrices have no packed spans to warm");
+    const int64_t n = 1024, k = 512;
+    float *wd = calloc((size_t)(n * k), sizeof(float));
+    float *x = calloc((size_t)k, sizeof(float)), *y = calloc((size_t)n, sizeof(float));
+    T_CHECK(wd && x && y);
+    kn_mat *wa, *wb;
+    T_OK(kn_mat_create(GGUF_TYPE_F32, wd, n, k, isa, &wa));
+    T_OK(kn_mat_create(GGUF_TYPE_F32, wd, n, k, isa, &wb));
+    const char *warm[] = {"4096", "0"};
+    for (int wi = 0; wi < 2; wi++) {
+        T_OK(flags_set("mm-warm", warm[wi]));
+        run_env e;
+        env_open(&e, synth_path("llama", GGUF_TYPE_F32, true, 5), isa, false, 2, 8, 4);
+        fwd_ctx *c = e.fc;
+        if (wi == 1) { /* off: no targets at all */
+            T_CHECK(c->warm == NULL);
+            fwd_mm a = {.w = wa, .x = x, .y = y, .rows = 1};
+            fwd_warm_matmul(c, 1, &a);
+            env_close(&e);
+            break;
+        }
+        T_CHECK(c->warm != NULL);
+        const void *pa, *pb, *ph;
+        size_t ba, bb, bh;
+        T_CHECK(kn_mat_units_span(wa, 0, kn_mat_n_units(wa), &pa, &ba));
+        T_CHECK(kn_mat_units_span(wb, 0, kn_mat_n_units(wb), &pb, &bb));
+        T_CHECK(kn_mat_units_span(wa, kn_mat_n_units(wa) / 2, kn_mat_n_units(wa), &ph, &bh));
+        T_CHECK(ba > 4096 && bh > 4096);
+        fwd_mm ab[2] = {{.w = wa, .x = x, .y = y, .rows = 1}, {.w = wb, .x = x, .y = y, .rows = 1}};
+        fwd_warm_matmul(c, 2, ab);
+        T_EQ_INT(ab[0].chunks, 2);
+        T_EQ_INT(ab[1].chunks, 2);
+        T_CHECK(atomic_load(&c->warm[0].lo) == (uintptr_t)pa);
+        T_CHECK(atomic_load(&c->warm[0].hi) == (uintptr_t)pa + 4096);
+        T_CHECK(atomic_load(&c->warm[1].lo) == (uintptr_t)pb);
+        T_CHECK(atomic_load(&c->warm[1].hi) == (uintptr_t)pb + 4096);
+        /* a phase in between keeps the targets; the phase they are for clears them */
+        fwd_mm other = {.w = wb, .x = x, .y = y, .rows = 1};
+        fwd_phase_matmul(c, 1, &other);
+        T_CHECK(atomic_load(&c->warm[1].lo) == (uintptr_t)pb);
+        fwd_phase_matmul(c, 2, ab);
+        for (int t = 0; t < 2; t++)
+            T_CHECK(atomic_load(&c->warm[t].lo) == 0 && atomic_load(&c->warm[t].hi) == 0);
+        /* A alone: its two halves */
+        fwd_mm a = {.w = wa, .x = x, .y = y, .rows = 1};
+        fwd_warm_matmul(c, 1, &a);
+        T_CHECK(atomic_load(&c->warm[0].lo) == (uintptr_t)pa);
+        T_CHECK(atomic_load(&c->warm[1].lo) == (uintptr_t)ph);
+        T_CHECK(atomic_load(&c->warm[1].hi) == (uintptr_t)ph + 4096);
+        env_close(&e);
+    }
+    T_OK(flags_set("mm-warm", "65536"));
+    kn_mat_destroy(wa);
+    kn_mat_destroy(wb);
+    free(wd);
+    free(x);
+    free(y);
+}
+
 static void t_mm_chunks_even(void) {
     T_EQ_INT(fwd_mm_chunks_even(11, 32, 2), 8);  /* 1b-kq ffn_down at batch 1: 8 x 4 blocks */
     T_EQ_INT(fwd_mm_chunks_even(11, 88, 2), 8);  /* gate, up: 8 x 11 */
@@ -764,6 +838,7 @@ static void t_mm_chunks_even(void) {
 
 int main(void) {
     test_run("model.mm_chunks_even", t_mm_chunks_even);
+    test_run("model.warm_targets", t_warm_targets);
     test_run("model.reference_f64", t_reference);
     test_run("model.reference_f64_rope_scaling_and_window", t_reference_rope_window);
     test_run("model.invariance_forward", t_invariance);

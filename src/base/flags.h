@@ -73,6 +73,10 @@ enum flag_kind {
       "matmul phases cut the last chunk of each thread's range into this many pieces (1 = none), " \
       "so a thread done with its own range early takes small pieces of another's and the "         \
       "threads end the phase together (speed only, same bits)")                                    \
+    X(MM_WARM, "mm-warm", FLAG_KIND_INT, "65536", "0:4194304",                                     \
+      "a thread waiting for work (another's row phase, a phase's last chunks) prefetches into L2 " \
+      "up to this many bytes of the weights it runs first in the next matmul phase (0 = none; "    \
+      "speed only, same bits)")                                                                    \
     X(MM_PANEL, "mm-panel", FLAG_KIND_INT, "256", "0:1048576",                                     \
       "matmuls over more rows run panel by panel, each panel's columns swept before the next "     \
       "(0 = all rows at once; speed only, same bits)")                                             \

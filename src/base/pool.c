@@ -30,7 +30,9 @@
  * resets the count and bumps `bar_phase`; the others wait for the phase to change.
  *
  * Every wait spins for up to POOL_SPIN_NS with a pause instruction and then sleeps on a futex; a
- * waker calls FUTEX_WAKE only when someone may be sleeping (the `sleepers` count).
+ * waker calls FUTEX_WAKE only when someone may be sleeping (the `sleepers` count). A worker's wait
+ * for a job and the owner's wait for a pool_for's `done` call the idle function between checks
+ * while they spin (loaded once per wait: pool_set_idle's ctx is stored before its fn).
  */
 #include "base/pool.h"
 #include "base/clock.h"
@@ -85,6 +87,8 @@ struct pool {
     _Atomic(pool_fn) run_fn;
     _Atomic(pool_chunk_fn) for_fn;
     _Atomic(void *) ctx;
+    _Atomic(pool_idle_fn) idle_fn; /* pool_set_idle */
+    _Atomic(void *) idle_ctx;
     _Atomic int64_t for_base, for_total; /* chunk c of the job is chunk base + c of total */
     _Alignas(64) _Atomic uint64_t job;
     _Alignas(64) atomic_int gen;
@@ -103,13 +107,18 @@ static void pool_futex_wake(atomic_int *addr) {
     syscall(SYS_futex, (int *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Waits until *addr != val (acquire). */
-static void pool_wait_change(pool *p, atomic_int *addr, int val) {
+/* Waits until *addr != val (acquire); while spinning, thread >= 0 calls the idle function. */
+static void pool_wait_change(pool *p, atomic_int *addr, int val, int thread) {
     if (p->spin) {
         int64_t t0 = 0;
+        pool_idle_fn idle =
+            thread >= 0 ? atomic_load_explicit(&p->idle_fn, memory_order_acquire) : NULL;
+        void *idle_ctx = idle ? atomic_load_explicit(&p->idle_ctx, memory_order_relaxed) : NULL;
         for (unsigned it = 0;; it++) {
             if (atomic_load_explicit(addr, memory_order_acquire) != val)
                 return;
+            if (idle)
+                idle(idle_ctx, thread);
             _mm_pause();
             if ((it & 255) == 255) {
                 int64_t now = clock_now_ns();
@@ -209,7 +218,7 @@ static void *pool_worker_main(void *arg) {
     pool *p = w->p;
     uint32_t last = 0;
     for (;;) {
-        pool_wait_change(p, &p->gen, (int)last);
+        pool_wait_change(p, &p->gen, (int)last, w->ith);
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
         uint64_t j = atomic_load_explicit(&p->job, memory_order_acquire);
@@ -255,13 +264,13 @@ static void pool_publish(pool *p, int64_t n, bool ranges) {
     pool_wake(p, &p->gen);
 }
 
-/* Owner: waits until `done` reaches target. */
-static void pool_wait_done(pool *p, int target) {
+/* Owner: waits until `done` reaches target (idle: call the idle function while spinning). */
+static void pool_wait_done(pool *p, int target, bool idle) {
     for (;;) {
         int d = atomic_load_explicit(&p->done, memory_order_acquire);
         if (d == target)
             return;
-        pool_wait_change(p, &p->done, d);
+        pool_wait_change(p, &p->done, d, idle ? 0 : -1);
     }
 }
 
@@ -289,6 +298,8 @@ int pool_create(int n_threads, pool **out) {
     atomic_init(&p->run_fn, NULL);
     atomic_init(&p->for_fn, NULL);
     atomic_init(&p->ctx, NULL);
+    atomic_init(&p->idle_fn, NULL);
+    atomic_init(&p->idle_ctx, NULL);
     atomic_init(&p->for_base, 0);
     atomic_init(&p->for_total, 0);
     atomic_init(&p->done, 0);
@@ -345,7 +356,7 @@ void pool_run(pool *p, pool_fn fn, void *ctx) {
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     pool_publish(p, 0, false);
     fn(ctx, 0, p->n);
-    pool_wait_done(p, p->n - 1);
+    pool_wait_done(p, p->n - 1, false);
 }
 
 void pool_for(pool *p, int64_t n_chunks, pool_chunk_fn fn, void *ctx) {
@@ -362,8 +373,13 @@ void pool_for(pool *p, int64_t n_chunks, pool_chunk_fn fn, void *ctx) {
         atomic_store_explicit(&p->for_total, n_chunks, memory_order_relaxed);
         pool_publish(p, n, p->ranges);
         pool_claim_chunks(p, atomic_load_explicit(&p->job, memory_order_acquire), 0);
-        pool_wait_done(p, (int)n);
+        pool_wait_done(p, (int)n, true);
     }
+}
+
+void pool_set_idle(pool *p, pool_idle_fn fn, void *ctx) {
+    atomic_store_explicit(&p->idle_ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->idle_fn, fn, memory_order_release);
 }
 
 void pool_barrier(pool *p) {
@@ -377,5 +393,5 @@ void pool_barrier(pool *p) {
         pool_wake(p, &p->bar_phase);
         return;
     }
-    pool_wait_change(p, &p->bar_phase, phase);
+    pool_wait_change(p, &p->bar_phase, phase, -1);
 }

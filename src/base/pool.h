@@ -26,7 +26,9 @@
  *
  * Waiting: threads spin (with pause) for a short while, then sleep on a futex, so a loaded or
  * oversubscribed machine does not livelock and an idle pool uses no CPU. The spinning is the
- * `pool-spin` toggle.
+ * `pool-spin` toggle. While it spins waiting for a job or for a pool_for's last chunks, a thread
+ * calls the idle function if one is set (pool_set_idle): the forward pass prefetches the next
+ * matmul's weights there, so the memory bus works while a thread has nothing to compute.
  *
  * Threading: pool_run and pool_for may be called by one thread at a time (the owner);
  * pool_barrier only from inside a pool_run fn, by all nth threads.
@@ -41,6 +43,8 @@ typedef void (*pool_fn)(void *ctx, int ith, int nth);
 /* One chunk of a pool_for: chunk of n_chunks, run by thread `thread` (0 = the owner, else
  * 1..pool_size-1; for per-thread scratch buffers). */
 typedef void (*pool_chunk_fn)(void *ctx, int64_t chunk, int64_t n_chunks, int thread);
+/* Work for a waiting thread (thread 0 = the owner, else 1..pool_size-1): see pool_set_idle. */
+typedef void (*pool_idle_fn)(void *ctx, int thread);
 
 /* Creates a pool of n_threads compute threads including the caller (so n_threads - 1 are
  * started). n_threads must be >= 1. Returns 0, ERR_INVAL, or ERR_NOMEM / ERR_INTERNAL if a thread
@@ -62,6 +66,14 @@ void pool_run(pool *p, pool_fn fn, void *ctx);
  * chunk is visible to the caller afterwards. With one thread or one chunk everything runs on the
  * caller. Must not be called from inside fn or a pool_run. */
 void pool_for(pool *p, int64_t n_chunks, pool_chunk_fn fn, void *ctx);
+
+/* Sets the function every spinning thread calls, over and over, while it waits for a job or (the
+ * owner) for a pool_for's chunks to finish; never while it sleeps, never at a pool_barrier. fn
+ * must return within a few hundred nanoseconds and may only do what cannot change a result
+ * (prefetch hints, its own thread's bookkeeping, atomics); it sees ctx and its thread number. Set
+ * it before the first pool_run / pool_for (or between jobs: a thread may call the old fn once
+ * more); ctx must stay valid until pool_destroy. fn NULL: none (the default). */
+void pool_set_idle(pool *p, pool_idle_fn fn, void *ctx);
 
 /* Waits until all nth threads of the current pool_run have reached it. Writes before the barrier
  * are visible to all threads after it. */

@@ -77,6 +77,11 @@ int64_t kn_mat_k(const kn_mat *w);
 int kn_mat_type(const kn_mat *w);
 /* Bytes of packed weight data (what a pass over the matrix reads). */
 size_t kn_mat_bytes(const kn_mat *w);
+/* Where the weights of units [u0, u1) lie, for a prefetch hint: sets *p and *bytes and returns
+ * true when they are one contiguous span (every SIMD layout: a column block's bytes follow the
+ * previous block's); false (nothing set) for an empty or out-of-range range, or the scalar ISA's
+ * GGUF layout. */
+bool kn_mat_units_span(const kn_mat *w, int64_t u0, int64_t u1, const void **p, size_t *bytes);
 /* True if the matrix consumes quantized activations (kn_act_quantize before kn_matmul). */
 bool kn_mat_wants_q8(const kn_mat *w);
 /* True if the matrix also needs the per-16 activation sums (kn_act.qs16). */

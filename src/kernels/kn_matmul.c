@@ -231,6 +231,13 @@ int kn_mat_type(const kn_mat *w) {
 size_t kn_mat_bytes(const kn_mat *w) {
     return w->packed_bytes;
 }
+bool kn_mat_units_span(const kn_mat *w, int64_t u0, int64_t u1, const void **p, size_t *bytes) {
+    if (w->isa == KN_ISA_SCALAR || !w->packed || u0 < 0 || u1 > w->n_blocks || u0 >= u1)
+        return false;
+    *p = (const unsigned char *)w->packed + (size_t)u0 * w->block_stride;
+    *bytes = (size_t)(u1 - u0) * w->block_stride;
+    return true;
+}
 bool kn_mat_wants_q8(const kn_mat *w) {
     return kn_type_is_q(w->type);
 }

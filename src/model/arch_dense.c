@@ -367,42 +367,82 @@ void arch_dense_phase_attention(fwd_ctx *c, int64_t l, float scale, bool v_is_k)
     fwd_phase_run(c, &ph, 2 * mean_pos * hp->head_dim * per);
 }
 
-void arch_dense_forward_attn(fwd_ctx *c, int64_t l) {
+/* Layer l's Q, K, V (into qkv) and gate, up (into gu) products. */
+static void arch_dense_mm_qkv(fwd_ctx *c, int64_t l, fwd_mm qkv[3]) {
+    const model_layer *L = &c->m->layers[l];
+    int64_t T = c->n_tok;
+    qkv[0] = (fwd_mm){.w = L->wq, .x = c->xn, .y = c->q, .rows = T};
+    qkv[1] = (fwd_mm){.w = L->wk, .x = c->xn, .y = c->k, .rows = T};
+    qkv[2] = (fwd_mm){.w = L->wv, .x = c->xn, .y = c->v, .rows = T};
+}
+static void arch_dense_mm_gu(fwd_ctx *c, int64_t l, fwd_mm gu[2]) {
+    const model_layer *L = &c->m->layers[l];
+    int64_t T = c->n_tok;
+    gu[0] = (fwd_mm){.w = L->w_gate, .x = c->xn, .y = c->g, .rows = T};
+    gu[1] = (fwd_mm){.w = L->w_up, .x = c->xn, .y = c->u, .rows = T};
+}
+
+/* arch_dense_forward_attn, and the n_next products of the matmul phase after its output
+ * projection (or none), warmed from that projection's last chunks on. Each matmul phase's
+ * weights are warmed by the threads that wait before it (mm-warm, fwd_warm_matmul). */
+static void arch_dense_attn_block(fwd_ctx *c, int64_t l, int n_next, fwd_mm *next) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *L = &c->m->layers[l];
     int64_t T = c->n_tok;
     /* Q, K and V share their input: quantize it if any of them needs it (mixed-type files, e.g.
      * Q4_K_M, give attn_v another type than attn_q) */
+    fwd_mm qkv[3];
+    arch_dense_mm_qkv(c, l, qkv);
+    fwd_mm o = {.w = L->wo, .x = c->att, .y = c->y, .rows = T};
+    fwd_warm_matmul(c, 3, qkv); /* unless the layer before has already */
     fwd_phase_residual_norm(c, l, L->attn_norm, l == 0,
                             kn_mat_wants_q8(L->wq) || kn_mat_wants_q8(L->wk) ||
                                 kn_mat_wants_q8(L->wv));
-    fwd_mm qkv[3] = {{.w = L->wq, .x = c->xn, .y = c->q, .rows = T},
-                     {.w = L->wk, .x = c->xn, .y = c->k, .rows = T},
-                     {.w = L->wv, .x = c->xn, .y = c->v, .rows = T}};
+    fwd_warm_matmul(c, 1, &o);
     fwd_phase_matmul(c, 3, qkv);
     fwd_phase_rows(c, arch_dense_rows_qkv_post, l, T, 4 * (c->q_dim + c->kv_dim), false, NULL);
     arch_dense_phase_attention(c, l, 1.0f / sqrtf((float)hp->head_dim), false);
     if (kn_mat_wants_q8(L->wo))
         fwd_phase_rows(c, arch_dense_rows_att_quant, l, T, 2 * c->q_dim, false, NULL);
-    fwd_mm o = {.w = L->wo, .x = c->att, .y = c->y, .rows = T};
+    if (n_next)
+        fwd_warm_matmul(c, n_next, next);
     fwd_phase_matmul(c, 1, &o);
 }
 
-void arch_dense_forward_ffn(fwd_ctx *c, int64_t l) {
+/* arch_dense_forward_ffn, with n_next products warmed from the down projection's last chunks. */
+static void arch_dense_ffn_block(fwd_ctx *c, int64_t l, int n_next, fwd_mm *next) {
     const model_layer *L = &c->m->layers[l];
     int64_t T = c->n_tok;
+    fwd_mm gu[2];
+    arch_dense_mm_gu(c, l, gu);
+    fwd_mm d = {.w = L->w_down, .x = c->g, .y = c->y, .rows = T};
+    fwd_warm_matmul(c, 2, gu); /* unless the attention before has already */
     fwd_phase_residual_norm(c, l, L->ffn_norm, false,
                             kn_mat_wants_q8(L->w_gate) || kn_mat_wants_q8(L->w_up));
-    fwd_mm gu[2] = {{.w = L->w_gate, .x = c->xn, .y = c->g, .rows = T},
-                    {.w = L->w_up, .x = c->xn, .y = c->u, .rows = T}};
+    fwd_warm_matmul(c, 1, &d);
     fwd_phase_matmul(c, 2, gu);
     fwd_phase_rows(c, arch_dense_rows_swiglu, l, T, 8 * c->m->hp.n_ff, kn_mat_wants_q8(L->w_down),
                    NULL);
-    fwd_mm d = {.w = L->w_down, .x = c->g, .y = c->y, .rows = T};
+    if (n_next)
+        fwd_warm_matmul(c, n_next, next);
     fwd_phase_matmul(c, 1, &d);
 }
 
+void arch_dense_forward_attn(fwd_ctx *c, int64_t l) {
+    arch_dense_attn_block(c, l, 0, NULL);
+}
+
+void arch_dense_forward_ffn(fwd_ctx *c, int64_t l) {
+    arch_dense_ffn_block(c, l, 0, NULL);
+}
+
 void arch_dense_forward_layer(fwd_ctx *c, int64_t l) {
-    arch_dense_forward_attn(c, l);
-    arch_dense_forward_ffn(c, l);
+    /* every layer is this function's (model_arch.forward_layer): the next products are known */
+    fwd_mm gu[2], qkv[3];
+    arch_dense_mm_gu(c, l, gu);
+    arch_dense_attn_block(c, l, 2, gu);
+    bool more = l + 1 < c->m->hp.n_layer;
+    if (more)
+        arch_dense_mm_qkv(c, l + 1, qkv);
+    arch_dense_ffn_block(c, l, more ? 3 : 0, qkv);
 }

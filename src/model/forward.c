@@ -36,6 +36,26 @@ static void *fwd_alloc(size_t n, bool *fail) {
     return p;
 }
 
+/* Lines an idle call prefetches: a few hundred nanoseconds from memory, so a waiting thread
+ * still sees its next job within about that */
+#define FWD_WARM_LINES 4
+
+/* pool_set_idle's function (mm-warm): a few lines of this thread's target, from its cursor. */
+static void fwd_warm_idle(void *ctx, int thread) {
+    fwd_ctx *c = ctx;
+    fwd_warm *w = &c->warm[thread];
+    uint32_t g = atomic_load_explicit(&w->gen, memory_order_acquire);
+    if (g != w->seen) {
+        w->seen = g;
+        w->cur = atomic_load_explicit(&w->lo, memory_order_relaxed);
+        w->end = atomic_load_explicit(&w->hi, memory_order_relaxed);
+        if (w->end < w->cur || w->end - w->cur > (uintptr_t)c->mm_warm)
+            w->end = w->cur + (uintptr_t)c->mm_warm;
+    }
+    for (int i = 0; i < FWD_WARM_LINES && w->cur < w->end; i++, w->cur += 64)
+        __builtin_prefetch((const void *)w->cur, 0, 2); /* prefetcht1: into L2 */
+}
+
 int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_outputs, int n_threads,
                    int64_t attn_chunk, fwd_ctx **out) {
     *out = NULL;
@@ -54,6 +74,7 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->mm_panel = flags_int(FLAG_MM_PANEL) > 0 ? flags_int(FLAG_MM_PANEL) : max_tokens;
     c->mm_even_split = flags_int(FLAG_MM_EVEN_SPLIT) != 0;
     c->mm_tail_split = flags_int(FLAG_MM_TAIL_SPLIT);
+    c->mm_warm = n_threads > 1 ? flags_int(FLAG_MM_WARM) : 0;
     c->attn_group = hp->n_head / hp->n_head_kv;
     c->attn_per_row = flags_int(FLAG_ATTN_GROUP) == 0;
     c->attn_prefetch = flags_int(FLAG_ATTN_PREFETCH) != 0;
@@ -111,6 +132,16 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->chunk_next_unit = calloc((size_t)n_threads, sizeof(int64_t));
     if (!c->mm_scratch || !c->attn_scratch || !c->chunk_next_unit)
         fail = true;
+    if (c->mm_warm) {
+        c->warm = fwd_alloc((size_t)n_threads * sizeof *c->warm, &fail);
+        for (int i = 0; c->warm && i < n_threads; i++) {
+            atomic_init(&c->warm[i].lo, 0);
+            atomic_init(&c->warm[i].hi, 0);
+            atomic_init(&c->warm[i].gen, 0);
+            c->warm[i].seen = 0;
+            c->warm[i].cur = c->warm[i].end = 0;
+        }
+    }
     for (int i = 0; !fail && i < n_threads; i++) {
         c->mm_scratch[i] = fwd_alloc(kn_matmul_scratch_bytes(), &fail);
         size_t an = kn_attn_scratch_floats(c->attn_group, hp->head_dim, attn_chunk);
@@ -136,6 +167,8 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
         fwd_ctx_destroy(c);
         return rc;
     }
+    if (c->mm_warm)
+        pool_set_idle(c->threads, fwd_warm_idle, c);
     c->fault_attn_offsets = FLAG_FAULT(ATTN_OFFSETS);
     c->fault_big_batch = FLAG_FAULT(BIG_BATCH);
     *out = c;
@@ -186,6 +219,7 @@ void fwd_ctx_destroy(fwd_ctx *c) {
     free(c->mm_scratch);
     free(c->attn_scratch);
     free(c->chunk_next_unit);
+    free(c->warm);
     free(c);
 }
 
@@ -369,8 +403,8 @@ int64_t fwd_mm_chunks_even(int64_t want, int64_t units, int64_t nt) {
     return best && db <= want / 2 + nt ? best : best_any;
 }
 
-void fwd_phase_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm) {
-    fwd_phase ph = {.c = c, .layer = -1, .mm = mm, .n_mm = n_mm};
+/* A matmul phase's division: fills each mm's chunks and panels; returns the chunks in all. */
+static int64_t fwd_mm_plan(const fwd_ctx *c, int n_mm, fwd_mm *mm) {
     int64_t total = 0;
     for (int i = 0; i < n_mm; i++) {
         int64_t N = kn_mat_n(mm[i].w);
@@ -381,6 +415,57 @@ void fwd_phase_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm) {
         if (c->mm_even_split)
             mm[i].chunks = fwd_mm_chunks_even(mm[i].chunks, kn_mat_n_units(mm[i].w), c->n_threads);
         total += mm[i].chunks * mm[i].panels;
+    }
+    return total;
+}
+
+/* Publishes thread t's target [lo, hi) (empty: lo = hi = 0). */
+static void fwd_warm_publish(fwd_ctx *c, int t, uintptr_t lo, uintptr_t hi) {
+    atomic_store_explicit(&c->warm[t].lo, lo, memory_order_relaxed);
+    atomic_store_explicit(&c->warm[t].hi, hi, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->warm[t].gen, 1, memory_order_release);
+}
+
+void fwd_warm_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm) {
+    if (!c->mm_warm || n_mm < 1 || c->warm_w == mm[0].w) /* off, or already the target */
+        return;
+    int64_t total = fwd_mm_plan(c, n_mm, mm), nt = c->n_threads;
+    for (int64_t t = 0; t < nt; t++) {
+        /* the front of thread t's range (pool.h; with mm-tail-split's pieces the range's chunks
+         * are the same, n a multiple of nt), within the matrix and panel 0 it starts in */
+        int64_t ci = total * t / nt, ce = total * (t + 1) / nt, i = 0;
+        while (i < n_mm && ci >= mm[i].chunks * mm[i].panels)
+            ci -= mm[i].chunks * mm[i].panels, ce -= mm[i].chunks * mm[i].panels, i++;
+        const void *p;
+        size_t bytes;
+        if (i == n_mm || ci >= mm[i].chunks) { /* no chunks, or past panel 0 */
+            fwd_warm_publish(c, (int)t, 0, 0);
+            continue;
+        }
+        if (ce > mm[i].chunks)
+            ce = mm[i].chunks;
+        int64_t units = kn_mat_n_units(mm[i].w);
+        int64_t u0 = units * ci / mm[i].chunks, u1 = units * ce / mm[i].chunks;
+        if (!kn_mat_units_span(mm[i].w, u0, u1, &p, &bytes)) {
+            fwd_warm_publish(c, (int)t, 0, 0);
+            continue;
+        }
+        if (bytes > (size_t)c->mm_warm)
+            bytes = (size_t)c->mm_warm;
+        fwd_warm_publish(c, (int)t, (uintptr_t)p, (uintptr_t)p + bytes);
+    }
+    c->warm_w = mm[0].w;
+}
+
+void fwd_phase_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm) {
+    fwd_phase ph = {.c = c, .layer = -1, .mm = mm, .n_mm = n_mm};
+    int64_t total = fwd_mm_plan(c, n_mm, mm);
+    /* mm-warm: the targets are this phase's (the threads now run them), clear them; another
+     * phase's stay, warmed while this one's last chunks run */
+    if (c->mm_warm && c->warm_w == mm[0].w) {
+        for (int t = 0; t < c->n_threads; t++)
+            fwd_warm_publish(c, t, 0, 0);
+        c->warm_w = NULL;
     }
     /* with pool-ranges thread t's own range is [n * t / T, n * (t + 1) / T) (pool.h): a multiple
      * of T chunks keeps each range's pieces at its end */
@@ -411,19 +496,20 @@ static void fwd_step(fwd_ctx *c) {
         for (int64_t l = 0; l < hp->n_layer; l++)
             m->arch->forward_layer(c, l);
     }
+    /* FAULT (d): above batch 32 only the first 32 logit rows are computed; later rows keep
+     * whatever the buffer held from an earlier step */
+    int64_t n_logit_rows = c->fault_big_batch && c->n_out > 32 ? 32 : c->n_out;
+    fwd_mm out = {.w = out_w, .x = c->out_x, .y = c->logits, .rows = n_logit_rows};
+    if (n_logit_rows > 0)
+        fwd_warm_matmul(c, 1, &out);
     fwd_phase ph = {.c = c,
                     .fn = fwd_rows_out_norm,
                     .layer = -1,
                     .units = c->n_out,
                     .quant = kn_mat_wants_q8(out_w)};
     fwd_phase_run(c, &ph, 3 * D);
-    /* FAULT (d): above batch 32 only the first 32 logit rows are computed; later rows keep
-     * whatever the buffer held from an earlier step */
-    int64_t n_logit_rows = c->fault_big_batch && c->n_out > 32 ? 32 : c->n_out;
-    if (n_logit_rows > 0) {
-        fwd_mm out = {.w = out_w, .x = c->out_x, .y = c->logits, .rows = n_logit_rows};
+    if (n_logit_rows > 0)
         fwd_phase_matmul(c, 1, &out);
-    }
 }
 
 int fwd_run(fwd_ctx *c, const fwd_batch *b, const float **logits, int64_t *n_out) {

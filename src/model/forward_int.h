@@ -22,7 +22,20 @@
 #include "model/forward.h"
 #include "model/model_int.h"
 
+#include <stdatomic.h>
+
 typedef struct fwd_moe fwd_moe;
+
+/* One thread's mm-warm target, alone on its cache lines: the owner publishes [lo, hi) (the
+ * weights the thread runs first in the next matmul phase) and bumps gen; the thread, while it
+ * waits (pool_set_idle), prefetches the span from its own cursor. A hint only: a torn read of lo
+ * and hi costs a few useless prefetches (the cursor never runs more than mm-warm bytes). */
+typedef struct fwd_warm {
+    _Alignas(64) _Atomic uintptr_t lo, hi;
+    _Atomic uint32_t gen;
+    _Alignas(64) uint32_t seen; /* the thread's own: the gen its cursor is for */
+    uintptr_t cur, end;
+} fwd_warm;
 
 struct fwd_ctx {
     model *m;
@@ -38,6 +51,9 @@ struct fwd_ctx {
     int64_t mm_panel;
     bool mm_even_split;    /* the mm-even-split toggle */
     int64_t mm_tail_split; /* the mm-tail-split toggle */
+    int64_t mm_warm;       /* the mm-warm toggle: bytes per thread, 0 = none */
+    fwd_warm *warm;        /* [n_threads] with mm_warm */
+    const kn_mat *warm_w;  /* the first matrix of the phase the published targets are for */
     int64_t attn_group;    /* most query heads per attention unit (attn-group, <= the GQA group) */
     bool attn_per_row;     /* attn-group 0: kn_attn_row per head, one head per unit */
     bool attn_prefetch;    /* the attn-prefetch toggle */
@@ -150,6 +166,15 @@ void fwd_phase_residual_norm(fwd_ctx *c, int64_t layer, const float *w, bool emb
 /* y = x W^T for n_mm products (<= FWD_MM_MAX; products sharing an input share its
  * quantization), one chunk per group of 64 columns at most; fills each mm's chunks and panels. */
 void fwd_phase_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm);
+
+/* Publishes the matmul phase about to come (the same n_mm and mm as its fwd_phase_matmul, whose
+ * chunks and panels this fills) as every thread's mm-warm target: the start of the weights the
+ * thread runs first (its pool-ranges range's front, within one matrix and the first panel), up
+ * to mm-warm bytes, which it prefetches into L2 while it waits between now and that phase (a
+ * matmul phase in between keeps it: its last chunks' waits warm the phase after it). That phase
+ * clears the targets when it starts, so no thread prefetches weights already being run. No-op
+ * with mm-warm 0 or one thread, and when the targets already are that phase's (mm[0].w). */
+void fwd_warm_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm);
 
 /* Quantizes rows [r0, r1) of x (row stride k) into c->aq etc. at the same rows. */
 void fwd_quantize_rows(fwd_ctx *c, const float *x, int64_t k, int64_t r0, int64_t r1);
