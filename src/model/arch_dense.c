@@ -367,7 +367,7 @@ void arch_dense_phase_attention(fwd_ctx *c, int64_t l, float scale, bool v_is_k)
     fwd_phase_run(c, &ph, 2 * mean_pos * hp->head_dim * per);
 }
 
-/* Layer l's Q, K, V (into qkv) and gate, up (into gu) products. */
+/* Layer l's Q, K and V products (over the step's tokens). */
 static void arch_dense_mm_qkv(fwd_ctx *c, int64_t l, fwd_mm qkv[3]) {
     const model_layer *L = &c->m->layers[l];
     int64_t T = c->n_tok;
@@ -375,6 +375,7 @@ static void arch_dense_mm_qkv(fwd_ctx *c, int64_t l, fwd_mm qkv[3]) {
     qkv[1] = (fwd_mm){.w = L->wk, .x = c->xn, .y = c->k, .rows = T};
     qkv[2] = (fwd_mm){.w = L->wv, .x = c->xn, .y = c->v, .rows = T};
 }
+/* Layer l's gate and up products. */
 static void arch_dense_mm_gu(fwd_ctx *c, int64_t l, fwd_mm gu[2]) {
     const model_layer *L = &c->m->layers[l];
     int64_t T = c->n_tok;
@@ -389,12 +390,12 @@ static void arch_dense_attn_block(fwd_ctx *c, int64_t l, int n_next, fwd_mm *nex
     const model_hparams *hp = &c->m->hp;
     const model_layer *L = &c->m->layers[l];
     int64_t T = c->n_tok;
-    /* Q, K and V share their input: quantize it if any of them needs it (mixed-type files, e.g.
-     * Q4_K_M, give attn_v another type than attn_q) */
     fwd_mm qkv[3];
     arch_dense_mm_qkv(c, l, qkv);
     fwd_mm o = {.w = L->wo, .x = c->att, .y = c->y, .rows = T};
     fwd_warm_matmul(c, 3, qkv); /* unless the layer before has already */
+    /* Q, K and V share their input: quantize it if any of them needs it (mixed-type files, e.g.
+     * Q4_K_M, give attn_v another type than attn_q) */
     fwd_phase_residual_norm(c, l, L->attn_norm, l == 0,
                             kn_mat_wants_q8(L->wq) || kn_mat_wants_q8(L->wk) ||
                                 kn_mat_wants_q8(L->wv));
