@@ -718,6 +718,9 @@ static void t_matmul_direct_rows(void) {
     T_CHECK(flags_int(FLAG_MM_DIRECT_ROWS) == -1); /* the registry's default is the CPU's */
 }
 
+/* The K-quant and Q4_1/Q5 kernels at M = 197 (every row tile and the row chunks) and M = 1 (the
+ * one-row decode tile), against the reference bit for bit; the Q5 types with their fifth bits as
+ * AVX-512 byte masks (kq-q5-mask 1) and as shifted bit planes (0, and AVX2's only layout). */
 static void t_matmul_kq_large_m(void) {
     setup_isas();
     if (!n_simd)
@@ -733,15 +736,23 @@ static void t_matmul_kq_large_m(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         void *w = make_weights(types[ti], n, k, NULL);
         kn_matmul_ref(types[ti], w, k, &ab.a, m, 0, n, yr, n);
-        for (int ii = 0; ii < n_simd; ii++) {
-            kn_mat *mat;
-            T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
-            memset(ys, 0, (size_t)(m * n) * sizeof(float));
-            kn_matmul(mat, &ab.a, m, ys, n, 0, 1, NULL);
-            T_CHECKF(memcmp(yr, ys, (size_t)(m * n) * sizeof(float)) == 0, "%s %s M=%lld",
-                     kn_type_name(types[ti]), kn_isa_name(simd_isas[ii]), (long long)m);
-            kn_mat_destroy(mat);
-        }
+        bool q5 = types[ti] == GGUF_TYPE_Q5_0 || types[ti] == GGUF_TYPE_Q5_1 ||
+                  types[ti] == GGUF_TYPE_Q5_K;
+        for (int mk = 1; mk >= (q5 ? 0 : 1); mk--)
+            for (int ii = 0; ii < n_simd; ii++) {
+                T_OK(flags_set("kq-q5-mask", mk ? "1" : "0"));
+                kn_mat *mat;
+                T_OK(kn_mat_create(types[ti], w, n, k, simd_isas[ii], &mat));
+                for (int64_t mm = m; mm >= 1; mm = mm == m ? 1 : 0) {
+                    memset(ys, 0, (size_t)(m * n) * sizeof(float));
+                    kn_matmul(mat, &ab.a, mm, ys, n, 0, 1, NULL);
+                    T_CHECKF(memcmp(yr, ys, (size_t)(mm * n) * sizeof(float)) == 0,
+                             "%s %s M=%lld kq-q5-mask %d", kn_type_name(types[ti]),
+                             kn_isa_name(simd_isas[ii]), (long long)mm, mk);
+                }
+                kn_mat_destroy(mat);
+            }
+        T_OK(flags_set("kq-q5-mask", "1"));
         free(w);
     }
     free(yr);

@@ -65,6 +65,10 @@ enum flag_kind {
       "AVX-512 Q4_K weights packed two columns to a byte (the codes of columns c and c + 16 for "  \
       "one input), so one dot product serves both and no nibble is shifted (speed only, same "     \
       "bits)")                                                                                     \
+    X(KQ_Q5_MASK, "kq-q5-mask", FLAG_KIND_BOOL, "1", "0|1",                                        \
+      "AVX-512 Q5_0, Q5_1 and Q5_K weights keep each code's fifth bit in byte masks, so one masked " \
+      "add per 64 codes restores it instead of a shift and a ternary logic op (speed only, same "  \
+      "bits)")                                                                                     \
     X(MM_EVEN_SPLIT, "mm-even-split", FLAG_KIND_BOOL, "1", "0|1",                                  \
       "matmul phases cut each matrix into a multiple of the thread count of chunks with equal "    \
       "column-block counts where one divides, so two threads end a phase together (0: chunks "     \

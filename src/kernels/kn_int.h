@@ -20,6 +20,10 @@
  *   QH5  [32 columns][4 bytes j]: bit g of byte j = bit 4 of e[4g+j], bit 4+g = bit 4 of
  *        e[16+4g+j], so (dword << (4-g)) & 0x10 and (dword >> g) & 0x10 give the fifth bits of
  *        group g's low and high vectors in place
+ *   QM5  (Q5 types on AVX-512 with the kq-q5-mask toggle, in place of QH5, same 128 bytes)
+ *        [4 groups g][2 column halves h][2: low, high][8 bytes]: a 64-bit mask over the 64 bytes
+ *        of group g's low (high) vector of columns 16h..16h+15 (byte 4 (c - 16h) + j): bit set
+ *        where e[4g+j] (e[16+4g+j]) has bit 4, so a masked byte add of 16 restores the codes
  *   QH6  [2 halves h][32 columns][4 bytes j]: bits 2g..2g+1 of byte j = e[16h+4g+j] >> 4, so a
  *        dword shift by 4-2g and & 0x30 give group g's two top bits in place
  *   PAIR [8 steps s][16 column pairs c][4 bytes j] (Q4_K on AVX-512 with the kq-q4k-pair toggle,
@@ -68,6 +72,7 @@ struct kn_mat {
     int prefetch_l2;     /* the mm-prefetch-l2 toggle at creation (one-row K-quant and Q8_0
                           * products: bytes ahead into L2, 0 = none) */
     bool q4k_pair;       /* Q4_K packed as PAIR, not NIB (AVX-512 and the kq-q4k-pair toggle) */
+    bool q5_mask;        /* Q5 types' fifth bits as QM5, not QH5 (AVX-512 and kq-q5-mask) */
     int64_t n_blocks;    /* column blocks */
     size_t block_stride; /* bytes per column block */
 };

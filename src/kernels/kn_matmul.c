@@ -174,6 +174,8 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->prefetch_l2 = (int)flags_int(FLAG_MM_PREFETCH_L2);
     w->q4k_pair =
         type == GGUF_TYPE_Q4_K && isa == KN_ISA_AVX512 && flags_int(FLAG_KQ_Q4K_PAIR) != 0;
+    w->q5_mask = (type == GGUF_TYPE_Q5_0 || type == GGUF_TYPE_Q5_1 || type == GGUF_TYPE_Q5_K) &&
+                 isa == KN_ISA_AVX512 && flags_int(FLAG_KQ_Q5_MASK) != 0;
     if (isa == KN_ISA_SCALAR) {
         w->packed_bytes = (size_t)kn_type_row_bytes(type, k) * (size_t)n;
         *out = w;

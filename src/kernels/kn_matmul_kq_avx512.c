@@ -23,6 +23,10 @@
  * weights are reused across the chunk's row tiles (tiling only: no operation changes).
  * Q4_K packed as PAIR (kq-q4k-pair, the default on AVX-512) has its own tile, kk_tile_q4p: the
  * same integers and the same fold, with less bit work per weight byte (see there).
+ * Q5 types packed with QM5 (kq-q5-mask, the default on AVX-512) rebuild the fifth bit in step 1
+ * with one masked byte add of 16 per vector, the masks loaded straight into mask registers,
+ * instead of a shift and a vpternlogd: the same codes (the low nibble is below 16), so the same
+ * integers.
  */
 #include "kernels/kn_int.h"
 #include "base/check.h"
@@ -78,9 +82,10 @@ static inline __attribute__((always_inline)) __m512i kk_h6_shift(__m512i h, cons
  * memory, 4096 against 8192 1.06-1.12x for every type (3072-5120 within 2%, 16384 and 32768
  * slower, 0 below 4096; AVX2 1.07x). */
 static inline __attribute__((always_inline)) void
-kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const float *xd,
-        const int32_t *xs, const int32_t *xs16, int64_t K, const unsigned char *wblk, int h0,
-        float *y, int64_t ldy, const __mmask16 *mask, int64_t pf, int64_t pf2) {
+kk_tile(const int mr, const int nh, const int type, const bool q5m, const int8_t *xq,
+        const float *xd, const int32_t *xs, const int32_t *xs16, int64_t K,
+        const unsigned char *wblk, int h0, float *y, int64_t ldy, const __mmask16 *mask, int64_t pf,
+        int64_t pf2) {
     const int64_t KB = K / KN_QK;
     const bool k45 = type == GGUF_TYPE_Q4_K || type == GGUF_TYPE_Q5_K;
     const bool q6 = type == GGUF_TYPE_Q6_K;
@@ -161,7 +166,7 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
         for (int h = 0; h < nh; h++) {
             int hh = h0 + h;
             H[h] = H2[h] = _mm512_setzero_si512();
-            if (q5 || q6)
+            if ((q5 && !q5m) || q6)
                 H[h] = _mm512_loadu_si512((const void *)(qh + 64 * hh));
             if (q6)
                 H2[h] = _mm512_loadu_si512((const void *)(qh + 128 + 64 * hh));
@@ -175,7 +180,13 @@ kk_tile(const int mr, const int nh, const int type, const int8_t *xq, const floa
                 lo[h] = _mm512_and_si512(v, m0f);
                 hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
                 /* lo |= shifted & mask (vpternlogd 0xF8 = A | (B & C)) */
-                if (q5) {
+                if (q5 && q5m) { /* QM5: + 16 where the fifth bit is set (lo, hi < 16) */
+                    const __mmask64 *mk =
+                        (const __mmask64 *)(const void *)(qh + 16 * (2 * g + h0 + h));
+                    lo[h] = _mm512_mask_add_epi8(lo[h], _load_mask64((__mmask64 *)mk), lo[h], mhb);
+                    hi[h] =
+                        _mm512_mask_add_epi8(hi[h], _load_mask64((__mmask64 *)mk + 1), hi[h], mhb);
+                } else if (q5) {
                     lo[h] =
                         _mm512_ternarylogic_epi32(lo[h], _mm512_slli_epi32(H[h], 4 - g), mhb, 0xF8);
                     hi[h] = _mm512_ternarylogic_epi32(hi[h], _mm512_srli_epi32(H[h], g), mhb, 0xF8);
@@ -318,15 +329,15 @@ kk_tile_q4p(const int mr, const int8_t *xq, const float *xd, const int32_t *xs, 
                 MR == 1 && m == 1 ? w->prefetch_l2 : 0)
 
 #define KK_TILE(MR, PF, PF2)                                                                       \
-    kk_tile(MR, nh, type, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB,                         \
+    kk_tile(MR, nh, type, Q5M, xa->q + i * K, xa->qd + i * KB, xa->qs + i * KB,                    \
             xa->qs16 ? xa->qs16 + i * KB : NULL, K, blk, h0, yb + 16 * h0 + i * ldy, ldy, mask,    \
             PF, PF2)
 
-/* All column blocks [b0, b1) and rows [0, m) for one type and column width (nh zmm). */
-static inline __attribute__((always_inline)) void kk_run(const int type, const int nh, const int mr,
-                                                         const kn_mat *w, const kn_act *xa,
-                                                         int64_t m, float *y, int64_t ldy,
-                                                         int64_t b0, int64_t b1) {
+/* All column blocks [b0, b1) and rows [0, m) for one type and column width (nh zmm); Q5M: the
+ * fifth bits are QM5 (w->q5_mask, Q5 types only). */
+static inline __attribute__((always_inline)) void
+kk_run(const int type, const bool Q5M, const int nh, const int mr, const kn_mat *w,
+       const kn_act *xa, int64_t m, float *y, int64_t ldy, int64_t b0, int64_t b1) {
     const int64_t K = w->k, KB = K / KN_QK;
     for (int64_t r0 = 0; r0 < m; r0 += KK_RC) {
         int64_t r1 = m - r0 < KK_RC ? m : r0 + KK_RC;
@@ -404,23 +415,32 @@ void kn_matmul_kq_avx512(const kn_mat *w, const kn_act *xa, int64_t m, float *y,
                          int64_t b0, int64_t b1) {
     switch (w->type) {
     case GGUF_TYPE_Q4_1:
-        kk_run(GGUF_TYPE_Q4_1, 2, KK_MR_Q4_1, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q4_1, false, 2, KK_MR_Q4_1, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q5_0:
-        kk_run(GGUF_TYPE_Q5_0, 2, KK_MR_Q5_0, w, xa, m, y, ldy, b0, b1);
+        if (w->q5_mask)
+            kk_run(GGUF_TYPE_Q5_0, true, 2, KK_MR_Q5_0, w, xa, m, y, ldy, b0, b1);
+        else
+            kk_run(GGUF_TYPE_Q5_0, false, 2, KK_MR_Q5_0, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q5_1:
-        kk_run(GGUF_TYPE_Q5_1, 2, KK_MR_Q5_1, w, xa, m, y, ldy, b0, b1);
+        if (w->q5_mask)
+            kk_run(GGUF_TYPE_Q5_1, true, 2, KK_MR_Q5_1, w, xa, m, y, ldy, b0, b1);
+        else
+            kk_run(GGUF_TYPE_Q5_1, false, 2, KK_MR_Q5_1, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q4_K:
-        kk_run(GGUF_TYPE_Q4_K, 2, KK_MR_Q4_K, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q4_K, false, 2, KK_MR_Q4_K, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q5_K:
-        kk_run(GGUF_TYPE_Q5_K, 2, KK_MR_Q5_K, w, xa, m, y, ldy, b0, b1);
+        if (w->q5_mask)
+            kk_run(GGUF_TYPE_Q5_K, true, 2, KK_MR_Q5_K, w, xa, m, y, ldy, b0, b1);
+        else
+            kk_run(GGUF_TYPE_Q5_K, false, 2, KK_MR_Q5_K, w, xa, m, y, ldy, b0, b1);
         break;
     case GGUF_TYPE_Q6_K:
         CHECK(xa->qs16 != NULL);
-        kk_run(GGUF_TYPE_Q6_K, KK_NH_Q6, KK_MR_Q6_K, w, xa, m, y, ldy, b0, b1);
+        kk_run(GGUF_TYPE_Q6_K, false, KK_NH_Q6, KK_MR_Q6_K, w, xa, m, y, ldy, b0, b1);
         break;
     default:
         CHECK(!"kn_matmul_kq_avx512: unexpected type");

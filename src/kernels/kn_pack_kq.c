@@ -4,7 +4,8 @@
  * column-blocked planes of kn_int.h, once at load time. Each row is decoded with the reference
  * unpackers of kn_types (so the packed codes are by construction the ones kn_matmul_ref reads) and
  * scattered into its column's lanes (Q4_K's PAIR plane: into the low or high nibbles of lanes
- * shared with the column 16 away); nothing is rounded or rescaled here except the K-quant 6-bit
+ * shared with the column 16 away; the QM5 plane: into bits of masks shared with its half's other
+ * columns); nothing is rounded or rescaled here except the K-quant 6-bit
  * scales, which are unpacked to bytes.
  */
 #include "kernels/kn_int.h"
@@ -59,10 +60,10 @@ size_t kn_kq_block_stride(int type, int64_t k) {
            (size_t)(k / KN_QK_K) * kq_header_bytes(type);
 }
 
-/* Scatters block codes e[32] of column c into NIB, or PAIR if pair (and QH5 / QH6 when
- * given). PAIR bytes hold two columns: the caller has zeroed them. */
+/* Scatters block codes e[32] of column c into NIB, or PAIR if pair (and QH5, or QM5 if qm5, /
+ * QH6 when given). PAIR and QM5 bytes hold several columns: the caller has zeroed them. */
 static void kq_put_codes(unsigned char *nib, unsigned char *qh5, unsigned char *qh6, int c,
-                         const uint8_t *e, bool pair) {
+                         const uint8_t *e, bool pair, bool qm5) {
     if (pair) {
         for (int s = 0; s < 8; s++)
             for (int j = 0; j < 4; j++)
@@ -74,7 +75,16 @@ static void kq_put_codes(unsigned char *nib, unsigned char *qh5, unsigned char *
         for (int j = 0; j < 4; j++)
             nib[(g * KN_NB_Q + c) * 4 + j] =
                 (unsigned char)((e[4 * g + j] & 15) | ((e[16 + 4 * g + j] & 15) << 4));
-    if (qh5)
+    if (qh5 && qm5) {
+        for (int g = 0; g < 4; g++) {
+            unsigned char *mk = qh5 + 16 * (2 * g + c / 16);
+            for (int j = 0; j < 4; j++) {
+                int lane = (c % 16) * 4 + j;
+                mk[lane / 8] |= (unsigned char)(((e[4 * g + j] >> 4) & 1) << (lane % 8));
+                mk[8 + lane / 8] |= (unsigned char)(((e[16 + 4 * g + j] >> 4) & 1) << (lane % 8));
+            }
+        }
+    } else if (qh5) {
         for (int j = 0; j < 4; j++) {
             unsigned v = 0;
             for (int g = 0; g < 4; g++)
@@ -82,6 +92,7 @@ static void kq_put_codes(unsigned char *nib, unsigned char *qh5, unsigned char *
                      (unsigned)((e[16 + 4 * g + j] >> 4) & 1) << (4 + g);
             qh5[c * 4 + j] = (unsigned char)v;
         }
+    }
     if (qh6)
         for (int h = 0; h < 2; h++)
             for (int j = 0; j < 4; j++) {
@@ -185,7 +196,7 @@ void kn_pack_kq(kn_mat *w, const unsigned char *src) {
                     break;
                 }
                 }
-                kq_put_codes(nib, qh5, qh6, c, eb, w->q4k_pair);
+                kq_put_codes(nib, qh5, qh6, c, eb, w->q4k_pair, w->q5_mask);
                 p += chunk;
             }
         }
