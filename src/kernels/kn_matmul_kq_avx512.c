@@ -181,11 +181,9 @@ kk_tile(const int mr, const int nh, const int type, const bool q5m, const int8_t
                 hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
                 /* lo |= shifted & mask (vpternlogd 0xF8 = A | (B & C)) */
                 if (q5 && q5m) { /* QM5: + 16 where the fifth bit is set (lo, hi < 16) */
-                    const __mmask64 *mk =
-                        (const __mmask64 *)(const void *)(qh + 16 * (2 * g + h0 + h));
-                    lo[h] = _mm512_mask_add_epi8(lo[h], _load_mask64((__mmask64 *)mk), lo[h], mhb);
-                    hi[h] =
-                        _mm512_mask_add_epi8(hi[h], _load_mask64((__mmask64 *)mk + 1), hi[h], mhb);
+                    __mmask64 *mk = (__mmask64 *)(uintptr_t)(qh + 16 * (2 * g + h0 + h));
+                    lo[h] = _mm512_mask_add_epi8(lo[h], _load_mask64(mk), lo[h], mhb);
+                    hi[h] = _mm512_mask_add_epi8(hi[h], _load_mask64(mk + 1), hi[h], mhb);
                 } else if (q5) {
                     lo[h] =
                         _mm512_ternarylogic_epi32(lo[h], _mm512_slli_epi32(H[h], 4 - g), mhb, 0xF8);

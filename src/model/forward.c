@@ -436,19 +436,13 @@ void fwd_warm_matmul(fwd_ctx *c, int n_mm, fwd_mm *mm) {
         int64_t ci = total * t / nt, ce = total * (t + 1) / nt, i = 0;
         while (i < n_mm && ci >= mm[i].chunks * mm[i].panels)
             ci -= mm[i].chunks * mm[i].panels, ce -= mm[i].chunks * mm[i].panels, i++;
-        const void *p;
-        size_t bytes;
-        if (i == n_mm || ci >= mm[i].chunks) { /* no chunks, or past panel 0 */
-            fwd_warm_publish(c, (int)t, 0, 0);
-            continue;
-        }
-        if (ce > mm[i].chunks)
-            ce = mm[i].chunks;
-        int64_t units = kn_mat_n_units(mm[i].w);
-        int64_t u0 = units * ci / mm[i].chunks, u1 = units * ce / mm[i].chunks;
-        if (!kn_mat_units_span(mm[i].w, u0, u1, &p, &bytes)) {
-            fwd_warm_publish(c, (int)t, 0, 0);
-            continue;
+        const void *p = NULL;
+        size_t bytes = 0; /* none: no chunks, past panel 0, or no contiguous span */
+        if (i < n_mm && ci < mm[i].chunks) {
+            int64_t units = kn_mat_n_units(mm[i].w), ch = mm[i].chunks;
+            if (!kn_mat_units_span(mm[i].w, units * ci / ch, units * (ce < ch ? ce : ch) / ch, &p,
+                                   &bytes))
+                p = NULL, bytes = 0;
         }
         if (bytes > (size_t)c->mm_warm)
             bytes = (size_t)c->mm_warm;
