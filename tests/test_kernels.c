@@ -658,8 +658,9 @@ static void t_mat_units_span(void) {
 /* The float panel's K chunk (mm-kc): 16, 48, 100 (96), 128, 512 and 1024, over K = 1100
  * (many chunks and a tail; one chunk and a tail), for F32 / F16 / BF16, m = 1, 7, 13 and 33 with
  * mm-direct-rows 0 (every m through the panel), each with mm-panel-fuse 0 and 1 (the panel
- * converted in a loop of its own, or by the first row tile), against the reference bit for bit:
- * the chunk only moves where the accumulators are stored and reloaded. */
+ * converted in a loop of its own, or by the first row tile; with mm-panel-pf-l2 0 and 1, the next
+ * chunk's weights prefetched into L1 or L2), against the reference bit for bit: the chunk only
+ * moves where the accumulators are stored and reloaded. */
 static void t_matmul_kc(void) {
     setup_isas();
     if (!n_simd)
@@ -683,8 +684,9 @@ static void t_matmul_kc(void) {
                     const char *fuse = ci % 2 ? "1" : "0";
                     T_OK(flags_set("mm-kc", kcs[ci / 2]));
                     T_OK(flags_set("mm-panel-fuse", fuse));
+                    T_OK(flags_set("mm-panel-pf-l2", fuse));
                     T_CHECKF(mm_same(types[ti], w, n, k, simd_isas[ii], &ab.a, m, yr, ys, ldy),
-                             "type %s isa %s m=%lld mm-kc %s mm-panel-fuse %s",
+                             "type %s isa %s m=%lld mm-kc %s mm-panel-fuse and -pf-l2 %s",
                              kn_type_name(types[ti]), kn_isa_name(simd_isas[ii]), (long long)m,
                              kcs[ci / 2], fuse);
                     cases++;
@@ -697,6 +699,7 @@ static void t_matmul_kc(void) {
     }
     T_OK(flags_set("mm-kc", flags_find("mm-kc")->def));
     T_OK(flags_set("mm-panel-fuse", flags_find("mm-panel-fuse")->def));
+    T_OK(flags_set("mm-panel-pf-l2", flags_find("mm-panel-pf-l2")->def));
     T_OK(flags_set("mm-direct-rows", flags_find("mm-direct-rows")->def));
     T_CHECK(cases == 3 * 4 * 6 * 2 * n_simd);
     /* the value: rounded down to a multiple of 16, within 16..KN_KC_MAX */

@@ -40,6 +40,10 @@ enum flag_kind {
     X(MM_KC, "mm-kc", FLAG_KIND_INT, "128", "16:1024",                                             \
       "F16/BF16/F32 matmuls through the f32 panel work in K chunks of this many steps (rounded "   \
       "down to a multiple of 16; speed only, same bits)")                                          \
+    X(MM_PANEL_PF_L2, "mm-panel-pf-l2", FLAG_KIND_BOOL, "1", "0|1",                                \
+      "AVX-512 float matmuls through the f32 panel prefetch the next K chunk's weights into L2, "  \
+      "not L1, where the panel and the activation rows compete for the space (speed only, same "   \
+      "bits)")                                                                                     \
     X(MM_PANEL_FUSE, "mm-panel-fuse", FLAG_KIND_BOOL, "1", "0|1",                                  \
       "AVX-512 F16/BF16 matmuls through the f32 panel convert each K chunk inside the first row "  \
       "tile's loop, which stores the panel for the others, instead of in a loop of its own "       \

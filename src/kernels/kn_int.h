@@ -65,6 +65,7 @@ struct kn_mat {
     int direct_rows;     /* the mm-direct-rows toggle at creation (AVX-512 float types) */
     int kc;              /* the float panel's K chunk (kn_matmul_kc of mm-kc at creation) */
     bool panel_fuse;     /* mm-panel-fuse at creation: the first row tile converts the panel */
+    bool panel_pf_l2;    /* mm-panel-pf-l2 at creation: the next chunk's weights into L2 */
     int q_tile;          /* the mm-q-tile toggle at creation (AVX-512 Q8_0) */
     int q6k_prefetch;    /* the q6k-prefetch toggle at creation (bytes ahead; 0 = none) */
     int kq_prefetch;     /* the kq-prefetch toggle at creation (Q4_K/Q5_K; bytes ahead, 0 = none) */

@@ -167,6 +167,7 @@ int kn_mat_create(int type, const void *data, int64_t n, int64_t k, kn_isa isa, 
     w->direct_rows = kn_matmul_direct_rows(flags_int(FLAG_MM_DIRECT_ROWS), cpu_get_features()->amd);
     w->kc = kn_matmul_kc(flags_int(FLAG_MM_KC));
     w->panel_fuse = flags_int(FLAG_MM_PANEL_FUSE) != 0;
+    w->panel_pf_l2 = flags_int(FLAG_MM_PANEL_PF_L2) != 0;
     w->q_tile = (int)flags_int(FLAG_MM_Q_TILE);
     w->q6k_prefetch = (int)flags_int(FLAG_Q6K_PREFETCH);
     w->kq_prefetch = (int)flags_int(FLAG_KQ_PREFETCH);

@@ -18,7 +18,9 @@
  * activations of a chunk do not fit L1 at prefill sizes
  * (256 rows x 128 floats), so each tile prefetches the next tile's activation rows and, after the
  * first chunk, its y rows, a few lines per 16 k-steps, and its share of the weights' next chunk
- * (spread over all tiles). The k loop addresses the six rows off two pointers and a stride, so it
+ * (spread over all tiles), into L2 with mm-panel-pf-l2 (the default: into L1 the next chunk's
+ * 16 KiB of F16 pushed out panel and activation lines; decode at batch 32 on the Intel VM 1.015x),
+ * else into L1. The k loop addresses the six rows off two pointers and a stride, so it
  * carries no other arithmetic. With at most mm-direct-rows rows (decode up to batch 32, the few
  * rows of a speculative verification step) there is too little row reuse to pay for the panel:
  * kf_tile_direct converts in registers, prefetching 4 KiB ahead, over the whole of K for one or
@@ -128,7 +130,7 @@ static inline __attribute__((always_inline)) void kf_steps_conv(const int mr, co
 static inline __attribute__((always_inline)) void
 kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, float *y,
         int64_t ldy, const __mmask16 *mask, bool init, const char *pf, int64_t pf_n,
-        const float *xn, const uint16_t *src, bool f16) {
+        const float *xn, const uint16_t *src, bool f16, bool pf_l2) {
     const int64_t nb = (kc + 15) / 16;
     __m512 acc[KF_MR][4];
 #pragma GCC unroll 16
@@ -151,8 +153,12 @@ kf_tile(const int mr, const float *x, int64_t ldx, const float *wp, int64_t kc, 
                         _mm_prefetch((const char *)(y + (mr + r) * ldy + 16 * j), _MM_HINT_T0);
             }
         }
-        for (int64_t l = k0 / 16 * pf_n / nb; l < (k0 / 16 + 1) * pf_n / nb; l++)
-            _mm_prefetch(pf + l * 64, _MM_HINT_T0);
+        for (int64_t l = k0 / 16 * pf_n / nb; l < (k0 / 16 + 1) * pf_n / nb; l++) {
+            if (pf_l2)
+                _mm_prefetch(pf + l * 64, _MM_HINT_T1);
+            else
+                _mm_prefetch(pf + l * 64, _MM_HINT_T0);
+        }
         if (src) /* the first tile with mm-panel-fuse: converts as it goes (wp is the panel) */
             kf_steps_conv(mr, f16, x + k0, ldx, src + k0 * KN_NB_F, (float *)wp + k0 * KN_NB_F, n,
                           acc);
@@ -304,6 +310,7 @@ static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *
     }
     float *yb = y + jb * KN_NB_F;
     const float *xb = xa->x + k0;
+    const bool pf_l2 = w->panel_pf_l2;
     const int64_t ldx = xa->ldx;
     bool init = k0 == 0;
     /* the weights converted next, this panel's size in lines, shared evenly among the tiles: the
@@ -324,22 +331,22 @@ static void kf_block_chunk(const kn_mat *w, const kn_act *xa, int64_t m, float *
         const uint16_t *st = t == 0 ? src : NULL;
         switch (r) {
         case 6:
-            kf_tile(6, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16);
+            kf_tile(6, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16, pf_l2);
             break;
         case 5:
-            kf_tile(5, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16);
+            kf_tile(5, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16, pf_l2);
             break;
         case 4:
-            kf_tile(4, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16);
+            kf_tile(4, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16, pf_l2);
             break;
         case 3:
-            kf_tile(3, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16);
+            kf_tile(3, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16, pf_l2);
             break;
         case 2:
-            kf_tile(2, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16);
+            kf_tile(2, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16, pf_l2);
             break;
         default:
-            kf_tile(1, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16);
+            kf_tile(1, xt, ldx, wp, kc, yt, ldy, mask, init, pft, pf_n, xn, st, f16, pf_l2);
             break;
         }
         i += r;
