@@ -23,8 +23,10 @@
  * each sequence's two KV heads in turn. Three modes alternate in one process, BA_REPS (9) times:
  * no prefetch hints, kv.prefetch (each chunk's successor), and kv.prefetch with the next unit's
  * table (its first chunk too); medians in ns per (query head, position) of wall time.
+ * VERITY_ATTN_V_ONCE=0: the grouped kernel converts F16 values in every value pass (attn-v-once).
  */
 #include "base/clock.h"
+#include "base/flags.h"
 #include "base/mem.h"
 #include "base/pool.h"
 #include "kernels/kn.h"
@@ -131,7 +133,8 @@ static int ba_seqs_run(int64_t n_seq, int64_t n_pos) {
                         .block_bytes = bb,
                         .block_size = BS,
                         .kv_stride = stride,
-                        .f16 = true};
+                        .f16 = true,
+                        .v_once = flags_int(FLAG_ATTN_V_ONCE) != 0};
     for (int t = 0; t < 2; t++) {
         b.out[t] = malloc(sizeof(float) * NQ * HD);
         b.scratch[t] = malloc(sizeof(float) * kn_attn_scratch_floats(NQ / NKV, HD, CHUNK));
@@ -246,7 +249,8 @@ int main(int argc, char **argv) {
                              .block_size = BS,
                              .kv_stride = stride,
                              .f16 = f16,
-                             .window = 0};
+                             .window = 0,
+                             .v_once = flags_int(FLAG_ATTN_V_ONCE) != 0};
             double pairs = (double)NQ * (double)n_pos, flops = pairs * 4.0 * HD;
             double tr = ba_time(q, &kv, n_pos, false, isa, scratch, out);
             double tg = ba_time(q, &kv, n_pos, true, isa, scratch, out);

@@ -906,7 +906,8 @@ static void t_attention(void) {
  * multiples of 16 (a last 16-position group that is partly padding), windows, and the scores of
  * a repeated key (equal maxima in a chunk); with the prefetch hints off and on (a next unit of
  * another length and KV head, or none), through block tables allocated to their exact length so
- * that an address sanitizer build catches the prefetch cursor reading past one. */
+ * that an address sanitizer build catches the prefetch cursor reading past one; and with the
+ * values converted once per chunk (v_once) or in every value pass. */
 static void t_attention_rows(void) {
     setup_isas();
     const int64_t hds[] = {32, 64, 80, 128};
@@ -961,6 +962,7 @@ static void t_attention_rows(void) {
                                 for (int pf = 0; pf < 3; pf++) {
                                     int64_t g = gs[gi], h0 = 20 - g; /* the last g heads */
                                     kv.prefetch = pf > 0;
+                                    kv.v_once = pf != 1;
                                     kv.next_table = pf == 2 ? next : NULL;
                                     kv.next_kvh = 0;
                                     kv.next_n_pos = nnp;
@@ -970,10 +972,10 @@ static void t_attention_rows(void) {
                                     T_CHECKF(memcmp(outr + h0 * hd, outs, (size_t)(g * hd) * 4) ==
                                                  0,
                                              "attn rows hd=%lld f16=%d g=%lld chunk=%lld np=%lld "
-                                             "window %lld isa %s prefetch %d",
+                                             "window %lld isa %s prefetch %d v-once %d",
                                              (long long)hd, f16, (long long)g, (long long)chunk,
                                              (long long)np, (long long)win,
-                                             kn_isa_name(simd_isas[ii]), pf);
+                                             kn_isa_name(simd_isas[ii]), pf, pf != 1);
                                 }
                         kv.prefetch = false;
                         kv.next_table = NULL;

@@ -101,6 +101,9 @@ enum flag_kind {
     X(ATTN_GROUP, "attn-group", FLAG_KIND_INT, "16", "0:16",                                       \
       "query heads of one KV head attended together, sharing each key and value read (0: the "     \
       "per-head kernel; speed only, same bits)")                                                   \
+    X(ATTN_V_ONCE, "attn-v-once", FLAG_KIND_BOOL, "1", "0|1",                                      \
+      "AVX-512 grouped attention converts a chunk's F16 values to f32 once when more than one "    \
+      "pass of query heads reads them (more than 4 heads per KV head) (speed only, same bits)")    \
     X(ATTN_PREFETCH, "attn-prefetch", FLAG_KIND_BOOL, "1", "0|1",                                  \
       "AVX-512 and AVX2 grouped attention prefetches the next key chunk's keys and values into "   \
       "L2 while scoring a chunk, and the next unit's first chunk during a unit's last (speed "     \

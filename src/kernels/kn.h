@@ -214,6 +214,9 @@ typedef struct kn_attn_kv {
     bool prefetch;
     const int32_t *next_table;
     int64_t next_kvh, next_n_pos;
+    /* AVX-512 grouped kernel, F16 values: when more than one value pass of heads reads a chunk's
+     * values (more than 4 heads), convert them to f32 once (attn-v-once; speed only) */
+    bool v_once;
 } kn_attn_kv;
 
 /* Address of the K (or V) row of position p for kv head kvh. */

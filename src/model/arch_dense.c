@@ -308,7 +308,8 @@ static void arch_dense_rows_attention(fwd_ctx *c, const fwd_phase *ph, int64_t p
                      .kv_stride = c->kv_dim,
                      .f16 = kv_pool_f16(c->kv),
                      .window = hp->sliding_window,
-                     .prefetch = c->attn_prefetch};
+                     .prefetch = c->attn_prefetch,
+                     .v_once = c->attn_v_once};
     for (int64_t pi = p0; pi < p1; pi++) {
         int64_t t = pi / units_tok, kvh = pi % units_tok / slices, s = pi % slices;
         int64_t h = kvh * group + s * per, g = group - s * per < per ? group - s * per : per;

@@ -78,6 +78,7 @@ int fwd_ctx_create(model *m, kv_pool *kv, int64_t max_tokens, int64_t max_output
     c->attn_group = hp->n_head / hp->n_head_kv;
     c->attn_per_row = flags_int(FLAG_ATTN_GROUP) == 0;
     c->attn_prefetch = flags_int(FLAG_ATTN_PREFETCH) != 0;
+    c->attn_v_once = flags_int(FLAG_ATTN_V_ONCE) != 0;
     if (c->attn_group > flags_int(FLAG_ATTN_GROUP))
         c->attn_group = c->attn_per_row ? 1 : flags_int(FLAG_ATTN_GROUP);
     c->q_dim = hp->n_head * hp->head_dim;

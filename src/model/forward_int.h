@@ -57,6 +57,7 @@ struct fwd_ctx {
     int64_t attn_group;    /* most query heads per attention unit (attn-group, <= the GQA group) */
     bool attn_per_row;     /* attn-group 0: kn_attn_row per head, one head per unit */
     bool attn_prefetch;    /* the attn-prefetch toggle */
+    bool attn_v_once;      /* the attn-v-once toggle */
     int64_t attn_per_unit; /* the step being run: heads per attention unit */
     int64_t q_dim, kv_dim, act_k; /* act_k: widest matmul input */
     int64_t n_ff_max;             /* widest dense or shared-expert FFN (g, u) */
