@@ -433,9 +433,8 @@ kx_attn_group(const int NV, const float *q, int64_t g, const kn_attn_kv *kv, int
             for (int64_t i = 0; i < n; i++) {
 #pragma GCC unroll 8
                 for (int j = 0; j < NV; j++)
-                    _mm512_storeu_ps(kf + i * hd + 16 * j,
-                                     _mm512_cvtph_ps(
-                                         _mm256_loadu_si256((const __m256i *)vrow[i] + j)));
+                    _mm512_storeu_ps(kf + i * hd + 16 * j, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                                               (const __m256i *)vrow[i] + j)));
                 vrow[i] = kf + i * hd;
             }
             vf16 = false;
