@@ -55,8 +55,8 @@ void kn_sparse_acc_avx2(float *out, float p, const void *row, bool f16, int64_t 
     } else {
         const float *r = row;
         for (; d + 8 <= n; d += 8)
-            _mm256_storeu_ps(out + d, _mm256_fmadd_ps(vp, _mm256_loadu_ps(r + d),
-                                                      _mm256_loadu_ps(out + d)));
+            _mm256_storeu_ps(out + d,
+                             _mm256_fmadd_ps(vp, _mm256_loadu_ps(r + d), _mm256_loadu_ps(out + d)));
         for (; d < n; d++)
             out[d] = fmaf(p, r[d], out[d]);
     }
