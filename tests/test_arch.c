@@ -17,6 +17,7 @@
  *    are refused with an error naming the tensor or key.
  */
 #include "test.h"
+#include "test_fwd_env.h"
 #include "test_isa.h"
 #include "base/arena.h"
 #include "base/err.h"
@@ -35,28 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- helpers ---- */
-
-typedef struct run_env {
-    model *m;
-    kv_pool *kv;
-    fwd_ctx *fc;
-} run_env;
-
-static void env_open(run_env *e, const char *path, kn_isa isa, bool kv_f16, int threads,
-                     int64_t max_tokens, int64_t n_blocks) {
-    T_OK(model_load(path, isa, &e->m));
-    kv_pool_opts ko;
-    model_kv_pool_opts(e->m, kv_f16, 16, n_blocks, &ko);
-    T_OK(kv_pool_create(&ko, &e->kv));
-    T_OK(fwd_ctx_create(e->m, e->kv, max_tokens, max_tokens, threads, 64, &e->fc));
-}
-
-static void env_close(run_env *e) {
-    fwd_ctx_destroy(e->fc);
-    kv_pool_destroy(e->kv);
-    model_destroy(e->m);
-}
+/* ---- helpers (run_env: test_fwd_env.h) ---- */
 
 static const char *synth_arch(const char *arch, const char *shape, int type, bool q4_k_m,
                               uint64_t seed) {
